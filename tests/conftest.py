@@ -1,0 +1,12 @@
+"""Shared fixtures live in tests/fixtures/ as plugins, one module per kind of expensive thing
+(trained models, SSH devices, device environments), so that each is built once per run."""
+
+import os
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+os.environ.setdefault("EDGETK_TEST", "1")
+
+pytest_plugins = [
+    "tests.fixtures.models",
+    "tests.fixtures.cli",
+]

@@ -1,0 +1,1 @@
+"""Conversion routes: one module per route; ``registry.build`` picks the route for a request."""

@@ -1,0 +1,41 @@
+"""What a conversion route receives and returns. Routes live one per module; ``registry`` maps
+(source framework, artifact format) to the route."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Mapping
+
+import numpy as np
+
+from toolkit.sources.base import SourceModel
+from toolkit.types import Recipe
+
+
+@dataclass(frozen=True)
+class ConversionRequest:
+    """One artifact to build.
+
+    ``calibration`` holds one feed per sample, already shaped like ``input_shapes`` (batch 1 unless the user
+    pinned another), float32, validated, and never the held-out samples used for verification.
+    """
+
+    source: SourceModel
+    recipe: Recipe
+    input_shapes: Mapping[str, tuple[int, ...]]
+    calibration: tuple[Mapping[str, np.ndarray], ...]
+    workdir: Path  # scratch space owned by this request; the route writes its artifact here
+    max_opset: int | None = None  # the target runtime's highest loadable ONNX opset
+    dynamic_batch: bool = False
+
+
+@dataclass(frozen=True)
+class BuiltArtifact:
+    """A model file a route wrote, and what the route wants the report to say about it."""
+
+    path: Path
+    float_nodes: tuple[str, ...] = ()
+    notes: tuple[str, ...] = ()
+    exporter: str | None = None  # e.g. "tf2onnx 1.17 (from_function)", "torch.onnx (legacy TorchScript)"
+    layout: str | None = None  # the artifact's image layout when it differs from the source's

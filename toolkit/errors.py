@@ -1,0 +1,66 @@
+"""One exception tree. Each class carries the exit code of the CLI contract; ``toolkit.cli`` is the one place
+that turns a :class:`ToolkitError` into a message and that code.
+
+Exit codes (architecture.md): 0 ok; 1 a check or gate failed; 2 bad usage, config or input; 3 conversion
+failed; 4 a device could not be reached, refused us, or could not take the bundle.
+"""
+
+from __future__ import annotations
+
+
+class ToolkitError(Exception):
+    """Base of every error edgetk reports to a user: a plain message plus what to do about it."""
+
+    exit_code: int = 2
+
+    def __init__(self, message: str, *, hint: str | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.hint = hint
+
+    def __str__(self) -> str:
+        return self.message if not self.hint else f"{self.message}\n{self.hint}"
+
+
+class GateFailed(ToolkitError):
+    """A check, gate, accuracy or regression threshold was not met (exit 1)."""
+
+    exit_code = 1
+
+
+class UsageError(ToolkitError):
+    """Bad usage, configuration or input: a path, a flag, a profile, calibration data (exit 2)."""
+
+    exit_code = 2
+
+
+class ConversionError(ToolkitError):
+    """A converter or quantizer failed on a valid request (exit 3)."""
+
+    exit_code = 3
+
+
+class DeviceError(ToolkitError):
+    """A device could not be reached, refused us, or could not take the bundle (exit 4)."""
+
+    exit_code = 4
+
+
+class MissingDependency(UsageError):
+    """An optional framework is not installed; the hint names the extra to add."""
+
+    def __init__(self, package: str, *, extra: str, purpose: str) -> None:
+        super().__init__(
+            f"{purpose} needs the Python package {package!r}, which is not installed.",
+            hint=f"Install it with: pip install 'edge-toolkit[{extra}]'",
+        )
+        self.package = package
+        self.extra = extra
+
+
+def worst_exit_code(codes: list[int]) -> int:
+    """With several devices the worst wins: 4 if any device error, else 1 if any gate failed, else 0."""
+    for code in (4, 3, 2, 1):
+        if code in codes:
+            return code
+    return 0

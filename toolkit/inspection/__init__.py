@@ -1,0 +1,61 @@
+"""Read what is inside an artifact without running it: I/O, quantization, operator counts, size."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Mapping
+
+from toolkit.errors import UsageError
+from toolkit.types import TensorSpec
+
+
+@dataclass(frozen=True)
+class ModelInfo:
+    """What ``edgetk inspect`` prints for one model file.
+
+    ``quantized_ops`` counts operators that compute in integer (TFLite ops with int8/uint8/int16 inputs
+    other than QUANTIZE/DEQUANTIZE; ONNX QLinear*/ConvInteger/MatMulInteger/QDQ-wrapped compute nodes),
+    in every subgraph, so an ``int8`` label can be proven rather than assumed.
+    """
+
+    path: str
+    format: str
+    bytes: int
+    inputs: tuple[TensorSpec, ...]
+    outputs: tuple[TensorSpec, ...]
+    op_counts: Mapping[str, int]
+    quantized_ops: int
+    float_compute_ops: int
+    precision: str  # best guess from the content: fp32 | fp16 | dynamic | int8
+    opset: int | None = None
+    extra: Mapping[str, Any] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "path": self.path,
+            "format": self.format,
+            "bytes": self.bytes,
+            "precision": self.precision,
+            "opset": self.opset,
+            "inputs": [t.to_dict() for t in self.inputs],
+            "outputs": [t.to_dict() for t in self.outputs],
+            "op_counts": dict(sorted(self.op_counts.items())),
+            "quantized_ops": self.quantized_ops,
+            "float_compute_ops": self.float_compute_ops,
+            "extra": dict(self.extra),
+        }
+
+
+def inspect_model(path: Path) -> ModelInfo:
+    """Inspect a .tflite or .onnx file."""
+    suffix = path.suffix.lower()
+    if suffix == ".tflite":
+        from toolkit.inspection.tflite import inspect_tflite
+
+        return inspect_tflite(path)
+    if suffix == ".onnx":
+        from toolkit.inspection.onnx import inspect_onnx
+
+        return inspect_onnx(path)
+    raise UsageError(f"{path} is neither a .tflite nor an .onnx file.", hint="Pass an artifact or a bundle directory.")

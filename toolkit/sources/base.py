@@ -1,0 +1,37 @@
+"""The interface every source framework implements."""
+
+from __future__ import annotations
+
+import abc
+from pathlib import Path
+from typing import Mapping
+
+import numpy as np
+
+from toolkit.types import TensorSpec
+
+
+class SourceModel(abc.ABC):
+    """A loaded float model: its I/O as recorded in the model, and reference predictions.
+
+    ``inputs`` keep ``None`` where a dimension is dynamic; the convert stage resolves them (calibration data,
+    ``--input-shape``) and passes concrete shapes to the routes.
+    """
+
+    framework: str  # keras | savedmodel | onnx | tflite | torchscript | exported_program | torch_factory
+    path: Path
+
+    @property
+    @abc.abstractmethod
+    def inputs(self) -> tuple[TensorSpec, ...]: ...
+
+    @property
+    @abc.abstractmethod
+    def outputs(self) -> tuple[TensorSpec, ...]: ...
+
+    @abc.abstractmethod
+    def predict(self, feeds: Mapping[str, np.ndarray]) -> list[np.ndarray]:
+        """Float reference outputs for one batch of inputs (keyed by input name), in ``outputs`` order."""
+
+    def close(self) -> None:
+        """Release what the framework holds (sessions, graphs). Optional."""

@@ -1,0 +1,648 @@
+"""Frozen data that flows between the stages: convert -> bundle -> deploy -> check -> history.
+
+Stdlib only, so that every stage (and the CLI's ``--help``) can import it for free. Each class that is written
+to disk or printed as JSON has ``to_dict`` and a ``from_dict`` that refuses malformed input with a
+:class:`~toolkit.errors.UsageError` naming the key, so a hand-edited or corrupt manifest never turns into a
+traceback deep in another stage.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any, Literal, Mapping, Sequence
+
+from toolkit.errors import UsageError
+
+Precision = Literal["fp32", "fp16", "dynamic", "int8"]
+Format = Literal["tflite", "onnx"]
+Runtime = Literal["litert", "tflite-runtime", "tensorflow", "onnxruntime"]
+
+PRECISIONS: tuple[str, ...] = ("fp32", "fp16", "dynamic", "int8")
+FORMATS: tuple[str, ...] = ("tflite", "onnx")
+RUNTIMES: tuple[str, ...] = ("litert", "tflite-runtime", "tensorflow", "onnxruntime")
+FORMAT_SUFFIX: Mapping[str, str] = {"tflite": ".tflite", "onnx": ".onnx"}
+
+MANIFEST_SCHEMA_VERSION = 1
+
+
+def artifact_file_name(precision: str, fmt: str) -> str:
+    """The contract's artifact name: ``model.<precision>.<tflite|onnx>``."""
+    return f"model.{precision}.{fmt}"
+
+
+# --------------------------------------------------------------------------------------------- helpers
+
+
+def _require(data: Mapping[str, Any], key: str, kind: type | tuple[type, ...], where: str) -> Any:
+    if not isinstance(data, Mapping):
+        raise UsageError(f"{where}: expected a table/object, got {type(data).__name__}.")
+    if key not in data:
+        raise UsageError(f"{where}: the key {key!r} is missing.", hint="Rebuild the bundle with `edgetk convert`.")
+    value = data[key]
+    if not isinstance(value, kind) or (isinstance(value, bool) and bool not in _as_tuple(kind)):
+        names = "/".join(k.__name__ for k in _as_tuple(kind))
+        raise UsageError(f"{where}: {key!r} must be {names}, got {type(value).__name__}.")
+    return value
+
+
+def _optional(data: Mapping[str, Any], key: str, kind: type | tuple[type, ...], where: str) -> Any:
+    if data.get(key) is None:
+        return None
+    return _require(data, key, kind, where)
+
+
+def _as_tuple(kind: type | tuple[type, ...]) -> tuple[type, ...]:
+    return kind if isinstance(kind, tuple) else (kind,)
+
+
+def _finite_or_none(value: float | None) -> float | None:
+    """JSON has no NaN/Inf; metrics that are not finite are written as null."""
+    if value is None or not math.isfinite(value):
+        return None
+    return float(value)
+
+
+# --------------------------------------------------------------------------------------------- tensors
+
+
+@dataclass(frozen=True)
+class Quantization:
+    """Affine quantization of one tensor: ``real = scale * (q - zero_point)``; per-axis when ``axis`` is set."""
+
+    scale: tuple[float, ...]
+    zero_point: tuple[int, ...]
+    axis: int | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"scale": list(self.scale), "zero_point": list(self.zero_point), "axis": self.axis}
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any], where: str = "quantization") -> Quantization:
+        scale = _require(data, "scale", list, where)
+        zero = _require(data, "zero_point", list, where)
+        if not all(isinstance(s, (int, float)) and not isinstance(s, bool) for s in scale):
+            raise UsageError(f"{where}: 'scale' must be a list of numbers.")
+        if not all(isinstance(z, int) and not isinstance(z, bool) for z in zero):
+            raise UsageError(f"{where}: 'zero_point' must be a list of integers.")
+        return cls(tuple(float(s) for s in scale), tuple(zero), _optional(data, "axis", int, where))
+
+
+@dataclass(frozen=True)
+class TensorSpec:
+    """Name, shape (None for a dynamic dimension) and dtype (numpy name) of a model input or output."""
+
+    name: str
+    shape: tuple[int | None, ...]
+    dtype: str
+    quantization: Quantization | None = None
+
+    @property
+    def is_static(self) -> bool:
+        return all(d is not None and d >= 0 for d in self.shape)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "shape": list(self.shape),
+            "dtype": self.dtype,
+            "quantization": self.quantization.to_dict() if self.quantization else None,
+        }
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any], where: str = "tensor") -> TensorSpec:
+        name = _require(data, "name", str, where)
+        shape = _require(data, "shape", list, where)
+        if not all(d is None or (isinstance(d, int) and not isinstance(d, bool)) for d in shape):
+            raise UsageError(f"{where}: 'shape' must be a list of integers or null.")
+        quant = data.get("quantization")
+        return cls(
+            name=name,
+            shape=tuple(shape),
+            dtype=_require(data, "dtype", str, where),
+            quantization=Quantization.from_dict(quant, f"{where}.quantization") if quant is not None else None,
+        )
+
+
+# --------------------------------------------------------------------------------------------- recipes
+
+IoDtype = Literal["float32", "int8", "uint8"]
+CalibrationMethod = Literal["minmax", "entropy", "percentile"]
+
+
+@dataclass(frozen=True)
+class Recipe:
+    """How to build one artifact: format and precision, plus the knobs that decide whether it is fast.
+
+    Target profiles list recipes in order of preference; ``--precision``/``--format`` build plain ones.
+    ``__post_init__`` refuses a recipe its format cannot express, so a wrong one never reaches a converter.
+    """
+
+    format: str
+    precision: str
+    io_dtype: str = "float32"  # TFLite int8: the input/output type ("int8" is the default for int8 recipes)
+    activation_type: str = "uint8"  # ONNX static int8: U8S8 was 2x faster than S8S8 on x86 (findings.md)
+    weight_type: str = "int8"
+    calibration_method: str = "minmax"
+    per_channel: bool = True
+    quant_format: str = "qdq"  # ONNX: "qdq" or "qoperator"
+    threads: int | None = None
+    opset: int | None = None
+    nodes_to_exclude: tuple[str, ...] = ()  # selective quantization: kept in float
+    execution_providers: tuple[str, ...] = ()  # ONNX Runtime providers for the device, in order
+    layout: str | None = None  # "NHWC" to ask a PyTorch -> TFLite route for channel-last I/O
+
+    def __post_init__(self) -> None:
+        if self.format not in FORMATS:
+            raise UsageError(f"Unknown format {self.format!r}.", hint=f"Use one of: {', '.join(FORMATS)}.")
+        if self.precision not in PRECISIONS:
+            raise UsageError(
+                f"Unknown precision {self.precision!r}.", hint=f"Use one of: {', '.join(PRECISIONS)}."
+            )
+        if self.io_dtype not in ("float32", "int8", "uint8"):
+            raise UsageError(f"Unknown io_dtype {self.io_dtype!r}.", hint="Use float32, int8 or uint8.")
+        if self.io_dtype != "float32" and not (self.format == "tflite" and self.precision == "int8"):
+            raise UsageError(
+                f"io_dtype {self.io_dtype!r} needs a full-integer TFLite recipe (got {self.format} {self.precision}).",
+                hint="Only TFLite int8 artifacts take integer input/output; leave io_dtype at float32.",
+            )
+        for key in ("activation_type", "weight_type"):
+            if getattr(self, key) not in ("int8", "uint8"):
+                raise UsageError(f"Unknown {key} {getattr(self, key)!r}.", hint="Use int8 or uint8.")
+        if self.calibration_method not in ("minmax", "entropy", "percentile"):
+            raise UsageError(
+                f"Unknown calibration_method {self.calibration_method!r}.",
+                hint="Use minmax, entropy or percentile.",
+            )
+        if self.quant_format not in ("qdq", "qoperator"):
+            raise UsageError(f"Unknown quant_format {self.quant_format!r}.", hint="Use qdq or qoperator.")
+        if self.threads is not None and self.threads < 1:
+            raise UsageError(f"threads must be at least 1 (got {self.threads}).")
+        if self.layout not in (None, "NCHW", "NHWC"):
+            raise UsageError(f"Unknown layout {self.layout!r}.", hint="Use NCHW or NHWC.")
+
+    @property
+    def label(self) -> str:
+        """A short human name: ``tflite int8 (int8 io)``, ``onnx int8 (U8S8 qdq minmax)``."""
+        if self.precision != "int8":
+            return f"{self.format} {self.precision}"
+        if self.format == "tflite":
+            return f"tflite int8 ({self.io_dtype} io)"
+        act = "U" if self.activation_type == "uint8" else "S"
+        wt = "U" if self.weight_type == "uint8" else "S"
+        return f"onnx int8 ({act}8{wt}8 {self.quant_format} {self.calibration_method})"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "format": self.format,
+            "precision": self.precision,
+            "io_dtype": self.io_dtype,
+            "activation_type": self.activation_type,
+            "weight_type": self.weight_type,
+            "calibration_method": self.calibration_method,
+            "per_channel": self.per_channel,
+            "quant_format": self.quant_format,
+            "threads": self.threads,
+            "opset": self.opset,
+            "nodes_to_exclude": list(self.nodes_to_exclude),
+            "execution_providers": list(self.execution_providers),
+            "layout": self.layout,
+        }
+
+
+# --------------------------------------------------------------------------------------------- verification
+
+
+@dataclass(frozen=True)
+class Verification:
+    """An artifact's outputs against the float model's, on held-out inputs the calibration never saw."""
+
+    max_abs_error: float
+    mean_abs_error: float
+    cosine_similarity: float
+    top1_agreement: float | None  # None when the outputs are not a classifier's
+    samples: int
+    accuracy: float | None = None  # against labels (eval data key `y`), when given
+    reference_accuracy: float | None = None  # the float model's accuracy on the same labels
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "max_abs_error": _finite_or_none(self.max_abs_error),
+            "mean_abs_error": _finite_or_none(self.mean_abs_error),
+            "cosine_similarity": _finite_or_none(self.cosine_similarity),
+            "top1_agreement": _finite_or_none(self.top1_agreement),
+            "samples": self.samples,
+            "accuracy": _finite_or_none(self.accuracy),
+            "reference_accuracy": _finite_or_none(self.reference_accuracy),
+        }
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any], where: str = "verification") -> Verification:
+        def num(key: str) -> float:
+            value = _optional(data, key, (int, float), where)
+            return float("nan") if value is None else float(value)
+
+        top1 = _optional(data, "top1_agreement", (int, float), where)
+        acc = _optional(data, "accuracy", (int, float), where)
+        ref = _optional(data, "reference_accuracy", (int, float), where)
+        return cls(
+            max_abs_error=num("max_abs_error"),
+            mean_abs_error=num("mean_abs_error"),
+            cosine_similarity=num("cosine_similarity"),
+            top1_agreement=None if top1 is None else float(top1),
+            samples=_require(data, "samples", int, where),
+            accuracy=None if acc is None else float(acc),
+            reference_accuracy=None if ref is None else float(ref),
+        )
+
+
+ArtifactStatus = Literal["ok", "slower", "out_of_tolerance", "no_speedup_measured"]
+
+
+@dataclass(frozen=True)
+class Golden:
+    """Where the runner finds the outputs this artifact gave on the host, and how close the device must be."""
+
+    outputs: str  # bundle-relative .npz path, keyed by output name
+    atol: float
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"outputs": self.outputs, "atol": self.atol}
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any], where: str = "golden") -> Golden:
+        return cls(_require(data, "outputs", str, where), float(_require(data, "atol", (int, float), where)))
+
+
+@dataclass(frozen=True)
+class ArtifactRecord:
+    """One converted (or taken as-is) model file inside a bundle, with everything proven about it."""
+
+    file: str
+    format: str
+    precision: str
+    sha256: str
+    bytes: int
+    inputs: tuple[TensorSpec, ...]
+    outputs: tuple[TensorSpec, ...]
+    verification: Verification | None
+    golden: Golden | None = None
+    host_latency_ms: float | None = None  # median on this host, in `runtime`
+    fp32_latency_ms: float | None = None  # the fp32 artifact of the same format, same runtime, same run
+    runtime: str | None = None
+    status: str = "ok"  # ArtifactStatus
+    recipe: Mapping[str, Any] = field(default_factory=dict)
+    float_nodes: tuple[str, ...] = ()  # nodes/ops kept in float by selective quantization
+    execution_providers: tuple[str, ...] = ()  # ONNX Runtime providers the device should try, in order
+    layout: str | None = None  # NCHW/NHWC of the artifact's image inputs, when it differs from the source's
+    notes: tuple[str, ...] = ()
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "file": self.file,
+            "format": self.format,
+            "precision": self.precision,
+            "sha256": self.sha256,
+            "bytes": self.bytes,
+            "inputs": [t.to_dict() for t in self.inputs],
+            "outputs": [t.to_dict() for t in self.outputs],
+            "verification": self.verification.to_dict() if self.verification else None,
+            "golden": self.golden.to_dict() if self.golden else None,
+            "host_latency_ms": _finite_or_none(self.host_latency_ms),
+            "fp32_latency_ms": _finite_or_none(self.fp32_latency_ms),
+            "runtime": self.runtime,
+            "status": self.status,
+            "recipe": dict(self.recipe),
+            "float_nodes": list(self.float_nodes),
+            "execution_providers": list(self.execution_providers),
+            "layout": self.layout,
+            "notes": list(self.notes),
+        }
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any], where: str = "artifact") -> ArtifactRecord:
+        file = _require(data, "file", str, where)
+        where = f"{where} {file!r}"
+        fmt = _require(data, "format", str, where)
+        if fmt not in FORMATS:
+            raise UsageError(f"{where}: unknown format {fmt!r} (expected one of {', '.join(FORMATS)}).")
+        precision = _require(data, "precision", str, where)
+        if precision not in PRECISIONS:
+            raise UsageError(f"{where}: unknown precision {precision!r} (expected one of {', '.join(PRECISIONS)}).")
+        verification = data.get("verification")
+        golden = data.get("golden")
+        recipe = _optional(data, "recipe", dict, where) or {}
+        host = _optional(data, "host_latency_ms", (int, float), where)
+        fp32 = _optional(data, "fp32_latency_ms", (int, float), where)
+        return cls(
+            file=file,
+            format=fmt,
+            precision=precision,
+            sha256=_require(data, "sha256", str, where),
+            bytes=_require(data, "bytes", int, where),
+            inputs=tuple(
+                TensorSpec.from_dict(t, f"{where} input") for t in _require(data, "inputs", list, where)
+            ),
+            outputs=tuple(
+                TensorSpec.from_dict(t, f"{where} output") for t in _require(data, "outputs", list, where)
+            ),
+            verification=Verification.from_dict(verification, f"{where} verification") if verification else None,
+            golden=Golden.from_dict(golden, f"{where} golden") if golden else None,
+            host_latency_ms=None if host is None else float(host),
+            fp32_latency_ms=None if fp32 is None else float(fp32),
+            runtime=_optional(data, "runtime", str, where),
+            status=_optional(data, "status", str, where) or "ok",
+            recipe=recipe,
+            float_nodes=tuple(_optional(data, "float_nodes", list, where) or ()),
+            execution_providers=tuple(_optional(data, "execution_providers", list, where) or ()),
+            layout=_optional(data, "layout", str, where),
+            notes=tuple(_optional(data, "notes", list, where) or ()),
+        )
+
+
+@dataclass(frozen=True)
+class Attempt:
+    """One recipe the convert stage tried, and why its artifact was kept, dropped or never built."""
+
+    recipe: Mapping[str, Any]
+    outcome: Literal["kept", "dropped", "failed"]
+    reason: str
+    file: str | None = None
+    metrics: Mapping[str, Any] | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "recipe": dict(self.recipe),
+            "outcome": self.outcome,
+            "reason": self.reason,
+            "file": self.file,
+            "metrics": dict(self.metrics) if self.metrics is not None else None,
+        }
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any], where: str = "attempt") -> Attempt:
+        outcome = _require(data, "outcome", str, where)
+        if outcome not in ("kept", "dropped", "failed"):
+            raise UsageError(f"{where}: unknown outcome {outcome!r}.")
+        return cls(
+            recipe=_require(data, "recipe", dict, where),
+            outcome=outcome,  # type: ignore[arg-type]
+            reason=_require(data, "reason", str, where),
+            file=_optional(data, "file", str, where),
+            metrics=_optional(data, "metrics", dict, where),
+        )
+
+
+# --------------------------------------------------------------------------------------------- manifest
+
+
+@dataclass(frozen=True)
+class SourceRef:
+    path: str
+    sha256: str
+    framework: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"path": self.path, "sha256": self.sha256, "framework": self.framework}
+
+
+@dataclass(frozen=True)
+class CalibrationRef:
+    path: str
+    sha256: str
+    samples: int
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"path": self.path, "sha256": self.sha256, "samples": self.samples}
+
+
+@dataclass(frozen=True)
+class Preprocessing:
+    """How raw data becomes the model's input: ``x = (raw * scale - mean) / std`` in ``layout``/``color_order``."""
+
+    layout: str | None = None  # "NHWC" | "NCHW"
+    color_order: str | None = None  # "RGB" | "BGR" | "GRAY"
+    mean: tuple[float, ...] | None = None
+    std: tuple[float, ...] | None = None
+    scale: float | None = None
+    dtype: str | None = None
+    size: tuple[int, int] | None = None  # (height, width) images are resized to
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "layout": self.layout,
+            "color_order": self.color_order,
+            "mean": list(self.mean) if self.mean is not None else None,
+            "std": list(self.std) if self.std is not None else None,
+            "scale": self.scale,
+            "dtype": self.dtype,
+            "size": list(self.size) if self.size is not None else None,
+        }
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any], where: str = "preprocessing") -> Preprocessing:
+        mean = _optional(data, "mean", list, where)
+        std = _optional(data, "std", list, where)
+        size = _optional(data, "size", list, where)
+        scale = _optional(data, "scale", (int, float), where)
+        return cls(
+            layout=_optional(data, "layout", str, where),
+            color_order=_optional(data, "color_order", str, where),
+            mean=tuple(float(v) for v in mean) if mean is not None else None,
+            std=tuple(float(v) for v in std) if std is not None else None,
+            scale=None if scale is None else float(scale),
+            dtype=_optional(data, "dtype", str, where),
+            size=(int(size[0]), int(size[1])) if size is not None and len(size) == 2 else None,
+        )
+
+
+@dataclass(frozen=True)
+class RunnerRef:
+    file: str
+    sha256: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"file": self.file, "sha256": self.sha256}
+
+
+@dataclass(frozen=True)
+class Manifest:
+    """``manifest.json``: the contract between convert, deploy and check (architecture.md)."""
+
+    name: str
+    created_at: str
+    toolkit_version: str
+    source: SourceRef
+    target: str | None
+    artifacts: tuple[ArtifactRecord, ...]
+    golden_inputs: str | None = None  # bundle-relative .npz keyed by input name, samples along axis 0
+    preprocessing: Preprocessing | None = None
+    labels: tuple[str, ...] | None = None
+    calibration: CalibrationRef | None = None
+    runner: RunnerRef | None = None
+    attempts: tuple[Attempt, ...] = ()
+    target_arch: str | None = None  # the profile's arch: deploy refuses a device of another arch
+    runtime_preferences: Mapping[str, Any] = field(default_factory=dict)  # from the target profile
+    config: Mapping[str, Any] = field(default_factory=dict)  # the effective options, replayable
+    schema_version: int = MANIFEST_SCHEMA_VERSION
+
+    def artifact(self, file: str) -> ArtifactRecord:
+        for record in self.artifacts:
+            if record.file == file:
+                return record
+        raise UsageError(f"The bundle {self.name!r} has no artifact {file!r}.")
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "schema_version": self.schema_version,
+            "name": self.name,
+            "created_at": self.created_at,
+            "toolkit_version": self.toolkit_version,
+            "source": self.source.to_dict(),
+            "target": {"name": self.target, "arch": self.target_arch},
+            "preprocessing": self.preprocessing.to_dict() if self.preprocessing else None,
+            "labels": list(self.labels) if self.labels is not None else None,
+            "calibration": self.calibration.to_dict() if self.calibration else None,
+            "golden_inputs": self.golden_inputs,
+            "artifacts": [a.to_dict() for a in self.artifacts],
+            "attempts": [a.to_dict() for a in self.attempts],
+            "runtime_preferences": dict(self.runtime_preferences),
+            "runner": self.runner.to_dict() if self.runner else None,
+            "config": dict(self.config),
+        }
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any], where: str = "manifest.json") -> Manifest:
+        version = _require(data, "schema_version", int, where)
+        if version > MANIFEST_SCHEMA_VERSION:
+            raise UsageError(
+                f"{where}: schema_version {version} is newer than this edgetk understands "
+                f"({MANIFEST_SCHEMA_VERSION}).",
+                hint="Upgrade edge-toolkit, or rebuild the bundle with this version.",
+            )
+        name = _require(data, "name", str, where)
+        source = _require(data, "source", dict, where)
+        target = _optional(data, "target", dict, where) or {}
+        calibration = _optional(data, "calibration", dict, where)
+        runner = _optional(data, "runner", dict, where)
+        preprocessing = _optional(data, "preprocessing", dict, where)
+        labels = _optional(data, "labels", list, where)
+        artifacts = _require(data, "artifacts", list, where)
+        return cls(
+            schema_version=version,
+            name=name,
+            created_at=_require(data, "created_at", str, where),
+            toolkit_version=_require(data, "toolkit_version", str, where),
+            source=SourceRef(
+                path=_require(source, "path", str, f"{where} source"),
+                sha256=_require(source, "sha256", str, f"{where} source"),
+                framework=_require(source, "framework", str, f"{where} source"),
+            ),
+            target=_optional(target, "name", str, f"{where} target"),
+            target_arch=_optional(target, "arch", str, f"{where} target"),
+            preprocessing=Preprocessing.from_dict(preprocessing) if preprocessing else None,
+            labels=tuple(str(label) for label in labels) if labels is not None else None,
+            calibration=CalibrationRef(
+                path=_require(calibration, "path", str, f"{where} calibration"),
+                sha256=_require(calibration, "sha256", str, f"{where} calibration"),
+                samples=_require(calibration, "samples", int, f"{where} calibration"),
+            )
+            if calibration
+            else None,
+            golden_inputs=_optional(data, "golden_inputs", str, where),
+            artifacts=tuple(ArtifactRecord.from_dict(a, f"{where} artifact") for a in artifacts),
+            attempts=tuple(
+                Attempt.from_dict(a, f"{where} attempt") for a in _optional(data, "attempts", list, where) or ()
+            ),
+            runtime_preferences=_optional(data, "runtime_preferences", dict, where) or {},
+            runner=RunnerRef(
+                file=_require(runner, "file", str, f"{where} runner"),
+                sha256=_require(runner, "sha256", str, f"{where} runner"),
+            )
+            if runner
+            else None,
+            config=_optional(data, "config", dict, where) or {},
+        )
+
+
+# --------------------------------------------------------------------------------------------- devices
+
+
+@dataclass(frozen=True)
+class CommandResult:
+    """What a command run on a device returned."""
+
+    returncode: int
+    stdout: str
+    stderr: str
+
+    @property
+    def ok(self) -> bool:
+        return self.returncode == 0
+
+
+@dataclass(frozen=True)
+class LatencyStats:
+    mean: float
+    std: float
+    min: float
+    p50: float
+    p90: float
+    p99: float
+    max: float
+
+    def to_dict(self) -> dict[str, float]:
+        return {k: getattr(self, k) for k in ("mean", "std", "min", "p50", "p90", "p99", "max")}
+
+
+@dataclass(frozen=True)
+class GateResult:
+    passed: bool
+    reasons: tuple[str, ...] = ()
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"passed": self.passed, "reasons": list(self.reasons)}
+
+
+@dataclass(frozen=True)
+class CheckReport:
+    """One artifact measured on one device by the runner, then gated (architecture.md's check report)."""
+
+    device: str
+    artifact: str
+    runtime: Mapping[str, Any]  # {"name", "version"}
+    threads: int | None
+    load_ms: float | None
+    first_inference_ms: float | None
+    latency_ms: LatencyStats | None
+    runs: int
+    warmup: int
+    peak_rss_mb: float | None
+    outputs_match: Mapping[str, Any] | None  # {"max_abs_error", "top1_agreement", "ok"}
+    environment: Mapping[str, Any]
+    gates: GateResult
+    error: Mapping[str, Any] | None = None  # {"kind", "message", "hint"} when the runner could not measure
+    check_id: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "check_id": self.check_id,
+            "device": self.device,
+            "artifact": self.artifact,
+            "runtime": dict(self.runtime),
+            "threads": self.threads,
+            "load_ms": self.load_ms,
+            "first_inference_ms": self.first_inference_ms,
+            "latency_ms": self.latency_ms.to_dict() if self.latency_ms else None,
+            "runs": self.runs,
+            "warmup": self.warmup,
+            "peak_rss_mb": self.peak_rss_mb,
+            "outputs_match": dict(self.outputs_match) if self.outputs_match is not None else None,
+            "environment": dict(self.environment),
+            "gates": self.gates.to_dict(),
+            "error": dict(self.error) if self.error is not None else None,
+        }
+
+
+def tensor_specs_to_list(specs: Sequence[TensorSpec]) -> list[dict[str, Any]]:
+    return [s.to_dict() for s in specs]
