@@ -27,9 +27,10 @@ import os
 import platform
 import re
 import tomllib
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, fields
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any
 
 from toolkit.errors import UsageError
 from toolkit.types import FORMATS, PRECISIONS, RUNTIMES, Recipe
@@ -438,8 +439,8 @@ def _build_recipe(path: Path, index: int, table: Mapping[str, Any]) -> Recipe:
     try:
         return Recipe(**kwargs)
     except UsageError as exc:
-        key = _recipe_key_of(exc.message, table)
-        raise _fail(path, f"{where}.{key}" if key else where, exc.message, exc.hint or "See docs/targets.md.") from exc
+        bad_key = _recipe_key_of(exc.message, table)
+        raise _fail(path, f"{where}.{bad_key}" if bad_key else where, exc.message, exc.hint or "See docs/targets.md.") from exc
 
 
 def _recipe_key_of(message: str, table: Mapping[str, Any]) -> str | None:
