@@ -1,0 +1,300 @@
+"""Keras 3 files (.keras, .h5) and SavedModel directories behind the ``SourceModel`` interface.
+
+Besides reference predictions, each source can give the conversion routes one thing they all need: a
+``tf.function`` with the input shapes fixed (``serving_function``) and a SavedModel written from it
+(``export_saved_model``). Both name the outputs after the source's outputs, so every artifact built from it
+(TFLite signature, ONNX graph) carries the same input and output names the pipeline feeds and compares by.
+Exporting through a SavedModel (``keras.export.ExportArchive`` / ``tf.saved_model.save``) is the route that
+freezes the variables correctly with Keras 3; ``from_concrete_functions`` on a live model gives NaN models
+(findings.md).
+
+TensorFlow is imported inside the functions, never at module import.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+from typing import Any, Mapping, Sequence
+
+import numpy as np
+
+from toolkit.errors import MissingDependency, UsageError
+from toolkit.sources.base import SourceModel
+from toolkit.types import TensorSpec
+
+Shapes = Mapping[str, Sequence[int | None]]
+
+
+def _tf() -> Any:
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+    try:
+        import tensorflow as tf
+    except ImportError as exc:
+        raise MissingDependency("tensorflow", extra="tf", purpose="Loading a Keras or SavedModel source") from exc
+    return tf
+
+
+def _keras() -> Any:
+    _tf()
+    try:
+        import keras
+    except ImportError as exc:
+        raise MissingDependency("keras", extra="tf", purpose="Loading a Keras model") from exc
+    return keras
+
+
+def _first_line(exc: BaseException) -> str:
+    """The converter's/loader's key line: the last non-empty line that is not traceback noise."""
+    lines = [ln.strip() for ln in str(exc).splitlines() if ln.strip()]
+    lines = [ln for ln in lines if not ln.startswith(("File ", "Traceback", "^", "~"))]
+    text = lines[0] if lines else type(exc).__name__
+    return text if len(text) <= 300 else text[:297] + "..."
+
+
+def _dtype_name(dtype: Any) -> str:
+    name = getattr(dtype, "name", None) or str(dtype)
+    return str(np.dtype(name).name) if name not in ("string", "resource", "variant") else str(name)
+
+
+def _spec_shape(shape: Any) -> tuple[int | None, ...]:
+    dims = shape.as_list() if hasattr(shape, "as_list") else list(shape)
+    return tuple(None if d is None or int(d) < 0 else int(d) for d in dims)
+
+
+def _unique(names: Sequence[str]) -> list[str]:
+    seen: dict[str, int] = {}
+    result = []
+    for name in names:
+        clean = re.sub(r"[^A-Za-z0-9_.\-]", "_", name) or "output"
+        if clean in seen:
+            seen[clean] += 1
+            clean = f"{clean}_{seen[clean]}"
+        else:
+            seen[clean] = 0
+        result.append(clean)
+    return result
+
+
+def open_tensorflow(path: Path, framework: str) -> SourceModel:
+    """Load a Keras file (``framework="keras"``) or a SavedModel directory (``"savedmodel"``)."""
+    path = Path(path)
+    if framework == "keras":
+        return KerasSource(path)
+    if framework == "savedmodel":
+        return SavedModelSource(path)
+    raise UsageError(f"Unknown TensorFlow framework {framework!r}.", hint="Use 'keras' or 'savedmodel'.")
+
+
+class TensorFlowSource(SourceModel):
+    """What Keras and SavedModel sources share: named I/O, a fixed-shape serving function, an export."""
+
+    _inputs: tuple[TensorSpec, ...]
+    _outputs: tuple[TensorSpec, ...]
+
+    @property
+    def inputs(self) -> tuple[TensorSpec, ...]:
+        return self._inputs
+
+    @property
+    def outputs(self) -> tuple[TensorSpec, ...]:
+        return self._outputs
+
+    def _call(self, args: Sequence[Any]) -> Sequence[Any]:
+        """Run the model on tensors in ``inputs`` order; outputs in ``outputs`` order."""
+        raise NotImplementedError
+
+    def predict(self, feeds: Mapping[str, np.ndarray]) -> list[np.ndarray]:
+        tf = _tf()
+        missing = [s.name for s in self._inputs if s.name not in feeds]
+        if missing:
+            raise UsageError(
+                f"No data for input(s) {', '.join(missing)} of {self.path.name}.",
+                hint=f"Feed every input: {', '.join(s.name for s in self._inputs)}.",
+            )
+        args = [tf.convert_to_tensor(np.asarray(feeds[s.name]), dtype=s.dtype) for s in self._inputs]
+        outputs = self._call(args)
+        return [np.asarray(o.numpy() if hasattr(o, "numpy") else o, dtype=np.float32) for o in outputs]
+
+    def input_signature(self, shapes: Shapes | None = None) -> list[Any]:
+        """``tf.TensorSpec`` per input, named as the input, with ``shapes`` pinned (None stays dynamic)."""
+        tf = _tf()
+        specs = []
+        for spec in self._inputs:
+            shape = tuple(shapes[spec.name]) if shapes and spec.name in shapes else spec.shape
+            if len(shape) != len(spec.shape):
+                raise UsageError(
+                    f"Input {spec.name!r} has rank {len(spec.shape)}, but the shape {tuple(shape)} has "
+                    f"rank {len(shape)}.",
+                    hint=f"Give --input-shape {spec.name}=... with {len(spec.shape)} dimensions.",
+                )
+            specs.append(tf.TensorSpec(shape, tf.as_dtype(spec.dtype), name=spec.name))
+        return specs
+
+    def serving_function(self, shapes: Shapes | None = None) -> Any:
+        """A ``tf.function`` taking the inputs positionally (fixed shapes) and returning {output name: tensor}."""
+        tf = _tf()
+        names = [s.name for s in self._outputs]
+
+        def serve(*args: Any) -> dict[str, Any]:
+            return dict(zip(names, self._call(list(args))))
+
+        return tf.function(serve, input_signature=self.input_signature(shapes), autograph=False)
+
+    def _write_saved_model(self, directory: Path, shapes: Shapes | None) -> None:
+        raise NotImplementedError
+
+    def export_saved_model(self, directory: Path, shapes: Shapes | None = None) -> Path:
+        """Write a SavedModel whose ``serving_default`` has ``shapes`` pinned and the source's I/O names."""
+        directory = Path(directory)
+        try:
+            self._write_saved_model(directory, shapes)
+        except Exception as exc:
+            from toolkit.errors import ConversionError
+
+            raise ConversionError(
+                f"Could not export {self.path.name} as a SavedModel: {_first_line(exc)}",
+                hint="Check that the model runs on inputs of the requested shapes.",
+            ) from None
+        return directory
+
+
+class KerasSource(TensorFlowSource):
+    """A Keras 3 model file (.keras zip or legacy .h5)."""
+
+    framework = "keras"
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        keras = _keras()
+        if not path.is_file():
+            raise UsageError(f"The Keras file {path} does not exist.", hint="Pass a .keras or .h5 file.")
+        try:
+            model = keras.saving.load_model(str(path), compile=False)
+        except Exception as exc:
+            raise UsageError(
+                f"Cannot load the Keras model {path.name}: {_first_line(exc)}",
+                hint="The file may be truncated or corrupt, or saved by an incompatible Keras; save it again "
+                "with model.save('model.keras').",
+            ) from None
+        tensors = list(getattr(model, "inputs", None) or [])
+        if not tensors:
+            raise UsageError(
+                f"The Keras model {path.name} has no defined inputs (a subclassed model that was never built).",
+                hint="Save a Functional or Sequential model, or export it with model.export(DIR) and pass DIR.",
+            )
+        self.model = model
+        structure = getattr(model, "_inputs_struct", None)
+        if structure is None and hasattr(model, "_functional"):
+            structure = getattr(model._functional, "_inputs_struct", None)
+        self._structure = structure
+        self._input_tensors = tensors
+        self._inputs = tuple(
+            TensorSpec(name=str(t.name), shape=_spec_shape(t.shape), dtype=_dtype_name(t.dtype)) for t in tensors
+        )
+        outs = list(model.outputs or [])
+        op_names = []
+        for t in outs:
+            history = getattr(t, "_keras_history", None)
+            op = getattr(history, "operation", None)
+            op_names.append(str(getattr(op, "name", None) or t.name))
+        self._outputs = tuple(
+            TensorSpec(name=n, shape=_spec_shape(t.shape), dtype=_dtype_name(t.dtype))
+            for n, t in zip(_unique(op_names), outs)
+        )
+
+    def _pack(self, args: Sequence[Any]) -> Any:
+        if len(args) == 1 and (self._structure is None or not isinstance(self._structure, (list, tuple, dict))):
+            return args[0]
+        keras = _keras()
+        if self._structure is None:
+            return list(args)
+        by_name = {s.name: a for s, a in zip(self._inputs, args)}
+        flat_names = [str(t.name) for t in keras.tree.flatten(self._structure)]
+        return keras.tree.pack_sequence_as(self._structure, [by_name[n] for n in flat_names])
+
+    def _call(self, args: Sequence[Any]) -> Sequence[Any]:
+        keras = _keras()
+        result = self.model(self._pack(args), training=False)
+        return list(keras.tree.flatten(result))
+
+    def _write_saved_model(self, directory: Path, shapes: Shapes | None) -> None:
+        # ExportArchive tracks the Keras 3 variables so the SavedModel carries their values; a plain
+        # tf.Module holding the model does not, and its TFLite conversion reads uninitialised variables (NaN).
+        keras = _keras()
+        names = [s.name for s in self._outputs]
+
+        def serve(*args: Any) -> dict[str, Any]:
+            return dict(zip(names, self._call(list(args))))
+
+        archive = keras.export.ExportArchive()
+        archive.track(self.model)
+        archive.add_endpoint("serve", serve, input_signature=self.input_signature(shapes))
+        archive.write_out(str(directory), verbose=False)
+
+
+class SavedModelSource(TensorFlowSource):
+    """A SavedModel directory, called through its serving signature."""
+
+    framework = "savedmodel"
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        tf = _tf()
+        if not path.is_dir() or not (
+            (path / "saved_model.pb").is_file() or (path / "saved_model.pbtxt").is_file()
+        ):
+            raise UsageError(
+                f"The directory {path} is not a SavedModel (no saved_model.pb inside).",
+                hint="Pass the directory written by model.export() or tf.saved_model.save().",
+            )
+        try:
+            loaded = tf.saved_model.load(str(path))
+        except Exception as exc:
+            raise UsageError(
+                f"Cannot load the SavedModel {path}: {_first_line(exc)}",
+                hint="The directory may be incomplete or corrupt (saved_model.pb, variables/); export it again.",
+            ) from None
+        signatures = dict(getattr(loaded, "signatures", {}) or {})
+        if "serving_default" in signatures:
+            key = "serving_default"
+        elif len(signatures) == 1:
+            key = next(iter(signatures))
+        else:
+            raise UsageError(
+                f"The SavedModel {path} has no serving_default signature"
+                + (f" (it has: {', '.join(sorted(signatures))})." if signatures else " (it has none)."),
+                hint="Export it with a serving signature: model.export(DIR) or "
+                "tf.saved_model.save(obj, DIR, signatures=...).",
+            )
+        self.signature_key = key
+        self._loaded = loaded
+        self._fn = signatures[key]
+        _, kwargs = self._fn.structured_input_signature
+        self._inputs = tuple(
+            TensorSpec(name=name, shape=_spec_shape(spec.shape), dtype=_dtype_name(spec.dtype))
+            for name, spec in kwargs.items()
+        )
+        outputs = self._fn.structured_outputs
+        if not isinstance(outputs, Mapping):
+            raise UsageError(f"The SavedModel {path} signature {key!r} does not return named outputs.")
+        self._output_keys = sorted(outputs)
+        self._outputs = tuple(
+            TensorSpec(name=name, shape=_spec_shape(outputs[name].shape), dtype=_dtype_name(outputs[name].dtype))
+            for name in self._output_keys
+        )
+
+    def _call(self, args: Sequence[Any]) -> Sequence[Any]:
+        result = self._fn(**{s.name: a for s, a in zip(self._inputs, args)})
+        return [result[k] for k in self._output_keys]
+
+    def _write_saved_model(self, directory: Path, shapes: Shapes | None) -> None:
+        tf = _tf()
+        module = tf.Module()
+        module.loaded = self._loaded  # tracked, so its variables are saved with their values
+        module.serve = self.serving_function(shapes)
+        tf.saved_model.save(module, str(directory), signatures={"serving_default": module.serve})
+
+
+__all__ = ["KerasSource", "SavedModelSource", "TensorFlowSource", "open_tensorflow"]

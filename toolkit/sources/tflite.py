@@ -1,0 +1,52 @@
+"""A .tflite file taken as it is (no conversion), so artifacts users already have can be bundled and checked.
+
+Its inputs, outputs and quantization are read from the flatbuffer; ``predict`` runs it in ai-edge-litert and
+returns float outputs (integer outputs dequantized with their own scale and zero point).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Mapping
+
+import numpy as np
+
+from toolkit.inspection.tflite import inspect_tflite
+from toolkit.sources.base import SourceModel
+from toolkit.types import TensorSpec
+
+
+def detect_precision(path: Path) -> str:
+    """fp32 | fp16 | dynamic | int8, from what the model's operators compute in."""
+    return inspect_tflite(Path(path)).precision
+
+
+class TFLiteSource(SourceModel):
+    """A ready .tflite model: the reference is the model itself, run in LiteRT."""
+
+    framework = "tflite"
+
+    def __init__(self, path: Path, *, threads: int | None = None) -> None:
+        from toolkit.execution.tflite import TFLiteSession
+
+        self.path = Path(path)
+        self._info = inspect_tflite(self.path)
+        self._session = TFLiteSession(self.path, threads=threads)
+
+    @property
+    def precision(self) -> str:
+        return self._info.precision
+
+    @property
+    def inputs(self) -> tuple[TensorSpec, ...]:
+        return self._info.inputs
+
+    @property
+    def outputs(self) -> tuple[TensorSpec, ...]:
+        return self._info.outputs
+
+    def predict(self, feeds: Mapping[str, np.ndarray]) -> list[np.ndarray]:
+        return self._session.run(feeds)
+
+    def close(self) -> None:
+        self._session.close()
