@@ -1,0 +1,154 @@
+"""Keras / SavedModel -> float ONNX through tf2onnx 1.17 (the precisions derive from it in ``onnx_quant``).
+
+tf2onnx's ``from_keras`` raises ``KeyError: 'keras_tensor_5'`` on Keras 3 Sequential models (findings.md), so
+every TensorFlow source goes through ``from_function`` on the source's serving function: input shapes pinned
+(or the batch left dynamic when ``request.dynamic_batch``), outputs named after the source's outputs. Input
+and output names of the ONNX graph are then set to the source's names so the pipeline can feed by name.
+If ``from_function`` fails, the fixed-shape SavedModel export is tried the same way before giving up.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from toolkit.conversion.base import BuiltArtifact, ConversionRequest
+from toolkit.errors import ConversionError, MissingDependency, UsageError
+
+DEFAULT_OPSET = 17
+
+
+def _key_line(exc: BaseException) -> str:
+    from toolkit.conversion.tflite import _key_line as key_line
+
+    return key_line(exc)
+
+
+def _shapes(request: ConversionRequest) -> dict[str, tuple[int | None, ...]]:
+    source = request.source
+    shapes: dict[str, tuple[int | None, ...]] = {}
+    for spec in source.inputs:
+        shape: tuple[int | None, ...] = tuple(request.input_shapes.get(spec.name, spec.shape))
+        if request.dynamic_batch and shape:
+            shape = (None, *shape[1:])
+        if any(d is None for d in shape[1 if request.dynamic_batch else 0 :]):
+            raise UsageError(
+                f"Input {spec.name!r} has dynamic dimensions {shape}; the ONNX export needs them fixed.",
+                hint=f"Give --input-shape {spec.name}=D0,D1,... or calibration data that fixes them.",
+            )
+        shapes[spec.name] = shape
+    return shapes
+
+
+def _rename_io(model: Any, inputs: list[str], outputs: list[str]) -> None:
+    """Give graph inputs/outputs the source's names (tf2onnx appends ``:0`` or keeps ``Identity`` names)."""
+    renames: dict[str, str] = {}
+    for value, name in zip(model.graph.input, inputs):
+        if value.name != name:
+            renames[value.name] = name
+    for value, name in zip(model.graph.output, outputs):
+        if value.name != name:
+            renames[value.name] = name
+    if not renames:
+        return
+    taken = {v.name for v in model.graph.value_info} | {n for node in model.graph.node for n in node.output}
+    clashes = [new for old, new in renames.items() if new in taken and new not in renames]
+    if clashes:
+        return  # keep tf2onnx's names rather than produce an ambiguous graph
+    for value in list(model.graph.input) + list(model.graph.output) + list(model.graph.value_info):
+        if value.name in renames:
+            value.name = renames[value.name]
+    for node in model.graph.node:
+        for i, name in enumerate(node.input):
+            if name in renames:
+                node.input[i] = renames[name]
+        for i, name in enumerate(node.output):
+            if name in renames:
+                node.output[i] = renames[name]
+
+
+def export(request: ConversionRequest, output: Path) -> BuiltArtifact:
+    """Write the fp32 ONNX model of a Keras/SavedModel source to ``output`` (opset 17 or ``max_opset``)."""
+    from toolkit.sources.tensorflow import TensorFlowSource
+
+    source = request.source
+    if not isinstance(source, TensorFlowSource):
+        raise UsageError(f"The tf2onnx route exports Keras and SavedModel sources, not {source.framework}.")
+    try:
+        import onnx
+        import tf2onnx
+    except ImportError as exc:
+        raise MissingDependency("tf2onnx", extra="tf", purpose="Exporting a TensorFlow model to ONNX") from exc
+    opset = request.recipe.opset or DEFAULT_OPSET
+    if request.max_opset is not None:
+        opset = min(opset, request.max_opset)
+    shapes = _shapes(request)
+    in_names = [s.name for s in source.inputs]
+    out_names = [s.name for s in source.outputs]
+    errors: list[str] = []
+    proto = None
+    exporter = ""
+    attempts = [("from_function", lambda: source.serving_function(shapes))]
+    if not request.dynamic_batch:
+        attempts.append(("SavedModel export + from_function", lambda: _saved_model_function(request, shapes)))
+    for label, make in attempts:
+        try:
+            function = make()
+            proto, _ = tf2onnx.convert.from_function(
+                function, input_signature=function.input_signature, opset=opset
+            )
+            exporter = f"tf2onnx {tf2onnx.__version__} ({label})"
+            break
+        except (UsageError, ConversionError):
+            raise
+        except Exception as exc:  # tf2onnx raises anything from KeyError to ValueError
+            errors.append(f"{label}: {_key_line(exc)}")
+    if proto is None:
+        raise ConversionError(
+            "tf2onnx could not export the model to ONNX: " + "; ".join(errors),
+            hint="The model may use TensorFlow ops without an ONNX mapping at this opset; try a higher opset "
+            "(a target that allows it) or the TFLite format.",
+        )
+    _rename_io(proto, in_names, out_names)
+    if request.dynamic_batch:
+        for value in list(proto.graph.input) + list(proto.graph.output):
+            dims = value.type.tensor_type.shape.dim
+            if dims and not dims[0].HasField("dim_value"):
+                dims[0].dim_param = "batch"
+    try:
+        onnx.checker.check_model(proto)
+    except Exception as exc:
+        raise ConversionError(f"tf2onnx wrote an invalid ONNX model: {_key_line(exc)}") from None
+    output = Path(output)
+    output.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp_name = tempfile.mkstemp(prefix=f".{output.name}.", suffix=".tmp", dir=output.parent)
+    os.close(fd)
+    try:
+        onnx.save_model(proto, tmp_name)
+        os.replace(tmp_name, output)
+    except BaseException:
+        Path(tmp_name).unlink(missing_ok=True)
+        raise
+    notes = (f"opset {opset}",) + (("dynamic batch",) if request.dynamic_batch else ())
+    return BuiltArtifact(path=output, exporter=exporter, notes=notes)
+
+
+def _saved_model_function(request: ConversionRequest, shapes: dict[str, tuple[int | None, ...]]) -> Any:
+    """The fixed-shape SavedModel export's serving signature, wrapped as a tf.function for tf2onnx."""
+    import tensorflow as tf
+
+    from toolkit.conversion.tflite import fixed_saved_model
+
+    loaded = tf.saved_model.load(str(fixed_saved_model(request)))
+    signature = loaded.signatures["serving_default"]
+    names = [s.name for s in request.source.inputs]
+    specs = [tf.TensorSpec(shapes[n], tf.as_dtype(s.dtype), name=n) for n, s in zip(names, request.source.inputs)]
+
+    def serve(*args: Any) -> Any:
+        return signature(**dict(zip(names, args)))
+
+    function = tf.function(serve, input_signature=specs, autograph=False)
+    function._edgetk_keepalive = loaded  # the variables must outlive the trace
+    return function
