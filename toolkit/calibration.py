@@ -1,0 +1,454 @@
+"""Calibration and evaluation data: read it, settle the model's dynamic dimensions from it, validate it
+against the model's inputs before any converter sees it, and split off a held-out part for verification.
+
+Formats (see calibration/README.md):
+
+- ``.npy``: one array, for a single-input model;
+- ``.npz``: arrays keyed by input name (``x`` accepted for a single-input model), labels under ``y``;
+- a folder of images with a ``dataset.toml`` beside them (size, layout, colour order, mean/std or scale,
+  dtype, and optionally which input they feed).
+
+Samples lie along the first axis. An array with the input's rank holds samples along the batch axis; an array
+with one more dimension than the input has a sample axis in front (for inputs whose batch is not the first
+axis, recurrent states, or scalars).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import sys
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Mapping, Sequence
+
+import numpy as np
+
+from toolkit.errors import UsageError
+from toolkit.types import Preprocessing, TensorSpec
+
+IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".bmp", ".gif", ".webp")
+MIN_CALIBRATION_SAMPLES = 50  # below this, INT8 ranges are poorly estimated: warn
+DATASET_KEYS = {"size", "layout", "color_order", "mean", "std", "scale", "dtype", "input"}
+
+Feed = dict[str, np.ndarray]
+
+
+@dataclass(frozen=True)
+class DataFile:
+    """Arrays read from a calibration or eval path, keyed by model input name, before shape checks."""
+
+    path: Path
+    sha256: str
+    arrays: Mapping[str, np.ndarray]
+    labels: np.ndarray | None = None
+    preprocessing: Preprocessing | None = None
+
+    @property
+    def count(self) -> int:
+        return min((len(a) for a in self.arrays.values()), default=0)
+
+
+@dataclass(frozen=True)
+class SampleSet:
+    """Validated per-sample feeds shaped exactly like the model's (resolved) inputs."""
+
+    feeds: tuple[Feed, ...]
+    labels: np.ndarray | None = None
+    warnings: tuple[str, ...] = field(default_factory=tuple)
+
+    def __len__(self) -> int:
+        return len(self.feeds)
+
+
+def hash_path(path: Path) -> str:
+    """sha256 of a file, or of a directory's files (names and contents, sorted)."""
+    digest = hashlib.sha256()
+    if path.is_dir():
+        for child in sorted(p for p in path.rglob("*") if p.is_file()):
+            digest.update(str(child.relative_to(path)).encode())
+            digest.update(child.read_bytes())
+    else:
+        with path.open("rb") as handle:
+            for block in iter(lambda: handle.read(1 << 20), b""):
+                digest.update(block)
+    return digest.hexdigest()
+
+
+# --------------------------------------------------------------------------------------------- reading
+
+
+def read_data(path: Path, inputs: Sequence[TensorSpec], *, what: str = "calibration data") -> DataFile:
+    """Read ``path`` and key its arrays by the model's input names."""
+    path = Path(path)
+    if not path.exists():
+        raise UsageError(f"The {what} {str(path)!r} does not exist.", hint="Pass a .npy, .npz or image folder.")
+    names = [spec.name for spec in inputs]
+    if path.is_dir():
+        return _read_image_folder(path, inputs, what)
+    suffix = path.suffix.lower()
+    try:
+        if suffix == ".npy":
+            if len(names) != 1:
+                raise UsageError(
+                    f"The {what} {path} is a single .npy array, but the model has {len(names)} inputs "
+                    f"({', '.join(names)}).",
+                    hint="Use an .npz with one array per input name.",
+                )
+            array = np.load(path, allow_pickle=False)
+            return DataFile(path, hash_path(path), {names[0]: array})
+        if suffix == ".npz":
+            with np.load(path, allow_pickle=False) as archive:
+                raw = {key: archive[key] for key in archive.files}
+        else:
+            raise UsageError(
+                f"The {what} {path} is neither .npy, .npz nor an image folder.",
+                hint="See calibration/README.md for the formats.",
+            )
+    except UsageError:
+        raise
+    except Exception as exc:  # numpy raises several types for a corrupt or pickled file
+        raise UsageError(
+            f"Cannot read the {what} {path}: {type(exc).__name__}: {exc}.",
+            hint="Save the arrays with numpy.save / numpy.savez (no pickled objects).",
+        ) from None
+    labels = raw.pop("y", None)
+    if len(names) == 1 and names[0] not in raw and "x" in raw:
+        raw[names[0]] = raw.pop("x")
+    missing = [n for n in names if n not in raw]
+    if missing:
+        raise UsageError(
+            f"The {what} {path} has no array for input {missing[0]!r} (it has: {', '.join(sorted(raw)) or 'none'}).",
+            hint=f"Key the arrays by the model's input names: {', '.join(names)}"
+            + (" (or 'x' for a single-input model)." if len(names) == 1 else "."),
+        )
+    return DataFile(path, hash_path(path), {n: raw[n] for n in names}, labels=labels)
+
+
+def _read_image_folder(path: Path, inputs: Sequence[TensorSpec], what: str) -> DataFile:
+    config_path = path / "dataset.toml"
+    if not config_path.is_file():
+        raise UsageError(
+            f"The {what} folder {path} has no dataset.toml.",
+            hint="Add one with size, layout, color_order and mean/std or scale (see calibration/README.md).",
+        )
+    try:
+        config = tomllib.loads(config_path.read_text())
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
+        raise UsageError(f"{config_path} is not valid TOML: {exc}.") from None
+    unknown = sorted(set(config) - DATASET_KEYS)
+    if unknown:
+        import difflib
+
+        close = difflib.get_close_matches(unknown[0], sorted(DATASET_KEYS), n=1)
+        raise UsageError(
+            f"{config_path}: unknown key {unknown[0]!r}" + (f"; did you mean {close[0]!r}?" if close else "."),
+            hint=f"Known keys: {', '.join(sorted(DATASET_KEYS))}.",
+        )
+    preprocessing = _preprocessing_from(config, config_path)
+    target = config.get("input", inputs[0].name if len(inputs) == 1 else None)
+    if target is None or target not in [s.name for s in inputs]:
+        raise UsageError(
+            f"{config_path}: say which input the images feed with input = \"NAME\" "
+            f"(inputs: {', '.join(s.name for s in inputs)}).",
+        )
+    files = sorted(p for p in path.iterdir() if p.suffix.lower() in IMAGE_SUFFIXES)
+    if not files:
+        raise UsageError(f"The {what} folder {path} holds no images ({', '.join(IMAGE_SUFFIXES)}).")
+    try:
+        from PIL import Image
+    except ImportError:
+        from toolkit.errors import MissingDependency
+
+        raise MissingDependency("pillow", extra="all", purpose="Reading an image folder") from None
+    mode = "L" if preprocessing.color_order == "GRAY" else "RGB"
+    images = []
+    for file in files:
+        try:
+            with Image.open(file) as image:
+                image = image.convert(mode)
+                if preprocessing.size is not None:
+                    height, width = preprocessing.size
+                    image = image.resize((width, height), Image.Resampling.BILINEAR)
+                array = np.asarray(image, dtype=np.float32)
+        except OSError as exc:
+            raise UsageError(f"Cannot read the image {file}: {exc}.") from None
+        if array.ndim == 2:
+            array = array[..., None]
+        if preprocessing.color_order == "BGR":
+            array = array[..., ::-1]
+        images.append(array)
+    shapes = {a.shape for a in images}
+    if len(shapes) != 1:
+        raise UsageError(
+            f"The images in {path} have different sizes ({', '.join(map(str, sorted(shapes)))}).",
+            hint="Set size = [height, width] in dataset.toml to resize them.",
+        )
+    batch = np.stack(images)
+    if preprocessing.scale is not None:
+        batch = batch * preprocessing.scale
+    if preprocessing.mean is not None:
+        batch = batch - np.asarray(preprocessing.mean, dtype=np.float32)
+    if preprocessing.std is not None:
+        batch = batch / np.asarray(preprocessing.std, dtype=np.float32)
+    if preprocessing.layout == "NCHW":
+        batch = batch.transpose(0, 3, 1, 2)
+    batch = batch.astype(preprocessing.dtype or "float32")
+    return DataFile(path, hash_path(path), {target: batch}, preprocessing=preprocessing)
+
+
+def _preprocessing_from(config: Mapping[str, object], where: Path) -> Preprocessing:
+    def floats(key: str) -> tuple[float, ...] | None:
+        value = config.get(key)
+        if value is None:
+            return None
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            return (float(value),)
+        if isinstance(value, list) and all(isinstance(v, (int, float)) for v in value):
+            return tuple(float(v) for v in value)
+        raise UsageError(f"{where}: {key!r} must be a number or a list of numbers.")
+
+    layout = str(config.get("layout", "NHWC")).upper()
+    if layout not in ("NHWC", "NCHW"):
+        raise UsageError(f"{where}: layout must be NHWC or NCHW (got {layout!r}).")
+    color = str(config.get("color_order", "RGB")).upper()
+    if color not in ("RGB", "BGR", "GRAY"):
+        raise UsageError(f"{where}: color_order must be RGB, BGR or GRAY (got {color!r}).")
+    size = config.get("size")
+    if size is not None and not (
+        isinstance(size, list) and len(size) == 2 and all(isinstance(v, int) and v > 0 for v in size)
+    ):
+        raise UsageError(f"{where}: size must be [height, width] in pixels.")
+    scale = config.get("scale")
+    if scale is not None and (not isinstance(scale, (int, float)) or isinstance(scale, bool) or scale <= 0):
+        raise UsageError(f"{where}: scale must be a positive number (e.g. 0.00392156 for 1/255).")
+    dtype = str(config.get("dtype", "float32"))
+    if dtype not in ("float32", "float16", "uint8", "int8"):
+        raise UsageError(f"{where}: dtype must be float32, float16, uint8 or int8 (got {dtype!r}).")
+    std = floats("std")
+    if std is not None and any(v == 0 for v in std):
+        raise UsageError(f"{where}: std must not be zero.")
+    return Preprocessing(
+        layout=layout,
+        color_order=color,
+        mean=floats("mean"),
+        std=std,
+        scale=float(scale) if scale is not None else None,
+        dtype=dtype,
+        size=(size[0], size[1]) if isinstance(size, list) else None,
+    )
+
+
+# --------------------------------------------------------------------------------------------- shapes
+
+
+def parse_input_shapes(values: Sequence[str]) -> dict[str, tuple[int, ...]]:
+    """``--input-shape NAME=D0,D1,...`` -> {NAME: (D0, D1, ...)}."""
+    shapes: dict[str, tuple[int, ...]] = {}
+    for value in values:
+        name, sep, dims = value.partition("=")
+        try:
+            parsed = tuple(int(d) for d in dims.split(",")) if sep and dims else ()
+        except ValueError:
+            parsed = ()
+        if not name or not parsed or any(d <= 0 for d in parsed):
+            raise UsageError(
+                f"--input-shape {value!r} is not NAME=D0,D1,... with positive integers.",
+                hint="For example --input-shape image=1,224,224,3",
+            )
+        shapes[name] = parsed
+    return shapes
+
+
+def resolve_shapes(
+    inputs: Sequence[TensorSpec],
+    *,
+    overrides: Mapping[str, tuple[int, ...]],
+    data: DataFile | None,
+) -> dict[str, tuple[int, ...]]:
+    """Concrete shapes for every input: ``--input-shape`` first, then the data, batch 1 by default.
+
+    A dimension that neither settles is an error naming the input and the flag to use.
+    """
+    names = [s.name for s in inputs]
+    unknown = [n for n in overrides if n not in names]
+    if unknown:
+        raise UsageError(
+            f"--input-shape names {unknown[0]!r}, which is not an input of the model.",
+            hint=f"The model's inputs are: {', '.join(names)}.",
+        )
+    resolved: dict[str, tuple[int, ...]] = {}
+    for spec in inputs:
+        if spec.name in overrides:
+            shape = overrides[spec.name]
+            if len(shape) != len(spec.shape):
+                raise UsageError(
+                    f"--input-shape {spec.name}={','.join(map(str, shape))} has rank {len(shape)}, but the input "
+                    f"has rank {len(spec.shape)} {_fmt(spec.shape)}.",
+                )
+            for dim, fixed in zip(shape, spec.shape):
+                if fixed is not None and fixed > 0 and dim != fixed:
+                    raise UsageError(
+                        f"--input-shape {spec.name}={','.join(map(str, shape))} contradicts the model's fixed shape "
+                        f"{_fmt(spec.shape)}.",
+                    )
+            resolved[spec.name] = shape
+            continue
+        dims: list[int | None] = [d if d is not None and d > 0 else None for d in spec.shape]
+        if data is not None and spec.name in data.arrays and None in dims:
+            array = data.arrays[spec.name]
+            if array.ndim == len(dims) + 1:
+                dims = [d if d is not None else int(array.shape[1 + i]) for i, d in enumerate(dims)]
+            elif array.ndim == len(dims) and len(dims) > 0:
+                dims = [
+                    d if d is not None else (1 if i == 0 else int(array.shape[i])) for i, d in enumerate(dims)
+                ]
+        if dims and dims[0] is None:
+            dims[0] = 1
+        if None in dims:
+            axis = dims.index(None)
+            raise UsageError(
+                f"The input {spec.name!r} has a dynamic dimension {axis} {_fmt(spec.shape)} that nothing settles.",
+                hint=f"Pass --input-shape {spec.name}=" + ",".join(str(d) if d else "N" for d in dims)
+                + " or calibration data that fixes it.",
+            )
+        resolved[spec.name] = tuple(int(d) for d in dims if d is not None)
+    return resolved
+
+
+def _fmt(shape: Sequence[int | None]) -> str:
+    return "(" + ", ".join("?" if d is None or d < 0 else str(d) for d in shape) + ")"
+
+
+# --------------------------------------------------------------------------------------------- samples
+
+
+def to_samples(
+    data: DataFile,
+    inputs: Sequence[TensorSpec],
+    shapes: Mapping[str, tuple[int, ...]],
+    *,
+    what: str = "calibration data",
+) -> SampleSet:
+    """Split ``data`` into per-sample feeds shaped like ``shapes``; refuse anything a converter would choke on."""
+    per_input: dict[str, list[np.ndarray]] = {}
+    for spec in inputs:
+        array = np.asarray(data.arrays[spec.name])
+        shape = shapes[spec.name]
+        where = f"The {what} for input {spec.name!r}"
+        if array.size == 0 or len(array) == 0:
+            raise UsageError(f"{where} is empty.", hint="Give at least one sample (100-500 are typical).")
+        _check_dtype(array, spec, where)
+        if array.ndim == len(shape) + 1:
+            if tuple(array.shape[1:]) != shape:
+                raise UsageError(
+                    f"{where} has shape {tuple(array.shape)}: expected (samples, {', '.join(map(str, shape))}).",
+                    hint="Samples lie along the first axis.",
+                )
+            samples = [array[i] for i in range(len(array))]
+        elif array.ndim == len(shape):
+            batch = shape[0] if shape else 1
+            if tuple(array.shape[1:]) != shape[1:] or len(array) % batch:
+                raise UsageError(
+                    f"{where} has shape {tuple(array.shape)}: expected (samples, "
+                    f"{', '.join(map(str, shape[1:]))}) to match the input {tuple(shape)}.",
+                    hint="Samples lie along the first axis; check the layout (NHWC vs NCHW) and size.",
+                )
+            samples = [array[i : i + batch] for i in range(0, len(array), batch)]
+        else:
+            raise UsageError(
+                f"{where} has rank {array.ndim}, but the input {spec.name!r} has shape {tuple(shape)} "
+                f"(rank {len(shape)}).",
+                hint=f"Give an array of rank {len(shape)} (samples along the batch axis) or {len(shape) + 1} "
+                "(a sample axis in front).",
+            )
+        if np.issubdtype(array.dtype, np.floating) and not np.all(np.isfinite(array)):
+            bad = int(np.count_nonzero(~np.isfinite(array)))
+            raise UsageError(
+                f"{where} holds {bad} NaN or Inf value(s).", hint="Clean the data; converters crash on them."
+            )
+        per_input[spec.name] = [s.astype(spec.dtype if spec.dtype != "float16" else "float32") for s in samples]
+    counts = {name: len(s) for name, s in per_input.items()}
+    if len(set(counts.values())) > 1:
+        raise UsageError(
+            f"The {what} has different sample counts per input: "
+            + ", ".join(f"{k}={v}" for k, v in counts.items())
+            + ".",
+        )
+    count = next(iter(counts.values()), 0)
+    feeds = tuple({name: per_input[name][i] for name in per_input} for i in range(count))
+    labels = data.labels
+    if labels is not None and len(labels) != count:
+        raise UsageError(f"The {what} has {len(labels)} labels under 'y' but {count} samples.")
+    return SampleSet(feeds=feeds, labels=labels)
+
+
+def _check_dtype(array: np.ndarray, spec: TensorSpec, where: str) -> None:
+    want = np.dtype(spec.dtype)
+    got = array.dtype
+    ok = (np.issubdtype(want, np.floating) and np.issubdtype(got, np.floating)) or (
+        np.issubdtype(want, np.integer) and np.issubdtype(got, np.integer)
+    ) or (want == np.bool_ and got == np.bool_)
+    if not ok:
+        raise UsageError(
+            f"{where} has dtype {got}, but the input takes {want}.",
+            hint="Convert the data first (for images: scale to float as the model expects, or use an image "
+            "folder with dataset.toml).",
+        )
+
+
+def subset(samples: SampleSet, count: int | None, *, seed: int = 0) -> SampleSet:
+    """A deterministic subset of ``count`` samples (all when None or larger)."""
+    if count is None or count >= len(samples):
+        return samples
+    if count < 1:
+        raise UsageError("--calibration-samples must be at least 1.")
+    order = np.sort(np.random.default_rng(seed).permutation(len(samples))[:count])
+    labels = samples.labels[order] if samples.labels is not None else None
+    return SampleSet(tuple(samples.feeds[i] for i in order), labels)
+
+
+def split_heldout(samples: SampleSet, *, fraction: float = 0.2, seed: int = 0) -> tuple[SampleSet, SampleSet]:
+    """(calibration, held-out): a deterministic held-out part that calibration never sees."""
+    count = len(samples)
+    held = max(1, int(round(count * fraction))) if count > 1 else 0
+    order = np.random.default_rng(seed).permutation(count)
+    held_idx, cal_idx = np.sort(order[:held]), np.sort(order[held:])
+    if held == 0:
+        cal_idx, held_idx = np.arange(count), np.arange(count)
+
+    def pick(idx: np.ndarray) -> SampleSet:
+        labels = samples.labels[idx] if samples.labels is not None else None
+        return SampleSet(tuple(samples.feeds[i] for i in idx), labels)
+
+    return pick(cal_idx), pick(held_idx)
+
+
+def synthetic_samples(
+    inputs: Sequence[TensorSpec], shapes: Mapping[str, tuple[int, ...]], *, count: int = 16, seed: int = 0
+) -> SampleSet:
+    """Random inputs for verifying float artifacts when the user gave no data (said so in the report)."""
+    rng = np.random.default_rng(seed)
+    feeds = []
+    for _ in range(count):
+        feed: Feed = {}
+        for spec in inputs:
+            shape = shapes[spec.name]
+            dtype = np.dtype(spec.dtype)
+            if np.issubdtype(dtype, np.integer):
+                feed[spec.name] = rng.integers(0, 10, size=shape).astype(dtype)
+            elif dtype == np.bool_:
+                feed[spec.name] = rng.integers(0, 2, size=shape).astype(bool)
+            else:
+                feed[spec.name] = rng.random(shape, dtype=np.float32)
+        feeds.append(feed)
+    return SampleSet(tuple(feeds))
+
+
+def warn_if_few(samples: SampleSet, *, what: str = "calibration") -> None:
+    if 0 < len(samples) < MIN_CALIBRATION_SAMPLES:
+        print(
+            f"warning: only {len(samples)} {what} samples; INT8 ranges need {MIN_CALIBRATION_SAMPLES}+ "
+            "(100-500 are typical) to be reliable.",
+            file=sys.stderr,
+        )
