@@ -296,8 +296,9 @@ def _fail(path: Path, key: str, problem: str, fix: str) -> UsageError:
 
 
 def _suggest(word: str, choices: Sequence[str]) -> str:
-    close = difflib.get_close_matches(word, list(choices), n=1, cutoff=0.6)
-    return f" (did you mean '{close[0]}'?)" if close else ""
+    by_lower = {c.lower(): c for c in choices}
+    close = difflib.get_close_matches(word.lower(), list(by_lower), n=1, cutoff=0.6)
+    return f" (did you mean '{by_lower[close[0]]}'?)" if close else ""
 
 
 def _kind_ok(value: Any, kind: str) -> bool:
@@ -509,7 +510,7 @@ def _layers(targets_dirs: Sequence[Path]) -> dict[str, list[_Raw]]:
         if resolved in seen:
             continue
         seen.add(resolved)
-        for path in sorted(directory.glob("*.toml")):
+        for path in sorted(resolved.glob("*.toml")):
             raw = _read(path, origin if origin == "shipped" else "user")
             layers.setdefault(raw.name, []).append(raw)
     return layers
