@@ -4,6 +4,7 @@ device is matched to the right board and never to a Pi from the arch alone."""
 
 from __future__ import annotations
 
+import os
 import textwrap
 from pathlib import Path
 
@@ -226,7 +227,7 @@ def test_env_path_and_targets_dir_precedence(tmp_path: Path, monkeypatch: pytest
     write(env_a, "board-x", MINIMAL.replace("latency_budget_ms = 50", "latency_budget_ms = 1"))
     write(env_b, "board-x", MINIMAL.replace("latency_budget_ms = 50", "latency_budget_ms = 2"))
     write(env_b, "board-y", MINIMAL)
-    monkeypatch.setenv(ENV_VAR, f"{env_a}{__import__('os').pathsep}{env_b}")
+    monkeypatch.setenv(ENV_VAR, f"{env_a}{os.pathsep}{env_b}")
     profiles = load_profiles()
     assert profiles["board-x"].latency_budget_ms == 2 and profiles["board-x"].path == env_b / "board-x.toml"
     assert "board-y" in profiles and SHIPPED <= set(profiles)
