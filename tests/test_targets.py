@@ -409,3 +409,18 @@ def test_host_profile_is_a_shipped_profile_of_this_arch(shipped: dict[str, Targe
     assert name in shipped
     if platform.machine() == "x86_64":
         assert name == "generic-x86_64"
+
+
+@pytest.mark.parametrize(
+    ("line", "key", "needle"),
+    [
+        ('quant_format = "qop"', "quant_format", "Unknown quant_format 'qop'"),
+        ('calibration_method = "mse"', "calibration_method", "Unknown calibration_method 'mse'"),
+        ('activation_type = "int16"', "activation_type", "Unknown activation_type 'int16'"),
+        ("threads = 0", "threads", "threads must be at least 1"),
+    ],
+)
+def test_recipe_errors_from_recipe_itself_name_file_and_key(tmp_path: Path, line: str, key: str,
+                                                            needle: str) -> None:
+    text = 'extends = "generic-x86_64"\n[[recipes]]\nformat = "onnx"\nprecision = "int8"\n' + line + "\n"
+    refused(tmp_path, text, f"key 'recipes[0].{key}'", needle)

@@ -167,7 +167,7 @@ class TargetProfile:
     extends: str | None = None
     lineage: tuple[str, ...] = ()  # the files merged, this one first, then its parents
     sources: tuple[str, ...] = ()  # links to the documents the facts come from
-    provider_options: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
+    provider_options: Mapping[str, Mapping[str, Any]] = field(default_factory=dict, hash=False)
 
     @property
     def preferred_recipe(self) -> Recipe:
@@ -446,8 +446,8 @@ def _build_recipe(path: Path, index: int, table: Mapping[str, Any]) -> Recipe:
 
 def _recipe_key_of(message: str, table: Mapping[str, Any]) -> str | None:
     """Which recipe key Recipe.__post_init__ complained about (its messages name the key or its value)."""
-    for key in _RECIPE_KINDS:
-        if key in message:
+    for key in sorted(_RECIPE_KINDS, key=len, reverse=True):  # quant_format before format
+        if re.search(rf"\b{key}\b", message):
             return key
     for key in ("format", "precision", "threads", "layout"):
         if key in table and repr(table[key]) in message:
