@@ -1,0 +1,1084 @@
+#!/usr/bin/env python3
+"""edgetk on-device runner: measure a bundle's artifacts ON the device and print ONE JSON document.
+
+This file is copied into every bundle (``<bundle>/edgetk_runner.py``) and run by ``edgetk check`` on the
+device. It must run on Python >= 3.6 (JetPack 4 ships 3.6) with the standard library, numpy and whichever
+runtime the device has; it imports nothing from the toolkit. ``probe`` needs the standard library only.
+
+Commands (docs/runner.md has the full schema)::
+
+    python3 edgetk_runner.py probe
+    python3 edgetk_runner.py check --bundle DIR [--artifact FILE]... [--runs N] [--warmup N]
+                                   [--min-time SECONDS] [--threads N] [--runtime NAME] [--timeout SECONDS]
+    python3 edgetk_runner.py run-one --bundle DIR --artifact FILE [same options]   (one artifact, in-process)
+
+``check`` verifies each artifact's sha256 against manifest.json, then measures it in its own child process
+(``run-one``) so that a runtime that crashes on one artifact (a segfault in a kernel, an abort in a delegate)
+is reported for that artifact while the others still report, and so that peak RSS is per artifact.
+
+Every failure is a JSON error ``{"kind", "message", "hint"}`` with ``kind`` one of ``missing_runtime``,
+``unsupported_op``, ``corrupt_artifact``, ``integrity``, ``crash``, ``bad_bundle``, ``usage``. Exit code 0
+whenever the JSON document was printed (even when artifacts failed), 2 for a usage error (still one JSON
+document). Native libraries that print to stdout cannot corrupt the document: fd 1 is pointed at stderr while
+the runner works and the JSON is written to the saved original stdout at the end.
+"""
+
+import argparse
+import hashlib
+import json
+import math
+import os
+import platform
+import re
+import signal
+import subprocess
+import sys
+import time
+import traceback
+
+RUNNER_VERSION = "1"
+ERROR_KINDS = (
+    "missing_runtime",
+    "unsupported_op",
+    "corrupt_artifact",
+    "integrity",
+    "crash",
+    "bad_bundle",
+    "usage",
+)
+TFLITE_RUNTIMES = ("litert", "tflite-runtime", "tensorflow")
+ONNX_RUNTIMES = ("onnxruntime",)
+DEFAULT_RUNS = 100
+DEFAULT_WARMUP = 10
+DEFAULT_TIMEOUT = 600.0
+MAX_TIMED_RUNS = 1000000
+
+# runtime name -> (import name, distribution names to ask for its version, in order)
+_PACKAGES = {
+    "litert": ("ai_edge_litert", ("ai-edge-litert", "ai-edge-litert-nightly")),
+    "tflite-runtime": ("tflite_runtime", ("tflite-runtime", "tflite-runtime-nightly")),
+    "tensorflow": (
+        "tensorflow",
+        ("tensorflow", "tensorflow-cpu", "tensorflow-aarch64", "tensorflow-intel", "tf-nightly"),
+    ),
+    "onnxruntime": (
+        "onnxruntime",
+        ("onnxruntime", "onnxruntime-gpu", "onnxruntime-openvino", "onnxruntime-directml", "onnxruntime-qnn"),
+    ),
+    "numpy": ("numpy", ("numpy",)),
+}
+
+INSTALL_HINTS = {
+    "litert": "pip install ai-edge-litert",
+    "tflite-runtime": "pip install tflite-runtime",
+    "tensorflow": "pip install tensorflow",
+    "onnxruntime": "pip install onnxruntime",
+    "numpy": "pip install numpy",
+}
+REDEPLOY_HINT = "Push the bundle again (`edgetk deploy`), or rebuild it (`edgetk convert`) if the host copy is bad."
+
+
+class RunnerError(Exception):
+    """A failure the runner reports as ``{"kind", "message", "hint"}`` instead of a traceback."""
+
+    def __init__(self, kind, message, hint=None, detail=None):
+        # type: (str, str, object, object) -> None
+        Exception.__init__(self, message)
+        self.kind = kind
+        self.message = message
+        self.hint = hint
+        self.detail = detail
+
+    def to_dict(self):
+        # type: () -> dict
+        out = {"kind": self.kind, "message": self.message, "hint": self.hint}
+        if self.detail:
+            out["detail"] = self.detail
+        return out
+
+
+class UsageFailure(Exception):
+    """Raised by the argument parser instead of printing usage text and exiting."""
+
+
+# ------------------------------------------------------------------------------------------ environment
+
+
+def _read(path, limit=65536):
+    # type: (str, int) -> object
+    try:
+        with open(path, "rb") as handle:
+            return handle.read(limit).decode("utf-8", "replace")
+    except (OSError, IOError):
+        return None
+
+
+def _cpuinfo():
+    # type: () -> dict
+    text = _read("/proc/cpuinfo", 1 << 20) or ""
+    info = {}  # type: dict
+    for line in text.splitlines():
+        if ":" not in line:
+            continue
+        key, _, value = line.partition(":")
+        key = key.strip().lower()
+        if key and key not in info:
+            info[key] = value.strip()
+    return info
+
+
+def _os_name():
+    # type: () -> str
+    text = _read("/etc/os-release") or ""
+    for line in text.splitlines():
+        if line.startswith("PRETTY_NAME="):
+            return line.split("=", 1)[1].strip().strip('"')
+    return platform.system()
+
+
+def _temperature():
+    # type: () -> tuple
+    """(hottest zone in degrees C or None, [{"zone", "type", "temp_c"}]) from /sys/class/thermal."""
+    zones = []
+    base = "/sys/class/thermal"
+    try:
+        names = sorted(n for n in os.listdir(base) if n.startswith("thermal_zone"))
+    except OSError:
+        names = []
+    for name in names:
+        raw = _read(os.path.join(base, name, "temp"))
+        try:
+            value = int((raw or "").strip())
+        except ValueError:
+            continue
+        temp = value / 1000.0 if abs(value) > 1000 else float(value)
+        zones.append({"zone": name, "type": (_read(os.path.join(base, name, "type")) or "").strip() or None,
+                      "temp_c": round(temp, 1)})
+    hottest = max((z["temp_c"] for z in zones), default=None) if zones else None
+    return hottest, zones
+
+
+def _cpu_freq():
+    # type: () -> tuple
+    """(current MHz, max MHz, governor) of cpu0; /proc/cpuinfo's "cpu MHz" where cpufreq is absent."""
+    base = "/sys/devices/system/cpu/cpu0/cpufreq"
+
+    def mhz(name):
+        # type: (str) -> object
+        raw = _read(os.path.join(base, name))
+        try:
+            return round(int((raw or "").strip()) / 1000.0, 1)
+        except ValueError:
+            return None
+
+    current = mhz("scaling_cur_freq") or mhz("cpuinfo_cur_freq")
+    governor = (_read(os.path.join(base, "scaling_governor")) or "").strip() or None
+    if current is None:
+        try:
+            current = round(float(_cpuinfo().get("cpu mhz", "")), 1)
+        except ValueError:
+            current = None
+    return current, mhz("cpuinfo_max_freq"), governor
+
+
+def environment():
+    # type: () -> dict
+    """What the device is and what state it is in right now (clocks, temperature): stdlib only."""
+    cpu = _cpuinfo()
+    cpu_model = cpu.get("model name") or cpu.get("hardware") or cpu.get("cpu model") or cpu.get("model") or None
+    arch = platform.machine()
+    model = _read("/proc/device-tree/model")
+    model = model.strip("\x00 \n") if model else None
+    meminfo = _read("/proc/meminfo") or ""
+    memory_mb = None
+    match = re.search(r"MemTotal:\s+(\d+)\s+kB", meminfo)
+    if match:
+        memory_mb = int(match.group(1)) // 1024
+    free_disk_mb = None
+    try:
+        st = os.statvfs(os.path.expanduser("~"))
+        free_disk_mb = st.f_bavail * st.f_frsize // (1024 * 1024)
+    except (OSError, AttributeError):
+        pass
+    freq, freq_max, governor = _cpu_freq()
+    temp, zones = _temperature()
+    libc, libc_version = platform.libc_ver()
+    emulated = bool(
+        arch in ("aarch64", "arm64", "armv7l", "armv6l")
+        and cpu_model
+        and re.search(r"Intel|AMD|EPYC|Xeon|Ryzen", cpu_model)
+    )
+    return {
+        "arch": arch,
+        "os": _os_name(),
+        "kernel": platform.release(),
+        "device_model": model or None,
+        "cpu_model": cpu_model,
+        "cores": os.cpu_count(),
+        "cpu_freq_mhz": freq,
+        "cpu_freq_max_mhz": freq_max,
+        "governor": governor,
+        "temperature_c": temp,
+        "thermal_zones": zones,
+        "memory_mb": memory_mb,
+        "free_disk_mb": free_disk_mb,
+        "python": platform.python_version(),
+        "glibc": libc_version if libc == "glibc" else (libc + " " + libc_version).strip() or None,
+        "emulated": emulated,
+    }
+
+
+def _normalize(name):
+    # type: (str) -> str
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+def _dist_version(dist):
+    # type: (str) -> object
+    """Version of an installed distribution without importing it (importlib.metadata, else a dist-info scan)."""
+    try:
+        from importlib import metadata  # novermin (Python >= 3.8; older ones scan dist-info below)
+
+        try:
+            return metadata.version(dist)
+        except metadata.PackageNotFoundError:
+            return None
+    except ImportError:
+        pass
+    wanted = _normalize(dist)
+    for entry in sys.path:
+        try:
+            names = os.listdir(entry or ".")
+        except OSError:
+            continue
+        for name in names:
+            match = re.match(r"^(.+?)-([^-]+?)(?:-py[\d.]+)?\.(?:dist-info|egg-info)$", name)
+            if match and _normalize(match.group(1)) == wanted:
+                return match.group(2)
+    return None
+
+
+def _module_present(module):
+    # type: (str) -> bool
+    try:
+        import importlib.util
+
+        return importlib.util.find_spec(module) is not None
+    except (ImportError, ValueError):
+        return False
+
+
+def runtime_versions():
+    # type: () -> dict
+    out = {}
+    for runtime, (module, dists) in _PACKAGES.items():
+        version = None
+        if _module_present(module):
+            for dist in dists:
+                version = _dist_version(dist)
+                if version:
+                    break
+            version = version or "unknown"
+        out[runtime] = version
+    return out
+
+
+def onnxruntime_providers():
+    # type: () -> list
+    if not _module_present("onnxruntime"):
+        return []
+    try:
+        import onnxruntime
+
+        return list(onnxruntime.get_available_providers())
+    except Exception:  # a broken install (e.g. numpy missing) is reported by the versions, not here
+        return []
+
+
+def probe():
+    # type: () -> dict
+    return {
+        "runner_version": RUNNER_VERSION,
+        "environment": environment(),
+        "runtimes": runtime_versions(),
+        "onnxruntime_providers": onnxruntime_providers(),
+    }
+
+
+# ------------------------------------------------------------------------------------------- bundle
+
+
+def _safe_name(name):
+    # type: (object) -> bool
+    return (
+        isinstance(name, str)
+        and bool(name)
+        and not name.startswith(("/", "~"))
+        and "\\" not in name
+        and ".." not in name.split("/")
+    )
+
+
+def read_manifest(bundle):
+    # type: (str) -> dict
+    path = os.path.join(bundle, "manifest.json")
+    if not os.path.isdir(bundle):
+        raise RunnerError("bad_bundle", "{} is not a directory.".format(bundle),
+                          "Pass the bundle directory (on the device: ~/.edgetk/bundles/<name>/current).")
+    try:
+        with open(path, "rb") as handle:
+            data = json.loads(handle.read().decode("utf-8"))
+    except (OSError, IOError):
+        raise RunnerError("bad_bundle", "{} has no readable manifest.json.".format(bundle), REDEPLOY_HINT)
+    except ValueError as exc:
+        raise RunnerError("bad_bundle", "manifest.json in {} is not valid JSON ({}).".format(bundle, exc),
+                          REDEPLOY_HINT)
+    artifacts = data.get("artifacts") if isinstance(data, dict) else None
+    if not isinstance(artifacts, list) or not all(isinstance(a, dict) and _safe_name(a.get("file"))
+                                                  for a in artifacts):
+        raise RunnerError("bad_bundle", "manifest.json in {} has no valid 'artifacts' list.".format(bundle),
+                          REDEPLOY_HINT)
+    return data
+
+
+def sha256_file(path):
+    # type: (str) -> str
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        while True:
+            block = handle.read(1 << 20)
+            if not block:
+                break
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def verify_artifact(bundle, record):
+    # type: (str, dict) -> None
+    """Refuse an artifact that is missing or whose sha256 differs from manifest.json."""
+    name = record["file"]
+    path = os.path.join(bundle, name)
+    if not os.path.isfile(path):
+        raise RunnerError("bad_bundle", "The artifact {} listed in manifest.json is missing.".format(name),
+                          REDEPLOY_HINT)
+    expected = record.get("sha256")
+    actual = sha256_file(path)
+    if not isinstance(expected, str) or actual != expected.lower():
+        raise RunnerError(
+            "integrity",
+            "{} does not match its sha256 in manifest.json (expected {}, found {}); not measured.".format(
+                name, expected, actual),
+            REDEPLOY_HINT,
+        )
+
+
+def _artifact_format(record):
+    # type: (dict) -> str
+    fmt = record.get("format")
+    if fmt in ("tflite", "onnx"):
+        return fmt
+    return "onnx" if str(record["file"]).endswith(".onnx") else "tflite"
+
+
+def _default_threads(manifest, record):
+    # type: (dict, dict) -> int
+    for source in (record.get("recipe"), manifest.get("runtime_preferences")):
+        if isinstance(source, dict):
+            value = source.get("threads")
+            if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+                return value
+    return os.cpu_count() or 1
+
+
+# ------------------------------------------------------------------------------------------ runtimes
+
+
+_NUMPY_ABI = "compiled using NumPy 1.x cannot be run"
+
+
+def _import_numpy():
+    try:
+        import numpy
+    except ImportError as exc:
+        raise RunnerError("missing_runtime", "numpy cannot be imported on this device ({}).".format(exc),
+                          INSTALL_HINTS["numpy"])
+    return numpy
+
+
+def _load_tflite_interpreter(runtime):
+    # type: (str) -> object
+    """The Interpreter class of one TFLite runtime (ImportError when it is not installed)."""
+    if runtime == "litert":
+        from ai_edge_litert.interpreter import Interpreter
+    elif runtime == "tflite-runtime":
+        from tflite_runtime.interpreter import Interpreter
+    else:
+        import tensorflow as tf
+
+        Interpreter = tf.lite.Interpreter
+    return Interpreter
+
+
+def _version_of(runtime):
+    # type: (str) -> object
+    module, dists = _PACKAGES[runtime]
+    for dist in dists:
+        version = _dist_version(dist)
+        if version:
+            return version
+    mod = sys.modules.get(module)
+    return getattr(mod, "__version__", None) or "unknown"
+
+
+def classify_load_error(exc, runtime, version):
+    # type: (BaseException, str, object) -> RunnerError
+    """Turn what a runtime raised while loading an artifact into a kind + hint a person can act on."""
+    text = str(exc).strip() or type(exc).__name__
+    short = text.splitlines()[0][:400] if text else type(exc).__name__
+    label = "{} {}".format(runtime, version or "")
+    upgrade = INSTALL_HINTS.get(runtime, "") .replace("pip install", "pip install -U")
+    match = re.search(r"Didn't find op for builtin opcode '(\w+)' version '(\d+)'", text)
+    if match:
+        return RunnerError(
+            "unsupported_op",
+            "{} has no kernel for {} version {} that this artifact uses ({}).".format(
+                label.strip(), match.group(1), match.group(2), short),
+            "This runtime is older than the converter that built the artifact. Install a newer one "
+            "(pip install ai-edge-litert, or {}), or deploy an fp32/int8 artifact instead: dynamic-range "
+            "artifacts from recent converters need recent runtimes.".format(upgrade),
+        )
+    match = re.search(r"unresolved custom op: ([\w./-]+?)\.?(?:Node|$|\s)", text) or re.search(
+        r"custom op[: ]+'?([\w./-]+)", text, re.I)
+    if match:
+        return RunnerError(
+            "unsupported_op",
+            "The artifact uses the custom op {}, which {} does not provide ({}).".format(
+                match.group(1), label.strip(), short),
+            "Rebuild the model without custom ops (only TFLite builtin ops), or run it with a runtime that "
+            "registers {}.".format(match.group(1)),
+        )
+    if re.search(r"builtin_code out of range|Op builtin_code|Unsupported builtin op|not supported by this "
+                 r"interpreter|Unsupported model IR version|opset \d+ is under development|is not a registered "
+                 r"function/op|Could not find an implementation|NOT_IMPLEMENTED|No Op registered|"
+                 r"Unrecognized attribute", text, re.I):
+        return RunnerError(
+            "unsupported_op",
+            "{} cannot run an operator of this artifact: {}".format(label.strip(), short),
+            "Upgrade the runtime ({}), or convert with an older opset / fewer ops for this device.".format(upgrade),
+        )
+    if _NUMPY_ABI in text or "_ARRAY_API not found" in text or "numpy.core.multiarray failed" in text:
+        return RunnerError(
+            "missing_runtime",
+            "{} was built against numpy 1.x and cannot run with numpy {} ({}).".format(
+                label.strip(), _dist_version("numpy"), short),
+            "pip install 'numpy<2' (tflite-runtime needs numpy 1.x), or pip install ai-edge-litert.",
+        )
+    if re.search(r"not a valid Flatbuffer|model identifier|Could not open|INVALID_PROTOBUF|Protobuf parsing "
+                 r"failed|NO_SUCHFILE|NO_MODEL|Failed to load model|Invalid tensor|corrupt|truncated|"
+                 r"Invalid model|Failed to verify|buffer too small|unexpected end", text, re.I):
+        return RunnerError("corrupt_artifact", "{} cannot load the artifact: {}".format(label.strip(), short),
+                           REDEPLOY_HINT)
+    return RunnerError(
+        "corrupt_artifact",
+        "{} failed to load the artifact ({}: {}).".format(label.strip(), type(exc).__name__, short),
+        "The file may be damaged or built for another runtime. " + REDEPLOY_HINT,
+    )
+
+
+def _np_dtype(numpy, ort_type):
+    # type: (object, str) -> object
+    table = {
+        "tensor(float)": "float32", "tensor(float16)": "float16", "tensor(double)": "float64",
+        "tensor(int8)": "int8", "tensor(uint8)": "uint8", "tensor(int16)": "int16", "tensor(uint16)": "uint16",
+        "tensor(int32)": "int32", "tensor(int64)": "int64", "tensor(bool)": "bool",
+    }
+    return numpy.dtype(table.get(ort_type, "float32"))  # type: ignore
+
+
+class Tensor(object):
+    """One input or output as the runtime sees it, with its affine quantization when it is an integer."""
+
+    def __init__(self, name, shape, dtype, scale, zero_point, key):
+        # type: (str, list, object, float, int, object) -> None
+        self.name = name
+        self.shape = shape
+        self.dtype = dtype
+        self.scale = scale
+        self.zero_point = zero_point
+        self.key = key  # interpreter tensor index or ORT name
+
+    @property
+    def quantized(self):
+        # type: () -> bool
+        return bool(self.scale) and self.dtype.kind in "iu"  # type: ignore
+
+
+class TFLiteModel(object):
+    format = "tflite"
+
+    def __init__(self, runtime, version, interpreter_cls, path, threads):
+        # type: (str, object, object, str, int) -> None
+        self.runtime = runtime
+        self.version = version
+        self.interpreter = interpreter_cls(model_path=path, num_threads=threads)  # type: ignore
+        self.interpreter.allocate_tensors()
+        self.inputs = [self._tensor(d) for d in self.interpreter.get_input_details()]
+        self.outputs = [self._tensor(d) for d in self.interpreter.get_output_details()]
+        self.extra = {}  # type: dict
+
+    @staticmethod
+    def _tensor(detail):
+        # type: (dict) -> Tensor
+        numpy = _import_numpy()
+        scale, zero = detail.get("quantization", (0.0, 0))
+        return Tensor(detail["name"], [int(d) for d in detail["shape"]], numpy.dtype(detail["dtype"]),
+                      float(scale), int(zero), detail["index"])
+
+    def set_inputs(self, pairs):
+        # type: (list) -> None
+        """``pairs``: [(Tensor, array)] in any order."""
+        for tensor, array in pairs:
+            self.interpreter.set_tensor(tensor.key, array)
+
+    def invoke(self):
+        # type: () -> list
+        self.interpreter.invoke()
+        return [self.interpreter.get_tensor(t.key) for t in self.outputs]
+
+    def timed_loop(self, runs, min_time):
+        # type: (int, float) -> list
+        """Only invoke + output fetch are timed; the inputs were set once before."""
+        invoke = self.interpreter.invoke
+        get = self.interpreter.get_tensor
+        keys = [t.key for t in self.outputs]
+        clock = time.perf_counter
+        times = []
+        append = times.append
+        start = clock()
+        while len(times) < runs or (clock() - start < min_time and len(times) < MAX_TIMED_RUNS):
+            t0 = clock()
+            invoke()
+            for key in keys:
+                get(key)
+            append(clock() - t0)
+        return times
+
+
+class OnnxModel(object):
+    format = "onnx"
+
+    def __init__(self, version, path, threads, wanted_providers, record):
+        # type: (object, str, int, list, dict) -> None
+        import onnxruntime as ort
+
+        numpy = _import_numpy()
+        self.runtime = "onnxruntime"
+        self.version = version
+        available = list(ort.get_available_providers())
+        providers = [p for p in wanted_providers if p in available and p != "CPUExecutionProvider"]
+        providers.append("CPUExecutionProvider")
+        options = ort.SessionOptions()
+        options.intra_op_num_threads = threads
+        options.inter_op_num_threads = 1
+        options.log_severity_level = 3
+        self.session = ort.InferenceSession(path, sess_options=options, providers=providers)
+        self.extra = {
+            "providers": list(self.session.get_providers()),
+            "providers_missing": [p for p in wanted_providers if p not in available],
+        }
+        specs = {}  # type: dict
+        for key in ("inputs", "outputs"):
+            for spec in record.get(key) or []:
+                if isinstance(spec, dict) and isinstance(spec.get("name"), str):
+                    specs[spec["name"]] = spec.get("quantization") or {}
+        self.inputs = [self._tensor(numpy, n, specs) for n in self.session.get_inputs()]
+        self.outputs = [self._tensor(numpy, n, specs) for n in self.session.get_outputs()]
+        self.output_names = [t.name for t in self.outputs]
+        self.feeds = {}  # type: dict
+
+    @staticmethod
+    def _tensor(numpy, node, specs):
+        # type: (object, object, dict) -> Tensor
+        quant = specs.get(node.name) or {}  # type: ignore
+        scale = (quant.get("scale") or [0.0])[0]
+        zero = (quant.get("zero_point") or [0])[0]
+        shape = [d if isinstance(d, int) else -1 for d in node.shape]  # type: ignore
+        return Tensor(node.name, shape, _np_dtype(numpy, node.type), float(scale), int(zero), node.name)  # type: ignore
+
+    def set_inputs(self, pairs):
+        # type: (list) -> None
+        self.feeds = dict((t.key, a) for t, a in pairs)
+
+    def invoke(self):
+        # type: () -> list
+        return self.session.run(self.output_names, self.feeds)
+
+    def timed_loop(self, runs, min_time):
+        # type: (int, float) -> list
+        run = self.session.run
+        names = self.output_names
+        feeds = self.feeds
+        clock = time.perf_counter
+        times = []
+        append = times.append
+        start = clock()
+        while len(times) < runs or (clock() - start < min_time and len(times) < MAX_TIMED_RUNS):
+            t0 = clock()
+            run(names, feeds)
+            append(clock() - t0)
+        return times
+
+
+def open_model(path, fmt, record, threads, forced):
+    # type: (str, str, dict, int, object) -> object
+    """Load the artifact in the first runtime that is installed (or the forced one); classify failures."""
+    if fmt == "onnx":
+        candidates = ONNX_RUNTIMES
+    else:
+        candidates = TFLITE_RUNTIMES
+    if forced:
+        if forced not in candidates:
+            raise RunnerError("usage", "--runtime {} cannot run a .{} artifact (use one of: {}).".format(
+                forced, fmt, ", ".join(candidates)))
+        candidates = (forced,)
+    _import_numpy()
+    missing = []
+    for runtime in candidates:
+        t0 = time.perf_counter()
+        try:
+            if fmt == "onnx":
+                import onnxruntime  # noqa: F401
+                interpreter_cls = None
+            else:
+                interpreter_cls = _load_tflite_interpreter(runtime)
+        except ImportError as exc:
+            if _NUMPY_ABI in str(exc):
+                raise classify_load_error(exc, runtime, _version_of(runtime))
+            missing.append("{} ({})".format(runtime, str(exc).splitlines()[0] if str(exc) else "not installed"))
+            continue
+        version = _version_of(runtime)
+        t1 = time.perf_counter()
+        try:
+            if fmt == "onnx":
+                providers = [p for p in record.get("execution_providers") or [] if isinstance(p, str)]
+                model = OnnxModel(version, path, threads, providers, record)  # type: object
+            else:
+                model = TFLiteModel(runtime, version, interpreter_cls, path, threads)
+            model.import_ms = round((t1 - t0) * 1000.0, 3)  # type: ignore
+            model.load_ms = round((time.perf_counter() - t1) * 1000.0, 3)  # type: ignore
+            return model
+        except (MemoryError, KeyboardInterrupt):
+            raise
+        except Exception as exc:
+            raise classify_load_error(exc, runtime, version)
+    if fmt == "onnx":
+        hint = INSTALL_HINTS["onnxruntime"] + " (on Jetson: NVIDIA's onnxruntime-gpu wheel for your JetPack)"
+    elif forced:
+        hint = INSTALL_HINTS[forced]
+    else:
+        hint = "pip install ai-edge-litert (or, on older images, pip install tflite-runtime 'numpy<2')"
+    raise RunnerError(
+        "missing_runtime",
+        "No runtime for .{} artifacts is installed on this device (tried: {}).".format(fmt, "; ".join(missing)),
+        hint,
+    )
+
+
+# ------------------------------------------------------------------------------------------ measuring
+
+
+def latency_stats(seconds):
+    # type: (list) -> dict
+    values = sorted(s * 1000.0 for s in seconds)
+    n = len(values)
+    mean = sum(values) / n
+    std = math.sqrt(sum((v - mean) ** 2 for v in values) / n)
+
+    def pct(q):
+        # type: (float) -> float
+        k = (n - 1) * q
+        lo = int(math.floor(k))
+        hi = min(lo + 1, n - 1)
+        return values[lo] + (values[hi] - values[lo]) * (k - lo)
+
+    out = {"mean": mean, "std": std, "min": values[0], "p50": pct(0.5), "p90": pct(0.9), "p99": pct(0.99),
+           "max": values[-1]}
+    return dict((k, round(v, 6)) for k, v in out.items())
+
+
+def _prepare(numpy, tensor, array):
+    # type: (object, Tensor, object) -> object
+    """A golden float input as the runtime wants it: quantized with the tensor's scale/zero point if integer."""
+    array = numpy.asarray(array)  # type: ignore
+    if tensor.quantized:
+        info = numpy.iinfo(tensor.dtype)  # type: ignore
+        q = numpy.round(array.astype(numpy.float64) / tensor.scale + tensor.zero_point)  # type: ignore
+        array = numpy.clip(q, info.min, info.max)  # type: ignore
+    array = array.astype(tensor.dtype)
+    if tensor.shape and all(d > 0 for d in tensor.shape) and list(array.shape) != tensor.shape:
+        if int(numpy.prod(array.shape)) == int(numpy.prod(tensor.shape)):  # type: ignore
+            array = array.reshape(tensor.shape)
+        else:
+            raise RunnerError(
+                "bad_bundle",
+                "A golden input has shape {} but the artifact's input {} expects {}.".format(
+                    list(array.shape), tensor.name, tensor.shape),
+                "Rebuild the bundle with `edgetk convert`.",
+            )
+    return numpy.ascontiguousarray(array)  # type: ignore
+
+
+def _dequantize(numpy, tensor, array):
+    # type: (object, Tensor, object) -> object
+    array = numpy.asarray(array)  # type: ignore
+    if tensor.quantized:
+        return (array.astype(numpy.float32) - tensor.zero_point) * numpy.float32(tensor.scale)  # type: ignore
+    return array.astype(numpy.float32)
+
+
+def _order(tensors, specs):
+    # type: (list, object) -> list
+    """The runtime's tensors in the manifest's order (by name where the names match, else as loaded)."""
+    names = [s.get("name") for s in specs or [] if isinstance(s, dict)]
+    by_name = dict((t.name, t) for t in tensors)
+    if names and len(names) == len(tensors) and all(n in by_name for n in names):
+        return [by_name[n] for n in names]
+    return list(tensors)
+
+
+def _load_npz(numpy, path, prefix):
+    # type: (object, str, str) -> list
+    try:
+        with numpy.load(path, allow_pickle=False) as data:  # type: ignore
+            keys = sorted((k for k in data.files if k.startswith(prefix)), key=lambda k: int(k[len(prefix):]))
+            return [data[k] for k in keys]
+    except (OSError, IOError, ValueError, KeyError) as exc:
+        raise RunnerError("bad_bundle", "Cannot read {} ({}).".format(path, exc), REDEPLOY_HINT)
+
+
+def compare_outputs(numpy, model, bundle, manifest, record, golden_inputs):
+    # type: (object, object, str, dict, dict, list) -> object
+    """Run every golden sample and compare with what the artifact returned on the host.
+
+    ok when max abs error <= atol; or, where the artifact's outputs are quantized, when the error is at most
+    atol + one quantization step AND every classifier output (last dim > 1) agrees on top-1 for every sample
+    (a device's int8 kernels may round one step differently from the host's).
+    """
+    golden = record.get("golden")
+    if not isinstance(golden, dict) or not _safe_name(golden.get("outputs")):
+        return None
+    expected = _load_npz(numpy, os.path.join(bundle, golden["outputs"]), "output_")
+    atol = float(golden.get("atol") or 0.0)
+    inputs = _order(model.inputs, record.get("inputs"))  # type: ignore
+    outputs = _order(model.outputs, record.get("outputs"))  # type: ignore
+    if len(golden_inputs) != len(inputs) or len(expected) != len(outputs):
+        raise RunnerError("bad_bundle", "The golden data of {} has {} inputs / {} outputs; the artifact has {} / "
+                          "{}.".format(record["file"], len(golden_inputs), len(expected), len(inputs),
+                                       len(outputs)), "Rebuild the bundle with `edgetk convert`.")
+    samples = min([len(g) for g in golden_inputs] + [len(e) for e in expected])
+    max_err = 0.0
+    agree = []  # type: list
+    finite = True
+    for i in range(samples):
+        model.set_inputs([(t, _prepare(numpy, t, g[i])) for t, g in zip(inputs, golden_inputs)])  # type: ignore
+        got = dict((t.key, a) for t, a in zip(model.outputs, model.invoke()))  # type: ignore
+        for k, tensor in enumerate(outputs):
+            actual = _dequantize(numpy, tensor, got[tensor.key])
+            want = numpy.asarray(expected[k][i], dtype=numpy.float32)  # type: ignore
+            if actual.size != want.size:
+                raise RunnerError("bad_bundle", "Output {} of {} has {} values; its golden output has {}.".format(
+                    tensor.name, record["file"], actual.size, want.size), "Rebuild the bundle.")
+            actual = actual.reshape(want.shape)
+            if not numpy.all(numpy.isfinite(actual)):  # type: ignore
+                finite = False
+                continue
+            max_err = max(max_err, float(numpy.max(numpy.abs(actual - want))) if want.size else 0.0)  # type: ignore
+            if want.ndim >= 1 and want.shape[-1] > 1:
+                agree.append(numpy.argmax(actual, axis=-1) == numpy.argmax(want, axis=-1))  # type: ignore
+    top1 = float(numpy.mean(numpy.concatenate([numpy.ravel(a) for a in agree]))) if agree else None  # type: ignore
+    step = max([t.scale for t in outputs if t.quantized] or [0.0])
+    ok = finite and samples > 0 and (
+        max_err <= atol or (step > 0 and top1 == 1.0 and max_err <= atol + step * 1.0001))
+    return {
+        "max_abs_error": round(max_err, 8) if finite else None,
+        "top1_agreement": top1,
+        "ok": bool(ok),
+        "atol": atol,
+        "samples": samples,
+    }
+
+
+def _peak_rss_mb():
+    # type: () -> object
+    try:
+        import resource
+
+        rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    except (ImportError, AttributeError):
+        return None
+    return round(rss / (1024.0 * 1024.0) if sys.platform == "darwin" else rss / 1024.0, 1)
+
+
+def empty_report(name, threads, runs, warmup):
+    # type: (str, object, int, int) -> dict
+    return {
+        "artifact": name,
+        "runtime": {"name": None, "version": None},
+        "threads": threads,
+        "load_ms": None,
+        "first_inference_ms": None,
+        "latency_ms": None,
+        "runs": 0,
+        "warmup": warmup,
+        "peak_rss_mb": None,
+        "outputs_match": None,
+        "error": None,
+    }
+
+
+def run_one(bundle, name, opts, verify=True):
+    # type: (str, str, argparse.Namespace, bool) -> dict
+    """Measure one artifact in this process and return its report (errors inside the report)."""
+    report = empty_report(name, opts.threads, opts.runs, opts.warmup)
+    try:
+        manifest = read_manifest(bundle)
+        record = _find_record(manifest, name)
+        threads = opts.threads or _default_threads(manifest, record)
+        report["threads"] = threads
+        if verify:
+            verify_artifact(bundle, record)
+        fmt = _artifact_format(record)
+        numpy = _import_numpy()
+        golden_name = manifest.get("golden_inputs") or "golden/inputs.npz"
+        golden_inputs = []  # type: list
+        if _safe_name(golden_name) and os.path.isfile(os.path.join(bundle, golden_name)):
+            golden_inputs = _load_npz(numpy, os.path.join(bundle, golden_name), "input_")
+        model = open_model(os.path.join(bundle, name), fmt, record, threads, opts.runtime)
+        report["runtime"] = dict({"name": model.runtime, "version": model.version}, **model.extra)  # type: ignore
+        report["load_ms"] = model.load_ms  # type: ignore
+        report["import_ms"] = model.import_ms  # type: ignore
+        inputs = _order(model.inputs, record.get("inputs"))  # type: ignore
+        if golden_inputs and len(golden_inputs) == len(inputs):
+            first = [(t, _prepare(numpy, t, g[0])) for t, g in zip(inputs, golden_inputs)]
+        else:
+            first = [(t, _prepare(numpy, t, numpy.zeros([d if d > 0 else 1 for d in t.shape], "float32")))
+                     for t in inputs]
+        model.set_inputs(first)  # type: ignore
+        t0 = time.perf_counter()
+        model.invoke()  # type: ignore
+        report["first_inference_ms"] = round((time.perf_counter() - t0) * 1000.0, 3)
+        if opts.warmup:
+            model.timed_loop(opts.warmup, 0.0)  # type: ignore
+        times = model.timed_loop(opts.runs, opts.min_time)  # type: ignore
+        report["latency_ms"] = latency_stats(times)
+        report["runs"] = len(times)
+        if golden_inputs:
+            report["outputs_match"] = compare_outputs(numpy, model, bundle, manifest, record, golden_inputs)
+        report["peak_rss_mb"] = _peak_rss_mb()
+    except RunnerError as exc:
+        report["error"] = exc.to_dict()
+        report["peak_rss_mb"] = _peak_rss_mb()
+    except MemoryError:
+        report["error"] = RunnerError("crash", "The device ran out of memory running {}.".format(name),
+                                      "Free memory or use a smaller (int8) artifact.").to_dict()
+    except Exception as exc:
+        report["error"] = RunnerError(
+            "crash",
+            "Running {} failed ({}: {}).".format(name, type(exc).__name__, str(exc).splitlines()[0][:400]
+                                                 if str(exc) else ""),
+            "Run `python3 edgetk_runner.py run-one --bundle DIR --artifact {}` on the device to see the full "
+            "error.".format(name),
+            detail="".join(traceback.format_exc(limit=8))[-2000:],
+        ).to_dict()
+    return report
+
+
+def _find_record(manifest, name):
+    # type: (dict, str) -> dict
+    for record in manifest["artifacts"]:
+        if record.get("file") == name:
+            return record
+    raise RunnerError("usage", "The bundle has no artifact {} (it has: {}).".format(
+        name, ", ".join(str(a.get("file")) for a in manifest["artifacts"])))
+
+
+def _signal_name(number):
+    # type: (int) -> str
+    try:
+        return signal.Signals(number).name
+    except ValueError:
+        return "signal {}".format(number)
+
+
+def _child(bundle, name, opts):
+    # type: (str, str, argparse.Namespace) -> dict
+    """Run ``run-one`` for one artifact in a child process and turn its fate into a report."""
+    cmd = [sys.executable, os.path.abspath(__file__), "run-one", "--bundle", bundle, "--artifact", name,
+           "--runs", str(opts.runs), "--warmup", str(opts.warmup), "--min-time", str(opts.min_time),
+           "--skip-verify"]
+    if opts.threads:
+        cmd += ["--threads", str(opts.threads)]
+    if opts.runtime:
+        cmd += ["--runtime", opts.runtime]
+    report = empty_report(name, opts.threads, opts.runs, opts.warmup)
+    try:
+        proc = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, universal_newlines=True,
+                              timeout=opts.timeout)
+    except subprocess.TimeoutExpired:
+        report["error"] = RunnerError(
+            "crash", "Measuring {} did not finish within {:g} s; the worker was killed.".format(name, opts.timeout),
+            "Lower --runs/--min-time, or raise --timeout if the device is this slow.").to_dict()
+        return report
+    tail = (proc.stderr or "")[-1500:]
+    parsed = None
+    for line in reversed((proc.stdout or "").strip().splitlines()):
+        try:
+            parsed = json.loads(line)
+            break
+        except ValueError:
+            continue
+    if proc.returncode < 0:
+        sig = _signal_name(-proc.returncode)
+        report["error"] = RunnerError(
+            "crash",
+            "The worker measuring {} was killed by {} (the runtime crashed on this artifact).".format(name, sig),
+            "Try another runtime (--runtime) or another artifact of the bundle; the stderr tail is in 'detail'.",
+            detail=tail or None).to_dict()
+        return report
+    if not isinstance(parsed, dict) or "artifact" not in parsed:
+        report["error"] = RunnerError(
+            "crash", "The worker measuring {} exited with code {} without a report.".format(name, proc.returncode),
+            "Run `python3 edgetk_runner.py run-one --bundle DIR --artifact {}` on the device to see why.".format(
+                name), detail=tail or None).to_dict()
+        return report
+    return parsed
+
+
+def check(opts):
+    # type: (argparse.Namespace) -> dict
+    doc = {"runner_version": RUNNER_VERSION, "ok": False, "environment": environment(), "reports": [],
+           "error": None}
+    bundle = os.path.abspath(os.path.expanduser(opts.bundle))
+    try:
+        manifest = read_manifest(bundle)
+        names = opts.artifact or [a["file"] for a in manifest["artifacts"]]
+        for name in names:
+            _find_record(manifest, name)
+    except RunnerError as exc:
+        doc["error"] = exc.to_dict()
+        return doc
+    if not names:
+        doc["error"] = RunnerError("bad_bundle", "manifest.json in {} lists no artifacts.".format(bundle),
+                                   "Rebuild the bundle with `edgetk convert`.").to_dict()
+        return doc
+    for name in names:
+        record = _find_record(manifest, name)
+        try:
+            verify_artifact(bundle, record)
+        except RunnerError as exc:
+            report = empty_report(name, opts.threads or _default_threads(manifest, record), opts.runs,
+                                  opts.warmup)
+            report["error"] = exc.to_dict()
+            doc["reports"].append(report)
+            continue
+        doc["reports"].append(_child(bundle, name, opts))
+    doc["ok"] = all(
+        r.get("error") is None and (r.get("outputs_match") is None or r["outputs_match"].get("ok"))
+        for r in doc["reports"]
+    )
+    return doc
+
+
+# ------------------------------------------------------------------------------------------ CLI
+
+
+def _finite(value):
+    # type: (object) -> object
+    """JSON has no NaN/Infinity: write them as null."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return dict((k, _finite(v)) for k, v in value.items())
+    if isinstance(value, (list, tuple)):
+        return [_finite(v) for v in value]
+    return value
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message):  # type: ignore[override]
+        raise UsageFailure(message)
+
+
+def _positive_int(text):
+    # type: (str) -> int
+    value = int(text)
+    if value < 0:
+        raise argparse.ArgumentTypeError("must be >= 0")
+    return value
+
+
+def _non_negative_float(text):
+    # type: (str) -> float
+    value = float(text)
+    if not value >= 0:
+        raise argparse.ArgumentTypeError("must be >= 0")
+    return value
+
+
+def build_parser():
+    # type: () -> argparse.ArgumentParser
+    parser = _Parser(prog="edgetk_runner.py", description="edgetk on-device runner (prints one JSON document)")
+    sub = parser.add_subparsers(dest="command")
+    sub.add_parser("probe", help="describe this device and its runtimes")
+    for command in ("check", "run-one"):
+        p = sub.add_parser(command, help="measure a bundle's artifacts" if command == "check" else
+                           "measure one artifact in this process")
+        p.add_argument("--bundle", required=True)
+        p.add_argument("--artifact", action="append", required=command == "run-one")
+        p.add_argument("--runs", type=_positive_int, default=DEFAULT_RUNS)
+        p.add_argument("--warmup", type=_positive_int, default=DEFAULT_WARMUP)
+        p.add_argument("--min-time", type=_non_negative_float, default=0.0, dest="min_time")
+        p.add_argument("--threads", type=_positive_int, default=None)
+        p.add_argument("--runtime", choices=TFLITE_RUNTIMES + ONNX_RUNTIMES, default=None)
+        p.add_argument("--timeout", type=_non_negative_float, default=DEFAULT_TIMEOUT)
+        if command == "run-one":
+            p.add_argument("--skip-verify", action="store_true")
+    return parser
+
+
+def main(argv=None):
+    # type: (object) -> int
+    out_fd = os.dup(1)
+    os.dup2(2, 1)  # whatever a native library prints goes to stderr; the JSON goes to the saved fd
+
+    def emit(doc):
+        # type: (dict) -> None
+        sys.stdout.flush()
+        data = (json.dumps(_finite(doc), sort_keys=False, allow_nan=False, default=str) + "\n").encode("utf-8")
+        while data:
+            data = data[os.write(out_fd, data):]
+
+    try:
+        opts = build_parser().parse_args(argv)  # type: ignore
+        if opts.command is None:
+            raise UsageFailure("a command is required: probe, check or run-one")
+        if getattr(opts, "runs", 1) == 0 and getattr(opts, "min_time", 0.0) == 0:
+            raise UsageFailure("--runs must be at least 1 (or give --min-time)")
+    except UsageFailure as exc:
+        emit({"runner_version": RUNNER_VERSION, "ok": False, "environment": None, "reports": [],
+              "error": RunnerError("usage", str(exc), "python3 edgetk_runner.py {probe | check --bundle DIR "
+                                   "[--artifact FILE]... [--runs N] [--warmup N] [--min-time S] [--threads N] "
+                                   "[--runtime NAME]}").to_dict()})
+        return 2
+    if opts.command == "probe":
+        emit(probe())
+    elif opts.command == "check":
+        emit(check(opts))
+    else:
+        bundle = os.path.abspath(os.path.expanduser(opts.bundle))
+        emit(run_one(bundle, opts.artifact[0], opts, verify=not opts.skip_verify))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
