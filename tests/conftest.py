@@ -9,4 +9,11 @@ os.environ.setdefault("EDGETK_TEST", "1")
 pytest_plugins = [
     "tests.fixtures.models",
     "tests.fixtures.cli",
+    "tests.fixtures.device_envs",
+    "tests.fixtures.bundles",
+    "tests.fixtures.optimization_models",
+    "tests.fixtures.tflite",
+    "tests.fixtures.ppocr",
+    "tests.fixtures.sshd",
+    "tests.fixtures.deploy",
 ]

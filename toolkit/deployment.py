@@ -1,0 +1,342 @@
+"""Push a bundle to a device, install it atomically, roll back, list and remove (issue 5).
+
+The host decides, the device does the file work: each step is one call of the stdlib-only helper
+(``toolkit/devices/device_helper.py``) run with the device's Python, its arguments passed as separate argv
+words, quoted for the remote shell by the connection. A push:
+
+1. probes the device (arch, free disk) and refuses a bundle built for another arch (exit 2) unless ``force``;
+2. takes the device-side lock ``~/.edgetk/locks/<name>`` (atomic mkdir; a lock older than ``stale_lock_s`` is
+   broken), so two deploys of one bundle to one device run one after the other;
+3. prepares ``~/.edgetk/bundles/<name>/<version>/``: files already there with the right sha256, or found with
+   that sha256 in another installed version (hard-linked), are not sent; refuses early when the disk cannot
+   hold what is left;
+4. uploads the rest with progress on stderr; a failed write (disk full) removes the partial version;
+5. verifies every file's sha256 ON the device, fixes permissions (0644/0755), switches ``current`` with an
+   atomic rename and keeps the last ``keep`` versions.
+
+A link that drops mid-push leaves the partial version for the next push to complete; ``current`` is switched
+only after every file is verified, so the running version is never touched by a failed push.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import threading
+import time
+import uuid
+from dataclasses import dataclass, field
+from functools import lru_cache
+from pathlib import Path
+from typing import Any, TextIO
+
+from toolkit.bundle import Bundle
+from toolkit.devices.connection import Connection
+from toolkit.devices.spec import DeviceSpec
+from toolkit.errors import DeviceError, UsageError
+
+BASE = ".edgetk"
+KEEP_VERSIONS = 3
+HELPER_TIMEOUT_S = 120.0
+
+_ARCH_ALIASES = {
+    "amd64": "x86_64", "x64": "x86_64", "x86-64": "x86_64",
+    "arm64": "aarch64", "armv8": "aarch64", "armv8l": "aarch64",
+    "armhf": "armv7l", "armv7": "armv7l", "arm": "armv7l",
+    "i686": "x86", "i386": "x86",
+}
+
+
+def normalise_arch(arch: str) -> str:
+    arch = arch.strip().lower()
+    return _ARCH_ALIASES.get(arch, arch)
+
+
+@lru_cache(maxsize=1)
+def helper_source() -> str:
+    return (Path(__file__).resolve().parent / "devices" / "device_helper.py").read_text()
+
+
+def validate_name(name: str) -> str:
+    """A bundle name is a single directory name on the device: no ``/``, no ``..``, no control characters.
+
+    Anything else (spaces, quotes, ``;``, ``$()``) is allowed: every remote command quotes its arguments.
+    """
+    if (
+        not name
+        or name in (".", "..")
+        or name.startswith((".", "-"))
+        or "/" in name
+        or "\\" in name
+        or any(ord(c) < 32 or ord(c) == 127 for c in name)
+        or len(name.encode()) > 200
+    ):
+        raise UsageError(
+            f"The bundle name {name!r} cannot be a directory name on a device.",
+            hint="Use letters, digits, '.', '_' and '-', not starting with '.' or '-' (edgetk convert --name).",
+        )
+    return name
+
+
+def bundle_dir(name: str) -> str:
+    return f"{BASE}/bundles/{validate_name(name)}"
+
+
+def version_dir(name: str, version: str) -> str:
+    return f"{bundle_dir(name)}/{version}"
+
+
+# --------------------------------------------------------------------------------------------- device calls
+
+
+@dataclass
+class Device:
+    """A connection plus what we learned about the device; ``helper`` runs one helper command."""
+
+    spec: DeviceSpec
+    conn: Connection
+    _info: dict[str, Any] | None = field(default=None, repr=False)
+
+    @property
+    def helper_python(self) -> str:
+        return self.spec.python or "python3"
+
+    def helper(self, command: str, *args: str, timeout: float = HELPER_TIMEOUT_S) -> dict[str, Any]:
+        result = self.conn.run([self.helper_python, "-c", helper_source(), command, *args], timeout=timeout)
+        try:
+            data = json.loads(result.stdout) if result.stdout.strip() else None
+        except json.JSONDecodeError:
+            data = None
+        if result.returncode == 3 and isinstance(data, dict):
+            raise HelperRefused(self.spec.name, data)
+        if result.returncode != 0 or not isinstance(data, dict):
+            tail = (result.stderr.strip().splitlines() or ["no output"])[-1][:300]
+            if result.returncode == 127 or "not found" in tail or "No such file" in tail:
+                raise DeviceError(
+                    f"{self.spec.name}: cannot run {self.helper_python!r} on the device ({tail}).",
+                    hint="Install python3 there, or set `python = \"/path/to/python\"` for it in the inventory.",
+                )
+            raise DeviceError(f"{self.spec.name}: the device-side step {command!r} failed ({tail}).")
+        return data
+
+    def info(self) -> dict[str, Any]:
+        if self._info is None:
+            self._info = self.helper("info")
+        return self._info
+
+    @property
+    def python(self) -> str:
+        """The Python that runs the runner: the spec's, else ~/.edgetk/config.json's, else python3."""
+        return self.spec.python or self.info().get("config_python") or "python3"
+
+
+class HelperRefused(DeviceError):
+    """The device-side helper refused a step; ``kind`` says which refusal (disk_full, integrity, locked...)."""
+
+    def __init__(self, device: str, data: dict[str, Any]) -> None:
+        self.kind = str(data.get("kind"))
+        self.data = data
+        message = f"{device}: {data.get('error')}"
+        hints = {
+            "disk_full": "Free space on the device (or remove old bundles with `edgetk remove`), then re-run.",
+            "integrity": "Re-run the deploy: files with a wrong hash are sent again.",
+            "locked": "Another deploy is running; wait for it, or remove ~/.edgetk/locks/<name> on the device "
+            "if that deploy died.",
+            "not_installed": "See `edgetk status` for what is installed.",
+            "no_previous": "See `edgetk status` for the installed versions.",
+        }
+        super().__init__(message, hint=hints.get(self.kind))
+        if self.kind in ("not_installed", "no_previous", "usage"):
+            self.exit_code = 2
+
+
+# --------------------------------------------------------------------------------------------- progress
+
+
+class UploadProgress:
+    """Bytes sent and rate, on stderr, at most twice a second per device (threads write whole lines)."""
+
+    _lock = threading.Lock()
+
+    def __init__(self, device: str, total: int, *, stream: TextIO | None = None, interval: float = 0.5) -> None:
+        self.device = device
+        self.total = total
+        self.stream = stream if stream is not None else sys.stderr
+        self.interval = interval
+        self.done = 0
+        self.started = time.perf_counter()
+        self._last = 0.0
+
+    def file_progress(self, base: int) -> Any:
+        def callback(sent: int, _total: int) -> None:
+            self.done = base + sent
+            now = time.perf_counter()
+            if now - self._last >= self.interval:
+                self._last = now
+                self._line("uploading")
+
+        return callback
+
+    def _line(self, what: str) -> None:
+        elapsed = max(time.perf_counter() - self.started, 1e-6)
+        with self._lock:
+            print(
+                f"{self.device}: {what} {self.done / 1e6:.1f}/{self.total / 1e6:.1f} MB "
+                f"({self.done / 1e6 / elapsed:.1f} MB/s)",
+                file=self.stream,
+                flush=True,
+            )
+
+    def finish(self) -> None:
+        if self.total:
+            self._line("sent")
+
+
+# --------------------------------------------------------------------------------------------- push
+
+
+@dataclass(frozen=True)
+class PushResult:
+    device: str
+    name: str
+    version: str
+    arch: str
+    files_total: int
+    files_sent: int
+    files_reused: int
+    bytes_total: int
+    bytes_sent: int
+    seconds: float
+    previous: str | None
+    removed: tuple[str, ...] = ()
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "name": self.name, "version": self.version, "arch": self.arch, "files_total": self.files_total,
+            "files_sent": self.files_sent, "files_reused": self.files_reused, "bytes_total": self.bytes_total,
+            "bytes_sent": self.bytes_sent, "seconds": round(self.seconds, 3), "previous": self.previous,
+            "removed": list(self.removed),
+        }
+
+
+def check_arch(bundle: Bundle, device: Device) -> str:
+    arch = str(device.info().get("arch") or "unknown")
+    wanted = bundle.manifest.target_arch
+    if wanted and normalise_arch(wanted) != normalise_arch(arch):
+        raise UsageError(
+            f"{device.spec.name}: the bundle {bundle.name!r} is built for {wanted} "
+            f"(target {bundle.manifest.target or 'unknown'}), but the device is {arch}.",
+            hint="Convert for the device's target (edgetk convert --target ...), or pass --force to deploy anyway.",
+        )
+    return arch
+
+
+class DeviceLock:
+    """``~/.edgetk/locks/<name>`` on the device, taken with an atomic mkdir, released by its token."""
+
+    def __init__(self, device: Device, name: str, *, timeout: float = 300.0, stale_after: float = 900.0) -> None:
+        self.device = device
+        self.name = validate_name(name)
+        self.timeout = timeout
+        self.stale_after = stale_after
+        self.token = uuid.uuid4().hex
+
+    def __enter__(self) -> DeviceLock:
+        self.device.helper(
+            "lock", self.name, str(self.timeout), str(self.stale_after), self.token, timeout=self.timeout + 60
+        )
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        try:
+            self.device.helper("unlock", self.name, self.token)
+        except DeviceError:
+            pass  # a dead link: the lock goes stale and the next deploy breaks it
+
+
+def push(
+    device: Device,
+    bundle: Bundle,
+    *,
+    force: bool = False,
+    keep: int = KEEP_VERSIONS,
+    lock_timeout: float = 300.0,
+    stale_lock_s: float = 900.0,
+    progress_stream: TextIO | None = None,
+) -> PushResult:
+    """Install ``bundle`` on the device and make it current (see the module docstring for the steps)."""
+    name = validate_name(bundle.name)
+    started = time.perf_counter()
+    arch = str(device.info().get("arch"))
+    if not force:
+        check_arch(bundle, device)
+    files = bundle.files()
+    listing = json.dumps([[f.path, f.sha256, f.bytes] for f in files])
+    sizes = {f.path: f.bytes for f in files}
+    vdir = version_dir(name, bundle.version)
+    with DeviceLock(device, name, timeout=lock_timeout, stale_after=stale_lock_s):
+        plan = device.helper("prepare", name, bundle.version, listing)
+        missing = [str(m) for m in plan.get("missing", [])]
+        total = sum(sizes[m] for m in missing)
+        progress = UploadProgress(device.spec.name, total, stream=progress_stream)
+        sent = 0
+        for rel in missing:
+            try:
+                device.conn.put(bundle.path / rel, f"{vdir}/{rel}", progress=progress.file_progress(sent))
+            except DeviceError as exc:
+                if "link to the device dropped" in exc.message:
+                    raise
+                _abort_after_write_error(device, name, bundle.version, exc)
+            sent += sizes[rel]
+        progress.done = sent
+        progress.finish()
+        done = device.helper("finish", name, bundle.version, listing, str(keep))
+    return PushResult(
+        device=device.spec.name, name=name, version=bundle.version, arch=arch, files_total=len(files),
+        files_sent=len(missing), files_reused=len(plan.get("reused", [])), bytes_total=sum(sizes.values()),
+        bytes_sent=sent, seconds=time.perf_counter() - started, previous=done.get("previous"),
+        removed=tuple(done.get("removed", [])),
+    )
+
+
+def _abort_after_write_error(device: Device, name: str, version: str, exc: DeviceError) -> None:
+    """A write failed on a live link (typically a full disk): remove the partial version, say why."""
+    free = None
+    try:
+        device.helper("abort", name, version)
+        free = device.helper("info").get("free_bytes")
+    except DeviceError:
+        pass
+    if free is not None and int(free) < (4 << 20):
+        raise DeviceError(
+            f"{device.spec.name}: the device's disk is full ({int(free) / 1e6:.1f} MB free); the partial upload was "
+            "removed and the current version is untouched.",
+            hint="Free space on the device (or `edgetk remove` old bundles), then re-run the deploy.",
+        ) from None
+    raise DeviceError(
+        f"{exc.message} The partial upload was removed; the current version is untouched.", hint=exc.hint
+    ) from None
+
+
+# --------------------------------------------------------------------------------------------- the rest
+
+
+def rollback(device: Device, name: str) -> dict[str, Any]:
+    """``current`` back to the previous installed version, after verifying that version's files."""
+    with DeviceLock(device, name):
+        return device.helper("rollback", validate_name(name))
+
+
+def status(device: Device) -> dict[str, Any]:
+    """``{"bundles": {name: {"current": version, "versions": [{"version", "installed_at"}]}}}``."""
+    return device.helper("status")
+
+
+def remove(device: Device, name: str) -> dict[str, Any]:
+    with DeviceLock(device, name):
+        return device.helper("remove", validate_name(name))
+
+
+def installed_version(device: Device, name: str) -> str | None:
+    entry = status(device).get("bundles", {}).get(name)
+    return entry.get("current") if entry else None

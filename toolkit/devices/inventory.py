@@ -1,0 +1,123 @@
+"""The TOML inventory of devices (issue 5)::
+
+    [devices.pi-lab-1]
+    host = "192.168.1.40"        # or an ~/.ssh/config alias, or "local" for this machine
+    port = 22
+    user = "pi"
+    identity_file = "~/.ssh/id_ed25519"
+    python = "/home/pi/venv/bin/python"   # optional: else python3 on the device
+    target = "raspberry-pi-4"
+    groups = ["lab", "line-2"]
+    known_hosts = "~/.ssh/known_hosts"     # optional
+
+Every error names the file and the key, and an unknown key gets a "did you mean".
+"""
+
+from __future__ import annotations
+
+import difflib
+import tomllib
+from pathlib import Path
+from typing import Any, Mapping
+
+from toolkit.devices.spec import LOCAL, DeviceSpec, _port
+from toolkit.errors import UsageError
+
+DEVICE_KEYS = ("host", "port", "user", "identity_file", "python", "target", "groups", "known_hosts")
+_NAME_CHARS = set("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._-")
+
+
+def _did_you_mean(key: str, choices: tuple[str, ...] | list[str]) -> str:
+    close = difflib.get_close_matches(key, choices, n=1)
+    if close:
+        return f"Did you mean {close[0]!r}? "
+    return ""
+
+
+def _string(entry: Mapping[str, Any], key: str, where: str) -> str | None:
+    value = entry.get(key)
+    if value is None:
+        return None
+    if not isinstance(value, str) or not value.strip():
+        raise UsageError(f"{where}: {key!r} must be a non-empty string, got {value!r}.")
+    return value
+
+
+def parse_inventory(data: Mapping[str, Any], *, where: str) -> dict[str, DeviceSpec]:
+    """Validate parsed TOML and return the devices by name (in file order)."""
+    unknown = [k for k in data if k != "devices"]
+    if unknown:
+        raise UsageError(
+            f"{where}: unknown top-level key {unknown[0]!r}.",
+            hint=f"{_did_you_mean(unknown[0], ['devices'])}An inventory has one table: [devices.NAME].",
+        )
+    devices = data.get("devices")
+    if not isinstance(devices, dict) or not devices:
+        raise UsageError(
+            f"{where}: no devices defined.",
+            hint='Add at least one table like [devices.pi-1] with host = "192.168.1.40".',
+        )
+    out: dict[str, DeviceSpec] = {}
+    for name, entry in devices.items():
+        here = f"{where}: [devices.{name}]"
+        if not name or not set(name) <= _NAME_CHARS or name == LOCAL:
+            raise UsageError(
+                f"{here}: the device name must use only letters, digits, '.', '_' and '-' (and not be 'local').",
+            )
+        if not isinstance(entry, dict):
+            raise UsageError(f"{here}: expected a table of keys, got {type(entry).__name__}.")
+        for key in entry:
+            if key not in DEVICE_KEYS:
+                raise UsageError(
+                    f"{here}: unknown key {key!r}.",
+                    hint=f"{_did_you_mean(key, DEVICE_KEYS)}Allowed keys: {', '.join(DEVICE_KEYS)}.",
+                )
+        host = _string(entry, "host", here)
+        if host is None:
+            raise UsageError(f"{here}: the key 'host' is missing.", hint='Add host = "ADDRESS" (or "local").')
+        groups = entry.get("groups", [])
+        if not isinstance(groups, list) or not all(isinstance(g, str) and g for g in groups):
+            raise UsageError(f"{here}: 'groups' must be a list of strings, got {groups!r}.")
+        port = entry.get("port")
+        out[name] = DeviceSpec(
+            name=name,
+            host=None if host == LOCAL else host,
+            port=None if port is None else _port(port, f"{here} port"),
+            user=_string(entry, "user", here),
+            identity_file=_string(entry, "identity_file", here),
+            python=_string(entry, "python", here),
+            target=_string(entry, "target", here),
+            groups=tuple(groups),
+            known_hosts=_string(entry, "known_hosts", here),
+        )
+    return out
+
+
+def load_inventory(path: Path) -> dict[str, DeviceSpec]:
+    """Read and validate an inventory file."""
+    path = Path(path)
+    try:
+        raw = path.read_bytes()
+    except FileNotFoundError:
+        raise UsageError(f"The inventory {path} does not exist.", hint="Check the --inventory path.") from None
+    except OSError as exc:
+        raise UsageError(f"Cannot read the inventory {path} ({exc.strerror or exc}).") from None
+    try:
+        data = tomllib.loads(raw.decode("utf-8"))
+    except (UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
+        raise UsageError(f"{path} is not valid TOML ({exc}).", hint="Fix the syntax at the place named.") from None
+    return parse_inventory(data, where=str(path))
+
+
+def select(devices: Mapping[str, DeviceSpec], *, group: str | None, where: str) -> list[DeviceSpec]:
+    """The devices of ``group`` (all when None); an unknown group is an error with a did-you-mean."""
+    if group is None:
+        return list(devices.values())
+    chosen = [d for d in devices.values() if group in d.groups]
+    if not chosen:
+        known = sorted({g for d in devices.values() for g in d.groups})
+        raise UsageError(
+            f"{where}: no device is in the group {group!r}.",
+            hint=f"{_did_you_mean(group, known)}Groups in this inventory: {', '.join(known) or 'none'}.",
+        )
+    return chosen

@@ -1,0 +1,77 @@
+"""Device specs: what a user types after ``--device`` (or names in an inventory) -> a frozen :class:`DeviceSpec`.
+
+Accepted forms: ``local`` (this machine, no SSH), ``user@host``, ``user@host:port``, ``host[:port]``,
+``user@[v6addr]:port``, a Host alias from ``~/.ssh/config`` (resolved when the SSH connection opens, so
+HostName/User/Port/IdentityFile/ProxyJump come from there), or a device name from an inventory file.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Mapping
+
+from toolkit.errors import UsageError
+
+LOCAL = "local"
+
+_SPEC = re.compile(
+    r"^(?:(?P<user>[A-Za-z0-9._][A-Za-z0-9._-]*)@)?"
+    r"(?:\[(?P<v6>[0-9A-Fa-f:.]+)\]|(?P<host>[A-Za-z0-9._-]+))"
+    r"(?::(?P<port>[0-9]{1,5}))?$"
+)
+
+
+@dataclass(frozen=True)
+class DeviceSpec:
+    """Everything edgetk knows about one device before connecting to it.
+
+    ``host`` is None for the local machine. ``port``/``user``/``identity_file`` None mean "from ~/.ssh/config,
+    else the SSH defaults". ``python`` None means ``~/.edgetk/config.json``'s python, else ``python3``.
+    """
+
+    name: str
+    host: str | None = None
+    port: int | None = None
+    user: str | None = None
+    identity_file: str | None = None
+    python: str | None = None
+    target: str | None = None
+    groups: tuple[str, ...] = ()
+    known_hosts: str | None = None
+
+    @property
+    def is_local(self) -> bool:
+        return self.host is None
+
+    def __str__(self) -> str:
+        return self.name
+
+
+def _port(value: object, where: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, (int, str)):
+        raise UsageError(f"{where}: the port must be a number between 1 and 65535, got {value!r}.")
+    try:
+        port = int(value)
+    except ValueError:
+        raise UsageError(f"{where}: the port must be a number between 1 and 65535, got {value!r}.") from None
+    if not 1 <= port <= 65535:
+        raise UsageError(f"{where}: the port must be between 1 and 65535, got {port}.")
+    return port
+
+
+def parse_spec(text: str, *, inventory: Mapping[str, DeviceSpec] | None = None) -> DeviceSpec:
+    """Turn one ``--device`` value into a DeviceSpec; inventory names win over host names."""
+    text = text.strip()
+    if inventory and text in inventory:
+        return inventory[text]
+    if text == LOCAL:
+        return DeviceSpec(name=LOCAL)
+    match = _SPEC.match(text)
+    if not match:
+        raise UsageError(
+            f"{text!r} is not a device spec.",
+            hint="Use local, user@host[:port], a Host alias from ~/.ssh/config, or a name from --inventory.",
+        )
+    port = _port(match["port"], f"device {text!r}") if match["port"] else None
+    return DeviceSpec(name=text, host=match["v6"] or match["host"], port=port, user=match["user"])
