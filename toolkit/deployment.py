@@ -136,7 +136,7 @@ class HelperRefused(DeviceError):
     def __init__(self, device: str, data: dict[str, Any]) -> None:
         self.kind = str(data.get("kind"))
         self.data = data
-        message = f"{device}: {data.get('error')}"
+        message = f"{device}: {str(data.get('error')).rstrip('.')}."
         hints = {
             "disk_full": "Free space on the device (or remove old bundles with `edgetk remove`), then re-run.",
             "integrity": "Re-run the deploy: files with a wrong hash are sent again.",
@@ -165,7 +165,7 @@ class UploadProgress:
         self.interval = interval
         self.done = 0
         self.started = time.perf_counter()
-        self._last = 0.0
+        self._last = self.started
 
     def file_progress(self, base: int) -> Any:
         def callback(sent: int, _total: int) -> None:
