@@ -1,0 +1,288 @@
+"""PyTorch -> float ONNX with ``torch.onnx.export``; the shared ``onnx_quant`` module derives the other precisions.
+
+Which exporter, and why:
+
+- The current exporter (``dynamo=True``, through ``torch.export`` and onnxscript) is tried first for eager
+  modules and ExportedPrograms. It writes one self-contained file here (``external_data=False``), batch fixed
+  to ``request.input_shapes`` or dynamic (``dynamic_shapes``) when ``request.dynamic_batch``.
+- The legacy TorchScript exporter (``dynamo=False``) is used, and named in ``BuiltArtifact.exporter`` and
+  ``notes``, when (a) the source is a TorchScript module (the current exporter refuses ScriptModules),
+  (b) the current exporter fails (the reason is recorded), or (c) the target's highest opset is below what the
+  current exporter can write: it implements opset 18 and down-converts with the ONNX version converter, which
+  fails on many graphs (``Assertion node->hasAttribute(kaxes)``, findings.md) and then silently keeps 18.
+  The opset of the written file is checked, never assumed.
+
+Opset: ``recipe.opset`` if set, else 18 (the current exporter's own), capped by ``request.max_opset`` (the target
+runtime's highest). An op neither exporter handles is a ConversionError naming the op.
+Inputs keep the source's names; outputs are named like the source's (``output`` or ``output_0``, ...).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import re
+import sys
+import warnings
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from toolkit.conversion.base import BuiltArtifact, ConversionRequest
+from toolkit.errors import ConversionError, MissingDependency, UsageError
+from toolkit.sources.torch import TorchSource, first_line, import_torch, missing_shape_error, output_names
+
+DEFAULT_OPSET = 18
+_BATCH_MAX = 65536
+_QUIET_LOGGERS = ("torch.onnx", "torch.export", "torch._dynamo", "onnxscript", "onnx_ir", "torch.fx")
+
+
+def export(request: ConversionRequest, output: Path) -> BuiltArtifact:
+    """Write the float ONNX model of ``request.source`` to ``output``."""
+    source = _torch_source(request)
+    torch = import_torch("Exporting a PyTorch model to ONNX")
+    try:
+        import onnx
+        import onnxscript  # noqa: F401  (the current exporter needs it)
+    except ImportError as exc:
+        raise MissingDependency(
+            getattr(exc, "name", None) or "onnxscript",
+            extra="onnx",
+            purpose="Exporting a PyTorch model to ONNX",
+        ) from exc
+    shapes = _input_shapes(request, source)
+    opset = request.recipe.opset or DEFAULT_OPSET
+    if request.max_opset is not None:
+        opset = min(opset, request.max_opset)
+    args = example_args(torch, source, request, shapes)
+    names = [spec.name for spec in source.inputs]
+    outputs = list(output_names(len(source.probe_outputs(shapes))))
+    output.parent.mkdir(parents=True, exist_ok=True)
+    tmp = output.with_name(output.stem + ".partial.onnx")
+
+    notes: list[str] = []
+    current_error: str | None = None
+    if source.framework == "torchscript":
+        notes.append(
+            "TorchScript source: exported with the legacy TorchScript exporter (the current exporter "
+            "takes only nn.Module and ExportedProgram)."
+        )
+    else:
+        module = source.module
+        try:
+            _export_current(torch, module, args, tmp, names, outputs, opset, request.dynamic_batch)
+            written = _opset_of(onnx, tmp)
+            if written <= opset:
+                _finish(tmp, output)
+                return BuiltArtifact(
+                    path=output,
+                    exporter=f"torch.onnx {_version(torch)} (dynamo exporter, opset {written})",
+                    notes=tuple(notes),
+                )
+            current_error = (
+                f"the current exporter cannot write opset {opset} for this model (it kept opset {written}; "
+                "the ONNX version converter failed)"
+            )
+        except Exception as exc:  # noqa: BLE001  (the exporter raises many types; reported, then the fallback)
+            current_error = f"the current exporter failed: {_exporter_reason(exc)}"
+        _cleanup(tmp)
+        if source.framework == "exported_program":
+            raise ConversionError(
+                f"Cannot export the ExportedProgram {str(source.path)!r} to ONNX opset {opset}: {current_error}.",
+                hint=_op_hint(current_error)
+                or "The legacy exporter cannot take an ExportedProgram; pass the "
+                "factory (file.py:make_model) or a TorchScript file instead, or a target whose ONNX runtime "
+                "loads opset 18.",
+            )
+        notes.append(f"Legacy TorchScript exporter used: {current_error}.")
+
+    try:
+        _export_legacy(torch, source.module, args, tmp, names, outputs, opset, request.dynamic_batch)
+    except Exception as exc:
+        _cleanup(tmp)
+        legacy = _exporter_reason(exc)
+        op = _unsupported_op(legacy) or _unsupported_op(current_error or "")
+        reasons = f"{current_error}; the legacy exporter failed: {legacy}" if current_error else legacy
+        if op:
+            raise ConversionError(
+                f"No ONNX exporter handles the PyTorch op {op} (opset {opset}): {reasons}",
+                hint=f"Replace {op} in the model with ops ONNX supports, or register a custom ONNX function "
+                "for it (torch.onnx.export(custom_translation_table=...)).",
+            ) from exc
+        raise ConversionError(
+            f"Exporting {str(source.path)!r} to ONNX failed: {reasons}",
+            hint="Run with --debug for the exporter's traceback.",
+        ) from exc
+    written = _opset_of(onnx, tmp)
+    _finish(tmp, output)
+    return BuiltArtifact(
+        path=output,
+        exporter=f"torch.onnx {_version(torch)} (legacy TorchScript exporter, opset {written})",
+        notes=tuple(notes),
+    )
+
+
+# --------------------------------------------------------------------------------------------- helpers
+
+
+def _torch_source(request: ConversionRequest) -> TorchSource:
+    source = request.source
+    if not isinstance(source, TorchSource):
+        raise UsageError(f"The PyTorch ONNX route got a {source.framework} source.")
+    return source
+
+
+def _input_shapes(request: ConversionRequest, source: TorchSource) -> dict[str, tuple[int, ...]]:
+    missing = [spec.name for spec in source.inputs if spec.name not in request.input_shapes]
+    if missing:
+        raise missing_shape_error(source, missing)
+    return {
+        name: tuple(int(d) for d in request.input_shapes[name]) for name in (s.name for s in source.inputs)
+    }
+
+
+def example_args(
+    torch: Any, source: TorchSource, request: ConversionRequest, shapes: Mapping[str, tuple[int, ...]]
+) -> tuple[Any, ...]:
+    """Tracing inputs: the first calibration sample when there is one (real values keep data-dependent paths
+    honest), else seeded random data; with a dynamic batch, batch 2 (a batch of 1 is specialised by export)."""
+    rng = np.random.default_rng(0)
+    tensors = []
+    for spec in source.inputs:
+        shape = shapes[spec.name]
+        dtype = np.dtype(spec.dtype)
+        if request.calibration and spec.name in request.calibration[0]:
+            value = np.asarray(request.calibration[0][spec.name]).astype(dtype).reshape(shape)
+        elif np.issubdtype(dtype, np.integer):
+            value = np.zeros(shape, dtype=dtype)
+        else:
+            value = rng.random(shape, dtype=np.float32).astype(dtype)
+        if request.dynamic_batch and value.shape and value.shape[0] == 1:
+            value = np.concatenate([value, value], axis=0)
+        tensors.append(torch.from_numpy(np.ascontiguousarray(value)))
+    return tuple(tensors)
+
+
+@contextlib.contextmanager
+def quiet_export() -> Iterator[None]:
+    """Exporters print progress to stdout and warn at length; keep stdout clean for ``--json`` and move the
+    chatter to stderr at ERROR level only."""
+    levels = {name: logging.getLogger(name).level for name in _QUIET_LOGGERS}
+    for name in _QUIET_LOGGERS:
+        logging.getLogger(name).setLevel(logging.CRITICAL)
+    try:
+        with warnings.catch_warnings(), contextlib.redirect_stdout(sys.stderr):
+            warnings.simplefilter("ignore")
+            yield
+    finally:
+        for name, level in levels.items():
+            logging.getLogger(name).setLevel(level)
+
+
+def _export_current(
+    torch: Any,
+    module: Any,
+    args: tuple[Any, ...],
+    path: Path,
+    names: list[str],
+    outputs: list[str],
+    opset: int,
+    dynamic_batch: bool,
+) -> None:
+    dynamic_shapes = None
+    if dynamic_batch:
+        batch = torch.export.Dim("batch", min=1, max=_BATCH_MAX)
+        dynamic_shapes = tuple({0: batch} for _ in args)
+    with quiet_export():
+        torch.onnx.export(
+            module,
+            args,
+            str(path),
+            dynamo=True,
+            external_data=False,
+            opset_version=opset,
+            input_names=names,
+            output_names=outputs,
+            dynamic_shapes=dynamic_shapes,
+            verbose=False,
+        )
+
+
+def _export_legacy(
+    torch: Any,
+    module: Any,
+    args: tuple[Any, ...],
+    path: Path,
+    names: list[str],
+    outputs: list[str],
+    opset: int,
+    dynamic_batch: bool,
+) -> None:
+    axes = {name: {0: "batch"} for name in [*names, *outputs]} if dynamic_batch else None
+    with quiet_export():
+        torch.onnx.export(
+            module,
+            args,
+            str(path),
+            dynamo=False,
+            opset_version=opset,
+            input_names=names,
+            output_names=outputs,
+            dynamic_axes=axes,
+            do_constant_folding=True,
+        )
+
+
+def _opset_of(onnx: Any, path: Path) -> int:
+    model = onnx.load(str(path), load_external_data=False)
+    return max((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), default=0)
+
+
+def _finish(tmp: Path, output: Path) -> None:
+    """Move the finished file into place; no ``.data`` file may be left next to it."""
+    os.replace(tmp, output)
+    for stray in (Path(str(tmp) + ".data"), Path(str(output) + ".data")):
+        stray.unlink(missing_ok=True)
+
+
+def _cleanup(tmp: Path) -> None:
+    tmp.unlink(missing_ok=True)
+    Path(str(tmp) + ".data").unlink(missing_ok=True)
+
+
+def _version(torch: Any) -> str:
+    return str(torch.__version__).split("+")[0]
+
+
+_DYNAMO_OP = re.compile(r"No ONNX function found for <OpOverload\(op='([\w.]+)'")
+_LEGACY_OP = re.compile(r"operator '([\w:.]+)' to ONNX opset")
+_SUMMARY = re.compile(r"<class '[\w.]+'>: (.+)")
+
+
+def _unsupported_op(text: str) -> str | None:
+    for pattern in (_LEGACY_OP, _DYNAMO_OP):
+        match = pattern.search(text)
+        if match:
+            op = match.group(1)
+            return op.replace("aten.", "aten::", 1) if op.startswith("aten.") else op
+    return None
+
+
+def _op_hint(text: str | None) -> str | None:
+    op = _unsupported_op(text or "")
+    return f"Replace {op} in the model with ops ONNX supports." if op else None
+
+
+def _exporter_reason(exc: BaseException) -> str:
+    """The useful line of an exporter error: the exception summary of the current exporter's report, or the
+    first line of anything else."""
+    text = re.sub(r"\x1b\[[0-9;]*m", "", str(exc))
+    if "Exception summary" in text:
+        summary = text.split("Exception summary", 1)[1]
+        match = _SUMMARY.search(summary)
+        if match:
+            return match.group(1).strip()[:500]
+    return first_line(exc)
