@@ -8,6 +8,7 @@ os.environ.setdefault("EDGETK_TEST", "1")
 
 pytest_plugins = [
     "tests.fixtures.models",
+    "tests.fixtures.torch_models",
     "tests.fixtures.cli",
     "tests.fixtures.device_envs",
     "tests.fixtures.bundles",
