@@ -213,7 +213,7 @@ def _fix_inputs(
             else:
                 dim.dim_value = size
         after = tuple("batch" if axis == 0 and dynamic_batch else s for axis, s in enumerate(shape))
-        if before != shape:
+        if tuple(None if a == "batch" else a for a in after) != before:
             notes.append(f"input {vi.name!r} fixed to {after} (was {tuple(before)})")
 
 

@@ -77,16 +77,43 @@ def iter_nodes(graph: Any) -> Iterator[Any]:
 
 
 def quantized_node_names(model: Any) -> list[str]:
-    """Names of the nodes that run quantized (see the module docstring), in every subgraph."""
+    """Names of the nodes that run quantized (see the module docstring), in every subgraph.
+
+    In QDQ form a node counts when every float input it reads comes from a DequantizeLinear (weights and
+    bias included) and it is heavy compute or its result is quantized again (the pattern onnxruntime fuses);
+    a node left in float by ``nodes_to_exclude`` reads a float weight or feeds no QuantizeLinear."""
     producers: dict[str, str] = {}
-    for node in iter_nodes(model.graph):
-        for out in node.output:
-            producers[out] = node.op_type
+    consumers: dict[str, list[str]] = {}
+    elem_types: dict[str, int] = {}
+    non_float: set[str] = set()
+    for graph in iter_graphs(model.graph):
+        for init in graph.initializer:
+            if init.data_type not in (_FLOAT, _FLOAT16):
+                non_float.add(init.name)
+        for vi in [*graph.input, *graph.output, *graph.value_info]:
+            if vi.type.tensor_type.elem_type:
+                elem_types[vi.name] = vi.type.tensor_type.elem_type
+        for node in graph.node:
+            for out in node.output:
+                producers[out] = node.op_type
+            for name in node.input:
+                consumers.setdefault(name, []).append(node.op_type)
     names = []
     for node in iter_nodes(model.graph):
         if node.op_type in QDQ_OPS:
             continue
-        if is_integer_op(node.op_type) or (node.input and producers.get(node.input[0]) == "DequantizeLinear"):
+        if is_integer_op(node.op_type):
+            names.append(node.name or f"<{node.op_type}>")
+            continue
+        data = [
+            i
+            for i in node.input
+            if i and i not in non_float and elem_types.get(i, _FLOAT) in (_FLOAT, _FLOAT16)
+        ]
+        if not data or not all(producers.get(i) == "DequantizeLinear" for i in data):
+            continue
+        requantized = any("QuantizeLinear" in consumers.get(out, ()) for out in node.output)
+        if node.op_type in COMPUTE_OPS or requantized:
             names.append(node.name or f"<{node.op_type}>")
     return names
 
