@@ -367,7 +367,7 @@ def to_samples(
             raise UsageError(
                 f"{where} holds {bad} NaN or Inf value(s).", hint="Clean the data; converters crash on them."
             )
-        per_input[spec.name] = [s.astype(spec.dtype if spec.dtype != "float16" else "float32") for s in samples]
+        per_input[spec.name] = [s.astype(_feed_dtype(spec, array.dtype)) for s in samples]
     counts = {name: len(s) for name, s in per_input.items()}
     if len(set(counts.values())) > 1:
         raise UsageError(
@@ -383,9 +383,18 @@ def to_samples(
     return SampleSet(feeds=feeds, labels=labels)
 
 
+def _feed_dtype(spec: TensorSpec, data_dtype: np.dtype) -> str:
+    """float32 for float and quantized inputs (sessions quantize them), else the input's own dtype."""
+    if spec.dtype == "float16" or (spec.quantization is not None and np.issubdtype(data_dtype, np.floating)):
+        return "float32"
+    return spec.dtype
+
+
 def _check_dtype(array: np.ndarray, spec: TensorSpec, where: str) -> None:
     want = np.dtype(spec.dtype)
     got = array.dtype
+    if spec.quantization is not None and np.issubdtype(got, np.floating):
+        return  # float data for a quantized integer input: quantized with the input's scale when fed
     ok = (np.issubdtype(want, np.floating) and np.issubdtype(got, np.floating)) or (
         np.issubdtype(want, np.integer) and np.issubdtype(got, np.integer)
     ) or (want == np.bool_ and got == np.bool_)

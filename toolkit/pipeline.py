@@ -420,7 +420,12 @@ class _Built:
     built: BuiltArtifact
     record: ArtifactRecord
     outputs: list[list[np.ndarray]]
-    failures: list[str]
+    failures: list[str]  # accuracy: beyond the tolerance
+    slower: str | None = None  # speed: slower than fp32 in the same runtime
+
+    @property
+    def problems(self) -> list[str]:
+        return self.failures + ([self.slower] if self.slower else [])
 
 
 def _convert(
@@ -475,18 +480,18 @@ def _convert(
             continue
         if result.failures and recipe.precision == "int8" and not explicit:
             progress(f"{recipe.label} out of tolerance ({'; '.join(result.failures)}): trying selective quantization")
-            attempts.append(_attempt_record(result, "dropped", "; ".join(result.failures)))
+            attempts.append(_attempt_record(result, "dropped", "; ".join(result.problems)))
             result = _selective(result, request_for, source, data, reference, policy, fp32_latency, scratch, attempts,
                                 progress)
             if result is None:
                 continue
-        if result.failures and not explicit:
-            attempts.append(_attempt_record(result, "dropped", "; ".join(result.failures)))
-            progress(f"dropped {recipe.label}: {'; '.join(result.failures)}")
+        if result.problems and not explicit:
+            attempts.append(_attempt_record(result, "dropped", "; ".join(result.problems)))
+            progress(f"dropped {recipe.label}: {'; '.join(result.problems)}")
             continue
         reason = "asked for" if explicit else "passed verification"
-        if result.failures:
-            reason = "asked for; shipped but marked: " + "; ".join(result.failures)
+        if result.problems:
+            reason = "asked for; shipped but marked: " + "; ".join(result.problems)
         attempts.append(_attempt_record(result, "kept", reason))
         kept.append(result)
         if recipe.precision != "fp32":
@@ -574,8 +579,9 @@ def _attempt(
     if recipe.precision == "fp32":
         fp32_latency.setdefault(recipe.format, latency)
     base = fp32_latency.get(recipe.format)
+    slower = None
     if base is not None and recipe.precision != "fp32" and latency > base * SLOWER_FACTOR and latency - base > 0.02:
-        failures.append(f"slower than fp32 in {runtime} ({latency:.3f} ms vs {base:.3f} ms)")
+        slower = f"slower than fp32 in {runtime} ({latency:.3f} ms vs {base:.3f} ms)"
         status = status if status != "ok" else "slower"
     record = ArtifactRecord(
         file=artifact_file_name(recipe.precision, recipe.format),
@@ -598,7 +604,7 @@ def _attempt(
         + ((f"exported with {built.exporter}",) if built.exporter else ())
         + (("verified on random inputs: no data was given",) if data.synthetic else ()),
     )
-    return _Built(recipe, explicit, built, record, outputs, failures)
+    return _Built(recipe, explicit, built, record, outputs, failures, slower)
 
 
 def align(source: Sequence[TensorSpec], artifact: Sequence[TensorSpec], *, what: str) -> list[int]:
@@ -666,7 +672,7 @@ def _selective(
             continue
         if not result.failures:
             return result
-        attempts.append(_attempt_record(result, "dropped", "; ".join(result.failures)))
+        attempts.append(_attempt_record(result, "dropped", "; ".join(result.problems)))
     return None
 
 
