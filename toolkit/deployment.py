@@ -99,7 +99,10 @@ class Device:
 
     @property
     def helper_python(self) -> str:
-        return self.spec.python or "python3"
+        """The helper is stdlib-only: on ``local`` this very interpreter runs it (no PATH lookup, no shims)."""
+        if self.spec.python:
+            return self.spec.python
+        return sys.executable if self.spec.is_local else "python3"
 
     def helper(self, command: str, *args: str, timeout: float = HELPER_TIMEOUT_S) -> dict[str, Any]:
         result = self.conn.run([self.helper_python, "-c", helper_source(), command, *args], timeout=timeout)
@@ -108,6 +111,11 @@ class Device:
         except json.JSONDecodeError:
             data = None
         if result.returncode == 3 and isinstance(data, dict):
+            if data.get("kind") in ("not_installed", "no_previous", "usage"):
+                raise UsageError(
+                    f"{self.spec.name}: {str(data.get('error')).rstrip('.')}.",
+                    hint="See `edgetk status` for what is installed.",
+                )
             raise HelperRefused(self.spec.name, data)
         if result.returncode != 0 or not isinstance(data, dict):
             tail = (result.stderr.strip().splitlines() or ["no output"])[-1][:300]
@@ -142,12 +150,8 @@ class HelperRefused(DeviceError):
             "integrity": "Re-run the deploy: files with a wrong hash are sent again.",
             "locked": "Another deploy is running; wait for it, or remove ~/.edgetk/locks/<name> on the device "
             "if that deploy died.",
-            "not_installed": "See `edgetk status` for what is installed.",
-            "no_previous": "See `edgetk status` for the installed versions.",
         }
         super().__init__(message, hint=hints.get(self.kind))
-        if self.kind in ("not_installed", "no_previous", "usage"):
-            self.exit_code = 2
 
 
 # --------------------------------------------------------------------------------------------- progress

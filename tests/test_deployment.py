@@ -1,0 +1,165 @@
+"""push / rollback / status / remove through the API, on ``local`` and on real SSH devices."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import threading
+from pathlib import Path
+
+import pytest
+
+from toolkit.bundle import read_bundle
+from toolkit.deployment import Device, DeviceLock, push, remove, rollback, status, validate_name
+from toolkit.devices import DeviceSpec, open_connection, parse_spec
+from toolkit.errors import DeviceError, UsageError
+
+
+def _ssh_spec(dev, key, python=None):  # type: ignore[no-untyped-def]
+    base = parse_spec(dev.spec)
+    return DeviceSpec(name=dev.name, host=base.host, port=base.port, user=base.user, identity_file=str(key),
+                      python=python)
+
+
+@pytest.fixture
+def local_home(tmp_path, monkeypatch):  # type: ignore[no-untyped-def]
+    home = tmp_path / "home"
+    home.mkdir()
+    monkeypatch.setenv("HOME", str(home))
+    return home
+
+
+def _sha(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def test_local_push_installs_verifies_and_resends_only_missing(local_home, deploy_bundle_factory):  # type: ignore[no-untyped-def]
+    bundle = read_bundle(deploy_bundle_factory(name="tiny", target_arch="x86_64"))
+    spec = DeviceSpec(name="local")
+    with open_connection(spec) as conn:
+        device = Device(spec, conn)
+        first = push(device, bundle)
+        assert first.files_sent == first.files_total == len(bundle.files())
+        assert first.bytes_sent == first.bytes_total
+        root = local_home / ".edgetk" / "bundles" / "tiny"
+        assert os.readlink(root / "current") == bundle.version
+        for f in bundle.files():
+            installed = root / "current" / f.path
+            assert _sha(installed) == f.sha256
+            assert installed.stat().st_mode & 0o777 == 0o644
+        for d in (local_home / ".edgetk", root, root / bundle.version):
+            assert not d.stat().st_mode & 0o002  # nothing world-writable
+
+        # an interrupted push: one file missing, one damaged -> only those two are sent again
+        vdir = root / bundle.version
+        (vdir / "model.fp32.onnx").unlink()
+        (vdir / "golden" / "inputs.npz").write_bytes(b"partial")
+        again = push(device, bundle)
+        assert again.files_sent == 2
+        assert again.bytes_sent == (bundle.path / "model.fp32.onnx").stat().st_size + (
+            bundle.path / "golden" / "inputs.npz"
+        ).stat().st_size
+        assert _sha(vdir / "golden" / "inputs.npz") == _sha(bundle.path / "golden" / "inputs.npz")
+
+        third = push(device, bundle)
+        assert third.files_sent == 0 and third.bytes_sent == 0
+
+
+def test_versions_rollback_keep_three_and_reuse(local_home, deploy_bundle_factory):  # type: ignore[no-untyped-def]
+    bundles = [read_bundle(deploy_bundle_factory(name="multi", seed=i)) for i in range(4)]
+    spec = DeviceSpec(name="local")
+    with open_connection(spec) as conn:
+        device = Device(spec, conn)
+        for b in bundles:
+            push(device, b)
+        state = status(device)["bundles"]["multi"]
+        assert state["current"] == bundles[3].version
+        assert [v["version"] for v in state["versions"]] == [b.version for b in bundles[1:]]
+        root = local_home / ".edgetk" / "bundles" / "multi"
+        assert not (root / bundles[0].version).exists()
+
+        back = rollback(device, "multi")
+        assert back == {"current": bundles[2].version, "previous": bundles[3].version}
+        assert os.readlink(root / "current") == bundles[2].version
+
+        # a damaged previous version is refused, current untouched
+        (root / bundles[1].version / "model.fp32.onnx").write_bytes(b"broken")
+        with pytest.raises(DeviceError, match="damaged"):
+            rollback(device, "multi")
+        assert os.readlink(root / "current") == bundles[2].version
+
+        remove(device, "multi")
+        assert not root.exists()
+        with pytest.raises(UsageError, match="not installed"):
+            remove(device, "multi")
+
+
+def test_arch_mismatch_refused_unless_forced(local_home, deploy_bundle_factory):  # type: ignore[no-untyped-def]
+    bundle = read_bundle(deploy_bundle_factory(name="armonly", target_arch="aarch64"))
+    spec = DeviceSpec(name="local")
+    with open_connection(spec) as conn:
+        device = Device(spec, conn)
+        with pytest.raises(UsageError, match="built for aarch64") as refused:
+            push(device, bundle)
+        assert refused.value.exit_code == 2
+        assert not (local_home / ".edgetk" / "bundles" / "armonly").exists()
+        assert push(device, bundle, force=True).files_sent > 0
+
+
+def test_lock_serialises_deploys(local_home, deploy_bundle_factory):  # type: ignore[no-untyped-def]
+    bundle = read_bundle(deploy_bundle_factory(name="locked"))
+    spec = DeviceSpec(name="local")
+    with open_connection(spec) as conn:
+        device = Device(spec, conn)
+        with DeviceLock(device, "locked"):
+            with pytest.raises(DeviceError, match="holds the lock"):
+                push(device, bundle, lock_timeout=0.5)
+            results = []
+            waiter = threading.Thread(target=lambda: results.append(push(device, bundle, lock_timeout=30)))
+            waiter.start()
+            waiter.join(1.0)
+            assert waiter.is_alive()  # waiting for our lock
+        waiter.join(30)
+        assert results and results[0].version == bundle.version
+        # a stale lock (its deploy died) is broken after stale_lock_s
+        (local_home / ".edgetk" / "locks" / "locked").mkdir()
+        os.utime(local_home / ".edgetk" / "locks" / "locked", (0, 0))
+        assert push(device, bundle, stale_lock_s=60).version == bundle.version
+
+
+@pytest.mark.parametrize("name", ["", ".", "..", "a/b", "../x", ".hidden", "-rf", "a\nb"])
+def test_bad_bundle_names_refused(name):  # type: ignore[no-untyped-def]
+    with pytest.raises(UsageError):
+        validate_name(name)
+
+
+@pytest.mark.ssh
+def test_ssh_push_concurrent_deploys_and_hostile_name(ssh_devices, ssh_client_key, deploy_bundle_factory):  # type: ignore[no-untyped-def]
+    (dev,) = ssh_devices(1)
+    hostile = "evil; touch PWNED1 $(touch PWNED2) `touch PWNED3` 'q\" sp"
+    bundle_a = read_bundle(deploy_bundle_factory(name=hostile, seed=10, pad_mb=4))
+    bundle_b = read_bundle(deploy_bundle_factory(name=hostile, seed=11, pad_mb=4))
+    spec = _ssh_spec(dev, ssh_client_key)
+    known = dev.workdir / "client_known_hosts"
+    known.write_text(dev.known_hosts_line())
+    results: list[object] = []
+
+    def deploy(b):  # type: ignore[no-untyped-def]
+        with open_connection(spec, known_hosts=str(known)) as conn:
+            results.append(push(Device(spec, conn), b))
+
+    threads = [threading.Thread(target=deploy, args=(b,)) for b in (bundle_a, bundle_b)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(120)
+    assert len(results) == 2, results
+    root = dev.home / ".edgetk" / "bundles" / hostile
+    current = os.readlink(root / "current")
+    assert current in (bundle_a.version, bundle_b.version)
+    installed = bundle_a if current == bundle_a.version else bundle_b
+    for f in installed.files():
+        assert _sha(root / current / f.path) == f.sha256
+    for marker in ("PWNED1", "PWNED2", "PWNED3"):
+        assert not (dev.home / marker).exists()
+    assert not (dev.home / ".edgetk" / "locks" / hostile).exists()
