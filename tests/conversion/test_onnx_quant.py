@@ -128,7 +128,7 @@ def test_unknown_excluded_node_fails_and_leaves_nothing(digits_run) -> None:
 
 
 def test_int8_without_calibration_is_a_usage_error(digits_run, tmp_path: Path) -> None:
-    source, request, base, _ = digits_run
+    source, _request, base, _ = digits_run
     bare = ConversionRequest(
         source=source,
         recipe=Recipe("onnx", "int8"),
@@ -191,7 +191,9 @@ def ppocr_run(ppocr_det: Path, tmp_path_factory: pytest.TempPathFactory):
 
 def mean_iou(path: Path, heldout: np.ndarray, reference: list[np.ndarray]) -> float:
     session = OnnxSession(path, threads=2)
-    return float(np.mean([text_iou(ref, session.run({"x": page[None]})[0]) for page, ref in zip(heldout, reference)]))
+    return float(
+        np.mean([text_iou(ref, session.run({"x": page[None]})[0]) for page, ref in zip(heldout, reference)])
+    )
 
 
 def test_ppocr_prepare_upgrades_opset_and_pins_shapes(ppocr_run) -> None:
@@ -231,7 +233,9 @@ def test_ppocr_dynamic_shapes_fall_back_from_symbolic_inference(ppocr_run, tmp_p
     """With H/W left dynamic, quant_pre_process hits "Incomplete symbolic shape inference"."""
     request, _base, heldout, reference, _ = ppocr_run
     base = onnx_quant.prepare(request("fp32", shapes={}, workdir=tmp_path), tmp_path / "base.onnx")
-    built = onnx_quant.derive(request("int8", shapes={}, workdir=tmp_path), base, tmp_path / "model.int8.onnx")
+    built = onnx_quant.derive(
+        request("int8", shapes={}, workdir=tmp_path), base, tmp_path / "model.int8.onnx"
+    )
     notes = " ".join(built.notes)
     assert "Incomplete symbolic shape inference" in notes and "without symbolic shape inference" in notes
     assert inspect_onnx(built.path).quantized_ops >= 64
@@ -243,7 +247,9 @@ def test_ppocr_opset_capped_below_13_falls_back_to_per_tensor(ppocr_run, tmp_pat
     request, _base, heldout, reference, _ = ppocr_run
     base = onnx_quant.prepare(request("fp32", max_opset=12, workdir=tmp_path), tmp_path / "base.onnx")
     assert inspect_onnx(base.path).opset == 12
-    built = onnx_quant.derive(request("int8", max_opset=12, workdir=tmp_path), base, tmp_path / "model.int8.onnx")
+    built = onnx_quant.derive(
+        request("int8", max_opset=12, workdir=tmp_path), base, tmp_path / "model.int8.onnx"
+    )
     assert "per-tensor" in " ".join(built.notes)
     assert inspect_onnx(built.path).quantized_ops >= 64
     assert mean_iou(built.path, heldout, reference) > 0.8

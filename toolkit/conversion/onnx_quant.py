@@ -496,8 +496,8 @@ def _dynamic(request: ConversionRequest, base: BuiltArtifact, tmp: Path) -> _Res
     try:
         with _quiet():
             quantize_dynamic(
-                str(base.path),
-                str(tmp),
+                str(base.path.resolve()),
+                str(tmp.resolve()),
                 weight_type=weight,
                 per_channel=recipe.per_channel,
                 nodes_to_exclude=exclude,
@@ -563,16 +563,19 @@ def _reader(request: ConversionRequest, model_path: Path, limit: int | None = No
 
 @contextlib.contextmanager
 def _quiet() -> Iterator[None]:
-    """onnxruntime.quantization logs warnings on the root logger and via warnings; keep stderr readable."""
+    """onnxruntime.quantization logs warnings on the root logger and via warnings, and drops debug files
+    into the working directory: keep stderr readable and the user's directory clean."""
     import logging
 
     root = logging.getLogger()
     level = root.level
     root.setLevel(logging.ERROR)
     try:
-        with warnings.catch_warnings():
+        with warnings.catch_warnings(), tempfile.TemporaryDirectory(prefix="edgetk-ort-") as scratch:
             warnings.simplefilter("ignore")
-            yield
+            # symbolic shape inference dumps sym_shape_infer_temp.onnx + a .data file into the cwd on failure
+            with contextlib.chdir(scratch):
+                yield
     finally:
         root.setLevel(level)
 
@@ -599,7 +602,7 @@ def preprocessed(request: ConversionRequest, base: BuiltArtifact, notes: list[st
         partial = target.with_suffix(".partial.onnx")
         try:
             with _quiet():
-                quant_pre_process(str(base.path), str(partial), **options)
+                quant_pre_process(str(base.path.resolve()), str(partial.resolve()), **options)
             os.replace(partial, target)
             if label:
                 local.append(f"int8 pre-processing ran {label}")
@@ -627,7 +630,7 @@ def _int8(request: ConversionRequest, base: BuiltArtifact, tmp: Path) -> _Result
             hint="Pass --calibration PATH (.npy, .npz or an image folder), or ask for --precision dynamic.",
         )
     notes: list[str] = []
-    source = preprocessed(request, base, notes)
+    source = preprocessed(request, base, notes).resolve()
     exclude = _nodes_to_exclude(source, recipe.nodes_to_exclude)
     per_channel = recipe.per_channel
     fmt = QuantFormat.QDQ if recipe.quant_format == "qdq" else QuantFormat.QOperator
@@ -646,8 +649,8 @@ def _int8(request: ConversionRequest, base: BuiltArtifact, tmp: Path) -> _Result
     try:
         with _quiet():
             quantize_static(
-                str(source),
-                str(tmp),
+                str(source.resolve()),
+                str(tmp.resolve()),
                 _reader(request, source),
                 quant_format=fmt,
                 activation_type=qtype[recipe.activation_type],
@@ -710,7 +713,7 @@ def node_errors(
     nodes = list(iter_nodes(quant_model.graph))
     if any(is_integer_op(n.op_type) for n in nodes) or not request.calibration or limit <= 0:
         return []
-    reference = preprocessed(request, base, [])
+    reference = preprocessed(request, base, []).resolve()
     producers = {out: n for n in nodes for out in n.output}
 
     def float_input(name: str) -> str:
@@ -731,12 +734,12 @@ def node_errors(
         and producers[n.input[0]].op_type == "DequantizeLinear"
     ]
     with tempfile.TemporaryDirectory(dir=request.workdir) as scratch:
-        float_aug = Path(scratch) / "float.aug.onnx"
-        quant_aug = Path(scratch) / "quant.aug.onnx"
+        float_aug = Path(scratch).resolve() / "float.aug.onnx"
+        quant_aug = Path(scratch).resolve() / "quant.aug.onnx"
         try:
             with _quiet():
-                modify_model_output_intermediate_tensors(str(reference), str(float_aug))
-                modify_model_output_intermediate_tensors(str(int8.path), str(quant_aug))
+                modify_model_output_intermediate_tensors(str(reference.resolve()), str(float_aug))
+                modify_model_output_intermediate_tensors(str(int8.path.resolve()), str(quant_aug))
                 float_acts = collect_activations(
                     str(float_aug), _reader(request, reference, _MAX_DEBUG_SAMPLES)
                 )
