@@ -1,0 +1,1 @@
+"""Tests of the on-device runner, run with device-side pythons."""

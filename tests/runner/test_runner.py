@@ -1,0 +1,502 @@
+"""The on-device runner, run the way a device runs it: a separate python that has numpy and one runtime.
+
+Nothing here imports the runner into the test process; every run is a subprocess of a device env's python
+(tests/fixtures/device_envs.py) on a bundle built with the real converters (tests/fixtures/bundles.py).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from tests.fixtures.bundles import ARTIFACT_KINDS, copy_bundle, make_bundle
+from tests.fixtures.device_envs import DeviceEnv
+from toolkit.bundle import sha256_file
+
+RUNNER = Path(__file__).resolve().parents[2] / "toolkit" / "runner" / "edgetk_runner.py"
+ENV_KEYS = (
+    "arch",
+    "os",
+    "kernel",
+    "device_model",
+    "cpu_model",
+    "cores",
+    "cpu_freq_mhz",
+    "governor",
+    "temperature_c",
+    "memory_mb",
+    "free_disk_mb",
+    "python",
+    "glibc",
+)
+REPORT_KEYS = (
+    "artifact",
+    "runtime",
+    "threads",
+    "load_ms",
+    "first_inference_ms",
+    "latency_ms",
+    "runs",
+    "warmup",
+    "peak_rss_mb",
+    "outputs_match",
+    "error",
+)
+ERROR_KINDS = (
+    "missing_runtime",
+    "unsupported_op",
+    "corrupt_artifact",
+    "integrity",
+    "crash",
+    "bad_bundle",
+    "usage",
+)
+
+
+def run_runner(
+    python: Path | str,
+    *args: str,
+    runner: Path = RUNNER,
+    extra_env: dict[str, str] | None = None,
+    expect_rc: int = 0,
+) -> dict[str, Any]:
+    """Run the runner; its stdout must be exactly one JSON document (whatever the runtimes print)."""
+    proc = subprocess.run(
+        [str(python), str(runner), *args],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+        env={**os.environ, **(extra_env or {})},
+    )
+    assert proc.returncode == expect_rc, (proc.returncode, proc.stdout[-2000:], proc.stderr[-3000:])
+    assert proc.stdout.count("\n") == 1, proc.stdout
+    doc = json.loads(proc.stdout)
+    assert "Traceback" not in proc.stdout
+    return doc
+
+
+def check(env: DeviceEnv | Path, bundle: Path, *args: str, **kwargs: Any) -> dict[str, Any]:
+    python = env.python if isinstance(env, DeviceEnv) else env
+    return run_runner(python, "check", "--bundle", str(bundle), *args, **kwargs)
+
+
+def reports(doc: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    return {r["artifact"]: r for r in doc["reports"]}
+
+
+def assert_measured(report: dict[str, Any], *, runtime: str, version: str, runs: int) -> None:
+    assert set(REPORT_KEYS) <= set(report), report
+    assert report["error"] is None, report["error"]
+    assert report["runtime"]["name"] == runtime and report["runtime"]["version"] == version
+    assert report["runs"] == runs
+    lat = report["latency_ms"]
+    assert 0 < lat["min"] <= lat["p50"] <= lat["p90"] <= lat["p99"] <= lat["max"]
+    assert lat["min"] <= lat["mean"] <= lat["max"] and lat["std"] >= 0
+    assert report["load_ms"] > 0 and report["first_inference_ms"] > 0
+    assert 10 < report["peak_rss_mb"] < 2000
+    match = report["outputs_match"]
+    assert match["ok"] is True, match
+    assert match["max_abs_error"] <= match["atol"] or match["top1_agreement"] == 1.0
+    assert match["top1_agreement"] == 1.0
+    assert match["samples"] == 16
+
+
+def assert_error(report: dict[str, Any], kind: str, *needles: str) -> None:
+    assert kind in ERROR_KINDS
+    error = report["error"]
+    assert error is not None and error["kind"] == kind, report
+    text = f"{error['message']}\n{error['hint']}"
+    for needle in needles:
+        assert needle in text, (needle, error)
+    assert report["latency_ms"] is None and report["outputs_match"] is None
+    assert "Traceback" not in error["message"]
+
+
+@pytest.fixture(scope="module")
+def full_bundle(tmp_path_factory: pytest.TempPathFactory, digits_keras: Path, digits: Any) -> Path:
+    """Every artifact kind: fp32/int8/dynamic/custom-op tflite and fp32 onnx."""
+    return make_bundle(
+        tmp_path_factory.mktemp("runner") / "full",
+        keras_model=digits_keras,
+        calibration=digits.x_calib,
+        golden=digits.x_heldout[:16],
+        artifacts=ARTIFACT_KINDS,
+    )
+
+
+# ------------------------------------------------------------------------------------------ static
+
+
+def test_runner_source_is_python36_compatible() -> None:
+    vermin = Path(sys.executable).parent / "vermin"
+    # "3.6-": the runner may need at most 3.6 (vermin's plain "3.6" demands a minimum of exactly 3.6).
+    proc = subprocess.run(
+        [str(vermin), "--target=3.6-", "--no-tips", "--violations", str(RUNNER)],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "requires" not in proc.stdout, proc.stdout
+    source = RUNNER.read_text()
+    assert "import toolkit" not in source and "from toolkit" not in source
+    for banned in ("from __future__ import annotations", "capture_output", "dataclass", ":="):
+        assert banned not in source, banned
+
+
+# ------------------------------------------------------------------------------------------ probe
+
+
+def test_probe_in_device_env(device_env: DeviceEnv) -> None:
+    doc = run_runner(device_env.python, "probe")
+    assert doc["runner_version"] == "1"
+    env = doc["environment"]
+    assert set(ENV_KEYS) <= set(env)
+    assert env["arch"] == os.uname().machine and env["cores"] == os.cpu_count()
+    assert env["python"].startswith("3.") and env["memory_mb"] > 100 and env["free_disk_mb"] > 0
+    assert env["cpu_model"]
+    assert doc["runtimes"] == {
+        "litert": "2.3.0",
+        "tflite-runtime": None,
+        "tensorflow": None,
+        "onnxruntime": "1.31.1",
+        "numpy": "2.4.6",
+    }
+    assert "CPUExecutionProvider" in doc["onnxruntime_providers"]
+
+
+def test_probe_in_legacy_env(legacy_env: DeviceEnv) -> None:
+    doc = run_runner(legacy_env.python, "probe")
+    assert doc["runtimes"] == {
+        "litert": None,
+        "tflite-runtime": "2.14.0",
+        "tensorflow": None,
+        "onnxruntime": None,
+        "numpy": "1.26.4",
+    }
+    assert doc["onnxruntime_providers"] == []
+
+
+def test_probe_needs_only_the_standard_library(empty_env: DeviceEnv) -> None:
+    doc = run_runner(empty_env.python, "probe")
+    assert set(doc["runtimes"].values()) == {None}
+    assert set(ENV_KEYS) <= set(doc["environment"])
+
+
+def test_device_env_holds_no_tensorflow_and_no_toolkit(device_env: DeviceEnv) -> None:
+    for module in ("tensorflow", "keras", "toolkit", "torch"):
+        proc = subprocess.run(
+            [str(device_env.python), "-c", f"import {module}"],
+            capture_output=True,
+            text=True,
+            cwd="/",
+            check=False,
+        )
+        assert proc.returncode != 0, f"{module} is importable in the device env"
+
+
+# ------------------------------------------------------------------------------------------ check
+
+
+def test_check_tiny_bundle_in_device_env(device_env: DeviceEnv, tiny_bundle: Path) -> None:
+    # The bundle's own copy of the runner, as deploy ships it.
+    doc = check(
+        device_env,
+        tiny_bundle,
+        "--runs",
+        "30",
+        "--warmup",
+        "3",
+        "--threads",
+        "1",
+        runner=tiny_bundle / "edgetk_runner.py",
+    )
+    assert doc["ok"] is True and doc["error"] is None
+    assert set(ENV_KEYS) <= set(doc["environment"])
+    by_file = reports(doc)
+    assert list(by_file) == ["model.fp32.tflite", "model.int8.tflite", "model.fp32.onnx"]
+    for name in ("model.fp32.tflite", "model.int8.tflite"):
+        assert_measured(by_file[name], runtime="litert", version="2.3.0", runs=30)
+    assert_measured(by_file["model.fp32.onnx"], runtime="onnxruntime", version="1.31.1", runs=30)
+    assert by_file["model.fp32.onnx"]["runtime"]["providers"] == ["CPUExecutionProvider"]
+    assert all(r["threads"] == 1 and r["warmup"] == 3 for r in doc["reports"])
+    # fp32 runs the same kernels as on the host: the golden outputs come back (nearly) bit for bit.
+    assert by_file["model.fp32.tflite"]["outputs_match"]["max_abs_error"] < 1e-5
+
+
+def test_check_selected_artifact_and_min_time(device_env: DeviceEnv, tiny_bundle: Path) -> None:
+    doc = check(
+        device_env,
+        tiny_bundle,
+        "--artifact",
+        "model.int8.tflite",
+        "--runs",
+        "5",
+        "--warmup",
+        "0",
+        "--min-time",
+        "0.3",
+    )
+    (report,) = doc["reports"]
+    assert report["artifact"] == "model.int8.tflite" and report["error"] is None
+    assert report["runs"] > 5  # kept going until 0.3 s had passed
+    assert report["runs"] * report["latency_ms"]["mean"] >= 300 * 0.9
+
+
+def test_legacy_pi_runs_fp32_int8_and_refuses_dynamic(legacy_env: DeviceEnv, full_bundle: Path) -> None:
+    doc = check(legacy_env, full_bundle, "--runs", "10", "--warmup", "1")
+    by_file = reports(doc)
+    assert doc["ok"] is False and doc["error"] is None
+    for name in ("model.fp32.tflite", "model.int8.tflite"):
+        assert_measured(by_file[name], runtime="tflite-runtime", version="2.14.0", runs=10)
+    assert_error(
+        by_file["model.dynamic.tflite"],
+        "unsupported_op",
+        "FULLY_CONNECTED",
+        "version 12",
+        "tflite-runtime 2.14.0",
+        "pip install ai-edge-litert",
+    )
+    assert_error(by_file["model.fp16.tflite"], "unsupported_op", "EdgetkTestOp")
+    assert_error(by_file["model.fp32.onnx"], "missing_runtime", "pip install onnxruntime")
+
+
+def test_custom_op_fails_alone_in_device_env(device_env: DeviceEnv, full_bundle: Path) -> None:
+    doc = check(device_env, full_bundle, "--runs", "5", "--warmup", "1")
+    by_file = reports(doc)
+    assert_error(by_file["model.fp16.tflite"], "unsupported_op", "custom op EdgetkTestOp", "litert 2.3.0")
+    for name in ("model.fp32.tflite", "model.int8.tflite", "model.dynamic.tflite", "model.fp32.onnx"):
+        assert by_file[name]["error"] is None and by_file[name]["outputs_match"]["ok"], by_file[name]
+    assert doc["ok"] is False
+
+
+def test_missing_runtime(bare_env: DeviceEnv, tiny_bundle: Path) -> None:
+    doc = check(bare_env, tiny_bundle, "--runs", "5")
+    by_file = reports(doc)
+    assert doc["ok"] is False and doc["error"] is None
+    for name in ("model.fp32.tflite", "model.int8.tflite"):
+        assert_error(by_file[name], "missing_runtime", "No runtime for .tflite", "pip install ai-edge-litert")
+    assert_error(by_file["model.fp32.onnx"], "missing_runtime", "pip install onnxruntime")
+
+
+def test_missing_numpy(empty_env: DeviceEnv, tiny_bundle: Path) -> None:
+    doc = check(empty_env, tiny_bundle, "--artifact", "model.fp32.onnx")
+    assert_error(doc["reports"][0], "missing_runtime", "numpy", "pip install numpy")
+
+
+def _rewrite_manifest_hash(bundle: Path, file: str) -> None:
+    manifest = json.loads((bundle / "manifest.json").read_text())
+    for record in manifest["artifacts"]:
+        if record["file"] == file:
+            record["sha256"] = sha256_file(bundle / file)
+    (bundle / "manifest.json").write_text(json.dumps(manifest))
+
+
+def test_corrupt_artifacts(device_env: DeviceEnv, tiny_bundle: Path, tmp_path: Path) -> None:
+    bundle = copy_bundle(tiny_bundle, tmp_path / "corrupt")
+    # Damaged on the device side after the manifest was written... and re-hashed, so only loading can tell.
+    data = (bundle / "model.fp32.tflite").read_bytes()
+    (bundle / "model.fp32.tflite").write_bytes(data[: len(data) // 3])
+    (bundle / "model.fp32.onnx").write_bytes(b"\x08\x07garbage" * 100)
+    for name in ("model.fp32.tflite", "model.fp32.onnx"):
+        _rewrite_manifest_hash(bundle, name)
+    doc = check(device_env, bundle, "--runs", "5")
+    by_file = reports(doc)
+    assert_error(by_file["model.fp32.tflite"], "corrupt_artifact", "litert", "edgetk deploy")
+    assert_error(by_file["model.fp32.onnx"], "corrupt_artifact", "onnxruntime")
+    assert (
+        by_file["model.int8.tflite"]["error"] is None and by_file["model.int8.tflite"]["outputs_match"]["ok"]
+    )
+
+
+def test_tampered_artifact_is_not_measured(device_env: DeviceEnv, tiny_bundle: Path, tmp_path: Path) -> None:
+    bundle = copy_bundle(tiny_bundle, tmp_path / "tampered")
+    data = bytearray((bundle / "model.int8.tflite").read_bytes())
+    data[len(data) // 2] ^= 0x01  # one bit: the file still loads, but it is not what convert wrote
+    (bundle / "model.int8.tflite").write_bytes(bytes(data))
+    doc = check(device_env, bundle, "--runs", "5")
+    by_file = reports(doc)
+    report = by_file["model.int8.tflite"]
+    assert_error(report, "integrity", "sha256", "not measured")
+    assert report["load_ms"] is None and report["first_inference_ms"] is None and report["runs"] == 0
+    assert report["runtime"] == {"name": None, "version": None}
+    assert by_file["model.fp32.tflite"]["error"] is None and by_file["model.fp32.onnx"]["error"] is None
+    assert doc["ok"] is False
+
+
+FAKE_ORT = """
+import os, signal
+__version__ = "0.0-crash"
+def get_available_providers():
+    return ["CPUExecutionProvider"]
+class SessionOptions(object):
+    pass
+class InferenceSession(object):
+    def __init__(self, *args, **kwargs):
+        os.kill(os.getpid(), signal.SIGSEGV)  # what a native kernel bug looks like from outside
+"""
+
+
+def test_crashing_runtime_is_reported_per_artifact(
+    device_env: DeviceEnv, tiny_bundle: Path, tmp_path: Path
+) -> None:
+    # An onnxruntime whose session segfaults the process; the real litert still runs the tflite artifacts.
+    fake = tmp_path / "fake_site" / "onnxruntime"
+    fake.mkdir(parents=True)
+    (fake / "__init__.py").write_text(FAKE_ORT)
+    doc = check(device_env, tiny_bundle, "--runs", "5", extra_env={"PYTHONPATH": str(fake.parent)})
+    by_file = reports(doc)
+    assert_error(by_file["model.fp32.onnx"], "crash", "SIGSEGV", "model.fp32.onnx")
+    for name in ("model.fp32.tflite", "model.int8.tflite"):
+        assert by_file[name]["error"] is None and by_file[name]["outputs_match"]["ok"]
+        assert by_file[name]["peak_rss_mb"] > 0
+    assert doc["ok"] is False
+
+
+def test_wrong_outputs_are_not_ok(device_env: DeviceEnv, tiny_bundle: Path, tmp_path: Path) -> None:
+    bundle = copy_bundle(tiny_bundle, tmp_path / "wrong")
+    golden = bundle / "golden" / "model.fp32.tflite.npz"
+    with np.load(golden) as data:
+        outputs = {k: data[k] for k in data.files}
+    outputs["output_0"] = outputs["output_0"][::-1].copy()  # samples shuffled: different classes
+    np.savez(golden, **outputs)
+    doc = check(device_env, bundle, "--artifact", "model.fp32.tflite", "--runs", "3")
+    match = doc["reports"][0]["outputs_match"]
+    assert match["ok"] is False and match["max_abs_error"] > 0.1 and match["top1_agreement"] < 0.9
+    assert doc["ok"] is False and doc["reports"][0]["error"] is None
+
+
+# ------------------------------------------------------------------------------------------ bad input
+
+
+def test_usage_errors_are_json_with_exit_2(device_env: DeviceEnv, tiny_bundle: Path) -> None:
+    for args in ([], ["check"], ["check", "--bundle", str(tiny_bundle), "--runs", "-3"], ["frobnicate"]):
+        doc = run_runner(device_env.python, *args, expect_rc=2)
+        assert doc["error"]["kind"] == "usage" and doc["error"]["hint"], args
+    doc = check(device_env, tiny_bundle, "--artifact", "model.nope.tflite", expect_rc=2)
+    assert doc["error"]["kind"] == "usage" and "model.fp32.tflite" in doc["error"]["message"]
+
+
+def test_bad_bundle(device_env: DeviceEnv, tmp_path: Path) -> None:
+    doc = check(device_env, tmp_path)
+    assert doc["error"]["kind"] == "bad_bundle" and "manifest.json" in doc["error"]["message"]
+    (tmp_path / "manifest.json").write_text("{not json")
+    doc = check(device_env, tmp_path)
+    assert doc["error"]["kind"] == "bad_bundle" and "not valid JSON" in doc["error"]["message"]
+    assert doc["ok"] is False and doc["reports"] == []
+
+
+def test_missing_artifact_file(device_env: DeviceEnv, tiny_bundle: Path, tmp_path: Path) -> None:
+    bundle = copy_bundle(tiny_bundle, tmp_path / "missing")
+    (bundle / "model.fp32.onnx").unlink()
+    doc = check(device_env, bundle, "--runs", "3")
+    assert_error(reports(doc)["model.fp32.onnx"], "bad_bundle", "missing")
+
+
+# ------------------------------------------------------------------------------------------ big / timing
+
+
+def test_big_artifact_loads(device_env: DeviceEnv, big_bundle: Any) -> None:
+    bundle = big_bundle(20)
+    assert (bundle / "model.fp32.onnx").stat().st_size > 20 * 1024 * 1024
+    doc = check(device_env, bundle, "--runs", "5")
+    (report,) = doc["reports"]
+    assert report["error"] is None and report["outputs_match"]["ok"], report
+    assert report["peak_rss_mb"] > 20
+
+
+BARE_LOOP = r"""
+import sys, time, json, numpy as np
+kind, path, runs, threads = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
+clock = time.perf_counter
+times = []
+if kind == "tflite":
+    from ai_edge_litert.interpreter import Interpreter
+    it = Interpreter(model_path=path, num_threads=threads)
+    it.allocate_tensors()
+    d = it.get_input_details()[0]
+    it.set_tensor(d["index"], np.zeros(d["shape"], d["dtype"]))
+    invoke = it.invoke
+    for _ in range(runs // 10):
+        invoke()
+    for _ in range(runs):
+        t0 = clock(); invoke(); times.append(clock() - t0)
+else:
+    import onnxruntime as ort
+    o = ort.SessionOptions(); o.intra_op_num_threads = threads; o.inter_op_num_threads = 1
+    s = ort.InferenceSession(path, sess_options=o, providers=["CPUExecutionProvider"])
+    i = s.get_inputs()[0]
+    feeds = {i.name: np.zeros([d if isinstance(d, int) else 1 for d in i.shape], np.float32)}
+    run = s.run
+    for _ in range(runs // 10):
+        run(None, feeds)
+    for _ in range(runs):
+        t0 = clock(); run(None, feeds); times.append(clock() - t0)
+print(json.dumps({"p50": float(np.percentile(np.array(times) * 1000, 50))}))
+"""
+
+
+def test_runner_p50_vs_bare_invoke_loop(
+    device_env: DeviceEnv, tiny_bundle: Path, tmp_path: Path, record_property: Any
+) -> None:
+    """Reported, not asserted (timing on a shared 2-core machine is noise): the runner's p50 / a bare loop's."""
+    script = tmp_path / "bare.py"
+    script.write_text(BARE_LOOP)
+    runs = 2000
+    ratios = {}
+    for name, kind in (("model.fp32.tflite", "tflite"), ("model.fp32.onnx", "onnx")):
+        bare = []
+        runner = []
+        for _ in range(2):  # interleaved, best of two each, to damp the neighbours' load
+            proc = subprocess.run(
+                [str(device_env.python), str(script), kind, str(tiny_bundle / name), str(runs), "1"],
+                capture_output=True,
+                text=True,
+                check=True,
+            )
+            bare.append(json.loads(proc.stdout.strip().splitlines()[-1])["p50"])
+            doc = check(
+                device_env,
+                tiny_bundle,
+                "--artifact",
+                name,
+                "--runs",
+                str(runs),
+                "--warmup",
+                str(runs // 10),
+                "--threads",
+                "1",
+            )
+            runner.append(doc["reports"][0]["latency_ms"]["p50"])
+        ratios[name] = {
+            "runner_p50_ms": min(runner),
+            "bare_p50_ms": min(bare),
+            "ratio": min(runner) / min(bare),
+        }
+        assert min(runner) > 0 and min(bare) > 0
+    record_property("runner_vs_bare", ratios)
+    print("\nrunner p50 vs bare loop:", json.dumps(ratios, indent=1))
+    out = os.environ.get("EDGETK_BENCH_OUT")
+    if out:
+        Path(out).write_text(json.dumps(ratios))
+
+
+def test_device_env_creation_time(device_env: DeviceEnv, legacy_env: DeviceEnv, bare_env: DeviceEnv) -> None:
+    """Reported: how long the device envs took to create (None: reused from the cache)."""
+    for env in (device_env, legacy_env, bare_env):
+        marker = json.loads((env.root / ".complete").read_text())
+        print(f"\n{env.name}: created in {marker['created_s']:.1f} s; this run: {env.created_s}")
+        assert env.python.is_file() and os.access(env.python, os.X_OK)
+        # Other users (the SSH tests' logins) must be able to run it: world r+x all the way down.
+        for path in (env.root, env.root / "bin", env.root / "lib"):
+            assert path.stat().st_mode & 0o005 == 0o005, path
+    shutil.which("python3")
