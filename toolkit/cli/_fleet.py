@@ -112,7 +112,7 @@ def finish(entries: Sequence[DeviceEntry], *, as_json: bool, render: Callable[[D
             for line in render(entry):
                 click.echo(f"       {line}")
             if entry.error:
-                click.echo(f"       error: {entry.error}")
+                click.echo(f"error: {entry.error}", err=True)
         failed = [e for e in entries if not e.ok]
         if len(entries) > 1:
             click.echo(f"{len(entries) - len(failed)} of {len(entries)} devices succeeded", err=True)
