@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -499,4 +498,3 @@ def test_device_env_creation_time(device_env: DeviceEnv, legacy_env: DeviceEnv, 
         # Other users (the SSH tests' logins) must be able to run it: world r+x all the way down.
         for path in (env.root, env.root / "bin", env.root / "lib"):
             assert path.stat().st_mode & 0o005 == 0o005, path
-    shutil.which("python3")
