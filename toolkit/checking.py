@@ -16,8 +16,9 @@ from __future__ import annotations
 
 import json
 import logging
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Mapping, Sequence
+from typing import Any
 
 from toolkit.bundle import Bundle
 from toolkit.deployment import Device, installed_version, version_dir

@@ -12,11 +12,12 @@ import json
 import os
 import sqlite3
 import uuid
+from collections.abc import Sequence
 from contextlib import closing
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 from toolkit.errors import UsageError
 from toolkit.types import CheckReport
@@ -103,7 +104,7 @@ class Store:
 
     def record(self, reports: Sequence[CheckReport], *, bundle: str, version: str, run_id: str) -> list[str]:
         """Store one run's reports (their ``check_id`` is used, or made) and return the ids, in order."""
-        now = datetime.now(timezone.utc).isoformat(timespec="microseconds")
+        now = datetime.now(UTC).isoformat(timespec="microseconds")
         ids = []
         with closing(self._connect()) as db, db:
             for index, report in enumerate(reports):

@@ -86,9 +86,8 @@ def test_down_device_fails_fast_with_device_error(fresh_ssh_device, ssh_client_k
     known = ssh_known_hosts(dev)
     dev.stop()
     started = time.perf_counter()
-    with pytest.raises(DeviceError) as down:
-        with open_connection(_spec(dev, ssh_client_key, known)) as conn:
-            conn.run(["true"])
+    with pytest.raises(DeviceError) as down, open_connection(_spec(dev, ssh_client_key, known)) as conn:
+        conn.run(["true"])
     assert "refused the connection" in down.value.message
     assert time.perf_counter() - started < 5
 

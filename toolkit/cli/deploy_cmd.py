@@ -12,9 +12,10 @@ Exit code: the worst device wins (4 device error, else 2 usage, else 1 gate fail
 from __future__ import annotations
 
 import sys
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 import click
 

@@ -8,8 +8,9 @@ adds the shipped target profile that matches best (``toolkit.targets.match_profi
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 import click
 

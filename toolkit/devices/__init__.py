@@ -14,7 +14,7 @@ from toolkit.devices.spec import DeviceSpec, parse_spec
 if TYPE_CHECKING:
     from toolkit.devices.connection import Connection
 
-__all__ = ["DeviceSpec", "parse_spec", "open_connection"]
+__all__ = ["DeviceSpec", "open_connection", "parse_spec"]
 
 
 def open_connection(

@@ -12,9 +12,10 @@ is passed as data and never run.
 from __future__ import annotations
 
 import shlex
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from types import TracebackType
-from typing import Callable, Protocol, Sequence, runtime_checkable
+from typing import Protocol, runtime_checkable
 
 from toolkit.types import CommandResult
 

@@ -7,9 +7,10 @@ exit code follows architecture.md (worst wins: 4 device error, else 2 usage, els
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Callable, Generic, Sequence, TypeVar
+from typing import Generic, TypeVar
 
 from toolkit.devices.spec import DeviceSpec
 from toolkit.errors import ToolkitError, worst_exit_code

@@ -17,8 +17,9 @@ from __future__ import annotations
 
 import difflib
 import tomllib
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
 from toolkit.devices.spec import LOCAL, DeviceSpec, _port
 from toolkit.errors import UsageError

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import os
 import subprocess
+from collections.abc import Sequence
 from pathlib import Path
 from types import TracebackType
-from typing import Sequence
 
 from toolkit.devices.connection import Progress
 from toolkit.devices.spec import DeviceSpec

@@ -8,8 +8,8 @@ HostName/User/Port/IdentityFile/ProxyJump come from there), or a device name fro
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Mapping
 
 from toolkit.errors import UsageError
 

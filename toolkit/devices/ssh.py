@@ -20,9 +20,10 @@ import os
 import select
 import socket
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from types import TracebackType
-from typing import Any, Sequence
+from typing import Any
 
 import paramiko
 
@@ -130,7 +131,7 @@ class SshConnection:
                 f"{self.name}: cannot resolve the host name {hostname!r}.",
                 hint="Check the spelling, your DNS, or the Host alias in ~/.ssh/config.",
             ) from None
-        except (TimeoutError, socket.timeout):
+        except TimeoutError:
             raise DeviceError(
                 f"{self.name}: no answer from {hostname}:{port} within {self.connect_timeout:.0f} s.",
                 hint="Is the device powered on and on the network?",
@@ -316,16 +317,15 @@ class SshConnection:
         sftp = self._sftp_client()
         size = Path(local).stat().st_size
         try:
-            with open(local, "rb") as handle:
-                with sftp.file(remote, "wb") as target:
-                    target.set_pipelined(True)
-                    target.chmod(0o644)
-                    sent = 0
-                    while block := handle.read(1 << 18):
-                        target.write(block)
-                        sent += len(block)
-                        if progress:
-                            progress(sent, size)
+            with open(local, "rb") as handle, sftp.file(remote, "wb") as target:
+                target.set_pipelined(True)
+                target.chmod(0o644)
+                sent = 0
+                while block := handle.read(1 << 18):
+                    target.write(block)
+                    sent += len(block)
+                    if progress:
+                        progress(sent, size)
             attrs = sftp.stat(remote)
         except (EOFError, OSError, paramiko.SSHException) as exc:
             transport = self._client.get_transport() if self._client is not None else None
