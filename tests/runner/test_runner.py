@@ -498,3 +498,27 @@ def test_device_env_creation_time(device_env: DeviceEnv, legacy_env: DeviceEnv, 
         # Other users (the SSH tests' logins) must be able to run it: world r+x all the way down.
         for path in (env.root, env.root / "bin", env.root / "lib"):
             assert path.stat().st_mode & 0o005 == 0o005, path
+
+
+def test_pipeline_bundle_checks_ok_on_device(
+    device_env: DeviceEnv, digits_keras: Path, digits_calibration: Path, digits_eval: Path, tmp_path: Path
+) -> None:
+    """The contract end to end: a bundle written by `edgetk convert`'s pipeline passes the runner's check."""
+    from toolkit.pipeline import ConvertOptions, convert_bundle
+
+    result = convert_bundle(
+        ConvertOptions(
+            source=str(digits_keras),
+            calibration=digits_calibration,
+            eval_data=digits_eval,
+            precisions=("fp32", "int8"),
+            formats=("tflite",),
+            out=tmp_path / "pipe",
+        ),
+        progress=lambda message: None,
+    )
+    doc = check(device_env, result.bundle_dir, "--runs", "10", runner=result.bundle_dir / "edgetk_runner.py")
+    assert doc["ok"] is True, doc["reports"]
+    assert {r["artifact"] for r in doc["reports"]} == {a.file for a in result.manifest.artifacts}
+    for report in doc["reports"]:
+        assert report["outputs_match"]["ok"] and report["outputs_match"]["top1_agreement"] == 1.0
