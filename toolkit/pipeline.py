@@ -41,6 +41,7 @@ from toolkit.bundle import (
 )
 from toolkit.conversion.base import BuiltArtifact, ConversionRequest
 from toolkit.errors import ConversionError, ToolkitError, UsageError
+from toolkit.quiet import native_stderr_silenced
 from toolkit.sources import SourceModel, detect_framework, open_source
 from toolkit.types import (
     FORMATS,
@@ -543,7 +544,8 @@ def _attempt(
             shutil.copyfile(source.path, output)
             built = BuiltArtifact(path=output, notes=("taken as it is (no conversion)",))
         else:
-            built = registry.build(request, output)
+            with native_stderr_silenced():
+                built = registry.build(request, output)
     except UsageError:
         raise
     except ToolkitError as exc:
@@ -652,7 +654,8 @@ def _selective(
     """Keep the layers that hurt most in float and try again; None when that does not help either."""
     recipe = failed.recipe
     try:
-        ranked = _worst_nodes(request_for(recipe), failed.built)
+        with native_stderr_silenced():
+            ranked = _worst_nodes(request_for(recipe), failed.built)
     except ToolkitError as exc:
         attempts.append(Attempt(recipe.to_dict(), "failed", f"selective quantization unavailable: {exc.message}"))
         return None

@@ -8,8 +8,10 @@ from __future__ import annotations
 
 import importlib
 import logging
+import os
 import sys
 import traceback
+import warnings
 from typing import Any
 
 import click
@@ -63,6 +65,11 @@ def cli(ctx: click.Context, debug: bool) -> None:
     """edge-toolkit: convert a model, deploy it to your devices over SSH, and check it there."""
     ctx.ensure_object(dict)
     ctx.obj["debug"] = debug
+    if debug:
+        os.environ["EDGETK_DEBUG"] = "1"
+    else:
+        warnings.simplefilter("ignore")  # library deprecation chatter is not the user's business
+        os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
     logging.basicConfig(
         level=logging.DEBUG if debug else logging.WARNING, format="%(levelname)s %(name)s: %(message)s"
     )

@@ -64,7 +64,10 @@ def open_source(source: str, *, weights: Path | None = None) -> SourceModel:
     """Load ``source`` with its framework's loader (heavy imports happen here, not at import time)."""
     framework = detect_framework(source)
     if framework in ("keras", "savedmodel"):
+        from toolkit.quiet import import_tensorflow_quietly
         from toolkit.sources.tensorflow import open_tensorflow
+
+        import_tensorflow_quietly()
 
         return open_tensorflow(Path(source), framework)
     if framework == "onnx":
