@@ -175,7 +175,7 @@ def _policy(options: ConvertOptions) -> _Policy:
         arch=getattr(profile, "arch", None),
         recipes=tuple(profile.recipes),
         tolerance=tolerance,
-        threads=options.threads or getattr(profile, "threads", None) or 2,
+        threads=options.threads or min(getattr(profile, "threads", None) or 2, os.cpu_count() or 2),
         max_opset=getattr(profile, "max_onnx_opset", None),
         preferences=preferences,
     )
