@@ -77,7 +77,8 @@ def fixed_saved_model(request: ConversionRequest) -> Path:
                 f"Input {spec.name!r} has dynamic dimensions {shapes[spec.name]}; the TFLite route needs them fixed.",
                 hint=f"Give --input-shape {spec.name}=D0,D1,... or calibration data that fixes them.",
             )
-    key = hashlib.sha256(repr(sorted(shapes.items())).encode()).hexdigest()[:12]
+    identity = (source.framework, str(Path(source.path).resolve()), sorted(shapes.items()))
+    key = hashlib.sha256(repr(identity).encode()).hexdigest()[:12]
     directory = request.workdir / f"tflite-savedmodel-{key}"
     if (directory / "saved_model.pb").is_file():
         return directory
@@ -158,17 +159,47 @@ def _op_outputs(model: bytes, workdir: Path) -> list[tuple[str, tuple[str, ...]]
         os.unlink(handle.name)
 
 
+def _layer_scopes(tensor_names: Sequence[str], layers: Sequence[str]) -> dict[str, set[str]]:
+    """Keras layer name -> the name scopes its ops got in the exported graph.
+
+    TensorFlow uniquifies scopes (layer ``conv2d`` may become ``conv2d_1`` and layer ``conv2d_1`` become
+    ``conv2d_1_2``), so a scope is assigned to a layer only once it has a single candidate left.
+    """
+    scopes = {comp for name in tensor_names for part in name.split(";") for comp in part.split("/")[:-1]}
+
+    def candidates(scope: str, free: set[str]) -> list[str]:
+        return [l for l in free if scope == l or re.fullmatch(re.escape(l) + r"_\d+", scope)]
+
+    free = set(layers)
+    pending = {s for s in scopes if candidates(s, free)}
+    result: dict[str, set[str]] = {}
+    progress = True
+    while progress and pending:
+        progress = False
+        for scope in sorted(pending):
+            options = candidates(scope, free)
+            if len(options) == 1:
+                result.setdefault(options[0], set()).add(scope)
+                free.discard(options[0])
+                pending.discard(scope)
+                progress = True
+            elif not options:
+                pending.discard(scope)
+    return result
+
+
 def resolve_nodes(
-    requested: Sequence[str], ops: Sequence[tuple[str, tuple[str, ...]]]
+    requested: Sequence[str], ops: Sequence[tuple[str, tuple[str, ...]]], layers: Sequence[str] = ()
 ) -> tuple[list[str], list[str]]:
     """Map ``nodes_to_exclude`` entries to (denylisted node tensor names, denylisted op types).
 
     An entry is an op's output tensor name (what ``layer_errors`` returns), a builtin op name
-    (``FULLY_CONNECTED``), or a Keras layer name (``dense_1``), matched against the name scopes inside the
-    tensor names (the export adds a ``_1`` suffix to each scope, which is tried first).
+    (``FULLY_CONNECTED``), or a Keras layer name (``dense_1``, given in ``layers``), matched against the name
+    scopes inside the tensor names.
     """
     tensor_names = [name for _, outs in ops for name in outs]
     op_types = {op for op, _ in ops}
+    scope_map = _layer_scopes(tensor_names, layers)
     nodes: list[str] = []
     types: list[str] = []
     unknown: list[str] = []
@@ -184,15 +215,12 @@ def resolve_nodes(
         if entry in op_types:
             types.append(entry)
             continue
-        matched: list[str] = []
-        for candidate in (f"{entry}_1", entry):
-            matched = [
-                name
-                for name in tensor_names
-                if any(candidate in re.split(r"[/;]", part) for part in name.split(";"))
-            ]
-            if matched:
-                break
+        scopes = scope_map.get(entry) or {entry}
+        matched = [
+            name
+            for name in tensor_names
+            if any(comp in scopes for part in name.split(";") for comp in part.split("/")[:-1])
+        ]
         if matched:
             nodes.extend(m for m in matched if m not in nodes)
         else:
@@ -218,7 +246,9 @@ def _selective_int8(request: ConversionRequest) -> tuple[bytes, list[str]]:
     converter.experimental_mlir_quantizer = True
     converter._experimental_calibrate_only = True
     calibrated = _run(converter, "int8 calibration")
-    nodes, types = resolve_nodes(recipe.nodes_to_exclude, _op_outputs(calibrated, request.workdir))
+    model_obj = getattr(request.source, "model", None)
+    layers = [str(layer.name) for layer in getattr(model_obj, "layers", [])]
+    nodes, types = resolve_nodes(recipe.nodes_to_exclude, _op_outputs(calibrated, request.workdir), layers)
     try:
         model = tf_convert.mlir_quantize(
             calibrated,

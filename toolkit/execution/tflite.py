@@ -70,14 +70,22 @@ class TFLiteSession(HostSession):
     def outputs(self) -> tuple[TensorSpec, ...]:
         return self._outputs
 
+    def run(self, feeds: Mapping[str, np.ndarray]) -> list[np.ndarray]:
+        self._check_names(feeds)
+        return super().run(feeds)
+
+    def _check_names(self, feeds: Mapping[str, np.ndarray]) -> None:
+        missing = [s.name for s in self._inputs if s.name not in feeds]
+        if missing:
+            raise UsageError(
+                f"No data for input(s) {', '.join(missing)} of {self.path.name}.",
+                hint=f"Feed every input: {', '.join(s.name for s in self._inputs)}.",
+            )
+
     def run_raw(self, feeds: Mapping[str, np.ndarray]) -> list[np.ndarray]:
+        self._check_names(feeds)
         resized = False
         for spec, index in zip(self._inputs, self._input_indices):
-            if spec.name not in feeds:
-                raise UsageError(
-                    f"No data for input {spec.name!r} of {self.path.name}.",
-                    hint=f"Feed every input: {', '.join(s.name for s in self._inputs)}.",
-                )
             value = np.asarray(feeds[spec.name])
             if tuple(value.shape) != self._shapes.get(index):
                 if not _fits(spec.shape, value.shape):
