@@ -242,7 +242,17 @@ def _opset_of(onnx: Any, path: Path) -> int:
 
 
 def _finish(tmp: Path, output: Path) -> None:
-    """Move the finished file into place; no ``.data`` file may be left next to it."""
+    """Drop the exporter's intermediate ``value_info`` and move the file into place (no ``.data`` beside it).
+
+    The current exporter records a shape for every intermediate tensor; onnxruntime's ``quantize_dynamic``
+    rewrites MatMuls and then fails shape inference against those stale entries on a transformer ("Inferred
+    shape and existing shape differ in dimension 0: (32) vs (10)"). onnxruntime infers them again on load.
+    """
+    import onnx
+
+    model = onnx.load(str(tmp))
+    del model.graph.value_info[:]
+    onnx.save(model, str(tmp))
     os.replace(tmp, output)
     for stray in (Path(str(tmp) + ".data"), Path(str(output) + ".data")):
         stray.unlink(missing_ok=True)
