@@ -17,7 +17,9 @@ def test_sequential_model_exports_and_matches_keras(digits, digits_keras_sequent
     built = tf_onnx.export(request, tmp_path / "seq.onnx")
     assert built.exporter and "tf2onnx" in built.exporter
     model = onnx.load(str(built.path))
-    assert model.opset_import[0].version == 17 or any(o.version == 17 for o in model.opset_import if o.domain == "")
+    assert model.opset_import[0].version == 17 or any(
+        o.version == 17 for o in model.opset_import if o.domain == ""
+    )
     session = ort.InferenceSession(str(built.path), providers=["CPUExecutionProvider"])
     assert [i.name for i in session.get_inputs()] == ["image"]
     assert session.get_inputs()[0].shape == [1, 8, 8, 1]
@@ -31,7 +33,13 @@ def test_sequential_model_exports_and_matches_keras(digits, digits_keras_sequent
 
 def test_dynamic_batch_and_lower_opset(digits, digits_source, tmp_path):
     request = digits_request(
-        digits_source, digits, tmp_path / "w", format="onnx", precision="fp32", dynamic_batch=True, max_opset=13
+        digits_source,
+        digits,
+        tmp_path / "w",
+        format="onnx",
+        precision="fp32",
+        dynamic_batch=True,
+        max_opset=13,
     )
     built = tf_onnx.export(request, tmp_path / "dyn.onnx")
     model = onnx.load(str(built.path))

@@ -60,7 +60,9 @@ def test_sequential_and_savedmodel_sources(digits, digits_keras_sequential, digi
     export_dir = tmp_path / "exported"
     digits_source.model.export(str(export_dir), verbose=False)  # the user's plain SavedModel, dynamic batch
     for source in (open_source(str(digits_keras_sequential)), open_source(str(export_dir))):
-        request = digits_request(source, digits, tmp_path / f"w-{source.framework}", precision="int8", io_dtype="int8")
+        request = digits_request(
+            source, digits, tmp_path / f"w-{source.framework}", precision="int8", io_dtype="int8"
+        )
         built = tflite.convert(request, tmp_path / f"{source.framework}.tflite")
         assert accuracy(built.path, digits) > 0.95
         assert inspect_tflite(built.path).inputs[0].shape == (1, 8, 8, 1)
@@ -85,7 +87,12 @@ def test_selective_quantization_keeps_named_nodes_float(digits, digits_source, t
 
     # A Keras layer name works too: the last Dense layer stays float.
     by_layer = digits_request(
-        digits_source, digits, tmp_path / "w", precision="int8", io_dtype="float32", nodes_to_exclude=("dense_1",)
+        digits_source,
+        digits,
+        tmp_path / "w",
+        precision="int8",
+        io_dtype="float32",
+        nodes_to_exclude=("dense_1",),
     )
     built = tflite.convert(by_layer, tmp_path / "by-layer.tflite")
     kept = float_op_outputs(built.path)
@@ -133,7 +140,9 @@ def test_converter_failure_becomes_conversion_error(digits, digits_source, tmp_p
 
     class Broken:
         def convert(self):
-            raise RuntimeError("loc(fused): error: 'tfl.conv_2d' op quantization failed\nTraceback (most recent...)")
+            raise RuntimeError(
+                "loc(fused): error: 'tfl.conv_2d' op quantization failed\nTraceback (most recent...)"
+            )
 
     monkeypatch.setattr(tflite, "_converter", lambda request, **_: Broken())
     request = digits_request(digits_source, digits, tmp_path / "w", precision="fp32")

@@ -16,7 +16,9 @@ def test_op_counts_and_quantization(digits_tflite):
     assert fp32.quantized_ops == 0 and fp32.float_compute_ops >= 6
     int8 = inspect_tflite(digits_tflite["int8"])
     assert int8.op_counts.get("CONV_2D") == 2
-    assert int8.quantized_ops == sum(c for op, c in int8.op_counts.items() if op not in ("QUANTIZE", "DEQUANTIZE"))
+    assert int8.quantized_ops == sum(
+        c for op, c in int8.op_counts.items() if op not in ("QUANTIZE", "DEQUANTIZE")
+    )
     q = int8.outputs[0].quantization
     assert q is not None and len(q.scale) == 1 and q.axis is None
     dynamic = inspect_tflite(digits_tflite["dynamic"])

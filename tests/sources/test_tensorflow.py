@@ -29,7 +29,9 @@ def test_savedmodel_directory(digits, digits_source, tmp_path):
     assert [(s.name, s.shape) for s in source.inputs] == [("image", (None, 8, 8, 1))]
     assert [s.name for s in source.outputs] == ["output_0"]
     x = digits.x_heldout[:8]
-    np.testing.assert_allclose(source.predict({"image": x})[0], digits_source.predict({"image": x})[0], atol=1e-6)
+    np.testing.assert_allclose(
+        source.predict({"image": x})[0], digits_source.predict({"image": x})[0], atol=1e-6
+    )
 
 
 def test_export_with_fixed_shapes_keeps_weights(digits, digits_source, tmp_path):
@@ -38,12 +40,14 @@ def test_export_with_fixed_shapes_keeps_weights(digits, digits_source, tmp_path)
     assert fixed.inputs[0].shape == (1, 8, 8, 1)
     assert [s.name for s in fixed.outputs] == [s.name for s in digits_source.outputs]
     x = digits.x_heldout[:1]
-    np.testing.assert_allclose(fixed.predict({"image": x})[0], digits_source.predict({"image": x})[0], atol=1e-6)
+    np.testing.assert_allclose(
+        fixed.predict({"image": x})[0], digits_source.predict({"image": x})[0], atol=1e-6
+    )
 
 
 def test_truncated_and_corrupt_keras_files(digits_keras, tmp_path):
     truncated = tmp_path / "truncated.keras"
-    truncated.write_bytes(digits_keras.read_bytes()[: 4096])
+    truncated.write_bytes(digits_keras.read_bytes()[:4096])
     garbage = tmp_path / "garbage.h5"
     garbage.write_bytes(b"this is not a model" * 10)
     for path in (truncated, garbage):

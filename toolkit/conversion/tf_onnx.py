@@ -80,7 +80,9 @@ def export(request: ConversionRequest, output: Path) -> BuiltArtifact:
         import onnx
         import tf2onnx
     except ImportError as exc:
-        raise MissingDependency("tf2onnx", extra="tf", purpose="Exporting a TensorFlow model to ONNX") from exc
+        raise MissingDependency(
+            "tf2onnx", extra="tf", purpose="Exporting a TensorFlow model to ONNX"
+        ) from exc
     opset = request.recipe.opset or DEFAULT_OPSET
     if request.max_opset is not None:
         opset = min(opset, request.max_opset)
@@ -103,7 +105,7 @@ def export(request: ConversionRequest, output: Path) -> BuiltArtifact:
             break
         except (UsageError, ConversionError):
             raise
-        except Exception as exc:  # tf2onnx raises anything from KeyError to ValueError
+        except Exception as exc:  # tf2onnx raises anything from KeyError to ValueError  # noqa: BLE001 (frameworks raise any type; reported as one plain line)
             errors.append(f"{label}: {_key_line(exc)}")
     if proto is None:
         raise ConversionError(
@@ -119,7 +121,7 @@ def export(request: ConversionRequest, output: Path) -> BuiltArtifact:
                 dims[0].dim_param = "batch"
     try:
         onnx.checker.check_model(proto)
-    except Exception as exc:
+    except Exception as exc:  # noqa: BLE001 (frameworks raise any type; reported as one plain line)
         raise ConversionError(f"tf2onnx wrote an invalid ONNX model: {_key_line(exc)}") from None
     output = Path(output)
     output.parent.mkdir(parents=True, exist_ok=True)
@@ -144,7 +146,9 @@ def _saved_model_function(request: ConversionRequest, shapes: dict[str, tuple[in
     loaded = tf.saved_model.load(str(fixed_saved_model(request)))
     signature = loaded.signatures["serving_default"]
     names = [s.name for s in request.source.inputs]
-    specs = [tf.TensorSpec(shapes[n], tf.as_dtype(s.dtype), name=n) for n, s in zip(names, request.source.inputs)]
+    specs = [
+        tf.TensorSpec(shapes[n], tf.as_dtype(s.dtype), name=n) for n, s in zip(names, request.source.inputs)
+    ]
 
     def serve(*args: Any) -> Any:
         return signature(**dict(zip(names, args)))

@@ -26,8 +26,9 @@ import math
 import os
 import re
 import tempfile
+from collections.abc import Iterator, Sequence
 from pathlib import Path
-from typing import Any, Iterator, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -136,7 +137,7 @@ def _converter(request: ConversionRequest, *, int8_ops_only: bool = True) -> Any
 def _run(converter: Any, what: str) -> bytes:
     try:
         return bytes(converter.convert())
-    except Exception as exc:  # the converter raises ConverterError, ValueError, RuntimeError...
+    except Exception as exc:  # the converter raises ConverterError, ValueError, RuntimeError...  # noqa: BLE001 (frameworks raise any type; reported as one plain line)
         raise ConversionError(
             f"TFLiteConverter failed ({what}): {_key_line(exc)}",
             hint="The model may use ops TFLite cannot express in this precision; try another precision, or "
@@ -260,7 +261,7 @@ def _selective_int8(request: ConversionRequest) -> tuple[bytes, list[str]]:
         if recipe.io_dtype != "float32":
             io_type = tf.as_dtype(_IO_TYPES[recipe.io_dtype])
             model = tf_util.modify_model_io_type(model, io_type, io_type)
-    except Exception as exc:
+    except Exception as exc:  # noqa: BLE001 (frameworks raise any type; reported as one plain line)
         raise ConversionError(
             f"Selective int8 quantization failed: {_key_line(exc)}",
             hint="An input or output next to a float node cannot take integer I/O; use io_dtype float32 or "
@@ -294,7 +295,7 @@ def sanity_check(path: Path, request: ConversionRequest) -> None:
             )
         try:
             outputs = session.run(feed)
-        except Exception as exc:
+        except Exception as exc:  # noqa: BLE001 (frameworks raise any type; reported as one plain line)
             raise ConversionError(f"The converted model fails to run in LiteRT: {_key_line(exc)}") from None
     finally:
         session.close()
@@ -391,7 +392,7 @@ def layer_errors(request: ConversionRequest, *, limit: int) -> list[tuple[str, f
         debugger.run()
         buffer = io.StringIO()
         debugger.layer_statistics_dump(buffer)
-    except Exception as exc:
+    except Exception as exc:  # noqa: BLE001 (frameworks raise any type; reported as one plain line)
         raise ConversionError(f"The TFLite quantization debugger failed: {_key_line(exc)}") from None
     rows = list(csv.DictReader(io.StringIO(buffer.getvalue())))
     scores: list[tuple[str, float]] = []
@@ -407,7 +408,6 @@ def layer_errors(request: ConversionRequest, *, limit: int) -> list[tuple[str, f
         scores.append((row["tensor_name"], score))
     scores.sort(key=lambda item: item[1], reverse=True)
     return scores[:limit]
-
 
 
 def _match_input(tensor_name: str, names: Sequence[str]) -> str:

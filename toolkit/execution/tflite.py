@@ -7,8 +7,9 @@ signature (``image``, not ``serving_default_image:0``), so feeds keyed by the so
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
 import numpy as np
 
@@ -31,7 +32,7 @@ def litert_version() -> str:
         from importlib.metadata import version
 
         return version("ai-edge-litert")
-    except Exception:  # metadata missing in odd installs; the version is informative only
+    except Exception:  # metadata missing in odd installs; the version is informative only  # noqa: BLE001 (frameworks raise any type; reported as one plain line)
         return "unknown"
 
 
@@ -100,7 +101,9 @@ class TFLiteSession(HostSession):
         if resized:
             self._interpreter.allocate_tensors()
         for spec, index in zip(self._inputs, self._input_indices):
-            self._interpreter.set_tensor(index, np.ascontiguousarray(feeds[spec.name], dtype=np.dtype(spec.dtype)))
+            self._interpreter.set_tensor(
+                index, np.ascontiguousarray(feeds[spec.name], dtype=np.dtype(spec.dtype))
+            )
         self._interpreter.invoke()
         return [np.array(self._interpreter.get_tensor(index)) for index in self._output_indices]
 

@@ -51,7 +51,7 @@ def _schema() -> ModuleType:
     except ImportError:
         pass
     try:
-        from tensorflow.lite.python import schema_py_generated  # type: ignore[import-untyped,no-redef]
+        from tensorflow.lite.python import schema_py_generated  # type: ignore[no-redef,unused-ignore]
 
         return schema_py_generated
     except ImportError as exc:
@@ -101,7 +101,7 @@ def parse_tflite(path: Path) -> TFLiteContents:
         return _contents(model, schema)
     except UsageError:
         raise
-    except Exception as exc:  # a damaged flatbuffer fails anywhere inside the generated reader
+    except Exception as exc:  # a damaged flatbuffer fails anywhere inside the generated reader  # noqa: BLE001 (frameworks raise any type; reported as one plain line)
         raise UsageError(
             f"{path} is not a readable TFLite model ({type(exc).__name__}: {exc}).",
             hint="The file is probably truncated or corrupt; convert it again.",
@@ -113,7 +113,9 @@ def _contents(model: Any, schema: ModuleType) -> TFLiteContents:
     op_names = {v: k for k, v in vars(schema.BuiltinOperator).items() if not k.startswith("_")}
 
     def dtype_of(tensor: Any) -> str:
-        return _NUMPY_NAMES.get(type_names.get(tensor.type, ""), type_names.get(tensor.type, "unknown").lower())
+        return _NUMPY_NAMES.get(
+            type_names.get(tensor.type, ""), type_names.get(tensor.type, "unknown").lower()
+        )
 
     def op_name(code: Any) -> str:
         builtin = max(int(code.builtinCode), int(code.deprecatedBuiltinCode))
@@ -143,7 +145,11 @@ def _contents(model: Any, schema: ModuleType) -> TFLiteContents:
 
     def spec(index: int, names: dict[int, str]) -> TensorSpec:
         tensor = tensors[index]
-        shape_sig = tensor.shapeSignature if tensor.shapeSignature is not None and len(tensor.shapeSignature) else None
+        shape_sig = (
+            tensor.shapeSignature
+            if tensor.shapeSignature is not None and len(tensor.shapeSignature)
+            else None
+        )
         dims = shape_sig if shape_sig is not None else (tensor.shape if tensor.shape is not None else [])
         shape = tuple(None if int(d) < 0 else int(d) for d in dims)
         return TensorSpec(
@@ -194,7 +200,9 @@ def _quantization(params: Any) -> Quantization | None:
     zero = tuple(int(z) for z in (params.zeroPoint if params.zeroPoint is not None else [0] * len(scale)))
     if all(s == 0.0 for s in scale):
         return None
-    return Quantization(scale=scale, zero_point=zero, axis=int(params.quantizedDimension) if len(scale) > 1 else None)
+    return Quantization(
+        scale=scale, zero_point=zero, axis=int(params.quantizedDimension) if len(scale) > 1 else None
+    )
 
 
 def is_integer_op(op: _OpView) -> bool:
@@ -210,7 +218,11 @@ def _is_integer_activation_op(op: _OpView) -> bool:
 
 
 def _is_float_op(op: _OpView) -> bool:
-    return op.name not in CONVERSION_OPS and not is_integer_op(op) and any(t in _FLOAT_TYPES for t in op.output_types)
+    return (
+        op.name not in CONVERSION_OPS
+        and not is_integer_op(op)
+        and any(t in _FLOAT_TYPES for t in op.output_types)
+    )
 
 
 def guess_precision(contents: TFLiteContents) -> str:

@@ -15,8 +15,9 @@ from __future__ import annotations
 
 import os
 import re
+from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -32,7 +33,9 @@ def _tf() -> Any:
     try:
         import tensorflow as tf
     except ImportError as exc:
-        raise MissingDependency("tensorflow", extra="tf", purpose="Loading a Keras or SavedModel source") from exc
+        raise MissingDependency(
+            "tensorflow", extra="tf", purpose="Loading a Keras or SavedModel source"
+        ) from exc
     return tf
 
 
@@ -150,7 +153,7 @@ class TensorFlowSource(SourceModel):
         directory = Path(directory)
         try:
             self._write_saved_model(directory, shapes)
-        except Exception as exc:
+        except Exception as exc:  # noqa: BLE001 (frameworks raise any type; reported as one plain line)
             from toolkit.errors import ConversionError
 
             raise ConversionError(
@@ -172,7 +175,7 @@ class KerasSource(TensorFlowSource):
             raise UsageError(f"The Keras file {path} does not exist.", hint="Pass a .keras or .h5 file.")
         try:
             model = keras.saving.load_model(str(path), compile=False)
-        except Exception as exc:
+        except Exception as exc:  # noqa: BLE001 (frameworks raise any type; reported as one plain line)
             raise UsageError(
                 f"Cannot load the Keras model {path.name}: {_first_line(exc)}",
                 hint="The file may be truncated or corrupt, or saved by an incompatible Keras; save it again "
@@ -191,7 +194,8 @@ class KerasSource(TensorFlowSource):
         self._structure = structure
         self._input_tensors = tensors
         self._inputs = tuple(
-            TensorSpec(name=str(t.name), shape=_spec_shape(t.shape), dtype=_dtype_name(t.dtype)) for t in tensors
+            TensorSpec(name=str(t.name), shape=_spec_shape(t.shape), dtype=_dtype_name(t.dtype))
+            for t in tensors
         )
         outs = list(model.outputs or [])
         op_names = []
@@ -205,7 +209,9 @@ class KerasSource(TensorFlowSource):
         )
 
     def _pack(self, args: Sequence[Any]) -> Any:
-        if len(args) == 1 and (self._structure is None or not isinstance(self._structure, (list, tuple, dict))):
+        if len(args) == 1 and (
+            self._structure is None or not isinstance(self._structure, (list, tuple, dict))
+        ):
             return args[0]
         keras = _keras()
         if self._structure is None:
@@ -251,7 +257,7 @@ class SavedModelSource(TensorFlowSource):
             )
         try:
             loaded = tf.saved_model.load(str(path))
-        except Exception as exc:
+        except Exception as exc:  # noqa: BLE001 (frameworks raise any type; reported as one plain line)
             raise UsageError(
                 f"Cannot load the SavedModel {path}: {_first_line(exc)}",
                 hint="The directory may be incomplete or corrupt (saved_model.pb, variables/); export it again.",
@@ -281,7 +287,9 @@ class SavedModelSource(TensorFlowSource):
             raise UsageError(f"The SavedModel {path} signature {key!r} does not return named outputs.")
         self._output_keys = sorted(outputs)
         self._outputs = tuple(
-            TensorSpec(name=name, shape=_spec_shape(outputs[name].shape), dtype=_dtype_name(outputs[name].dtype))
+            TensorSpec(
+                name=name, shape=_spec_shape(outputs[name].shape), dtype=_dtype_name(outputs[name].dtype)
+            )
             for name in self._output_keys
         )
 

@@ -6,8 +6,8 @@ returns float outputs (integer outputs dequantized with their own scale and zero
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Mapping
 
 import numpy as np
 
