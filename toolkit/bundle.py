@@ -29,7 +29,7 @@ import tempfile
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
-from typing import Iterator, Mapping
+from typing import Any, Iterator, Mapping
 
 import numpy as np
 
@@ -153,8 +153,9 @@ def read_bundle(path: Path, *, verify: bool = True) -> Bundle:
 
 def save_npz(path: Path, arrays: Mapping[str, np.ndarray]) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
+    named: dict[str, Any] = {k: np.asarray(v) for k, v in arrays.items()}
     with path.open("wb") as handle:
-        np.savez(handle, **{k: np.asarray(v) for k, v in arrays.items()})
+        np.savez(handle, **named)
 
 
 def load_npz(path: Path) -> dict[str, np.ndarray]:

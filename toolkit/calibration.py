@@ -165,8 +165,8 @@ def _read_image_folder(path: Path, inputs: Sequence[TensorSpec], what: str) -> D
     images = []
     for file in files:
         try:
-            with Image.open(file) as image:
-                image = image.convert(mode)
+            with Image.open(file) as opened:
+                image = opened.convert(mode)
                 if preprocessing.size is not None:
                     height, width = preprocessing.size
                     image = image.resize((width, height), Image.Resampling.BILINEAR)
@@ -184,7 +184,7 @@ def _read_image_folder(path: Path, inputs: Sequence[TensorSpec], what: str) -> D
             f"The images in {path} have different sizes ({', '.join(map(str, sorted(shapes)))}).",
             hint="Set size = [height, width] in dataset.toml to resize them.",
         )
-    batch = np.stack(images)
+    batch: np.ndarray = np.stack(images)
     if preprocessing.scale is not None:
         batch = batch * preprocessing.scale
     if preprocessing.mean is not None:

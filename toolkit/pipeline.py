@@ -482,10 +482,11 @@ def _convert(
         if result.failures and recipe.precision == "int8" and not explicit:
             progress(f"{recipe.label} out of tolerance ({'; '.join(result.failures)}): trying selective quantization")
             attempts.append(_attempt_record(result, "dropped", "; ".join(result.problems)))
-            result = _selective(result, request_for, source, data, reference, policy, fp32_latency, scratch, attempts,
-                                progress)
-            if result is None:
+            mixed = _selective(result, request_for, source, data, reference, policy, fp32_latency, scratch, attempts,
+                               progress)
+            if mixed is None:
                 continue
+            result = mixed
         if result.problems and not explicit:
             attempts.append(_attempt_record(result, "dropped", "; ".join(result.problems)))
             progress(f"dropped {recipe.label}: {'; '.join(result.problems)}")

@@ -386,7 +386,7 @@ class Attempt:
             raise UsageError(f"{where}: unknown outcome {outcome!r}.")
         return cls(
             recipe=_require(data, "recipe", dict, where),
-            outcome=outcome,  # type: ignore[arg-type]
+            outcome=outcome,
             reason=_require(data, "reason", str, where),
             file=_optional(data, "file", str, where),
             metrics=_optional(data, "metrics", dict, where),
