@@ -11,7 +11,8 @@ Precisions:
   The ONNX route builds both (``--format onnx``), and the TFLite converter builds them for Keras sources.
 
 Layout: torch models are NCHW. With ``recipe.layout == "NHWC"`` the 4-D inputs are made channel-last
-(``litert_torch.to_channel_last_io``; outputs keep the model's layout, so they compare with the eager outputs
+(a wrapper that transposes NHWC -> NCHW in front of the model, as ``litert_torch.to_channel_last_io`` does,
+but keeping the inputs' names, which that helper's positional wrapper loses; outputs keep the model's layout, so they compare with the eager outputs
 as they are) and ``BuiltArtifact.layout`` says ``NHWC``, so the bundle's
 runner feeds NHWC data. TorchScript modules cannot be traced by ``torch.export`` and are refused with the
 route to use instead.
@@ -97,9 +98,9 @@ def convert(request: ConversionRequest, output: Path) -> BuiltArtifact:
     else:
         quant_config = None
     layout = None
+    four_d = [i for i, n in enumerate(names) if len(shapes[n]) == 4] if nhwc else []
+    module = _named_inputs(torch, module, names, four_d)
     if nhwc:
-        four_d = [i for i, n in enumerate(names) if len(shapes[n]) == 4]
-        module = litert_torch.to_channel_last_io(module, args=four_d)
         args = tuple(a.permute(0, 2, 3, 1).contiguous() if i in four_d else a for i, a in enumerate(args))
         layout = "NHWC"
         notes.append(f"Channel-last (NHWC) I/O for {', '.join(names[i] for i in four_d)}; the model is NCHW.")
@@ -132,6 +133,25 @@ def _import_litert_torch() -> Any:
 
 def _version(module: Any) -> str:
     return str(getattr(module, "__version__", "?"))
+
+
+def _named_inputs(torch: Any, module: Any, names: list[str], four_d: list[int]) -> Any:
+    """``module`` called with its inputs by name (so the TFLite signature keeps the source's input names, and
+    graph modules from ``torch.export`` that take positional inputs convert alike), with a transpose
+    NHWC -> NCHW in front of the inputs at ``four_d``."""
+
+    class NamedInputs(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.inner = module
+
+        def forward(self, **feeds: Any) -> Any:
+            values = [feeds[name] for name in names]
+            return self.inner(*(v.permute(0, 3, 1, 2) if i in four_d else v for i, v in enumerate(values)))
+
+    wrapper = NamedInputs()
+    wrapper.training = False  # not .eval(): graph modules from torch.export refuse train()/eval()
+    return wrapper
 
 
 def _quantize_pt2e(
