@@ -1,0 +1,219 @@
+"""``edgetk report --html``: one self-contained HTML page (inline CSS, plots as base64 PNG ``data:`` URIs, no
+scripts, nothing fetched), to open in a browser or attach to a review.
+
+A bundle report holds the manifest facts, the per-bundle table (host measurements beside the latest check on
+each device), the latency and trade-off plots, and the trend of that bundle's history. A ``--history`` report
+holds the trend plot and table of every stored check. :func:`collect` gathers the data (also what
+``edgetk report --json`` prints); :func:`render_html` draws it.
+"""
+
+from __future__ import annotations
+
+import base64
+import html
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+from toolkit.__about__ import __version__
+from toolkit.types import Manifest
+
+
+@dataclass(frozen=True)
+class ReportData:
+    """What a report shows: a bundle (or None for ``--history``), its latest checks, and the history."""
+
+    store: Path
+    bundle_dir: Path | None = None
+    manifest: Manifest | None = None
+    version: str | None = None
+    latest: tuple[Mapping[str, Any], ...] = ()  # newest check run per device, for this bundle version
+    history: tuple[Mapping[str, Any], ...] = ()  # stored checks, oldest first
+    trends: tuple[Mapping[str, Any], ...] = ()
+    extra: Mapping[str, Any] = field(default_factory=dict)
+
+    @property
+    def title(self) -> str:
+        return f"edgetk report: {self.manifest.name}" if self.manifest else "edgetk report: check history"
+
+    def to_dict(self) -> dict[str, Any]:
+        """The document ``edgetk report --json`` prints (docs/schemas/report.md)."""
+        return {
+            "bundle": str(self.bundle_dir) if self.bundle_dir else None,
+            "version": self.version,
+            "store": str(self.store),
+            "manifest": self.manifest.to_dict() if self.manifest else None,
+            "latest": [dict(r) for r in self.latest],
+            "history": [dict(r) for r in self.history],
+            "trends": [dict(t) for t in self.trends],
+        }
+
+
+def _latest_per_device(checks: Sequence[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
+    newest: dict[str, str] = {}
+    for c in checks:  # oldest first: the last run id seen per device is the newest
+        newest[str(c.get("device"))] = str(c.get("run_id"))
+    return [c for c in checks if newest.get(str(c.get("device"))) == str(c.get("run_id"))]
+
+
+def collect(bundle: Path | None, *, store: Path | None = None, device: str | None = None) -> ReportData:
+    """Read the bundle (if any) and its stored checks; without a bundle, the whole history."""
+    from toolkit.store import Store, trends
+
+    history_store = Store(store)
+    if bundle is None:
+        checks = history_store.history(device=device)
+        return ReportData(
+            store=history_store.path, history=tuple(c.to_dict() for c in checks),
+            trends=tuple(t.to_dict() for t in trends(checks)),
+        )
+    from toolkit.bundle import read_bundle
+
+    opened = read_bundle(Path(bundle))
+    checks = history_store.history(device=device, bundle=opened.name)
+    this_version = [c.to_dict() for c in checks if c.version == opened.version]
+    return ReportData(
+        store=history_store.path, bundle_dir=Path(bundle), manifest=opened.manifest, version=opened.version,
+        latest=tuple(_latest_per_device(this_version)), history=tuple(c.to_dict() for c in checks),
+        trends=tuple(t.to_dict() for t in trends(checks)),
+    )
+
+
+# --------------------------------------------------------------------------------------------- HTML
+
+_CSS = """
+body { font-family: -apple-system, "Segoe UI", Roboto, "DejaVu Sans", sans-serif; margin: 24px 32px; color: #222; }
+h1 { font-size: 22px; margin-bottom: 4px; } h2 { font-size: 17px; margin-top: 28px; border-bottom: 1px solid #ddd; }
+.meta { color: #666; font-size: 13px; }
+table { border-collapse: collapse; font-size: 13px; margin: 8px 0; }
+th, td { border: 1px solid #ddd; padding: 4px 8px; text-align: left; vertical-align: top; }
+th { background: #f3f5f7; } td.num { text-align: right; font-variant-numeric: tabular-nums; }
+.PASS { color: #1a7f37; font-weight: bold; } .FAIL, .ERROR { color: #cf222e; font-weight: bold; }
+img.plot { display: block; max-width: 100%; margin: 8px 0 16px; border: 1px solid #eee; }
+dl { display: grid; grid-template-columns: max-content auto; gap: 2px 16px; font-size: 13px; }
+dt { font-weight: bold; } dd { margin: 0; }
+code { font-size: 12px; }
+"""
+
+
+def _e(value: Any) -> str:
+    return html.escape("-" if value is None else str(value))
+
+
+def _table(headers: Sequence[str], rows: Sequence[Sequence[Any]], *, css_id: str, verdict_col: int | None = None,
+           numeric: Sequence[int] = ()) -> str:
+    head = "".join(f"<th>{_e(h)}</th>" for h in headers)
+    body = []
+    for row in rows:
+        cells = []
+        for i, cell in enumerate(row):
+            classes = []
+            if i == verdict_col:
+                classes.append(str(cell))
+            if i in numeric:
+                classes.append("num")
+            attr = f' class="{" ".join(classes)}"' if classes else ""
+            cells.append(f"<td{attr}>{_e(cell)}</td>")
+        body.append("<tr>" + "".join(cells) + "</tr>")
+    return f'<table id="{css_id}"><thead><tr>{head}</tr></thead><tbody>{"".join(body)}</tbody></table>'
+
+
+def _img(png: bytes | None, alt: str, css_id: str) -> str:
+    if png is None:
+        return f'<p class="meta" id="{css_id}-missing">No data for this plot yet ({_e(alt)}).</p>'
+    data = base64.b64encode(png).decode("ascii")
+    return f'<img class="plot" id="{css_id}" alt="{_e(alt)}" src="data:image/png;base64,{data}">'
+
+
+def _facts(data: ReportData) -> str:
+    m = data.manifest
+    if m is None:
+        return ""
+    facts: list[tuple[str, Any]] = [
+        ("name", m.name), ("bundle", data.bundle_dir), ("version", (data.version or "")[:16]),
+        ("created", m.created_at), ("toolkit", m.toolkit_version),
+        ("source", f"{m.source.path} ({m.source.framework}, sha256 {m.source.sha256[:12]})"),
+        ("target", f"{m.target or '-'} ({m.target_arch or 'any arch'})"),
+        ("calibration", f"{m.calibration.path} ({m.calibration.samples} samples)" if m.calibration else None),
+        ("preprocessing", ", ".join(f"{k}={v}" for k, v in m.preprocessing.to_dict().items() if v is not None)
+         if m.preprocessing else None),
+        ("labels", f"{len(m.labels)} classes" if m.labels else None),
+        ("runner", m.runner.file if m.runner else None),
+    ]
+    items = "".join(f"<dt>{_e(k)}</dt><dd>{_e(v)}</dd>" for k, v in facts)
+    dropped = [a for a in m.attempts if a.outcome != "kept"]
+    extra = ""
+    if dropped:
+        rows = [(f"{a.recipe.get('format')} {a.recipe.get('precision')}", a.outcome, a.reason) for a in dropped]
+        extra = "<h3>Recipes not shipped</h3>" + _table(("recipe", "outcome", "reason"), rows, css_id="not-shipped")
+    return f'<h2>Manifest</h2><dl id="manifest">{items}</dl>{extra}'
+
+
+def _history_rows(checks: Sequence[Mapping[str, Any]]) -> list[list[Any]]:
+    rows = []
+    for c in checks:
+        lat = c.get("latency_ms") or {}
+        rows.append([
+            str(c.get("created_at", ""))[:19], c.get("check_id"), c.get("device"), c.get("bundle"), c.get("artifact"),
+            f"{lat['p50']:.3f}" if lat else "-", f"{lat['p90']:.3f}" if lat else "-",
+            "PASS" if c.get("passed") else "FAIL",
+        ])
+    return rows
+
+
+def render_html(data: ReportData) -> str:
+    """The whole page as one string."""
+    from toolkit.reporting import plots
+    from toolkit.reporting.terminal import HEADERS, bundle_rows
+
+    now = datetime.now(timezone.utc).isoformat(timespec="seconds")
+    parts = [
+        "<!DOCTYPE html>", '<html lang="en"><head><meta charset="utf-8">',
+        f"<title>{_e(data.title)}</title><style>{_CSS}</style></head><body>",
+        f"<h1>{_e(data.title)}</h1>",
+        f'<p class="meta">made {now} by edge-toolkit {_e(__version__)} from {_e(data.store)}</p>',
+    ]
+    if data.manifest is not None:
+        rows = bundle_rows(data.manifest, data.latest)
+        parts.append("<h2>Artifacts and checks</h2>")
+        if not data.latest:
+            parts.append('<p class="meta">No check of this bundle version is stored yet: run '
+                         "<code>edgetk check</code> or <code>edgetk run</code> to add device measurements.</p>")
+        parts.append(_table(HEADERS, rows, css_id="artifacts", verdict_col=len(HEADERS) - 1, numeric=(4, 6, 7, 8, 9)))
+        parts.append("<h2>Latency on the devices</h2>")
+        parts.append(_img(plots.latency_plot(data.latest), "latency distribution per artifact and device",
+                          "plot-latency"))
+        parts.append("<h2>Accuracy, size and latency</h2>")
+        parts.append(_img(plots.tradeoff_plot(data.manifest, data.latest), "accuracy vs size vs latency",
+                          "plot-tradeoff"))
+        parts.append(_facts(data))
+    parts.append("<h2>Trend over the history</h2>")
+    parts.append(_img(plots.trend_plot(data.history), "p50 trend over the check history", "plot-trend"))
+    if data.trends:
+        trend_rows = [
+            [t["device"], t["bundle"], t["artifact"], t["checks"], t["passed"],
+             f"{t['first_p50_ms']:.3f}" if t.get("first_p50_ms") is not None else "-",
+             f"{t['last_p50_ms']:.3f}" if t.get("last_p50_ms") is not None else "-",
+             f"{t['change_pct']:+.1f}%" if t.get("change_pct") is not None else "-"]
+            for t in data.trends
+        ]
+        parts.append(_table(("device", "bundle", "artifact", "checks", "passed", "first p50 ms", "last p50 ms",
+                             "change"), trend_rows, css_id="trends", numeric=(3, 4, 5, 6, 7)))
+    parts.append("<h2>Stored checks</h2>")
+    parts.append(_table(("created", "check id", "device", "bundle", "artifact", "p50 ms", "p90 ms", "gate"),
+                        _history_rows(data.history), css_id="history", verdict_col=7, numeric=(5, 6)))
+    parts.append("</body></html>")
+    return "\n".join(parts)
+
+
+def write_html(data: ReportData, out: Path) -> Path:
+    """Render and write atomically (a failed render leaves no half page)."""
+    out = Path(out)
+    page = render_html(data)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out.with_name(out.name + ".tmp")
+    tmp.write_text(page, encoding="utf-8")
+    tmp.replace(out)
+    return out

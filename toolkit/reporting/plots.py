@@ -1,0 +1,140 @@
+"""The report's plots, drawn with matplotlib's Agg backend (no display needed) into PNG bytes.
+
+- latency: per artifact and device, the distribution the runner measured. The runner reports percentiles, not
+  raw samples, so each box spans p50..p90, the whiskers min..p99, and a dot marks the max.
+- trade-off: accuracy (or top-1 agreement with the float model) against size, one marker per artifact, coloured
+  by precision and labelled with its latency (device p50 when checked, else host latency).
+- trend: p50 over time per device and artifact, from the check history.
+"""
+
+from __future__ import annotations
+
+import io
+from collections.abc import Mapping, Sequence
+from datetime import datetime
+from typing import Any
+
+from toolkit.errors import MissingDependency
+from toolkit.types import Manifest
+
+PRECISION_COLOURS = {"fp32": "#4c72b0", "fp16": "#55a868", "dynamic": "#dd8452", "int8": "#c44e52"}
+
+
+def _pyplot() -> Any:
+    try:
+        import matplotlib
+    except ImportError:
+        raise MissingDependency("matplotlib", extra="report", purpose="to draw the HTML report's plots") from None
+    matplotlib.use("Agg", force=True)
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def _png(fig: Any) -> bytes:
+    plt = _pyplot()
+    buffer = io.BytesIO()
+    fig.savefig(buffer, format="png", dpi=110, bbox_inches="tight")
+    plt.close(fig)
+    return buffer.getvalue()
+
+
+def latency_plot(reports: Sequence[Mapping[str, Any]]) -> bytes | None:
+    """Box per (artifact, device) from the runner's percentiles; None when nothing was measured."""
+    measured = [r for r in reports if r.get("latency_ms")]
+    if not measured:
+        return None
+    plt = _pyplot()
+    stats = []
+    for r in measured:
+        lat = r["latency_ms"]
+        stats.append({
+            "label": f"{r.get('artifact')}\n{r.get('device')}",
+            "med": lat["p50"], "q1": lat["p50"], "q3": lat["p90"], "whislo": lat["min"], "whishi": lat["p99"],
+            "fliers": [lat["max"]], "mean": lat["mean"],
+        })
+    fig, ax = plt.subplots(figsize=(max(6.0, 1.3 * len(stats)), 4.2))
+    ax.bxp(stats, showmeans=True, showfliers=True, patch_artist=True,
+           boxprops={"facecolor": "#c6dbef"}, flierprops={"marker": "o", "markersize": 4})
+    ax.set_ylabel("latency (ms)")
+    ax.set_title("Device latency per artifact (box p50-p90, whiskers min-p99, dot max, triangle mean)")
+    ax.grid(axis="y", alpha=0.3)
+    plt.setp(ax.get_xticklabels(), fontsize=8)
+    return _png(fig)
+
+
+def tradeoff_plot(manifest: Manifest, reports: Sequence[Mapping[str, Any]]) -> bytes | None:
+    """Accuracy vs size, coloured by precision, labelled with latency; None without verified artifacts."""
+    points = []
+    device_p50: dict[str, float] = {}
+    for r in reports:
+        lat = r.get("latency_ms")
+        if lat:
+            device_p50.setdefault(str(r.get("artifact")), float(lat["p50"]))
+    for a in manifest.artifacts:
+        v = a.verification
+        if v is None:
+            continue
+        if v.accuracy is not None:
+            y, metric = v.accuracy, "accuracy"
+        elif v.top1_agreement is not None:
+            y, metric = v.top1_agreement, "top-1 agreement with float"
+        else:
+            y, metric = v.cosine_similarity, "cosine similarity to float"
+        latency = device_p50.get(a.file, a.host_latency_ms)
+        where = "device" if a.file in device_p50 else "host"
+        points.append((a, a.bytes / 1024, y, metric, latency, where))
+    if not points:
+        return None
+    plt = _pyplot()
+    fig, ax = plt.subplots(figsize=(7.5, 4.2))
+    for a, size, y, _metric, latency, where in points:
+        marker = "o" if a.format == "tflite" else "s"
+        ax.scatter(size, y, s=90, marker=marker, color=PRECISION_COLOURS.get(a.precision, "#8172b3"),
+                   edgecolors="black", linewidths=0.5, label=f"{a.precision} {a.format}")
+        text = a.file if latency is None else f"{a.file}\n{latency:.3f} ms ({where})"
+        ax.annotate(text, (size, y), textcoords="offset points", xytext=(6, 4), fontsize=7)
+    reference = next((a.verification.reference_accuracy for a, *_ in points
+                      if a.verification and a.verification.reference_accuracy is not None), None)
+    if reference is not None and points[0][3] == "accuracy":
+        ax.axhline(reference, color="grey", linestyle="--", linewidth=0.8, label="float model")
+    handles, labels = ax.get_legend_handles_labels()
+    unique = dict(zip(labels, handles))
+    ax.legend(unique.values(), unique.keys(), fontsize=8, loc="lower right")
+    ax.set_xlabel("size (KB)")
+    ax.set_ylabel(points[0][3])
+    ax.set_title("Accuracy vs size vs latency per precision")
+    ax.grid(alpha=0.3)
+    return _png(fig)
+
+
+def _when(text: str) -> datetime:
+    return datetime.fromisoformat(text.replace("Z", "+00:00"))
+
+
+def trend_plot(checks: Sequence[Mapping[str, Any]]) -> bytes | None:
+    """p50 over time, one line per (device, artifact); None when the history holds no latency."""
+    series: dict[tuple[str, str], list[tuple[datetime, float, bool]]] = {}
+    for c in checks:
+        lat = c.get("latency_ms")
+        if not lat or not c.get("created_at"):
+            continue
+        key = (str(c.get("device")), str(c.get("artifact")))
+        series.setdefault(key, []).append((_when(str(c["created_at"])), float(lat["p50"]), bool(c.get("passed"))))
+    if not series:
+        return None
+    plt = _pyplot()
+    fig, ax = plt.subplots(figsize=(8, 4.2))
+    for (device, artifact), points in sorted(series.items()):
+        points.sort()
+        xs = [p[0] for p in points]
+        ax.plot(xs, [p[1] for p in points], marker="o", markersize=4, label=f"{artifact} @ {device}")
+        failed = [p for p in points if not p[2]]
+        if failed:
+            ax.scatter([p[0] for p in failed], [p[1] for p in failed], marker="x", color="red", s=60, zorder=3)
+    ax.set_ylabel("p50 latency (ms)")
+    ax.set_title("Trend over the check history (red x: a failed check)")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=7, loc="best")
+    fig.autofmt_xdate()
+    return _png(fig)
