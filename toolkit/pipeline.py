@@ -61,6 +61,15 @@ GOLDEN_SAMPLES = 8
 MAX_VERIFY_SAMPLES = 500
 SLOWER_FACTOR = 1.10  # an artifact more than 10% slower than fp32 (and 0.02 ms) counts as slower
 SELECTIVE_STEPS = (1, 3)  # how many of the worst layers to keep in float, tried in turn
+INCOMPATIBLE = "the target's runtime cannot load it:"
+EDGETPU_COMPILER = "edgetpu_compiler"
+EDGETPU_LOG = "edgetpu_compiler.log"
+EDGETPU_INSTALL = (
+    "curl https://packages.cloud.google.com/apt/doc/apt-key.gpg | sudo apt-key add - && "
+    'echo "deb https://packages.cloud.google.com/apt coral-edgetpu-stable main" | '
+    "sudo tee /etc/apt/sources.list.d/coral-edgetpu.list && "
+    "sudo apt-get update && sudo apt-get install edgetpu-compiler"
+)
 
 
 def _stderr(message: str) -> None:
@@ -90,6 +99,9 @@ class ConvertOptions:
     calibration_method: str | None = None
     threads: int | None = None
     use_cache: bool = True
+    # A folder where built artifacts are kept and reused by later runs with the same source, data, recipe and
+    # tool versions (conversion is the slow part; verification always runs again). None: build everything.
+    workdir: Path | None = None
 
     def to_config(self) -> dict[str, Any]:
         """The replayable options (paths as given)."""
@@ -124,6 +136,11 @@ class _Policy:
     threads: int
     max_opset: int | None
     preferences: Mapping[str, Any]
+    fallback: tuple[str, ...] = ()  # precisions to fall back along, ending in fp32
+    tflite_bounds: tuple[tuple[str, str | None], ...] = ()  # (runtime, max_version) of the TFLite runtimes
+    edgetpu: bool = False
+    delegate: str | None = None  # the Edge TPU delegate library, for the compiled artifact's record
+    provider_options: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
 
 
 # --------------------------------------------------------------------------------------------- planning
@@ -178,6 +195,13 @@ def _policy(options: ConvertOptions) -> _Policy:
         threads=options.threads or min(getattr(profile, "threads", None) or 2, os.cpu_count() or 2),
         max_opset=getattr(profile, "max_onnx_opset", None),
         preferences=preferences,
+        fallback=tuple(profile.fallback),
+        tflite_bounds=tuple(
+            (r.name, r.max_version) for r in profile.runtimes if r.name in targets.TFLITE_RUNTIMES
+        ),
+        edgetpu=profile.edgetpu,
+        delegate=next((a.delegate for a in profile.accelerators if a.kind == "edgetpu" and a.delegate), None),
+        provider_options={k: dict(v) for k, v in profile.provider_options.items()},
     )
 
 
@@ -254,6 +278,7 @@ def plan_recipes(
                 skipped.append(Attempt(recipe.to_dict(), "failed", "skipped: INT8 needs --calibration data"))
                 continue
             planned.append((recipe, False))
+        planned.extend(_fallback_recipes(planned, policy, options, has_calibration, skipped))
         for fmt in formats or tuple(dict.fromkeys(r.format for r, _ in planned)) or _default_formats(framework):
             if not any(r.format == fmt and r.precision == "fp32" for r, _ in planned):
                 try:
@@ -266,6 +291,35 @@ def plan_recipes(
     if framework == "tflite":
         return [(r, e) for r, e in planned if r.format == "tflite"][:1] or planned[:1], skipped
     return planned, skipped
+
+
+def _fallback_recipes(
+    planned: Sequence[tuple[Recipe, bool]],
+    policy: _Policy,
+    options: ConvertOptions,
+    has_calibration: bool,
+    skipped: list[Attempt],
+) -> list[tuple[Recipe, bool]]:
+    """The profile's ``fallback`` precisions each format does not list a recipe for, after its own recipes.
+
+    ``fallback = ["int8", "fp16", "fp32"]`` with only an int8 and an fp32 recipe: when int8 (and its mixed
+    int8/float retry) loses, fp16 is tried before fp32. They are built only when every earlier recipe of the
+    format was dropped (the stage stops at the first one kept). fp32 is planned for every format anyway.
+    """
+    extra: list[tuple[Recipe, bool]] = []
+    for fmt in dict.fromkeys(r.format for r, _ in planned):
+        have = {r.precision for r, _ in planned if r.format == fmt}
+        for precision in policy.fallback:
+            if precision in have or precision == "fp32":
+                continue
+            recipe = _plain_recipe(fmt, precision, options, ())
+            recipe = dataclasses.replace(recipe, execution_providers=next(
+                (r.execution_providers for r, _ in planned if r.format == fmt and r.execution_providers), ()))
+            if precision == "int8" and not has_calibration:
+                skipped.append(Attempt(recipe.to_dict(), "failed", "skipped (fallback): INT8 needs --calibration data"))
+                continue
+            extra.append((recipe, False))
+    return extra
 
 
 # --------------------------------------------------------------------------------------------- cache
@@ -377,6 +431,7 @@ class _Data:
     shapes: dict[str, tuple[int, ...]]
     calibration_ref: CalibrationRef | None
     preprocessing: Any
+    builds: Path | None = None  # where built artifacts are reused from (ConvertOptions.workdir), keyed
 
 
 def _prepare_data(options: ConvertOptions, source: SourceModel, progress: Progress) -> _Data:
@@ -457,13 +512,18 @@ def _convert(
     fp32_latency: dict[str, float] = {}
     done_formats: set[str] = set()
 
+    data.builds = _build_cache_dir(options, policy, data)
+
     def request_for(recipe: Recipe) -> ConversionRequest:
+        # one float ONNX export per opset: recipes of one profile may ask for different opsets
+        workdir = scratch / f"opset-{recipe.opset or 'default'}"
+        workdir.mkdir(exist_ok=True)
         return ConversionRequest(
             source=source,
             recipe=recipe,
             input_shapes=data.shapes,
             calibration=data.calibration.feeds,
-            workdir=scratch,
+            workdir=workdir,
             max_opset=policy.max_opset,
             dynamic_batch=options.dynamic_batch,
         )
@@ -477,7 +537,7 @@ def _convert(
         if isinstance(result, Attempt):
             attempts.append(result)
             if explicit:
-                raise ConversionError(f"{recipe.label}: {result.reason}", hint=_hint_for(recipe))
+                raise ConversionError(f"{recipe.label}: {result.reason}", hint=_hint_for(recipe, result.reason))
             continue
         if result.failures and recipe.precision == "int8" and not explicit:
             progress(f"{recipe.label} out of tolerance ({'; '.join(result.failures)}): trying selective quantization")
@@ -506,7 +566,93 @@ def _convert(
     return _write(options, policy, name, source, data, reference, kept, attempts, staging)
 
 
-def _hint_for(recipe: Recipe) -> str:
+def _runtime_incompatibilities(path: Path, policy: _Policy) -> str:
+    """Why a bounded TFLite runtime of the profile (tflite-runtime 2.14) cannot load ``path``; "" if it can."""
+    from toolkit.compat import tflite_incompatibilities
+
+    reasons = []
+    for runtime, max_version in policy.tflite_bounds:
+        problems = tflite_incompatibilities(path, runtime, max_version)
+        if problems:
+            reasons.append(f"{runtime} <= {max_version} does not know {', '.join(problems)}")
+    return "; ".join(reasons)
+
+
+def _device_only_providers(recipe: Recipe) -> tuple[str, ...]:
+    """The recipe's accelerator providers this host's onnxruntime lacks (TensorRT/CUDA on a CPU-only host)."""
+    wanted = [ep for ep in recipe.execution_providers if ep != "CPUExecutionProvider"]
+    if recipe.format != "onnx" or not wanted:
+        return ()
+    import onnxruntime
+
+    available = set(onnxruntime.get_available_providers())
+    return tuple(ep for ep in wanted if ep not in available)
+
+
+def _build_cache_dir(options: ConvertOptions, policy: _Policy, data: _Data) -> Path | None:
+    """``options.workdir``/<everything a built file depends on but the recipe>: None without a workdir."""
+    if options.workdir is None:
+        return None
+    material = {
+        "source": _source_hash(options.source),
+        "weights": cal.hash_path(options.weights) if options.weights and options.weights.exists() else None,
+        "calibration": data.calibration_ref.sha256 if data.calibration_ref else None,
+        "calibration_samples": len(data.calibration),
+        "shapes": {k: list(v) for k, v in data.shapes.items()},
+        "dynamic_batch": options.dynamic_batch,
+        "max_opset": policy.max_opset,
+        "versions": _tool_versions(),
+    }
+    key = hashlib.sha256(json.dumps(material, sort_keys=True, default=str).encode()).hexdigest()[:24]
+    return Path(options.workdir) / key
+
+
+def _recipe_key(recipe: Recipe) -> str:
+    return hashlib.sha256(json.dumps(recipe.to_dict(), sort_keys=True).encode()).hexdigest()[:16]
+
+
+def _reuse_build(builds: Path | None, recipe: Recipe, output: Path) -> BuiltArtifact | None:
+    """The artifact an earlier run built for this recipe (same source, data, options, tools), copied to
+    ``output``; None when there is none."""
+    if builds is None:
+        return None
+    folder = builds / _recipe_key(recipe)
+    try:
+        meta = json.loads((folder / "built.json").read_text())
+        shutil.copyfile(folder / "artifact", output)
+    except (OSError, ValueError):
+        return None
+    return BuiltArtifact(
+        path=output,
+        float_nodes=tuple(meta.get("float_nodes", ())),
+        notes=tuple(meta.get("notes", ())),
+        exporter=meta.get("exporter"),
+        layout=meta.get("layout"),
+    )
+
+
+def _keep_build(builds: Path | None, recipe: Recipe, built: BuiltArtifact) -> None:
+    if builds is None:
+        return
+    folder = builds / _recipe_key(recipe)
+    try:
+        tmp = folder.with_name(folder.name + f".tmp{os.getpid()}")
+        shutil.rmtree(tmp, ignore_errors=True)
+        tmp.mkdir(parents=True)
+        shutil.copyfile(built.path, tmp / "artifact")
+        meta = {"float_nodes": list(built.float_nodes), "notes": list(built.notes), "exporter": built.exporter,
+                "layout": built.layout, "recipe": recipe.to_dict()}
+        (tmp / "built.json").write_text(json.dumps(meta))
+        shutil.rmtree(folder, ignore_errors=True)
+        tmp.rename(folder)
+    except OSError:
+        pass  # reuse is an optimisation; a read-only workdir must not fail a conversion
+
+
+def _hint_for(recipe: Recipe, reason: str = "") -> str:
+    if reason.startswith(INCOMPATIBLE):
+        return ("The target's runtime cannot load this artifact; ask for another --precision (full int8 loads "
+                "everywhere), or pick a --target whose runtimes are newer.")
     if recipe.precision == "int8":
         return "Check the calibration data, try another --calibration-method, or use --precision fp16/fp32."
     return "Run with --debug for the converter's full output."
@@ -545,13 +691,22 @@ def _attempt(
             shutil.copyfile(source.path, output)
             built = BuiltArtifact(path=output, notes=("taken as it is (no conversion)",))
         else:
-            with native_stderr_silenced():
-                built = registry.build(request, output)
+            reused = _reuse_build(data.builds, recipe, output)
+            if reused is not None:
+                built = reused
+            else:
+                with native_stderr_silenced():
+                    built = registry.build(request, output)
+                _keep_build(data.builds, recipe, built)
     except UsageError:
         raise
     except ToolkitError as exc:
         return Attempt(recipe.to_dict(), "failed", exc.message)
     info = inspect_model(built.path)
+    if recipe.format == "tflite":
+        incompatible = _runtime_incompatibilities(built.path, policy)
+        if incompatible:
+            return Attempt(recipe.to_dict(), "failed", f"{INCOMPATIBLE} {incompatible}")
     if source.framework == "tflite":
         recipe = dataclasses.replace(recipe, precision=info.precision)
     if recipe.precision in ("int8", "dynamic") and info.quantized_ops == 0:
@@ -583,7 +738,14 @@ def _attempt(
         fp32_latency.setdefault(recipe.format, latency)
     base = fp32_latency.get(recipe.format)
     slower = None
-    if base is not None and recipe.precision != "fp32" and latency > base * SLOWER_FACTOR and latency - base > 0.02:
+    device_only = _device_only_providers(recipe)
+    notes: tuple[str, ...] = ()
+    if device_only:
+        # The device runs it on an accelerator this host lacks: CPU timings say nothing about that speed.
+        notes = (f"timed on this host's CPU only; the device runs it on {', '.join(device_only)} "
+                 "(not available here), so it is not compared with fp32",)
+        status = status if status != "ok" else "no_speedup_measured"
+    elif base is not None and recipe.precision != "fp32" and latency > base * SLOWER_FACTOR and latency - base > 0.02:
         slower = f"slower than fp32 in {runtime} ({latency:.3f} ms vs {base:.3f} ms)"
         status = status if status != "ok" else "slower"
     record = ArtifactRecord(
@@ -602,8 +764,10 @@ def _attempt(
         recipe=recipe.to_dict(),
         float_nodes=built.float_nodes,
         execution_providers=recipe.execution_providers,
+        provider_options={ep: dict(policy.provider_options[ep]) for ep in recipe.execution_providers
+                          if ep in policy.provider_options},
         layout=built.layout,
-        notes=tuple(built.notes)
+        notes=notes + tuple(built.notes)
         + ((f"exported with {built.exporter}",) if built.exporter else ())
         + (("verified on random inputs: no data was given",) if data.synthetic else ()),
     )
@@ -711,6 +875,7 @@ def _write(
     save_npz(staging / GOLDEN_REFERENCE, _stack_outputs(reference[:golden_count]))
     records: list[ArtifactRecord] = []
     used: set[str] = set()
+    preferred = _preferred(kept, options)
     for item in kept:
         record = item.record
         if record.file in used:  # two recipes of one precision and format: keep the first (preferred)
@@ -720,8 +885,11 @@ def _write(
         golden_name = golden_outputs_name(record.file)
         outputs = item.outputs[:golden_count]
         save_npz(staging / golden_name, _stack_outputs(outputs))
-        record = dataclasses.replace(record, golden=Golden(golden_name, _golden_atol(record, outputs)))
+        record = dataclasses.replace(record, golden=Golden(golden_name, _golden_atol(record, outputs)),
+                                     preferred=any(item is p for p in preferred))
         records.append(record)
+    if policy.edgetpu:
+        records.extend(_edgetpu(records, policy, attempts, staging))
     labels = _read_labels(options.labels) if options.labels else None
     runner = install_runner(staging)
     manifest = Manifest(
@@ -743,6 +911,98 @@ def _write(
     )
     write_manifest(staging, manifest)
     return manifest
+
+
+def _preferred(kept: Sequence[_Built], options: ConvertOptions) -> list[_Built]:
+    """Per format, the artifact the device should run: the first, in order of preference, whose accuracy is
+    within the tolerance and that is not slower than fp32. Order: the user's ``--precision`` order when they
+    asked; else the profile's recipe (the stage keeps at most one non-fp32 per format) before fp32."""
+    chosen: dict[str, _Built] = {}
+
+    def rank(item: _Built) -> int:
+        if item.explicit and item.recipe.precision in options.precisions:
+            return options.precisions.index(item.recipe.precision)
+        return 1 if item.recipe.precision == "fp32" else 0
+
+    for item in sorted(kept, key=rank):
+        if not item.problems and item.recipe.format not in chosen:
+            chosen[item.recipe.format] = item
+    return list(chosen.values())
+
+
+def _edgetpu(
+    records: Sequence[ArtifactRecord], policy: _Policy, attempts: list[Attempt], staging: Path
+) -> list[ArtifactRecord]:
+    """Compile the full-int8 artifact for the Edge TPU with ``edgetpu_compiler`` when it is on PATH.
+
+    Without the compiler the bundle still ships (the CPU int8 artifact runs anywhere) and an attempt says
+    exactly what to install and run. The compiled model cannot be verified here: it needs an Edge TPU.
+    """
+    import subprocess
+
+    int8 = next((r for r in records if r.format == "tflite" and r.precision == "int8"
+                 and str(r.recipe.get("io_dtype")) in ("uint8", "int8")), None)
+    recipe = dict(int8.recipe) if int8 else {"format": "tflite", "precision": "int8", "io_dtype": "uint8"}
+    if int8 is None:
+        attempts.append(Attempt(recipe, "failed", "not compiled for the Edge TPU: no full-integer TFLite artifact "
+                                "passed verification (the Edge TPU runs only those)"))
+        return []
+    stem = Path(int8.file).stem  # model.int8
+    compiled_name = f"{stem}_edgetpu.tflite"
+    command = f"{EDGETPU_COMPILER} --show_operations --out_dir . {int8.file}"
+    compiler = shutil.which(EDGETPU_COMPILER)
+    if compiler is None:
+        attempts.append(Attempt(
+            recipe, "failed",
+            f"not compiled for the Edge TPU: {EDGETPU_COMPILER} is not on PATH (it runs only on x86-64 "
+            f"Debian/Ubuntu). Install it: {EDGETPU_INSTALL}; then, in the bundle folder, run: {command} "
+            f"(writes {compiled_name}; {int8.file} runs on the CPU meanwhile)",
+            file=int8.file,
+        ))
+        return []
+    out_dir = staging / ".edgetpu"
+    out_dir.mkdir()
+    try:
+        proc = subprocess.run(
+            [compiler, "--show_operations", "--out_dir", str(out_dir), str(staging / int8.file)],
+            capture_output=True, text=True, timeout=600, check=False,
+        )
+        log = (proc.stdout or "") + (proc.stderr or "")
+        (staging / EDGETPU_LOG).write_text(log)
+        produced = out_dir / compiled_name
+        if proc.returncode != 0 or not produced.is_file():
+            tail = " ".join(log.strip().splitlines()[-3:])[:400]
+            attempts.append(Attempt(recipe, "failed", f"{EDGETPU_COMPILER} failed (exit {proc.returncode}): {tail}; "
+                                    f"see {EDGETPU_LOG}", file=int8.file))
+            return []
+        shutil.move(str(produced), staging / compiled_name)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        attempts.append(Attempt(recipe, "failed", f"{EDGETPU_COMPILER} could not run: {exc}", file=int8.file))
+        return []
+    finally:
+        shutil.rmtree(out_dir, ignore_errors=True)
+    version = next((line.split(":", 1)[1].strip() for line in log.splitlines()
+                    if line.lower().startswith("edge tpu compiler version")), "unknown version")
+    path = staging / compiled_name
+    record = dataclasses.replace(
+        int8,
+        file=compiled_name,
+        sha256=sha256_file(path),
+        bytes=path.stat().st_size,
+        verification=None,
+        golden=None,
+        host_latency_ms=None,
+        fp32_latency_ms=None,
+        runtime=None,
+        status="no_speedup_measured",
+        preferred=False,
+        delegate=policy.delegate or "libedgetpu.so.1",
+        notes=(f"compiled from {int8.file} by {EDGETPU_COMPILER} ({version}); log: {EDGETPU_LOG}",
+               "runs only with the Edge TPU delegate; not verified on this host (no Edge TPU here): "
+               f"{int8.file} is the verified CPU artifact"),
+    )
+    attempts.append(Attempt(recipe, "kept", f"compiled for the Edge TPU by {EDGETPU_COMPILER}", file=compiled_name))
+    return [record]
 
 
 def _stack_outputs(per_sample: Sequence[Sequence[np.ndarray]]) -> dict[str, np.ndarray]:

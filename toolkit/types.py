@@ -296,6 +296,12 @@ class ArtifactRecord:
     execution_providers: tuple[str, ...] = ()  # ONNX Runtime providers the device should try, in order
     layout: str | None = None  # NCHW/NHWC of the artifact's image inputs, when it differs from the source's
     notes: tuple[str, ...] = ()
+    # The artifact the device should run for this format: within the tolerance, not slower than fp32, first in
+    # the profile's (or the user's) order of preference. At most one per format; none when every one failed.
+    preferred: bool = False
+    # ONNX Runtime options per provider (from the target profile), passed with each provider the device has.
+    provider_options: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
+    delegate: str | None = None  # a TFLite delegate the artifact needs (``libedgetpu.so.1`` for Edge TPU models)
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -317,6 +323,9 @@ class ArtifactRecord:
             "execution_providers": list(self.execution_providers),
             "layout": self.layout,
             "notes": list(self.notes),
+            "preferred": self.preferred,
+            "provider_options": {k: dict(v) for k, v in self.provider_options.items()},
+            "delegate": self.delegate,
         }
 
     @classmethod
@@ -357,6 +366,12 @@ class ArtifactRecord:
             execution_providers=tuple(_optional(data, "execution_providers", list, where) or ()),
             layout=_optional(data, "layout", str, where),
             notes=tuple(_optional(data, "notes", list, where) or ()),
+            preferred=bool(_optional(data, "preferred", bool, where) or False),
+            provider_options={
+                str(k): dict(v) if isinstance(v, Mapping) else {}
+                for k, v in (_optional(data, "provider_options", dict, where) or {}).items()
+            },
+            delegate=_optional(data, "delegate", str, where),
         )
 
 
@@ -485,6 +500,10 @@ class Manifest:
     runtime_preferences: Mapping[str, Any] = field(default_factory=dict)  # from the target profile
     config: Mapping[str, Any] = field(default_factory=dict)  # the effective options, replayable
     schema_version: int = MANIFEST_SCHEMA_VERSION
+
+    def preferred_artifacts(self) -> tuple[ArtifactRecord, ...]:
+        """The artifacts marked preferred (at most one per format), in manifest order."""
+        return tuple(record for record in self.artifacts if record.preferred)
 
     def artifact(self, file: str) -> ArtifactRecord:
         for record in self.artifacts:

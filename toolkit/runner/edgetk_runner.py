@@ -567,6 +567,30 @@ class TFLiteModel(object):
         return times
 
 
+def select_providers(wanted, available, options=None):
+    # type: (list, list, Any) -> tuple
+    """The providers (and their options) an ONNX session is opened with: the artifact's ``wanted`` ones this
+    onnxruntime has, in the manifest's order, then CPUExecutionProvider always last (the fallback for every
+    node an accelerator does not take). Returns (providers, provider_options, missing); the options list runs
+    parallel to the providers (``{}`` where the manifest gives none), as InferenceSession takes them.
+    """
+    options = options if isinstance(options, dict) else {}
+    providers = []  # type: list
+    for name in wanted:
+        if name in available and name != "CPUExecutionProvider" and name not in providers:
+            providers.append(name)
+    providers.append("CPUExecutionProvider")
+    provider_options = []  # type: list
+    for name in providers:
+        given = options.get(name)
+        provider_options.append(
+            dict((str(k), v if isinstance(v, str) else json.dumps(v)) for k, v in given.items())
+            if isinstance(given, dict) else {}
+        )
+    missing = [p for p in wanted if p not in available]
+    return providers, provider_options, missing
+
+
 class OnnxModel(object):
     format = "onnx"
 
@@ -578,16 +602,17 @@ class OnnxModel(object):
         self.runtime = "onnxruntime"
         self.version = version
         available = list(ort.get_available_providers())
-        providers = [p for p in wanted_providers if p in available and p != "CPUExecutionProvider"]
-        providers.append("CPUExecutionProvider")
+        providers, provider_options, missing = select_providers(
+            wanted_providers, available, record.get("provider_options"))
         options = ort.SessionOptions()
         options.intra_op_num_threads = threads
         options.inter_op_num_threads = 1
         options.log_severity_level = 3
-        self.session = ort.InferenceSession(path, sess_options=options, providers=providers)
+        self.session = ort.InferenceSession(
+            path, sess_options=options, providers=providers, provider_options=provider_options)
         self.extra = {
             "providers": list(self.session.get_providers()),
-            "providers_missing": [p for p in wanted_providers if p not in available],
+            "providers_missing": missing,
         }
         specs = {}  # type: dict
         for key in ("inputs", "outputs"):
