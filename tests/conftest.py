@@ -17,4 +17,5 @@ pytest_plugins = [
     "tests.fixtures.ppocr",
     "tests.fixtures.sshd",
     "tests.fixtures.deploy",
+    "tests.fixtures.runs",
 ]

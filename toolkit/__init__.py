@@ -1,7 +1,9 @@
 """edge-toolkit: take a trained model to your own small devices and prove it runs there.
 
-The public API mirrors the CLI: ``toolkit.convert``, ``toolkit.deploy``, ``toolkit.check``, ``toolkit.run``.
-They are imported lazily so that ``import toolkit`` stays light.
+The public API mirrors the CLI: ``toolkit.convert``, ``toolkit.deploy``, ``toolkit.check``, ``toolkit.run``,
+``toolkit.inspect``, ``toolkit.rollback``, ``toolkit.status``, ``toolkit.remove``, ``toolkit.probe``,
+``toolkit.optimize`` (docs/api.md). They are imported lazily from ``toolkit.api`` so that ``import toolkit``
+stays light. Module names are nouns, so no submodule ever shadows one of these functions.
 """
 
 from __future__ import annotations
@@ -10,11 +12,14 @@ from typing import Any
 
 from toolkit.__about__ import __version__
 
-__all__ = ["__version__", "convert", "deploy", "check", "run", "inspect"]
+# Keep in sync with toolkit.api (tests/test_api.py checks that each is a function).
+_API = ("convert", "deploy", "check", "run", "inspect", "rollback", "status", "remove", "probe", "optimize",
+        "quickstart")
+__all__ = ["__version__", *_API]
 
 
 def __getattr__(name: str) -> Any:
-    if name in ("convert", "deploy", "check", "run", "inspect", "rollback", "status", "probe", "optimize"):
+    if name in _API:
         from toolkit import api
 
         return getattr(api, name)

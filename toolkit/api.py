@@ -46,6 +46,7 @@ __all__ = [
     "inspect",
     "optimize",
     "probe",
+    "quickstart",
     "remove",
     "rollback",
     "run",
@@ -525,6 +526,16 @@ def optimize(source: PathLike, **options: Any) -> Any:
     from toolkit.optimization import optimize as do_optimize
 
     return do_optimize(str(source), **options)
+
+
+def quickstart(*, out: PathLike | None = None, store: PathLike | None = None, runs: int = 30,
+               progress: Progress | None = None) -> RunResult:
+    """``edgetk quickstart``: the bundled digits example converted, deployed to ``local`` and checked."""
+    from toolkit.example import quickstart as do_quickstart
+
+    result: RunResult = do_quickstart(out=Path(out) if out else None, store=Path(store) if store else None,
+                                      runs=runs, progress=progress)
+    return result
 
 
 # --------------------------------------------------------------------------------------------- run

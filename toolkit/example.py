@@ -1,4 +1,4 @@
-"""``edgetk quickstart``: the whole job on this machine with nothing to bring.
+"""The bundled example behind ``edgetk quickstart`` (a noun module: ``toolkit.quickstart`` is the function).
 
 The bundled example is a small Keras CNN for the 8x8 handwritten digits that ship inside the package
 (``calibration/digits/``). It is trained once at first use from ``train.npz`` (1,100 images, a few seconds on

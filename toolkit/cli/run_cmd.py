@@ -167,7 +167,7 @@ def _convert_keywords(options: Any) -> dict[str, Any]:
 def quickstart(out: Path | None, runs: int, store: Path | None, as_json: bool) -> None:
     """The whole job on this machine, nothing to bring: a small digits model, trained once and cached, is
     converted for this machine's target profile, deployed to `local` and checked there."""
-    from toolkit.quickstart import quickstart as do_quickstart
+    from toolkit.example import quickstart as do_quickstart
     from toolkit.reporting.progress import StageProgress
 
     progress = StageProgress(stages=("convert", "deploy", "check"))
