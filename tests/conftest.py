@@ -17,5 +17,7 @@ pytest_plugins = [
     "tests.fixtures.ppocr",
     "tests.fixtures.sshd",
     "tests.fixtures.deploy",
+    "tests.fixtures.arm",
     "tests.fixtures.runs",
+    "tests.fixtures.netns",
 ]

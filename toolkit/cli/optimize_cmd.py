@@ -1,0 +1,59 @@
+"""``edgetk optimize``: compress a Keras 3 or PyTorch model before converting it (pruning, clustering,
+low-rank, distillation, QAT) and report what each step changed. Heavy frameworks load inside the command."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import click
+
+
+@click.command("optimize")
+@click.argument("source")
+@click.option("--prune", "prune", type=float, default=None, metavar="SPARSITY",
+              help="Magnitude-prune conv/dense kernels to this sparsity in (0, 1).")
+@click.option("--structured", is_flag=True, help="With --prune: remove that fraction of channels, layers shrink.")
+@click.option("--prune-scope", type=click.Choice(["global", "layer"]), default="global", show_default=True,
+              help="Rank weights over all kernels together or within each kernel.")
+@click.option("--cluster", type=int, default=None, metavar="N", help="Share N values per kernel (k-means).")
+@click.option("--low-rank", "low_rank", type=float, default=None, metavar="ENERGY",
+              help="Factor dense/conv layers by SVD keeping this share of the energy, in (0, 1].")
+@click.option("--rank", type=int, default=None, help="A fixed rank for low-rank factorization.")
+@click.option("--distill-from", "distill_from", default=None, metavar="TEACHER",
+              help="Train SOURCE (the student) from this teacher model.")
+@click.option("--temperature", type=float, default=4.0, show_default=True, help="Distillation temperature.")
+@click.option("--alpha", type=float, default=0.3, show_default=True,
+              help="Distillation weight of the hard-label loss (1 - alpha goes to the KL term).")
+@click.option("--qat", is_flag=True, help="Quantization-aware fine-tuning (PyTorch).")
+@click.option("--train-data", type=click.Path(path_type=Path), default=None,
+              help=".npz with inputs (by name, or x) and labels y; enables fine-tuning.")
+@click.option("--eval-data", type=click.Path(path_type=Path), default=None,
+              help=".npz with inputs and labels y, for accuracy against the float baseline.")
+@click.option("--epochs", type=int, default=None, help="Fine-tune epochs per step [default: 2 with --train-data].")
+@click.option("--batch-size", type=int, default=32, show_default=True)
+@click.option("--learning-rate", type=float, default=1e-3, show_default=True)
+@click.option("--grad-accum", "accumulate", type=int, default=1, show_default=True,
+              help="Micro-batches per optimizer update (gradient accumulation).")
+@click.option("--mixed-precision", "precision", type=click.Choice(["fp32", "bf16", "fp16"]), default="fp32",
+              show_default=True, help="Fine-tune precision: bf16 autocast on CPU, fp16 + loss scaling on a GPU.")
+@click.option("--out", required=True, type=click.Path(path_type=Path),
+              help="Where to write the optimized model (.keras for Keras; .pt TorchScript or .pt2 for PyTorch).")
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON document on stdout.")
+def optimize(source: str, prune: float | None, structured: bool, prune_scope: str, cluster: int | None,
+             low_rank: float | None, rank: int | None, distill_from: str | None, temperature: float, alpha: float,
+             qat: bool, train_data: Path | None, eval_data: Path | None, epochs: int | None, batch_size: int,
+             learning_rate: float, accumulate: int, precision: str, out: Path, as_json: bool) -> None:
+    """Compress SOURCE (a Keras 3 file or a PyTorch model) and write it to --out in the same format."""
+    from toolkit.optimization import optimize as run_optimize
+
+    report = run_optimize(
+        source, out=out, prune=prune, structured=structured, prune_scope=prune_scope, cluster=cluster,
+        low_rank=low_rank, rank=rank, distill_from=distill_from, temperature=temperature, alpha=alpha, qat=qat,
+        train_data=train_data, eval_data=eval_data, epochs=epochs, batch_size=batch_size,
+        learning_rate=learning_rate, accumulate=accumulate, precision=precision,
+    )
+    if as_json:
+        click.echo(json.dumps(report.to_dict(), indent=2))
+    else:
+        click.echo(report.table())

@@ -1,0 +1,250 @@
+"""The one fine-tune loop every technique shares, for Keras 3 and PyTorch.
+
+It supports gradient accumulation (``accumulate`` micro-batches per optimizer update) and mixed precision:
+``bf16`` autocasts on the CPU (PyTorch ``torch.autocast("cpu", bfloat16)``; Keras a ``mixed_bfloat16`` clone of
+the model whose float32 weights are copied back), ``fp16`` with dynamic loss scaling needs a CUDA GPU. After
+every optimizer update it calls ``after_update(index)``: that is where pruning keeps its mask and clustering
+keeps weights on their centroids. With ``soft_targets`` (teacher logits) the loss is distillation's
+``alpha * CE(labels) + (1 - alpha) * T^2 * KL(softmax(teacher/T) || softmax(student/T))``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable
+
+import numpy as np
+
+from toolkit.errors import UsageError
+from toolkit.optimization import models
+from toolkit.optimization.data import LabelledData
+
+PRECISIONS = ("fp32", "bf16", "fp16")
+AfterUpdate = Callable[[int], None]
+
+
+@dataclass(frozen=True)
+class FineTuneConfig:
+    """How to fine-tune. ``epochs`` passes over the training data; ``accumulate`` micro-batches of
+    ``batch_size`` per optimizer update."""
+
+    epochs: int = 2
+    batch_size: int = 32
+    learning_rate: float = 1e-3
+    accumulate: int = 1
+    precision: str = "fp32"
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        if self.epochs < 0:
+            raise UsageError(f"epochs must be >= 0, got {self.epochs}.")
+        if self.batch_size < 1:
+            raise UsageError(f"batch size must be >= 1, got {self.batch_size}.")
+        if self.accumulate < 1:
+            raise UsageError(f"gradient accumulation must be >= 1 micro-batch, got {self.accumulate}.")
+        if not self.learning_rate > 0:
+            raise UsageError(f"learning rate must be > 0, got {self.learning_rate}.")
+        if self.precision not in PRECISIONS:
+            raise UsageError(f"Unknown training precision {self.precision!r}.",
+                             hint=f"Pick one of {', '.join(PRECISIONS)}.")
+
+    def updates(self, samples: int) -> int:
+        """Optimizer updates the loop will make over ``samples`` training samples."""
+        batches = -(-samples // self.batch_size)
+        return self.epochs * (-(-batches // self.accumulate))
+
+
+@dataclass(frozen=True)
+class Distillation:
+    """Teacher logits for every training sample, the temperature, and the weight of the hard-label loss."""
+
+    teacher_logits: np.ndarray
+    temperature: float = 4.0
+    alpha: float = 0.3
+
+
+def outputs_are_probabilities(outputs: np.ndarray) -> bool:
+    """True when a model ends in softmax (rows non-negative, summing to 1): its logits are then log(p)."""
+    rows = outputs.reshape(len(outputs), -1)
+    return bool(np.all(rows >= -1e-6) and np.allclose(rows.sum(-1), 1.0, atol=1e-3))
+
+
+def fine_tune(model: models.OptimizableModel, data: LabelledData, *, config: FineTuneConfig,
+              after_update: AfterUpdate | None = None, distill: Distillation | None = None) -> float:
+    """Train ``model`` in place on ``data``; returns the mean loss of the last epoch."""
+    if data.labels is None:
+        raise UsageError(f"The training data {str(data.path)!r} has no labels under 'y'.",
+                         hint="Fine-tuning needs integer class labels stored under 'y'.")
+    probe = models.predict(model, data.first(min(len(data), 16)))
+    probabilities = outputs_are_probabilities(probe)
+    if config.precision == "fp16" and not _gpu_available(model):
+        raise UsageError("fp16 mixed precision with loss scaling needs a CUDA GPU, and none is available here.",
+                         hint="Use --mixed-precision bf16 on a CPU.")
+    if model.kind == models.KERAS:
+        return _fine_tune_keras(model, data, config, after_update, distill, probabilities)
+    return _fine_tune_torch(model, data, config, after_update, distill, probabilities)
+
+
+def _gpu_available(model: models.OptimizableModel) -> bool:
+    if model.kind == models.KERAS:
+        import tensorflow as tf
+
+        return bool(tf.config.list_physical_devices("GPU"))
+    import torch
+
+    return bool(torch.cuda.is_available())
+
+
+# --- Keras 3 -------------------------------------------------------------------------------------------------
+
+
+def _with_policy(net: Any, policy: str | None) -> Any:
+    """A clone of ``net`` whose layers compute under ``policy`` (weights stay float32), weights copied.
+
+    Training always runs on a clone, so the model that is saved carries no optimizer state.
+    """
+    import keras
+
+    def clone(layer: Any) -> Any:
+        config = layer.get_config()
+        if policy is not None:
+            config["dtype"] = policy
+        return layer.__class__.from_config(config)
+
+    clone_net = keras.models.clone_model(net, clone_function=clone)
+    clone_net.set_weights(net.get_weights())
+    return clone_net
+
+
+def _fine_tune_keras(model: models.OptimizableModel, data: LabelledData, config: FineTuneConfig,
+                     after_update: AfterUpdate | None, distill: Distillation | None, probabilities: bool) -> float:
+    import keras
+    from keras import ops
+
+    net = model.model
+    if len(net.outputs) != 1:
+        raise UsageError("Fine-tuning supports models with one output (the class scores); this one has "
+                         f"{len(net.outputs)}.")
+    keras.utils.set_random_seed(config.seed)
+    policy = {"bf16": "mixed_bfloat16", "fp16": "mixed_float16"}.get(config.precision)
+    train_net = _with_policy(net, policy)
+    temperature = distill.temperature if distill else 1.0
+    alpha = distill.alpha if distill else 1.0
+
+    def loss(y_true: Any, y_pred: Any) -> Any:
+        y_pred = ops.cast(y_pred, "float32")
+        logits = ops.log(ops.clip(y_pred, 1e-7, 1.0)) if probabilities else y_pred
+        labels = ops.cast(y_true[:, 0], "int32")
+        value = alpha * keras.losses.sparse_categorical_crossentropy(labels, logits, from_logits=True)
+        if distill is not None:
+            teacher = y_true[:, 1:] / temperature
+            student = logits / temperature
+            kl = ops.sum(ops.softmax(teacher) * (ops.log_softmax(teacher) - ops.log_softmax(student)), axis=-1)
+            value = value + (1.0 - alpha) * temperature * temperature * kl
+        return value
+
+    targets = data.labels.astype(np.float32)[:, None]
+    if distill is not None:
+        targets = np.concatenate([targets, distill.teacher_logits.astype(np.float32)], axis=1)
+    optimizer = keras.optimizers.Adam(
+        config.learning_rate,
+        gradient_accumulation_steps=config.accumulate if config.accumulate > 1 else None,
+    )
+    train_net.compile(optimizer=optimizer, loss=loss)
+
+    class _Hook(keras.callbacks.Callback):
+        def __init__(self) -> None:
+            super().__init__()
+            self.batches = 0
+
+        def on_train_batch_end(self, batch: int, logs: Any = None) -> None:
+            self.batches += 1
+            if after_update is not None and self.batches % config.accumulate == 0:
+                if train_net is not net:
+                    net.set_weights(train_net.get_weights())
+                after_update(self.batches // config.accumulate)
+                if train_net is not net:
+                    train_net.set_weights(net.get_weights())
+
+    inputs = list(data.inputs) if len(data.inputs) > 1 else data.inputs[0]
+    history = train_net.fit(inputs, targets, epochs=config.epochs, batch_size=config.batch_size, shuffle=True,
+                            verbose=0, callbacks=[_Hook()])
+    if train_net is not net:
+        net.set_weights(train_net.get_weights())
+    losses = history.history.get("loss", [float("nan")])
+    return float(losses[-1])
+
+
+# --- PyTorch -------------------------------------------------------------------------------------------------
+
+
+def _fine_tune_torch(model: models.OptimizableModel, data: LabelledData, config: FineTuneConfig,
+                     after_update: AfterUpdate | None, distill: Distillation | None, probabilities: bool) -> float:
+    import torch
+    import torch.nn.functional as F
+
+    module = model.model
+    torch.manual_seed(config.seed)
+    device = "cuda" if config.precision == "fp16" else "cpu"
+    module.to(device)
+    if model.kind != "exported_program":
+        module.train()
+    params = [p for p in module.parameters() if p.requires_grad]
+    optimizer = torch.optim.Adam(params, lr=config.learning_rate)
+    scaler = torch.amp.GradScaler("cuda") if config.precision == "fp16" else None
+    autocast_dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(config.precision)
+    temperature = distill.temperature if distill else 1.0
+    alpha = distill.alpha if distill else 1.0
+    inputs = [torch.from_numpy(np.ascontiguousarray(a)) for a in data.inputs]
+    labels = torch.from_numpy(data.labels if data.labels is not None else np.zeros(len(data), np.int64))
+    teacher = torch.from_numpy(distill.teacher_logits.astype(np.float32)) if distill else None
+    fixed_batch = (model.example[0].shape[0] if model.kind == "exported_program" and model.example
+                   and not model.dynamic_batch else None)
+    batch_size = fixed_batch or config.batch_size
+    generator = torch.Generator().manual_seed(config.seed)
+    updates = 0
+    epoch_loss = float("nan")
+    for _epoch in range(config.epochs):
+        order = torch.randperm(len(data), generator=generator)
+        batches = [order[i:i + batch_size] for i in range(0, len(data), batch_size)]
+        if fixed_batch:
+            batches = [b for b in batches if len(b) == fixed_batch]
+        total, seen = 0.0, 0
+        optimizer.zero_grad(set_to_none=True)
+        for index, batch in enumerate(batches):
+            xs = [x[batch].to(device) for x in inputs]
+            ys = labels[batch].to(device)
+            with torch.autocast(device_type=device, dtype=autocast_dtype or torch.float32,
+                                enabled=autocast_dtype is not None):
+                out = module(*xs)
+            out = (out[0] if isinstance(out, (list, tuple)) else out).float()
+            logits = torch.log(out.clamp_min(1e-7)) if probabilities else out
+            loss = alpha * F.cross_entropy(logits, ys)
+            if teacher is not None:
+                soft = teacher[batch].to(device) / temperature
+                kl = F.kl_div(F.log_softmax(logits / temperature, -1), F.log_softmax(soft, -1),
+                              log_target=True, reduction="batchmean")
+                loss = loss + (1.0 - alpha) * temperature * temperature * kl
+            total += float(loss.detach()) * len(batch)
+            seen += len(batch)
+            scaled = loss / config.accumulate
+            if scaler is not None:
+                scaler.scale(scaled).backward()
+            else:
+                scaled.backward()
+            if (index + 1) % config.accumulate == 0 or index + 1 == len(batches):
+                if scaler is not None:
+                    scaler.step(optimizer)
+                    scaler.update()
+                else:
+                    optimizer.step()
+                optimizer.zero_grad(set_to_none=True)
+                updates += 1
+                if after_update is not None:
+                    with torch.no_grad():
+                        after_update(updates)
+        epoch_loss = total / max(seen, 1)
+    module.to("cpu")
+    if model.kind != "exported_program":
+        module.eval()
+    return epoch_loss

@@ -1,0 +1,65 @@
+"""Uniform access to the prunable weights of a model: conv and dense kernels (biases, norms excluded).
+
+Keras: every layer's ``kernel`` / ``depthwise_kernel`` / ``pointwise_kernel``. PyTorch: every parameter named
+``*weight`` with two or more dimensions (Linear and Conv weights; works on TorchScript and ExportedProgram
+modules too, whose module types are not visible).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable
+
+import numpy as np
+
+from toolkit.optimization import models
+
+_KERAS_KERNELS = ("kernel", "depthwise_kernel", "pointwise_kernel")
+
+
+@dataclass(frozen=True)
+class WeightRef:
+    """One prunable weight tensor: its name, and how to read and write it as numpy."""
+
+    name: str
+    get: Callable[[], np.ndarray]
+    set: Callable[[np.ndarray], None]
+
+
+def prunable_weights(model: models.OptimizableModel) -> list[WeightRef]:
+    if model.kind == models.KERAS:
+        return _keras_refs(model.model)
+    return _torch_refs(model.model)
+
+
+def _keras_refs(net: Any) -> list[WeightRef]:
+    from toolkit.optimization.measure import _keras_layers
+
+    refs = []
+    for layer in _keras_layers(net):
+        for attribute in _KERAS_KERNELS:
+            variable = getattr(layer, attribute, None)
+            if variable is None or not hasattr(variable, "assign") or len(variable.shape) < 2:
+                continue
+            refs.append(WeightRef(
+                name=f"{layer.name}/{attribute}",
+                get=lambda v=variable: np.asarray(v),
+                set=lambda value, v=variable: v.assign(value.astype(np.float32)),
+            ))
+    return refs
+
+
+def _torch_refs(module: Any) -> list[WeightRef]:
+    import torch
+
+    refs = []
+    for name, param in module.named_parameters():
+        if not name.endswith("weight") or param.dim() < 2:
+            continue
+
+        def setter(value: np.ndarray, p: Any = param) -> None:
+            with torch.no_grad():
+                p.copy_(torch.from_numpy(np.ascontiguousarray(value, dtype=np.float32)))
+
+        refs.append(WeightRef(name=name, get=lambda p=param: p.detach().cpu().numpy().copy(), set=setter))
+    return refs
