@@ -153,6 +153,12 @@ class TorchSource(SourceModel):
             try:
                 result = self.module(*args)
             except Exception as exc:
+                if not self.input_shapes_known:
+                    unknown = [s.name for s in self._inputs if s.shape == _UNKNOWN_RANK]
+                    error = missing_shape_error(self, unknown)
+                    raise UsageError(
+                        f"{error.message} It failed on the shapes guessed: {first_line(exc)}", hint=error.hint
+                    ) from exc
                 shapes = ", ".join(f"{s.name}={tuple(a.shape)}" for s, a in zip(self._inputs, args))
                 raise UsageError(
                     f"The PyTorch model failed on inputs {shapes}: {first_line(exc)}",
