@@ -10,7 +10,9 @@ words, quoted for the remote shell by the connection. A push:
 3. prepares ``~/.edgetk/bundles/<name>/<version>/``: files already there with the right sha256, or found with
    that sha256 in another installed version (hard-linked), are not sent; refuses early when the disk cannot
    hold what is left;
-4. uploads the rest with progress on stderr; a failed write (disk full) removes the partial version;
+4. uploads the rest with progress on stderr; a file whose upload was cut short is resumed from where it
+   stopped when the bytes already there are a prefix of it (the device hashes them, the host compares); a
+   failed write (disk full) removes the partial version;
 5. verifies every file's sha256 ON the device, fixes permissions (0644/0755), switches ``current`` with an
    atomic rename and keeps the last ``keep`` versions.
 
@@ -213,13 +215,14 @@ class PushResult:
     seconds: float
     previous: str | None
     removed: tuple[str, ...] = ()
+    bytes_resumed: int = 0  # bytes of cut-short uploads that were already on the device and not sent again
 
     def to_dict(self) -> dict[str, Any]:
         return {
             "name": self.name, "version": self.version, "arch": self.arch, "files_total": self.files_total,
             "files_sent": self.files_sent, "files_reused": self.files_reused, "bytes_total": self.bytes_total,
             "bytes_sent": self.bytes_sent, "seconds": round(self.seconds, 3), "previous": self.previous,
-            "removed": list(self.removed),
+            "removed": list(self.removed), "bytes_resumed": self.bytes_resumed,
         }
 
 
@@ -281,17 +284,21 @@ def push(
     with DeviceLock(device, name, timeout=lock_timeout, stale_after=stale_lock_s):
         plan = device.helper("prepare", name, bundle.version, listing)
         missing = [str(m) for m in plan.get("missing", [])]
-        total = sum(sizes[m] for m in missing)
+        offsets = _resume_offsets(bundle, plan.get("partial") or {}, sizes)
+        total = sum(sizes[m] - offsets.get(m, 0) for m in missing)
         progress = UploadProgress(device.spec.name, total, stream=progress_stream)
         sent = 0
         for rel in missing:
+            offset = offsets.get(rel, 0)
             try:
-                device.conn.put(bundle.path / rel, f"{vdir}/{rel}", progress=progress.file_progress(sent))
+                device.conn.put(
+                    bundle.path / rel, f"{vdir}/{rel}", progress=progress.file_progress(sent), offset=offset
+                )
             except DeviceError as exc:
                 if "link to the device dropped" in exc.message:
                     raise
                 _abort_after_write_error(device, name, bundle.version, exc)
-            sent += sizes[rel]
+            sent += sizes[rel] - offset
         progress.done = sent
         progress.finish()
         done = device.helper("finish", name, bundle.version, listing, str(keep))
@@ -299,8 +306,34 @@ def push(
         device=device.spec.name, name=name, version=bundle.version, arch=arch, files_total=len(files),
         files_sent=len(missing), files_reused=len(plan.get("reused", [])), bytes_total=sum(sizes.values()),
         bytes_sent=sent, seconds=time.perf_counter() - started, previous=done.get("previous"),
-        removed=tuple(done.get("removed", [])),
+        removed=tuple(done.get("removed", [])), bytes_resumed=sum(offsets.values()),
     )
+
+
+def _resume_offsets(bundle: Bundle, partial: dict[str, Any], sizes: dict[str, int]) -> dict[str, int]:
+    """For each cut-short file on the device: resume at its size when its bytes are a prefix of ours."""
+    import hashlib
+
+    offsets: dict[str, int] = {}
+    for rel, entry in partial.items():
+        try:
+            have, digest = int(entry[0]), str(entry[1])
+        except (TypeError, ValueError, IndexError):
+            continue
+        if rel not in sizes or not 0 < have < sizes[rel]:
+            continue
+        prefix = hashlib.sha256()
+        with open(bundle.path / rel, "rb") as handle:
+            left = have
+            while left > 0:
+                block = handle.read(min(left, 1 << 20))
+                if not block:
+                    break
+                prefix.update(block)
+                left -= len(block)
+        if prefix.hexdigest() == digest:
+            offsets[rel] = have
+    return offsets
 
 
 def _abort_after_write_error(device: Device, name: str, version: str, exc: DeviceError) -> None:

@@ -40,8 +40,12 @@ class Connection(Protocol):
         """Run ``argv`` on the device (home directory as cwd) and wait for it; raise DeviceError on timeout."""
         ...
 
-    def put(self, local: Path, remote: str, *, progress: Progress | None = None) -> None:
-        """Copy a local file to ``remote`` (the parent directory must exist)."""
+    def put(self, local: Path, remote: str, *, progress: Progress | None = None, offset: int = 0) -> None:
+        """Copy a local file to ``remote`` (the parent directory must exist).
+
+        ``offset`` > 0 resumes a cut-short upload: ``remote`` already holds the first ``offset`` bytes, only the
+        rest is sent (``progress`` then counts the bytes sent by this call).
+        """
         ...
 
     def get(self, remote: str, local: Path) -> None:

@@ -9,7 +9,13 @@ object; exit 0 = done, 3 = a refusal the host turns into a plain message ({"kind
 Layout: ``.edgetk/bundles/<name>/<version>/`` (files mirror the bundle), ``.edgetk/bundles/<name>/current`` ->
 ``<version>`` (switched with rename(2) over a fresh symlink: atomic), ``.edgetk/bundles/<name>/.history.json``
 (installed versions, oldest first, with every file's sha256, so rollback can verify what it switches to),
-``.edgetk/locks/<name>/`` (mkdir is atomic: the deploy lock).
+``.edgetk/locks/<name>/`` (mkdir is atomic: the deploy lock). The lock records its holder: the first
+non-shell ancestor of the helper (the per-connection sshd process over SSH, the edgetk process on ``local``)
+with its start time; a lock whose holder is gone (a deploy whose link was cut, or that was killed) is broken at
+once instead of after ``stale`` seconds, so a re-run after a link cut does not wait for it.
+
+Every bundle-relative path from the host is checked again here (no absolute paths, no ``..``, no symlinked
+directories on the way), so even a hand-crafted listing cannot write outside ``.edgetk/bundles/<name>/``.
 """
 import hashlib
 import json
@@ -21,6 +27,7 @@ import sys
 import time
 
 BASE = ".edgetk"
+SHELLS = ("sh", "bash", "dash", "ash", "zsh", "ksh", "mksh", "fish", "busybox", "tcsh", "csh")
 
 
 def emit(obj, code=0):
@@ -46,7 +53,69 @@ def sha256(path):
 
 
 def bundle_dir(name):
+    if not name or name in (".", "..") or "/" in name or name.startswith((".", "-")) or "\x00" in name:
+        fail("usage", "refusing the bundle name %r" % (name,))
     return os.path.join(BASE, "bundles", name)
+
+
+def safe_rel(rel):
+    """A path inside a version directory: relative, no '..', no empty or '.' parts."""
+    parts = rel.split("/") if isinstance(rel, str) else []
+    if not parts or rel.startswith("/") or "\\" in rel or "\x00" in rel or any(p in ("", ".", "..") for p in parts):
+        fail("usage", "refusing the bundle path %r: it would leave the bundle directory" % (rel,))
+    return rel
+
+
+def check_inside(root, path):
+    """``path`` (under ``root``) must not reach outside it through a symlinked directory."""
+    real_root = os.path.realpath(root)
+    real = os.path.realpath(os.path.dirname(path))
+    if real != real_root and not real.startswith(real_root + os.sep):
+        fail("usage", "refusing %s: a directory on the way is a link out of the bundle" % path)
+
+
+def check_version(version):
+    if not version or len(version) > 128 or any(c not in "0123456789abcdef" for c in version):
+        fail("usage", "refusing the version %r: a version is a sha256 in hex" % (version,))
+    return version
+
+
+def proc_stat(pid):
+    """(comm, ppid, starttime) of a process from /proc, or None when it does not exist (or no /proc)."""
+    try:
+        with open("/proc/%d/stat" % pid) as handle:
+            data = handle.read()
+    except (OSError, IOError, ValueError):
+        return None
+    try:
+        comm = data[data.index("(") + 1:data.rindex(")")]
+        rest = data[data.rindex(")") + 2:].split()
+        return comm, int(rest[1]), rest[19]
+    except (ValueError, IndexError):
+        return None
+
+
+def lock_holder():
+    """The process whose life is the deploy's: the first ancestor that is not a shell."""
+    pid = os.getppid()
+    for _ in range(6):
+        stat = proc_stat(pid)
+        if stat is None:
+            return None
+        comm, ppid, start = stat
+        if comm in SHELLS and ppid > 1:
+            pid = ppid
+            continue
+        return {"pid": pid, "start": start}
+    return None
+
+
+def holder_alive(owner):
+    holder = owner.get("holder") if isinstance(owner, dict) else None
+    if not isinstance(holder, dict) or not os.path.isdir("/proc/self"):
+        return None  # unknown: fall back to the lock's age
+    stat = proc_stat(int(holder.get("pid", 0)))
+    return stat is not None and stat[2] == holder.get("start")
 
 
 def makedirs(path):
@@ -135,7 +204,8 @@ def cmd_info():
         "python": platform.python_version(),
         "executable": sys.executable,
         "home": home,
-        "free_bytes": free_bytes(home),
+        # where bundles go: ~/.edgetk may be its own filesystem (an SD card's data partition)
+        "free_bytes": free_bytes(BASE if os.path.isdir(BASE) else home),
         "config_python": read_config_python(),
     })
 
@@ -144,14 +214,20 @@ def cmd_prepare(name, version, files_json):
     """Create the version dir; reuse files already there or in another version; list what must be sent."""
     files = json.loads(files_json)  # [[rel, sha256, bytes], ...]
     bdir = bundle_dir(name)
-    vdir = os.path.join(bdir, version)
+    vdir = os.path.join(bdir, check_version(version))
+    for rel, _, _ in files:
+        safe_rel(rel)
     makedirs(vdir)
     others = [os.path.join(bdir, v) for v in sorted(os.listdir(bdir))
               if v != version and not v.startswith(".") and v != "current" and os.path.isdir(os.path.join(bdir, v))]
-    missing, reused, present, need = [], [], 0, 0
+    missing, reused, present, need, partial = [], [], 0, 0, {}
     for rel, digest, size in files:
         path = os.path.join(vdir, rel)
+        check_inside(vdir, path)
         makedirs(os.path.dirname(path))
+        check_inside(vdir, path)
+        if os.path.islink(path):
+            os.remove(path)
         if file_ok(path, digest):
             present += 1
             continue
@@ -171,13 +247,19 @@ def cmd_prepare(name, version, files_json):
             reused.append(rel)
             continue
         missing.append(rel)
-        need += size
+        have = os.path.getsize(path) if os.path.isfile(path) else 0
+        if 0 < have < size:
+            # an upload cut short: the host resumes it if these bytes are a prefix of its file
+            partial[rel] = [have, sha256(path)]
+            need += size - have
+        else:
+            need += size
     free = free_bytes(vdir)
     if need + (1 << 20) > free:
         abort(name, version)
         fail("disk_full", "needs %.1f MB free for the bundle, the device has %.1f MB" % (need / 1e6, free / 1e6),
              need_bytes=need, free_bytes=free)
-    emit({"missing": missing, "reused": reused, "present": present, "free_bytes": free})
+    emit({"missing": missing, "reused": reused, "present": present, "free_bytes": free, "partial": partial})
 
 
 def abort(name, version):
@@ -192,14 +274,15 @@ def abort(name, version):
 
 
 def cmd_abort(name, version):
+    check_version(version)
     emit({"removed": abort(name, version)})
 
 
 def cmd_finish(name, version, files_json, keep):
-    files = dict((rel, digest) for rel, digest, _ in json.loads(files_json))
+    files = dict((safe_rel(rel), digest) for rel, digest, _ in json.loads(files_json))
     keep = max(1, int(keep))
     bdir = bundle_dir(name)
-    vdir = os.path.join(bdir, version)
+    vdir = os.path.join(bdir, check_version(version))
     bad = verify(vdir, files)
     if bad:
         fail("integrity", "files do not match their sha256 after the upload: " + ", ".join(bad), bad=bad)
@@ -265,6 +348,7 @@ def cmd_remove(name):
 
 
 def cmd_lock(name, timeout, stale, token):
+    bundle_dir(name)  # validates the name
     locks = os.path.join(BASE, "locks")
     makedirs(locks)
     path = os.path.join(locks, name)
@@ -278,7 +362,13 @@ def cmd_lock(name, timeout, stale, token):
                 age = time.time() - os.stat(path).st_mtime
             except OSError:
                 continue
-            if age > float(stale):
+            owner = None
+            try:
+                with open(os.path.join(path, "owner.json")) as handle:
+                    owner = json.load(handle)
+            except (OSError, ValueError):
+                pass
+            if holder_alive(owner) is False or age > float(stale):
                 stale_path = "%s.stale.%s" % (path, token)
                 try:
                     os.rename(path, stale_path)
@@ -298,12 +388,13 @@ def cmd_lock(name, timeout, stale, token):
             time.sleep(0.1)
             continue
         with open(os.path.join(path, "owner.json"), "w") as handle:
-            json.dump({"token": token, "pid": os.getpid(), "host": socket.gethostname(), "time": time.time()},
-                      handle)
+            json.dump({"token": token, "pid": os.getpid(), "host": socket.gethostname(), "time": time.time(),
+                       "holder": lock_holder()}, handle)
         emit({"acquired": True, "waited_s": round(time.time() - started, 3), "broke_stale_s": broke})
 
 
 def cmd_unlock(name, token):
+    bundle_dir(name)
     path = os.path.join(BASE, "locks", name)
     try:
         with open(os.path.join(path, "owner.json")) as handle:

@@ -46,13 +46,17 @@ class LocalConnection:
             proc.stderr.decode("utf-8", "replace"),
         )
 
-    def put(self, local: Path, remote: str, *, progress: Progress | None = None) -> None:
+    def put(self, local: Path, remote: str, *, progress: Progress | None = None, offset: int = 0) -> None:
         target = self._path(remote)
-        total = Path(local).stat().st_size
+        total = Path(local).stat().st_size - offset
         sent = 0
         try:
-            with open(local, "rb") as src, open(target, "wb") as dst:
+            with open(local, "rb") as src, open(target, "r+b" if offset else "wb") as dst:
                 os.fchmod(dst.fileno(), 0o644)
+                if offset:
+                    src.seek(offset)
+                    dst.seek(offset)
+                    dst.truncate()
                 while block := src.read(_CHUNK):
                     dst.write(block)
                     sent += len(block)

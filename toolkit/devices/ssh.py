@@ -91,11 +91,13 @@ class SshConnection:
         self.trust_new_host = trust_new_host
         self.known_hosts = Path(os.path.expanduser(str(known_hosts))) if known_hosts else default_known_hosts()
         self.connect_timeout = connect_timeout
-        self._passphrase = passphrase  # never logged, never part of a message
+        # the key passphrase: given here or in $EDGETK_SSH_PASSPHRASE; never logged, never part of a message
+        self._passphrase = passphrase if passphrase is not None else os.environ.get("EDGETK_SSH_PASSPHRASE")
         self._proxy_jump = proxy_jump
         self._client: paramiko.SSHClient | None = None
         self._sftp: paramiko.SFTPClient | None = None
         self._jump: SshConnection | None = None
+        self._dropped_what: str | None = None  # set once the link dropped: no silent reconnect after that
         self.connect_seconds: float | None = None
 
     # ----------------------------------------------------------------------------------------- connecting
@@ -158,6 +160,12 @@ class SshConnection:
     def _connect(self) -> paramiko.SSHClient:
         if self._client is not None:
             return self._client
+        if self._dropped_what is not None:
+            # after a drop, a reconnect would wait another connect timeout on a dead link; fail at once
+            raise DeviceError(
+                f"{self.name}: the link to the device dropped ({self._dropped_what}).",
+                hint="Check the network and re-run: files already sent are not sent again.",
+            )
         started = time.perf_counter()
         opts = self._resolve()
         hostname, port, user = opts["hostname"], opts["port"], opts["user"]
@@ -249,6 +257,7 @@ class SshConnection:
 
     def _dropped(self, what: str) -> DeviceError:
         self.close()
+        self._dropped_what = what
         return DeviceError(
             f"{self.name}: the link to the device dropped ({what}).",
             hint="Check the network and re-run: files already sent are not sent again.",
@@ -313,19 +322,22 @@ class SshConnection:
             self._sftp = sftp
         return self._sftp
 
-    def put(self, local: Path, remote: str, *, progress: Progress | None = None) -> None:
+    def put(self, local: Path, remote: str, *, progress: Progress | None = None, offset: int = 0) -> None:
         sftp = self._sftp_client()
         size = Path(local).stat().st_size
         try:
-            with open(local, "rb") as handle, sftp.file(remote, "wb") as target:
+            with open(local, "rb") as handle, sftp.file(remote, "r+b" if offset else "wb") as target:
                 target.set_pipelined(True)
                 target.chmod(0o644)
+                if offset:
+                    handle.seek(offset)
+                    target.seek(offset)
                 sent = 0
                 while block := handle.read(1 << 18):
                     target.write(block)
                     sent += len(block)
                     if progress:
-                        progress(sent, size)
+                        progress(sent, size - offset)
             attrs = sftp.stat(remote)
         except (EOFError, OSError, paramiko.SSHException) as exc:
             transport = self._client.get_transport() if self._client is not None else None
