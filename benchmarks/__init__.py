@@ -1,0 +1,1 @@
+"""The benchmarks behind docs/benchmarks.md; run them with ``scripts/bench [SECTION...]``."""

@@ -1,0 +1,97 @@
+"""``python -m benchmarks [SECTION...]``: run all sections (or the named ones) and rewrite those sections of
+docs/benchmarks.md, plus the machine description and the headline summary (docs/benchmarks.json keeps each
+section's headline figures so that running one section keeps the others')."""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import json
+import math
+import sys
+import time
+import traceback
+
+from benchmarks.common import DOC, log, table, update_doc
+
+SECTIONS = ("convert", "torch_routes", "deploy", "runner", "optimize")
+HEADLINES = DOC.with_suffix(".json")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="scripts/bench", description=__doc__)
+    parser.add_argument("sections", nargs="*", metavar="SECTION", help=f"any of {', '.join(SECTIONS)} (default: all)")
+    args = parser.parse_args(argv)
+    unknown = [s for s in args.sections if s not in SECTIONS]
+    if unknown:
+        parser.error(f"unknown section(s) {', '.join(unknown)}; pick from {', '.join(SECTIONS)}")
+    chosen = [s for s in SECTIONS if s in (args.sections or SECTIONS)]
+    headlines = json.loads(HEADLINES.read_text()) if HEADLINES.exists() else {}
+    failed = []
+    for name in chosen:
+        log(f"=== section {name}")
+        started = time.perf_counter()
+        module = importlib.import_module(f"benchmarks.{name}")
+        try:
+            markdown, headline = module.run()
+        except Exception:  # noqa: BLE001 - one failing section must not lose the others' figures
+            failed.append(name)
+            text = traceback.format_exc()
+            log(f"section {name} failed:\n{text}")
+            markdown = f"## {module.TITLE}\n\nThis run failed:\n\n```\n{text[-3000:]}\n```"
+            headline = headlines.get(name, {})
+        elapsed = time.perf_counter() - started
+        markdown += f"\n\n_Section run time: {elapsed:.0f} s._"
+        headlines[name] = headline
+        HEADLINES.write_text(json.dumps(headlines, indent=1, sort_keys=True, default=float) + "\n")
+        update_doc({name: markdown, "summary": summary(headlines)}, ["summary", *SECTIONS])
+        log(f"section {name} done in {elapsed:.0f} s")
+    return 1 if failed else 0
+
+
+def _fmt(value: object, suffix: str = "x") -> str:
+    if not isinstance(value, (int, float)) or math.isnan(value):
+        return "n/a"
+    return f"{value:.2f}{suffix}"
+
+
+def summary(h: dict) -> str:
+    """The headline table (the figures the README quotes)."""
+    rows = []
+    conv = h.get("convert", {}).get("mobilenetv2", {}).get("ratios", {})
+    if conv:
+        plain_ort = min((v for k, v in conv.items() if k.startswith("onnxruntime:") and "(plain)" in k
+                         and "fp32" not in k), default=float("nan"))
+        rows.append(["MobileNetV2 INT8 latency vs fp32, ONNX Runtime (target <= 0.5x)",
+                     _fmt(conv.get("onnxruntime:toolkit int8")), f"best plain path {_fmt(plain_ort)}"])
+        rows.append(["MobileNetV2 INT8 latency vs fp32, LiteRT (target <= 0.6x)",
+                     _fmt(conv.get("litert:toolkit int8")),
+                     f"plain Optimize.DEFAULT {_fmt(conv.get('litert:TFLiteConverter Optimize.DEFAULT (plain)'))}"])
+    pp = h.get("convert", {}).get("ppocr", {}).get("ratios", {})
+    if pp:
+        rows.append(["PP-OCRv4 det INT8 latency vs fp32, ONNX Runtime", _fmt(pp.get("onnxruntime:toolkit int8")),
+                     (f"plain quantize_static {_fmt(pp.get('onnxruntime:quantize_static defaults (plain)'))}, "
+                     f"quantize_dynamic {_fmt(pp.get('onnxruntime:quantize_dynamic (plain)'))}")])
+    tr = h.get("torch_routes", {})
+    for model, ratios in tr.get("ratios", {}).items():
+        rows.append([f"PyTorch {model} INT8 ONNX latency vs fp32", _fmt(ratios.get("toolkit int8 onnx")),
+                     f"plain export + quantize_dynamic {_fmt(ratios.get('plain quantize_dynamic'))}"])
+    dp = h.get("deploy", {})
+    if dp:
+        rows.append(["Push 50 MB over SSH vs the faster of SFTP/scp (target >= 0.8x)", _fmt(dp.get("push_vs_best")),
+                     f"{_fmt(dp.get('push_mb_s'), ' MB/s')} vs {_fmt(dp.get('best_mb_s'), ' MB/s')}"])
+        rows.append(["8 devices in parallel vs one after another (wall time)", _fmt(dp.get("fleet_ratio")),
+                     f"{_fmt(dp.get('parallel_s'), ' s')} vs {_fmt(dp.get('serial_s'), ' s')}"])
+    rn = h.get("runner", {})
+    for key, value in sorted(rn.get("ratios", {}).items()):
+        rows.append([f"Runner p50 vs bare loop, {key} (target within 5%)", _fmt(value), ""])
+    op = h.get("optimize", {})
+    for key, value in op.get("headline", {}).items():
+        rows.append([key, str(value), ""])
+    if not rows:
+        return "## Headline figures\n\nNo section has run yet."
+    return "## Headline figures\n\n" + table(["what", "measured", "compared with"], rows)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
