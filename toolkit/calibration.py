@@ -20,7 +20,7 @@ import sys
 import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Mapping, Sequence
+from typing import Collection, Mapping, Sequence
 
 import numpy as np
 
@@ -265,10 +265,12 @@ def resolve_shapes(
     *,
     overrides: Mapping[str, tuple[int, ...]],
     data: DataFile | None,
+    unknown_rank: Collection[str] = (),
 ) -> dict[str, tuple[int, ...]]:
     """Concrete shapes for every input: ``--input-shape`` first, then the data, batch 1 by default.
 
-    A dimension that neither settles is an error naming the input and the flag to use.
+    A dimension that neither settles is an error naming the input and the flag to use. Inputs named in
+    ``unknown_rank`` (a TorchScript model records no shapes at all) take an ``--input-shape`` of any rank.
     """
     names = [s.name for s in inputs]
     unknown = [n for n in overrides if n not in names]
@@ -279,6 +281,14 @@ def resolve_shapes(
         )
     resolved: dict[str, tuple[int, ...]] = {}
     for spec in inputs:
+        if spec.name in unknown_rank:
+            if spec.name not in overrides:
+                raise UsageError(
+                    f"The model does not record the shape of its input {spec.name!r}.",
+                    hint=f"Pass --input-shape {spec.name}=D0,D1,... (for example {spec.name}=1,3,224,224).",
+                )
+            resolved[spec.name] = overrides[spec.name]
+            continue
         if spec.name in overrides:
             shape = overrides[spec.name]
             if len(shape) != len(spec.shape):

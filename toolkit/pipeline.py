@@ -438,7 +438,12 @@ def _prepare_data(options: ConvertOptions, source: SourceModel, progress: Progre
     inputs = source.inputs
     cal_file = cal.read_data(options.calibration, inputs) if options.calibration else None
     eval_file = cal.read_data(options.eval_data, inputs, what="eval data") if options.eval_data else None
-    shapes = cal.resolve_shapes(inputs, overrides=options.input_shapes, data=cal_file or eval_file)
+    unknown_rank = () if getattr(source, "input_shapes_known", True) else [
+        s.name for s in inputs if s.shape == (None,)
+    ]
+    shapes = cal.resolve_shapes(
+        inputs, overrides=options.input_shapes, data=cal_file or eval_file, unknown_rank=unknown_rank
+    )
     calibration = cal.SampleSet(())
     heldout: cal.SampleSet | None = None
     if cal_file is not None:

@@ -258,11 +258,6 @@ def test_cli_torchscript_without_input_shape_says_which_flag(
     assert not (tmp_path / "bundle" / "model.fp32.onnx").exists()
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="toolkit.calibration.resolve_shapes checks --input-shape's rank against the spec's; a TorchScript "
-    "input of unknown rank is (None,) there, so image=1,1,8,8 is refused as rank 4 vs 1 (reported on issue 4)",
-)
 def test_cli_converts_a_torchscript_file_with_input_shape(
     edgetk, torch_digits_net: TorchModel, tmp_path: Path
 ) -> None:
