@@ -88,12 +88,18 @@ def tradeoff_plot(manifest: Manifest, reports: Sequence[Mapping[str, Any]]) -> b
         return None
     plt = _pyplot()
     fig, ax = plt.subplots(figsize=(7.5, 4.2))
+    labels_at: dict[tuple[float, float], list[str]] = {}  # points that (nearly) coincide share one label
+    span = max(p[1] for p in points) or 1.0
     for a, size, y, _metric, latency, where in points:
         marker = "o" if a.format == "tflite" else "s"
         ax.scatter(size, y, s=90, marker=marker, color=PRECISION_COLOURS.get(a.precision, "#8172b3"),
-                   edgecolors="black", linewidths=0.5, label=f"{a.precision} {a.format}")
-        text = a.file if latency is None else f"{a.file}\n{latency:.3f} ms ({where})"
-        ax.annotate(text, (size, y), textcoords="offset points", xytext=(6, 4), fontsize=7)
+                   edgecolors="black", linewidths=0.5, label=f"{a.precision} {a.format}", alpha=0.85)
+        text = a.file if latency is None else f"{a.file}: {latency:.3f} ms ({where})"
+        anchor = next((k for k in labels_at if abs(k[0] - size) < 0.08 * span and abs(k[1] - y) < 1e-3), (size, y))
+        labels_at.setdefault(anchor, []).append(text)
+    for (size, y), texts in labels_at.items():
+        ax.annotate("\n".join(texts), (size, y), textcoords="offset points", xytext=(8, -4), fontsize=7,
+                    va="top", ha="left" if size < 0.6 * span else "right")
     reference = next((a.verification.reference_accuracy for a, *_ in points
                       if a.verification and a.verification.reference_accuracy is not None), None)
     if reference is not None and points[0][3] == "accuracy":
@@ -101,6 +107,7 @@ def tradeoff_plot(manifest: Manifest, reports: Sequence[Mapping[str, Any]]) -> b
     handles, labels = ax.get_legend_handles_labels()
     unique = dict(zip(labels, handles))
     ax.legend(unique.values(), unique.keys(), fontsize=8, loc="lower right")
+    ax.margins(x=0.15, y=0.3)
     ax.set_xlabel("size (KB)")
     ax.set_ylabel(points[0][3])
     ax.set_title("Accuracy vs size vs latency per precision")
