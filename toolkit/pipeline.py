@@ -986,8 +986,9 @@ def _edgetpu(
         return []
     finally:
         shutil.rmtree(out_dir, ignore_errors=True)
-    version = next((line.split(":", 1)[1].strip() for line in log.splitlines()
-                    if line.lower().startswith("edge tpu compiler version")), "unknown version")
+    # the real compiler prints "Edge TPU Compiler version 16.0.384591198"
+    version = next((line.strip() for line in log.splitlines()
+                    if line.lower().startswith("edge tpu compiler version")), "version unknown")
     path = staging / compiled_name
     record = dataclasses.replace(
         int8,
