@@ -1,0 +1,103 @@
+"""``./scripts/quickstart`` in a fresh ``git clone`` of this repository: the README's set-up command, run as a
+new user runs it, must end in a passing verdict and a bundle within two minutes.
+
+The default test points the script at the project's existing environment (``EDGETK_VENV``: the script then
+installs nothing and runs the clone's own code with ``python -m toolkit.cli``), with an empty user cache, so
+the example model is trained from scratch and the conversion cache is cold: everything but pip is real.
+The path from nothing (the script creating ``.venv`` and pip-installing ``.[all]``: TensorFlow, PyTorch and the
+rest, gigabytes on a cold pip cache) runs when ``EDGETK_TEST_FRESH_INSTALL=1`` is set.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+BUDGET_S = 120.0
+
+
+def _clone(tmp_path: Path) -> Path:
+    if shutil.which("git") is None or not (REPO / ".git").exists():
+        pytest.skip("needs git and a git checkout")
+    clone = tmp_path / "clone"
+    subprocess.run(["git", "clone", "--quiet", str(REPO), str(clone)], check=True, capture_output=True, timeout=120)
+    return clone
+
+
+def _env(tmp_path: Path, **extra: str) -> dict[str, str]:
+    home = tmp_path / "home"
+    home.mkdir(exist_ok=True)
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("EDGETK_", "XDG_", "VIRTUAL_ENV"))}
+    env.update(HOME=str(home), XDG_CACHE_HOME=str(tmp_path / "cache"), XDG_DATA_HOME=str(tmp_path / "data"),
+               **extra)
+    return env
+
+
+def _check(result: subprocess.CompletedProcess[str], clone: Path, seconds: float) -> dict:  # type: ignore[type-arg]
+    assert result.returncode == 0, result.stderr[-4000:]
+    doc = json.loads(result.stdout)
+    assert doc["passed"] is True and doc["failed_stage"] is None
+    bundle = Path(doc["bundle"])
+    if not bundle.is_absolute():
+        bundle = clone / bundle
+    assert (bundle / "manifest.json").is_file() and (bundle / "run.toml").is_file()
+    assert bundle.resolve().is_relative_to(clone.resolve())
+    # the shipped data came from the clone, i.e. the clone's code ran
+    assert doc["config"]["calibration"].startswith(str(clone.resolve()))
+    manifest = doc["manifest"]
+    assert manifest["target"]["name"] and manifest["labels"] == [str(i) for i in range(10)]
+    assert any(a["precision"] == "int8" for a in manifest["artifacts"])
+    assert all(a["verification"]["accuracy"] > 0.9 for a in manifest["artifacts"])
+    (device,) = doc["devices"]
+    assert device["device"] == "local" and device["ok"]
+    assert all(r["outputs_match"]["ok"] and r["gates"]["passed"] for r in device["reports"])
+    assert "training the example model" in result.stderr
+    print(f"scripts/quickstart took {seconds:.1f} s (budget {BUDGET_S:.0f} s)", file=sys.stderr)
+    return doc
+
+
+def test_scripts_quickstart_in_a_fresh_clone(tmp_path):  # type: ignore[no-untyped-def]
+    clone = _clone(tmp_path)
+    venv = Path(sys.executable).parent.parent
+    started = time.perf_counter()
+    result = subprocess.run([str(clone / "scripts" / "quickstart"), "--json"], cwd=clone,
+                            env=_env(tmp_path, EDGETK_VENV=str(venv)), capture_output=True, text=True, timeout=600)
+    seconds = time.perf_counter() - started
+    _check(result, clone, seconds)
+    assert seconds < BUDGET_S, f"quickstart took {seconds:.1f} s"
+    assert not (clone / ".venv").exists()  # EDGETK_VENV: nothing created, nothing installed
+
+    again = subprocess.run([str(clone / "scripts" / "quickstart")], cwd=clone,
+                           env=_env(tmp_path, EDGETK_VENV=str(venv)), capture_output=True, text=True, timeout=600)
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert "using the example model cached" in again.stderr and "reusing the cached conversion" in again.stderr
+    assert "PASS" in again.stdout and "edgetk report" in again.stdout
+
+
+def test_scripts_quickstart_refuses_a_missing_venv(tmp_path):  # type: ignore[no-untyped-def]
+    clone = _clone(tmp_path)
+    result = subprocess.run([str(clone / "scripts" / "quickstart")], cwd=clone,
+                            env=_env(tmp_path, EDGETK_VENV=str(tmp_path / "nope")), capture_output=True, text=True)
+    assert result.returncode == 2 and "has no bin/python" in result.stderr
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(os.environ.get("EDGETK_TEST_FRESH_INSTALL") != "1",
+                    reason="downloads the whole stack into a new venv; set EDGETK_TEST_FRESH_INSTALL=1")
+def test_scripts_quickstart_from_nothing(tmp_path):  # type: ignore[no-untyped-def]
+    clone = _clone(tmp_path)
+    env = _env(tmp_path, PYTHON=os.environ.get("PYTHON", str(Path(sys.base_prefix) / "bin" / "python3")))
+    env["PIP_CACHE_DIR"] = os.environ.get("PIP_CACHE_DIR", str(Path.home() / ".cache" / "pip"))
+    started = time.perf_counter()
+    result = subprocess.run([str(clone / "scripts" / "quickstart"), "--json"], cwd=clone, env=env,
+                            capture_output=True, text=True, timeout=3600)
+    _check(result, clone, time.perf_counter() - started)
+    assert (clone / ".venv" / "bin" / "edgetk").is_file()
