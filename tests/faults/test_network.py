@@ -7,49 +7,20 @@ a cut) are printed; run with ``-s`` to see them.
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import time
-from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
+from tests.faults.conftest import NO_GATES, Field, _size, _wait_for, deploy_and_check
 from tests.fixtures.cli import run_edgetk
 from tests.fixtures.netns import NetLab
 from toolkit.bundle import read_bundle
 
 pytestmark = [pytest.mark.netns, pytest.mark.ssh]
-NO_GATES = ("--budget-ms", "100000", "--baseline", "none")
 CUT_FAIL_LIMIT_S = 30.0
-
-
-@dataclass(frozen=True)
-class Field:
-    lab: NetLab
-    inventory: Path
-    known_hosts: Path
-    env: dict[str, str]
-    root: Path
-    python: str
-    key: Path
-
-    @property
-    def bundles(self) -> Path:
-        return self.lab.device.home / ".edgetk" / "bundles"
-
-
-@pytest.fixture(scope="module")
-def field(netlab: NetLab, ssh_client_key: Path, device_env, tmp_path_factory: pytest.TempPathFactory) -> Field:  # type: ignore[no-untyped-def]
-    root = tmp_path_factory.mktemp("field")
-    home = root / "home"
-    home.mkdir()
-    known = root / "known_hosts"
-    known.write_text(netlab.device.known_hosts_line())
-    inventory = netlab.inventory(root / "inv.toml", python=str(device_env.python), key=ssh_client_key,
-                                 known_hosts=known)
-    env = {"HOME": str(home), "EDGETK_STORE": str(home / "history.sqlite")}
-    return Field(netlab, inventory, known, env, root, str(device_env.python), ssh_client_key)
 
 
 @pytest.fixture(autouse=True)
@@ -61,41 +32,6 @@ def _clean_link(netlab: NetLab):  # type: ignore[no-untyped-def]
 
 def _sha(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
-
-
-def _wait_for(predicate: Callable[[], bool], *, timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return
-        time.sleep(0.02)
-    raise AssertionError(f"timed out waiting for {what}")
-
-
-def _size(path: Path) -> int:
-    try:
-        return path.stat().st_size
-    except FileNotFoundError:
-        return 0
-
-
-def deploy_and_check(field: Field, bundle_path: Path, *, inventory: Path | None = None) -> dict:  # type: ignore[type-arg]
-    """Full deploy + check through the CLI; every file verified on the device; returns the push record."""
-    result = field.lab.cli("deploy", bundle_path, "--inventory", inventory or field.inventory, "--check",
-                           *NO_GATES, "--runs", "5", "--warmup", "1", "--json", env=field.env)
-    assert result.code == 0, result.stderr[-3000:]
-    (entry,) = result.json()["devices"]
-    push = entry["deploy"]
-    assert push["files_sent"] == push["files_total"] and push["bytes_sent"] == push["bytes_total"]
-    (report,) = entry["reports"]
-    assert report["error"] is None and report["outputs_match"]["ok"] is True, report
-    assert report["latency_ms"]["p50"] > 0 and report["gates"]["passed"]
-    bundle = read_bundle(bundle_path)
-    current = field.bundles / bundle.name / "current"
-    assert os.readlink(current) == bundle.version
-    for f in bundle.files():
-        assert _sha(current / f.path) == f.sha256, f.path
-    return push  # type: ignore[no-any-return]
 
 
 @pytest.mark.parametrize("condition", ["10mbit", "loss5", "rtt100"])
@@ -210,7 +146,7 @@ def test_sshd_killed_mid_check_fails_clearly_and_records_nothing(field: Field, d
             proc.wait()
     print(f"\nFIGURE sshd killed mid-check: failed {to_fail:.1f} s later")
     assert proc.returncode == 4, (stdout, stderr)
-    doc = __import__("json").loads(stdout)
+    doc = json.loads(stdout)
     (entry,) = doc["devices"]
     assert doc["passed"] is False and entry["ok"] is False and entry["reports"] == []
     assert "dropped" in entry["error"] or "connection" in entry["error"], entry["error"]
