@@ -7,7 +7,6 @@ import importlib
 import inspect as pyinspect
 import json
 import pkgutil
-from pathlib import Path
 
 import pytest
 

@@ -68,14 +68,14 @@ def test_scripts_quickstart_in_a_fresh_clone(tmp_path):  # type: ignore[no-untyp
     clone = _clone(tmp_path)
     venv = Path(sys.executable).parent.parent
     started = time.perf_counter()
-    result = subprocess.run([str(clone / "scripts" / "quickstart"), "--json"], cwd=clone,
+    result = subprocess.run([str(clone / "scripts" / "quickstart"), "--json"], check=False, cwd=clone,
                             env=_env(tmp_path, EDGETK_VENV=str(venv)), capture_output=True, text=True, timeout=600)
     seconds = time.perf_counter() - started
     _check(result, clone, seconds)
     assert seconds < BUDGET_S, f"quickstart took {seconds:.1f} s"
     assert not (clone / ".venv").exists()  # EDGETK_VENV: nothing created, nothing installed
 
-    again = subprocess.run([str(clone / "scripts" / "quickstart")], cwd=clone,
+    again = subprocess.run([str(clone / "scripts" / "quickstart")], check=False, cwd=clone,
                            env=_env(tmp_path, EDGETK_VENV=str(venv)), capture_output=True, text=True, timeout=600)
     assert again.returncode == 0, again.stderr[-3000:]
     assert "using the example model cached" in again.stderr and "reusing the cached conversion" in again.stderr
@@ -84,7 +84,7 @@ def test_scripts_quickstart_in_a_fresh_clone(tmp_path):  # type: ignore[no-untyp
 
 def test_scripts_quickstart_refuses_a_missing_venv(tmp_path):  # type: ignore[no-untyped-def]
     clone = _clone(tmp_path)
-    result = subprocess.run([str(clone / "scripts" / "quickstart")], cwd=clone,
+    result = subprocess.run([str(clone / "scripts" / "quickstart")], check=False, cwd=clone,
                             env=_env(tmp_path, EDGETK_VENV=str(tmp_path / "nope")), capture_output=True, text=True)
     assert result.returncode == 2 and "has no bin/python" in result.stderr
 
@@ -97,7 +97,7 @@ def test_scripts_quickstart_from_nothing(tmp_path):  # type: ignore[no-untyped-d
     env = _env(tmp_path, PYTHON=os.environ.get("PYTHON", str(Path(sys.base_prefix) / "bin" / "python3")))
     env["PIP_CACHE_DIR"] = os.environ.get("PIP_CACHE_DIR", str(Path.home() / ".cache" / "pip"))
     started = time.perf_counter()
-    result = subprocess.run([str(clone / "scripts" / "quickstart"), "--json"], cwd=clone, env=env,
+    result = subprocess.run([str(clone / "scripts" / "quickstart"), "--json"], check=False, cwd=clone, env=env,
                             capture_output=True, text=True, timeout=3600)
     _check(result, clone, time.perf_counter() - started)
     assert (clone / ".venv" / "bin" / "edgetk").is_file()

@@ -89,7 +89,7 @@ def _chromium(args: list[str], tmp: Path) -> subprocess.CompletedProcess[str]:
         [CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
          "--disable-component-update", "--disable-sync", "--no-first-run", f"--user-data-dir={tmp / 'profile'}",
          *args],
-        capture_output=True, text=True, timeout=120,
+        check=False, capture_output=True, text=True, timeout=120,
     )
 
 

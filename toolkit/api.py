@@ -24,7 +24,7 @@ import sys
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TextIO
+from typing import TYPE_CHECKING, Any, Protocol
 
 from toolkit.devices.spec import DeviceSpec
 from toolkit.errors import UsageError, worst_exit_code
@@ -52,6 +52,14 @@ __all__ = [
     "run",
     "status",
 ]
+
+class TextSink(Protocol):
+    """Where progress lines go: a text stream (``sys.stderr``) or anything with ``write`` and ``flush``."""
+
+    def write(self, text: str, /) -> int: ...
+
+    def flush(self) -> None: ...
+
 
 PathLike = str | Path
 DeviceLike = str | DeviceSpec
@@ -393,7 +401,7 @@ def _bundle_task(
     baseline: str,
     regression_pct: float,
     store: PathLike | None,
-    progress_stream: TextIO | None,
+    progress_stream: TextSink | None,
 ) -> FleetReport:
     from toolkit.bundle import read_bundle
     from toolkit.checking import GateOptions
@@ -411,7 +419,8 @@ def _bundle_task(
                          hint="Use --baseline last, none, or an id from `edgetk history`.")
 
     def task(device: Any, spec: DeviceSpec) -> tuple[Any, list[CheckReport]]:
-        pushed = push(device, bundle, force=force, progress_stream=progress_stream) if install else None
+        stream: Any = progress_stream  # any object with write() and flush() will do
+        pushed = push(device, bundle, force=force, progress_stream=stream) if install else None
         reports = run_check(device, bundle, runs=runs, warmup=warmup, gates=gates, store=history) if check else []
         return pushed, reports
 
@@ -435,7 +444,7 @@ def deploy(
     regression_pct: float = CHECK_DEFAULTS["regression_pct"],
     store: PathLike | None = None,
     force: bool = False,
-    progress_stream: TextIO | None = sys.stderr,
+    progress_stream: TextSink | None = sys.stderr,
 ) -> FleetReport:
     """``edgetk deploy``: push the bundle to every device, verify it there, make it current; ``check=True``
     checks it right after. Upload progress goes to ``progress_stream`` (None: quiet)."""
@@ -558,7 +567,7 @@ def run(
     store: PathLike | None = None,
     deploy_force: bool = False,
     progress: Progress | None = None,
-    progress_stream: TextIO | None = sys.stderr,
+    progress_stream: TextSink | None = sys.stderr,
     config: Mapping[str, Any] | None = None,
     **convert_values: Any,
 ) -> RunResult:
@@ -585,15 +594,15 @@ def run(
         write_run_config(converted.bundle_dir, config)
     stream = progress_stream if progress_stream is not None else _Null()
     _enter(progress, "deploy", f"deploying {converted.manifest.name} to {', '.join(s.name for s in selection.specs)}")
-    common = dict(runs=runs, warmup=warmup, budget_ms=budget_ms, baseline=baseline, regression_pct=regression_pct,
-                  store=store)
+    common: dict[str, Any] = {"runs": runs, "warmup": warmup, "budget_ms": budget_ms, "baseline": baseline,
+                              "regression_pct": regression_pct, "store": store}
     deployed = _bundle_task(converted.bundle_dir, selection, install=True, check=False, force=deploy_force,
-                            progress_stream=stream, **common)  # type: ignore[arg-type]
+                            progress_stream=stream, **common)
     if not deployed.passed:
         return RunResult(converted, deployed, None, dict(config or {}))
     _enter(progress, "check", f"checking {converted.manifest.name} on {', '.join(s.name for s in selection.specs)}")
     checked = _bundle_task(converted.bundle_dir, selection, install=False, check=True, force=False,
-                           progress_stream=None, **common)  # type: ignore[arg-type]
+                           progress_stream=None, **common)
     return RunResult(converted, deployed, checked, dict(config or {}))
 
 

@@ -13,7 +13,7 @@ import base64
 import html
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -168,7 +168,7 @@ def render_html(data: ReportData) -> str:
     from toolkit.reporting import plots
     from toolkit.reporting.terminal import HEADERS, bundle_rows
 
-    now = datetime.now(timezone.utc).isoformat(timespec="seconds")
+    now = datetime.now(UTC).isoformat(timespec="seconds")
     parts = [
         "<!DOCTYPE html>", '<html lang="en"><head><meta charset="utf-8">',
         f"<title>{_e(data.title)}</title><style>{_CSS}</style></head><body>",

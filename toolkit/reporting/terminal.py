@@ -9,15 +9,15 @@ artifact not checked anywhere gets one row with the device columns empty). Colou
 from __future__ import annotations
 
 import sys
-from pathlib import Path
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
 from toolkit.types import CheckReport, Manifest
 
 HEADERS = ("artifact", "precision", "size", "accuracy (float)", "host p50", "device", "p50", "p90", "load",
            "peak mem", "gate")
-_STYLES = {"PASS": {"fg": "green", "bold": True}, "FAIL": {"fg": "red", "bold": True},
+_STYLES: dict[str, dict[str, Any]] = {"PASS": {"fg": "green", "bold": True}, "FAIL": {"fg": "red", "bold": True},
            "ERROR": {"fg": "red", "bold": True}, "-": {"dim": True}}
 
 
