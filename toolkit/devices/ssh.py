@@ -228,7 +228,7 @@ class SshConnection:
             client.close()
             raise DeviceError(
                 f"{self.name}: the private key for {user}@{hostname} is encrypted and no passphrase was given.",
-                hint="Load the key into ssh-agent (ssh-add KEY) and retry.",
+                hint="Set $EDGETK_SSH_PASSPHRASE, or load the key into ssh-agent (ssh-add KEY), and retry.",
             ) from None
         except paramiko.AuthenticationException:
             client.close()
@@ -236,7 +236,19 @@ class SshConnection:
                 f"{self.name}: authentication as {user!r} on {hostname}:{port} failed.",
                 hint="Check the user, the identity_file (or ssh-agent) and the device's ~/.ssh/authorized_keys.",
             ) from None
-        except (paramiko.SSHException, EOFError, OSError) as exc:
+        except paramiko.SSHException as exc:
+            client.close()
+            if opts["identities"] and str(exc) in ("Invalid key", "Unable to parse key file"):
+                # paramiko's answer to a wrong passphrase (the passphrase itself is never part of a message)
+                raise DeviceError(
+                    f"{self.name}: cannot decrypt the private key {opts['identities'][0]} (wrong passphrase?).",
+                    hint="Check $EDGETK_SSH_PASSPHRASE, or load the key into ssh-agent (ssh-add KEY) and retry.",
+                ) from None
+            raise DeviceError(
+                f"{self.name}: SSH to {hostname}:{port} failed ({type(exc).__name__}: {exc}).",
+                hint="Is it an SSH server? Check the port and the device's sshd logs.",
+            ) from None
+        except (EOFError, OSError) as exc:
             client.close()
             raise DeviceError(
                 f"{self.name}: SSH to {hostname}:{port} failed ({type(exc).__name__}: {exc}).",
