@@ -190,6 +190,7 @@ def staging_dir(destination: Path, *, force: bool) -> Iterator[Path]:
             hint="Pass --force to replace it, or --out / --name for another location.",
         )
     parent = destination.parent
+    created = [d for d in (parent, *parent.parents) if not d.exists()]  # removed again if we fail
     try:
         parent.mkdir(parents=True, exist_ok=True)
         staging = Path(tempfile.mkdtemp(prefix=f".{destination.name}.", suffix=".partial", dir=parent))
@@ -211,4 +212,9 @@ def staging_dir(destination: Path, *, force: bool) -> Iterator[Path]:
             staging.rename(destination)
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
+        for made in created:  # deepest first: leave no empty ./bundles/ behind a failed conversion
+            try:
+                made.rmdir()
+            except OSError:
+                break
         raise
