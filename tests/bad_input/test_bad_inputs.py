@@ -24,7 +24,7 @@ class Case:
     needles: tuple[str, ...]
 
 
-def C(id: str, args: str, code: int, *needles: str) -> Case:  # noqa: N802 (a table row)
+def C(id: str, args: str, code: int, *needles: str) -> Case:  # a table row
     return Case(id, tuple(args.split("|")), code, needles)
 
 
