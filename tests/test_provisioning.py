@@ -85,7 +85,7 @@ def test_no_wheel_for_an_old_armv7_device_names_platform_and_alternatives(tmp_pa
 
 
 @pytest.mark.ssh
-def test_offline_setup_of_a_loopback_device_is_used_by_deploy_and_probe(  # type: ignore[no-untyped-def]
+def test_offline_setup_of_a_loopback_device_is_used_by_deploy_and_probe(
         fresh_ssh_device, ssh_client_key, ssh_known_hosts, tiny_deploy_bundle, device_env, tmp_path):
     dev = fresh_ssh_device()
     inventory = tmp_path / "inv.toml"
@@ -141,7 +141,7 @@ def test_offline_setup_of_a_loopback_device_is_used_by_deploy_and_probe(  # type
 
 
 @pytest.mark.ssh
-def test_setup_refuses_a_directory_that_is_not_a_venv(fresh_ssh_device, ssh_client_key, ssh_known_hosts,  # type: ignore[no-untyped-def]
+def test_setup_refuses_a_directory_that_is_not_a_venv(fresh_ssh_device, ssh_client_key, ssh_known_hosts,
                                                       tmp_path):
     dev = fresh_ssh_device()
     target = dev.home / "stuff"
