@@ -18,7 +18,6 @@ pytest_plugins = [
     "tests.fixtures.sshd",
     "tests.fixtures.deploy",
     "tests.fixtures.arm",
-    "tests.fixtures.arm",
     "tests.fixtures.runs",
     "tests.fixtures.netns",
 ]
