@@ -10,7 +10,6 @@ from __future__ import annotations
 from pathlib import Path
 
 import numpy as np
-import pytest
 
 from toolkit.optimization import optimize
 
@@ -72,6 +71,6 @@ def test_qat_wins_back_int8_accuracy(digits_torch, tmp_path: Path) -> None:
           f"{report.final.accuracy}")
     # The constructed model really breaks post-training INT8 ...
     assert ptq_acc < float_acc - 0.05
-    # ... and QAT wins back a clear part of it (measured: see docs/optimization.md).
-    assert qat_acc >= ptq_acc + 0.03
+    # ... and QAT wins it back: INT8 within 3 points of the float baseline (measured: 0.867 -> 0.956 vs 0.964).
+    assert qat_acc >= float_acc - 0.03
     assert report.steps[0].details["fake_quant_points"] > 0

@@ -168,7 +168,7 @@ def test_keras_bf16_mixed_precision_fine_tune(digits_keras, digits_keras_train, 
 def test_torch_distillation(digits_torch, tmp_path):
     student = digits_torch.factory.replace(":make_model", ":make_student")
     report = optimize(student, distill_from=digits_torch.torchscript, train_data=digits_torch.train,
-                      eval_data=digits_torch.eval, epochs=5, out=tmp_path / "student.pt")
+                      eval_data=digits_torch.eval, epochs=8, learning_rate=5e-3, out=tmp_path / "student.pt")
     details = report.steps[0].details
     assert details["student_params"] < details["teacher_params"] / 5
     assert report.final.accuracy is not None and report.final.accuracy >= 0.85

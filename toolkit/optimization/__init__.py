@@ -16,7 +16,7 @@ from toolkit.errors import UsageError
 from toolkit.optimization.report import ModelFigures, OptimizationReport, StepReport
 from toolkit.optimization.training import FineTuneConfig
 
-__all__ = ["optimize", "OptimizationReport", "StepReport", "ModelFigures", "FineTuneConfig"]
+__all__ = ["FineTuneConfig", "ModelFigures", "OptimizationReport", "StepReport", "optimize"]
 
 DEFAULT_EPOCHS = 2
 

@@ -5,9 +5,10 @@ Inputs live under the model's input names (or ``x`` for a single-input model), l
 
 from __future__ import annotations
 
+import os
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Sequence
 
 import numpy as np
 
@@ -30,7 +31,7 @@ class LabelledData:
         return tuple(array[:count] for array in self.inputs)
 
 
-def load_npz(path: Path | str, *, input_names: Sequence[str], purpose: str,
+def load_npz(path: Path | str | os.PathLike[str], *, input_names: Sequence[str], purpose: str,
              need_labels: bool = False) -> LabelledData:
     """Read ``path`` and pick the arrays for ``input_names``; every failure names the file and the fix."""
     path = Path(path)

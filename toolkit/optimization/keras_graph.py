@@ -6,7 +6,8 @@ with ``keras.saving.load_model`` and no custom objects.
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 

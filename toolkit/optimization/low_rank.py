@@ -175,8 +175,8 @@ def _torch(model: models.OptimizableModel, energy: float | None, rank: int | Non
         plans.append(plan)
         layer = named[name]
         if isinstance(layer, nn.Linear):
-            first: nn.Module = nn.Linear(layer.in_features, plan.rank, bias=False)
-            second: nn.Module = nn.Linear(plan.rank, layer.out_features, bias=layer.bias is not None)
+            first: Any = nn.Linear(layer.in_features, plan.rank, bias=False)
+            second: Any = nn.Linear(plan.rank, layer.out_features, bias=layer.bias is not None)
             a_weight = plan.a.T
             b_weight = plan.b.T
         else:

@@ -11,13 +11,14 @@ from __future__ import annotations
 import importlib
 import importlib.util
 import sys
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 import numpy as np
 
 from toolkit.errors import UsageError
-from toolkit.sources.detect import detect_framework  # noqa: F401  (re-used by optimize)
+from toolkit.sources.detect import detect_framework
 
 KERAS = "keras"
 TORCH_KINDS = ("torchscript", "exported_program", "torch_factory")
@@ -225,8 +226,8 @@ def predict(model: OptimizableModel, inputs: tuple[np.ndarray, ...], *, batch_si
         # An ExportedProgram's module checks the batch size it was exported with: run in chunks of that size.
         assert model.example is not None
         batch_size = int(model.example[0].shape[0])
-    elif hasattr(module, "eval"):
-        module.eval()
+    elif model.kind != "exported_program":
+        module.eval()  # an ExportedProgram's module refuses eval()/train(); it has no mode to set
     with torch.no_grad():
         for start in range(0, count, batch_size):
             arrays = [a[start:start + batch_size] for a in inputs]

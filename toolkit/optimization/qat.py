@@ -13,7 +13,6 @@ from __future__ import annotations
 import copy
 from typing import Any
 
-
 from toolkit.errors import UsageError
 from toolkit.optimization import models
 from toolkit.optimization.data import LabelledData
@@ -39,7 +38,7 @@ def qat(model: models.OptimizableModel, *, train_data: LabelledData | None, conf
     weight = tq.FakeQuantize.with_args(observer=tq.MovingAverageMinMaxObserver, quant_min=-128, quant_max=127,
                                        dtype=torch.qint8, qscheme=torch.per_tensor_symmetric)
     qconfig = tq.QConfig(activation=activation, weight=weight)
-    wrapped = torch.nn.Sequential(tq.QuantStub(), copy.deepcopy(float_module))
+    wrapped: Any = torch.nn.Sequential(tq.QuantStub(), copy.deepcopy(float_module))
     wrapped.qconfig = qconfig
     wrapped.train()
     prepared = tq.prepare_qat(wrapped, inplace=False)

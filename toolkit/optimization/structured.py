@@ -164,7 +164,7 @@ def _torch(model: models.OptimizableModel, sparsity: float, sample: tuple[np.nda
                 weight = weight[torch.from_numpy(keep_out)]
                 bias = None if bias is None else bias[torch.from_numpy(keep_out)]
             if isinstance(kind, nn.Linear):
-                new: nn.Module = nn.Linear(weight.shape[1], weight.shape[0], bias=bias is not None)
+                new: Any = nn.Linear(weight.shape[1], weight.shape[0], bias=bias is not None)
             else:
                 new = nn.Conv2d(weight.shape[1], weight.shape[0], kind.kernel_size, stride=kind.stride,
                                 padding=kind.padding, dilation=kind.dilation, bias=bias is not None,
@@ -176,18 +176,19 @@ def _torch(model: models.OptimizableModel, sparsity: float, sample: tuple[np.nda
             shapes[str(node.target)] = [int(kind.weight.shape[0]), int(weight.shape[0])]
             _set_submodule(module, str(node.target), new)
             keep_in = keep_out
-        elif isinstance(kind, nn.BatchNorm2d) or isinstance(kind, nn.BatchNorm1d):
+        elif isinstance(kind, (nn.BatchNorm2d, nn.BatchNorm1d)):
             if keep_in is not None:
                 index = torch.from_numpy(keep_in)
-                new_bn = type(kind)(int(keep_in.size), eps=kind.eps, momentum=kind.momentum, affine=kind.affine,
+                new_bn: Any = type(kind)(int(keep_in.size), eps=kind.eps, momentum=kind.momentum, affine=kind.affine,
                                     track_running_stats=kind.track_running_stats)
                 with torch.no_grad():
                     if kind.affine:
                         new_bn.weight.copy_(kind.weight[index])
                         new_bn.bias.copy_(kind.bias[index])
                     if kind.track_running_stats:
-                        new_bn.running_mean.copy_(kind.running_mean[index])
-                        new_bn.running_var.copy_(kind.running_var[index])
+                        stats: Any = kind
+                        new_bn.running_mean.copy_(stats.running_mean[index])
+                        new_bn.running_var.copy_(stats.running_var[index])
                 _set_submodule(module, str(node.target), new_bn.eval())
         elif _is_flatten(node, kind):
             if keep_in is not None:
@@ -206,7 +207,7 @@ def _torch_chain(graph: Any) -> list[Any]:
     placeholders = [n for n in graph.graph.nodes if n.op == "placeholder"]
     if len(placeholders) != 1:
         raise UsageError("Structured pruning needs a model with one input.")
-    chain = []
+    chain: list[Any] = []
     node = placeholders[0]
     while True:
         users = [u for u in node.users if not (u.op in ("call_method", "call_function")

@@ -10,8 +10,9 @@ keeps weights on their centroids. With ``soft_targets`` (teacher logits) the los
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 
@@ -143,6 +144,7 @@ def _fine_tune_keras(model: models.OptimizableModel, data: LabelledData, config:
             value = value + (1.0 - alpha) * temperature * temperature * kl
         return value
 
+    assert data.labels is not None
     targets = data.labels.astype(np.float32)[:, None]
     if distill is not None:
         targets = np.concatenate([targets, distill.teacher_logits.astype(np.float32)], axis=1)

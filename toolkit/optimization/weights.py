@@ -7,8 +7,9 @@ modules too, whose module types are not visible).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 
@@ -41,11 +42,8 @@ def _keras_refs(net: Any) -> list[WeightRef]:
             variable = getattr(layer, attribute, None)
             if variable is None or not hasattr(variable, "assign") or len(variable.shape) < 2:
                 continue
-            refs.append(WeightRef(
-                name=f"{layer.name}/{attribute}",
-                get=lambda v=variable: np.asarray(v),
-                set=lambda value, v=variable: v.assign(value.astype(np.float32)),
-            ))
+            refs.append(WeightRef(name=f"{layer.name}/{attribute}", get=_keras_getter(variable),
+                                  set=_keras_setter(variable)))
     return refs
 
 
@@ -61,5 +59,20 @@ def _torch_refs(module: Any) -> list[WeightRef]:
             with torch.no_grad():
                 p.copy_(torch.from_numpy(np.ascontiguousarray(value, dtype=np.float32)))
 
-        refs.append(WeightRef(name=name, get=lambda p=param: p.detach().cpu().numpy().copy(), set=setter))
+        refs.append(WeightRef(name=name, get=_torch_getter(param), set=setter))
     return refs
+
+
+def _keras_getter(variable: Any) -> Callable[[], np.ndarray]:
+    return lambda: np.asarray(variable)
+
+
+def _keras_setter(variable: Any) -> Callable[[np.ndarray], None]:
+    def write(value: np.ndarray) -> None:
+        variable.assign(value.astype(np.float32))
+
+    return write
+
+
+def _torch_getter(param: Any) -> Callable[[], np.ndarray]:
+    return lambda: param.detach().cpu().numpy().copy()
