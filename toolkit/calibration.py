@@ -185,6 +185,13 @@ def _read_image_folder(path: Path, inputs: Sequence[TensorSpec], what: str) -> D
             hint="Set size = [height, width] in dataset.toml to resize them.",
         )
     batch: np.ndarray = np.stack(images)
+    for key, values in (("mean", preprocessing.mean), ("std", preprocessing.std)):
+        if values is not None and len(values) not in (1, batch.shape[-1]):
+            raise UsageError(
+                f"{config_path}: {key} has {len(values)} values, but the images have {batch.shape[-1]} channels "
+                f"(color_order {preprocessing.color_order}).",
+                hint=f"Give one value, or one per channel: {key} = [{', '.join(['0.5'] * batch.shape[-1])}].",
+            )
     if preprocessing.scale is not None:
         batch = batch * preprocessing.scale
     if preprocessing.mean is not None:
