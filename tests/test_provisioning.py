@@ -161,3 +161,24 @@ def test_setup_usage_errors() -> None:
     assert_clean_error(run_edgetk("devices", "setup", "--device", "local", "--target", "raspberry-pie-4"), 2,
                        "raspberry-pie-4")
     assert_clean_error(run_edgetk("devices", "setup", "--device", "local", "--venv", "~"), 2, "--venv")
+
+
+@pytest.mark.ssh
+def test_online_setup_runs_pip_on_the_device(fresh_ssh_device, ssh_client_key, ssh_known_hosts, tmp_path):
+    """Online mode: the venv is made with ensurepip and pip runs ON the device (this loopback one reaches PyPI);
+    the profile's bound (raspberry-pi-4: tflite-runtime 2.14.x, hence numpy < 2) is what pip is asked for."""
+    dev = fresh_ssh_device()
+    inventory = tmp_path / "inv.toml"
+    inventory.write_text(dev.inventory_entry(name="box", identity_file=str(ssh_client_key),
+                                             known_hosts=str(ssh_known_hosts(dev))))
+    result = run_edgetk("devices", "setup", "--inventory", inventory, "--runtime", "tflite-runtime", "--target",
+                        "raspberry-pi-4", "--venv", "~/envs/legacy", "--json",
+                        env={"HOME": str(tmp_path), "XDG_CACHE_HOME": str(tmp_path / "cache")})
+    assert result.code == 0, result.stderr
+    setup = result.json()["devices"][0]["setup"]
+    assert setup["mode"] == "online" and setup["wheels_sent"] == 0
+    assert setup["installed"]["tflite-runtime"].startswith("2.14.") and setup["installed"]["numpy"].startswith("1.")
+    assert setup["python"] == str(dev.home / "envs" / "legacy" / "bin" / "python")
+    assert (dev.home / "envs" / "legacy" / "bin" / "pip").exists()  # ensurepip, not a pushed wheel
+    assert not (tmp_path / "cache" / "edgetk").exists()  # nothing was downloaded on the host
+    assert json.loads((dev.home / ".edgetk" / "config.json").read_text())["python"] == setup["python"]
