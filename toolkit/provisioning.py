@@ -422,6 +422,9 @@ def _no_wheel_error(platform: DevicePlatform, requirements: Sequence[Requirement
         hint = ("No supported runtime publishes a wheel for this device; a newer OS (glibc) and Python on the "
                 "device would widen the choice, or install a runtime from the OS's packages and set `python` "
                 "for the device in the inventory.")
+    if platform.arch in ("armv7l", "armv6l"):
+        hint += (" On 32-bit Raspberry Pi OS, PyPI has no ARM wheels of these: install the 64-bit OS, or run "
+                 "online setup with the device's pip configured for piwheels.org.")
     return UsageError(f"No wheel of {'; '.join(reasons)} for the device's platform: {platform.describe()} "
                       f"(tried {tried}).", hint=hint)
 
