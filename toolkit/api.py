@@ -522,8 +522,7 @@ def remove(name: str, *, devices: Iterable[DeviceLike] = (), inventory: PathLike
 def probe(*, devices: Iterable[DeviceLike] = (), inventory: PathLike | None = None, group: str | None = None,
           parallel: int = 8, trust_new_host: bool = False, known_hosts: PathLike | None = None) -> FleetReport:
     """``edgetk devices probe``: arch, OS, CPU, memory, runtimes and best profile (``data["probe"]``)."""
-    # The probe logic lives beside its command (toolkit/cli/devices_cmd.py); imported lazily, only here.
-    from toolkit.cli.devices_cmd import probe_device
+    from toolkit.devices.probe import probe_device
 
     selection = select_devices(devices, inventory=inventory, group=group, parallel=parallel,
                                trust_new_host=trust_new_host, known_hosts=known_hosts)

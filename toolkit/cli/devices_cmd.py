@@ -7,7 +7,6 @@ adds the shipped target profile that matches best (``toolkit.targets.match_profi
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -15,59 +14,11 @@ from typing import Any
 import click
 
 from toolkit.cli._fleet import DeviceEntry, device_options, finish, resolve_devices
+from toolkit.devices.probe import probe_device
 from toolkit.devices.spec import DeviceSpec
 from toolkit.types import RUNTIMES
 
 RUNTIME_CHOICES = RUNTIMES
-RUNNER_DIR = ".edgetk/runner"
-
-
-def _best_profile(env: dict[str, Any]) -> tuple[str | None, str | None]:
-    try:
-        from toolkit.targets import match_profile
-    except ImportError:
-        return None, "target profiles are not available in this install"
-    try:
-        return match_profile(arch=str(env.get("arch")), cpu_model=env.get("cpu_model"),
-                             model_name=env.get("device_model")), None
-    except Exception as exc:  # no profile for this device is an answer, not a failure
-        return None, str(getattr(exc, "message", exc))
-
-
-def probe_device(device: Any) -> dict[str, Any]:
-    """Install the runner if needed and run its probe; returns the runner's document plus ``profile``."""
-    import json
-
-    from toolkit.bundle import RUNNER_SOURCE
-    from toolkit.errors import DeviceError
-
-    local = Path(RUNNER_SOURCE)
-    digest = hashlib.sha256(local.read_bytes()).hexdigest()
-    remote = f"{RUNNER_DIR}/edgetk_runner.py"
-    python = device.python
-    check = device.conn.run(
-        [python, "-c",
-         "import hashlib,os,sys\nos.makedirs(sys.argv[1],0o755,exist_ok=True)\n"
-         "p=os.path.join(sys.argv[1],'edgetk_runner.py')\n"
-         "print(hashlib.sha256(open(p,'rb').read()).hexdigest() if os.path.isfile(p) else '')",
-         RUNNER_DIR],
-        timeout=60,
-    )
-    if not check.ok:
-        raise DeviceError(f"{device.spec.name}: cannot run {python!r} on the device ({check.stderr.strip()[-200:]}).",
-                          hint="Install python3 there, or set `python` for it in the inventory.")
-    if check.stdout.strip() != digest:
-        device.conn.put(local, remote)
-    result = device.conn.run([python, remote, "probe"], timeout=120)
-    try:
-        doc = json.loads(result.stdout)
-    except json.JSONDecodeError:
-        raise DeviceError(f"{device.spec.name}: the probe printed no JSON ({result.stderr.strip()[-200:]}).") from None
-    profile, why = _best_profile(doc.get("environment") or {})
-    doc["profile"] = profile
-    if why:
-        doc["profile_note"] = why
-    return dict(doc)
 
 
 @click.group()
