@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import json
 import sys
+import tempfile
 import threading
 import time
 import uuid
@@ -40,6 +41,10 @@ from toolkit.errors import DeviceError, UsageError
 BASE = ".edgetk"
 KEEP_VERSIONS = 3
 HELPER_TIMEOUT_S = 120.0
+GZ_SUFFIX = ".edgetk-gz"  # the device helper's name for a compressed upload, inflated by its `inflate`
+COMPRESS_LEVEL = 6  # zlib level: most of level 9's ratio on model files at a fraction of its CPU time
+COMPRESS_MIN_SAVING = 0.10  # send compressed only when that saves at least 10% of the file
+COMPRESS_MIN_BYTES = 4096  # smaller files: not worth a round of inflate
 
 _ARCH_ALIASES = {
     "amd64": "x86_64", "x64": "x86_64", "x86-64": "x86_64",
@@ -216,6 +221,8 @@ class PushResult:
     previous: str | None
     removed: tuple[str, ...] = ()
     bytes_resumed: int = 0  # bytes of cut-short uploads that were already on the device and not sent again
+    files_compressed: int = 0  # files sent gzip-compressed (compress=True, where it paid)
+    bytes_uncompressed: int = 0  # what the sent files hold once inflated (== bytes_sent without compression)
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -223,6 +230,7 @@ class PushResult:
             "files_sent": self.files_sent, "files_reused": self.files_reused, "bytes_total": self.bytes_total,
             "bytes_sent": self.bytes_sent, "seconds": round(self.seconds, 3), "previous": self.previous,
             "removed": list(self.removed), "bytes_resumed": self.bytes_resumed,
+            "files_compressed": self.files_compressed, "bytes_uncompressed": self.bytes_uncompressed,
         }
 
 
@@ -270,8 +278,14 @@ def push(
     lock_timeout: float = 300.0,
     stale_lock_s: float = 900.0,
     progress_stream: TextIO | None = None,
+    compress: bool = False,
 ) -> PushResult:
-    """Install ``bundle`` on the device and make it current (see the module docstring for the steps)."""
+    """Install ``bundle`` on the device and make it current (see the module docstring for the steps).
+
+    With ``compress``, a file is sent gzip-compressed when that saves at least ``COMPRESS_MIN_SAVING`` of it
+    (and the device's Python has zlib); the device inflates it and ``finish`` verifies the sha256 of the
+    inflated file, as for any other. ``bytes_sent`` then counts the compressed bytes that crossed the link.
+    """
     name = validate_name(bundle.name)
     started = time.perf_counter()
     arch = str(device.info().get("arch"))
@@ -285,29 +299,60 @@ def push(
         plan = device.helper("prepare", name, bundle.version, listing)
         missing = [str(m) for m in plan.get("missing", [])]
         offsets = _resume_offsets(bundle, plan.get("partial") or {}, sizes)
-        total = sum(sizes[m] - offsets.get(m, 0) for m in missing)
-        progress = UploadProgress(device.spec.name, total, stream=progress_stream)
-        sent = 0
-        for rel in missing:
-            offset = offsets.get(rel, 0)
-            try:
-                device.conn.put(
-                    bundle.path / rel, f"{vdir}/{rel}", progress=progress.file_progress(sent), offset=offset
-                )
-            except DeviceError as exc:
-                if "link to the device dropped" in exc.message:
-                    raise
-                _abort_after_write_error(device, name, bundle.version, exc)
-            sent += sizes[rel] - offset
-        progress.done = sent
-        progress.finish()
+        with tempfile.TemporaryDirectory(prefix="edgetk-gz-") as packed_dir:
+            packed: dict[str, Path] = {}
+            if compress and device.info().get("zlib", False):
+                # a cut-short raw upload is resumed as it is; everything else may go compressed
+                packed = _compress_files(bundle, [m for m in missing if m not in offsets], Path(packed_dir))
+            wire = {m: packed[m].stat().st_size if m in packed else sizes[m] - offsets.get(m, 0) for m in missing}
+            progress = UploadProgress(device.spec.name, sum(wire.values()), stream=progress_stream)
+            sent = 0
+            for rel in missing:
+                offset = offsets.get(rel, 0)
+                local, remote = (packed[rel], f"{vdir}/{rel}{GZ_SUFFIX}") if rel in packed else (
+                    bundle.path / rel, f"{vdir}/{rel}")
+                try:
+                    device.conn.put(local, remote, progress=progress.file_progress(sent), offset=offset)
+                except DeviceError as exc:
+                    if "link to the device dropped" in exc.message:
+                        raise
+                    _abort_after_write_error(device, name, bundle.version, exc)
+                sent += wire[rel]
+            progress.done = sent
+            progress.finish()
+        if packed:
+            device.helper("inflate", name, bundle.version, json.dumps(sorted(packed)))
         done = device.helper("finish", name, bundle.version, listing, str(keep))
     return PushResult(
         device=device.spec.name, name=name, version=bundle.version, arch=arch, files_total=len(files),
         files_sent=len(missing), files_reused=len(plan.get("reused", [])), bytes_total=sum(sizes.values()),
         bytes_sent=sent, seconds=time.perf_counter() - started, previous=done.get("previous"),
         removed=tuple(done.get("removed", [])), bytes_resumed=sum(offsets.values()),
+        files_compressed=len(packed), bytes_uncompressed=sum(sizes[m] - offsets.get(m, 0) for m in missing),
     )
+
+
+def _compress_files(bundle: Bundle, rels: list[str], folder: Path) -> dict[str, Path]:
+    """gzip each file (level ``COMPRESS_LEVEL``) into ``folder``; keep those where it saves enough."""
+    import zlib
+
+    packed: dict[str, Path] = {}
+    for index, rel in enumerate(rels):
+        source = bundle.path / rel
+        size = source.stat().st_size
+        if size < COMPRESS_MIN_BYTES:
+            continue
+        target = folder / f"{index}.gz"
+        compressor = zlib.compressobj(COMPRESS_LEVEL, zlib.DEFLATED, 31)  # 31: gzip container
+        with open(source, "rb") as src, open(target, "wb") as dst:
+            while block := src.read(1 << 20):
+                dst.write(compressor.compress(block))
+            dst.write(compressor.flush())
+        if target.stat().st_size <= size * (1.0 - COMPRESS_MIN_SAVING):
+            packed[rel] = target
+        else:
+            target.unlink()
+    return packed
 
 
 def _resume_offsets(bundle: Bundle, partial: dict[str, Any], sizes: dict[str, int]) -> dict[str, int]:

@@ -99,7 +99,7 @@ def _render(entry: DeviceEntry) -> list[str]:
 
 def _run_bundle_task(
     selection: Selection, bundle_path: Path, *, deploy: bool, check: bool, force: bool, runs: int, warmup: int,
-    budget_ms: float | None, baseline: str, regression_pct: float, store: Path | None,
+    budget_ms: float | None, baseline: str, regression_pct: float, store: Path | None, compress: bool = False,
 ) -> list[DeviceEntry]:
     from toolkit.bundle import read_bundle
     from toolkit.checking import GateOptions
@@ -120,7 +120,8 @@ def _run_bundle_task(
     def task(spec: DeviceSpec) -> _Done:
         with selection.open(spec) as conn:
             device = Device(spec, conn)
-            pushed = push(device, bundle, force=force, progress_stream=sys.stderr) if deploy else None
+            pushed = (push(device, bundle, force=force, progress_stream=sys.stderr, compress=compress)
+                      if deploy else None)
             reports = run_check(device, bundle, runs=runs, warmup=warmup, gates=gates, store=history) if check else []
             return _Done(push=pushed, reports=tuple(reports))
 
@@ -133,16 +134,18 @@ def _run_bundle_task(
 @click.option("--check", "do_check", is_flag=True, help="Check the bundle on each device after installing it.")
 @_check_options
 @click.option("--force", is_flag=True, help="Deploy even if the bundle's target arch differs from the device's.")
+@click.option("--compress", is_flag=True,
+              help="Send files gzip-compressed where that saves >= 10% (the device inflates and verifies them).")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON document on stdout.")
 def deploy(bundle: Path, devices: Sequence[str], inventory: Path | None, group: str | None, parallel: int,
            trust_new_host: bool, known_hosts: Path | None, do_check: bool, runs: int, warmup: int,
            budget_ms: float | None, baseline: str, regression_pct: float, store: Path | None, force: bool,
-           as_json: bool) -> None:
+           compress: bool, as_json: bool) -> None:
     """Push BUNDLE to devices, verify every file there, and make it current (keeps the last 3 versions)."""
     selection = resolve_devices(devices, inventory, group, parallel, trust_new_host, known_hosts)
     entries = _run_bundle_task(
         selection, bundle, deploy=True, check=do_check, force=force, runs=runs, warmup=warmup,
-        budget_ms=budget_ms, baseline=baseline, regression_pct=regression_pct, store=store,
+        budget_ms=budget_ms, baseline=baseline, regression_pct=regression_pct, store=store, compress=compress,
     )
     finish(entries, as_json=as_json, render=_render)
 

@@ -37,14 +37,39 @@ import click
               help="Micro-batches per optimizer update (gradient accumulation).")
 @click.option("--mixed-precision", "precision", type=click.Choice(["fp32", "bf16", "fp16"]), default="fp32",
               show_default=True, help="Fine-tune precision: bf16 autocast on CPU, fp16 + loss scaling on a GPU.")
+@click.option("--load-time", "load_time", is_flag=True,
+              help="SOURCE is an .onnx/.tflite artifact: write its load-time variants (offline graph "
+                   "optimizations, ORT format, external data) to the --out folder and measure each cold.")
+@click.option("--device-python", default=None, metavar="PYTHON",
+              help="With --load-time: the interpreter (a device-like env) that runs the runner [default: this].")
+@click.option("--repeats", type=click.IntRange(1), default=5, show_default=True,
+              help="With --load-time: fresh processes per variant (medians are reported).")
 @click.option("--out", required=True, type=click.Path(path_type=Path),
-              help="Where to write the optimized model (.keras for Keras; .pt TorchScript or .pt2 for PyTorch).")
+              help="Where to write the optimized model (.keras for Keras; .pt TorchScript or .pt2 for PyTorch); "
+                   "with --load-time, a folder.")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON document on stdout.")
 def optimize(source: str, prune: float | None, structured: bool, prune_scope: str, cluster: int | None,
              low_rank: float | None, rank: int | None, distill_from: str | None, temperature: float, alpha: float,
              qat: bool, train_data: Path | None, eval_data: Path | None, epochs: int | None, batch_size: int,
-             learning_rate: float, accumulate: int, precision: str, out: Path, as_json: bool) -> None:
-    """Compress SOURCE (a Keras 3 file or a PyTorch model) and write it to --out in the same format."""
+             learning_rate: float, accumulate: int, precision: str, load_time: bool, device_python: str | None,
+             repeats: int, out: Path, as_json: bool) -> None:
+    """Compress SOURCE (a Keras 3 file or a PyTorch model) and write it to --out in the same format.
+
+    With --load-time, SOURCE is a converted artifact and the report is its cold-start load time before and
+    after each load-time optimization."""
+    if load_time:
+        from toolkit.errors import UsageError
+
+        if any(v is not None for v in (prune, cluster, low_rank, rank, distill_from, train_data)) or qat:
+            raise UsageError("--load-time measures a converted artifact; it does not combine with the "
+                             "compression techniques.",
+                             hint="Run `edgetk optimize` on the source first, convert it, then --load-time on "
+                                  "the artifact.")
+        from toolkit.optimization.load_time import load_time_report
+
+        result = load_time_report(source, out_dir=out, python=device_python, repeats=repeats)
+        click.echo(json.dumps(result.to_dict(), indent=2) if as_json else result.table())
+        return
     from toolkit.optimization import optimize as run_optimize
 
     report = run_optimize(

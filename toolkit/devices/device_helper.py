@@ -27,6 +27,7 @@ import sys
 import time
 
 BASE = ".edgetk"
+GZ_SUFFIX = ".edgetk-gz"  # a file sent gzip-compressed (deploy --compress), inflated by `inflate`
 SHELLS = ("sh", "bash", "dash", "ash", "zsh", "ksh", "mksh", "fish", "busybox", "tcsh", "csh")
 
 
@@ -207,7 +208,57 @@ def cmd_info():
         # where bundles go: ~/.edgetk may be its own filesystem (an SD card's data partition)
         "free_bytes": free_bytes(BASE if os.path.isdir(BASE) else home),
         "config_python": read_config_python(),
+        "zlib": zlib_available(),
     })
+
+
+def zlib_available():
+    try:
+        import zlib  # noqa: F401  (a Python built without zlib cannot inflate: deploy then sends files as they are)
+    except ImportError:
+        return False
+    return True
+
+
+def cmd_inflate(name, version, files_json):
+    """Decompress the gzip uploads ``<rel>.edgetk-gz`` of a version into ``<rel>`` and remove them.
+
+    The host sends a file compressed when that pays (deploy --compress). Each is inflated to a temporary file
+    and renamed over ``<rel>``; ``finish`` then verifies the sha256 of the decompressed file exactly as for a
+    file sent as it is, so a corrupt or truncated upload is refused there (or here, when gzip cannot read it).
+    """
+    import zlib
+
+    vdir = os.path.join(bundle_dir(name), check_version(version))
+    done = []
+    for rel in json.loads(files_json):
+        path = os.path.join(vdir, safe_rel(rel))
+        check_inside(vdir, path)
+        packed = path + GZ_SUFFIX
+        tmp = path + ".inflate.%d" % os.getpid()
+        try:
+            with open(packed, "rb") as src, open(tmp, "wb") as dst:
+                inflater = zlib.decompressobj(31)
+                while True:
+                    block = src.read(1 << 20)
+                    if not block:
+                        break
+                    dst.write(inflater.decompress(block))
+                dst.write(inflater.flush())
+                if not inflater.eof:
+                    raise zlib.error("the compressed upload is truncated")
+            os.replace(tmp, path)
+        except zlib.error as exc:
+            for leftover in (tmp, packed):
+                if os.path.exists(leftover):
+                    os.remove(leftover)
+            fail("integrity", "the compressed upload of %s is damaged (%s)" % (rel, exc), bad=[rel])
+        finally:
+            if os.path.exists(tmp):
+                os.remove(tmp)
+        os.remove(packed)
+        done.append(rel)
+    emit({"inflated": done})
 
 
 def cmd_prepare(name, version, files_json):
@@ -283,6 +334,10 @@ def cmd_finish(name, version, files_json, keep):
     keep = max(1, int(keep))
     bdir = bundle_dir(name)
     vdir = os.path.join(bdir, check_version(version))
+    for root, _dirs, names in os.walk(vdir):
+        for leftover in names:
+            if leftover.endswith(GZ_SUFFIX):  # a compressed upload cut short by an earlier push
+                os.remove(os.path.join(root, leftover))
     bad = verify(vdir, files)
     if bad:
         fail("integrity", "files do not match their sha256 after the upload: " + ", ".join(bad), bad=bad)
@@ -410,7 +465,7 @@ def cmd_unlock(name, token):
 COMMANDS = {
     "info": cmd_info, "prepare": cmd_prepare, "abort": cmd_abort, "finish": cmd_finish,
     "rollback": cmd_rollback, "status": cmd_status, "remove": cmd_remove, "lock": cmd_lock,
-    "unlock": cmd_unlock,
+    "unlock": cmd_unlock, "inflate": cmd_inflate,
 }
 
 

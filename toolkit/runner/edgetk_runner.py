@@ -833,6 +833,27 @@ def compare_outputs(numpy, model, bundle, manifest, record, golden_inputs):
     }
 
 
+def evict_from_page_cache(path):
+    # type: (str) -> None
+    """Drop the artifact's (and its ONNX external data's) pages from the OS page cache, so the load that
+    follows reads the file as it would after a reboot (--cold). Best effort: no-op where fadvise is missing;
+    dirty pages and other processes' mappings can keep some pages resident."""
+    if not hasattr(os, "posix_fadvise"):
+        return
+    for candidate in [path] + [os.path.join(os.path.dirname(path), n) for n in os.listdir(os.path.dirname(path))
+                               if n.startswith(os.path.basename(path)) and n.endswith(".data")]:
+        try:
+            fd = os.open(candidate, os.O_RDONLY)
+        except OSError:
+            continue
+        try:
+            os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+        except OSError:
+            pass
+        finally:
+            os.close(fd)
+
+
 def _peak_rss_mb():
     # type: () -> Any
     try:
@@ -878,6 +899,8 @@ def run_one(bundle, name, opts, verify=True):
         golden_inputs = []  # type: list
         if _safe_name(golden_name) and os.path.isfile(os.path.join(bundle, golden_name)):
             golden_inputs = _load_npz(numpy, os.path.join(bundle, golden_name), "input_")
+        if getattr(opts, "cold", False):
+            evict_from_page_cache(os.path.join(bundle, name))
         model = open_model(os.path.join(bundle, name), fmt, record, threads, opts.runtime)
         report["runtime"] = dict({"name": model.runtime, "version": model.version}, **model.extra)
         report["load_ms"] = model.load_ms
@@ -945,6 +968,8 @@ def _child(bundle, name, opts):
         cmd += ["--threads", str(opts.threads)]
     if opts.runtime:
         cmd += ["--runtime", opts.runtime]
+    if getattr(opts, "cold", False):
+        cmd.append("--cold")
     report = empty_report(name, opts.threads, opts.runs, opts.warmup)
     try:
         proc = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, universal_newlines=True,
@@ -1066,6 +1091,8 @@ def build_parser():
         p.add_argument("--threads", type=_positive_int, default=None)
         p.add_argument("--runtime", choices=TFLITE_RUNTIMES + ONNX_RUNTIMES, default=None)
         p.add_argument("--timeout", type=_non_negative_float, default=DEFAULT_TIMEOUT)
+        p.add_argument("--cold", action="store_true",
+                       help="drop the artifact from the page cache before loading it (a load as after a reboot)")
         if command == "run-one":
             p.add_argument("--skip-verify", action="store_true")
     return parser
