@@ -105,8 +105,10 @@ def _section(label: str, source: Path, cases: list[tuple[str, dict[str, Any]]], 
         out = root / f"{label}-{name.replace(' ', '_').replace('%', '').replace('+', 'and')}.keras"
         log(f"optimize {label}: {name}")
         try:
-            report, seconds = timed_call(lambda: optimize(source, out=out,  # noqa: B023 train_data=train, eval_data=evaluation,
-                                                          epochs=epochs if train is not None else 0, **kwargs))  # noqa: B023
+            report, seconds = timed_call(
+                lambda: optimize(source, out=out, train_data=train, eval_data=evaluation,  # noqa: B023 - called now
+                                 epochs=epochs if train is not None else 0, **kwargs)  # noqa: B023
+            )
         except ToolkitError as exc:
             rows.append([name, f"failed: {exc.message}"] + ["-"] * 8)
             continue

@@ -19,8 +19,8 @@ from typing import Any
 from benchmarks.common import THREADS, log, table, work_dir
 
 TITLE = "Runner: reported p50 vs a bare loop (issue 5)"
-ROUNDS = 4
-RUNS = 150
+ROUNDS = 5
+RUNS = 100
 WARMUP = 20
 
 BARE = r"""
@@ -72,6 +72,9 @@ def _bundle() -> Path:
     from toolkit.pipeline import ConvertOptions, convert_bundle
 
     root = work_dir()
+    built = root / "convert" / "mobilenetv2-toolkit"  # the convert section's bundle, when it has run
+    if (built / "manifest.json").is_file():
+        return built
     source, calibration, _ = mobilenet_source(root / "convert")
     os.environ["EDGETK_CACHE_DIR"] = str(root / "runner-cache")
     out = root / "runner" / "mobilenetv2"
@@ -90,6 +93,8 @@ def run() -> tuple[str, dict[str, Any]]:
     rows = []
     ratios: dict[str, float] = {}
     for record in manifest["artifacts"]:
+        if record["precision"] not in ("fp32", "int8"):
+            continue
         file = record["file"]
         runner_p50: list[float] = []
         bare_p50: list[float] = []
@@ -107,12 +112,17 @@ def run() -> tuple[str, dict[str, Any]]:
         r, b = statistics.median(runner_p50), statistics.median(bare_p50)
         key = f"MobileNetV2 {record['precision']} {record['format']}"
         ratios[key] = r / b
-        rows.append([key, f"{r:.3f}", f"{b:.3f}", f"{r / b:.3f}x",
+        best = min(runner_p50) / min(bare_p50)
+        ratios[key + " (fastest rounds)"] = best
+        rows.append([key, f"{r:.3f}", f"{b:.3f}", f"{r / b:.3f}x", f"{best:.3f}x",
                      f"{min(runner_p50):.3f}-{max(runner_p50):.3f} / {min(bare_p50):.3f}-{max(bare_p50):.3f}",
                      "yes" if abs(r / b - 1) <= 0.05 else "NO"])
     parts = [f"## {TITLE}", "",
-             table(["artifact", "runner p50 ms", "bare loop p50 ms", "runner / bare", "range over rounds (runner / bare)",
+             table(["artifact", "runner p50 ms", "bare loop p50 ms", "runner / bare (medians)",
+                    "runner / bare (fastest rounds)", "range over rounds (runner / bare)",
                     "within 5%"], rows), "",
              (f"Python: {which}. {ROUNDS} alternating rounds per artifact, each a fresh process with {WARMUP} warm-up "
-             f"and {RUNS} timed runs, {THREADS} threads; the table shows the median over rounds of each round's p50.")]
+             f"and {RUNS} timed runs, {THREADS} threads; the table shows the median over rounds of each round's p50, and the ratio of the fastest round of each "
+              "(the rounds least disturbed by other processes on this shared machine). 'within 5%' judges the "
+              "medians.")]
     return "\n".join(parts), {"ratios": ratios}
