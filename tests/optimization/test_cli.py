@@ -7,18 +7,17 @@ import pytest
 from tests.fixtures.cli import assert_clean_error
 
 
-def test_cli_json_report(edgetk, digits_keras, digits_keras_train, digits_eval, tmp_path):
-    out = tmp_path / "pruned.keras"
-    result = edgetk("optimize", digits_keras, "--prune", "0.5", "--train-data", digits_keras_train,
-                    "--eval-data", digits_eval, "--epochs", "1", "--out", out, "--json")
-    assert result.code == 0, result.stderr
-    doc = result.json()
-    assert doc["output_format"] == "keras" and out.is_file()
-    assert doc["steps"][0]["technique"] == "prune"
-    assert doc["steps"][0]["details"]["sparsity"] >= 0.5
-    assert doc["final"]["nonzero_params"] < doc["baseline"]["nonzero_params"] * 0.6
+def test_cli_json_report(keras_pruned_cli):  # type: ignore[no-untyped-def]
+    run = keras_pruned_cli  # edgetk optimize DIGITS --prune 0.6 --epochs 1 --json (tests/optimization/conftest.py)
+    assert run.code == 0, run.stderr
+    doc = run.doc
+    assert doc["output_format"] == "keras" and run.out.is_file() and doc["output"] == str(run.out)
+    assert doc["steps"][0]["technique"] == "prune" and doc["steps"][0]["fine_tuned"] is True
+    assert doc["steps"][0]["details"]["sparsity"] >= 0.6
+    assert doc["final"]["nonzero_params"] < doc["baseline"]["nonzero_params"] * 0.45
     for key in ("params", "nonzero_params", "file_bytes", "gzip_bytes", "latency_ms", "accuracy"):
         assert doc["baseline"][key] is not None
+    assert doc["change"]["gzip_ratio"] < 1.0
 
 
 @pytest.mark.parametrize(

@@ -44,7 +44,7 @@ def digits_artifacts(digits_torch, digits_keras, tmp_path_factory) -> dict[str, 
 
 
 def test_onnx_variants_load_in_the_device_env_with_the_same_outputs(digits_artifacts, device_env, tmp_path):  # type: ignore[no-untyped-def]
-    report = load_time_report(digits_artifacts["onnx"], out_dir=tmp_path, python=str(device_env.python), repeats=2)
+    report = load_time_report(digits_artifacts["onnx"], out_dir=tmp_path, python=str(device_env.python), repeats=1)
     variants = [r.variant for r in report.rows]
     assert variants == ["as built", "offline basic", "offline extended", "ORT format (extended)", "external data"]
     for row in report.rows:
