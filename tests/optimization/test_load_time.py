@@ -89,11 +89,11 @@ def test_tflite_is_loaded_from_a_path_and_memory_mapped(digits_artifacts, device
     assert "interpreter_cls(model_path=path" in source and "model_content" not in source
     # while the runner holds the interpreter, the artifact is mapped into its memory
     bundle = _bundle_for(digits_artifacts["tflite"], tmp_path / "b", _reference(digits_artifacts["tflite"]), 1e-4)
+    artifact = bundle / digits_artifacts["tflite"].name
     probe = (
-        "import sys, runpy; sys.argv = ['r']; r = runpy.run_path(%r); "
-        "import argparse; m = r['open_model'](%r, 'tflite', {}, 1, None); "
-        "print(any(%r in line for line in open('/proc/self/maps')))"
-        % (str(RUNNER), str(bundle / digits_artifacts["tflite"].name), digits_artifacts["tflite"].name)
+        f"import runpy; r = runpy.run_path({str(RUNNER)!r}); "
+        f"m = r['open_model']({str(artifact)!r}, 'tflite', {{}}, 1, None); "
+        f"print(any({artifact.name!r} in line for line in open('/proc/self/maps')))"
     )
     out = subprocess.run([str(device_env.python), "-c", probe], capture_output=True, text=True, check=False,
                          timeout=120)
