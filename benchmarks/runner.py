@@ -116,13 +116,18 @@ def run() -> tuple[str, dict[str, Any]]:
         ratios[key + " (fastest rounds)"] = best
         rows.append([key, f"{r:.3f}", f"{b:.3f}", f"{r / b:.3f}x", f"{best:.3f}x",
                      f"{min(runner_p50):.3f}-{max(runner_p50):.3f} / {min(bare_p50):.3f}-{max(bare_p50):.3f}",
+                     f"{max(bare_p50) / min(bare_p50):.2f}x",
                      "yes" if abs(r / b - 1) <= 0.05 else "NO"])
     parts = [f"## {TITLE}", "",
              table(["artifact", "runner p50 ms", "bare loop p50 ms", "runner / bare (medians)",
                     "runner / bare (fastest rounds)", "range over rounds (runner / bare)",
+                    "noise: bare loop max / min round",
                     "within 5%"], rows), "",
              (f"Python: {which}. {ROUNDS} alternating rounds per artifact, each a fresh process with {WARMUP} warm-up "
              f"and {RUNS} timed runs, {THREADS} threads; the table shows the median over rounds of each round's p50, and the ratio of the fastest round of each "
               "(the rounds least disturbed by other processes on this shared machine). 'within 5%' judges the "
-              "medians.")]
+              "medians. The noise column is the bare loop against itself: where one loop's p50 moves by more than "
+              "5% from one round to the next, this machine cannot resolve a 5% difference, and a runner/bare "
+              "ratio below 1 is noise too. By construction the two time the same call (TFLite: `invoke()` "
+              "with the input already set; ONNX Runtime: `session.run` with the same options and 2 threads).")]
     return "\n".join(parts), {"ratios": ratios}
