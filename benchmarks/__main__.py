@@ -78,6 +78,9 @@ def summary(h: dict) -> str:
     for model, ratios in tr.get("ratios", {}).items():
         rows.append([f"PyTorch {model} INT8 ONNX latency vs fp32", _fmt(ratios.get("toolkit int8 onnx")),
                      f"plain export + quantize_dynamic {_fmt(ratios.get('plain quantize_dynamic'))}"])
+        if "toolkit int8 tflite" in ratios:
+            rows.append([f"PyTorch {model} INT8 TFLite (litert-torch) latency vs fp32",
+                         _fmt(ratios["toolkit int8 tflite"]), ""])
     dp = h.get("deploy", {})
     if dp:
         rows.append(["Push 50 MB over SSH vs the faster of SFTP/scp (target >= 0.8x)", _fmt(dp.get("push_vs_best")),

@@ -81,7 +81,7 @@ def run() -> tuple[str, dict[str, Any]]:
             art2, seconds = _plain("plain quantize_dynamic", "onnxruntime", "dynamic",
                                    lambda: _quantize_dynamic(fp32_path, plain_dir / "dynamic.onnx"))  # noqa: B023
             artifacts.append(art2)
-            times.append(["plain `quantize_dynamic`", f"{seconds:.1f} s"])
+            times.append(["plain `quantize_dynamic`", "failed (see above)" if art2.error else f"{seconds:.1f} s"])
         results = measure(artifacts, samples[-6:], cosine, budget_s=30.0)
         rows = []
         ratios: dict[str, float] = {}
@@ -111,8 +111,9 @@ def run() -> tuple[str, dict[str, Any]]:
         parts += [f"- {n}" for n in notes] + ([""] if notes else [])
     if has_litert_torch and not os.environ.get("EDGETK_BENCH_FULL"):
         parts.append("The litert-torch route of the MobileNet-like net is left out of the default run (its conversion "
-                     "took about 5 minutes here); `EDGETK_BENCH_FULL=1 scripts/bench torch_routes` includes it. "
-                     "Measured once (2 threads, same machine): int8 0.29x the fp32 size, 0.68x its LiteRT latency.\n")
+                     "took 1-5 minutes here, depending on the load); `EDGETK_BENCH_FULL=1 scripts/bench torch_routes` "
+                     "includes it. Measured once (2 threads, same machine): int8 0.29x the fp32 size, 0.68x its "
+                     "LiteRT latency.\n")
     parts.append("The plain export's size includes the `.onnx.data` file `torch.onnx.export` writes beside the model "
                  "by default. ")
     parts.append(f"{THREADS} threads; latency interleaved per runtime (10 rounds); ratios against the toolkit's fp32 "
