@@ -395,6 +395,7 @@ def _bundle_task(
     install: bool,
     check: bool,
     force: bool,
+    compress: bool = False,
     runs: int,
     warmup: int,
     budget_ms: float | None,
@@ -403,28 +404,13 @@ def _bundle_task(
     store: PathLike | None,
     progress_stream: TextSink | None,
 ) -> FleetReport:
-    from toolkit.bundle import read_bundle
-    from toolkit.checking import GateOptions
-    from toolkit.checking import check as run_check
-    from toolkit.deployment import push
-    from toolkit.deployment import validate_name as validate_device_name
-    from toolkit.store import Store
+    from toolkit.rollout import prepare_job
 
-    bundle = read_bundle(Path(bundle_path))
-    validate_device_name(bundle.name)
-    gates = GateOptions(budget_ms=budget_ms, baseline=baseline, regression_pct=regression_pct)
-    history = Store(store) if check else None
-    if history is not None and baseline not in ("last", "none") and not history.exists(baseline):
-        raise UsageError(f"No stored check {baseline!r} in {history.path}.",
-                         hint="Use --baseline last, none, or an id from `edgetk history`.")
-
-    def task(device: Any, spec: DeviceSpec) -> tuple[Any, list[CheckReport]]:
-        stream: Any = progress_stream  # any object with write() and flush() will do
-        pushed = push(device, bundle, force=force, progress_stream=stream) if install else None
-        reports = run_check(device, bundle, runs=runs, warmup=warmup, gates=gates, store=history) if check else []
-        return pushed, reports
-
-    return FleetReport(tuple(_result(s, o, gated=check) for s, o in selection.run(task)))
+    job = prepare_job(bundle_path, install=install, check=check, force=force, compress=compress, runs=runs,
+                      warmup=warmup, budget_ms=budget_ms, baseline=baseline, regression_pct=regression_pct,
+                      store=store)
+    outcomes = selection.run(lambda device, spec: job.run(device, progress_stream=progress_stream))
+    return FleetReport(tuple(_result(s, o, gated=check) for s, o in outcomes))
 
 
 def deploy(
@@ -444,14 +430,17 @@ def deploy(
     regression_pct: float = CHECK_DEFAULTS["regression_pct"],
     store: PathLike | None = None,
     force: bool = False,
+    compress: bool = False,
     progress_stream: TextSink | None = sys.stderr,
 ) -> FleetReport:
     """``edgetk deploy``: push the bundle to every device, verify it there, make it current; ``check=True``
-    checks it right after. Upload progress goes to ``progress_stream`` (None: quiet)."""
+    checks it right after; ``compress=True`` sends files gzip-compressed where that pays. Upload progress goes
+    to ``progress_stream`` (None: quiet)."""
     selection = select_devices(devices, inventory=inventory, group=group, parallel=parallel,
                                trust_new_host=trust_new_host, known_hosts=known_hosts)
     return _bundle_task(
-        bundle, selection, install=True, check=check, force=force, runs=runs, warmup=warmup, budget_ms=budget_ms,
+        bundle, selection, install=True, check=check, force=force, compress=compress, runs=runs, warmup=warmup,
+        budget_ms=budget_ms,
         baseline=baseline, regression_pct=regression_pct, store=store,
         progress_stream=progress_stream if progress_stream is not None else _Null(),
     )

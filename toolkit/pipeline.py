@@ -743,7 +743,9 @@ def _attempt(
         fp32_latency.setdefault(recipe.format, latency)
     base = fp32_latency.get(recipe.format)
     slower = None
-    device_only = _device_only_providers(recipe)
+    device_only = list(_device_only_providers(recipe))
+    if policy.edgetpu and recipe.format == "tflite" and recipe.precision == "int8":
+        device_only.append("the Edge TPU (once compiled by edgetpu_compiler)")
     notes: tuple[str, ...] = ()
     if device_only:
         # The device runs it on an accelerator this host lacks: CPU timings say nothing about that speed.

@@ -101,28 +101,16 @@ def _run_bundle_task(
     selection: Selection, bundle_path: Path, *, deploy: bool, check: bool, force: bool, runs: int, warmup: int,
     budget_ms: float | None, baseline: str, regression_pct: float, store: Path | None, compress: bool = False,
 ) -> list[DeviceEntry]:
-    from toolkit.bundle import read_bundle
-    from toolkit.checking import GateOptions
-    from toolkit.checking import check as run_check
-    from toolkit.deployment import Device, push, validate_name
-    from toolkit.store import Store
+    from toolkit.deployment import Device
+    from toolkit.rollout import prepare_job
 
-    bundle = read_bundle(bundle_path)
-    validate_name(bundle.name)
-    gates = GateOptions(budget_ms=budget_ms, baseline=baseline, regression_pct=regression_pct)
-    history = Store(store) if check else None
-    if history is not None and baseline not in ("last", "none") and not history.exists(baseline):
-        from toolkit.errors import UsageError
-
-        raise UsageError(f"No stored check {baseline!r} in {history.path}.",
-                         hint="Use --baseline last, none, or an id from `edgetk history`.")
+    job = prepare_job(bundle_path, install=deploy, check=check, force=force, compress=compress, runs=runs,
+                      warmup=warmup, budget_ms=budget_ms, baseline=baseline, regression_pct=regression_pct,
+                      store=store)
 
     def task(spec: DeviceSpec) -> _Done:
         with selection.open(spec) as conn:
-            device = Device(spec, conn)
-            pushed = (push(device, bundle, force=force, progress_stream=sys.stderr, compress=compress)
-                      if deploy else None)
-            reports = run_check(device, bundle, runs=runs, warmup=warmup, gates=gates, store=history) if check else []
+            pushed, reports = job.run(Device(spec, conn), progress_stream=sys.stderr)
             return _Done(push=pushed, reports=tuple(reports))
 
     return _entries(selection.run(task))
