@@ -342,30 +342,18 @@ def select_devices(
     known_hosts: PathLike | None = None,
 ) -> _Selection:
     """The devices named by specs (``local``, ``user@host[:port]``, aliases, inventory names) or an inventory."""
-    from toolkit.devices.inventory import load_inventory, select
-    from toolkit.devices.spec import parse_spec
+    from toolkit.devices.inventory import resolve_specs
 
     if isinstance(devices, (str, DeviceSpec)):
         devices = [devices]
-    given = list(devices)
-    table = load_inventory(Path(inventory)) if inventory else {}
-    if group and not inventory:
-        raise UsageError("--group needs --inventory.", hint="Pass --inventory FILE --group NAME.")
     if parallel < 1:
         raise UsageError(f"parallel must be at least 1, got {parallel}.")
-    if given:
-        specs = [d if isinstance(d, DeviceSpec) else parse_spec(str(d), inventory=table) for d in given]
-        if group:
-            specs = [s for s in specs if group in s.groups]
-    elif inventory:
-        specs = select(table, group=group, where=str(inventory))
-    else:
-        raise UsageError(
-            "No device given.",
-            hint="Pass --device SPEC (local, user@host[:port], an ssh alias) or --inventory FILE.",
-        )
-    unique = tuple({s.name: s for s in specs}.values())
-    return _Selection(unique, parallel, trust_new_host, str(known_hosts) if known_hosts else None)
+    specs = resolve_specs(
+        [d if isinstance(d, DeviceSpec) else str(d) for d in devices],
+        inventory=Path(inventory) if inventory else None,
+        group=group,
+    )
+    return _Selection(specs, parallel, trust_new_host, str(known_hosts) if known_hosts else None)
 
 
 def _result(spec: DeviceSpec, outcome: Any, *, gated: bool) -> DeviceResult:

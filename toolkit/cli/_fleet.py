@@ -13,9 +13,8 @@ from typing import Any, TypeVar
 import click
 
 from toolkit.devices.fleet import FleetResult, run_fleet
-from toolkit.devices.inventory import load_inventory, select
-from toolkit.devices.spec import DeviceSpec, parse_spec
-from toolkit.errors import UsageError, worst_exit_code
+from toolkit.devices.spec import DeviceSpec
+from toolkit.errors import worst_exit_code
 
 F = TypeVar("F", bound=Callable[..., Any])
 T = TypeVar("T")
@@ -65,22 +64,10 @@ def resolve_devices(
     known_hosts: Path | None,
 ) -> Selection:
     """The devices named by the options, in order, without duplicates."""
-    table = load_inventory(inventory) if inventory else {}
-    if group and not inventory:
-        raise UsageError("--group needs --inventory.", hint="Pass --inventory FILE --group NAME.")
-    if devices:
-        specs = [parse_spec(d, inventory=table) for d in devices]
-        if group:
-            specs = [s for s in specs if group in s.groups]
-    elif inventory:
-        specs = select(table, group=group, where=str(inventory))
-    else:
-        raise UsageError(
-            "No device given.",
-            hint="Pass --device SPEC (local, user@host[:port], an ssh alias) or --inventory FILE.",
-        )
-    unique = list({s.name: s for s in specs}.values())
-    return Selection(tuple(unique), parallel, trust_new_host, str(known_hosts) if known_hosts else None)
+    from toolkit.devices.inventory import resolve_specs
+
+    specs = resolve_specs(devices, inventory=inventory, group=group)
+    return Selection(specs, parallel, trust_new_host, str(known_hosts) if known_hosts else None)
 
 
 @dataclass

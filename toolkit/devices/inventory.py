@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import difflib
 import tomllib
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -122,3 +122,28 @@ def select(devices: Mapping[str, DeviceSpec], *, group: str | None, where: str) 
             hint=f"{_did_you_mean(group, known)}Groups in this inventory: {', '.join(known) or 'none'}.",
         )
     return chosen
+
+
+def resolve_specs(
+    devices: Sequence[str | DeviceSpec], *, inventory: Path | None, group: str | None
+) -> tuple[DeviceSpec, ...]:
+    """The devices named by ``--device`` specs (narrowed by ``group``) or, without any, the inventory's
+    (``group`` selecting); in order, without duplicates."""
+    from toolkit.devices.spec import parse_spec
+
+    table = load_inventory(Path(inventory)) if inventory else {}
+    if group and not inventory:
+        raise UsageError("--group needs --inventory.", hint="Pass --inventory FILE --group NAME.")
+    if devices:
+        specs = [d if isinstance(d, DeviceSpec) else parse_spec(str(d), inventory=table) for d in devices]
+        if group:
+            specs = [s for s in specs if group in s.groups]
+    elif inventory:
+        specs = select(table, group=group, where=str(inventory))
+    else:
+        raise UsageError(
+            "No device given.",
+            hint="Pass --device SPEC (local, user@host[:port], an ssh alias) or --inventory FILE.",
+        )
+    return tuple({s.name: s for s in specs}.values())
+
