@@ -61,7 +61,12 @@ class _Clustered:
         self.count = clusters - 1 if self.keep_zeros else clusters
         nonzero = flat[~zeros] if self.keep_zeros else flat
         self.index = np.full(flat.size, -1, dtype=np.int64)
-        centroids, assignment = kmeans_1d(nonzero, max(1, self.count))
+        # A kernel that pruning zeroed entirely (global pruning does that to small-magnitude layers) has nothing
+        # to cluster: it stays all zeros. One with fewer distinct nonzero values than clusters keeps them as they
+        # are (k-means with more centroids than values would only leave some empty).
+        self.count = min(max(1, self.count), int(np.unique(nonzero).size))
+        centroids, assignment = (kmeans_1d(nonzero, self.count) if self.count > 0
+                                 else (np.zeros(0, dtype=np.float64), np.zeros(0, dtype=np.int64)))
         if self.keep_zeros:
             self.index[~zeros] = assignment
         else:
@@ -79,7 +84,10 @@ class _Clustered:
         self.write()
 
     def write(self) -> None:
-        values = np.where(self.index >= 0, self.centroids[np.maximum(self.index, 0)], 0.0)
+        if self.centroids.size == 0:  # nothing but zeros: the kernel stays as pruning left it
+            values = np.zeros(self.index.size, dtype=np.float32)
+        else:
+            values = np.where(self.index >= 0, self.centroids[np.maximum(self.index, 0)], 0.0)
         self.ref.set(values.reshape(self.shape).astype(np.float32))
 
 
@@ -103,4 +111,5 @@ def cluster(model: models.OptimizableModel, *, clusters: int, train_data: Labell
         "clusters": clusters,
         "distinct_values": {r.name: int(np.unique(r.get()).size) for r in refs},
         "zeros_kept": {s.ref.name: s.keep_zeros for s in states if s.keep_zeros},
+        "left_as_is": [s.ref.name for s in states if s.count == 0],
     }
