@@ -1,9 +1,10 @@
 """Structured (filter/channel) pruning: remove the ``sparsity`` fraction of output channels with the smallest
-L1 norm from every conv and dense layer except the classifier, and rebuild the layers smaller, so parameters,
-MACs and latency drop (not only the zipped size). The next layer loses the matching input channels (through
-BatchNorm, activations, pooling, dropout and flatten). Works on models that are one chain of layers: Keras 3
-Sequential/Functional chains and PyTorch factory modules whose traced graph is a chain. Fine-tunes afterwards
-when training data is given.
+L1 norm from conv and dense layers, and rebuild the layers smaller, so parameters, MACs and latency drop (not
+only the zipped size). The next layer loses the matching input channels (through BatchNorm, activations,
+pooling, dropout and flatten). Keras 3: any Functional/Sequential graph, residual blocks included (only the
+channels inside a block are pruned; those feeding an add, a concatenation or the output stay, see
+``keras_channels.py``). PyTorch: factory modules whose traced graph is one chain (branching graphs are refused).
+Fine-tunes afterwards when training data is given.
 """
 
 from __future__ import annotations
@@ -20,7 +21,8 @@ from toolkit.optimization.pruning import check_sparsity
 from toolkit.optimization.training import FineTuneConfig, fine_tune
 
 
-def _keep(norms: np.ndarray, sparsity: float) -> np.ndarray:
+def keep_channels(norms: np.ndarray, sparsity: float) -> np.ndarray:
+    """The channels with the largest L1 norms, leaving out ``ceil(sparsity * n)`` of them (at least one kept)."""
     count = norms.size
     remove = min(count - 1, math.ceil(sparsity * count))
     return np.sort(np.argsort(-norms, kind="stable")[: count - remove])
@@ -29,8 +31,9 @@ def _keep(norms: np.ndarray, sparsity: float) -> np.ndarray:
 def prune_structured(model: models.OptimizableModel, *, sparsity: float, sample: tuple[np.ndarray, ...],
                      train_data: LabelledData | None, config: FineTuneConfig) -> dict[str, Any]:
     check_sparsity(sparsity)
+    left_whole: dict[str, str] = {}
     if model.kind == models.KERAS:
-        shapes = _keras(model, sparsity, sample[0])
+        shapes, left_whole = _keras(model, sparsity, sample[0])
     elif model.is_torch_module_code:
         shapes = _torch(model, sparsity, sample)
     else:
@@ -40,80 +43,19 @@ def prune_structured(model: models.OptimizableModel, *, sparsity: float, sample:
         )
     if train_data is not None and config.epochs > 0:
         fine_tune(model, train_data, config=config)
-    return {"fraction_removed": sparsity, "channels": shapes}
+    return {"fraction_removed": sparsity, "channels": shapes, "left_whole": left_whole}
 
 
 # --- Keras 3 -------------------------------------------------------------------------------------------------
 
-_KERAS_PASS = ("ReLU", "Activation", "LeakyReLU", "MaxPooling2D", "AveragePooling2D", "Dropout",
-               "GlobalAveragePooling2D", "GlobalMaxPooling2D", "SpatialDropout2D", "ELU", "PReLU")
 
+def _keras(model: models.OptimizableModel, sparsity: float, sample: np.ndarray) -> tuple[dict[str, list[int]],
+                                                                                        dict[str, str]]:
+    from toolkit.optimization.keras_channels import prune_keras_channels
 
-def _keras(model: models.OptimizableModel, sparsity: float, sample: np.ndarray) -> dict[str, list[int]]:
-    import keras
-
-    from toolkit.optimization.keras_graph import chain_layers
-
-    net = model.model
-    layers = chain_layers(net, sample[:1])
-    weighted = [i for i, l in enumerate(layers)
-                if isinstance(l, keras.layers.Dense) or (type(l) is keras.layers.Conv2D and l.groups == 1)]
-    if len(weighted) < 2:
-        raise UsageError("Structured pruning needs at least two conv or dense layers (the last one, the "
-                         "classifier, keeps its outputs).")
-    keep_out: dict[int, np.ndarray] = {}
-    for i in weighted[:-1]:
-        kernel = np.asarray(layers[i].kernel)
-        keep_out[i] = _keep(np.abs(kernel).reshape(-1, kernel.shape[-1]).sum(0), sparsity)
-    new_layers: list[Any] = []
-    weights: list[list[np.ndarray]] = []
-    keep_in: np.ndarray | None = None  # input-channel (or flattened feature) selection for the next weighted layer
-    shapes: dict[str, list[int]] = {}
-    x_shape = sample.shape
-    for i, layer in enumerate(layers):
-        config = layer.get_config()
-        old = [np.asarray(w) for w in layer.get_weights()]
-        name = type(layer).__name__
-        out_shape = tuple(layer.compute_output_shape((1, *x_shape[1:])))
-        if i in weighted:
-            kernel = old[0] if keep_in is None else np.take(old[0], keep_in, axis=-2)
-            bias = old[1] if len(old) > 1 else None
-            if i in keep_out:
-                kernel = kernel[..., keep_out[i]]
-                bias = None if bias is None else bias[keep_out[i]]
-                config["filters" if "filters" in config else "units"] = int(keep_out[i].size)
-            shapes[layer.name] = [int(old[0].shape[-1]), int(kernel.shape[-1])]
-            new_weights = [kernel] + ([bias] if bias is not None else [])
-            keep_in = keep_out.get(i)
-        elif name == "BatchNormalization":
-            new_weights = old if keep_in is None else [w[keep_in] for w in old]
-        elif name == "Flatten":
-            if keep_in is not None:
-                channels = int(x_shape[-1])
-                positions = int(np.prod(x_shape[1:-1]))
-                keep_in = (np.arange(positions)[:, None] * channels + keep_in[None, :]).reshape(-1)
-            new_weights = old
-        elif name in _KERAS_PASS or not old:
-            if old and keep_in is not None:
-                raise UsageError(f"Structured pruning cannot resize the {name} layer {layer.name!r}.")
-            new_weights = old
-        else:
-            raise UsageError(f"Structured pruning does not know how to resize the {name} layer {layer.name!r}.",
-                             hint="Prune without --structured for this model.")
-        new_layers.append(layer.__class__.from_config(config))
-        weights.append(new_weights)
-        x_shape = out_shape
-    spec = net.inputs[0]
-    inputs = keras.Input(batch_shape=spec.shape, name=str(spec.name).split(":")[0], dtype=spec.dtype)
-    x = inputs
-    for layer in new_layers:
-        x = layer(x)
-    rebuilt = keras.Model(inputs, x, name=net.name)
-    for layer, values in zip(new_layers, weights):
-        if values:
-            layer.set_weights(values)
+    rebuilt, details = prune_keras_channels(model.model, sparsity, sample[:1])
     model.model = rebuilt
-    return shapes
+    return details["channels"], details["left_whole"]
 
 
 # --- PyTorch -------------------------------------------------------------------------------------------------
@@ -160,7 +102,7 @@ def _torch(model: models.OptimizableModel, sparsity: float, sample: tuple[np.nda
             bias = None if kind.bias is None else kind.bias.detach()
             keep_out = None
             if i != weighted[-1]:
-                keep_out = _keep(weight.abs().reshape(weight.shape[0], -1).sum(1).numpy(), sparsity)
+                keep_out = keep_channels(weight.abs().reshape(weight.shape[0], -1).sum(1).numpy(), sparsity)
                 weight = weight[torch.from_numpy(keep_out)]
                 bias = None if bias is None else bias[torch.from_numpy(keep_out)]
             if isinstance(kind, nn.Linear):
