@@ -1,8 +1,8 @@
 """Section ``deploy`` (issue 5): pushing a 50 MB bundle to real loopback sshd devices.
 
 Three ways of moving the same 50 MB ONNX artifact, each including its own connection and authentication,
-timed interleaved: ``toolkit.deployment.push`` (prepare, SFTP upload, sha256 verified on the device, atomic
-switch of ``current``), a raw paramiko SFTP ``put``, and OpenSSH ``scp``. Then 8 devices in parallel vs one
+timed interleaved: ``toolkit.deployment.push`` (begin: lock and prepare, SFTP upload, sha256 verified on the
+device, finish: atomic switch of ``current``), a raw paramiko SFTP ``put``, and OpenSSH ``scp``. Then 8 devices in parallel vs one
 after another through ``toolkit.devices.fleet.run_fleet``. The devices are the test suite's
 (tests/fixtures/sshd.py: one sshd and one Unix user per device, on 127.0.0.1); needs root.
 """
@@ -241,14 +241,19 @@ def _measure(parts: list[str], devices: list[Any], key: Path, known_hosts: Path,
     transfer = rates["toolkit transfer only (`SshConnection.put`)"] / best_raw
     headline["transfer_vs_best"] = transfer
     overhead = medians["edgetk push (toolkit)"] - medians["toolkit transfer only (`SshConnection.put`)"]
+    headline["helper_calls"] = len(calls_per_push)
     parts.append(f"Target: push throughput at least 0.8x the faster raw path: **{headline['push_vs_best']:.2f}x**, "
                  f"{verdict}. The transfer alone runs at {transfer:.2f}x; the rest of a push (about "
-                 f"{overhead:.2f} s here: the device-side helper started over SSH for info, lock, prepare, finish "
-                 f"and unlock, and the on-device sha256 of every file) is a fixed cost per push that a raw copy "
-                 f"does not pay, so its share shrinks as bundles grow. One push runs the device-side helper "
-                 f"{len(calls_per_push)} times ({', '.join(calls_per_push)}), each a fresh `python3` on the device: "
-                 f"{round_trip * 1000:.0f} ms per call here (median of 5), so about "
-                 f"{len(calls_per_push) * round_trip:.2f} s of every push; hashing the artifact with hashlib takes "
-                 f"{hash_s:.2f} s on this CPU (read from the page cache). Folding lock+prepare and finish+unlock "
-                 f"into single helper calls, and reusing the probed info, would save 3 of those round trips.")
+                 f"{overhead:.2f} s here) is a fixed cost per push that a raw copy does not pay, so its share shrinks "
+                 f"as bundles grow. One push runs the device-side helper {len(calls_per_push)} times "
+                 f"({', '.join(calls_per_push)}), each a fresh `python3 -S` on the device: {round_trip * 1000:.0f} ms "
+                 f"per call here (median of 5), so about {len(calls_per_push) * round_trip:.2f} s of every push. "
+                 f"`begin` refuses a foreign arch, probes, takes the lock and prepares the version directory; "
+                 f"`finish` verifies, switches `current`, keeps 3 versions and releases the lock. The on-device "
+                 f"sha256 of every uploaded file (hashlib: {hash_s:.2f} s for the artifact on this CPU) is computed "
+                 f"while the upload runs, by a child that `begin` forks, and `finish` checks each file's stat is "
+                 f"unchanged since; the host hashes the bundle once per process (reading it verifies the artifacts "
+                 f"and the push reuses those digests). Before this change a push ran the helper 5 times (info, lock, "
+                 f"prepare, finish, unlock) and hashed the artifact after the upload, on the host and on the device "
+                 f"alike: 0.63x-0.75x of the faster raw path.")
     return "\n".join(parts), headline

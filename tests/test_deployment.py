@@ -163,3 +163,132 @@ def test_ssh_push_concurrent_deploys_and_hostile_name(ssh_devices, ssh_client_ke
     for marker in ("PWNED1", "PWNED2", "PWNED3"):
         assert not (dev.home / marker).exists()
     assert not (dev.home / ".edgetk" / "locks" / hostile).exists()
+
+
+def _counting(device: Device) -> list[tuple[str, dict]]:
+    """Record every helper call of ``device`` with its answer (the device-side steps of a push)."""
+    calls: list[tuple[str, dict]] = []
+    helper = device.helper
+
+    def counted(command, *args, **kwargs):  # type: ignore[no-untyped-def]
+        answer = helper(command, *args, **kwargs)
+        calls.append((command, answer))
+        return answer
+
+    device.helper = counted  # type: ignore[method-assign]
+    return calls
+
+
+def test_push_is_two_helper_calls_and_uploads_are_hashed_while_they_arrive(local_home, deploy_bundle_factory):  # type: ignore[no-untyped-def]
+    bundle = read_bundle(deploy_bundle_factory(name="twocalls", pad_mb=2))
+    spec = DeviceSpec(name="local")
+    with open_connection(spec) as conn:
+        device = Device(spec, conn)
+        calls = _counting(device)
+        result = push(device, bundle)
+        assert [c for c, _ in calls] == ["begin", "finish"]
+        assert result.files_sent == len(bundle.files())
+        # every uploaded file was hashed on the device by begin's follower, none again by finish
+        assert calls[1][1]["hashed"] == 0, calls[1][1]
+        assert device.info()["arch"]  # begin's probe is kept: no extra info call
+        assert [c for c, _ in calls] == ["begin", "finish"]
+        assert not (local_home / ".edgetk" / "locks" / "twocalls").exists()
+        for f in bundle.files():
+            assert _sha(local_home / ".edgetk" / "bundles" / "twocalls" / "current" / f.path) == f.sha256
+
+
+def _wait_followed(home: Path, name: str, rel: str) -> None:
+    import json
+    import time
+
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline:
+        try:
+            state = json.loads((home / ".edgetk" / "locks" / name / "follow.json").read_text())
+        except (OSError, ValueError):
+            state = {}
+        if rel in state.get("files", {}):
+            return
+        time.sleep(0.01)
+    raise AssertionError("the follower never hashed " + rel)
+
+
+@pytest.mark.parametrize("damage", ["in_transit", "after_it_was_hashed"])
+def test_damaged_upload_is_refused_before_the_switch(local_home, deploy_bundle_factory, damage):  # type: ignore[no-untyped-def]
+    """The device's sha256 check still catches a bad upload, whether the follower read the damage or the file
+    changed after the follower hashed it (its stat differs: finish hashes it again)."""
+    good = read_bundle(deploy_bundle_factory(name="damaged", seed=70))
+    bad = read_bundle(deploy_bundle_factory(name="damaged", seed=71, pad_mb=1))
+    spec = DeviceSpec(name="local")
+    root = local_home / ".edgetk" / "bundles" / "damaged"
+    with open_connection(spec) as conn:
+        device = Device(spec, conn)
+        push(device, good)
+        put = conn.put
+
+        def damaging_put(local, remote, **kwargs):  # type: ignore[no-untyped-def]
+            if remote.endswith("/model.fp32.onnx") and damage == "in_transit":
+                data = bytearray(Path(local).read_bytes())
+                data[len(data) // 2] ^= 1  # one bit flipped on the way: the device receives other bytes
+                local = local_home.parent / "flipped.onnx"
+                local.write_bytes(bytes(data))
+            put(local, remote, **kwargs)
+            if remote.endswith("/model.fp32.onnx") and damage == "after_it_was_hashed":
+                _wait_followed(local_home, "damaged", "model.fp32.onnx")
+                with open(local_home / remote, "ab") as handle:  # changed on the device once hashed
+                    handle.write(b"\0")
+
+        conn.put = damaging_put  # type: ignore[method-assign]
+        with pytest.raises(DeviceError, match="do not match their sha256") as refused:
+            push(device, bad)
+        assert "model.fp32.onnx" in refused.value.message
+        assert os.readlink(root / "current") == good.version  # never switched
+        assert not (local_home / ".edgetk" / "locks" / "damaged").exists()  # finish released the lock
+        conn.put = put  # type: ignore[method-assign]
+        again = push(device, bad)  # the next push sends the damaged file again and goes through
+        assert again.files_sent == 1 and os.readlink(root / "current") == bad.version
+
+
+def test_host_failure_mid_upload_releases_the_lock(local_home, deploy_bundle_factory):  # type: ignore[no-untyped-def]
+    bundle = read_bundle(deploy_bundle_factory(name="hostfail", seed=72))
+    spec = DeviceSpec(name="local")
+    with open_connection(spec) as conn:
+        device = Device(spec, conn)
+        calls = _counting(device)
+        put = conn.put
+
+        def failing_put(local, remote, **kwargs):  # type: ignore[no-untyped-def]
+            raise KeyboardInterrupt
+
+        conn.put = failing_put  # type: ignore[method-assign]
+        with pytest.raises(KeyboardInterrupt):
+            push(device, bundle)
+        assert [c for c, _ in calls] == ["begin", "unlock"] and calls[1][1] == {"released": True}
+        assert not (local_home / ".edgetk" / "locks" / "hostfail").exists()
+        assert not (local_home / ".edgetk" / "bundles" / "hostfail" / "current").exists()
+        conn.put = put  # type: ignore[method-assign]
+        assert push(device, bundle, lock_timeout=1).version == bundle.version  # no lock left to wait for
+
+
+def test_arch_refusal_comes_from_begin_before_anything_is_written(local_home, deploy_bundle_factory):  # type: ignore[no-untyped-def]
+    bundle = read_bundle(deploy_bundle_factory(name="armbegin", target_arch="arm64"))
+    spec = DeviceSpec(name="local")
+    with open_connection(spec) as conn:
+        device = Device(spec, conn)
+        calls = _counting(device)
+        with pytest.raises(UsageError, match="built for arm64"):
+            push(device, bundle)
+        assert [c for c, _ in calls] == []  # refused inside begin: no unlock needed, nothing written
+        assert not (local_home / ".edgetk" / "bundles" / "armbegin").exists()
+        assert not (local_home / ".edgetk" / "locks" / "armbegin").exists()
+
+
+def test_device_helper_is_python_36_compatible() -> None:
+    import subprocess
+    import sys
+
+    vermin = Path(sys.executable).parent / "vermin"
+    helper = Path(__file__).resolve().parent.parent / "toolkit" / "devices" / "device_helper.py"
+    result = subprocess.run([str(vermin), "--target=3.6-", "--no-tips", "--violations", str(helper)],
+                            capture_output=True, text=True, check=False)
+    assert result.returncode == 0, result.stdout + result.stderr

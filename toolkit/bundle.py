@@ -26,6 +26,7 @@ import json
 import os
 import shutil
 import tempfile
+import time
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
@@ -44,12 +45,34 @@ RUNNER_FILE = "edgetk_runner.py"
 RUNNER_SOURCE = Path(__file__).resolve().parent / "runner" / RUNNER_FILE
 
 
+_DIGESTS: dict[tuple[str, int, int, int, int, int], str] = {}
+_DIGEST_MARGIN_NS = 2_000_000_000  # a file changed less than this before it was hashed is hashed again next time
+
+
 def sha256_file(path: Path) -> str:
+    """The file's sha256, hashed at most once per process while the file is unchanged.
+
+    Reading a bundle verifies its artifacts and a deploy lists every file's hash: the second reuses the first.
+    The digest is kept per path and stat (device, inode, size, mtime and ctime in ns), and only when the file's
+    last change is 2 s older than the moment it was hashed, so a rewrite within one timestamp tick of the
+    hashing cannot hide behind an equal stat (git's "racy clean" rule).
+    """
+    st = os.stat(path)
+    key = (os.path.abspath(path), st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+    cached = _DIGESTS.get(key)
+    if cached is not None:
+        return cached
+    hashed_at = time.time_ns()
     digest = hashlib.sha256()
     with path.open("rb") as handle:
         for block in iter(lambda: handle.read(1 << 20), b""):
             digest.update(block)
-    return digest.hexdigest()
+    value = digest.hexdigest()
+    if max(st.st_mtime_ns, st.st_ctime_ns) < hashed_at - _DIGEST_MARGIN_NS:
+        if len(_DIGESTS) > 4096:  # a long-lived process: keep the cache small
+            _DIGESTS.clear()
+        _DIGESTS[key] = value
+    return value
 
 
 def golden_outputs_name(artifact_file: str) -> str:

@@ -2,22 +2,40 @@
 
 The host decides, the device does the file work: each step is one call of the stdlib-only helper
 (``toolkit/devices/device_helper.py``) run with the device's Python, its arguments passed as separate argv
-words, quoted for the remote shell by the connection. A push:
+words, quoted for the remote shell by the connection. Every helper call is a fresh Python on the device (tens
+of milliseconds each), so a push makes exactly two, with the SFTP upload between them:
 
-1. probes the device (arch, free disk) and refuses a bundle built for another arch (exit 2) unless ``force``;
-2. takes the device-side lock ``~/.edgetk/locks/<name>`` (atomic mkdir; a lock older than ``stale_lock_s`` is
-   broken), so two deploys of one bundle to one device run one after the other;
-3. prepares ``~/.edgetk/bundles/<name>/<version>/``: files already there with the right sha256, or found with
-   that sha256 in another installed version (hard-linked), are not sent; refuses early when the disk cannot
-   hold what is left;
-4. uploads the rest with progress on stderr; a file whose upload was cut short is resumed from where it
-   stopped when the bytes already there are a prefix of it (the device hashes them, the host compares); a
-   failed write (disk full) removes the partial version;
-5. verifies every file's sha256 ON the device, fixes permissions (0644/0755), switches ``current`` with an
-   atomic rename and keeps the last ``keep`` versions.
+``begin``
+  1. probes the device (arch, free disk; kept as ``Device.info()`` for the rest of the session) and refuses a
+     bundle built for another arch (exit 2) unless ``force``, before anything is locked or written;
+  2. takes the device-side lock ``~/.edgetk/locks/<name>`` (atomic mkdir; a lock whose holder process is gone,
+     or older than ``stale_lock_s``, is broken), so two deploys of one bundle to one device run one after the
+     other; any failure after this point releases the lock before the helper exits;
+  3. prepares ``~/.edgetk/bundles/<name>/<version>/``: files already there with the right sha256, or found
+     with that sha256 in another installed version (hard-linked), are not sent; refuses early when the disk
+     cannot hold what is left.
+upload
+  4. the rest, with progress on stderr; a file whose upload was cut short is resumed from where it stopped
+     when the bytes already there are a prefix of it (the device hashes them, the host compares); a failed
+     write (disk full) calls ``abort``: the partial version is removed and the lock released in one call.
+``finish``
+  5. inflates compressed uploads, verifies every file's sha256 ON the device, fixes permissions (0644/0755),
+     switches ``current`` with an atomic rename, keeps the last ``keep`` versions and releases the lock (in a
+     ``finally``). The hashing is mostly done by then: a child that ``begin`` forks (the follower) hashes each
+     file sent as it is while it arrives, and ``begin`` hashed the files it found in place; ``finish`` takes
+     such a digest only when it is the expected one and the file's stat (inode, size, mtime, ctime) is the same
+     as when it was hashed, and hashes every other file itself (compressed or resumed uploads, a file that
+     changed). Like any stat check, a same-size rewrite by another process within one filesystem timestamp
+     tick of the hashing would not show; the upload itself writes each byte once, before it is hashed.
 
-A link that drops mid-push leaves the partial version for the next push to complete; ``current`` is switched
-only after every file is verified, so the running version is never touched by a failed push.
+Any other failure on the host between the two (an exception, Ctrl-C) releases the lock with ``unlock``; a link
+that drops cannot, and the next deploy breaks that lock at once because its holder (the dead session's sshd
+process) is gone. The partial version stays for the next push to complete; ``current`` is switched only after
+every file is verified, so the running version is never touched by a failed push.
+
+The host hashes each bundle file once per process (``toolkit.bundle.sha256_file`` keeps a digest per file stat,
+trusted only for files last changed well before they were hashed): reading the bundle verifies the artifacts,
+and the push's listing reuses those digests.
 """
 
 from __future__ import annotations
@@ -112,7 +130,8 @@ class Device:
         return sys.executable if self.spec.is_local else "python3"
 
     def helper(self, command: str, *args: str, timeout: float = HELPER_TIMEOUT_S) -> dict[str, Any]:
-        result = self.conn.run([self.helper_python, "-c", helper_source(), command, *args], timeout=timeout)
+        # -S: the helper is stdlib-only, and site start-up (.pth files) costs tens of ms per call on a device
+        result = self.conn.run([self.helper_python, "-S", "-c", helper_source(), command, *args], timeout=timeout)
         try:
             data = json.loads(result.stdout) if result.stdout.strip() else None
         except json.JSONDecodeError:
@@ -238,12 +257,24 @@ def check_arch(bundle: Bundle, device: Device) -> str:
     arch = str(device.info().get("arch") or "unknown")
     wanted = bundle.manifest.target_arch
     if wanted and normalise_arch(wanted) != normalise_arch(arch):
-        raise UsageError(
-            f"{device.spec.name}: the bundle {bundle.name!r} is built for {wanted} "
-            f"(target {bundle.manifest.target or 'unknown'}), but the device is {arch}.",
-            hint="Convert for the device's target (edgetk convert --target ...), or pass --force to deploy anyway.",
-        )
+        raise _arch_refused(bundle, device, arch)
     return arch
+
+
+def _arch_refused(bundle: Bundle, device: Device, arch: str) -> UsageError:
+    return UsageError(
+        f"{device.spec.name}: the bundle {bundle.name!r} is built for {bundle.manifest.target_arch} "
+        f"(target {bundle.manifest.target or 'unknown'}), but the device is {arch}.",
+        hint="Convert for the device's target (edgetk convert --target ...), or pass --force to deploy anyway.",
+    )
+
+
+def accepted_arches(wanted: str | None) -> list[str]:
+    """Every ``uname -m`` spelling that :func:`normalise_arch` maps to ``wanted`` (empty: any arch)."""
+    if not wanted:
+        return []
+    target = normalise_arch(wanted)
+    return sorted({target, *(alias for alias, arch in _ARCH_ALIASES.items() if arch == target)})
 
 
 class DeviceLock:
@@ -288,15 +319,26 @@ def push(
     """
     name = validate_name(bundle.name)
     started = time.perf_counter()
-    arch = str(device.info().get("arch"))
-    if not force:
-        check_arch(bundle, device)
-    files = bundle.files()
+    files = bundle.files()  # hashed once per process while unchanged (toolkit.bundle.sha256_file)
     listing = json.dumps([[f.path, f.sha256, f.bytes] for f in files])
     sizes = {f.path: f.bytes for f in files}
     vdir = version_dir(name, bundle.version)
-    with DeviceLock(device, name, timeout=lock_timeout, stale_after=stale_lock_s):
-        plan = device.helper("prepare", name, bundle.version, listing)
+    token = uuid.uuid4().hex
+    arches = [] if force else accepted_arches(bundle.manifest.target_arch)
+    try:
+        # follow: the device hashes files sent as they are while they arrive (not compressed ones)
+        plan = device.helper("begin", name, bundle.version, listing, str(lock_timeout), str(stale_lock_s), token,
+                             json.dumps(arches), "0" if compress else "1", timeout=lock_timeout + HELPER_TIMEOUT_S)
+    except HelperRefused as refused:
+        if refused.kind == "arch":
+            raise _arch_refused(bundle, device, str(refused.data.get("arch"))) from None
+        raise
+    info = plan.get("info")
+    if isinstance(info, dict):
+        device._info = info  # the probe of this push, reused by whatever follows on this device (check)
+    arch = str(device.info().get("arch"))
+    released = False  # the lock is the device's to release once finish or abort ran there
+    try:
         missing = [str(m) for m in plan.get("missing", [])]
         offsets = _resume_offsets(bundle, plan.get("partial") or {}, sizes)
         with tempfile.TemporaryDirectory(prefix="edgetk-gz-") as packed_dir:
@@ -316,13 +358,17 @@ def push(
                 except DeviceError as exc:
                     if "link to the device dropped" in exc.message:
                         raise
-                    _abort_after_write_error(device, name, bundle.version, exc)
+                    released = True  # abort releases the lock (or the link is gone and it goes stale)
+                    _abort_after_write_error(device, name, bundle.version, token, exc)
                 sent += wire[rel]
             progress.done = sent
             progress.finish()
-        if packed:
-            device.helper("inflate", name, bundle.version, json.dumps(sorted(packed)))
-        done = device.helper("finish", name, bundle.version, listing, str(keep))
+        released = True  # finish releases the lock in a finally, whatever it answers
+        done = device.helper("finish", name, bundle.version, listing, str(keep), token, json.dumps(sorted(packed)))
+    except BaseException:
+        if not released:
+            _release_quietly(device, name, token)
+        raise
     return PushResult(
         device=device.spec.name, name=name, version=bundle.version, arch=arch, files_total=len(files),
         files_sent=len(missing), files_reused=len(plan.get("reused", [])), bytes_total=sum(sizes.values()),
@@ -330,6 +376,16 @@ def push(
         removed=tuple(done.get("removed", [])), bytes_resumed=sum(offsets.values()),
         files_compressed=len(packed), bytes_uncompressed=sum(sizes[m] - offsets.get(m, 0) for m in missing),
     )
+
+
+def _release_quietly(device: Device, name: str, token: str) -> None:
+    """Release a push's lock after a host-side failure; a dead link cannot, and the lock then goes stale."""
+    if getattr(device.conn, "_dropped_what", None) is not None:
+        return  # the link dropped: no reconnect just for this (the holder is gone, the next deploy breaks it)
+    try:
+        device.helper("unlock", name, token)
+    except DeviceError:
+        pass
 
 
 def _compress_files(bundle: Bundle, rels: list[str], folder: Path) -> dict[str, Path]:
@@ -381,12 +437,12 @@ def _resume_offsets(bundle: Bundle, partial: dict[str, Any], sizes: dict[str, in
     return offsets
 
 
-def _abort_after_write_error(device: Device, name: str, version: str, exc: DeviceError) -> None:
-    """A write failed on a live link (typically a full disk): remove the partial version, say why."""
+def _abort_after_write_error(device: Device, name: str, version: str, token: str, exc: DeviceError) -> None:
+    """A write failed on a live link (typically a full disk): remove the partial version and release the lock
+    (one helper call), say why."""
     free = None
     try:
-        device.helper("abort", name, version)
-        free = device.helper("info").get("free_bytes")
+        free = device.helper("abort", name, version, token).get("free_bytes")
     except DeviceError:
         pass
     if free is not None and int(free) < (4 << 20):

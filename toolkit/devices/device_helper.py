@@ -16,13 +16,20 @@ once instead of after ``stale`` seconds, so a re-run after a link cut does not w
 
 Every bundle-relative path from the host is checked again here (no absolute paths, no ``..``, no symlinked
 directories on the way), so even a hand-crafted listing cannot write outside ``.edgetk/bundles/<name>/``.
+
+A push costs two helper runs (each a fresh Python on the device, so each one counts): ``begin`` (refuse a
+foreign arch, probe, take the lock, prepare) and ``finish`` (inflate compressed uploads, verify, switch, keep,
+release the lock, in a ``finally``); a failed write calls ``abort`` (remove the partial version, release the
+lock). ``begin`` records the files it found already in place with the right sha256 (and their stat) in the
+lock directory, so ``finish`` hashes only what was uploaded and any file whose stat changed since. The single
+steps (``info``, ``lock``, ``prepare``, ``inflate``, ``unlock``) stay for rollback, remove and older callers.
+The host runs this file with ``python -S`` (no site packages: it needs none, and site start-up with many
+``.pth`` files costs tens of milliseconds per run); ``platform`` and ``zlib`` are imported only where used.
 """
 import hashlib
 import json
 import os
-import platform
 import shutil
-import socket
 import sys
 import time
 
@@ -197,9 +204,11 @@ def read_config_python():
         return None
 
 
-def cmd_info():
+def device_info():
+    import platform
+
     home = os.path.expanduser("~")
-    emit({
+    return {
         "arch": platform.machine(),
         "system": platform.system(),
         "python": platform.python_version(),
@@ -209,7 +218,11 @@ def cmd_info():
         "free_bytes": free_bytes(BASE if os.path.isdir(BASE) else home),
         "config_python": read_config_python(),
         "zlib": zlib_available(),
-    })
+    }
+
+
+def cmd_info():
+    emit(device_info())
 
 
 def zlib_available():
@@ -227,11 +240,15 @@ def cmd_inflate(name, version, files_json):
     and renamed over ``<rel>``; ``finish`` then verifies the sha256 of the decompressed file exactly as for a
     file sent as it is, so a corrupt or truncated upload is refused there (or here, when gzip cannot read it).
     """
+    emit({"inflated": inflate(name, version, json.loads(files_json))})
+
+
+def inflate(name, version, rels):
     import zlib
 
     vdir = os.path.join(bundle_dir(name), check_version(version))
     done = []
-    for rel in json.loads(files_json):
+    for rel in rels:
         path = os.path.join(vdir, safe_rel(rel))
         check_inside(vdir, path)
         packed = path + GZ_SUFFIX
@@ -258,12 +275,33 @@ def cmd_inflate(name, version, files_json):
                 os.remove(tmp)
         os.remove(packed)
         done.append(rel)
-    emit({"inflated": done})
+    return done
 
 
 def cmd_prepare(name, version, files_json):
-    """Create the version dir; reuse files already there or in another version; list what must be sent."""
-    files = json.loads(files_json)  # [[rel, sha256, bytes], ...]
+    plan = prepare(name, version, json.loads(files_json))
+    plan.pop("verified")
+    emit(plan)
+
+
+STAT_MARGIN_S = 2.0  # coarser than any filesystem's timestamp granularity (FAT: 2 s, ext3: 1 s)
+
+
+def stat_key(path, hashed_at):
+    """What changes when a file is rewritten, replaced, touched or re-linked; a file ``begin`` verified whose
+    key is unchanged at ``finish`` is not hashed again. None (hash it again) when the file changed less than
+    ``STAT_MARGIN_S`` before it was hashed: a later change within the same timestamp tick would not show."""
+    st = os.lstat(path)
+    if st.st_ctime > hashed_at - STAT_MARGIN_S or st.st_mtime > hashed_at - STAT_MARGIN_S:
+        return None
+    return [st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns]
+
+
+def prepare(name, version, files):
+    """Create the version dir; reuse files already there or in another version; list what must be sent.
+
+    ``files`` is ``[[rel, sha256, bytes], ...]``; ``verified`` in the answer maps each file found (or linked)
+    in place with the right sha256 to its ``stat_key``."""
     bdir = bundle_dir(name)
     vdir = os.path.join(bdir, check_version(version))
     for rel, _, _ in files:
@@ -271,7 +309,7 @@ def cmd_prepare(name, version, files_json):
     makedirs(vdir)
     others = [os.path.join(bdir, v) for v in sorted(os.listdir(bdir))
               if v != version and not v.startswith(".") and v != "current" and os.path.isdir(os.path.join(bdir, v))]
-    missing, reused, present, need, partial = [], [], 0, 0, {}
+    missing, reused, present, need, partial, verified = [], [], 0, 0, {}, {}
     for rel, digest, size in files:
         path = os.path.join(vdir, rel)
         check_inside(vdir, path)
@@ -279,8 +317,12 @@ def cmd_prepare(name, version, files_json):
         check_inside(vdir, path)
         if os.path.islink(path):
             os.remove(path)
+        hashed_at = time.time()
         if file_ok(path, digest):
             present += 1
+            key = stat_key(path, hashed_at)
+            if key is not None:
+                verified[rel] = key
             continue
         source = None
         for other in others:
@@ -295,7 +337,7 @@ def cmd_prepare(name, version, files_json):
                 os.link(source, path)
             except OSError:
                 shutil.copyfile(source, path)
-            reused.append(rel)
+            reused.append(rel)  # linked just now (a new ctime): finish hashes it again
             continue
         missing.append(rel)
         have = os.path.getsize(path) if os.path.isfile(path) else 0
@@ -304,13 +346,16 @@ def cmd_prepare(name, version, files_json):
             partial[rel] = [have, sha256(path)]
             need += size - have
         else:
+            if os.path.isfile(path):
+                os.remove(path)  # a wrong or empty leftover: sent afresh, as a new file (see follow)
             need += size
     free = free_bytes(vdir)
     if need + (1 << 20) > free:
         abort(name, version)
         fail("disk_full", "needs %.1f MB free for the bundle, the device has %.1f MB" % (need / 1e6, free / 1e6),
              need_bytes=need, free_bytes=free)
-    emit({"missing": missing, "reused": reused, "present": present, "free_bytes": free, "partial": partial})
+    return {"missing": missing, "reused": reused, "present": present, "free_bytes": free, "partial": partial,
+            "verified": verified}
 
 
 def abort(name, version):
@@ -324,21 +369,55 @@ def abort(name, version):
     return True
 
 
-def cmd_abort(name, version):
+def cmd_abort(name, version, token=None):
+    """Remove a failed push's partial version; with the push's lock ``token``, release its lock as well."""
     check_version(version)
-    emit({"removed": abort(name, version)})
+    try:
+        removed = abort(name, version)
+    finally:
+        if token:
+            release_lock(name, token)
+    home = os.path.expanduser("~")
+    emit({"removed": removed, "free_bytes": free_bytes(BASE if os.path.isdir(BASE) else home)})
 
 
-def cmd_finish(name, version, files_json, keep):
+def cmd_finish(name, version, files_json, keep, token=None, packed_json="[]"):
+    """Verify every file, switch ``current``, keep ``keep`` versions. With the push's lock ``token`` (from
+    ``begin``): first inflate the compressed uploads ``packed_json``, skip hashing the files ``begin`` verified
+    whose stat is unchanged, and release the lock whatever happens."""
+    try:
+        finish(name, version, files_json, keep, token, json.loads(packed_json))
+    finally:
+        if token:
+            release_lock(name, token)
+
+
+def finish(name, version, files_json, keep, token, packed):
     files = dict((safe_rel(rel), digest) for rel, digest, _ in json.loads(files_json))
     keep = max(1, int(keep))
     bdir = bundle_dir(name)
     vdir = os.path.join(bdir, check_version(version))
+    if packed:
+        inflate(name, version, packed)
     for root, _dirs, names in os.walk(vdir):
         for leftover in names:
             if leftover.endswith(GZ_SUFFIX):  # a compressed upload cut short by an earlier push
                 os.remove(os.path.join(root, leftover))
-    bad = verify(vdir, files)
+    unchanged = set()
+    if token:
+        known = load_verified(name, token, version)
+        for rel, (digest, key) in load_follow(name, token, version).items():
+            if files.get(rel) == digest:
+                known[rel] = key
+        for rel, key in known.items():
+            path = os.path.join(vdir, rel)
+            try:
+                st = os.lstat(path)
+            except OSError:
+                continue
+            if rel in files and [st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns] == key:
+                unchanged.add(rel)
+    bad = verify(vdir, {rel: d for rel, d in files.items() if rel not in unchanged})
     if bad:
         fail("integrity", "files do not match their sha256 after the upload: " + ", ".join(bad), bad=bad)
     tidy_permissions(vdir)
@@ -359,7 +438,8 @@ def cmd_finish(name, version, files_json, keep):
         removed.append(entry)
     for path in (BASE, os.path.join(BASE, "bundles"), bdir):
         os.chmod(path, 0o755)
-    emit({"current": version, "previous": previous, "removed": removed, "dropped": [h["version"] for h in dropped]})
+    emit({"current": version, "previous": previous, "removed": removed, "dropped": [h["version"] for h in dropped],
+          "hashed": len(files) - len(unchanged)})
 
 
 def cmd_rollback(name):
@@ -403,6 +483,10 @@ def cmd_remove(name):
 
 
 def cmd_lock(name, timeout, stale, token):
+    emit(acquire_lock(name, timeout, stale, token))
+
+
+def acquire_lock(name, timeout, stale, token):
     bundle_dir(name)  # validates the name
     locks = os.path.join(BASE, "locks")
     makedirs(locks)
@@ -443,29 +527,204 @@ def cmd_lock(name, timeout, stale, token):
             time.sleep(0.1)
             continue
         with open(os.path.join(path, "owner.json"), "w") as handle:
-            json.dump({"token": token, "pid": os.getpid(), "host": socket.gethostname(), "time": time.time(),
+            json.dump({"token": token, "pid": os.getpid(), "host": os.uname()[1], "time": time.time(),
                        "holder": lock_holder()}, handle)
-        emit({"acquired": True, "waited_s": round(time.time() - started, 3), "broke_stale_s": broke})
+        return {"acquired": True, "waited_s": round(time.time() - started, 3), "broke_stale_s": broke}
+
+
+def lock_owner(name):
+    try:
+        with open(os.path.join(BASE, "locks", name, "owner.json")) as handle:
+            owner = json.load(handle)
+        return owner if isinstance(owner, dict) else None
+    except (OSError, ValueError):
+        return None
+
+
+def release_lock(name, token):
+    bundle_dir(name)
+    owner = lock_owner(name)
+    if owner is None or owner.get("token") != token:
+        return False
+    shutil.rmtree(os.path.join(BASE, "locks", name), ignore_errors=True)
+    return True
 
 
 def cmd_unlock(name, token):
-    bundle_dir(name)
-    path = os.path.join(BASE, "locks", name)
+    emit({"released": release_lock(name, token)})
+
+
+def save_verified(name, token, version, verified):
+    """``begin``'s verified files, kept in the lock directory (ours while we hold it) for ``finish``."""
+    path = os.path.join(BASE, "locks", name, "verified.json")
+    with open(path, "w") as handle:
+        json.dump({"token": token, "version": version, "files": verified}, handle)
+
+
+def load_verified(name, token, version):
+    """What ``save_verified`` kept, when the lock is still ours; else nothing (everything is hashed again)."""
+    owner = lock_owner(name)
+    if owner is None or owner.get("token") != token:
+        return {}
     try:
-        with open(os.path.join(path, "owner.json")) as handle:
-            owner = json.load(handle)
+        with open(os.path.join(BASE, "locks", name, "verified.json")) as handle:
+            data = json.load(handle)
     except (OSError, ValueError):
-        emit({"released": False})
-    if owner.get("token") == token:
-        shutil.rmtree(path, ignore_errors=True)
-        emit({"released": True})
-    emit({"released": False})
+        return {}
+    if not isinstance(data, dict) or data.get("token") != token or data.get("version") != version:
+        return {}
+    files = data.get("files")
+    return files if isinstance(files, dict) else {}
+
+
+def cmd_begin(name, version, files_json, timeout, stale, token, arches_json="[]", follow="0"):
+    """The first half of a push in one run: refuse a foreign arch, probe, lock, prepare.
+
+    ``arches_json`` lists the ``uname -m`` names the bundle's target accepts (empty: any, ``--force``); a
+    mismatch is refused before anything is locked or written. Once the lock is taken, any failure releases it
+    before this process exits. With ``follow`` = "1" (the host sends the files as they are, no compression),
+    a forked child hashes the uploads while they arrive (see ``follow``).
+    """
+    check_version(version)
+    files = json.loads(files_json)
+    info = device_info()
+    arches = json.loads(arches_json)
+    if arches and info["arch"].strip().lower() not in arches:
+        fail("arch", "the device is %s" % info["arch"], arch=info["arch"])
+    lock = acquire_lock(name, timeout, stale, token)
+    try:
+        plan = prepare(name, version, files)
+        save_verified(name, token, version, plan.pop("verified"))
+        sizes = dict((rel, size) for rel, _, size in files)
+        fresh = [[rel, sizes[rel]] for rel in plan["missing"] if rel not in plan["partial"]]
+        if follow == "1" and fresh and hasattr(os, "fork"):
+            start_follower(name, version, token, fresh)
+    except BaseException:  # a refusal (SystemExit from fail), a full disk, anything: the lock goes with us
+        release_lock(name, token)
+        raise
+    plan.update({"info": info, "lock": lock})
+    emit(plan)
+
+
+FOLLOW_IDLE_S = 30.0  # a follower whose upload makes no progress for this long gives up (finish hashes)
+FOLLOW_WAIT_S = 10.0  # how long finish waits for a follower that is still hashing
+
+
+def start_follower(name, version, token, fresh):
+    """Fork the follower; the parent goes on at once (the child lets go of stdout, so the call returns)."""
+    ready_r, ready_w = os.pipe()
+    pid = os.fork()
+    if pid:
+        os.close(ready_r)
+        child = proc_stat(pid)
+        try:  # recorded before the child writes anything, so that finish knows whom to wait for
+            save_follow(name, token, version, {"pid": pid, "start": child[2] if child else None, "done": False,
+                                               "files": {}})
+        finally:
+            os.close(ready_w)  # the child starts
+        return
+    code = 0
+    try:
+        os.close(ready_w)
+        os.setsid()
+        null = os.open(os.devnull, os.O_RDWR)
+        for fd in (0, 1, 2):
+            os.dup2(null, fd)
+        os.read(ready_r, 1)  # EOF once the parent has recorded us
+        os.close(ready_r)
+        follow(name, version, token, fresh)
+    except BaseException:  # the follower is an optimisation: whatever happens, finish hashes instead
+        code = 1
+    os._exit(code)
+
+
+def follow(name, version, token, fresh):
+    """Hash each file the host sends afresh while it arrives, so that finish need not read it again.
+
+    Each such file is new (prepare removed any leftover; a cut-short one that the host may resume is not
+    followed), and the upload writes it front to back, once: a byte below the file's size is final when read.
+    The answer per file is its sha256 and its stat when the last byte was read; ``finish`` trusts it only when
+    the digest is the expected one and the stat is still the same (otherwise it hashes the file itself). The
+    follower stops when the lock is no longer this push's (finish, abort, a broken lock) or the upload stalls.
+    """
+    vdir = os.path.join(bundle_dir(name), version)
+    me = proc_stat(os.getpid())
+    state = {"pid": os.getpid(), "start": me[2] if me else None, "done": False, "files": {}}
+    checked = time.time()
+    for rel, size in fresh:
+        path = os.path.join(vdir, rel)
+        digest = hashlib.sha256()
+        handle, pos, progress = None, 0, time.time()
+        while True:
+            if handle is None:
+                try:
+                    handle = open(path, "rb", buffering=0)
+                except (OSError, IOError):
+                    handle = None
+            block = handle.read(1 << 20) if handle is not None else b""
+            if block:
+                digest.update(block)
+                pos += len(block)
+                progress = time.time()
+                if pos >= size:
+                    break
+                continue
+            now = time.time()
+            if now - progress > FOLLOW_IDLE_S:
+                return
+            if now - checked > 0.25:
+                checked = now
+                owner = lock_owner(name)
+                if owner is None or owner.get("token") != token:
+                    return
+            time.sleep(0.003)
+        st = os.fstat(handle.fileno())
+        handle.close()
+        if pos == size:
+            state["files"][rel] = [digest.hexdigest(), [st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns,
+                                                        st.st_ctime_ns]]
+            save_follow(name, token, version, state)
+    state["done"] = True
+    save_follow(name, token, version, state)
+
+
+def save_follow(name, token, version, state):
+    owner = lock_owner(name)
+    if owner is None or owner.get("token") != token:
+        return
+    path = os.path.join(BASE, "locks", name, "follow.json")
+    tmp = path + ".tmp.%d" % os.getpid()
+    data = dict(state)
+    data.update({"token": token, "version": version})
+    with open(tmp, "w") as handle:
+        json.dump(data, handle)
+    os.replace(tmp, path)
+
+
+def load_follow(name, token, version):
+    """The follower's hashes for this push, waiting (briefly) for a follower that is still at work."""
+    deadline = time.time() + FOLLOW_WAIT_S
+    while True:
+        try:
+            with open(os.path.join(BASE, "locks", name, "follow.json")) as handle:
+                data = json.load(handle)
+        except (OSError, ValueError):
+            return {}
+        if not isinstance(data, dict) or data.get("token") != token or data.get("version") != version:
+            return {}
+        files = data.get("files") if isinstance(data.get("files"), dict) else {}
+        if data.get("done") or time.time() > deadline:
+            return files
+        stat = proc_stat(int(data.get("pid") or 0))
+        if stat is None or stat[2] != data.get("start"):
+            return files  # the follower is gone: what it finished still counts
+        time.sleep(0.003)
 
 
 COMMANDS = {
     "info": cmd_info, "prepare": cmd_prepare, "abort": cmd_abort, "finish": cmd_finish,
     "rollback": cmd_rollback, "status": cmd_status, "remove": cmd_remove, "lock": cmd_lock,
-    "unlock": cmd_unlock, "inflate": cmd_inflate,
+    "unlock": cmd_unlock, "inflate": cmd_inflate, "begin": cmd_begin,
 }
 
 
