@@ -691,15 +691,193 @@ def _rel_error(reference: Sequence[np.ndarray], actual: Sequence[np.ndarray]) ->
     return float(np.linalg.norm(ref - act)) / max(float(np.linalg.norm(ref)), 1e-12)
 
 
+def _run_outputs(model: onnx.ModelProto, names: Sequence[str], scratch: Path, feeds: Sequence[Mapping[str, np.ndarray]]) -> dict[str, list[np.ndarray]]:
+    """``names`` (float tensors of ``model``) over ``feeds``, shapes kept, graph optimizations off so the
+    Q/DQ pairs are not folded away."""
+    import onnxruntime as ort
+
+    onnx = _onnx()
+    augmented = onnx.ModelProto()
+    augmented.CopyFrom(model)
+    present = {o.name for o in augmented.graph.output}
+    for name in names:
+        if name not in present:
+            augmented.graph.output.append(onnx.helper.make_tensor_value_info(name, onnx.TensorProto.FLOAT, None))
+    path = scratch / "augmented.onnx"
+    save_model(augmented, path, final_name=path.name)
+    options = ort.SessionOptions()
+    options.log_severity_level = 3
+    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    session = ort.InferenceSession(str(path), sess_options=options, providers=["CPUExecutionProvider"])
+    wanted = list(names)
+    result: dict[str, list[np.ndarray]] = {n: [] for n in wanted}
+    for feed in feeds:
+        for name, value in zip(wanted, session.run(wanted, dict(feed))):
+            result[name].append(np.asarray(value))
+    return result
+
+
+def _qdq_graph(model: onnx.ModelProto) -> tuple[list[Any], dict[str, Any], dict[str, list[Any]]]:
+    """(compute nodes fed through a DequantizeLinear, producer of each tensor, readers of each tensor)."""
+    from toolkit.inspection.onnx import iter_nodes
+
+    nodes = list(iter_nodes(model.graph))
+    producers = {out: n for n in nodes for out in n.output}
+    readers: dict[str, list[Any]] = {}
+    for n in nodes:
+        for name in n.input:
+            readers.setdefault(name, []).append(n)
+    compute = [
+        n
+        for n in nodes
+        if n.op_type not in ("QuantizeLinear", "DequantizeLinear")
+        and n.input
+        and producers.get(n.input[0]) is not None
+        and producers[n.input[0]].op_type == "DequantizeLinear"
+    ]
+    return compute, producers, readers
+
+
+def _output_qdq(node: Any, readers: Mapping[str, list[Any]]) -> tuple[str, str] | None:
+    """(float output, its DequantizeLinear output) when ``node``'s first output goes through a Q/DQ pair."""
+    if not node.output:
+        return None
+    for q in readers.get(node.output[0], []):
+        if q.op_type == "QuantizeLinear":
+            for dq in readers.get(q.output[0], []):
+                if dq.op_type == "DequantizeLinear":
+                    return str(node.output[0]), str(dq.output[0])
+    return None
+
+
+def _channel_errors(request: ConversionRequest, int8_path: Path, scratch: Path) -> dict[str, float]:
+    """Per quantized node: the error its output's Q/DQ pair adds, per channel (axis 1) relative to that
+    channel's own magnitude, median over live channels (``sensitivity.ChannelError``)."""
+    from toolkit.conversion.sensitivity import DEBUG_SAMPLES, ChannelError
+
+    quant_model = _onnx().load(str(int8_path))
+    compute, _producers, readers = _qdq_graph(quant_model)
+    pairs = {n.name: pair for n in compute if (pair := _output_qdq(n, readers)) is not None}
+    if not pairs:
+        return {}
+    names = sorted({t for pair in pairs.values() for t in pair})
+    feeds = list(_reader(request, int8_path, DEBUG_SAMPLES))
+    values = _run_outputs(quant_model, names, scratch, feeds)
+    scores: dict[str, float] = {}
+    for node, (pre, post) in pairs.items():
+        stats = ChannelError(axis=1)
+        for before, after in zip(values[pre], values[post]):
+            stats.add(before if before.ndim >= 2 else before.reshape(1, -1), after if after.ndim >= 2 else after.reshape(1, -1))
+        scores[node] = stats.score()
+    return scores
+
+
 def node_errors(
     request: ConversionRequest, base: BuiltArtifact, int8: BuiltArtifact, *, limit: int
 ) -> list[tuple[str, float]]:
-    """The quantized nodes of a QDQ ``int8`` artifact that add the most error, worst first.
+    """The quantized nodes of a QDQ ``int8`` artifact whose output quantization loses most, worst first.
+
+    For each quantized compute node: the error the Q/DQ pair on its output adds, per channel relative to
+    that channel's own magnitude, median over the channels that carry signal (``sensitivity.ChannelError``;
+    ~1 = the output is lost, a few percent is normal), over a few calibration samples. A relative L2 error
+    over the whole tensor would hide the layer that hurts most (an outlier channel dominates the norm).
+    Nodes without an output Q/DQ pair are ranked by ``added_errors``. Names are usable as
+    ``nodes_to_exclude``. A QOperator artifact renames its nodes and keeps no float intermediates, so it
+    gives an empty list.
+    """
+    from toolkit.inspection.onnx import is_integer_op, iter_nodes
+
+    quant_model = _onnx().load(str(int8.path))
+    if any(is_integer_op(n.op_type) for n in iter_nodes(quant_model.graph)) or not request.calibration or limit <= 0:
+        return []
+    with tempfile.TemporaryDirectory(dir=request.workdir) as scratch:
+        try:
+            with _quiet():
+                channel = _channel_errors(request, int8.path, Path(scratch).resolve())
+        except Exception as exc:
+            line = key_line(exc)
+            raise ConversionError(
+                f"Measuring per-node quantization error failed: {line}", hint=_hint_for(line)
+            ) from exc
+    added = added_errors(request, base, int8, limit=0)
+    rows = [(name, score) for name, score in channel.items() if not math.isnan(score)]
+    rows += [(name, score) for name, score in added if name not in channel or math.isnan(channel[name])]
+    rows.sort(key=lambda item: item[1], reverse=True)
+    return rows[:limit]
+
+
+# Ops that move or select values: the compute node behind them is the one that would re-quantize a tensor.
+_PASSTHROUGH = {
+    "Reshape", "Flatten", "Transpose", "MaxPool", "Squeeze", "Unsqueeze", "Concat", "Relu", "Clip", "Slice",
+    "Gather", "Split", "Pad", "Resize", "Identity", "DepthToSpace", "SpaceToDepth", "GlobalMaxPool",
+}
+_SENSITIVITY_CALIBRATION = 64  # calibration samples for each candidate build (ranges only need to be close)
+
+
+def float_groups(
+    request: ConversionRequest, base: BuiltArtifact, int8: BuiltArtifact, *, limit: int
+) -> list[tuple[tuple[str, ...], float]]:
+    """The groups of nodes worth keeping in float, best first: (node names, output error).
+
+    Shortlists ``sensitivity.MAX_CULPRITS`` nodes by per-channel error (``node_errors``) and by the relative
+    error each node adds (``added_errors``), then quantizes the model again with each one alone and with its
+    consumers excluded (``sensitivity.float_group``; calibrated on at most 64 samples), runs each on
+    ``sensitivity.SENSITIVITY_SAMPLES`` calibration samples and orders them by the relative error of the
+    outputs against the fp32 base (0 = as good as float).
+    """
+    import dataclasses
+
+    from toolkit.conversion import sensitivity
+    from toolkit.inspection.onnx import iter_nodes
+
+    ranked = node_errors(request, base, int8, limit=10_000)
+    if not ranked:
+        return []
+    added = added_errors(request, base, int8, limit=10_000)
+    culprits = sensitivity.shortlist(ranked, added)
+    quant_model = _onnx().load(str(int8.path))
+    compute, _producers, readers = _qdq_graph(quant_model)
+    kinds = {n.name: n.op_type for n in compute}
+    consumers: dict[str, list[str]] = {}
+    for node in [n for n in iter_nodes(quant_model.graph) if n.op_type not in ("QuantizeLinear", "DequantizeLinear")]:
+        kinds.setdefault(node.name, node.op_type)
+        outputs = list(node.output)
+        pair = _output_qdq(node, readers)
+        if pair:
+            outputs.append(pair[1])
+        consumers[node.name] = [
+            r.name for out in outputs for r in readers.get(out, []) if r.op_type not in ("QuantizeLinear", "DequantizeLinear")
+        ]
+    groups = {
+        name: sensitivity.float_group(name, consumers, lambda n: kinds.get(n) in _PASSTHROUGH) for name in culprits
+    }
+    feeds = list(_reader(request, base.path, sensitivity.SENSITIVITY_SAMPLES))
+    reference = [[np.asarray(o) for o in _session(base.path).run(None, feed)] for feed in feeds]
+    small = dataclasses.replace(request, calibration=request.calibration[:_SENSITIVITY_CALIBRATION])
+    measured: dict[tuple[str, ...], float] = {}
+    with tempfile.TemporaryDirectory(dir=request.workdir) as scratch:
+        for index, group in enumerate(sensitivity.candidates(culprits, groups)):
+            candidate = dataclasses.replace(small, recipe=dataclasses.replace(request.recipe, nodes_to_exclude=group))
+            path = Path(scratch) / f"candidate{index}.onnx"
+            try:
+                _int8(candidate, base, path)
+                session = _session(path)
+                outputs = [[np.asarray(o) for o in session.run(None, feed)] for feed in feeds]
+            except Exception:  # noqa: BLE001, S112 (a candidate that does not build or run is not a candidate)
+                continue
+            measured[group] = sensitivity.output_error(reference, outputs)
+    return sensitivity.order(measured, limit=limit)
+
+
+def added_errors(
+    request: ConversionRequest, base: BuiltArtifact, int8: BuiltArtifact, *, limit: int
+) -> list[tuple[str, float]]:
+    """The quantized nodes of a QDQ ``int8`` artifact that add the most error, worst first (all when
+    ``limit`` is 0).
 
     For each quantized compute node: relative L2 error of its output against the float model's, minus the
     largest such error among its inputs (what the node itself adds: its weight and input quantization), over
-    a few calibration samples. Names are usable as ``nodes_to_exclude`` for a retry. A QOperator artifact
-    renames its nodes and keeps no float intermediates, so it gives an empty list.
+    a few calibration samples.
     """
     from onnxruntime.quantization.qdq_loss_debug import (
         collect_activations,
@@ -711,7 +889,7 @@ def node_errors(
     onnx = _onnx()
     quant_model = onnx.load(str(int8.path))
     nodes = list(iter_nodes(quant_model.graph))
-    if any(is_integer_op(n.op_type) for n in nodes) or not request.calibration or limit <= 0:
+    if any(is_integer_op(n.op_type) for n in nodes) or not request.calibration or limit < 0:
         return []
     reference = preprocessed(request, base, []).resolve()
     producers = {out: n for n in nodes for out in n.output}
@@ -772,4 +950,4 @@ def node_errors(
         added = max(0.0, out - max(upstream, default=0.0))
         results.append((node.name, added))
     results.sort(key=lambda item: item[1], reverse=True)
-    return results[:limit]
+    return results[:limit] if limit > 0 else results

@@ -10,8 +10,9 @@ Full int8 takes ``request.recipe.io_dtype`` (int8 by default, uint8, or float32 
 quantization (``recipe.nodes_to_exclude``) goes through the MLIR quantizer the TFLite quantization debugger
 uses: the model is calibrated once, then quantized with those nodes (op output tensor names, Keras layer
 names, or builtin op names such as ``FULLY_CONNECTED``) denylisted, so they stay float.
-``layer_errors`` ranks layers by their quantization error (the debugger's per-layer RMSE / scale) so the
-pipeline can pick which to keep in float.
+``layer_errors`` ranks layers by their quantization error relative to each channel's own magnitude, and
+``float_groups`` orders candidate groups of layers by what keeping them in float does to the model's outputs
+(``toolkit.conversion.sensitivity``), so the pipeline can pick which to keep in float.
 
 Nothing is ever left half-written at ``output``: the model is written to a temporary file next to it and
 renamed only after the sanity run passed.
@@ -310,7 +311,7 @@ def sanity_check(path: Path, request: ConversionRequest) -> None:
         )
 
 
-def _check_int8(path: Path) -> None:
+def _check_int8(path: Path, io_dtype: str = "float32") -> None:
     from toolkit.inspection.tflite import inspect_tflite
 
     info = inspect_tflite(path)
@@ -318,6 +319,16 @@ def _check_int8(path: Path) -> None:
         raise ConversionError(
             "int8 quantization changed nothing: the converted model has no operator computing in integer.",
             hint="The model's ops may have no int8 kernels; use fp16 or dynamic instead.",
+        )
+    # With layers next to an input or output kept in float, the quantizer silently leaves that I/O float
+    # ("inference_input_type will default to the original type"): an Edge TPU or an integer-only pipeline
+    # would get a model it cannot feed. Refuse it rather than ship another I/O type than the recipe's.
+    wrong = [f"{spec.name} is {spec.dtype}" for spec in (*info.inputs, *info.outputs) if spec.dtype != io_dtype]
+    if io_dtype != "float32" and wrong:
+        raise ConversionError(
+            f"The int8 model's I/O is not {io_dtype} as the recipe asks: {', '.join(wrong)} (a layer next to it "
+            "is kept in float).",
+            hint="Keep fewer layers next to the inputs/outputs in float, or use io_dtype float32.",
         )
 
 
@@ -348,7 +359,7 @@ def convert(request: ConversionRequest, output: Path) -> BuiltArtifact:
         # LiteRT picks the format from the content, but TFLiteSession wants the real model file.
         sanity_check(tmp, request)
         if recipe.precision == "int8":
-            _check_int8(tmp)
+            _check_int8(tmp, recipe.io_dtype if float_nodes else "float32")
         os.replace(tmp, output)
     except BaseException:
         tmp.unlink(missing_ok=True)
@@ -359,14 +370,18 @@ def convert(request: ConversionRequest, output: Path) -> BuiltArtifact:
     return BuiltArtifact(path=output, float_nodes=float_nodes, notes=tuple(notes), exporter=exporter)
 
 
-def layer_errors(request: ConversionRequest, *, limit: int) -> list[tuple[str, float]]:
-    """Per-layer int8 quantization error, worst first: (op output tensor name, RMSE / scale).
+def _debug_run(request: ConversionRequest) -> tuple[bytes, dict[str, float], dict[str, float]]:
+    """One TFLite quantization-debugger run: (calibrated model, per-channel error, error in steps) per op
+    output tensor name.
 
-    RMSE between the float and quantized outputs of each layer (fed the same quantized input), divided by
-    the layer's output scale, i.e. the error in quantization steps: above about 0.3-0.5 a layer loses
-    information and is a candidate for ``nodes_to_exclude``. The names are accepted by ``nodes_to_exclude``.
+    The debugger runs every quantized op next to a float copy fed the same (dequantized) input, so each
+    op's own error is measured, not what it inherited. ``layer_direct_compare_metrics`` hands our function the
+    float and quantized outputs but not the tensor's name; the debugger calls it in the order of its
+    ``layer_statistics`` keys for every sample, which maps the calls back to names.
     """
     tf = _tf()
+    from toolkit.conversion.sensitivity import DEBUG_SAMPLES, ChannelError
+
     _require_calibration(request)
     converter = tf.lite.TFLiteConverter.from_saved_model(str(fixed_saved_model(request)))
     converter.optimizations = [tf.lite.Optimize.DEFAULT]
@@ -374,8 +389,18 @@ def layer_errors(request: ConversionRequest, *, limit: int) -> list[tuple[str, f
     if not request.recipe.per_channel:
         converter._experimental_disable_per_channel = True
     source = _source(request)
-    samples = list(request.calibration[:32])
+    samples = list(request.calibration[:DEBUG_SAMPLES])
     holder: dict[str, Any] = {}
+    calls: list[ChannelError] = []
+
+    def channel_error(floats: np.ndarray, quants: np.ndarray, scale: float, zero_point: int) -> float:
+        stats = ChannelError(axis=-1)
+        values = np.asarray(quants)
+        if np.issubdtype(values.dtype, np.integer):
+            values = (values.astype(np.float64) - float(zero_point)) * float(scale)
+        stats.add(floats, values)
+        calls.append(stats)
+        return 0.0
 
     def debug_dataset() -> Iterator[list[np.ndarray]]:
         # The debugger feeds lists in its interpreter's input order (tensor names such as
@@ -386,8 +411,11 @@ def layer_errors(request: ConversionRequest, *, limit: int) -> list[tuple[str, f
             yield [np.asarray(feed[name], dtype=np.float32) for name in order]
 
     try:
+        options = tf.lite.experimental.QuantizationDebugOptions(
+            layer_direct_compare_metrics={"channel_error": channel_error}
+        )
         debugger = holder["debugger"] = tf.lite.experimental.QuantizationDebugger(
-            converter=converter, debug_dataset=debug_dataset
+            converter=converter, debug_dataset=debug_dataset, debug_options=options
         )
         debugger.run()
         buffer = io.StringIO()
@@ -395,7 +423,22 @@ def layer_errors(request: ConversionRequest, *, limit: int) -> list[tuple[str, f
     except Exception as exc:  # noqa: BLE001 (frameworks raise any type; reported as one plain line)
         raise ConversionError(f"The TFLite quantization debugger failed: {_key_line(exc)}") from None
     rows = list(csv.DictReader(io.StringIO(buffer.getvalue())))
-    scores: list[tuple[str, float]] = []
+    names = [row.get("tensor_name", "") for row in rows]  # the dump follows ``layer_statistics`` order
+    channel: dict[str, float] = {}
+    if names and len(calls) == len(names) * len(samples):
+        merged = {name: ChannelError(axis=-1) for name in names}
+        for index, stats in enumerate(calls):
+            target = merged[names[index % len(names)]]
+            if stats.signal is None or stats.noise is None:
+                target.bad_shape = True
+            elif target.signal is None or target.noise is None:
+                target.signal, target.noise, target.samples = stats.signal, stats.noise, 1
+            elif target.signal.shape == stats.signal.shape:
+                target.signal, target.noise = target.signal + stats.signal, target.noise + stats.noise
+            else:
+                target.bad_shape = True
+        channel = {name: stats.score() for name, stats in merged.items()}
+    steps: dict[str, float] = {}
     for row in rows:
         try:
             mse = float(row["mean_squared_error"])
@@ -403,11 +446,134 @@ def layer_errors(request: ConversionRequest, *, limit: int) -> list[tuple[str, f
         except (KeyError, ValueError):
             continue
         score = math.sqrt(max(mse, 0.0)) / scale if scale > 0 else float("inf")
-        if math.isnan(score):
-            score = float("inf")
-        scores.append((row["tensor_name"], score))
-    scores.sort(key=lambda item: item[1], reverse=True)
-    return scores[:limit]
+        steps[row["tensor_name"]] = float("inf") if math.isnan(score) else score
+    return bytes(debugger.calibrated_model), channel, steps
+
+
+def _ranked(scores: dict[str, float]) -> list[tuple[str, float]]:
+    rows = [(name, score) for name, score in scores.items() if not math.isnan(score)]
+    rows.sort(key=lambda item: item[1], reverse=True)
+    return rows
+
+
+def layer_errors(request: ConversionRequest, *, limit: int) -> list[tuple[str, float]]:
+    """Per-layer int8 quantization error, worst first: (op output tensor name, per-channel relative error).
+
+    Each op's quantized output against its float copy fed the same input (the TFLite quantization
+    debugger), as RMS error over RMS value of each output channel, the median over the channels that carry
+    signal (``sensitivity.ChannelError``): ~1 means the layer's output is lost, a few percent is normal. The
+    debugger's own RMSE / scale hides exactly the layers that hurt most (an outlier sets the scale), so it is
+    not used to rank. The names are accepted by ``nodes_to_exclude``.
+    """
+    _model, channel, steps = _debug_run(request)
+    return _ranked(channel or steps)[:limit]
+
+
+def _op_graph(model: bytes) -> tuple[list[tuple[str, str]], dict[str, list[str]]]:
+    """(builtin op name, first output tensor name) of each op of the main graph, and which ops read each
+    op's outputs (op name -> consumer op names, by first output tensor name)."""
+    from toolkit.inspection.tflite import _schema
+
+    schema = _schema()
+    parsed = schema.ModelT.InitFromPackedBuf(model, 0)
+    codes = parsed.operatorCodes or []
+    op_names = {v: k for k, v in vars(schema.BuiltinOperator).items() if not k.startswith("_")}
+    graph = parsed.subgraphs[0]
+    tensors = graph.tensors or []
+    ops: list[tuple[str, str]] = []
+    producer: dict[int, str] = {}
+    readers: list[tuple[str, list[int]]] = []
+    for op in graph.operators or []:
+        code = codes[op.opcodeIndex]
+        kind = str(op_names.get(max(int(code.builtinCode), int(code.deprecatedBuiltinCode)), "CUSTOM"))
+        outs = [int(i) for i in (op.outputs if op.outputs is not None else []) if int(i) >= 0]
+        if not outs:
+            continue
+        raw = tensors[outs[0]].name
+        name = raw.decode() if isinstance(raw, bytes) else str(raw)
+        ops.append((kind, name))
+        for index in outs:
+            producer[index] = name
+        readers.append((name, [int(i) for i in (op.inputs if op.inputs is not None else []) if int(i) >= 0]))
+    consumers: dict[str, list[str]] = {}
+    for name, inputs in readers:
+        for index in inputs:
+            source = producer.get(index)
+            if source is not None and name not in consumers.setdefault(source, []):
+                consumers[source].append(name)
+    return ops, consumers
+
+
+# Ops that move or select values without computing new ones: a tensor passes through them unchanged in
+# scale, so the compute op behind them is the one that would re-quantize it.
+_PASSTHROUGH = {
+    "RESHAPE", "SQUEEZE", "EXPAND_DIMS", "TRANSPOSE", "MAX_POOL_2D", "CONCATENATION", "PAD", "PADV2",
+    "STRIDED_SLICE", "SLICE", "GATHER", "SPLIT", "SPLIT_V", "PACK", "UNPACK", "RELU", "RELU6", "DEPTH_TO_SPACE",
+    "SPACE_TO_DEPTH", "RESIZE_NEAREST_NEIGHBOR",
+}
+
+
+def float_groups(request: ConversionRequest, *, limit: int) -> list[tuple[tuple[str, ...], float]]:
+    """The groups of ops worth keeping in float, best first: (op output tensor names, output error).
+
+    Shortlists ``sensitivity.MAX_CULPRITS`` ops by per-channel error and by error in steps, then builds each
+    one alone and with its consumers in float (``sensitivity.float_group``) from one calibration, runs them on
+    ``sensitivity.SENSITIVITY_SAMPLES`` calibration samples and orders them by the relative error of the
+    outputs against the source model (0 = as good as float). The names go straight into ``nodes_to_exclude``.
+    """
+    from tensorflow.lite.python import convert as tf_convert
+
+    from toolkit.conversion import sensitivity
+    from toolkit.execution.tflite import TFLiteSession
+
+    calibrated, channel, steps = _debug_run(request)
+    ops, consumers = _op_graph(calibrated)
+    kinds = {name: kind for kind, name in ops}
+
+    def op_of(tensor: str) -> str | None:
+        if tensor in kinds:
+            return tensor
+        prefixed = [n for n in kinds if tensor.startswith(n) and tensor[len(n) :].isdigit()]
+        return max(prefixed, key=len) if prefixed else None
+
+    def named(ranking: list[tuple[str, float]]) -> list[tuple[str, float]]:
+        return [(op, score) for name, score in ranking if (op := op_of(name)) is not None]
+
+    culprits = sensitivity.shortlist(named(_ranked(channel)), named(_ranked(steps)))
+    groups = {
+        name: sensitivity.float_group(name, consumers, lambda op: kinds.get(op) in _PASSTHROUGH)
+        for name in culprits
+    }
+    source = _source(request)
+    samples = list(request.calibration[: sensitivity.SENSITIVITY_SAMPLES])
+    feeds = [{s.name: np.asarray(feed[s.name], dtype=np.float32) for s in source.inputs} for feed in samples]
+    reference = [[np.asarray(o) for o in source.predict(feed)] for feed in feeds]
+    measured: dict[tuple[str, ...], float] = {}
+    for group in sensitivity.candidates(culprits, groups):
+        try:
+            model = tf_convert.mlir_quantize(
+                calibrated,
+                disable_per_channel=not request.recipe.per_channel,
+                fully_quantize=False,
+                denylisted_nodes=list(group),
+            )
+        except Exception:  # noqa: BLE001, S112 (a group the quantizer cannot split is simply not a candidate)
+            continue
+        fd, name = tempfile.mkstemp(suffix=".tflite", dir=request.workdir)
+        try:
+            with os.fdopen(fd, "wb") as handle:
+                handle.write(bytes(model))
+            session = TFLiteSession(Path(name))
+            try:
+                outputs = [[np.asarray(o) for o in session.run(feed)] for feed in feeds]
+            finally:
+                session.close()
+        except Exception:  # noqa: BLE001, S112 (a candidate that does not run is not a candidate)
+            continue
+        finally:
+            os.unlink(name)
+        measured[group] = sensitivity.output_error(reference, outputs)
+    return sensitivity.order(measured, limit=limit)
 
 
 def _match_input(tensor_name: str, names: Sequence[str]) -> str:

@@ -1,0 +1,142 @@
+"""Which layers to keep in float when full int8 breaks the tolerance: shared measures for both routes.
+
+Why not the quantizers' own per-layer numbers: an activation with one outlier channel gets a per-tensor int8
+scale set by that outlier, so every other channel collapses to a few levels; but the rounding error *in
+quantization steps* (the TFLite debugger's RMSE / scale) stays at the usual ~0.3, and a relative L2 error over
+the whole tensor is dominated by the outlier channel, which is represented well. Both rank such a layer last.
+Two measures replace them:
+
+* ``ChannelError``: the error of each channel relative to that channel's own typical magnitude (RMS of its
+  float values over the samples), and the median over the channels that carry signal. A collapsed tensor
+  scores ~1 (the channel is lost), a healthy one a few percent. It is cheap: one debug run. It shortlists.
+* Sensitivity: the candidates are actually built with a few layers in float and run on a few samples; the
+  relative error of the model's *outputs* against the float model orders them. A tensor stays float only
+  when its producer *and* its consumers are kept in float (a quantized consumer re-quantizes its input with
+  the same outlier-dominated range, and its own weights may hold the matching 1/outlier row), so each
+  culprit is tried alone and together with its consumers (``float_group``).
+
+The candidates and samples are capped (``MAX_CULPRITS``, ``SENSITIVITY_SAMPLES``) so ranking stays in seconds on
+small models and tens of seconds on MobileNet-sized ones.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+
+MAX_CULPRITS = 4  # layers shortlisted by the cheap measures, each tried alone and with its consumers
+SENSITIVITY_SAMPLES = 16  # calibration samples each candidate is run on
+DEBUG_SAMPLES = 16  # calibration samples of the per-layer debug run
+SIGNAL_FLOOR = 1e-6  # a channel whose float RMS is below this fraction of the tensor's largest carries nothing
+
+Group = tuple[str, ...]
+
+
+@dataclass
+class ChannelError:
+    """Accumulates per-channel squared float values and squared errors of one tensor over samples."""
+
+    axis: int = -1
+    signal: np.ndarray | None = None
+    noise: np.ndarray | None = None
+    samples: int = 0
+    bad_shape: bool = field(default=False)
+
+    def add(self, reference: np.ndarray, actual: np.ndarray) -> None:
+        with np.errstate(all="ignore"):
+            ref = np.asarray(reference, dtype=np.float64)
+            act = np.asarray(actual, dtype=np.float64)
+        if ref.shape != act.shape or ref.ndim == 0:
+            self.bad_shape = True
+            return
+        # The TFLite debugger's float copy of the last op sometimes reads back a few garbage elements (NaN):
+        # leave them out rather than lose the layer.
+        finite = np.isfinite(ref) & np.isfinite(act)
+        if not np.all(finite):
+            ref, act = np.where(finite, ref, 0.0), np.where(finite, act, 0.0)
+        axis = self.axis % ref.ndim
+        others = tuple(i for i in range(ref.ndim) if i != axis)
+        signal = np.sum(ref * ref, axis=others)
+        noise = np.sum((act - ref) ** 2, axis=others)
+        if self.signal is None or self.noise is None:
+            self.signal, self.noise = signal, noise
+        elif self.signal.shape == signal.shape:
+            self.signal, self.noise = self.signal + signal, self.noise + noise
+        else:
+            self.bad_shape = True
+            return
+        self.samples += 1
+
+    def score(self) -> float:
+        """Median over live channels of RMS(error) / RMS(float); NaN when nothing was measured."""
+        if self.bad_shape or self.signal is None or self.noise is None:
+            return math.nan
+        live = self.signal > (SIGNAL_FLOOR**2) * max(float(self.signal.max()), 1e-30)
+        if not np.any(live):
+            return math.nan
+        return float(np.median(np.sqrt(self.noise[live] / self.signal[live])))
+
+
+def output_error(reference: Sequence[Sequence[np.ndarray]], actual: Sequence[Sequence[np.ndarray]]) -> float:
+    """Mean over samples of the relative L2 error of all outputs together (0 = identical to the float model)."""
+    errors = []
+    for ref_outputs, act_outputs in zip(reference, actual):
+        ref = np.concatenate([np.asarray(r, dtype=np.float64).ravel() for r in ref_outputs])
+        act = np.concatenate([np.asarray(a, dtype=np.float64).ravel() for a in act_outputs])
+        if ref.shape != act.shape or not np.all(np.isfinite(act)):
+            return math.inf
+        errors.append(float(np.linalg.norm(ref - act)) / max(float(np.linalg.norm(ref)), 1e-12))
+    return float(np.mean(errors)) if errors else math.inf
+
+
+def shortlist(*rankings: Sequence[tuple[str, float]], limit: int = MAX_CULPRITS) -> list[str]:
+    """The first ``limit`` distinct names, taken in turn from each ranking (worst first)."""
+    chosen: list[str] = []
+    for row in range(max((len(r) for r in rankings), default=0)):
+        for ranking in rankings:
+            if row < len(ranking) and ranking[row][0] not in chosen and not math.isnan(ranking[row][1]):
+                chosen.append(ranking[row][0])
+                if len(chosen) >= limit:
+                    return chosen
+    return chosen
+
+
+def float_group(
+    node: str,
+    consumers: Mapping[str, Sequence[str]],
+    passthrough: Callable[[str], bool],
+    *,
+    limit: int = 8,
+) -> Group:
+    """``node`` and what reads its output: data-movement nodes (``passthrough``: reshape, pooling...) are
+    followed to the compute nodes behind them, which would otherwise re-quantize the tensor."""
+    group = [node]
+    frontier = list(consumers.get(node, ()))
+    while frontier and len(group) < limit:
+        current = frontier.pop(0)
+        if current in group:
+            continue
+        group.append(current)
+        if passthrough(current):
+            frontier.extend(consumers.get(current, ()))
+    return tuple(group)
+
+
+def candidates(culprits: Iterable[str], groups: Mapping[str, Group]) -> list[Group]:
+    """Each culprit alone, then with its consumers; duplicates dropped, order kept."""
+    seen: list[Group] = []
+    for name in culprits:
+        for group in ((name,), groups.get(name, (name,))):
+            if group not in seen:
+                seen.append(group)
+    return seen
+
+
+def order(measured: Mapping[Group, float], *, limit: int) -> list[tuple[Group, float]]:
+    """Groups by output error when kept float, best first; a smaller group wins a tie (within 2%)."""
+    rows = [(g, e) for g, e in measured.items() if not math.isnan(e)]
+    rows.sort(key=lambda item: (round(math.log10(max(item[1], 1e-12)) / 0.0086), len(item[0])))
+    return rows[:limit]
