@@ -60,7 +60,7 @@ Progress = Callable[[str], None]
 GOLDEN_SAMPLES = 8
 MAX_VERIFY_SAMPLES = 500
 SLOWER_FACTOR = 1.10  # an artifact more than 10% slower than fp32 (and 0.02 ms) counts as slower
-SELECTIVE_STEPS = (1, 3)  # how many of the worst layers to keep in float, tried in turn
+SELECTIVE_STEPS = (1, 3)  # how many of the best float groups (a culprit layer, maybe with its consumers) to try
 INCOMPATIBLE = "the target's runtime cannot load it:"
 EDGETPU_COMPILER = "edgetpu_compiler"
 EDGETPU_LOG = "edgetpu_compiler.log"
@@ -823,7 +823,12 @@ def _selective(
     attempts: list[Attempt],
     progress: Progress,
 ) -> _Built | None:
-    """Keep the layers that hurt most in float and try again; None when that does not help either."""
+    """Keep the layers that hurt most in float and try again; None when that does not help either.
+
+    ``_worst_nodes`` orders groups of layers by what keeping them in float does to the outputs; the best
+    group is tried, then the union of the best ``SELECTIVE_STEPS[-1]``. A result that passes keeps the label
+    int8 with the float layers in ``float_nodes``, and is preferred over the fp16/fp32 fallback.
+    """
     recipe = failed.recipe
     try:
         with native_stderr_silenced():
@@ -835,7 +840,14 @@ def _selective(
         return None
     tried: set[tuple[str, ...]] = set()
     for count in SELECTIVE_STEPS:
-        nodes = tuple(node for node, _ in ranked[:count])
+        # the union of the first ``count`` groups that each add a node (a group inside a better one adds none)
+        union: list[str] = []
+        added = 0
+        for group, _ in ranked:
+            if added < count and any(node not in union for node in group):
+                union.extend(node for node in group if node not in union)
+                added += 1
+        nodes = tuple(union)
         if nodes in tried:
             break
         tried.add(nodes)
@@ -851,15 +863,17 @@ def _selective(
     return None
 
 
-def _worst_nodes(request: ConversionRequest, int8: BuiltArtifact) -> list[tuple[str, float]]:
+def _worst_nodes(request: ConversionRequest, int8: BuiltArtifact) -> list[tuple[tuple[str, ...], float]]:
+    """Groups of layers to keep in float, best first, with the output error each leaves (sensitivity)."""
+    limit = 2 * max(SELECTIVE_STEPS)  # groups inside a better one add nothing to the union: rank a few more
     if request.recipe.format == "tflite":
         from toolkit.conversion import tflite
 
-        return tflite.layer_errors(request, limit=max(SELECTIVE_STEPS))
+        return tflite.float_groups(request, limit=limit)
     from toolkit.conversion import onnx_quant, registry
 
     base = registry.fp32_onnx(request)
-    return onnx_quant.node_errors(request, base, int8, limit=max(SELECTIVE_STEPS))
+    return onnx_quant.float_groups(request, base, int8, limit=limit)
 
 
 def _write(
