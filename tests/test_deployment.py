@@ -283,12 +283,35 @@ def test_arch_refusal_comes_from_begin_before_anything_is_written(local_home, de
         assert not (local_home / ".edgetk" / "locks" / "armbegin").exists()
 
 
-def test_device_helper_is_python_36_compatible() -> None:
+def test_device_helper_is_python_36_compatible(tmp_path) -> None:  # type: ignore[no-untyped-def]
     import subprocess
     import sys
 
+    from toolkit.deployment import helper_boot
+
     vermin = Path(sys.executable).parent / "vermin"
     helper = Path(__file__).resolve().parent.parent / "toolkit" / "devices" / "device_helper.py"
-    result = subprocess.run([str(vermin), "--target=3.6-", "--no-tips", "--violations", str(helper)],
-                            capture_output=True, text=True, check=False)
-    assert result.returncode == 0, result.stdout + result.stderr
+    boot = tmp_path / "boot.py"  # the -c program that runs the helper from its compiled cache
+    boot.write_text(helper_boot())
+    for path in (helper, boot):
+        result = subprocess.run([str(vermin), "--target=3.6-", "--no-tips", "--violations", str(path)],
+                                capture_output=True, text=True, check=False)
+        assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_helper_compiled_cache_is_used_only_when_sound(local_home):  # type: ignore[no-untyped-def]
+    """The device keeps the compiled helper; a damaged or group-writable cache is ignored and rewritten."""
+    spec = DeviceSpec(name="local")
+    with open_connection(spec) as conn:
+        device = Device(spec, conn)
+        assert status(device) == {"bundles": {}}
+        (cache,) = (local_home / ".edgetk" / "helper").iterdir()
+        assert cache.stat().st_mode & 0o777 == 0o644
+        good = cache.read_bytes()
+        cache.write_bytes(good[:8] + b"\0" + good[9:])  # damaged: the CRC-32 no longer matches
+        assert status(device) == {"bundles": {}}
+        assert cache.read_bytes() == good
+        cache.write_bytes(b"garbage")
+        cache.chmod(0o666)  # someone else could have written it: never loaded, replaced
+        assert status(device) == {"bundles": {}}
+        assert cache.read_bytes() == good and cache.stat().st_mode & 0o777 == 0o644

@@ -26,7 +26,6 @@ steps (``info``, ``lock``, ``prepare``, ``inflate``, ``unlock``) stay for rollba
 The host runs this file with ``python -S`` (no site packages: it needs none, and site start-up with many
 ``.pth`` files costs tens of milliseconds per run); ``platform`` and ``zlib`` are imported only where used.
 """
-import hashlib
 import json
 import os
 import shutil
@@ -50,6 +49,8 @@ def fail(kind, message, **extra):
 
 
 def sha256(path):
+    import hashlib  # here, not at the top: a push's finish usually hashes nothing (the follower did)
+
     digest = hashlib.sha256()
     with open(path, "rb") as handle:
         while True:
@@ -404,6 +405,7 @@ def finish(name, version, files_json, keep, token, packed):
             if leftover.endswith(GZ_SUFFIX):  # a compressed upload cut short by an earlier push
                 os.remove(os.path.join(root, leftover))
     unchanged = set()
+    waited = time.time()
     if token:
         known = load_verified(name, token, version)
         for rel, (digest, key) in load_follow(name, token, version).items():
@@ -417,6 +419,7 @@ def finish(name, version, files_json, keep, token, packed):
                 continue
             if rel in files and [st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns] == key:
                 unchanged.add(rel)
+    waited = time.time() - waited
     bad = verify(vdir, {rel: d for rel, d in files.items() if rel not in unchanged})
     if bad:
         fail("integrity", "files do not match their sha256 after the upload: " + ", ".join(bad), bad=bad)
@@ -439,7 +442,7 @@ def finish(name, version, files_json, keep, token, packed):
     for path in (BASE, os.path.join(BASE, "bundles"), bdir):
         os.chmod(path, 0o755)
     emit({"current": version, "previous": previous, "removed": removed, "dropped": [h["version"] for h in dropped],
-          "hashed": len(files) - len(unchanged)})
+          "hashed": len(files) - len(unchanged), "follow_wait_s": round(waited, 3)})
 
 
 def cmd_rollback(name):
@@ -653,6 +656,8 @@ def follow(name, version, token, fresh):
     checked = time.time()
     for rel, size in fresh:
         path = os.path.join(vdir, rel)
+        import hashlib
+
         digest = hashlib.sha256()
         handle, pos, progress = None, 0, time.time()
         while True:
