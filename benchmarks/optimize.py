@@ -84,6 +84,28 @@ def _lite_accuracy(path: Path, x: np.ndarray, y: np.ndarray) -> float:
     return hits / len(y)
 
 
+def _keras_interleaved(label: str, source: Path, pruned: Path, name: str, calibration: Path,
+                       headline: dict[str, Any]) -> str:
+    """The float and the structurally pruned ``.keras`` models timed interleaved in Keras (``tf.function``, one
+    sample), so the latency the removed channels buy is not lost in the noise of one-after-another runs."""
+    import keras
+    import tensorflow as tf
+
+    data = np.load(calibration)
+    sample = tf.constant(data[data.files[0]][:1])
+    calls = {}
+    for key, path in (("float", source), (name, pruned)):
+        net = keras.saving.load_model(path)
+        fn = tf.function(lambda x, net=net: net(x, training=False))
+        calls[key] = lambda fn=fn: fn(sample)
+    log(f"optimize {label}: float vs {name}, Keras, interleaved")
+    timed = interleaved(calls, rounds=10, per_round=10, warmup=2)
+    ratio = timed[name].median / timed["float"].median
+    headline[f"{label}: {name} Keras latency vs float (interleaved)"] = f"{ratio:.2f}x"
+    return (f"Keras latency interleaved (10 rounds, `tf.function`, one sample): float {timed['float'].median:.3f} ms, "
+            f"{name} {timed[name].median:.3f} ms ({ratio:.2f}x).")
+
+
 def _section(label: str, source: Path, cases: list[tuple[str, dict[str, Any]]], root: Path, *,
              train: Path | None, evaluation: Path | None, calibration: Path, int8_eval: tuple[Any, Any] | None,
              epochs: int) -> tuple[list[str], dict[str, Any]]:
@@ -97,7 +119,7 @@ def _section(label: str, source: Path, cases: list[tuple[str, dict[str, Any]]], 
     has_acc = evaluation is not None and train is not None
 
     def fig_row(name: str, f: Any, seconds: float | None, base: Any) -> list[Any]:
-        return [name, f"{f.params:,}", f"{f.nonzero_params:,}", _kb(f.file_bytes), _kb(f.gzip_bytes),
+        return [name, f"{f.params:,}", f"{f.nonzero_params:,}", f"{f.macs / 1e6:.1f} M", _kb(f.file_bytes), _kb(f.gzip_bytes),
                 f"{f.gzip_bytes / base.gzip_bytes:.2f}x", f"{f.latency_ms:.3f}", f"{f.latency_ms / base.latency_ms:.2f}x",
                 "-" if f.accuracy is None else f"{f.accuracy:.3f}", "-" if seconds is None else f"{seconds:.0f} s"]
 
@@ -110,29 +132,41 @@ def _section(label: str, source: Path, cases: list[tuple[str, dict[str, Any]]], 
                                  epochs=epochs if train is not None else 0, **kwargs)  # noqa: B023
             )
         except ToolkitError as exc:
-            rows.append([name, f"failed: {exc.message}"] + ["-"] * 8)
+            rows.append([name, f"failed: {exc.message}"] + ["-"] * 9)
             continue
         except Exception as exc:  # noqa: BLE001 - a technique that crashes is a result to report
-            rows.append([name, f"crashed: {type(exc).__name__}: {str(exc)[:120]}"] + ["-"] * 8)
+            rows.append([name, f"crashed: {type(exc).__name__}: {str(exc)[:120]}"] + ["-"] * 9)
             continue
         if baseline is None:
             baseline = report.baseline
             rows.insert(0, fig_row("baseline (float)", baseline, None, baseline))
         rows.append(fig_row(name, report.final, seconds, baseline))
         outputs[name] = out
+        if name.startswith("structured"):
+            headline[f"{label}: {name} params vs float"] = f"{report.final.params / baseline.params:.2f}x"
+            headline[f"{label}: {name} MACs vs float"] = f"{report.final.macs / baseline.macs:.2f}x"
         if name == COMBINED:
             headline[f"{label}: {name} gzip size vs float"] = f"{report.final.gzip_bytes / baseline.gzip_bytes:.2f}x"
             if report.final.accuracy is not None and baseline.accuracy is not None:
                 headline[f"{label}: {name} accuracy change"] = f"{report.final.accuracy - baseline.accuracy:+.3f}"
-    parts = [table(["technique", "params", "nonzero", "file (.keras)", "gzip", "gzip vs float", "Keras ms",
+    structured = next((n for n, _ in cases if n.startswith("structured")), None)
+    keras_pair = ""
+    if structured is not None and structured in outputs:
+        keras_pair = _keras_interleaved(label, source, outputs[structured], structured, calibration, headline)
+    parts = [table(["technique", "params", "nonzero", "MACs", "file (.keras)", "gzip", "gzip vs float", "Keras ms",
                     "latency vs float", "accuracy" if has_acc else "accuracy (no labels)", "optimize() time"],
                    rows), ""]
+    if keras_pair:
+        parts += [keras_pair, ""]
 
     # INT8 through the convert stage: the float model and the combined one, timed in LiteRT side by side.
     int8_rows = []
     runners: dict[str, Any] = {}
     sample = None
-    for name, src in [("float -> INT8", source), (f"{COMBINED} -> INT8", outputs.get(COMBINED))]:
+    int8_sources = [("float -> INT8", source), (f"{COMBINED} -> INT8", outputs.get(COMBINED))]
+    if structured is not None:
+        int8_sources.append((f"{structured} -> INT8", outputs.get(structured)))
+    for name, src in int8_sources:
         if src is None:
             continue
         log(f"optimize {label}: {name} (convert stage)")
@@ -155,9 +189,12 @@ def _section(label: str, source: Path, cases: list[tuple[str, dict[str, Any]]], 
             gz = len(gzip.compress(data, compresslevel=9))
             int8_rows.append([name, _kb(len(data)), _kb(gz), f"{gz / base_gzip:.2f}x" if base_gzip else "-",
                               f"{timed[name].median:.3f}", acc])
-            if "prune" in name:
+            if name.startswith(COMBINED):
                 headline[f"{label}: prune + cluster + INT8 gzip size vs float .keras"] = (
                     f"{gz / base_gzip:.2f}x" if base_gzip else "n/a")
+            if structured is not None and name.startswith(structured) and "float -> INT8" in timed:
+                headline[f"{label}: {structured} -> INT8 LiteRT latency vs float -> INT8"] = (
+                    f"{timed[name].median / timed['float -> INT8'].median:.2f}x")
     if int8_rows:
         parts += [table(["INT8 artifact (LiteRT)", "file", "gzip", "gzip vs float .keras", "LiteRT ms (2 threads)",
                          "accuracy"], int8_rows), ""]
