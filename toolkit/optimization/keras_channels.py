@@ -119,8 +119,9 @@ def channel_groups(functional: Any) -> tuple[list[ChannelGroup], dict[str, str]]
     graph = _Graph(functional)
     groups: list[ChannelGroup] = []
     skipped: dict[str, str] = {}
-    for name, layer in graph.layers.items():
-        if not _is_producer(layer):
+    for layer in functional.layers:  # in the model's (topological) layer order, so the report reads top-down
+        name = layer.name
+        if name not in graph.layers or not _is_producer(layer):
             continue
         group, reason = _trace(graph, name)
         if group is None:
