@@ -190,3 +190,27 @@ def test_bundle_name_default() -> None:
 def test_existing_bundle_needs_force(digits_bundle: ConvertResult, digits_keras) -> None:
     with pytest.raises(UsageError, match="already exists"):
         convert_bundle(ConvertOptions(source=str(digits_keras), out=digits_bundle.bundle_dir))
+
+
+def test_an_artifact_slower_than_fp32_ships_but_is_not_preferred(digits_keras, digits_calibration, tmp_path,
+                                                                   monkeypatch) -> None:
+    """The speed rule, made deterministic: the host clock is replaced by fixed timings (fp32 is timed first,
+    then INT8 five times slower), because real timings of an 8x8 model are noise. Conversion, verification
+    and everything else are real."""
+    from toolkit import pipeline
+
+    timings = iter([1.0, 5.0])
+    monkeypatch.setattr(pipeline.verify, "median_latency_ms", lambda run, feed: next(timings))
+    result = convert_bundle(
+        ConvertOptions(source=str(digits_keras), calibration=digits_calibration, formats=("tflite",),
+                       target="raspberry-pi-4", out=tmp_path / "b", use_cache=False),
+        progress=lambda m: None,
+    )
+    manifest = result.manifest
+    int8 = manifest.artifact("model.int8.tflite")
+    fp32 = manifest.artifact("model.fp32.tflite")
+    assert int8.status == "slower" and not int8.preferred
+    assert fp32.preferred
+    (attempt,) = [a for a in manifest.attempts if a.file == "model.int8.tflite"]
+    assert attempt.outcome == "kept"
+    assert attempt.reason == "shipped, not preferred: slower than fp32 in litert (5.000 ms vs 1.000 ms)"

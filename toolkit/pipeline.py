@@ -552,17 +552,19 @@ def _convert(
             if mixed is None:
                 continue
             result = mixed
-        if result.problems and not explicit:
+        if result.failures and not explicit:
             attempts.append(_attempt_record(result, "dropped", "; ".join(result.problems)))
             progress(f"dropped {recipe.label}: {'; '.join(result.problems)}")
             continue
         reason = "asked for" if explicit else "passed verification"
         if result.problems:
-            reason = "asked for; shipped but marked: " + "; ".join(result.problems)
+            reason = ("asked for; shipped but marked: " if explicit else "shipped, not preferred: ") + "; ".join(
+                result.problems
+            )
         attempts.append(_attempt_record(result, "kept", reason))
         kept.append(result)
-        if recipe.precision != "fp32":
-            done_formats.add(recipe.format)
+        if recipe.precision != "fp32" and not result.problems:
+            done_formats.add(recipe.format)  # the preferred artifact of this format: later recipes are not needed
     if not kept:
         raise ConversionError(
             "No artifact survived conversion and verification.",
