@@ -18,9 +18,9 @@ from __future__ import annotations
 import hashlib
 import sys
 import tomllib
-from dataclasses import dataclass, field
+from collections.abc import Collection, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Collection, Mapping, Sequence
 
 import numpy as np
 
@@ -55,7 +55,6 @@ class SampleSet:
 
     feeds: tuple[Feed, ...]
     labels: np.ndarray | None = None
-    warnings: tuple[str, ...] = field(default_factory=tuple)
 
     def __len__(self) -> int:
         return len(self.feeds)

@@ -19,9 +19,10 @@ import re
 import shutil
 import sys
 import tempfile
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -917,7 +918,7 @@ def _write(
     runner = install_runner(staging)
     manifest = Manifest(
         name=name,
-        created_at=_dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+        created_at=_dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"),
         toolkit_version=__version__,
         source=SourceRef(path=options.source, sha256=_source_hash(options.source), framework=source.framework),
         target=policy.name,

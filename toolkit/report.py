@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Sequence
 
 from toolkit.inspection import ModelInfo
 from toolkit.types import Manifest, TensorSpec
@@ -18,7 +18,7 @@ def table(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
     return "\n".join(lines)
 
 
-def human_bytes(count: int | float) -> str:
+def human_bytes(count: float) -> str:
     value = float(count)
     for unit in ("B", "KB", "MB", "GB"):
         if value < 1024 or unit == "GB":

@@ -9,8 +9,9 @@ traceback deep in another stage.
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal, Mapping, Sequence
+from typing import Any, Literal
 
 from toolkit.errors import UsageError
 
