@@ -77,12 +77,7 @@ def cli(ctx: click.Context, debug: bool) -> None:
 
 def _register() -> None:
     for module_name, attribute in _COMMANDS:
-        try:
-            module = importlib.import_module(f"toolkit.cli.{module_name}")
-        except ModuleNotFoundError as exc:
-            if exc.name == f"toolkit.cli.{module_name}":
-                continue  # that command is not built yet
-            raise
+        module = importlib.import_module(f"toolkit.cli.{module_name}")
         cli.add_command(getattr(module, attribute))
 
 
