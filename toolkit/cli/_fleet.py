@@ -107,3 +107,14 @@ def finish(entries: Sequence[DeviceEntry], *, as_json: bool, render: Callable[[D
     sys.stdout.flush()
     if code:
         raise SystemExit(code)
+
+
+def entries_with(result: FleetResult[Any], key: str) -> list[DeviceEntry]:
+    """One entry per device, its task's value (when it has one) under ``extra[key]``."""
+    entries = []
+    for outcome in result.outcomes:
+        entry = DeviceEntry(outcome.device, outcome.ok, outcome.error, outcome.exit_code)
+        if outcome.value is not None:
+            entry.extra[key] = outcome.value
+        entries.append(entry)
+    return entries

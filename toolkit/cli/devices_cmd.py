@@ -13,7 +13,7 @@ from typing import Any
 
 import click
 
-from toolkit.cli._fleet import DeviceEntry, device_options, finish, resolve_devices
+from toolkit.cli._fleet import DeviceEntry, device_options, entries_with, finish, resolve_devices
 from toolkit.devices.probe import probe_device
 from toolkit.devices.spec import DeviceSpec
 from toolkit.types import RUNTIMES
@@ -40,13 +40,7 @@ def probe(devices: Sequence[str], inventory: Path | None, group: str | None, par
         with selection.open(spec) as conn:
             return probe_device(Device(spec, conn))
 
-    result = selection.run(task)
-    entries = []
-    for outcome in result.outcomes:
-        entry = DeviceEntry(outcome.device, outcome.ok, outcome.error, outcome.exit_code)
-        if outcome.value is not None:
-            entry.extra["probe"] = outcome.value
-        entries.append(entry)
+    entries = entries_with(selection.run(task), "probe")
 
     def render(entry: DeviceEntry) -> list[str]:
         doc = entry.extra.get("probe")
@@ -103,13 +97,7 @@ def setup(devices: Sequence[str], inventory: Path | None, group: str | None, par
         with selection.open(spec) as conn:
             return setup_device(Device(spec, conn), options, log=log).to_dict()
 
-    result = selection.run(task)
-    entries = []
-    for outcome in result.outcomes:
-        entry = DeviceEntry(outcome.device, outcome.ok, outcome.error, outcome.exit_code)
-        if outcome.value is not None:
-            entry.extra["setup"] = outcome.value
-        entries.append(entry)
+    entries = entries_with(selection.run(task), "setup")
 
     def render(entry: DeviceEntry) -> list[str]:
         doc = entry.extra.get("setup")
