@@ -290,7 +290,7 @@ def test_device_helper_is_python_36_compatible(tmp_path) -> None:  # type: ignor
     from toolkit.deployment import helper_boot
 
     vermin = Path(sys.executable).parent / "vermin"
-    helper = Path(__file__).resolve().parent.parent / "toolkit" / "devices" / "device_helper.py"
+    helper = Path(__file__).resolve().parent.parent / "toolkit" / "device_side" / "device_helper.py"
     boot = tmp_path / "boot.py"  # the -c program that runs the helper from its compiled cache
     boot.write_text(helper_boot())
     for path in (helper, boot):

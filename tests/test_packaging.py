@@ -48,7 +48,7 @@ def test_wheel_carries_targets_and_calibration(wheel: Path) -> None:
     names = zipfile.ZipFile(wheel).namelist()
     assert "toolkit/_data/targets/raspberry-pi-4.toml" in names
     assert "toolkit/_data/calibration/digits/calibration.npz" in names
-    assert "toolkit/runner/edgetk_runner.py" in names
+    assert "toolkit/device_side/edgetk_runner.py" in names
     assert not any(name.startswith("tests/") for name in names)
 
 

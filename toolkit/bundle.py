@@ -35,6 +35,8 @@ from typing import Any
 
 import numpy as np
 
+from toolkit import device_side
+from toolkit.device_side import RUNNER_FILE
 from toolkit.errors import UsageError
 from toolkit.types import Manifest, RunnerRef
 
@@ -42,8 +44,7 @@ MANIFEST = "manifest.json"
 GOLDEN_DIR = "golden"
 GOLDEN_INPUTS = f"{GOLDEN_DIR}/inputs.npz"
 GOLDEN_REFERENCE = f"{GOLDEN_DIR}/reference.npz"
-RUNNER_FILE = "edgetk_runner.py"
-RUNNER_SOURCE = Path(__file__).resolve().parent / "runner" / RUNNER_FILE
+RUNNER_SOURCE = device_side.source_path(RUNNER_FILE)
 
 
 _DIGESTS: dict[tuple[str, int, int, int, int, int], str] = {}

@@ -1,7 +1,7 @@
 """Push a bundle to a device, install it atomically, roll back, list and remove (issue 5).
 
 The host decides, the device does the file work: each step is one call of the stdlib-only helper
-(``toolkit/devices/device_helper.py``) run with the device's Python, its arguments passed as separate argv
+(``toolkit/device_side/device_helper.py``) run with the device's Python, its arguments passed as separate argv
 words, quoted for the remote shell by the connection. Every helper call is a fresh Python on the device (tens
 of milliseconds each), so a push makes exactly two, with the SFTP upload between them:
 
@@ -54,6 +54,7 @@ from typing import Any, TextIO
 from toolkit.bundle import Bundle
 from toolkit.devices.connection import Connection
 from toolkit.devices.spec import DeviceSpec
+from toolkit import device_side
 from toolkit.errors import DeviceError, UsageError
 
 BASE = ".edgetk"
@@ -79,7 +80,7 @@ def normalise_arch(arch: str) -> str:
 
 @lru_cache(maxsize=1)
 def helper_source() -> str:
-    return (Path(__file__).resolve().parent / "devices" / "device_helper.py").read_text()
+    return device_side.source_path(device_side.HELPER_FILE).read_text()
 
 
 # Runs the helper whose source follows it in argv, from a compiled copy cached on the device when there is one

@@ -20,7 +20,7 @@ from tests.fixtures.bundles import ARTIFACT_KINDS, copy_bundle, make_bundle
 from tests.fixtures.device_envs import DeviceEnv
 from toolkit.bundle import sha256_file
 
-RUNNER = Path(__file__).resolve().parents[2] / "toolkit" / "runner" / "edgetk_runner.py"
+RUNNER = Path(__file__).resolve().parents[2] / "toolkit" / "device_side" / "edgetk_runner.py"
 ENV_KEYS = (
     "arch",
     "os",

@@ -12,7 +12,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from toolkit.bundle import RUNNER_SOURCE
+from toolkit.device_side import RUNNER_FILE, source_path
 from toolkit.errors import DeviceError
 
 RUNNER_DIR = ".edgetk/runner"
@@ -32,7 +32,7 @@ def _best_profile(env: dict[str, Any]) -> tuple[str | None, str | None]:
 
 def probe_device(device: Any) -> dict[str, Any]:
     """Install the runner if needed and run its probe; returns the runner's document plus ``profile``."""
-    local = Path(RUNNER_SOURCE)
+    local = source_path(RUNNER_FILE)
     digest = hashlib.sha256(local.read_bytes()).hexdigest()
     remote = f"{RUNNER_DIR}/edgetk_runner.py"
     python = device.python

@@ -2,7 +2,7 @@
 
 Devices restart and apps cold-start, so the time from "process starts" to "first result" matters as much as
 the steady-state latency. Everything here is measured with the on-device runner itself
-(``toolkit/runner/edgetk_runner.py run-one``), one fresh process per measurement, with the artifact's pages
+(``toolkit/device_side/edgetk_runner.py run-one``), one fresh process per measurement, with the artifact's pages
 dropped from the OS page cache first (``--cold``), so each figure is what a device sees after a reboot:
 
 - ``load_ms``: model file read/mapped + session or interpreter creation + tensor allocation (ONNX Runtime:
@@ -46,10 +46,11 @@ from typing import Any
 
 import numpy as np
 
+from toolkit import device_side
 from toolkit.errors import UsageError
 
 LEVELS = ("basic", "extended")
-RUNNER = Path(__file__).resolve().parent.parent / "runner" / "edgetk_runner.py"
+RUNNER = device_side.source_path(device_side.RUNNER_FILE)
 DEFAULT_REPEATS = 5
 
 
