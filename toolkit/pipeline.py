@@ -42,6 +42,7 @@ from toolkit.bundle import (
 )
 from toolkit.conversion.base import BuiltArtifact, ConversionRequest
 from toolkit.errors import ConversionError, ToolkitError, UsageError
+from toolkit.options import ConvertOptions  # the one definition (the CLI and the API share it)
 from toolkit.quiet import native_stderr_silenced
 from toolkit.sources import SourceModel, detect_framework, open_source
 from toolkit.types import (
@@ -75,48 +76,6 @@ EDGETPU_INSTALL = (
 
 def _stderr(message: str) -> None:
     print(message, file=sys.stderr, flush=True)
-
-
-@dataclass(frozen=True)
-class ConvertOptions:
-    """Everything ``edgetk convert`` takes; also stored in the manifest so a run can be replayed."""
-
-    source: str
-    target: str | None = None
-    calibration: Path | None = None
-    eval_data: Path | None = None
-    precisions: tuple[str, ...] = ()
-    formats: tuple[str, ...] = ()
-    input_shapes: Mapping[str, tuple[int, ...]] = field(default_factory=dict)
-    name: str | None = None
-    out: Path | None = None
-    force: bool = False
-    calibration_samples: int | None = None
-    labels: Path | None = None
-    weights: Path | None = None
-    targets_dirs: tuple[Path, ...] = ()
-    dynamic_batch: bool = False
-    io_dtype: str | None = None
-    calibration_method: str | None = None
-    threads: int | None = None
-    use_cache: bool = True
-    # A folder where built artifacts are kept and reused by later runs with the same source, data, recipe and
-    # tool versions (conversion is the slow part; verification always runs again). None: build everything.
-    workdir: Path | None = None
-
-    def to_config(self) -> dict[str, Any]:
-        """The replayable options (paths as given)."""
-        out: dict[str, Any] = {}
-        for f in dataclasses.fields(self):
-            value = getattr(self, f.name)
-            if isinstance(value, Path):
-                value = str(value)
-            elif isinstance(value, tuple):
-                value = [str(v) if isinstance(v, Path) else v for v in value]
-            elif isinstance(value, Mapping):
-                value = {k: list(v) for k, v in value.items()}
-            out[f.name] = value
-        return out
 
 
 @dataclass(frozen=True)
@@ -674,7 +633,7 @@ def _attempt_record(built: _Built, outcome: str, reason: str) -> Attempt:
         "bytes": built.record.bytes,
         "float_nodes": list(built.record.float_nodes),
     }
-    return Attempt(built.recipe.to_dict(), outcome, reason, file=built.record.file, metrics=metrics)  # type: ignore[arg-type]
+    return Attempt(built.recipe.to_dict(), outcome, reason, file=built.record.file, metrics=metrics)
 
 
 def _attempt(

@@ -33,13 +33,12 @@ from pathlib import Path
 from typing import Any
 
 from toolkit.errors import UsageError
-from toolkit.types import FORMATS, PRECISIONS, RUNTIMES, Recipe
+from toolkit.types import FORMATS, PRECISIONS, RUNTIMES, TFLITE_RUNTIMES, Recipe, RecipeError
 
 ENV_VAR = "EDGETK_TARGETS_PATH"
 
 ARCHES: tuple[str, ...] = ("aarch64", "armv7l", "x86_64")
 ACCELERATOR_KINDS: tuple[str, ...] = ("gpu", "edgetpu", "npu", "dsp")
-TFLITE_RUNTIMES: tuple[str, ...] = ("litert", "tflite-runtime", "tensorflow")
 
 # ONNX Runtime's execution provider names (a misspelt one is only a warning in ORT, then it silently runs on CPU).
 EXECUTION_PROVIDERS: tuple[str, ...] = (
@@ -439,22 +438,8 @@ def _build_recipe(path: Path, index: int, table: Mapping[str, Any]) -> Recipe:
             kwargs[key] = tuple(kwargs[key])
     try:
         return Recipe(**kwargs)
-    except UsageError as exc:
-        bad_key = _recipe_key_of(exc.message, table)
-        raise _fail(path, f"{where}.{bad_key}" if bad_key else where, exc.message, exc.hint or "See docs/targets.md.") from exc
-
-
-def _recipe_key_of(message: str, table: Mapping[str, Any]) -> str | None:
-    """Which recipe key Recipe.__post_init__ complained about (its messages name the key or its value)."""
-    for key in sorted(_RECIPE_KINDS, key=len, reverse=True):  # quant_format before format
-        if re.search(rf"\b{key}\b", message):
-            return key
-    for key in ("format", "precision", "threads", "layout"):
-        if key in table and repr(table[key]) in message:
-            return key
-    if "threads" in message:
-        return "threads"
-    return None
+    except RecipeError as exc:
+        raise _fail(path, f"{where}.{exc.key}", exc.message, exc.hint or "See docs/targets.md.") from exc
 
 
 # ------------------------------------------------------------------------------------------- loading

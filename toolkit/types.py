@@ -11,18 +11,110 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from enum import StrEnum
+from typing import Any
 
 from toolkit.errors import UsageError
 
-Precision = Literal["fp32", "fp16", "dynamic", "int8"]
-Format = Literal["tflite", "onnx"]
-Runtime = Literal["litert", "tflite-runtime", "tensorflow", "onnxruntime"]
+# --------------------------------------------------------------------------------------------- vocabularies
 
-PRECISIONS: tuple[str, ...] = ("fp32", "fp16", "dynamic", "int8")
-FORMATS: tuple[str, ...] = ("tflite", "onnx")
-RUNTIMES: tuple[str, ...] = ("litert", "tflite-runtime", "tensorflow", "onnxruntime")
-FORMAT_SUFFIX: Mapping[str, str] = {"tflite": ".tflite", "onnx": ".onnx"}
+
+class _Word(StrEnum):
+    """A closed vocabulary. Members ARE their strings (``Precision.INT8 == "int8"``, ``json.dumps`` writes
+    ``"int8"``), so files, flags and older callers that pass plain strings keep working; ``repr`` shows the
+    plain string too, so messages read ``'int8'`` and not ``<Precision.INT8: 'int8'>``."""
+
+    def __repr__(self) -> str:
+        return repr(self.value)
+
+    @classmethod
+    def values(cls) -> tuple[str, ...]:
+        return tuple(member.value for member in cls)
+
+
+class Precision(_Word):
+    FP32 = "fp32"
+    FP16 = "fp16"
+    DYNAMIC = "dynamic"
+    INT8 = "int8"
+
+
+class Format(_Word):
+    TFLITE = "tflite"
+    ONNX = "onnx"
+
+
+class Runtime(_Word):
+    """Runtime names, everywhere (profiles, reports, flags): the package each one is."""
+
+    LITERT = "litert"  # ai_edge_litert
+    TFLITE_RUNTIME = "tflite-runtime"  # tflite_runtime
+    TENSORFLOW = "tensorflow"  # tensorflow.lite
+    ONNXRUNTIME = "onnxruntime"
+
+
+class Framework(_Word):
+    """What a SOURCE is (``toolkit.sources.detect``): from its path and content, never from a flag."""
+
+    KERAS = "keras"
+    SAVEDMODEL = "savedmodel"
+    ONNX = "onnx"
+    TFLITE = "tflite"
+    TORCHSCRIPT = "torchscript"
+    EXPORTED_PROGRAM = "exported_program"
+    TORCH_FACTORY = "torch_factory"
+
+
+class ArtifactStatus(_Word):
+    """Why an artifact is (not) the preferred one: within tolerance and faster, or what it failed."""
+
+    OK = "ok"
+    SLOWER = "slower"  # ships, never preferred: slower than fp32 on this host
+    OUT_OF_TOLERANCE = "out_of_tolerance"
+    NO_SPEEDUP_MEASURED = "no_speedup_measured"
+
+
+class IoDtype(_Word):
+    FLOAT32 = "float32"
+    INT8 = "int8"
+    UINT8 = "uint8"
+
+
+class QuantType(_Word):
+    """ONNX static int8: the type of activations and weights."""
+
+    INT8 = "int8"
+    UINT8 = "uint8"
+
+
+class CalibrationMethod(_Word):
+    MINMAX = "minmax"
+    ENTROPY = "entropy"
+    PERCENTILE = "percentile"
+
+
+class QuantFormat(_Word):
+    QDQ = "qdq"
+    QOPERATOR = "qoperator"
+
+
+class Layout(_Word):
+    NCHW = "NCHW"
+    NHWC = "NHWC"
+
+
+class AttemptOutcome(_Word):
+    KEPT = "kept"
+    DROPPED = "dropped"
+    FAILED = "failed"
+
+
+PRECISIONS: tuple[str, ...] = Precision.values()
+FORMATS: tuple[str, ...] = Format.values()
+RUNTIMES: tuple[str, ...] = Runtime.values()
+TFLITE_RUNTIMES: tuple[str, ...] = tuple(r.value for r in (Runtime.LITERT, Runtime.TFLITE_RUNTIME, Runtime.TENSORFLOW))
+FRAMEWORKS: tuple[str, ...] = Framework.values()
+FORMAT_SUFFIX: Mapping[str, str] = {fmt: f".{fmt}" for fmt in Format}
 
 MANIFEST_SCHEMA_VERSION = 1
 
@@ -55,6 +147,17 @@ def _optional(data: Mapping[str, Any], key: str, kind: type | tuple[type, ...], 
 
 def _as_tuple(kind: type | tuple[type, ...]) -> tuple[type, ...]:
     return kind if isinstance(kind, tuple) else (kind,)
+
+
+def _coerce(obj: Any, **vocabularies: type[_Word]) -> None:
+    """Store each named field of a frozen dataclass as its enum member (plain strings accepted)."""
+    for key, vocabulary in vocabularies.items():
+        value = getattr(obj, key)
+        try:
+            object.__setattr__(obj, key, vocabulary(value))
+        except ValueError:
+            raise UsageError(f"{type(obj).__name__}: unknown {key} {value!r}.",
+                             hint=f"Use one of: {', '.join(vocabulary.values())}.") from None
 
 
 def _finite_or_none(value: float | None) -> float | None:
@@ -127,8 +230,23 @@ class TensorSpec:
 
 # --------------------------------------------------------------------------------------------- recipes
 
-IoDtype = Literal["float32", "int8", "uint8"]
-CalibrationMethod = Literal["minmax", "entropy", "percentile"]
+class RecipeError(UsageError):
+    """A recipe refused by :class:`Recipe`; ``key`` is the field at fault, so a profile loader can name it
+    without reading the message."""
+
+    def __init__(self, key: str, message: str, *, hint: str | None = None) -> None:
+        super().__init__(message, hint=hint)
+        self.key = key
+
+
+def _word(vocabulary: type[_Word], value: Any, key: str) -> Any:
+    try:
+        return vocabulary(value)
+    except ValueError:
+        choices = vocabulary.values()
+        last = " or ".join(choices[-2:])
+        hint = f"Use one of: {', '.join(choices)}." if len(choices) > 3 else f"Use {', '.join([*choices[:-2], last])}."
+        raise RecipeError(key, f"Unknown {key} {value!r}.", hint=hint) from None
 
 
 @dataclass(frozen=True)
@@ -139,48 +257,38 @@ class Recipe:
     ``__post_init__`` refuses a recipe its format cannot express, so a wrong one never reaches a converter.
     """
 
-    format: str
-    precision: str
-    io_dtype: str = "float32"  # TFLite int8: the input/output type ("int8" is the default for int8 recipes)
-    activation_type: str = "uint8"  # ONNX static int8: U8S8 was 2x faster than S8S8 on x86 (findings.md)
-    weight_type: str = "int8"
-    calibration_method: str = "minmax"
+    # Each vocabulary field is stored as its enum member; ``| str`` because a plain string is accepted (and
+    # converted in __post_init__), so callers that pass "int8" stay well typed.
+    format: Format | str
+    precision: Precision | str
+    io_dtype: IoDtype | str = IoDtype.FLOAT32  # TFLite int8: the input/output type ("int8" for int8 recipes)
+    activation_type: QuantType | str = QuantType.UINT8  # ONNX static int8: U8S8 2x faster than S8S8 on x86
+    weight_type: QuantType | str = QuantType.INT8
+    calibration_method: CalibrationMethod | str = CalibrationMethod.MINMAX
     per_channel: bool = True
-    quant_format: str = "qdq"  # ONNX: "qdq" or "qoperator"
+    quant_format: QuantFormat | str = QuantFormat.QDQ
     threads: int | None = None
     opset: int | None = None
     nodes_to_exclude: tuple[str, ...] = ()  # selective quantization: kept in float
     execution_providers: tuple[str, ...] = ()  # ONNX Runtime providers for the device, in order
-    layout: str | None = None  # "NHWC" to ask a PyTorch -> TFLite route for channel-last I/O
+    layout: Layout | str | None = None  # "NHWC" to ask a PyTorch -> TFLite route for channel-last I/O
 
     def __post_init__(self) -> None:
-        if self.format not in FORMATS:
-            raise UsageError(f"Unknown format {self.format!r}.", hint=f"Use one of: {', '.join(FORMATS)}.")
-        if self.precision not in PRECISIONS:
-            raise UsageError(
-                f"Unknown precision {self.precision!r}.", hint=f"Use one of: {', '.join(PRECISIONS)}."
-            )
-        if self.io_dtype not in ("float32", "int8", "uint8"):
-            raise UsageError(f"Unknown io_dtype {self.io_dtype!r}.", hint="Use float32, int8 or uint8.")
-        if self.io_dtype != "float32" and not (self.format == "tflite" and self.precision == "int8"):
-            raise UsageError(
+        # Plain strings are accepted (from files, flags, older callers) and stored as their enum member; a word
+        # outside the vocabulary raises a UsageError that names the key (``RecipeError.key``).
+        for key, vocabulary in _RECIPE_WORDS.items():
+            value = getattr(self, key)
+            if value is None and key == "layout":
+                continue
+            object.__setattr__(self, key, _word(vocabulary, value, key))
+        if self.io_dtype != IoDtype.FLOAT32 and not (self.format == Format.TFLITE and self.precision == Precision.INT8):
+            raise RecipeError(
+                "io_dtype",
                 f"io_dtype {self.io_dtype!r} needs a full-integer TFLite recipe (got {self.format} {self.precision}).",
                 hint="Only TFLite int8 artifacts take integer input/output; leave io_dtype at float32.",
             )
-        for key in ("activation_type", "weight_type"):
-            if getattr(self, key) not in ("int8", "uint8"):
-                raise UsageError(f"Unknown {key} {getattr(self, key)!r}.", hint="Use int8 or uint8.")
-        if self.calibration_method not in ("minmax", "entropy", "percentile"):
-            raise UsageError(
-                f"Unknown calibration_method {self.calibration_method!r}.",
-                hint="Use minmax, entropy or percentile.",
-            )
-        if self.quant_format not in ("qdq", "qoperator"):
-            raise UsageError(f"Unknown quant_format {self.quant_format!r}.", hint="Use qdq or qoperator.")
         if self.threads is not None and self.threads < 1:
-            raise UsageError(f"threads must be at least 1 (got {self.threads}).")
-        if self.layout not in (None, "NCHW", "NHWC"):
-            raise UsageError(f"Unknown layout {self.layout!r}.", hint="Use NCHW or NHWC.")
+            raise RecipeError("threads", f"threads must be at least 1 (got {self.threads}).")
 
     @property
     def label(self) -> str:
@@ -209,6 +317,13 @@ class Recipe:
             "execution_providers": list(self.execution_providers),
             "layout": self.layout,
         }
+
+
+_RECIPE_WORDS: Mapping[str, type[_Word]] = {
+    "format": Format, "precision": Precision, "io_dtype": IoDtype, "activation_type": QuantType,
+    "weight_type": QuantType, "calibration_method": CalibrationMethod, "quant_format": QuantFormat,
+    "layout": Layout,
+}
 
 
 # --------------------------------------------------------------------------------------------- verification
@@ -257,9 +372,6 @@ class Verification:
         )
 
 
-ArtifactStatus = Literal["ok", "slower", "out_of_tolerance", "no_speedup_measured"]
-
-
 @dataclass(frozen=True)
 class Golden:
     """Where the runner finds the outputs this artifact gave on the host, and how close the device must be."""
@@ -280,8 +392,8 @@ class ArtifactRecord:
     """One converted (or taken as-is) model file inside a bundle, with everything proven about it."""
 
     file: str
-    format: str
-    precision: str
+    format: Format | str  # stored as the member; plain strings accepted (as in Recipe)
+    precision: Precision | str
     sha256: str
     bytes: int
     inputs: tuple[TensorSpec, ...]
@@ -291,7 +403,7 @@ class ArtifactRecord:
     host_latency_ms: float | None = None  # median on this host, in `runtime`
     fp32_latency_ms: float | None = None  # the fp32 artifact of the same format, same runtime, same run
     runtime: str | None = None
-    status: str = "ok"  # ArtifactStatus
+    status: ArtifactStatus | str = ArtifactStatus.OK
     recipe: Mapping[str, Any] = field(default_factory=dict)
     float_nodes: tuple[str, ...] = ()  # nodes/ops kept in float by selective quantization
     execution_providers: tuple[str, ...] = ()  # ONNX Runtime providers the device should try, in order
@@ -303,6 +415,9 @@ class ArtifactRecord:
     # ONNX Runtime options per provider (from the target profile), passed with each provider the device has.
     provider_options: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
     delegate: str | None = None  # a TFLite delegate the artifact needs (``libedgetpu.so.1`` for Edge TPU models)
+
+    def __post_init__(self) -> None:
+        _coerce(self, format=Format, precision=Precision, status=ArtifactStatus)
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -381,10 +496,13 @@ class Attempt:
     """One recipe the convert stage tried, and why its artifact was kept, dropped or never built."""
 
     recipe: Mapping[str, Any]
-    outcome: Literal["kept", "dropped", "failed"]
+    outcome: AttemptOutcome | str
     reason: str
     file: str | None = None
     metrics: Mapping[str, Any] | None = None
+
+    def __post_init__(self) -> None:
+        _coerce(self, outcome=AttemptOutcome)
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -416,7 +534,10 @@ class Attempt:
 class SourceRef:
     path: str
     sha256: str
-    framework: str
+    framework: Framework | str
+
+    def __post_init__(self) -> None:
+        _coerce(self, framework=Framework)
 
     def to_dict(self) -> dict[str, Any]:
         return {"path": self.path, "sha256": self.sha256, "framework": self.framework}
