@@ -20,4 +20,5 @@ pytest_plugins = [
     "tests.fixtures.arm",
     "tests.fixtures.runs",
     "tests.fixtures.netns",
+    "tests.fixtures.postgres",
 ]
