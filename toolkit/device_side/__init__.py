@@ -4,7 +4,11 @@ Each file here is a standalone script (Python >= 3.6, stdlib + numpy + one runti
 the host copies to the device and runs with the device's own Python; nothing in the toolkit imports them:
 
 - ``edgetk_runner.py``: the on-device runner, copied into every bundle (probe, check, run-one);
-- ``device_helper.py``: the deploy helper (install, verify, switch, rollback, status).
+- ``device_helper.py``: the deploy helper (install, verify, switch, rollback, status), installed once per
+  device under ``~/.edgetk/helper/`` keyed by its hash;
+- ``device_probe.py``: the one device probe (arch, CPU, board, Python, glibc, memory, clocks). The runner and
+  the helper carry verbatim copies of its block (a test keeps them identical); setup runs it as it is, and
+  ``toolkit.platform.probe_local`` loads it in-process for this machine (it is stdlib-only).
 
 The host reads them as text through :func:`source_path`.
 """
@@ -16,6 +20,7 @@ from pathlib import Path
 DEVICE_SIDE_DIR = Path(__file__).resolve().parent
 RUNNER_FILE = "edgetk_runner.py"
 HELPER_FILE = "device_helper.py"
+PROBE_FILE = "device_probe.py"
 
 
 def source_path(name: str) -> Path:

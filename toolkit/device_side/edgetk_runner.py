@@ -105,8 +105,17 @@ class UsageFailure(Exception):
 # ------------------------------------------------------------------------------------------ environment
 
 
-def _read(path, limit=65536):
-    # type: (str, int) -> Any
+# --- begin device probe (copied verbatim into edgetk_runner.py and device_helper.py; a test compares) ---
+import json
+import os
+import platform
+import re
+import struct
+import sys
+
+
+def probe_read(path, limit=65536):
+    """The text of a small system file, or None when it cannot be read (no /proc, no permission)."""
     try:
         with open(path, "rb") as handle:
             return handle.read(limit).decode("utf-8", "replace")
@@ -114,87 +123,110 @@ def _read(path, limit=65536):
         return None
 
 
-def _cpuinfo():
-    # type: () -> dict
-    text = _read("/proc/cpuinfo", 1 << 20) or ""
-    info = {}  # type: dict
-    for line in text.splitlines():
-        if ":" not in line:
-            continue
-        key, _, value = line.partition(":")
+def probe_cpuinfo():
+    """/proc/cpuinfo as {lower-case key: first value}: the one parser of that file."""
+    info = {}
+    for line in (probe_read("/proc/cpuinfo", 1 << 20) or "").splitlines():
+        key, sep, value = line.partition(":")
         key = key.strip().lower()
-        if key and key not in info:
+        if sep and key and key not in info:
             info[key] = value.strip()
     return info
 
 
-def _os_name():
-    # type: () -> str
-    text = _read("/etc/os-release") or ""
-    for line in text.splitlines():
-        if line.startswith("PRETTY_NAME="):
-            return line.split("=", 1)[1].strip().strip('"')
-    return platform.system()
+def probe_glibc():
+    """The C library's glibc version ("2.36"), None on musl or an unknown libc."""
+    try:
+        return os.confstr("CS_GNU_LIBC_VERSION").split()[1]
+    except (AttributeError, ValueError, OSError, IndexError):
+        libc, version = platform.libc_ver()
+        return version if libc == "glibc" and version else None
 
 
-def _temperature():
-    # type: () -> tuple
+def probe_basics():
+    """The interpreter and machine facts that decide what can run here (cheap: no /proc reads)."""
+    soabi = ""
+    try:
+        import sysconfig
+
+        soabi = sysconfig.get_config_var("SOABI") or ""
+    except ImportError:
+        pass
+    return {
+        "arch": platform.machine(),
+        "system": platform.system(),
+        "pointer_bits": struct.calcsize("P") * 8,
+        "python": platform.python_version(),
+        "implementation": sys.implementation.name,
+        "abi": "cp" + soabi.split("-")[1] if soabi.startswith("cpython-") else None,
+        "glibc": probe_glibc(),
+        "executable": sys.executable,
+        "home": os.path.expanduser("~"),
+    }
+
+
+def probe_cpu_freq(cpu):
+    """(current MHz, max MHz, governor) of cpu0; /proc/cpuinfo's "cpu MHz" where cpufreq is absent."""
+    base = "/sys/devices/system/cpu/cpu0/cpufreq"
+
+    def mhz(name):
+        try:
+            return round(int((probe_read(os.path.join(base, name)) or "").strip()) / 1000.0, 1)
+        except ValueError:
+            return None
+
+    current = mhz("scaling_cur_freq") or mhz("cpuinfo_cur_freq")
+    governor = (probe_read(os.path.join(base, "scaling_governor")) or "").strip() or None
+    if current is None:
+        try:
+            current = round(float(cpu.get("cpu mhz", "")), 1)
+        except ValueError:
+            current = None
+    return current, mhz("cpuinfo_max_freq"), governor
+
+
+def probe_temperature():
     """(hottest zone in degrees C or None, [{"zone", "type", "temp_c"}]) from /sys/class/thermal."""
-    zones = []  # type: list
-    temps = []  # type: list
+    zones, temps = [], []
     base = "/sys/class/thermal"
     try:
         names = sorted(n for n in os.listdir(base) if n.startswith("thermal_zone"))
     except OSError:
         names = []
     for name in names:
-        raw = _read(os.path.join(base, name, "temp"))
         try:
-            value = int((raw or "").strip())
+            value = int((probe_read(os.path.join(base, name, "temp")) or "").strip())
         except ValueError:
             continue
-        temp = value / 1000.0 if abs(value) > 1000 else float(value)
-        temps.append(round(temp, 1))
-        zones.append({"zone": name, "type": (_read(os.path.join(base, name, "type")) or "").strip() or None,
-                      "temp_c": round(temp, 1)})
-    hottest = max(temps) if temps else None
-    return hottest, zones
+        temp = round(value / 1000.0 if abs(value) > 1000 else float(value), 1)
+        temps.append(temp)
+        zones.append({"zone": name, "type": (probe_read(os.path.join(base, name, "type")) or "").strip() or None,
+                      "temp_c": temp})
+    return (max(temps) if temps else None), zones
 
 
-def _cpu_freq():
-    # type: () -> tuple
-    """(current MHz, max MHz, governor) of cpu0; /proc/cpuinfo's "cpu MHz" where cpufreq is absent."""
-    base = "/sys/devices/system/cpu/cpu0/cpufreq"
-
-    def mhz(name):
-        # type: (str) -> Any
-        raw = _read(os.path.join(base, name))
-        try:
-            return round(int((raw or "").strip()) / 1000.0, 1)
-        except ValueError:
-            return None
-
-    current = mhz("scaling_cur_freq") or mhz("cpuinfo_cur_freq")
-    governor = (_read(os.path.join(base, "scaling_governor")) or "").strip() or None
-    if current is None:
-        try:
-            current = round(float(_cpuinfo().get("cpu mhz", "")), 1)
-        except ValueError:
-            current = None
-    return current, mhz("cpuinfo_max_freq"), governor
+def probe_os_name():
+    for line in (probe_read("/etc/os-release") or "").splitlines():
+        if line.startswith("PRETTY_NAME="):
+            return line.split("=", 1)[1].strip().strip('"')
+    return platform.system()
 
 
-def environment():
-    # type: () -> dict
-    """What the device is and what state it is in right now (clocks, temperature): stdlib only."""
-    cpu = _cpuinfo()
-    cpu_model = cpu.get("model name") or cpu.get("hardware") or cpu.get("cpu model") or cpu.get("model") or None
-    arch = platform.machine()
-    model = _read("/proc/device-tree/model")
-    model = model.strip("\x00 \n") if model else None
-    meminfo = _read("/proc/meminfo") or ""
+def probe_environment():
+    """Everything: the basics, the CPU and board (raw, as the device names them), memory, disk, clocks, heat.
+
+    ``cpu_model`` is cpuinfo's "model name" (x86, 32-bit ARM), else its "Hardware"/"cpu model" line;
+    ``cpu_part`` the ARM "CPU part" code (0xd08 = Cortex-A72; the host names it); ``device_model`` the board
+    (``/proc/device-tree/model``, else cpuinfo's "Model" line, which on x86 is only a number).
+    """
+    env = probe_basics()
+    cpu = probe_cpuinfo()
+    cpu_model = cpu.get("model name") or cpu.get("hardware") or cpu.get("cpu model") or None
+    board = (probe_read("/proc/device-tree/model") or "").strip("\x00 \n")
+    if not board and not cpu.get("model", "").isdigit():
+        board = cpu.get("model", "")
     memory_mb = None
-    match = re.search(r"MemTotal:\s+(\d+)\s+kB", meminfo)
+    match = re.search(r"MemTotal:\s+(\d+)\s+kB", probe_read("/proc/meminfo") or "")
     if match:
         memory_mb = int(match.group(1)) // 1024
     free_disk_mb = None
@@ -203,20 +235,14 @@ def environment():
         free_disk_mb = st.f_bavail * st.f_frsize // (1024 * 1024)
     except (OSError, AttributeError):
         pass
-    freq, freq_max, governor = _cpu_freq()
-    temp, zones = _temperature()
-    libc, libc_version = platform.libc_ver()
-    emulated = bool(
-        arch in ("aarch64", "arm64", "armv7l", "armv6l")
-        and cpu_model
-        and re.search(r"Intel|AMD|EPYC|Xeon|Ryzen", cpu_model)
-    )
-    return {
-        "arch": arch,
-        "os": _os_name(),
+    freq, freq_max, governor = probe_cpu_freq(cpu)
+    temp, zones = probe_temperature()
+    env.update({
+        "os": probe_os_name(),
         "kernel": platform.release(),
-        "device_model": model or None,
+        "device_model": board or None,
         "cpu_model": cpu_model,
+        "cpu_part": cpu.get("cpu part") or None,
         "cores": os.cpu_count(),
         "cpu_freq_mhz": freq,
         "cpu_freq_max_mhz": freq_max,
@@ -225,10 +251,28 @@ def environment():
         "thermal_zones": zones,
         "memory_mb": memory_mb,
         "free_disk_mb": free_disk_mb,
-        "python": platform.python_version(),
-        "glibc": libc_version if libc == "glibc" else (libc + " " + libc_version).strip() or None,
-        "emulated": emulated,
-    }
+        # qemu-user shows the host's cpuinfo: an ARM kernel with an x86 CPU is an emulator
+        "emulated": bool(env["arch"] in ("aarch64", "arm64", "armv7l", "armv6l", "armv8l") and cpu_model
+                         and re.search(r"Intel|AMD|EPYC|Xeon|Ryzen", cpu_model)),
+    })
+    return env
+
+
+def probe_module_present(module):
+    """Whether ``module`` can be imported here, without importing it (find_spec)."""
+    try:
+        import importlib.util
+
+        return importlib.util.find_spec(module) is not None
+    except (ImportError, ValueError):
+        return False
+# --- end device probe ---
+
+
+def environment():
+    # type: () -> dict
+    """What the device is and what state it is in right now (clocks, temperature): stdlib only."""
+    return probe_environment()
 
 
 def _normalize(name):
