@@ -55,7 +55,8 @@ from toolkit.bundle import Bundle
 from toolkit.devices.connection import Connection
 from toolkit.devices.spec import DeviceSpec
 from toolkit import device_side
-from toolkit.errors import DeviceError, UsageError
+from toolkit.errors import DeviceDiskFull, DeviceError, LinkDropped, UsageError
+from toolkit.platform import accepted_arches, normalize_arch
 
 BASE = ".edgetk"
 KEEP_VERSIONS = 3
@@ -64,19 +65,6 @@ GZ_SUFFIX = ".edgetk-gz"  # the device helper's name for a compressed upload, in
 COMPRESS_LEVEL = 6  # zlib level: most of level 9's ratio on model files at a fraction of its CPU time
 COMPRESS_MIN_SAVING = 0.10  # send compressed only when that saves at least 10% of the file
 COMPRESS_MIN_BYTES = 4096  # smaller files: not worth a round of inflate
-
-_ARCH_ALIASES = {
-    "amd64": "x86_64", "x64": "x86_64", "x86-64": "x86_64",
-    "arm64": "aarch64", "armv8": "aarch64", "armv8l": "aarch64",
-    "armhf": "armv7l", "armv7": "armv7l", "arm": "armv7l",
-    "i686": "x86", "i386": "x86",
-}
-
-
-def normalise_arch(arch: str) -> str:
-    arch = arch.strip().lower()
-    return _ARCH_ALIASES.get(arch, arch)
-
 
 @lru_cache(maxsize=1)
 def helper_source() -> str:
@@ -192,7 +180,8 @@ class Device:
                     f"{self.spec.name}: {str(data.get('error')).rstrip('.')}.",
                     hint="See `edgetk status` for what is installed.",
                 )
-            raise HelperRefused(self.spec.name, data)
+            refused = HelperDiskFull if data.get("kind") == "disk_full" else HelperRefused
+            raise refused(self.spec.name, data)
         if result.returncode != 0 or not isinstance(data, dict):
             tail = (result.stderr.strip().splitlines() or ["no output"])[-1][:300]
             if result.returncode == 127 or "not found" in tail or "No such file" in tail:
@@ -228,6 +217,10 @@ class HelperRefused(DeviceError):
             "if that deploy died.",
         }
         super().__init__(message, hint=hints.get(self.kind))
+
+
+class HelperDiskFull(HelperRefused, DeviceDiskFull):
+    """The helper's refusal ``disk_full``: what it needs is more than the device's disk has free."""
 
 
 # --------------------------------------------------------------------------------------------- progress
@@ -306,7 +299,7 @@ class PushResult:
 def check_arch(bundle: Bundle, device: Device) -> str:
     arch = str(device.info().get("arch") or "unknown")
     wanted = bundle.manifest.target_arch
-    if wanted and normalise_arch(wanted) != normalise_arch(arch):
+    if wanted and normalize_arch(wanted) != normalize_arch(arch):
         raise _arch_refused(bundle, device, arch)
     return arch
 
@@ -317,14 +310,6 @@ def _arch_refused(bundle: Bundle, device: Device, arch: str) -> UsageError:
         f"(target {bundle.manifest.target or 'unknown'}), but the device is {arch}.",
         hint="Convert for the device's target (edgetk convert --target ...), or pass --force to deploy anyway.",
     )
-
-
-def accepted_arches(wanted: str | None) -> list[str]:
-    """Every ``uname -m`` spelling that :func:`normalise_arch` maps to ``wanted`` (empty: any arch)."""
-    if not wanted:
-        return []
-    target = normalise_arch(wanted)
-    return sorted({target, *(alias for alias, arch in _ARCH_ALIASES.items() if arch == target)})
 
 
 class DeviceLock:
@@ -405,9 +390,9 @@ def push(
                     bundle.path / rel, f"{vdir}/{rel}")
                 try:
                     device.conn.put(local, remote, progress=progress.file_progress(sent), offset=offset)
+                except LinkDropped:
+                    raise  # a dead link (or a device that stopped answering): no clean-up call can get through
                 except DeviceError as exc:
-                    if "link to the device dropped" in exc.message:
-                        raise
                     released = True  # abort releases the lock (or the link is gone and it goes stale)
                     _abort_after_write_error(device, name, bundle.version, token, exc)
                 sent += wire[rel]
@@ -415,6 +400,8 @@ def push(
             progress.finish()
         released = True  # finish releases the lock in a finally, whatever it answers
         done = device.helper("finish", name, bundle.version, listing, str(keep), token, json.dumps(sorted(packed)))
+    except LinkDropped:
+        raise  # no reconnect just to unlock: the lock's holder (that session) is gone, the next deploy breaks it
     except BaseException:
         if not released:
             _release_quietly(device, name, token)
@@ -429,9 +416,7 @@ def push(
 
 
 def _release_quietly(device: Device, name: str, token: str) -> None:
-    """Release a push's lock after a host-side failure; a dead link cannot, and the lock then goes stale."""
-    if getattr(device.conn, "_dropped_what", None) is not None:
-        return  # the link dropped: no reconnect just for this (the holder is gone, the next deploy breaks it)
+    """Release a push's lock after a host-side failure (a dead link cannot: see ``push``)."""
     try:
         device.helper("unlock", name, token)
     except DeviceError:
@@ -493,10 +478,12 @@ def _abort_after_write_error(device: Device, name: str, version: str, token: str
     free = None
     try:
         free = device.helper("abort", name, version, token).get("free_bytes")
+    except LinkDropped:
+        raise
     except DeviceError:
         pass
     if free is not None and int(free) < (4 << 20):
-        raise DeviceError(
+        raise DeviceDiskFull(
             f"{device.spec.name}: the device's disk is full ({int(free) / 1e6:.1f} MB free); the partial upload was "
             "removed and the current version is untouched.",
             hint="Free space on the device (or `edgetk remove` old bundles), then re-run the deploy.",

@@ -41,9 +41,49 @@ class ConversionError(ToolkitError):
 
 
 class DeviceError(ToolkitError):
-    """A device could not be reached, refused us, or could not take the bundle (exit 4)."""
+    """A device could not be reached, refused us, or could not take the bundle (exit 4).
+
+    The subclasses below say which, so that the stages branch on the type and never on the message text.
+    """
 
     exit_code = 4
+
+
+class DeviceUnreachable(DeviceError):
+    """No SSH session could be opened: unknown name, nothing listening, no answer, a proxy that failed."""
+
+
+class HostKeyRefused(DeviceError):
+    """The device's host key is unknown (and not to be trusted) or CHANGED: nothing was sent to it."""
+
+
+class AuthRefused(DeviceError):
+    """The device refused every way we could log in (the message says what it offered and what was tried)."""
+
+
+class LinkDropped(DeviceError):
+    """An open connection to the device broke mid-way; nothing more can be done on it (no clean-up either)."""
+
+
+class DeviceStopped(LinkDropped):
+    """The device stopped answering (a frozen userland, a hung SD card, an OOM-thrashing board) while its
+    TCP link still looked alive: no reply to the SSH keepalives within their bounded number of misses."""
+
+
+class DeviceTimeout(DeviceError):
+    """A command on a device that still answers did not finish within its deadline."""
+
+
+class DeviceDiskFull(DeviceError):
+    """The device's disk (or quota) cannot take what is being written."""
+
+
+class DeviceShellNoise(DeviceError):
+    """The device user's login shell prints text on start-up, and it broke a reply that could not be framed."""
+
+
+class DeviceSetupNeeded(DeviceError):
+    """The device lacks what edgetk runs with (Python, numpy, a runtime): `edgetk devices setup` fixes it."""
 
 
 class MissingDependency(UsageError):

@@ -41,7 +41,8 @@ from pathlib import Path
 from typing import Any
 
 from toolkit.errors import DeviceError, UsageError
-from toolkit.types import RUNTIMES
+from toolkit.platform import DevicePlatform, match_environment
+from toolkit.types import RUNTIMES, TFLITE_RUNTIMES
 
 DEFAULT_VENV = ".edgetk/venv"
 CONFIG_FILE = ".edgetk/config.json"
@@ -57,135 +58,26 @@ DISTRIBUTIONS: dict[str, tuple[str, str]] = {
 # Extra requirements a runtime needs but does not declare: tflite-runtime 2.14 was built against numpy 1.x,
 # declares only numpy>=1.23.2 and fails to import under numpy 2.
 EXTRA_REQUIREMENTS: dict[str, tuple[str, ...]] = {"tflite-runtime": ("numpy<2",)}
-TFLITE_RUNTIMES = ("litert", "tflite-runtime", "tensorflow")
 FALLBACK_RUNTIMES = ("litert", "onnxruntime")
 
-# The oldest glibc that manylinux wheels exist for, per arch (manylinux1 = 2.5, manylinux2014 = 2.17).
-_MIN_GLIBC = {"x86_64": 5, "i686": 5, "aarch64": 17, "armv7l": 17, "ppc64le": 17, "s390x": 17}
-_LEGACY_ALIASES = {17: "manylinux2014", 12: "manylinux2010", 5: "manylinux1"}
 
 Log = Callable[[str], None]
 
 
-# ------------------------------------------------------------------------------------------- platform
-
-
-@dataclass(frozen=True)
-class DevicePlatform:
-    """What decides which wheels a device can install: the interpreter's arch, glibc and CPython ABI.
-
-    ``arch`` is the interpreter's (a 32-bit Raspberry Pi OS on a 64-bit kernel says ``armv7l`` here although
-    ``uname -m`` says aarch64). ``glibc`` is None on a musl or unknown libc.
-    """
-
-    arch: str
-    python: tuple[int, int]
-    glibc: tuple[int, int] | None
-    implementation: str = "cp"
-    abi: str | None = None
-
-    @property
-    def python_version(self) -> str:
-        return f"{self.python[0]}.{self.python[1]}"
-
-    @property
-    def abi_tag(self) -> str:
-        return self.abi or f"cp{self.python[0]}{self.python[1]}"
-
-    @property
-    def key(self) -> str:
-        """A file name for this platform: ``linux_aarch64-glibc2.36-cp311``."""
-        libc = f"glibc{self.glibc[0]}.{self.glibc[1]}" if self.glibc else "nolibc"
-        return f"linux_{self.arch}-{libc}-{self.abi_tag}"
-
-    def describe(self) -> str:
-        libc = f"glibc {self.glibc[0]}.{self.glibc[1]}" if self.glibc else "no glibc"
-        return f"linux {self.arch}, {libc}, CPython {self.python_version} ({self.abi_tag})"
-
-    def platform_tags(self) -> list[str]:
-        """Every manylinux tag this device accepts, newest first (pip matches each one exactly)."""
-        if self.glibc is None or self.glibc[0] != 2:
-            return []
-        lowest = _MIN_GLIBC.get(self.arch)
-        if lowest is None:
-            return []  # armv6l and friends: no manylinux wheels exist
-        tags = []
-        for minor in range(self.glibc[1], lowest - 1, -1):
-            tags.append(f"manylinux_2_{minor}_{self.arch}")
-            alias = _LEGACY_ALIASES.get(minor)
-            if alias and (minor == 17 or self.arch in ("x86_64", "i686")):
-                tags.append(f"{alias}_{self.arch}")
-        return tags
-
-
-def _glibc(text: Any) -> tuple[int, int] | None:
-    match = re.search(r"(\d+)\.(\d+)", str(text or ""))
-    return (int(match.group(1)), int(match.group(2))) if match else None
-
-
 def platform_from_probe(doc: dict[str, Any]) -> DevicePlatform:
-    """A :class:`DevicePlatform` from :data:`PROBE_SCRIPT`'s output (or the runner's environment document)."""
-    from toolkit.targets import normalize_arch
-
-    arch = normalize_arch(str(doc.get("wheel_arch") or doc.get("arch") or ""))
-    if arch == "aarch64" and doc.get("pointer_bits") == 32:
-        arch = "armv7l"
-    elif arch == "x86_64" and doc.get("pointer_bits") == 32:
-        arch = "i686"
-    match = re.match(r"^(\d+)\.(\d+)", str(doc.get("python") or ""))
-    if not match:
-        raise DeviceError(f"Could not tell the device's Python version from {doc.get('python')!r}.")
-    python = (int(match.group(1)), int(match.group(2)))
-    implementation = {"cpython": "cp", "pypy": "pp"}.get(str(doc.get("implementation") or "cpython"), "cp")
-    return DevicePlatform(arch=arch, python=python, glibc=_glibc(doc.get("glibc")), implementation=implementation,
-                          abi=doc.get("abi") or None)
+    """A :class:`DevicePlatform` from the device probe's document (``toolkit/device_side/device_probe.py``)."""
+    return DevicePlatform.from_probe(doc)
 
 
 # ------------------------------------------------------------------------------------------- device side
 
-# Python >= 3.6, stdlib only: what setup needs to know before anything is installed.
-PROBE_SCRIPT = r"""
-import json, os, platform, struct, sys, sysconfig
-glibc = None
-try:
-    glibc = os.confstr("CS_GNU_LIBC_VERSION").split()[1]
-except (AttributeError, ValueError, OSError, IndexError):
-    libc, version = platform.libc_ver()
-    glibc = version if libc == "glibc" and version else None
-soabi = sysconfig.get_config_var("SOABI") or ""
-abi = None
-if soabi.startswith("cpython-"):
-    abi = "cp" + soabi.split("-")[1]
-cpu = part = model = None
-try:
-    model = open("/proc/device-tree/model").read().strip("\x00 \n") or None
-except OSError:
-    pass
-try:
-    for line in open("/proc/cpuinfo"):
-        key, _, value = line.partition(":")
-        key, value = key.strip().lower(), value.strip()
-        if key == "model name" and value and cpu is None:
-            cpu = value
-        elif key == "cpu part" and value and part is None:
-            part = value
-        elif key == "model" and value and not value.isdigit() and model is None:
-            model = value
-except OSError:
-    pass
-cpu = cpu or part
-ensurepip = True
-try:
-    import ensurepip as _e
-except ImportError:
-    ensurepip = False
-print(json.dumps({
-    "arch": platform.machine(), "pointer_bits": struct.calcsize("P") * 8,
-    "python": platform.python_version(), "implementation": sys.implementation.name, "abi": abi,
-    "glibc": glibc, "cpu_model": cpu, "device_model": model, "executable": sys.executable,
-    "home": os.path.expanduser("~"), "ensurepip": ensurepip,
-}))
-"""
+
+def probe_script() -> str:
+    """The device probe's source, run as ``python -c`` (setup runs before anything is installed there)."""
+    from toolkit.device_side import PROBE_FILE, source_path
+
+    return source_path(PROBE_FILE).read_text()
+
 
 # argv: VENV_DIR. Prints {"state": "ok"|"broken"|"absent"|"foreign", "python": path}
 VENV_STATE_SCRIPT = r"""
@@ -532,7 +424,7 @@ def base_python(device: Any) -> str:
 def probe_platform(device: Any) -> tuple[DevicePlatform, dict[str, Any]]:
     """Arch, pointer width, glibc, Python and ABI of the device's base python (nothing needs installing)."""
     python = base_python(device)
-    result = device.conn.run([python, "-c", PROBE_SCRIPT], timeout=120)
+    result = device.conn.run([python, "-c", probe_script()], timeout=120)
     if not result.ok:
         tail = (result.stderr.strip().splitlines() or ["no output"])[-1][:300]
         raise DeviceError(f"{device.spec.name}: cannot run {python!r} on the device ({tail}).",
@@ -547,14 +439,13 @@ def probe_platform(device: Any) -> tuple[DevicePlatform, dict[str, Any]]:
 def choose_profile(device: Any, probe: dict[str, Any], target: str | None) -> Any | None:
     """``--target``, else the inventory's ``target``, else the shipped profile matching the probe; None when
     none matches (setup then installs the fallback runtimes unbounded)."""
-    from toolkit.targets import get_profile, match_profile
+    from toolkit.targets import get_profile
 
     name = target or device.spec.target
     if name:
         return get_profile(name)
     try:
-        name = match_profile(arch=str(probe.get("arch")), cpu_model=probe.get("cpu_model"),
-                             model_name=probe.get("device_model"))
+        name = match_environment(probe)
     except UsageError:
         return None
     return get_profile(name)

@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import difflib
 import os
-import platform
 import re
 import tomllib
 from collections.abc import Mapping, Sequence
@@ -651,94 +650,10 @@ def get_profile(name: str, *, targets_dirs: Sequence[Path] = ()) -> TargetProfil
 
 # ------------------------------------------------------------------------------------------- matching
 
-_BOARDS: tuple[tuple[str, str], ...] = (
-    (r"raspberry pi 5|compute module 5|bcm2712", "raspberry-pi-5"),
-    (r"raspberry pi 4|raspberry pi 400|compute module 4|bcm2711", "raspberry-pi-4"),
-    (r"raspberry pi zero 2|rp3a0", "raspberry-pi-zero-2w"),
-    (r"raspberry pi 3", "raspberry-pi-3b"),
-    (r"jetson orin nano|orin nano", "jetson-orin-nano"),
-    (r"jetson nano|jetson-nano|p3450", "jetson-nano"),
-    (r"phanbell|coral dev board", "coral-dev-board"),
-)
-# A CPU core that, on its own, names the board this toolkit has a profile for. Cortex-A53 is left out: it is
-# the Pi 3B, the Pi Zero 2 W and the Coral Dev Board alike, so only the board model can tell them apart.
-_CORES: tuple[tuple[str, str], ...] = (
-    (r"cortex-a78ae", "jetson-orin-nano"),
-    (r"cortex-a76", "raspberry-pi-5"),
-    (r"cortex-a72", "raspberry-pi-4"),
-    (r"cortex-a57", "jetson-nano"),
-)
-# /proc/cpuinfo's "CPU part" of ARM cores -> their names.
-ARM_CPU_PARTS: Mapping[str, str] = {
-    "0xd03": "Cortex-A53", "0xd04": "Cortex-A35", "0xd05": "Cortex-A55", "0xd07": "Cortex-A57",
-    "0xd08": "Cortex-A72", "0xd09": "Cortex-A73", "0xd0a": "Cortex-A75", "0xd0b": "Cortex-A76",
-    "0xd0c": "Neoverse-N1", "0xd0d": "Cortex-A77", "0xd41": "Cortex-A78", "0xd42": "Cortex-A78AE",
-    "0xd4b": "Cortex-A78C",
-}
-_X86_CPU = re.compile(r"intel|amd|epyc|xeon|ryzen|core\(tm\)|genuineintel|authenticamd|x86|qemu virtual cpu")
-_ARCH_ALIASES: Mapping[str, str] = {"arm64": "aarch64", "armv8l": "armv7l", "armhf": "armv7l", "amd64": "x86_64",
-                                    "x86-64": "x86_64", "x64": "x86_64"}
-
-
-def normalize_arch(arch: str) -> str:
-    """``uname -m`` / Debian / Docker spellings -> aarch64, armv7l, x86_64."""
-    lowered = arch.strip().lower()
-    return _ARCH_ALIASES.get(lowered, lowered)
-
-
-def match_profile(*, arch: str, cpu_model: str | None, model_name: str | None = None) -> str:
-    """The shipped profile that best fits a probed device.
-
-    ``model_name`` is the board's own name (``/proc/device-tree/model`` or cpuinfo's ``Model`` line, e.g.
-    "Raspberry Pi 4 Model B Rev 1.4"); ``cpu_model`` the CPU's ("Cortex-A72", cpuinfo's "model name", or a
-    "CPU part" such as "0xd08"). A board is named only by those, never by the arch alone; an ARM kernel that
-    reports an x86 CPU is an emulator (qemu-user shows the host's cpuinfo) and gets the generic profile.
-    """
-    machine = normalize_arch(arch)
-    if machine == "x86_64":
-        return "generic-x86_64"
-    if machine not in ("aarch64", "armv7l"):
-        raise UsageError(f"No shipped target profile for the architecture {arch!r}.",
-                         hint="Write one (docs/targets.md) and pass it with --targets-dir DIR.")
-    cpu = (cpu_model or "").strip().lower()
-    if cpu in ARM_CPU_PARTS:
-        cpu = ARM_CPU_PARTS[cpu].lower()
-    board = (model_name or "").strip().lower()
-    if _X86_CPU.search(cpu):
-        return "generic-aarch64"  # an emulator: the board name, if any, is not this machine's
-    for pattern, profile in _BOARDS:
-        if re.search(pattern, board) or re.search(pattern, cpu):
-            return profile
-    for pattern, profile in _CORES:
-        if re.search(pattern, cpu):
-            return profile
-    return "generic-aarch64"
-
-
-def _read_text(path: str) -> str:
-    try:
-        return Path(path).read_text(errors="replace").replace("\x00", "").strip()
-    except OSError:
-        return ""
-
-
-def probe_local() -> tuple[str, str | None, str | None]:
-    """(arch, cpu_model, model_name) of this machine, from platform, /proc/cpuinfo and the device tree."""
-    cpu_model: str | None = None
-    model_name: str | None = _read_text("/proc/device-tree/model") or None
-    for line in _read_text("/proc/cpuinfo").splitlines():
-        key, _, value = line.partition(":")
-        key, value = key.strip().lower(), value.strip()
-        if key == "model name" and cpu_model is None:
-            cpu_model = value
-        elif key == "cpu part" and cpu_model is None:
-            cpu_model = ARM_CPU_PARTS.get(value.lower(), value)
-        elif key == "model" and model_name is None and not value.isdigit():
-            model_name = value
-    return platform.machine(), cpu_model, model_name
-
-
-def host_profile_name() -> str:
-    """The shipped profile that matches this machine (``generic-x86_64`` on an x86-64 PC)."""
-    arch, cpu_model, model_name = probe_local()
-    return match_profile(arch=arch, cpu_model=cpu_model, model_name=model_name)
+# The arch table, ARM core names, board matching and the local probe live in toolkit.platform (one of each);
+# re-exported here for the callers that know them as targets.*.
+from toolkit.platform import ARM_CPU_PARTS as ARM_CPU_PARTS  # noqa: E402
+from toolkit.platform import host_profile_name as host_profile_name  # noqa: E402
+from toolkit.platform import match_profile as match_profile  # noqa: E402
+from toolkit.platform import normalize_arch as normalize_arch  # noqa: E402
+from toolkit.platform import probe_local as probe_local  # noqa: E402

@@ -1,5 +1,5 @@
 """What a device is and what it can run: the runner's ``probe`` on the device, plus the shipped target
-profile that matches best (``toolkit.targets.match_profile``).
+profile that matches best (``toolkit.platform.match_environment``).
 
 The probe copies the runner to ``~/.edgetk/runner/edgetk_runner.py`` (only when its hash differs) and runs
 ``edgetk_runner.py probe`` with the device's Python (stdlib only, so it works before numpy is installed).
@@ -13,21 +13,18 @@ from pathlib import Path
 from typing import Any
 
 from toolkit.device_side import RUNNER_FILE, source_path
-from toolkit.errors import DeviceError
+from toolkit.errors import DeviceError, UsageError
 
 RUNNER_DIR = ".edgetk/runner"
 
 
 def _best_profile(env: dict[str, Any]) -> tuple[str | None, str | None]:
+    from toolkit.platform import match_environment
+
     try:
-        from toolkit.targets import match_profile
-    except ImportError:
-        return None, "target profiles are not available in this install"
-    try:
-        return match_profile(arch=str(env.get("arch")), cpu_model=env.get("cpu_model"),
-                             model_name=env.get("device_model")), None
-    except Exception as exc:  # no profile for this device is an answer, not a failure
-        return None, str(getattr(exc, "message", exc))
+        return match_environment(env), None
+    except UsageError as exc:  # no profile for this device is an answer, not a failure
+        return None, exc.message
 
 
 def probe_device(device: Any) -> dict[str, Any]:

@@ -34,7 +34,7 @@ import paramiko
 
 from toolkit.devices.connection import Progress, quote_argv
 from toolkit.devices.spec import DeviceSpec, parse_spec
-from toolkit.errors import DeviceError
+from toolkit.errors import AuthRefused, DeviceError, DeviceTimeout, DeviceUnreachable, HostKeyRefused, LinkDropped
 from toolkit.types import CommandResult
 
 USER_TIMEOUT_MS = 15_000  # unacknowledged data older than this kills the TCP connection
@@ -177,7 +177,7 @@ class SshConnection:
             return self._client
         if self._dropped_what is not None:
             # after a drop, a reconnect would wait another connect timeout on a dead link; fail at once
-            raise DeviceError(
+            raise LinkDropped(
                 f"{self.name}: the link to the device dropped ({self._dropped_what}).",
                 hint="Check the network and re-run: files already sent are not sent again.",
             )
@@ -283,10 +283,10 @@ class SshConnection:
             raise self._dropped("the connection is closed")
         return transport
 
-    def _dropped(self, what: str) -> DeviceError:
+    def _dropped(self, what: str) -> LinkDropped:
         self.close()
         self._dropped_what = what
-        return DeviceError(
+        return LinkDropped(
             f"{self.name}: the link to the device dropped ({what}).",
             hint="Check the network and re-run: files already sent are not sent again.",
         )
