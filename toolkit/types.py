@@ -15,6 +15,7 @@ from enum import StrEnum
 from typing import Any
 
 from toolkit.errors import UsageError
+from toolkit.verification.records import OutputMetrics, SliceCheck
 
 # --------------------------------------------------------------------------------------------- vocabularies
 
@@ -340,6 +341,16 @@ class Verification:
     samples: int
     accuracy: float | None = None  # against labels (eval data key `y`), when given
     reference_accuracy: float | None = None  # the float model's accuracy on the same labels
+    # toolkit.verification: the task the metrics were chosen for and how (--task, dataset.toml, inferred),
+    # its metrics (recall, mask IoU, ...), every output (and slice) against its float range, the worst one
+    # named, why the verdict proves nothing when it does not, and a --metric's result
+    task: str | None = None
+    task_source: str | None = None
+    task_metrics: Mapping[str, Any] = field(default_factory=dict, hash=False)
+    outputs: tuple[OutputMetrics, ...] = ()
+    worst: str | None = None
+    vacuous: str | None = None
+    user_metric: Mapping[str, Any] | None = field(default=None, hash=False)
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -350,6 +361,13 @@ class Verification:
             "samples": self.samples,
             "accuracy": _finite_or_none(self.accuracy),
             "reference_accuracy": _finite_or_none(self.reference_accuracy),
+            "task": self.task,
+            "task_source": self.task_source,
+            "task_metrics": {k: _finite_or_none(v) if isinstance(v, float) else v for k, v in self.task_metrics.items()},
+            "outputs": [o.to_dict() for o in self.outputs],
+            "worst": self.worst,
+            "vacuous": self.vacuous,
+            "user_metric": dict(self.user_metric) if self.user_metric is not None else None,
         }
 
     @classmethod
@@ -369,6 +387,14 @@ class Verification:
             samples=_require(data, "samples", int, where),
             accuracy=None if acc is None else float(acc),
             reference_accuracy=None if ref is None else float(ref),
+            task=_optional(data, "task", str, where),
+            task_source=_optional(data, "task_source", str, where),
+            task_metrics=dict(_optional(data, "task_metrics", Mapping, where) or {}),
+            outputs=tuple(OutputMetrics.from_dict(o, f"{where}.outputs[{i}]")
+                          for i, o in enumerate(_optional(data, "outputs", list, where) or [])),
+            worst=_optional(data, "worst", str, where),
+            vacuous=_optional(data, "vacuous", str, where),
+            user_metric=_optional(data, "user_metric", Mapping, where),
         )
 
 
@@ -378,13 +404,24 @@ class Golden:
 
     outputs: str  # bundle-relative .npz path, keyed by output name
     atol: float
+    # slices of outputs that mix ranges (box coordinates and scores), compared on the device against the
+    # float reference (``reference``, bundle-relative) with the tolerance's per-slice limit
+    slices: tuple[SliceCheck, ...] = ()
+    reference: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
-        return {"outputs": self.outputs, "atol": self.atol}
+        out: dict[str, Any] = {"outputs": self.outputs, "atol": self.atol}
+        if self.slices:
+            out["slices"] = [s.to_dict() for s in self.slices]
+            out["reference"] = self.reference
+        return out
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any], where: str = "golden") -> Golden:
-        return cls(_require(data, "outputs", str, where), float(_require(data, "atol", (int, float), where)))
+        slices = tuple(SliceCheck.from_dict(s, f"{where}.slices[{i}]")
+                       for i, s in enumerate(_optional(data, "slices", list, where) or []))
+        return cls(_require(data, "outputs", str, where), float(_require(data, "atol", (int, float), where)),
+                   slices=slices, reference=_optional(data, "reference", str, where))
 
 
 @dataclass(frozen=True)

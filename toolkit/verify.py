@@ -1,8 +1,12 @@
 """Compare an artifact's outputs with the float model's on held-out inputs, and time it on this host.
 
-Metrics (architecture.md): max/mean absolute error, cosine similarity, top-1 agreement with the float model
-for classifier outputs (no labels needed), and accuracy when the eval data carries labels under ``y``.
-Non-finite outputs make every metric non-finite, so a NaN model can never pass a tolerance.
+The convert stage calls :func:`verify_outputs` once per candidate artifact; it returns a
+:class:`VerificationResult` (the manifest's :class:`~toolkit.types.Verification` record, every broken
+tolerance in plain words, and why the verdict is vacuous when it proves nothing). The metrics live in
+:mod:`toolkit.verification`: per output and per slice of outputs that mix ranges (a detection head's boxes and
+scores), and per task (classification top-1/top-5 and accuracy, detection recall/precision against the float
+model, segmentation mask IoU, embedding cosine and relative error, a user's ``--metric``). Non-finite outputs
+make every metric non-finite, so a NaN model can never pass a tolerance.
 """
 
 from __future__ import annotations
@@ -10,21 +14,20 @@ from __future__ import annotations
 import statistics
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
 
 import numpy as np
 
 from toolkit.types import Verification
+from toolkit.verification.outputs import VerificationResult, verify_outputs
+from toolkit.verification.tasks import Task, parse_task
+from toolkit.verification.tolerance import Tolerance
+from toolkit.verification.user_metric import UserMetric
+from toolkit.verification.user_metric import load as load_metric
+
+__all__ = ["Outputs", "Task", "Tolerance", "UserMetric", "VerificationResult", "compare", "is_classifier",
+           "load_metric", "median_latency_ms", "parse_task", "run_all", "tolerance_failures", "verify_outputs"]
 
 Outputs = list[np.ndarray]
-
-
-@dataclass(frozen=True)
-class Tolerance:
-    """How much an artifact may differ from the float model and still ship as preferred."""
-
-    max_top1_drop: float = 0.01  # accuracy points (0.01 = 1 point), or 1 - top-1 agreement without labels
-    min_cosine: float = 0.99
 
 
 def is_classifier(output: np.ndarray) -> bool:
@@ -37,55 +40,20 @@ def compare(
     actual: Sequence[Outputs],
     *,
     labels: np.ndarray | None = None,
+    tolerance: Tolerance | None = None,
 ) -> Verification:
-    """Metrics of ``actual`` (one list of outputs per sample) against ``reference`` (the float model)."""
-    ref_flat = np.concatenate([np.concatenate([np.ravel(o) for o in outs]) for outs in reference]).astype(np.float64)
-    act_flat = np.concatenate([np.concatenate([np.ravel(o) for o in outs]) for outs in actual]).astype(np.float64)
-    if ref_flat.shape != act_flat.shape:
-        raise ValueError(f"output sizes differ: {ref_flat.shape} vs {act_flat.shape}")
-    diff = np.abs(ref_flat - act_flat)
-    finite = bool(np.all(np.isfinite(act_flat)))
-    max_abs = float(diff.max()) if finite else float("nan")
-    mean_abs = float(diff.mean()) if finite else float("nan")
-    denom = float(np.linalg.norm(ref_flat) * np.linalg.norm(act_flat))
-    if not finite:
-        cosine = float("nan")
-    elif denom == 0.0:
-        cosine = 1.0 if np.array_equal(ref_flat, act_flat) else 0.0
-    else:
-        cosine = float(np.dot(ref_flat, act_flat) / denom)
-
-    top1 = accuracy = reference_accuracy = None
-    first_ref = [outs[0] for outs in reference]
-    if first_ref and is_classifier(np.asarray(first_ref[0])):
-        ref_classes = np.concatenate([np.argmax(o, axis=-1) for o in first_ref])
-        act_classes = np.concatenate([np.argmax(outs[0], axis=-1) for outs in actual])
-        if not finite:
-            top1 = 0.0
-        else:
-            top1 = float(np.mean(ref_classes == act_classes))
-        if labels is not None and len(labels) == len(ref_classes):
-            truth = np.asarray(labels).reshape(-1)
-            reference_accuracy = float(np.mean(ref_classes == truth))
-            accuracy = float(np.mean(act_classes == truth)) if finite else 0.0
-    return Verification(
-        max_abs_error=max_abs,
-        mean_abs_error=mean_abs,
-        cosine_similarity=cosine,
-        top1_agreement=top1,
-        samples=len(reference),
-        accuracy=accuracy,
-        reference_accuracy=reference_accuracy,
-    )
+    """The manifest record of ``actual`` against ``reference`` (see :func:`verify_outputs` for the verdict)."""
+    return verify_outputs(reference, actual, tolerance=tolerance or Tolerance(), labels=labels).verification
 
 
 def tolerance_failures(verification: Verification, tolerance: Tolerance) -> list[str]:
-    """Every way ``verification`` breaks ``tolerance`` (empty when it passes), in plain words."""
+    """Every way ``verification``'s whole-model numbers break ``tolerance`` (cosine, top-1), in plain words.
+
+    Kept for callers that hold only a record; :func:`verify_outputs` applies every tolerance (slices, task)."""
     reasons = []
     cosine = verification.cosine_similarity
     if not np.isfinite(cosine):
-        reasons.append("outputs are NaN/Inf")
-        return reasons
+        return ["outputs are NaN/Inf"]
     if cosine < tolerance.min_cosine:
         reasons.append(f"cosine similarity {cosine:.4f} < {tolerance.min_cosine}")
     if verification.accuracy is not None and verification.reference_accuracy is not None:

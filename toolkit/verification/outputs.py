@@ -1,0 +1,264 @@
+"""The one call the convert stage makes per candidate artifact: :func:`verify_outputs`.
+
+It compares the artifact's outputs with the float model's on the held-out inputs: per output, per slice of
+outputs that mix ranges (:mod:`.slices`), and with the metrics of the model's task (given, or inferred from
+the outputs); it applies the :class:`~toolkit.verification.tolerance.Tolerance` to all of them and refuses a
+vacuous verdict (float outputs that do not vary, too few samples or detections), which the stage records as
+``unverified`` rather than ``ok``.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from toolkit.types import Verification
+from toolkit.verification import dense, detection, segmentation, slices
+from toolkit.verification.records import OutputMetrics, SliceCheck, SliceMetrics
+from toolkit.verification.tasks import Task, TaskChoice, infer_task, parse_task
+from toolkit.verification.tolerance import Tolerance
+from toolkit.verification.user_metric import UserMetric, evaluate
+
+Outputs = Sequence[np.ndarray]
+CONSTANT_SPREAD = 1e-4  # float outputs whose spread over the eval set is below this fraction of their size
+
+
+@dataclass(frozen=True)
+class VerificationResult:
+    """What verification found: the manifest's record, every tolerance broken, and whether it proves anything."""
+
+    verification: Verification
+    failures: tuple[str, ...] = ()  # each broken tolerance in plain words; empty when within tolerance
+    vacuous: str | None = None  # why these numbers prove nothing (the artifact is not ``ok`` on accuracy)
+
+    @property
+    def ok(self) -> bool:
+        return not self.failures and self.vacuous is None
+
+    @property
+    def task(self) -> str | None:
+        return self.verification.task
+
+    @property
+    def worst(self) -> str | None:
+        return self.verification.worst
+
+    def slice_checks(self, tolerance: Tolerance) -> tuple[SliceCheck, ...]:
+        """The per-slice comparisons the device check repeats against the float reference (golden data)."""
+        return tuple(
+            SliceCheck(output=out.index, name=s.name, axis=s.axis, runs=s.runs, float_range=s.float_range,
+                       max_error=tolerance.max_slice_error)
+            for out in self.verification.outputs for s in out.slices if s.float_range > 0
+        )
+
+
+def _stack(per_sample: Sequence[Outputs], count: int, shapes: Sequence[tuple[int, ...]] | None = None) -> list[np.ndarray]:
+    stacked = []
+    for k in range(count):
+        arrays = [np.asarray(outs[k]) for outs in per_sample]
+        if shapes is not None:
+            arrays = [a.reshape(shapes[k]) if a.size == int(np.prod(shapes[k])) else a for a in arrays]
+        stacked.append(np.stack(arrays).astype(np.float32))
+    return stacked
+
+
+def _vacuous_spread(ref: Sequence[np.ndarray]) -> str | None:
+    """Why the float outputs say nothing: the same for every eval input (None when they vary)."""
+    worst = 0.0
+    for r in ref:
+        if r.shape[0] < 2 or not r.size:
+            continue
+        scale = float(np.max(np.abs(r))) or 1.0
+        worst = max(worst, float(np.max(np.ptp(r, axis=0))) / scale)
+    if worst < CONSTANT_SPREAD:
+        return (f"the float model gives (nearly) the same outputs for every eval input (spread {worst:.1e} of "
+                "their size): any artifact would match them; verify on real, varied inputs (--eval-data), and "
+                "for random-weight models re-estimate BatchNorm statistics first")
+    return None
+
+
+def _name(names: Sequence[str], k: int) -> str:
+    return names[k] if k < len(names) and names[k] else f"output_{k}"
+
+
+def verify_outputs(
+    reference: Sequence[Outputs],
+    candidate: Sequence[Outputs],
+    *,
+    tolerance: Tolerance,
+    task: Task | str | None = None,
+    task_source: str | None = None,
+    labels: np.ndarray | None = None,
+    metric: UserMetric | None = None,
+    output_names: Sequence[str] = (),
+    score_threshold: float | None = None,
+) -> VerificationResult:
+    """Metrics of ``candidate`` (one list of outputs per sample) against ``reference`` (the float model's).
+
+    ``task`` None infers it from the float outputs (the manifest says how it was chosen); ``labels`` are the
+    eval data's ``y`` (one class per sample); ``metric`` a loaded ``--metric`` that gates as well.
+    """
+    if len(reference) != len(candidate):
+        raise ValueError(f"{len(candidate)} samples of artifact outputs for {len(reference)} float ones")
+    samples = len(reference)
+    count = len(reference[0]) if samples else 0
+    if samples and any(len(outs) != count for outs in candidate):
+        raise ValueError(f"the artifact returns {len(candidate[0])} outputs, the float model {count}")
+    ref = _stack(reference, count)
+    act = _stack(candidate, count, [r.shape[1:] for r in ref])
+    for k in range(count):
+        if ref[k].shape != act[k].shape:
+            raise ValueError(f"output {_name(output_names, k)} sizes differ: {act[k].shape[1:]} vs {ref[k].shape[1:]}")
+    names = [_name(output_names, k) for k in range(count)]
+    per_output = [slices.output_metrics(ref[k], act[k], name=names[k], index=k) for k in range(count)]
+
+    ref_flat = np.concatenate([r.reshape(-1) for r in ref]) if ref else np.zeros(0)
+    act_flat = np.concatenate([a.reshape(-1) for a in act]) if act else np.zeros(0)
+    finite = bool(np.all(np.isfinite(act_flat)))
+    diff = np.abs(ref_flat.astype(np.float64) - act_flat.astype(np.float64))
+    max_abs = (float(diff.max()) if diff.size else 0.0) if finite else math.nan
+    mean_abs = (float(diff.mean()) if diff.size else 0.0) if finite else math.nan
+    cosine = slices.cosine(ref_flat, act_flat)
+
+    chosen = parse_task(task)
+    choice = TaskChoice(chosen, task_source or "--task") if chosen is not None else infer_task(ref, names)
+    failures: list[str] = []
+    vacuous: list[str] = []
+    task_metrics: dict[str, Any] = {}
+    top1 = accuracy = reference_accuracy = None
+
+    if not finite:
+        failures.append("outputs are NaN/Inf")
+    if samples < tolerance.min_samples:
+        vacuous.append(f"only {samples} eval sample(s): the verdict needs at least {tolerance.min_samples} "
+                       "(tolerance.min_samples); pass more with --eval-data or --calibration")
+    spread = _vacuous_spread(ref) if samples >= 2 else None
+    if spread:
+        vacuous.append(spread)
+
+    if finite and count:
+        _task_metrics(choice.task, ref, act, names, labels, tolerance, score_threshold, task_metrics, failures, vacuous)
+        top1 = task_metrics.get("top1_agreement")
+        accuracy = task_metrics.get("accuracy")
+        reference_accuracy = task_metrics.get("reference_accuracy")
+        if cosine < tolerance.min_cosine:
+            failures.append(f"cosine similarity {cosine:.4f} < {tolerance.min_cosine}")
+        for out in per_output:
+            for s in out.slices:
+                if s.max_error_ratio > tolerance.max_slice_error:
+                    failures.append(
+                        f"{s.name}: max error {s.max_abs_error:.4g} is {s.max_error_ratio:.0%} of its float range "
+                        f"{s.float_range:.4g} (> {tolerance.max_slice_error:.0%})")
+
+    user = None
+    if metric is not None and count:
+        user = evaluate(metric, ref, act, labels)
+        if not user.ok:
+            shown = ", ".join(f"{k} {v:.4g}" for k, v in user.values.items())
+            failures.append(f"--metric {metric.spec} says not ok ({shown or 'no values'})")
+
+    verification = Verification(
+        max_abs_error=max_abs,
+        mean_abs_error=mean_abs,
+        cosine_similarity=cosine,
+        top1_agreement=top1,
+        samples=samples,
+        accuracy=accuracy,
+        reference_accuracy=reference_accuracy,
+        task=choice.task.value,
+        task_source=choice.source,
+        task_metrics=task_metrics,
+        outputs=tuple(per_output),
+        worst=_worst(per_output),
+        vacuous="; ".join(vacuous) or None,
+        user_metric=user.to_dict() if user else None,
+    )
+    return VerificationResult(verification, tuple(failures), verification.vacuous)
+
+
+def _worst(per_output: Sequence[OutputMetrics]) -> str | None:
+    """The output or slice with the largest error relative to its float range, named."""
+    best: tuple[float, str] | None = None
+    for out in per_output:
+        parts: list[OutputMetrics | SliceMetrics] = [*out.slices] or [out]
+        for part in parts:
+            ratio = part.max_error_ratio
+            key = ratio if math.isfinite(ratio) else math.inf
+            if best is None or key > best[0]:
+                best = (key, f"{part.name}: max error {part.max_abs_error:.4g} ({ratio:.1%} of its float range "
+                             f"{part.float_range:.4g})")
+    return best[1] if best else None
+
+
+def _task_metrics(task: Task, ref: list[np.ndarray], act: list[np.ndarray], names: Sequence[str],
+                  labels: np.ndarray | None, tolerance: Tolerance, score_threshold: float | None,
+                  out: dict[str, Any], failures: list[str], vacuous: list[str]) -> None:
+    """Fill ``out`` with the task's metrics; append broken tolerances and vacuous verdicts."""
+    if task is Task.CLASSIFICATION:
+        m = dense.classification_metrics(ref[0], act[0], labels)
+        out.update(m)
+        if m.get("accuracy") is not None and m.get("reference_accuracy") is not None:
+            drop = float(m["reference_accuracy"] or 0) - float(m["accuracy"] or 0)
+            if drop > tolerance.max_top1_drop + 1e-9:
+                failures.append(f"top-1 accuracy {m['accuracy']:.3f} vs float {m['reference_accuracy']:.3f} "
+                                f"(drop {drop * 100:.1f} points > {tolerance.max_top1_drop * 100:.1f})")
+        elif 1.0 - float(m["top1_agreement"] or 0) > tolerance.max_top1_drop + 1e-9:
+            failures.append(f"top-1 agreement with the float model {m['top1_agreement']:.3f} "
+                            f"(< {1 - tolerance.max_top1_drop:.3f})")
+    elif task is Task.DETECTION:
+        axis = detection.yolo_layout(ref[0])
+        ssd = detection.ssd_layout(ref, names) if axis is None else None
+        if axis is not None:
+            d = detection.yolo_metrics(ref[0], act[0], axis=axis, threshold=score_threshold)
+        elif ssd is not None:
+            d = detection.ssd_metrics(ref, act, layout=ssd, threshold=score_threshold)
+        else:
+            vacuous.append("--task detection, but the outputs are neither a YOLO-style [4+C, N] head nor separate "
+                           "box and score outputs: pass --metric for this layout")
+            return
+        out.update(d.to_dict())
+        if d.float_detections < detection.MIN_DETECTIONS:
+            vacuous.append(f"the float model makes {d.float_detections} detection(s) over the eval set at score "
+                           f"> {d.score_threshold}: recall needs at least {detection.MIN_DETECTIONS}")
+            return
+        if d.recall < tolerance.min_recall:
+            failures.append(f"detection recall vs float {d.recall:.3f} < {tolerance.min_recall} "
+                            f"({d.matched} of {d.float_detections} float detections found at IoU {detection.IOU})")
+        if d.precision < tolerance.min_precision:
+            failures.append(f"detection precision vs float {d.precision:.3f} < {tolerance.min_precision} "
+                            f"({d.artifact_detections - d.matched} of {d.artifact_detections} detections unmatched)")
+    elif task is Task.SEGMENTATION:
+        axis = segmentation.class_axis(ref[0].shape[1:])
+        if axis is None:
+            vacuous.append(f"--task segmentation, but the first output {list(ref[0].shape[1:])} is not a "
+                           "[C, H, W] or [H, W, C] map: pass --metric for this layout")
+            return
+        s = segmentation.segmentation_metrics(ref[0], act[0], axis=axis)
+        out.update(s.to_dict())
+        if s.foreground_fraction < segmentation.MIN_FOREGROUND:
+            vacuous.append(f"the float model's map is one class on {1 - s.foreground_fraction:.2%} of the eval "
+                           "pixels: IoU says nothing; verify on inputs that contain the classes")
+            return
+        if s.mean_iou < tolerance.min_mask_iou:
+            failures.append(f"mask IoU vs float {s.mean_iou:.3f} < {tolerance.min_mask_iou} "
+                            f"(pixel agreement {s.pixel_agreement:.3f})")
+    elif task is Task.EMBEDDING:
+        worst_cos, worst_rel = math.inf, 0.0
+        for k in range(len(ref)):
+            e = dense.embedding_metrics(ref[k], act[k])
+            prefix = "" if len(ref) == 1 else f"{names[k]}."
+            out.update({prefix + key: value for key, value in e.items()})
+            worst_cos, worst_rel = min(worst_cos, e["mean_cosine"]), max(worst_rel, e["relative_error"])
+        if worst_cos < tolerance.min_cosine:
+            failures.append(f"mean per-vector cosine {worst_cos:.4f} < {tolerance.min_cosine}")
+        if worst_rel > tolerance.max_relative_error:
+            failures.append(f"relative error {worst_rel:.4f} > {tolerance.max_relative_error}")
+    elif task is Task.REGRESSION:
+        rel = max(dense.relative_error(r, a) for r, a in zip(ref, act))
+        out["relative_error"] = rel
+        if rel > tolerance.max_relative_error:
+            failures.append(f"relative error {rel:.4f} > {tolerance.max_relative_error}")

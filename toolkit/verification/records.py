@@ -1,0 +1,149 @@
+"""The verification records written to the manifest: per output, per slice, and the device's slice checks.
+
+Stdlib only (``toolkit.types`` embeds them in :class:`~toolkit.types.Verification` and
+:class:`~toolkit.types.Golden`). A slice is a group of indices along one axis of one output (for a YOLO head
+``[1, 4+C, N]``: the box coordinates ``[:, 0:4, :]`` and the class scores ``[:, 4:4+C, :]``), verified with its
+error relative to its own float range, so a score channel drowned by box coordinates cannot hide.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from toolkit.errors import UsageError
+
+
+def _num(value: float | None) -> float | None:
+    return None if value is None or not math.isfinite(value) else float(value)
+
+
+def _get(data: Mapping[str, Any], key: str, where: str) -> Any:
+    if not isinstance(data, Mapping) or key not in data:
+        raise UsageError(f"{where}: the key {key!r} is missing.", hint="Rebuild the bundle with `edgetk convert`.")
+    return data[key]
+
+
+def _float(data: Mapping[str, Any], key: str, where: str) -> float:
+    value = data.get(key) if isinstance(data, Mapping) else None
+    if value is None:
+        return float("nan")
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise UsageError(f"{where}.{key} must be a number (got {value!r}).", hint="Rebuild the bundle.")
+    return float(value)
+
+
+def runs_of(indices: list[int] | tuple[int, ...]) -> tuple[tuple[int, int], ...]:
+    """Sorted indices as half-open runs: ``[0, 1, 2, 5]`` -> ``((0, 3), (5, 6))``."""
+    runs: list[tuple[int, int]] = []
+    for i in sorted(indices):
+        if runs and runs[-1][1] == i:
+            runs[-1] = (runs[-1][0], i + 1)
+        else:
+            runs.append((i, i + 1))
+    return tuple(runs)
+
+
+def slice_label(output: str, axis: int, rank: int, runs: tuple[tuple[int, int], ...]) -> str:
+    """``scores[:, 4:6, :]``: the output's name with numpy-style indices along ``axis``."""
+    index = ",".join(f"{a}:{b}" if b - a > 1 else f"{a}" for a, b in runs)
+    parts = [":"] * rank
+    parts[axis] = index if len(runs) == 1 else "{" + index + "}"
+    return f"{output}[{', '.join(parts)}]"
+
+
+@dataclass(frozen=True)
+class SliceMetrics:
+    """One slice of one output against the float model's."""
+
+    name: str  # e.g. "output_0[:, 4:6, :]"
+    axis: int  # along which axis of one sample's array
+    runs: tuple[tuple[int, int], ...]  # half-open index runs along ``axis``
+    float_range: float  # max - min of the float outputs in this slice over the eval set
+    max_abs_error: float
+    mean_abs_error: float
+
+    @property
+    def max_error_ratio(self) -> float:
+        """The worst absolute error as a fraction of the slice's float range (what the tolerance limits)."""
+        if not math.isfinite(self.max_abs_error):
+            return float("nan")
+        return self.max_abs_error / self.float_range if self.float_range > 0 else (0.0 if self.max_abs_error == 0 else float("inf"))
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"name": self.name, "axis": self.axis, "runs": [list(r) for r in self.runs],
+                "float_range": _num(self.float_range), "max_abs_error": _num(self.max_abs_error),
+                "mean_abs_error": _num(self.mean_abs_error), "max_error_ratio": _num(self.max_error_ratio)}
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any], where: str = "slice") -> SliceMetrics:
+        return cls(name=str(_get(data, "name", where)), axis=int(_get(data, "axis", where)),
+                   runs=tuple((int(a), int(b)) for a, b in _get(data, "runs", where)),
+                   float_range=_float(data, "float_range", where), max_abs_error=_float(data, "max_abs_error", where),
+                   mean_abs_error=_float(data, "mean_abs_error", where))
+
+
+@dataclass(frozen=True)
+class OutputMetrics:
+    """One output of the artifact against the float model's, whole and (where its ranges differ) per slice."""
+
+    name: str
+    index: int
+    max_abs_error: float
+    mean_abs_error: float
+    cosine_similarity: float
+    float_range: float
+    slices: tuple[SliceMetrics, ...] = ()  # empty: the output is verified whole
+
+    @property
+    def max_error_ratio(self) -> float:
+        if not math.isfinite(self.max_abs_error):
+            return float("nan")
+        return self.max_abs_error / self.float_range if self.float_range > 0 else (0.0 if self.max_abs_error == 0 else float("inf"))
+
+    def worst_slice(self) -> SliceMetrics | None:
+        if not self.slices:
+            return None
+        return max(self.slices, key=lambda s: s.max_error_ratio if math.isfinite(s.max_error_ratio) else math.inf)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"name": self.name, "index": self.index, "max_abs_error": _num(self.max_abs_error),
+                "mean_abs_error": _num(self.mean_abs_error), "cosine_similarity": _num(self.cosine_similarity),
+                "float_range": _num(self.float_range), "max_error_ratio": _num(self.max_error_ratio),
+                "slices": [s.to_dict() for s in self.slices]}
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any], where: str = "output") -> OutputMetrics:
+        slices = data.get("slices") or [] if isinstance(data, Mapping) else []
+        return cls(name=str(_get(data, "name", where)), index=int(_get(data, "index", where)),
+                   max_abs_error=_float(data, "max_abs_error", where),
+                   mean_abs_error=_float(data, "mean_abs_error", where),
+                   cosine_similarity=_float(data, "cosine_similarity", where),
+                   float_range=_float(data, "float_range", where),
+                   slices=tuple(SliceMetrics.from_dict(s, f"{where}.slices[{i}]") for i, s in enumerate(slices)))
+
+
+@dataclass(frozen=True)
+class SliceCheck:
+    """What the device check compares: one slice of the device's output against the float reference shipped
+    in the bundle, failing when the worst error exceeds ``max_error`` times ``float_range``."""
+
+    output: int  # index of the output (golden files key it as output_<index>)
+    name: str
+    axis: int
+    runs: tuple[tuple[int, int], ...]
+    float_range: float
+    max_error: float  # the tolerance's max_slice_error
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"output": self.output, "name": self.name, "axis": self.axis, "runs": [list(r) for r in self.runs],
+                "float_range": self.float_range, "max_error": self.max_error}
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any], where: str = "golden.slices") -> SliceCheck:
+        return cls(output=int(_get(data, "output", where)), name=str(_get(data, "name", where)),
+                   axis=int(_get(data, "axis", where)),
+                   runs=tuple((int(a), int(b)) for a, b in _get(data, "runs", where)),
+                   float_range=float(_get(data, "float_range", where)), max_error=float(_get(data, "max_error", where)))

@@ -1,0 +1,72 @@
+"""What the model does, which decides the metrics: from ``--task``, dataset.toml, or the float outputs' shapes.
+
+Inference looks at one sample's float outputs (shapes, and value ranges where shapes are ambiguous) and is
+written to the manifest with the reason, so a wrong guess is visible and ``--task`` fixes it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from enum import StrEnum
+
+import numpy as np
+
+from toolkit.errors import UsageError
+
+
+class Task(StrEnum):
+    CLASSIFICATION = "classification"
+    DETECTION = "detection"
+    SEGMENTATION = "segmentation"
+    EMBEDDING = "embedding"
+    REGRESSION = "regression"
+    GENERIC = "generic"  # unknown: error, cosine and per-slice metrics only
+
+
+@dataclass(frozen=True)
+class TaskChoice:
+    task: Task
+    source: str  # "--task", "dataset.toml" or "inferred: <why>"
+
+
+def parse_task(value: str | Task | None, *, where: str = "--task") -> Task | None:
+    """A task name as the user wrote it, or a plain usage error listing the known ones."""
+    if value is None or isinstance(value, Task):
+        return value
+    try:
+        return Task(str(value).strip().lower())
+    except ValueError:
+        raise UsageError(f"Unknown task {value!r} in {where}.",
+                         hint=f"Use one of: {', '.join(t.value for t in Task)}.") from None
+
+
+def infer_task(stacked: Sequence[np.ndarray], names: Sequence[str] = ()) -> TaskChoice:
+    """The task the float outputs look like (``stacked[k]``: output k of every sample, ``[samples, ...]``)."""
+    from toolkit.verification import detection, segmentation
+
+    if not stacked:
+        return TaskChoice(Task.GENERIC, "inferred: the model has no outputs")
+    yolo = detection.yolo_layout(stacked[0])
+    if len(stacked) == 1 and yolo is not None:
+        return TaskChoice(Task.DETECTION, f"inferred: one [4+C, N] head (channel axis {yolo}) with box-sized "
+                                          "coordinates in channels 0-3 and scores in [0, 1] after them")
+    ssd = detection.ssd_layout(stacked, names)
+    if ssd is not None:
+        return TaskChoice(Task.DETECTION, f"inferred: separate box ({_name(names, ssd.boxes)}) and score "
+                                          f"({_name(names, ssd.scores)}) outputs over the same {ssd.anchors} anchors")
+    shape = stacked[0].shape[1:]
+    if segmentation.class_axis(shape) is not None:
+        return TaskChoice(Task.SEGMENTATION, f"inferred: a dense map {list(shape)} (classes x height x width)")
+    squeezed = [d for d in shape if d != 1]
+    if len(squeezed) == 1 and squeezed[0] > 1 and len(shape) <= 2:
+        return TaskChoice(Task.CLASSIFICATION, f"inferred: one vector of {squeezed[0]} values per sample")
+    if len(squeezed) >= 2 and shape[-1] >= 16:
+        return TaskChoice(Task.EMBEDDING, f"inferred: vectors of {shape[-1]} values {list(shape)}")
+    if not squeezed:
+        return TaskChoice(Task.REGRESSION, "inferred: one value per sample")
+    return TaskChoice(Task.GENERIC, f"inferred: no known task has outputs shaped {list(shape)}")
+
+
+def _name(names: Sequence[str], index: int) -> str:
+    return names[index] if index < len(names) else f"output_{index}"

@@ -1,0 +1,81 @@
+"""``--metric file.py:fn``: a metric the user writes for a task the toolkit does not know.
+
+``fn(reference_outputs, artifact_outputs, labels)`` gets, per output, the float model's and the artifact's
+outputs over the eval set as arrays ``[samples, ...]`` (lists in output order) and the labels (``y`` of the
+eval data) or None, and returns a mapping of metric names to numbers plus ``"ok"``: a bool that gates the
+artifact like the built-in tolerances do.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import math
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from toolkit.errors import UsageError
+
+HINT = "Pass --metric path/to/file.py:function, where function(reference, artifact, labels) returns {name: value, 'ok': bool}."
+
+
+@dataclass(frozen=True)
+class UserMetric:
+    spec: str  # as given: "file.py:fn"
+    fn: Callable[..., Any]
+
+
+@dataclass(frozen=True)
+class UserMetricResult:
+    spec: str
+    values: Mapping[str, float]
+    ok: bool
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"metric": self.spec, "values": dict(self.values), "ok": self.ok}
+
+
+def load(spec: str) -> UserMetric:
+    """The function ``spec`` names, or a usage error saying what is wrong with it."""
+    path_text, sep, name = str(spec).rpartition(":")
+    if not sep or not path_text or not name.isidentifier():
+        raise UsageError(f"--metric {spec!r} is not FILE.py:FUNCTION.", hint=HINT)
+    path = Path(path_text)
+    if path.suffix != ".py" or not path.is_file():
+        raise UsageError(f"--metric {spec!r}: {path} is not a Python file.", hint=HINT)
+    module_spec = importlib.util.spec_from_file_location(f"edgetk_user_metric_{abs(hash(str(path.resolve())))}", path)
+    if module_spec is None or module_spec.loader is None:
+        raise UsageError(f"--metric {spec!r}: cannot load {path}.", hint=HINT)
+    module = importlib.util.module_from_spec(module_spec)
+    try:
+        module_spec.loader.exec_module(module)
+    except Exception as exc:  # the user's file: any error is theirs to see
+        raise UsageError(f"--metric {spec!r}: importing {path} failed: {type(exc).__name__}: {exc}.",
+                         hint="Fix the file; run it with python to see the traceback.") from None
+    fn = getattr(module, name, None)
+    if not callable(fn):
+        raise UsageError(f"--metric {spec!r}: {path} has no function {name!r}.", hint=HINT)
+    return UserMetric(str(spec), fn)
+
+
+def evaluate(metric: UserMetric, reference: Sequence[Any], artifact: Sequence[Any], labels: Any) -> UserMetricResult:
+    try:
+        raw = metric.fn(list(reference), list(artifact), labels)
+    except Exception as exc:
+        raise UsageError(f"--metric {metric.spec}: the function raised {type(exc).__name__}: {exc}.",
+                         hint="Fix the metric; it gets lists of [samples, ...] arrays per output and the labels.") from None
+    if not isinstance(raw, Mapping) or not isinstance(raw.get("ok"), bool):
+        raise UsageError(f"--metric {metric.spec}: the function returned {type(raw).__name__}, not a mapping with "
+                         "a bool under 'ok'.", hint=HINT)
+    values: dict[str, float] = {}
+    for key, value in raw.items():
+        if key == "ok":
+            continue
+        try:
+            number = float(value)
+        except (TypeError, ValueError):
+            raise UsageError(f"--metric {metric.spec}: the value of {key!r} is {value!r}, not a number.",
+                             hint=HINT) from None
+        values[str(key)] = number if math.isfinite(number) else float("nan")
+    return UserMetricResult(metric.spec, values, bool(raw["ok"]))
