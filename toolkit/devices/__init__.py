@@ -36,4 +36,5 @@ def open_connection(
         trust_new_host=trust_new_host,
         known_hosts=known_hosts or spec.known_hosts,
         connect_timeout=connect_timeout,
+        proxy_jump=spec.proxy_jump,
     )

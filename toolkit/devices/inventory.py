@@ -94,9 +94,17 @@ def parse_inventory(data: Mapping[str, Any], *, where: str) -> dict[str, DeviceS
     return out
 
 
-def load_inventory(path: Path) -> dict[str, DeviceSpec]:
-    """Read and validate an inventory file."""
+def load_inventory(path: Path, *, limit: str | None = None) -> dict[str, DeviceSpec]:
+    """Read and validate an inventory file: TOML (``.toml``), else an Ansible inventory (file or directory,
+    read by ``ansible-inventory``; ``limit`` is an Ansible host pattern)."""
     path = Path(path)
+    from toolkit.devices.ansible_inventory import is_ansible_inventory, load_ansible_inventory
+
+    if path.exists() and is_ansible_inventory(path):
+        return load_ansible_inventory(path, limit=limit)
+    if limit:
+        raise UsageError("--limit takes an Ansible host pattern and needs an Ansible inventory.",
+                         hint="Use --group NAME with a TOML inventory.")
     try:
         raw = path.read_bytes()
     except FileNotFoundError:
@@ -125,13 +133,15 @@ def select(devices: Mapping[str, DeviceSpec], *, group: str | None, where: str) 
 
 
 def resolve_specs(
-    devices: Sequence[str | DeviceSpec], *, inventory: Path | None, group: str | None
+    devices: Sequence[str | DeviceSpec], *, inventory: Path | None, group: str | None, limit: str | None = None
 ) -> tuple[DeviceSpec, ...]:
     """The devices named by ``--device`` specs (narrowed by ``group``) or, without any, the inventory's
     (``group`` selecting); in order, without duplicates."""
     from toolkit.devices.spec import parse_spec
 
-    table = load_inventory(Path(inventory)) if inventory else {}
+    table = load_inventory(Path(inventory), limit=limit) if inventory else {}
+    if limit and not inventory:
+        raise UsageError("--limit needs --inventory.", hint="Pass --inventory hosts.ini --limit PATTERN.")
     if group and not inventory:
         raise UsageError("--group needs --inventory.", hint="Pass --inventory FILE --group NAME.")
     if devices:

@@ -39,6 +39,7 @@ class DeviceSpec:
     target: str | None = None
     groups: tuple[str, ...] = ()
     known_hosts: str | None = None
+    proxy_jump: str | None = None
 
     @property
     def is_local(self) -> bool:
