@@ -10,6 +10,11 @@
     result = toolkit.run("digits.keras", devices=["local"], calibration="calib.npz")
     print(result.exit_code, result.to_dict())       # the same document as `edgetk run --json`
 
+Every command of ``edgetk`` calls exactly one function here and renders its result; ``result.to_dict()`` is
+the command's ``--json`` document. The option groups several commands share (convert, device selection,
+check) are defined once in :mod:`toolkit.options`; the functions take them as keywords (listed in their
+signatures) and refuse unknown ones with ``TypeError``.
+
 Errors are raised as the toolkit's exception types (``toolkit.errors``: UsageError, ConversionError,
 DeviceError...), each with ``message``, ``hint`` and ``exit_code``. A device that fails inside a fleet is not
 an exception: its :class:`DeviceResult` says what went wrong, as in the CLI, and the fleet's ``exit_code``
@@ -24,34 +29,55 @@ import sys
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol, TypeAlias
 
-from toolkit.devices.spec import DeviceSpec
 from toolkit.errors import UsageError, worst_exit_code
-from toolkit.types import CheckReport, Manifest
+from toolkit.options import (
+    CheckOptions,
+    ConvertOptions,
+    DeviceOptions,
+    as_keywords,
+    build,
+    split_keywords,
+    with_option_keywords,
+)
 
 if TYPE_CHECKING:  # pragma: no cover
     from toolkit.deployment import PushResult
+    from toolkit.devices.spec import DeviceSpec
     from toolkit.inspection import ModelInfo
     from toolkit.pipeline import ConvertResult
+    from toolkit.reporting.html import ReportData
+    from toolkit.store import StoredCheck, Trend
+    from toolkit.targets import TargetProfile
+    from toolkit.types import CheckReport, Manifest
 
 __all__ = [
     "BundleInspection",
     "DeviceResult",
     "FleetReport",
+    "History",
     "RunResult",
+    "TargetCatalog",
+    "TargetView",
     "check",
     "convert",
     "deploy",
+    "history",
     "inspect",
+    "list_targets",
+    "make_report",
     "optimize",
     "probe",
     "quickstart",
     "remove",
     "rollback",
     "run",
+    "setup",
+    "show_target",
     "status",
 ]
+
 
 class TextSink(Protocol):
     """Where progress lines go: a text stream (``sys.stderr``) or anything with ``write`` and ``flush``."""
@@ -62,17 +88,8 @@ class TextSink(Protocol):
 
 
 PathLike = str | Path
-DeviceLike = str | DeviceSpec
+DeviceLike: TypeAlias = "str | DeviceSpec"
 Progress = Callable[[str], None]
-
-# The check options and their defaults, shared by deploy(), check(), run() and `edgetk run`.
-CHECK_DEFAULTS: Mapping[str, Any] = {
-    "runs": 50,
-    "warmup": 5,
-    "budget_ms": None,
-    "baseline": "last",
-    "regression_pct": 10.0,
-}
 
 
 # --------------------------------------------------------------------------------------------- result types
@@ -217,76 +234,84 @@ class RunResult:
         }
 
 
+
+
+@dataclass(frozen=True)
+class TargetCatalog:
+    """``list_targets``: every profile, shipped and the user's."""
+
+    profiles: tuple[TargetProfile, ...]
+
+    def to_dict(self) -> list[dict[str, Any]]:
+        """The document ``edgetk targets list --json`` prints: a list of profile summaries
+        (docs/schemas/targets.md)."""
+        return [
+            {
+                "name": p.name,
+                "arch": p.arch,
+                "description": p.description,
+                "source": p.origin,
+                "path": str(p.path) if p.path else None,
+                "extends": p.extends,
+                "preferred_recipe": p.preferred_recipe.label,
+                "latency_budget_ms": p.latency_budget_ms,
+                "edgetpu": p.edgetpu,
+            }
+            for p in self.profiles
+        ]
+
+
+@dataclass(frozen=True)
+class TargetView:
+    """``show_target``: one resolved profile (extends applied) and where it came from."""
+
+    profile: TargetProfile
+
+    def to_dict(self) -> dict[str, Any]:
+        """The document ``edgetk targets show NAME --json`` prints."""
+        data = dict(self.profile.to_dict())
+        data["source"] = self.profile.origin
+        return data
+
+
+@dataclass(frozen=True)
+class History:
+    """``history``: the stored checks that match, oldest first, and the p50 trend per device/bundle/artifact."""
+
+    checks: tuple[StoredCheck, ...]
+
+    @property
+    def trends(self) -> list[Trend]:
+        from toolkit.store import trends
+
+        return trends(list(self.checks))
+
+    def to_dict(self) -> list[dict[str, Any]]:
+        """The document ``edgetk history --json`` prints: a list of stored check reports."""
+        return [c.to_dict() for c in self.checks]
+
+
 # --------------------------------------------------------------------------------------------- convert, inspect
 
 
-def convert(
-    source: PathLike,
-    *,
-    target: str | None = None,
-    calibration: PathLike | None = None,
-    eval_data: PathLike | None = None,
-    precisions: Sequence[str] = (),
-    formats: Sequence[str] = (),
-    input_shapes: Mapping[str, Sequence[int]] | None = None,
-    name: str | None = None,
-    out: PathLike | None = None,
-    force: bool = False,
-    calibration_samples: int | None = None,
-    calibration_method: str | None = None,
-    labels: PathLike | None = None,
-    weights: PathLike | None = None,
-    targets_dirs: Sequence[PathLike] = (),
-    dynamic_batch: bool = False,
-    io_dtype: str | None = None,
-    threads: int | None = None,
-    use_cache: bool = True,
-    progress: Progress | None = None,
-) -> ConvertResult:
-    """``edgetk convert``: build, verify and write a bundle; returns ``ConvertResult(bundle_dir, manifest, cached)``."""
+@with_option_keywords(ConvertOptions)
+def convert(source: PathLike, *, progress: Progress | None = None, **options: Any) -> ConvertResult:
+    """``edgetk convert``: build, verify and write a bundle; returns ``ConvertResult(bundle_dir, manifest, cached)``.
+
+    ``options`` are :class:`toolkit.options.ConvertOptions`' fields (target, calibration, precisions, ...).
+    """
     from toolkit.pipeline import convert_bundle
 
-    options = convert_options(
-        source, target=target, calibration=calibration, eval_data=eval_data, precisions=precisions,
-        formats=formats, input_shapes=input_shapes, name=name, out=out, force=force,
-        calibration_samples=calibration_samples, calibration_method=calibration_method, labels=labels,
-        weights=weights, targets_dirs=targets_dirs, dynamic_batch=dynamic_batch, io_dtype=io_dtype,
-        threads=threads, use_cache=use_cache,
-    )
+    built = convert_options(source, **options)
     if progress is None:
-        return convert_bundle(options)
-    return convert_bundle(options, progress=progress)
+        return convert_bundle(built)
+    return convert_bundle(built, progress=progress)
 
 
-def convert_options(source: PathLike, **values: Any) -> Any:
+def convert_options(source: PathLike, **values: Any) -> ConvertOptions:
     """``ConvertOptions`` from keyword values (paths as str or Path, sequences as lists or tuples)."""
-    from toolkit.pipeline import ConvertOptions
-
-    def path(value: Any) -> Path | None:
-        return None if value is None else Path(value)
-
-    shapes = values.get("input_shapes") or {}
-    return ConvertOptions(
-        source=str(source),
-        target=values.get("target"),
-        calibration=path(values.get("calibration")),
-        eval_data=path(values.get("eval_data")),
-        precisions=tuple(values.get("precisions") or ()),
-        formats=tuple(values.get("formats") or ()),
-        input_shapes={str(k): tuple(int(d) for d in v) for k, v in dict(shapes).items()},
-        name=values.get("name"),
-        out=path(values.get("out")),
-        force=bool(values.get("force")),
-        calibration_samples=values.get("calibration_samples"),
-        labels=path(values.get("labels")),
-        weights=path(values.get("weights")),
-        targets_dirs=tuple(Path(p) for p in values.get("targets_dirs") or ()),
-        dynamic_batch=bool(values.get("dynamic_batch")),
-        io_dtype=values.get("io_dtype"),
-        calibration_method=values.get("calibration_method"),
-        threads=values.get("threads"),
-        use_cache=bool(values.get("use_cache", True)),
-    )
+    (convert_values,) = split_keywords("convert", values, ConvertOptions)
+    return build(ConvertOptions, convert_values, source=str(source))
 
 
 def inspect(path: PathLike) -> ModelInfo | BundleInspection:
@@ -305,55 +330,67 @@ def inspect(path: PathLike) -> ModelInfo | BundleInspection:
     return inspect_model(path)
 
 
+def list_targets(*, targets_dirs: Sequence[PathLike] = ()) -> TargetCatalog:
+    """``edgetk targets list``: every target profile (the user's folders win over shipped ones of a name)."""
+    from toolkit.targets import load_profiles
+
+    return TargetCatalog(tuple(load_profiles(targets_dirs=tuple(Path(d) for d in targets_dirs)).values()))
+
+
+def show_target(name: str, *, targets_dirs: Sequence[PathLike] = ()) -> TargetView:
+    """``edgetk targets show NAME``: one resolved profile."""
+    from toolkit.targets import get_profile
+
+    return TargetView(get_profile(name, targets_dirs=tuple(Path(d) for d in targets_dirs)))
+
+
 # --------------------------------------------------------------------------------------------- devices
 
 
 @dataclass(frozen=True)
 class _Selection:
     specs: tuple[DeviceSpec, ...]
-    parallel: int
-    trust_new_host: bool
-    known_hosts: str | None
+    options: DeviceOptions
 
     def run(self, task: Callable[[Any, DeviceSpec], Any]) -> list[tuple[DeviceSpec, Any]]:
         """``task(device, spec)`` on every device (connection opened and closed around it), concurrently."""
         from toolkit.devices import open_connection
         from toolkit.devices.fleet import run_fleet
 
+        known_hosts = str(self.options.known_hosts) if self.options.known_hosts else None
+
         def one(spec: DeviceSpec) -> Any:
             from toolkit.deployment import Device
 
             with open_connection(
-                spec, trust_new_host=self.trust_new_host, known_hosts=self.known_hosts or spec.known_hosts
+                spec, trust_new_host=self.options.trust_new_host, known_hosts=known_hosts or spec.known_hosts
             ) as conn:
                 return task(Device(spec, conn), spec)
 
-        result = run_fleet(self.specs, one, parallel=self.parallel)
+        result = run_fleet(self.specs, one, parallel=self.options.parallel)
         return [(spec, outcome) for spec, outcome in zip(self.specs, result.outcomes)]
 
 
-def select_devices(
-    devices: Iterable[DeviceLike] = (),
-    *,
-    inventory: PathLike | None = None,
-    group: str | None = None,
-    parallel: int = 8,
-    trust_new_host: bool = False,
-    known_hosts: PathLike | None = None,
-) -> _Selection:
+@with_option_keywords(DeviceOptions)
+def select_devices(devices: Iterable[DeviceLike] | DeviceLike = (), **options: Any) -> _Selection:
     """The devices named by specs (``local``, ``user@host[:port]``, aliases, inventory names) or an inventory."""
-    from toolkit.devices.inventory import resolve_specs
+    (device_values,) = split_keywords("select_devices", {"devices": devices, **options}, DeviceOptions)
+    return _select(build(DeviceOptions, device_values))
 
+
+def _select(options: DeviceOptions) -> _Selection:
+    from toolkit.devices.inventory import resolve_specs
+    from toolkit.devices.spec import DeviceSpec
+
+    devices: Any = options.devices
     if isinstance(devices, (str, DeviceSpec)):
         devices = [devices]
-    if parallel < 1:
-        raise UsageError(f"parallel must be at least 1, got {parallel}.")
     specs = resolve_specs(
         [d if isinstance(d, DeviceSpec) else str(d) for d in devices],
-        inventory=Path(inventory) if inventory else None,
-        group=group,
+        inventory=Path(options.inventory) if options.inventory else None,
+        group=options.group,
     )
-    return _Selection(specs, parallel, trust_new_host, str(known_hosts) if known_hosts else None)
+    return _Selection(specs, options)
 
 
 def _result(spec: DeviceSpec, outcome: Any, *, gated: bool) -> DeviceResult:
@@ -370,216 +407,253 @@ def _result(spec: DeviceSpec, outcome: Any, *, gated: bool) -> DeviceResult:
     code = outcome.exit_code or (1 if failed else 0)
     error = outcome.error
     if error is None and failed:
-        error = "; ".join(
-            reason for r in failed for reason in r.gates.reasons if not reason.startswith("skipped")
-        )
+        error = "; ".join(failure for r in failed for failure in r.gates.failures)
     return DeviceResult(outcome.device, code == 0, error, code, push, reports, data)
 
 
 def _bundle_task(
     bundle_path: PathLike,
     selection: _Selection,
+    checking: CheckOptions,
     *,
     install: bool,
     check: bool,
     force: bool,
     compress: bool = False,
-    runs: int,
-    warmup: int,
-    budget_ms: float | None,
-    baseline: str,
-    regression_pct: float,
-    store: PathLike | None,
     progress_stream: TextSink | None,
 ) -> FleetReport:
     from toolkit.rollout import prepare_job
 
-    job = prepare_job(bundle_path, install=install, check=check, force=force, compress=compress, runs=runs,
-                      warmup=warmup, budget_ms=budget_ms, baseline=baseline, regression_pct=regression_pct,
-                      store=store)
-    outcomes = selection.run(lambda device, spec: job.run(device, progress_stream=progress_stream))
+    job = prepare_job(bundle_path, install=install, check=check, force=force, compress=compress,
+                      **as_keywords(checking))
+    stream = progress_stream if progress_stream is not None else _Null()
+    outcomes = selection.run(lambda device, spec: job.run(device, progress_stream=stream))
     return FleetReport(tuple(_result(s, o, gated=check) for s, o in outcomes))
 
 
-def deploy(
-    bundle: PathLike,
-    *,
-    devices: Iterable[DeviceLike] = (),
-    inventory: PathLike | None = None,
-    group: str | None = None,
-    parallel: int = 8,
-    trust_new_host: bool = False,
-    known_hosts: PathLike | None = None,
-    check: bool = False,
-    runs: int = CHECK_DEFAULTS["runs"],
-    warmup: int = CHECK_DEFAULTS["warmup"],
-    budget_ms: float | None = None,
-    baseline: str = CHECK_DEFAULTS["baseline"],
-    regression_pct: float = CHECK_DEFAULTS["regression_pct"],
-    store: PathLike | None = None,
-    force: bool = False,
-    compress: bool = False,
-    progress_stream: TextSink | None = sys.stderr,
-) -> FleetReport:
+@with_option_keywords(DeviceOptions, CheckOptions)
+def deploy(bundle: PathLike, *, check: bool = False, force: bool = False, compress: bool = False,
+           progress_stream: TextSink | None = sys.stderr, **options: Any) -> FleetReport:
     """``edgetk deploy``: push the bundle to every device, verify it there, make it current; ``check=True``
-    checks it right after; ``compress=True`` sends files gzip-compressed where that pays. Upload progress goes
-    to ``progress_stream`` (None: quiet)."""
-    selection = select_devices(devices, inventory=inventory, group=group, parallel=parallel,
-                               trust_new_host=trust_new_host, known_hosts=known_hosts)
-    return _bundle_task(
-        bundle, selection, install=True, check=check, force=force, compress=compress, runs=runs, warmup=warmup,
-        budget_ms=budget_ms,
-        baseline=baseline, regression_pct=regression_pct, store=store,
-        progress_stream=progress_stream if progress_stream is not None else _Null(),
-    )
+    checks it right after; ``compress=True`` sends files gzip-compressed where that pays; ``force=True``
+    deploys to a device of another arch than the bundle's target. Upload progress goes to ``progress_stream``
+    (None: quiet). ``options``: the device selection and check options (:mod:`toolkit.options`)."""
+    device_values, check_values = split_keywords("deploy", options, DeviceOptions, CheckOptions)
+    checking = build(CheckOptions, check_values)
+    selection = _select(build(DeviceOptions, device_values))
+    return _bundle_task(bundle, selection, checking, install=True, check=check, force=force, compress=compress,
+                        progress_stream=progress_stream)
 
 
-def check(
-    bundle: PathLike,
-    *,
-    devices: Iterable[DeviceLike] = (),
-    inventory: PathLike | None = None,
-    group: str | None = None,
-    parallel: int = 8,
-    trust_new_host: bool = False,
-    known_hosts: PathLike | None = None,
-    runs: int = CHECK_DEFAULTS["runs"],
-    warmup: int = CHECK_DEFAULTS["warmup"],
-    budget_ms: float | None = None,
-    baseline: str = CHECK_DEFAULTS["baseline"],
-    regression_pct: float = CHECK_DEFAULTS["regression_pct"],
-    store: PathLike | None = None,
-) -> FleetReport:
+@with_option_keywords(DeviceOptions, CheckOptions)
+def check(bundle: PathLike, *, progress_stream: TextSink | None = None, **options: Any) -> FleetReport:
     """``edgetk check``: run the deployed bundle on every device, gate the reports, record them in the store."""
-    selection = select_devices(devices, inventory=inventory, group=group, parallel=parallel,
-                               trust_new_host=trust_new_host, known_hosts=known_hosts)
-    return _bundle_task(
-        bundle, selection, install=False, check=True, force=False, runs=runs, warmup=warmup, budget_ms=budget_ms,
-        baseline=baseline, regression_pct=regression_pct, store=store, progress_stream=None,
-    )
+    device_values, check_values = split_keywords("check", options, DeviceOptions, CheckOptions)
+    checking = build(CheckOptions, check_values)
+    selection = _select(build(DeviceOptions, device_values))
+    return _bundle_task(bundle, selection, checking, install=False, check=True, force=False,
+                        progress_stream=progress_stream)
 
 
-def _simple(selection: _Selection, action: Callable[[Any], Mapping[str, Any]]) -> FleetReport:
+def _simple(caller: str, options: Mapping[str, Any], action: Callable[[Any], Mapping[str, Any]]) -> FleetReport:
+    (device_values,) = split_keywords(caller, options, DeviceOptions)
+    selection = _select(build(DeviceOptions, device_values))
     outcomes = selection.run(lambda device, spec: dict(action(device)))
     return FleetReport(tuple(_result(s, o, gated=False) for s, o in outcomes))
 
 
-def rollback(name: str, *, devices: Iterable[DeviceLike] = (), inventory: PathLike | None = None,
-             group: str | None = None, parallel: int = 8, trust_new_host: bool = False,
-             known_hosts: PathLike | None = None) -> FleetReport:
+@with_option_keywords(DeviceOptions)
+def rollback(name: str, **options: Any) -> FleetReport:
     """``edgetk rollback``: bundle ``name``'s ``current`` back to the previous version on every device."""
     from toolkit.deployment import rollback as do_rollback
 
-    selection = select_devices(devices, inventory=inventory, group=group, parallel=parallel,
-                               trust_new_host=trust_new_host, known_hosts=known_hosts)
-    return _simple(selection, lambda device: do_rollback(device, name))
+    return _simple("rollback", options, lambda device: do_rollback(device, name))
 
 
-def status(*, devices: Iterable[DeviceLike] = (), inventory: PathLike | None = None, group: str | None = None,
-           parallel: int = 8, trust_new_host: bool = False, known_hosts: PathLike | None = None) -> FleetReport:
+@with_option_keywords(DeviceOptions)
+def status(**options: Any) -> FleetReport:
     """``edgetk status``: the bundles and versions installed on every device (``data["bundles"]``)."""
     from toolkit.deployment import status as do_status
 
-    selection = select_devices(devices, inventory=inventory, group=group, parallel=parallel,
-                               trust_new_host=trust_new_host, known_hosts=known_hosts)
-    return _simple(selection, lambda device: {"bundles": do_status(device).get("bundles", {})})
+    return _simple("status", options, lambda device: {"bundles": do_status(device).get("bundles", {})})
 
 
-def remove(name: str, *, devices: Iterable[DeviceLike] = (), inventory: PathLike | None = None,
-           group: str | None = None, parallel: int = 8, trust_new_host: bool = False,
-           known_hosts: PathLike | None = None) -> FleetReport:
+@with_option_keywords(DeviceOptions)
+def remove(name: str, **options: Any) -> FleetReport:
     """``edgetk remove``: delete bundle ``name`` (every version) from every device."""
     from toolkit.deployment import remove as do_remove
 
-    selection = select_devices(devices, inventory=inventory, group=group, parallel=parallel,
-                               trust_new_host=trust_new_host, known_hosts=known_hosts)
-    return _simple(selection, lambda device: do_remove(device, name))
+    return _simple("remove", options, lambda device: do_remove(device, name))
 
 
-def probe(*, devices: Iterable[DeviceLike] = (), inventory: PathLike | None = None, group: str | None = None,
-          parallel: int = 8, trust_new_host: bool = False, known_hosts: PathLike | None = None) -> FleetReport:
+@with_option_keywords(DeviceOptions)
+def probe(**options: Any) -> FleetReport:
     """``edgetk devices probe``: arch, OS, CPU, memory, runtimes and best profile (``data["probe"]``)."""
     from toolkit.devices.probe import probe_device
 
-    selection = select_devices(devices, inventory=inventory, group=group, parallel=parallel,
-                               trust_new_host=trust_new_host, known_hosts=known_hosts)
-    return _simple(selection, lambda device: {"probe": probe_device(device)})
+    return _simple("probe", options, lambda device: {"probe": probe_device(device)})
 
 
-def optimize(source: PathLike, **options: Any) -> Any:
-    """``edgetk optimize``: compress a Keras 3 or PyTorch model (see ``toolkit.optimization.optimize``)."""
+@with_option_keywords(DeviceOptions)
+def setup(*, runtimes: Sequence[str] = (), offline: bool = False, venv: str | None = None,
+          target: str | None = None, progress: Progress | None = None, **options: Any) -> FleetReport:
+    """``edgetk devices setup``: a venv on every device with numpy and its runtimes (``data["setup"]``).
+
+    ``runtimes`` default to the ones the device's target profile runs; ``offline`` downloads wheels here
+    and pushes them; ``venv`` is where the venv goes (default ``~/.edgetk/venv``); ``target`` names the
+    profile whose runtime versions to install; ``progress`` gets ``"DEVICE: line"`` messages.
+    """
+    from toolkit.provisioning import DEFAULT_VENV, SetupOptions, setup_device
+
+    (device_values,) = split_keywords("setup", options, DeviceOptions)
+    selection = _select(build(DeviceOptions, device_values))
+    if target:
+        from toolkit.targets import get_profile
+
+        get_profile(target)  # an unknown name is a usage error before any device is touched
+    wanted = SetupOptions(runtimes=tuple(runtimes), offline=offline, venv=_venv_path(venv or DEFAULT_VENV),
+                          target=target)
+
+    def task(device: Any, spec: DeviceSpec) -> Mapping[str, Any]:
+        def log(line: str) -> None:
+            if progress is not None:
+                progress(f"{spec.name}: {line}")
+
+        return {"setup": setup_device(device, wanted, log=log).to_dict()}
+
+    outcomes = selection.run(task)
+    return FleetReport(tuple(_result(s, o, gated=False) for s, o in outcomes))
+
+
+def _venv_path(text: str) -> str:
+    """``~/x`` and relative paths are relative to the device user's home (the remote working directory)."""
+    text = text.strip()
+    if not text or "\x00" in text:
+        raise UsageError("--venv needs a path.", hint="For example --venv ~/.edgetk/venv-legacy.")
+    if text == "~":
+        raise UsageError("--venv ~ would turn the home directory into a venv.", hint="Name a directory below it.")
+    return text.removeprefix("~/")
+
+
+# --------------------------------------------------------------------------------------------- history, report
+
+
+def history(*, device: str | None = None, bundle: str | None = None, limit: int | None = None,
+            store: PathLike | None = None) -> History:
+    """``edgetk history``: the stored checks (of one device or bundle, the newest ``limit``)."""
+    from toolkit.store import Store
+
+    checks = Store(store).history(device=device, bundle=bundle, limit=limit)
+    return History(tuple(checks))
+
+
+def make_report(bundle: PathLike | None = None, *, whole_history: bool = False, html: PathLike | None = None,
+                device: str | None = None, store: PathLike | None = None) -> ReportData:
+    """``edgetk report``: a bundle's host and device measurements, or (``whole_history``) every stored check
+    and the trends; ``html`` also writes the self-contained page there."""
+    from toolkit.reporting.html import collect, write_html
+
+    if (bundle is None) == (not whole_history):
+        raise UsageError("Pass either a BUNDLE directory or --history.",
+                         hint="edgetk report bundles/NAME --html report.html, or edgetk report --history")
+    data = collect(Path(bundle) if bundle is not None else None, store=store, device=device)  # type: ignore[arg-type]
+    if html is not None:
+        write_html(data, Path(html))
+    return data
+
+
+# --------------------------------------------------------------------------------------------- optimize
+
+
+def optimize(source: PathLike, *, out: PathLike, load_time: bool = False, device_python: str | None = None,
+             repeats: int = 5, **techniques: Any) -> Any:
+    """``edgetk optimize``: compress a Keras 3 or PyTorch model (``techniques``: see
+    ``toolkit.optimization.optimize``); with ``load_time``, measure a converted artifact's cold-load variants
+    instead. Returns a report whose ``to_dict()`` is the ``--json`` document."""
+    if load_time:
+        given = [k for k, v in techniques.items() if v not in (None, False)]
+        if given:
+            raise UsageError("--load-time measures a converted artifact; it does not combine with the "
+                             f"compression techniques ({', '.join(sorted(given))}).",
+                             hint="Run `edgetk optimize` on the source first, convert it, then --load-time on "
+                                  "the artifact.")
+        from toolkit.optimization.load_time import load_time_report
+
+        return load_time_report(str(source), out_dir=out, python=device_python, repeats=repeats)
     from toolkit.optimization import optimize as do_optimize
 
-    return do_optimize(str(source), **options)
+    return do_optimize(str(source), out=out, **techniques)
 
 
-def quickstart(*, out: PathLike | None = None, store: PathLike | None = None, runs: int = 30,
-               progress: Progress | None = None) -> RunResult:
-    """``edgetk quickstart``: the bundled digits example converted, deployed to ``local`` and checked."""
-    from toolkit.example import quickstart as do_quickstart
-
-    result: RunResult = do_quickstart(out=Path(out) if out else None, store=Path(store) if store else None,
-                                      runs=runs, progress=progress)
-    return result
+# --------------------------------------------------------------------------------------------- run, quickstart
 
 
-# --------------------------------------------------------------------------------------------- run
-
-
+@with_option_keywords(ConvertOptions, DeviceOptions, CheckOptions)
 def run(
     source: PathLike,
     *,
-    devices: Iterable[DeviceLike] = (),
-    inventory: PathLike | None = None,
-    group: str | None = None,
-    parallel: int = 8,
-    trust_new_host: bool = False,
-    known_hosts: PathLike | None = None,
-    runs: int = CHECK_DEFAULTS["runs"],
-    warmup: int = CHECK_DEFAULTS["warmup"],
-    budget_ms: float | None = None,
-    baseline: str = CHECK_DEFAULTS["baseline"],
-    regression_pct: float = CHECK_DEFAULTS["regression_pct"],
-    store: PathLike | None = None,
     deploy_force: bool = False,
     progress: Progress | None = None,
     progress_stream: TextSink | None = sys.stderr,
     config: Mapping[str, Any] | None = None,
-    **convert_values: Any,
+    **options: Any,
 ) -> RunResult:
     """``edgetk run``: convert -> deploy -> check, stopping at the first stage that fails.
 
-    ``convert_values`` are :func:`convert`'s keywords (target, calibration, precisions, ...). The devices are
-    resolved before anything is converted, so a bad spec fails fast. ``config`` (the effective options, as
-    ``edgetk run`` records them) is written to the bundle as ``run.toml`` so the run can be replayed.
+    ``options`` are :func:`convert`'s keywords (target, calibration, precisions, ...), the device selection
+    and the check options. The devices and options are resolved before anything is converted, so a bad spec
+    fails fast. ``config`` (the effective options, as ``edgetk run`` records them) is written to the bundle as
+    ``run.toml`` so the run can be replayed.
     """
-    unknown = set(convert_values) - set(_CONVERT_KEYS)
-    if unknown:
-        raise TypeError(f"run() got unexpected keyword arguments: {', '.join(sorted(unknown))}")
-    selection = select_devices(devices, inventory=inventory, group=group, parallel=parallel,
-                               trust_new_host=trust_new_host, known_hosts=known_hosts)
-    from toolkit.checking import GateOptions
-
-    GateOptions(budget_ms=budget_ms, baseline=baseline, regression_pct=regression_pct)  # refuse bad values early
-    if runs < 1 or warmup < 0:
-        raise UsageError(f"--runs must be at least 1 and --warmup at least 0 (got {runs} and {warmup}).")
+    convert_values, device_values, check_values = split_keywords(
+        "run", options, ConvertOptions, DeviceOptions, CheckOptions)
+    selection = _select(build(DeviceOptions, device_values))
+    checking = build(CheckOptions, check_values)  # refuses bad values before converting
     converted = convert(source, progress=progress, **convert_values)
     if config:
         from toolkit.runconfig import write_run_config
 
         write_run_config(converted.bundle_dir, config)
-    stream = progress_stream if progress_stream is not None else _Null()
-    _enter(progress, "deploy", f"deploying {converted.manifest.name} to {', '.join(s.name for s in selection.specs)}")
-    common: dict[str, Any] = {"runs": runs, "warmup": warmup, "budget_ms": budget_ms, "baseline": baseline,
-                              "regression_pct": regression_pct, "store": store}
-    deployed = _bundle_task(converted.bundle_dir, selection, install=True, check=False, force=deploy_force,
-                            progress_stream=stream, **common)
+    names = ", ".join(s.name for s in selection.specs)
+    _enter(progress, "deploy", f"deploying {converted.manifest.name} to {names}")
+    deployed = _bundle_task(converted.bundle_dir, selection, checking, install=True, check=False,
+                            force=deploy_force, progress_stream=progress_stream)
     if not deployed.passed:
         return RunResult(converted, deployed, None, dict(config or {}))
-    _enter(progress, "check", f"checking {converted.manifest.name} on {', '.join(s.name for s in selection.specs)}")
-    checked = _bundle_task(converted.bundle_dir, selection, install=False, check=True, force=False,
-                           progress_stream=None, **common)
+    _enter(progress, "check", f"checking {converted.manifest.name} on {names}")
+    checked = _bundle_task(converted.bundle_dir, selection, checking, install=False, check=True, force=False,
+                           progress_stream=None)
     return RunResult(converted, deployed, checked, dict(config or {}))
+
+
+def quickstart(*, out: PathLike | None = None, store: PathLike | None = None, runs: int = 30,
+               progress: Progress | None = None, progress_stream: TextSink | None = sys.stderr) -> RunResult:
+    """``edgetk quickstart``: the bundled digits example (trained once, cached) converted for this machine's
+    profile, deployed to ``local`` and checked there (``toolkit.example`` holds the example itself)."""
+    from toolkit import example
+    from toolkit.devices.spec import DeviceSpec
+    from toolkit.targets import host_profile_name
+
+    say = progress or (lambda message: print(message, file=sys.stderr, flush=True))
+    source = example.model_path(say)
+    data = example.data_dir()
+    target = host_profile_name()
+    say(f"this machine matches the target profile {target}")
+    name = f"digits-{target}"
+    destination = Path(out) if out else Path("bundles") / name
+    # The runner on `local` runs with this very interpreter: it has numpy and the runtimes edgetk installed.
+    here = DeviceSpec(name="local", python=sys.executable)
+    config = {
+        "source": str(source), "target": target, "calibration": str(data / "calibration.npz"),
+        "eval-data": str(data / "eval.npz"), "labels": str(data / "labels.txt"), "name": name,
+        "out": str(destination.resolve()), "force": True, "device": ["local"], "runs": runs, "warmup": 5,
+        "baseline": "none",
+    }
+    return run(
+        source, target=target, calibration=data / "calibration.npz", eval_data=data / "eval.npz",
+        labels=data / "labels.txt", name=name, out=destination, force=True, devices=[here], runs=runs, warmup=5,
+        baseline="none", store=store, progress=say, progress_stream=progress_stream, config=config,
+    )
 
 
 def _enter(progress: Progress | None, stage: str, message: str) -> None:
@@ -590,13 +664,6 @@ def _enter(progress: Progress | None, stage: str, message: str) -> None:
     if callable(enter):
         enter(stage)
     progress(message)
-
-
-_CONVERT_KEYS = (
-    "target", "calibration", "eval_data", "precisions", "formats", "input_shapes", "name", "out", "force",
-    "calibration_samples", "calibration_method", "labels", "weights", "targets_dirs", "dynamic_batch", "io_dtype",
-    "threads", "use_cache",
-)
 
 
 class _Null:

@@ -1,4 +1,5 @@
-"""The bundled example behind ``edgetk quickstart`` (a noun module: ``toolkit.quickstart`` is the function).
+"""The bundled example behind ``edgetk quickstart`` (a noun module: ``toolkit.quickstart`` is the function,
+in ``toolkit.api``, which runs this example; this module only provides it and imports nothing from the API).
 
 The bundled example is a small Keras CNN for the 8x8 handwritten digits that ship inside the package
 (``calibration/digits/``). It is trained once at first use from ``train.npz`` (1,100 images, a few seconds on
@@ -16,7 +17,6 @@ from __future__ import annotations
 
 import hashlib
 import os
-import sys
 import tempfile
 import time
 from collections.abc import Callable
@@ -107,38 +107,3 @@ def train(x: np.ndarray, y: np.ndarray) -> Any:
     net.compile(optimizer=keras.optimizers.Adam(3e-3), loss="sparse_categorical_crossentropy", metrics=["accuracy"])
     net.fit(x, y, epochs=EPOCHS, batch_size=32, verbose=0, shuffle=True)
     return net
-
-
-def quickstart(
-    *,
-    out: Path | None = None,
-    store: Path | None = None,
-    runs: int = 30,
-    progress: Callable[[str], None] | None = None,
-    progress_stream: Any = sys.stderr,
-) -> Any:
-    """Train (once) the example, then ``toolkit.run`` it on ``local`` for this machine's profile: a RunResult."""
-    from toolkit import api
-    from toolkit.devices.spec import DeviceSpec
-    from toolkit.targets import host_profile_name
-
-    say = progress or (lambda message: print(message, file=sys.stderr, flush=True))
-    source = model_path(say)
-    data = data_dir()
-    target = host_profile_name()
-    say(f"this machine matches the target profile {target}")
-    name = f"digits-{target}"
-    destination = Path(out) if out else Path("bundles") / name
-    # The runner on `local` runs with this very interpreter: it has numpy and the runtimes edgetk installed.
-    here = DeviceSpec(name="local", python=sys.executable)
-    config = {
-        "source": str(source), "target": target, "calibration": str(data / "calibration.npz"),
-        "eval-data": str(data / "eval.npz"), "labels": str(data / "labels.txt"), "name": name,
-        "out": str(destination.resolve()), "force": True, "device": ["local"], "runs": runs, "warmup": 5,
-        "baseline": "none",
-    }
-    return api.run(
-        source, target=target, calibration=data / "calibration.npz", eval_data=data / "eval.npz",
-        labels=data / "labels.txt", name=name, out=destination, force=True, devices=[here], runs=runs, warmup=5,
-        baseline="none", store=store, progress=say, progress_stream=progress_stream, config=config,
-    )

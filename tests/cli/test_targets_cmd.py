@@ -95,4 +95,6 @@ def test_bad_user_profile_exits_2_naming_file_and_key(edgetk: EdgeTk, tmp_path: 
     bad.write_text('extends = "generic-aarch64"\nthread = 2\n')
     result = edgetk("targets", "list", "--json", "--targets-dir", tmp_path, env=CLEAN_ENV)
     assert_clean_error(result, 2, str(bad), "key 'thread'", "did you mean 'threads'?")
-    assert result.stdout == ""
+    doc = result.json()  # with --json the error is also the one document on stdout
+    assert doc["passed"] is False and doc["exit_code"] == 2 and doc["error"]["kind"] == "UsageError"
+    assert str(bad) in doc["error"]["message"] and "'thread'" in doc["error"]["message"]

@@ -1,26 +1,28 @@
-"""``edgetk convert``: a source model -> a verified bundle directory."""
+"""``edgetk convert``: a source model -> a verified bundle directory (``toolkit.api.convert``)."""
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 import click
 
-from toolkit.cli.options import build_convert_options, convert_options
+from toolkit.cli._output import emit
+from toolkit.cli.options import convert_options, json_option
 
 
 @click.command("convert")
 @click.argument("source")
 @convert_options
-@click.option("--json", "as_json", is_flag=True, help="Print the manifest as one JSON document.")
+@json_option
 def convert(source: str, as_json: bool, **values: Any) -> None:
     """Convert SOURCE (Keras, SavedModel, ONNX, TFLite, PyTorch) into a verified bundle."""
-    from toolkit.pipeline import convert_bundle
+    from toolkit import api
+    from toolkit.options import ConvertOptions, keywords_from_params
+
+    result = api.convert(source, **keywords_from_params(values, ConvertOptions))
+    if as_json:
+        emit(result.to_dict())
+        return
     from toolkit.report import convert_table
 
-    result = convert_bundle(build_convert_options(source, values))
-    if as_json:
-        click.echo(json.dumps({"bundle": str(result.bundle_dir), "cached": result.cached, **result.manifest.to_dict()}))
-    else:
-        click.echo(convert_table(result.manifest, bundle_dir=result.bundle_dir, cached=result.cached))
+    click.echo(convert_table(result.manifest, bundle_dir=result.bundle_dir, cached=result.cached))

@@ -1,12 +1,15 @@
 """``edgetk optimize``: compress a Keras 3 or PyTorch model before converting it (pruning, clustering,
-low-rank, distillation, QAT) and report what each step changed. Heavy frameworks load inside the command."""
+low-rank, distillation, QAT) and report what each step changed; ``--load-time`` measures a converted
+artifact's cold-load variants (``toolkit.api.optimize``). Heavy frameworks load inside the command."""
 
 from __future__ import annotations
 
-import json
-from pathlib import Path
+from typing import Any
 
 import click
+
+from toolkit.cli._output import emit
+from toolkit.cli.options import PathType
 
 
 @click.command("optimize")
@@ -26,9 +29,9 @@ import click
 @click.option("--alpha", type=float, default=0.3, show_default=True,
               help="Distillation weight of the hard-label loss (1 - alpha goes to the KL term).")
 @click.option("--qat", is_flag=True, help="Quantization-aware fine-tuning (PyTorch).")
-@click.option("--train-data", type=click.Path(path_type=Path), default=None,
+@click.option("--train-data", type=PathType(), default=None,
               help=".npz with inputs (by name, or x) and labels y; enables fine-tuning.")
-@click.option("--eval-data", type=click.Path(path_type=Path), default=None,
+@click.option("--eval-data", type=PathType(), default=None,
               help=".npz with inputs and labels y, for accuracy against the float baseline.")
 @click.option("--epochs", type=int, default=None, help="Fine-tune epochs per step [default: 2 with --train-data].")
 @click.option("--batch-size", type=int, default=32, show_default=True)
@@ -44,41 +47,26 @@ import click
               help="With --load-time: the interpreter (a device-like env) that runs the runner [default: this].")
 @click.option("--repeats", type=click.IntRange(1), default=5, show_default=True,
               help="With --load-time: fresh processes per variant (medians are reported).")
-@click.option("--out", required=True, type=click.Path(path_type=Path),
+@click.option("--out", required=True, type=PathType(),
               help="Where to write the optimized model (.keras for Keras; .pt TorchScript or .pt2 for PyTorch); "
                    "with --load-time, a folder.")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON document on stdout.")
-def optimize(source: str, prune: float | None, structured: bool, prune_scope: str, cluster: int | None,
-             low_rank: float | None, rank: int | None, distill_from: str | None, temperature: float, alpha: float,
-             qat: bool, train_data: Path | None, eval_data: Path | None, epochs: int | None, batch_size: int,
-             learning_rate: float, accumulate: int, precision: str, load_time: bool, device_python: str | None,
-             repeats: int, out: Path, as_json: bool) -> None:
+def optimize(source: str, as_json: bool, **values: Any) -> None:
     """Compress SOURCE (a Keras 3 file or a PyTorch model) and write it to --out in the same format.
 
     With --load-time, SOURCE is a converted artifact and the report is its cold-start load time before and
     after each load-time optimization."""
-    if load_time:
-        from toolkit.errors import UsageError
+    from toolkit import api
 
-        if any(v is not None for v in (prune, cluster, low_rank, rank, distill_from, train_data)) or qat:
-            raise UsageError("--load-time measures a converted artifact; it does not combine with the "
-                             "compression techniques.",
-                             hint="Run `edgetk optimize` on the source first, convert it, then --load-time on "
-                                  "the artifact.")
-        from toolkit.optimization.load_time import load_time_report
-
-        result = load_time_report(source, out_dir=out, python=device_python, repeats=repeats)
-        click.echo(json.dumps(result.to_dict(), indent=2) if as_json else result.table())
-        return
-    from toolkit.optimization import optimize as run_optimize
-
-    report = run_optimize(
-        source, out=out, prune=prune, structured=structured, prune_scope=prune_scope, cluster=cluster,
-        low_rank=low_rank, rank=rank, distill_from=distill_from, temperature=temperature, alpha=alpha, qat=qat,
-        train_data=train_data, eval_data=eval_data, epochs=epochs, batch_size=batch_size,
-        learning_rate=learning_rate, accumulate=accumulate, precision=precision,
-    )
-    if as_json:
-        click.echo(json.dumps(report.to_dict(), indent=2))
+    if values["load_time"]:  # the training knobs keep their defaults; only the techniques must be absent
+        for knob in ("prune_scope", "temperature", "alpha", "epochs", "batch_size", "learning_rate", "accumulate",
+                     "precision", "eval_data"):
+            values.pop(knob)
     else:
-        click.echo(report.table())
+        values.pop("device_python")
+        values.pop("repeats")
+    result = api.optimize(source, **values)
+    if as_json:
+        emit(result.to_dict())
+    else:
+        click.echo(result.table())

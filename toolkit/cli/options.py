@@ -1,75 +1,100 @@
-"""Click options shared by several commands (convert, run), so each is declared once."""
+"""Click options generated from the option groups of ``toolkit.options`` (one definition for the CLI, the API
+and run.toml), plus the parameter types every command uses.
+
+The types here keep ``edgetk --help`` light: :class:`PathType` turns a value into a ``pathlib.Path`` only when
+one is given, and :class:`LazyChoice` reads its vocabulary (``toolkit.types``) only when a value is checked or
+a command's own help is shown.
+"""
 
 from __future__ import annotations
 
-from pathlib import Path
-from typing import Any, Callable
+from collections.abc import Callable, Sequence
+from typing import Any, TypeVar
 
 import click
 
-from toolkit.types import FORMATS, PRECISIONS
+from toolkit.options import CheckOptions, ConvertOptions, DeviceOptions, Kind, Option, options_of
 
-F = Callable[..., Any]
-
-
-def convert_options(func: F) -> F:
-    """The options of ``edgetk convert`` that ``edgetk run`` also takes."""
-    decorators = [
-        click.option("--target", "target", metavar="NAME", help="Target profile (default: this machine's)."),
-        click.option("--targets-dir", "targets_dirs", multiple=True, type=click.Path(path_type=Path),
-                     help="Extra folder of target profiles (repeatable)."),
-        click.option("--calibration", type=click.Path(path_type=Path),
-                     help="Calibration data: .npy, .npz (keys = input names, or x) or an image folder."),
-        click.option("--calibration-samples", type=click.IntRange(1), metavar="N", help="Use a deterministic subset of N samples."),
-        click.option("--calibration-method", type=click.Choice(["minmax", "entropy", "percentile"]),
-                     help="ONNX static INT8 calibration method."),
-        click.option("--eval-data", type=click.Path(path_type=Path),
-                     help="Held-out data for verification (.npz; labels under y give accuracy)."),
-        click.option("--precision", "precisions", multiple=True, type=click.Choice(PRECISIONS),
-                     help="Build these precisions instead of the profile's recipes (repeatable)."),
-        click.option("--format", "formats", multiple=True, type=click.Choice(FORMATS),
-                     help="Artifact formats to build (repeatable)."),
-        click.option("--input-shape", "input_shapes", multiple=True, metavar="NAME=D0,D1,...",
-                     help="Pin an input's shape (batch defaults to 1)."),
-        click.option("--dynamic-batch", is_flag=True, help="Keep the batch dimension dynamic where the route can."),
-        click.option("--io-dtype", type=click.Choice(["int8", "uint8", "float32"]),
-                     help="Input/output type of TFLite INT8 artifacts (default int8)."),
-        click.option("--labels", type=click.Path(path_type=Path), help="Class names, one a line."),
-        click.option("--weights", type=click.Path(path_type=Path), help="State dict for a PyTorch factory source."),
-        click.option("--threads", type=click.IntRange(1), help="Threads for host timing (default: the profile's)."),
-        click.option("--name", help="Bundle name (default: <source stem>-<target>)."),
-        click.option("--out", type=click.Path(path_type=Path), help="Bundle directory (default ./bundles/<name>)."),
-        click.option("--force", is_flag=True, help="Replace an existing bundle."),
-        click.option("--no-cache", is_flag=True, help="Convert again even if a cached result exists."),
-    ]
-    for decorator in reversed(decorators):
-        func = decorator(func)
-    return func
+F = TypeVar("F", bound=Callable[..., Any])
 
 
-def build_convert_options(source: str, values: dict[str, Any]) -> Any:
-    """ConvertOptions from the parsed click values (imports the pipeline lazily)."""
-    from toolkit.calibration import parse_input_shapes
-    from toolkit.pipeline import ConvertOptions
+class PathType(click.Path):
+    """``click.Path(path_type=Path)`` without importing pathlib before a value is converted."""
 
-    return ConvertOptions(
-        source=source,
-        target=values.get("target"),
-        calibration=values.get("calibration"),
-        eval_data=values.get("eval_data"),
-        precisions=tuple(values.get("precisions") or ()),
-        formats=tuple(values.get("formats") or ()),
-        input_shapes=parse_input_shapes(values.get("input_shapes") or ()),
-        name=values.get("name"),
-        out=values.get("out"),
-        force=bool(values.get("force")),
-        calibration_samples=values.get("calibration_samples"),
-        labels=values.get("labels"),
-        weights=values.get("weights"),
-        targets_dirs=tuple(values.get("targets_dirs") or ()),
-        dynamic_batch=bool(values.get("dynamic_batch")),
-        io_dtype=values.get("io_dtype"),
-        calibration_method=values.get("calibration_method"),
-        threads=values.get("threads"),
-        use_cache=not values.get("no_cache"),
-    )
+    def __init__(self) -> None:
+        super().__init__()
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        from pathlib import Path
+
+        return Path(str(super().convert(value, param, ctx)))
+
+
+class LazyChoice(click.Choice):
+    """A ``click.Choice`` whose choices come from a function, called on first use."""
+
+    def __init__(self, load: Callable[[], Sequence[str]], case_sensitive: bool = True) -> None:
+        self._load = load
+        self._choices: tuple[str, ...] | None = None
+        self.case_sensitive = case_sensitive
+
+    @property
+    def choices(self) -> tuple[str, ...]:  # click's is a plain attribute; here it loads on first use
+        if self._choices is None:
+            self._choices = tuple(self._load())
+        return self._choices
+
+    @choices.setter
+    def choices(self, value: Sequence[str]) -> None:
+        self._choices = tuple(value)
+
+
+def _click_type(option: Option) -> Any:
+    how = option.flag
+    if how.kind is Kind.PATH:
+        return PathType()
+    if how.kind is Kind.CHOICE:
+        assert how.choices is not None, option.field
+        return LazyChoice(how.choices)
+    if how.kind in (Kind.INT, Kind.FLOAT):
+        number = click.IntRange if how.kind is Kind.INT else click.FloatRange
+        if how.minimum is None and how.maximum is None:
+            return int if how.kind is Kind.INT else float
+        return number(how.minimum, how.maximum)  # type: ignore[arg-type]
+    return None  # text
+
+
+def click_option(option: Option) -> Callable[[F], F]:
+    """The click option of one flagged field."""
+    how = option.flag
+    kwargs: dict[str, Any] = {"help": how.help}
+    if how.kind is Kind.SWITCH:
+        kwargs["is_flag"] = True
+    else:
+        kwargs["type"] = _click_type(option)
+        kwargs["multiple"] = how.multiple
+        if how.metavar:
+            kwargs["metavar"] = how.metavar
+        if not how.multiple and how.kind is not Kind.SHAPES:
+            kwargs["default"] = option.default
+            kwargs["show_default"] = how.show_default
+    return click.option(option.long, option.param, **kwargs)
+
+
+def click_options(*classes: type) -> Callable[[F], F]:
+    """A decorator adding every flagged field of the option classes as click options, in declaration order."""
+    options = [o for cls in classes for o in options_of(cls)]
+
+    def decorate(func: F) -> F:
+        for option in reversed(options):
+            func = click_option(option)(func)
+        return func
+
+    return decorate
+
+
+convert_options = click_options(ConvertOptions)
+device_options = click_options(DeviceOptions)
+check_options = click_options(CheckOptions)
+
+json_option = click.option("--json", "as_json", is_flag=True, help="Print one JSON document on stdout.")

@@ -1,4 +1,4 @@
-"""``edgetk report (BUNDLE | --history) [--html OUT.html] [--store PATH] [--json]``.
+"""``edgetk report (BUNDLE | --history) [--html OUT.html] [--store PATH] [--json]`` (``toolkit.api.make_report``).
 
 For a bundle: the per-bundle table (what convert measured on the host beside the newest stored check on each
 device). ``--history``: every stored check and the p50 trends. ``--html`` writes a self-contained page with
@@ -8,37 +8,32 @@ plots (matplotlib, embedded as base64 PNG); ``--json`` prints the data the page 
 
 from __future__ import annotations
 
-import json
-from pathlib import Path
+from typing import Any
 
 import click
 
+from toolkit.cli._output import emit
+from toolkit.cli.options import PathType
+
 
 @click.command("report")
-@click.argument("bundle", required=False, type=click.Path(path_type=Path))
+@click.argument("bundle", required=False, type=PathType())
 @click.option("--history", "whole_history", is_flag=True, help="Report the whole check history instead of a bundle.")
-@click.option("--html", "html_out", type=click.Path(path_type=Path), default=None,
-              help="Write a self-contained HTML page with plots here.")
+@click.option("--html", "html", type=PathType(), default=None, help="Write a self-contained HTML page with plots here.")
 @click.option("--device", default=None, help="Only checks of this device.")
-@click.option("--store", type=click.Path(path_type=Path), default=None,
+@click.option("--store", type=PathType(), default=None,
               help="Check history file (default $EDGETK_STORE or ~/.local/share/edgetk/history.sqlite).")
 @click.option("--json", "as_json", is_flag=True, help="Print the report's data as one JSON document.")
-def report(bundle: Path | None, whole_history: bool, html_out: Path | None, device: str | None,
-           store: Path | None, as_json: bool) -> None:
+def report(as_json: bool, **values: Any) -> None:
     """Tables and plots for a bundle (host and device measurements) or for the whole check history."""
-    from toolkit.errors import UsageError
-    from toolkit.reporting.html import collect, write_html
+    from toolkit import api
     from toolkit.reporting.terminal import bundle_table, render_table, stdout_is_terminal
 
-    if (bundle is None) == (not whole_history):
-        raise UsageError("Pass either a BUNDLE directory or --history.",
-                         hint="edgetk report bundles/NAME --html report.html, or edgetk report --history")
-    data = collect(None if whole_history else bundle, store=store, device=device)
-    if html_out is not None:
-        write_html(data, html_out)
-        click.echo(f"wrote {html_out}", err=True)
+    data = api.make_report(**values)
+    if values["html"] is not None:
+        click.echo(f"wrote {values['html']}", err=True)
     if as_json:
-        click.echo(json.dumps(data.to_dict(), indent=2))
+        emit(data.to_dict())
         return
     colour = stdout_is_terminal()
     if data.manifest is not None:

@@ -9,21 +9,18 @@ the bundled example).
 
 from __future__ import annotations
 
-import difflib
-import json
-from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
-from toolkit.cli._fleet import device_options
-from toolkit.cli.deploy_cmd import _check_options
-from toolkit.cli.options import convert_options
+from toolkit.cli._output import done, emit
+from toolkit.cli.options import PathType, check_options, convert_options, device_options
+
+if TYPE_CHECKING:  # pragma: no cover
+    from pathlib import Path
 
 # Options that are not part of a replayable run.
 _NOT_RECORDED = {"as_json", "config"}
-# Path-valued options recorded as absolute paths so the replay works from another folder.
-_PATHS = {"calibration", "eval_data", "labels", "weights", "out", "inventory", "known_hosts", "store"}
 
 
 def _flag_names(command: click.Command) -> dict[str, click.Parameter]:
@@ -41,6 +38,8 @@ def _flag_names(command: click.Command) -> dict[str, click.Parameter]:
 
 def _apply_config(ctx: click.Context, values: dict[str, Any], path: Path) -> None:
     """Fill ``values`` from the config file wherever the user gave no flag (flags win)."""
+    import difflib
+
     from toolkit.errors import UsageError
     from toolkit.runconfig import read_run_config
 
@@ -66,6 +65,8 @@ def _apply_config(ctx: click.Context, values: dict[str, Any], path: Path) -> Non
 
 def _record(ctx: click.Context, values: dict[str, Any]) -> dict[str, Any]:
     """The effective options as run.toml keys (flag names); paths absolute; unset options left out."""
+    from pathlib import Path
+
     assert ctx.command is not None
     out: dict[str, Any] = {}
     for flag, param in _flag_names(ctx.command).items():
@@ -75,16 +76,12 @@ def _record(ctx: click.Context, values: dict[str, Any]) -> dict[str, Any]:
         value = values.get(name)
         if value is None or value == () or value is False:
             continue
-        if name in _PATHS:
-            value = str(Path(value).resolve())
-        elif name == "targets_dirs":
-            value = [str(Path(v).resolve()) for v in value]
+        if isinstance(param.type, click.Path):  # absolute, so the replay works from another folder
+            value = [str(Path(v).resolve()) for v in value] if param.multiple else str(Path(value).resolve())
         elif name == "source" and Path(str(value)).exists():
             value = str(Path(str(value)).resolve())
         elif isinstance(value, tuple):
-            value = [str(v) if isinstance(v, Path) else v for v in value]
-        elif isinstance(value, Path):
-            value = str(value)
+            value = list(value)
         out[flag] = value
     out["force"] = True  # a replay rebuilds the bundle the config came from
     return out
@@ -100,23 +97,22 @@ def _finish(result: Any, as_json: bool, *, next_hint: bool = True) -> None:
     from toolkit.reporting.terminal import run_summary
 
     if as_json:
-        click.echo(json.dumps(result.to_dict(), indent=2))
+        emit(result.to_dict())
     else:
         click.echo(run_summary(result, colour=_colour()), color=_colour())
         if result.passed and next_hint:
             click.echo(f"next: edgetk report {result.bundle_dir} --html report.html", err=True)
-    if result.exit_code:
-        raise SystemExit(result.exit_code)
+    done(result.exit_code)
 
 
 @click.command("run")
 @click.argument("source", required=False)
 @convert_options
 @device_options
-@_check_options
+@check_options
 @click.option("--force-deploy", is_flag=True,
               help="Deploy even if the bundle's target arch differs from the device's.")
-@click.option("--config", "config", type=click.Path(path_type=Path), default=None,
+@click.option("--config", "config", type=PathType(), default=None,
               help="Replay a run: a run.toml (or a bundle made by `edgetk run`); flags given beside it win.")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON document on stdout (docs/schemas/run.md).")
 @click.pass_context
@@ -127,8 +123,8 @@ def run(ctx: click.Context, **values: Any) -> None:
     (run.toml) so `edgetk run --config BUNDLE/run.toml` does the same run again.
     """
     from toolkit import api
-    from toolkit.cli.options import build_convert_options
     from toolkit.errors import UsageError
+    from toolkit.options import CheckOptions, ConvertOptions, DeviceOptions, keywords_from_params
     from toolkit.reporting.progress import StageProgress
 
     if values.get("config") is not None:
@@ -136,42 +132,29 @@ def run(ctx: click.Context, **values: Any) -> None:
     source = values.get("source")
     if not source:
         raise UsageError("No SOURCE given.", hint="Pass a model path, or --config FILE to replay a run.")
-    options = build_convert_options(str(source), values)  # parses --input-shape etc. exactly as convert does
     progress = StageProgress()
-    config = _record(ctx, values)
     result = api.run(
-        source,
-        devices=values.get("devices") or (), inventory=values.get("inventory"), group=values.get("group"),
-        parallel=values["parallel"], trust_new_host=values["trust_new_host"], known_hosts=values.get("known_hosts"),
-        runs=values["runs"], warmup=values["warmup"], budget_ms=values.get("budget_ms"),
-        baseline=values["baseline"], regression_pct=values["regression_pct"], store=values.get("store"),
-        deploy_force=values["force_deploy"], progress=progress, progress_stream=progress.stream("deploy"),
-        config=config, **_convert_keywords(options),
+        source, deploy_force=values["force_deploy"], progress=progress, progress_stream=progress.stream("deploy"),
+        config=_record(ctx, values), **keywords_from_params(values, ConvertOptions, DeviceOptions, CheckOptions),
     )
     _finish(result, values["as_json"])
 
 
-def _convert_keywords(options: Any) -> dict[str, Any]:
-    from toolkit.api import _CONVERT_KEYS
-
-    return {key: getattr(options, key) for key in _CONVERT_KEYS}
-
-
 @click.command("quickstart")
-@click.option("--out", type=click.Path(path_type=Path), default=None,
+@click.option("--out", type=PathType(), default=None,
               help="Where to write the example bundle (default ./bundles/digits-<this machine's target>).")
 @click.option("--runs", type=click.IntRange(1), default=30, show_default=True, help="Timed runs per artifact.")
-@click.option("--store", type=click.Path(path_type=Path), default=None,
+@click.option("--store", type=PathType(), default=None,
               help="Check history file (default $EDGETK_STORE or ~/.local/share/edgetk/history.sqlite).")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON document on stdout (as `edgetk run --json`).")
-def quickstart(out: Path | None, runs: int, store: Path | None, as_json: bool) -> None:
+def quickstart(out: Any, runs: int, store: Any, as_json: bool) -> None:
     """The whole job on this machine, nothing to bring: a small digits model, trained once and cached, is
     converted for this machine's target profile, deployed to `local` and checked there."""
-    from toolkit.example import quickstart as do_quickstart
+    from toolkit import api
     from toolkit.reporting.progress import StageProgress
 
     progress = StageProgress(stages=("convert", "deploy", "check"))
-    result = do_quickstart(out=out, store=store, runs=runs, progress=progress,
+    result = api.quickstart(out=out, store=store, runs=runs, progress=progress,
                            progress_stream=progress.stream("deploy"))
     _finish(result, as_json, next_hint=False)
     if not as_json:

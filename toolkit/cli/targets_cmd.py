@@ -1,36 +1,25 @@
-"""``edgetk targets list|show``: the device profiles, shipped and the user's, and where each came from."""
+"""``edgetk targets list|show``: the device profiles, shipped and the user's, and where each came from
+(``toolkit.api.list_targets`` / ``show_target``)."""
 
 from __future__ import annotations
 
-import json
-from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
-from toolkit.targets import TargetProfile, get_profile, load_profiles
+from toolkit.cli._output import emit
+from toolkit.cli.options import PathType
+
+if TYPE_CHECKING:  # pragma: no cover
+    from toolkit.targets import TargetProfile
 
 _targets_dir_option = click.option(
     "--targets-dir",
     "targets_dirs",
     multiple=True,
-    type=click.Path(path_type=Path),
+    type=PathType(),
     help="A folder of your own <name>.toml profiles (repeatable; wins over shipped ones of the same name).",
 )
-
-
-def _summary(profile: TargetProfile) -> dict[str, Any]:
-    return {
-        "name": profile.name,
-        "arch": profile.arch,
-        "description": profile.description,
-        "source": profile.origin,
-        "path": str(profile.path) if profile.path else None,
-        "extends": profile.extends,
-        "preferred_recipe": profile.preferred_recipe.label,
-        "latency_budget_ms": profile.latency_budget_ms,
-        "edgetpu": profile.edgetpu,
-    }
 
 
 @click.group("targets")
@@ -41,12 +30,13 @@ def targets() -> None:
 @targets.command("list")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON document (a list of profiles).")
 @_targets_dir_option
-def list_targets(as_json: bool, targets_dirs: tuple[Path, ...]) -> None:
+def list_targets(as_json: bool, targets_dirs: tuple[Any, ...]) -> None:
     """List every target profile: name, arch, preferred recipe, latency budget, where it came from."""
-    profiles = load_profiles(targets_dirs=targets_dirs)
-    rows = [_summary(p) for p in profiles.values()]
+    from toolkit import api
+
+    rows = api.list_targets(targets_dirs=targets_dirs).to_dict()
     if as_json:
-        click.echo(json.dumps(rows, indent=2))
+        emit(rows)
         return
     header = ("NAME", "ARCH", "PREFERRED RECIPE", "BUDGET", "SOURCE")
     table = [header] + [
@@ -63,15 +53,15 @@ def list_targets(as_json: bool, targets_dirs: tuple[Path, ...]) -> None:
 @click.argument("name")
 @click.option("--json", "as_json", is_flag=True, help="Print the resolved profile as one JSON document.")
 @_targets_dir_option
-def show_target(name: str, as_json: bool, targets_dirs: tuple[Path, ...]) -> None:
+def show_target(name: str, as_json: bool, targets_dirs: tuple[Any, ...]) -> None:
     """Show one resolved profile (extends applied) and the file it came from."""
-    profile = get_profile(name, targets_dirs=targets_dirs)
+    from toolkit import api
+
+    view = api.show_target(name, targets_dirs=targets_dirs)
     if as_json:
-        data = profile.to_dict()
-        data["source"] = profile.origin
-        click.echo(json.dumps(data, indent=2))
+        emit(view.to_dict())
         return
-    click.echo(_render(profile))
+    click.echo(_render(view.profile))
 
 
 def _render(p: TargetProfile) -> str:

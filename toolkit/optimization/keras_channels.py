@@ -190,7 +190,7 @@ def prune_keras_channels(net: Any, sparsity: float, sample: np.ndarray) -> tuple
     import keras
 
     from toolkit.optimization.keras_graph import as_functional
-    from toolkit.optimization.structured import keep_channels
+    from toolkit.optimization.pruning import keep_channels
 
     functional = as_functional(net)
     if len(functional.inputs) != 1 or len(functional.outputs) != 1:

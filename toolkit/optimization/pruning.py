@@ -28,6 +28,13 @@ def check_sparsity(sparsity: float) -> None:
                          hint="Pass e.g. --prune 0.5 to zero half of the conv and dense weights.")
 
 
+def keep_channels(norms: np.ndarray, sparsity: float) -> np.ndarray:
+    """The channels with the largest L1 norms, leaving out ``ceil(sparsity * n)`` of them (at least one kept)."""
+    count = norms.size
+    remove = min(count - 1, math.ceil(sparsity * count))
+    return np.sort(np.argsort(-norms, kind="stable")[: count - remove])
+
+
 def keep_masks(arrays: list[np.ndarray], sparsity: float, scope: str) -> list[np.ndarray]:
     """Boolean keep-masks that zero exactly ceil(sparsity * n) smallest-magnitude weights (of all kernels
     together for ``global``, of each kernel for ``layer``)."""

@@ -9,7 +9,6 @@ Fine-tunes afterwards when training data is given.
 
 from __future__ import annotations
 
-import math
 from typing import Any
 
 import numpy as np
@@ -17,15 +16,8 @@ import numpy as np
 from toolkit.errors import UsageError
 from toolkit.optimization import models
 from toolkit.optimization.data import LabelledData
-from toolkit.optimization.pruning import check_sparsity
+from toolkit.optimization.pruning import check_sparsity, keep_channels
 from toolkit.optimization.training import FineTuneConfig, fine_tune
-
-
-def keep_channels(norms: np.ndarray, sparsity: float) -> np.ndarray:
-    """The channels with the largest L1 norms, leaving out ``ceil(sparsity * n)`` of them (at least one kept)."""
-    count = norms.size
-    remove = min(count - 1, math.ceil(sparsity * count))
-    return np.sort(np.argsort(-norms, kind="stable")[: count - remove])
 
 
 def prune_structured(model: models.OptimizableModel, *, sparsity: float, sample: tuple[np.ndarray, ...],
