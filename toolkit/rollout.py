@@ -1,17 +1,37 @@
-"""One bundle deployed and/or checked on one device: the unit of work that ``edgetk deploy``/``check`` and
-``toolkit.deploy``/``toolkit.check`` hand to the fleet runner."""
+"""One bundle deployed and/or checked on one device (:class:`BundleJob`, the unit of work that ``edgetk
+deploy``/``check`` and ``toolkit.deploy``/``toolkit.check`` hand to the fleet runner), and staged rollouts:
+the fleet in waves, stopped when a wave fails too often, the devices already updated rolled back on request.
+
+Staged rollouts follow Ansible's ``serial`` + ``max_fail_percentage`` (and what hawkBit's rollout groups and
+Mender's phased deployments do), on the same fleet runner as every other command (bounded threads, one
+connection per device at a time, closed after its task):
+
+- ``--waves 1,10%,100%``: batch sizes, each a device count or a share of the fleet (rounded up, at least 1);
+  the last size repeats until every device had its turn (``1,10%`` = one canary, then 10% at a time);
+- ``--max-failures 5%`` (or a count): the rollout stops after a wave in which MORE than that many devices
+  failed (deploy or check, exit code != 0); the default 0 stops at the first failing device;
+- ``--rollback-on-failure``: when it stops, every device that this rollout switched to the new version (all
+  waves so far, the failing one included) goes back to the version it ran before.
+"""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import math
+import threading
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, TextIO
+from typing import Any, Generic, TextIO, TypeVar
 
 from toolkit.bundle import Bundle, read_bundle
 from toolkit.checking import GateOptions
+from toolkit.devices.fleet import DeviceOutcome, FleetResult
+from toolkit.devices.spec import DeviceSpec
 from toolkit.errors import UsageError
-from toolkit.store import Store
+from toolkit.store.guard import GuardedStore, StoreStatus
 from toolkit.types import CheckReport
+
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -26,7 +46,10 @@ class BundleJob:
     runs: int
     warmup: int
     gates: GateOptions
-    store: Store | None
+    store: GuardedStore | None
+    # devices this job switched to the bundle's version -> the version they ran before (for a rollback)
+    switched: dict[str, str | None] = field(default_factory=dict, compare=False, repr=False)
+    _lock: threading.Lock = field(default_factory=threading.Lock, compare=False, repr=False)
 
     def run(self, device: Any, *, progress_stream: TextIO | Any | None) -> tuple[Any, list[CheckReport]]:
         """(push result or None, check reports) for one connected ``toolkit.deployment.Device``."""
@@ -38,12 +61,19 @@ class BundleJob:
             if self.install
             else None
         )
+        if pushed is not None and pushed.previous != pushed.version:
+            with self._lock:
+                self.switched[device.spec.name] = pushed.previous
         reports = (
             run_check(device, self.bundle, runs=self.runs, warmup=self.warmup, gates=self.gates, store=self.store)
             if self.check
             else []
         )
         return pushed, list(reports)
+
+    def store_status(self) -> StoreStatus | None:
+        """Where the check reports went (None when the job checks nothing)."""
+        return self.store.status() if self.store is not None else None
 
 
 def prepare_job(
@@ -59,14 +89,16 @@ def prepare_job(
     baseline: str,
     regression_pct: float,
     store: str | Path | None,
+    store_fallback: bool = False,
 ) -> BundleJob:
-    """Read and validate the bundle and the gate options once, before any device is contacted."""
+    """Read and validate the bundle and the gate options once, before any device is contacted; open the history
+    (migrating it if needed). A history that is down does not stop the job: its status says so afterwards."""
     from toolkit.deployment import validate_name
 
     bundle = read_bundle(Path(bundle_path))
     validate_name(bundle.name)
-    history = Store(Path(store) if store is not None else None) if check else None
-    if history is not None and baseline not in ("last", "none") and not history.exists(baseline):
+    history = GuardedStore(store, fallback=store_fallback) if check else None
+    if history is not None and history.probe() and baseline not in ("last", "none") and not history.exists(baseline):
         raise UsageError(
             f"No stored check {baseline!r} in {history.path}.",
             hint="Use --baseline last, none, or an id from `edgetk history`.",
@@ -81,4 +113,182 @@ def prepare_job(
         warmup=warmup,
         gates=GateOptions(budget_ms=budget_ms, baseline=baseline, regression_pct=regression_pct),
         store=history,
+    )
+
+
+# ------------------------------------------------------------------------------------------ staged rollouts
+
+
+def _size(text: str, what: str) -> tuple[int | None, float | None]:
+    """'5' -> (5, None); '10%' -> (None, 10.0)."""
+    raw = text.strip()
+    try:
+        if raw.endswith("%"):
+            pct = float(raw[:-1])
+            if not 0 <= pct <= 100:
+                raise ValueError
+            return None, pct
+        count = int(raw)
+        if count < 0:
+            raise ValueError
+        return count, None
+    except ValueError:
+        raise UsageError(f"{what}: {text!r} is neither a device count nor a percentage from 0% to 100%.",
+                         hint="Examples: --waves 1,10%,100%  --max-failures 5%  --max-failures 2") from None
+
+
+@dataclass(frozen=True)
+class WavePlan:
+    """Batch sizes as given (``("1", "10%", "100%")``); the last repeats until the fleet is done."""
+
+    sizes: tuple[str, ...]
+
+    @classmethod
+    def parse(cls, text: str) -> WavePlan:
+        sizes = tuple(s.strip() for s in text.split(",") if s.strip())
+        if not sizes:
+            raise UsageError("--waves needs at least one size, e.g. --waves 1,10%,100%.")
+        for s in sizes:
+            count, pct = _size(s, "--waves")
+            if count == 0 or pct == 0:
+                raise UsageError(f"--waves: a wave of {s} devices would never finish the rollout.")
+        return cls(sizes)
+
+    def batches(self, total: int) -> list[int]:
+        """The wave sizes for a fleet of ``total`` devices (they add up to ``total``)."""
+        out: list[int] = []
+        left, index = total, 0
+        while left > 0:
+            count, pct = _size(self.sizes[min(index, len(self.sizes) - 1)], "--waves")
+            size = count if count is not None else max(1, math.ceil(total * (pct or 0) / 100.0))
+            out.append(min(size, left))
+            left -= out[-1]
+            index += 1
+        return out
+
+
+@dataclass(frozen=True)
+class FailureLimit:
+    """``--max-failures``: a count or a percentage of a wave; exceeded when MORE devices than that failed."""
+
+    count: int | None = 0
+    percent: float | None = None
+
+    @classmethod
+    def parse(cls, text: str) -> FailureLimit:
+        count, pct = _size(text, "--max-failures")
+        return cls(count, pct)
+
+    def exceeded(self, failed: int, size: int) -> bool:
+        if self.percent is not None:
+            return size > 0 and 100.0 * failed / size > self.percent
+        return failed > (self.count or 0)
+
+    def __str__(self) -> str:
+        return f"{self.percent:g}%" if self.percent is not None else str(self.count)
+
+
+@dataclass(frozen=True)
+class WaveResult:
+    index: int  # 1-based
+    devices: tuple[str, ...]
+    failed: tuple[str, ...]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"wave": self.index, "devices": list(self.devices), "failed": list(self.failed),
+                "failed_pct": round(100.0 * len(self.failed) / len(self.devices), 1) if self.devices else 0.0}
+
+
+@dataclass(frozen=True)
+class RolloutResult(Generic[T]):
+    """Every wave that ran, the outcomes of every device that had its turn (in fleet order), why it stopped,
+    the devices never reached and what the rollback did."""
+
+    waves: tuple[WaveResult, ...]
+    outcomes: tuple[DeviceOutcome[T], ...]
+    stopped: str | None  # why the rollout stopped early (None: every wave ran)
+    not_started: tuple[str, ...]
+    rolled_back: tuple[DeviceOutcome[Any], ...] = ()
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "waves": [w.to_dict() for w in self.waves], "stopped": self.stopped, "not_started": list(self.not_started),
+            "rolled_back": [{"device": o.device, "ok": o.ok, "error": o.error} for o in self.rolled_back],
+        }
+
+
+def staged_rollout(
+    specs: Sequence[DeviceSpec],
+    run: Callable[[Sequence[DeviceSpec]], FleetResult[T]],
+    *,
+    plan: WavePlan,
+    max_failures: FailureLimit,
+    rollback: Callable[[Sequence[DeviceSpec]], FleetResult[Any]] | None = None,
+    switched: Callable[[], Sequence[str]] = lambda: (),
+    failed: Callable[[DeviceOutcome[T]], bool] = lambda o: not o.ok,
+) -> RolloutResult[T]:
+    """Run ``run`` on the fleet wave by wave; stop after a wave that exceeds ``max_failures``; then, with
+    ``rollback``, hand it the devices that ``switched()`` names (those the rollout switched to the new version)."""
+    waves: list[WaveResult] = []
+    outcomes: list[DeviceOutcome[T]] = []
+    start, stopped = 0, None
+    for index, size in enumerate(plan.batches(len(specs)), start=1):
+        batch = specs[start:start + size]
+        start += size
+        result = run(batch)
+        outcomes.extend(result.outcomes)
+        bad = tuple(o.device for o in result.outcomes if failed(o))
+        waves.append(WaveResult(index, tuple(s.name for s in batch), bad))
+        if max_failures.exceeded(len(bad), len(batch)):
+            stopped = (f"wave {index}: {len(bad)} of {len(batch)} devices failed "
+                       f"({100.0 * len(bad) / len(batch):.0f}%), more than --max-failures {max_failures}")
+            break
+    not_started = tuple(s.name for s in specs[start:]) if stopped else ()
+    rolled: tuple[DeviceOutcome[Any], ...] = ()
+    if stopped and rollback is not None:
+        names = set(switched())
+        back = [s for s in specs if s.name in names]
+        if back:
+            rolled = rollback(back).outcomes
+    return RolloutResult(tuple(waves), tuple(outcomes), stopped, not_started, rolled)
+
+
+def _check_failed(outcome: DeviceOutcome[tuple[Any, list[CheckReport]]]) -> bool:
+    if not outcome.ok or outcome.value is None:
+        return True
+    return any(not r.gates.passed for r in outcome.value[1])
+
+
+def deploy_in_waves(
+    job: BundleJob,
+    specs: Sequence[DeviceSpec],
+    *,
+    connect: Callable[[DeviceSpec], Any],
+    parallel: int,
+    plan: WavePlan,
+    max_failures: FailureLimit,
+    rollback_on_failure: bool,
+    progress_stream: TextIO | Any | None = None,
+) -> RolloutResult[tuple[Any, list[CheckReport]]]:
+    """``edgetk deploy --waves``: ``job`` on the fleet wave by wave (``connect(spec)`` -> a connection context
+    manager); a device fails a wave when its deploy or its check (gates included) fails."""
+    from toolkit.deployment import Device
+    from toolkit.deployment import rollback as switch_back
+    from toolkit.devices.fleet import run_fleet
+
+    def task(spec: DeviceSpec) -> tuple[Any, list[CheckReport]]:
+        with connect(spec) as conn:
+            return job.run(Device(spec, conn), progress_stream=progress_stream)
+
+    def back(spec: DeviceSpec) -> dict[str, Any]:
+        with connect(spec) as conn:
+            if job.switched.get(spec.name) is None:
+                raise UsageError(f"{spec.name}: {job.bundle.name} had no earlier version there to go back to.",
+                                 hint=f"Remove it if needed: edgetk remove {job.bundle.name} --device ...")
+            return switch_back(Device(spec, conn), job.bundle.name)
+
+    return staged_rollout(
+        specs, lambda batch: run_fleet(batch, task, parallel=parallel), plan=plan, max_failures=max_failures,
+        rollback=(lambda devices: run_fleet(devices, back, parallel=parallel)) if rollback_on_failure else None,
+        switched=lambda: list(job.switched), failed=_check_failed,
     )
