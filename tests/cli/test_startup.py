@@ -8,7 +8,7 @@ import sys
 
 from tests.fixtures.cli import run_edgetk
 
-HEAVY = ("tensorflow", "torch", "onnx", "onnxruntime", "paramiko", "keras", "ai_edge_litert")
+HEAVY = ("tensorflow", "torch", "onnx", "onnxruntime", "paramiko", "keras", "ai_edge_litert", "pydantic")
 
 
 def test_help_imports_nothing_heavy() -> None:
