@@ -21,6 +21,14 @@ Every failure is a JSON error ``{"kind", "message", "hint"}`` with ``kind`` one 
 whenever the JSON document was printed (even when artifacts failed), 2 for a usage error (still one JSON
 document). Native libraries that print to stdout cannot corrupt the document: fd 1 is pointed at stderr while
 the runner works and the JSON is written to the saved original stdout at the end.
+
+Per artifact report keys read by the host's gates (toolkit/checking.py): ``latency_samples_ms`` (every timed
+run in ms, in the order measured, thinned evenly to MAX_SAMPLES; the host stores them so that the regression
+gate tests samples from several checks rather than one median) and, where the runtime can tell,
+``placement``: ``{"intended", "nodes_total", "nodes_on_intended", "time_share_on_intended",
+"fallback_ops": [...]}`` (``intended`` the delegate or execution provider the artifact asks for:
+``edgetpu``/``xnnpack``/``gpu`` or an ONNX Runtime provider name; ``fallback_ops`` the nodes that ran
+elsewhere, each a string or ``{"name", "op_type", "on"}``).
 """
 
 import argparse
@@ -545,14 +553,15 @@ def _np_dtype(numpy, ort_type):
 class Tensor(object):
     """One input or output as the runtime sees it, with its affine quantization when it is an integer."""
 
-    def __init__(self, name, shape, dtype, scale, zero_point, key):
-        # type: (str, list, Any, float, int, Any) -> None
+    def __init__(self, name, shape, dtype, scale, zero_point, key, signature=None):
+        # type: (str, list, Any, float, int, Any, Any) -> None
         self.name = name
         self.shape = shape
         self.dtype = dtype
         self.scale = scale
         self.zero_point = zero_point
         self.key = key  # interpreter tensor index or ORT name
+        self.signature = signature if signature is not None else shape  # -1 where a dimension is dynamic
 
     @property
     def quantized(self):
@@ -563,23 +572,43 @@ class Tensor(object):
 class TFLiteModel(object):
     format = "tflite"
 
-    def __init__(self, runtime, version, interpreter_cls, path, threads):
-        # type: (str, Any, Any, str, int) -> None
+    def __init__(self, runtime, version, interpreter_cls, path, threads, delegates=None):
+        # type: (str, Any, Any, str, int, Any) -> None
         self.runtime = runtime
         self.version = version
-        self.interpreter = interpreter_cls(model_path=path, num_threads=threads)
+        if delegates:
+            self.interpreter = interpreter_cls(model_path=path, num_threads=threads,
+                                               experimental_delegates=list(delegates))
+        else:
+            self.interpreter = interpreter_cls(model_path=path, num_threads=threads)
         self.interpreter.allocate_tensors()
         self.inputs = [self._tensor(d) for d in self.interpreter.get_input_details()]
         self.outputs = [self._tensor(d) for d in self.interpreter.get_output_details()]
         self.extra = {}  # type: dict
+        self.delegates = list(delegates or [])
 
     @staticmethod
     def _tensor(detail):
         # type: (dict) -> Tensor
         numpy = _import_numpy()
         scale, zero = detail.get("quantization", (0.0, 0))
+        signature = detail.get("shape_signature")
         return Tensor(detail["name"], [int(d) for d in detail["shape"]], numpy.dtype(detail["dtype"]),
-                      float(scale), int(zero), detail["index"])
+                      float(scale), int(zero), detail["index"],
+                      [int(d) for d in signature] if signature is not None else None)
+
+    def dynamic_batch(self):
+        # type: () -> bool
+        return bool(self.inputs) and all(t.signature and t.signature[0] == -1 for t in self.inputs)
+
+    def resize_batch(self, batch):
+        # type: (int) -> None
+        """Resize every input's batch dimension (only for a dynamic batch) and re-allocate."""
+        for tensor in self.inputs:
+            self.interpreter.resize_tensor_input(tensor.key, [batch] + list(tensor.shape[1:]))
+        self.interpreter.allocate_tensors()
+        self.inputs = [self._tensor(d) for d in self.interpreter.get_input_details()]
+        self.outputs = [self._tensor(d) for d in self.interpreter.get_output_details()]
 
     def set_inputs(self, pairs):
         # type: (list) -> None
@@ -636,10 +665,15 @@ def select_providers(wanted, available, options=None):
 
 
 class OnnxModel(object):
+    """One ONNX Runtime session. ``profile_prefix`` turns ORT's profiler on (a separate session from the timed
+    one); ``optimized_out`` writes the graph-optimized model there while loading; ``optimization="disable"``
+    loads an already optimized file without optimizing again; ``cache_dir`` holds TensorRT engines."""
+
     format = "onnx"
 
-    def __init__(self, version, path, threads, wanted_providers, record):
-        # type: (Any, str, int, list, dict) -> None
+    def __init__(self, version, path, threads, wanted_providers, record, profile_prefix=None, optimized_out=None,
+                 optimization=None, cache_dir=None):
+        # type: (Any, str, int, list, dict, Any, Any, Any, Any) -> None
         import onnxruntime as ort
 
         numpy = _import_numpy()
@@ -648,10 +682,19 @@ class OnnxModel(object):
         available = list(ort.get_available_providers())
         providers, provider_options, missing = select_providers(
             wanted_providers, available, record.get("provider_options"))
+        if cache_dir:
+            provider_options = device_provider_options(providers, provider_options, cache_dir)
         options = ort.SessionOptions()
         options.intra_op_num_threads = threads
         options.inter_op_num_threads = 1
         options.log_severity_level = 3
+        if profile_prefix:
+            options.enable_profiling = True
+            options.profile_file_prefix = profile_prefix
+        if optimized_out:
+            options.optimized_model_filepath = optimized_out
+        if optimization == "disable":
+            options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
         self.session = ort.InferenceSession(
             path, sess_options=options, providers=providers, provider_options=provider_options)
         self.extra = {
@@ -677,6 +720,14 @@ class OnnxModel(object):
         shape = [d if isinstance(d, int) else -1 for d in node.shape]
         return Tensor(node.name, shape, _np_dtype(numpy, node.type), float(scale), int(zero), node.name)
 
+    def dynamic_batch(self):
+        # type: () -> bool
+        return bool(self.inputs) and all(t.shape and t.shape[0] == -1 for t in self.inputs)
+
+    def resize_batch(self, batch):
+        # type: (int) -> None
+        """ONNX Runtime takes any batch a dynamic dimension allows: nothing to do."""
+
     def set_inputs(self, pairs):
         # type: (list) -> None
         self.feeds = dict((t.key, a) for t, a in pairs)
@@ -701,9 +752,13 @@ class OnnxModel(object):
         return times
 
 
-def open_model(path, fmt, record, threads, forced):
-    # type: (str, str, dict, int, Any) -> Any
-    """Load the artifact in the first runtime that is installed (or the forced one); classify failures."""
+def open_model(path, fmt, record, threads, forced, onnx_options=None):
+    # type: (str, str, dict, int, Any, Any) -> Any
+    """Load the artifact in the first runtime that is installed (or the forced one); classify failures.
+
+    A TFLite artifact that needs a delegate (Edge TPU) gets it through the runtime's ``load_delegate``; the
+    delegate's load time is part of ``load_ms``. ``onnx_options`` go to :class:`OnnxModel` (profiling, caches).
+    """
     candidates = ONNX_RUNTIMES if fmt == "onnx" else TFLITE_RUNTIMES  # type: tuple
     if forced:
         if forced not in candidates:
@@ -727,12 +782,18 @@ def open_model(path, fmt, record, threads, forced):
             continue
         version = _version_of(runtime)
         t1 = time.perf_counter()
+        delegates = []  # type: list
+        library = tflite_delegate_library(record) if fmt == "tflite" else None
+        if library:
+            delegates.append(load_tflite_delegate(runtime, version, library))
         try:
             if fmt == "onnx":
                 providers = [p for p in record.get("execution_providers") or [] if isinstance(p, str)]
-                model = OnnxModel(version, path, threads, providers, record)  # type: Any
+                model = OnnxModel(version, path, threads, providers, record, **(onnx_options or {}))  # type: Any
             else:
-                model = TFLiteModel(runtime, version, interpreter_cls, path, threads)
+                model = TFLiteModel(runtime, version, interpreter_cls, path, threads, delegates)
+                if library:
+                    model.extra["delegate"] = library
             model.import_ms = round((t1 - t0) * 1000.0, 3)
             model.load_ms = round((time.perf_counter() - t1) * 1000.0, 3)
             return model
@@ -751,6 +812,300 @@ def open_model(path, fmt, record, threads, forced):
         "No runtime for .{} artifacts is installed on this device (tried: {}).".format(fmt, "; ".join(missing)),
         hint,
     )
+
+
+# ------------------------------------------------------------------------------------------ accelerators
+
+
+EDGETPU_LIBRARY = "libedgetpu.so.1"
+EDGETPU_CUSTOM_OP = "edgetpu-custom-op"
+EDGETPU_HINT = ("Install the Edge TPU runtime and plug in the Coral: add Coral's apt repository "
+                "(https://coral.ai/docs/accelerator/get-started/), then `sudo apt-get install libedgetpu1-std`. "
+                "The bundle's CPU artifacts are measured without it.")
+DELEGATE_NODE = "DELEGATE"  # the op name the interpreter gives a node that a delegate kernel took over
+XNNPACK = "XNNPACK"
+CPU_PROVIDER = "CPUExecutionProvider"
+TFLITE_TIMES_NOTE = ("{} {}'s Python interpreter exposes no per-operator timer (TFLite's op profiling lives in the "
+                     "C++ benchmark_model tool): reported are each node's operator and whether the delegate took "
+                     "it, read from the graph after delegation; times per operator and the time share on the "
+                     "delegate are unknown.")
+
+
+def tflite_delegate_library(record):
+    # type: (dict) -> Any
+    """The delegate library an artifact needs: the manifest's ``delegate``, or libedgetpu for *_edgetpu.tflite."""
+    library = record.get("delegate")
+    if isinstance(library, str) and library:
+        return library
+    if str(record.get("file", "")).endswith("_edgetpu.tflite"):
+        return EDGETPU_LIBRARY
+    return None
+
+
+def intended_placement(record, fmt):
+    # type: (dict, str) -> str
+    """Where the artifact is meant to run: a delegate (edgetpu, a library name), XNNPACK, or an ORT provider."""
+    if fmt == "onnx":
+        for name in record.get("execution_providers") or []:
+            if isinstance(name, str):
+                return name
+        return CPU_PROVIDER
+    library = tflite_delegate_library(record)
+    if library is None:
+        return XNNPACK
+    return "edgetpu" if "edgetpu" in library else os.path.basename(library)
+
+
+def load_tflite_delegate(runtime, version, library):
+    # type: (str, Any, str) -> Any
+    """``load_delegate(library)`` of the runtime in use; a missing library or device is ``missing_runtime``."""
+    if runtime == "litert":
+        from ai_edge_litert.interpreter import load_delegate
+    elif runtime == "tflite-runtime":
+        from tflite_runtime.interpreter import load_delegate
+    else:
+        import tensorflow as tf
+
+        load_delegate = tf.lite.experimental.load_delegate
+    try:
+        return load_delegate(library)
+    except Exception as exc:  # OSError: no such library; ValueError: the library found no device
+        text = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:300]
+        hint = EDGETPU_HINT if "edgetpu" in library else (
+            "Install {} on the device (the delegate's own package), or use an artifact without a delegate."
+            .format(library))
+        raise RunnerError("missing_runtime", "{} {} could not load the delegate {} ({}).".format(
+            runtime, version or "", library, text), hint)
+
+
+def tflite_nodes(interpreter):
+    # type: (Any) -> Any
+    """[(index, op, inputs, outputs)] of every node the interpreter holds, or None where the runtime hides them.
+
+    After ``allocate_tensors`` the list holds the model's own nodes first, then one ``DELEGATE`` node per
+    partition a delegate took (XNNPACK by default, a loaded delegate such as the Edge TPU's).
+    """
+    wrapper = getattr(interpreter, "_interpreter", None)
+    if wrapper is None or not hasattr(wrapper, "NumNodes"):
+        return None
+    nodes = []
+    for index in range(int(wrapper.NumNodes())):
+        nodes.append((index, str(wrapper.NodeName(index)), [int(t) for t in wrapper.NodeInputs(index)],
+                      [int(t) for t in wrapper.NodeOutputs(index)]))
+    return nodes
+
+
+def delegated_nodes(nodes):
+    # type: (list) -> dict
+    """{own node index: delegate node index} for each model node inside a delegate's partition: walk back from
+    each DELEGATE node's outputs through the producers until its inputs (the partition's boundary)."""
+    producer = {}  # type: dict
+    for index, op, _, outs in nodes:
+        if op != DELEGATE_NODE:
+            for tensor in outs:
+                producer[tensor] = index
+    by_index = dict((n[0], n) for n in nodes)
+    taken = {}  # type: dict
+    for index, op, ins, outs in nodes:
+        if op != DELEGATE_NODE:
+            continue
+        boundary = set(ins)
+        stack = list(outs)
+        seen = set()  # type: set
+        while stack:
+            tensor = stack.pop()
+            if tensor < 0 or tensor in seen or tensor in boundary:
+                continue
+            seen.add(tensor)
+            node = producer.get(tensor)
+            if node is None or node in taken:
+                continue
+            taken[node] = index
+            stack.extend(by_index[node][2])
+    return taken
+
+
+def _tensor_name(interpreter, index):
+    # type: (Any, int) -> Any
+    wrapper = interpreter._interpreter
+    for args in ((index, 0), (index,)):
+        try:
+            return str(wrapper.TensorName(*args))
+        except TypeError:
+            continue
+        except Exception:
+            return None
+    return None
+
+
+def tflite_graph_profile(interpreter, intended, runtime, version, top):
+    # type: (Any, str, str, Any, int) -> tuple
+    """(placement, profile) of a TFLite interpreter from its graph after delegation (no times: see the note)."""
+    nodes = tflite_nodes(interpreter)
+    note = TFLITE_TIMES_NOTE.format(runtime, version)
+    if nodes is None:
+        missing = "{} {} does not expose the interpreter's nodes; placement is unknown.".format(runtime, version)
+        return (placement_record(intended, None, None, None, [], "none", missing),
+                {"available": False, "note": missing, "by_op_type": [], "top_nodes": []})
+    own = [n for n in nodes if n[1] != DELEGATE_NODE]
+    taken = delegated_nodes(nodes)
+    on_ids = set(i for i in taken if intended != "edgetpu" or nodes[i][1] == EDGETPU_CUSTOM_OP)
+    executor = {}  # type: dict
+    for index, op, _, _ in own:
+        if index in on_ids:
+            executor[index] = intended
+        elif index in taken:
+            executor[index] = XNNPACK
+        else:
+            executor[index] = "cpu"
+    fallback = [n for n in own if n[0] not in on_ids]
+    placement = placement_record(intended, len(own), len(own) - len(fallback), None,
+                                 [n[1] for n in fallback], "graph", note)
+    by_type = {}  # type: dict
+    for index, op, _, _ in own:
+        entry = by_type.setdefault(op, {"op_type": op, "nodes": 0, "time_ms": None, "share": None, "on": {}})
+        entry["nodes"] += 1
+        entry["on"][executor[index]] = entry["on"].get(executor[index], 0) + 1
+    listed = []
+    ordered = [n for n in own if executor[n[0]] != intended] + [n for n in own if executor[n[0]] == intended]
+    for index, op, _, outs in ordered[:top]:
+        listed.append({"name": _tensor_name(interpreter, outs[0]) if outs else None, "op_type": op,
+                       "on": executor[index], "time_ms": None, "share": None})
+    profile = {
+        "available": False,
+        "note": note,
+        "runs": 0,
+        "total_ms": None,
+        "overhead": None,
+        "by_op_type": sorted(by_type.values(), key=lambda e: (-e["nodes"], e["op_type"])),
+        "top_nodes": listed,
+    }
+    return placement, profile
+
+
+def placement_record(intended, total, on, share, fallback_ops, source, note):
+    # type: (str, Any, Any, Any, list, str, Any) -> dict
+    """The placement shape the host's gates read (docs/runner.md): keep these keys stable."""
+    ops = sorted(set(fallback_ops))
+    return {
+        "intended": intended,
+        "nodes_total": total,
+        "nodes_on_intended": on,
+        "time_share_on_intended": None if share is None else round(share, 4),
+        "fallback_ops": ops,
+        "fell_back": bool(total is not None and on is not None and on < total),
+        "source": source,
+        "note": note,
+    }
+
+
+def parse_ort_profile(path, skip_runs):
+    # type: (str, int) -> tuple
+    """(nodes, runs, run_ms) from an ONNX Runtime profile file: per node {name, op_type, provider, us, calls} summed
+    over the runs after the first ``skip_runs`` (warm-up), the number of runs kept and their wall times (ms)."""
+    import bisect
+
+    with open(path, "rb") as handle:
+        events = json.loads(handle.read().decode("utf-8"))
+    runs = sorted((int(e.get("ts", 0)), int(e.get("dur", 0))) for e in events
+                  if e.get("cat") == "Session" and e.get("name") == "model_run")
+    starts = [r[0] for r in runs]
+    nodes = {}  # type: dict
+    for event in events:
+        name = str(event.get("name", ""))
+        if event.get("cat") != "Node" or not name.endswith("_kernel_time"):
+            continue
+        run = bisect.bisect_right(starts, int(event.get("ts", 0))) - 1
+        if run < skip_runs:
+            continue
+        args = event.get("args") or {}
+        node = name[: -len("_kernel_time")]
+        entry = nodes.setdefault(node, {"name": node, "op_type": args.get("op_name"),
+                                        "provider": args.get("provider"), "us": 0, "calls": 0})
+        entry["us"] += int(event.get("dur", 0))
+        entry["calls"] += 1
+    kept = runs[skip_runs:]
+    return list(nodes.values()), len(kept), [r[1] / 1000.0 for r in kept]
+
+
+def ort_profile_summary(nodes, runs, intended, top):
+    # type: (list, int, str, int) -> tuple
+    """(placement, profile) from parsed ORT profile nodes: per op type and the top nodes by time per inference."""
+    total_us = float(sum(n["us"] for n in nodes)) or 0.0
+    per_run = float(max(runs, 1))
+    on = [n for n in nodes if n["provider"] == intended]
+    fallback = [n for n in nodes if n["provider"] != intended]
+    share = (sum(n["us"] for n in on) / total_us) if total_us else None
+    placement = placement_record(intended, len(nodes), len(on), share, [str(n["op_type"]) for n in fallback],
+                                 "profile", None if nodes else "The profile held no node events.")
+    by_type = {}  # type: dict
+    for n in nodes:
+        entry = by_type.setdefault(n["op_type"], {"op_type": n["op_type"], "nodes": 0, "us": 0, "on": {}})
+        entry["nodes"] += 1
+        entry["us"] += n["us"]
+        entry["on"][n["provider"]] = entry["on"].get(n["provider"], 0) + 1
+    types = []
+    for entry in sorted(by_type.values(), key=lambda e: -e["us"]):
+        types.append({"op_type": entry["op_type"], "nodes": entry["nodes"],
+                      "time_ms": round(entry["us"] / per_run / 1000.0, 6),
+                      "share": round(entry["us"] / total_us, 4) if total_us else None, "on": entry["on"]})
+    ranked = sorted(nodes, key=lambda n: -n["us"])
+    listed = [{"name": n["name"], "op_type": n["op_type"], "on": n["provider"],
+               "time_ms": round(n["us"] / per_run / 1000.0, 6),
+               "share": round(n["us"] / total_us, 4) if total_us else None} for n in ranked[:top]]
+    profile = {
+        "available": True,
+        "note": None,
+        "runs": runs,
+        "total_ms": round(total_us / per_run / 1000.0, 6),
+        "overhead": None,
+        "by_op_type": types,
+        "top_nodes": listed,
+    }
+    return placement, profile
+
+
+def cache_root(opts):
+    # type: (Any) -> str
+    """Where the runner keeps files it makes on the device (TensorRT engines, optimized models, weight caches)."""
+    root = getattr(opts, "cache_dir", None) or os.environ.get("EDGETK_CACHE_DIR") or os.path.join(
+        os.path.expanduser("~"), ".edgetk", "cache")
+    return os.path.abspath(os.path.expanduser(root))
+
+
+def artifact_cache_dir(opts, record, make=True):
+    # type: (Any, dict, bool) -> str
+    """A directory for one artifact's device-side caches (keyed by its sha256, so a new version starts clean)."""
+    key = str(record.get("sha256") or "nohash")[:16]
+    path = os.path.join(cache_root(opts), key)
+    if make:
+        try:
+            os.makedirs(path, mode=0o700)
+        except OSError:
+            pass
+    return path
+
+
+PATH_OPTIONS = ("trt_engine_cache_path", "trt_timing_cache_path")
+
+
+def device_provider_options(providers, provider_options, cache_dir):
+    # type: (list, list, str) -> list
+    """Provider options with relative cache paths (TensorRT engines) turned into directories on the device."""
+    out = []
+    for name, options in zip(providers, provider_options):
+        options = dict(options)
+        for key in PATH_OPTIONS:
+            value = options.get(key)
+            if isinstance(value, str) and value and not os.path.isabs(value):
+                path = os.path.join(cache_dir, value)
+                try:
+                    os.makedirs(path, mode=0o700)
+                except OSError:
+                    pass
+                options[key] = path
+        out.append(options)
+    return out
 
 
 # ------------------------------------------------------------------------------------------ measuring
@@ -773,6 +1128,16 @@ def latency_stats(seconds):
     out = {"mean": mean, "std": std, "min": values[0], "p50": pct(0.5), "p90": pct(0.9), "p99": pct(0.99),
            "max": values[-1]}
     return dict((k, round(v, 6)) for k, v in out.items())
+
+
+MAX_SAMPLES = 2000
+
+
+def latency_samples(seconds):
+    # type: (list) -> list
+    """Every timed run in ms, in the order measured (evenly thinned to MAX_SAMPLES for long --min-time runs)."""
+    step = max(1, int(math.ceil(len(seconds) / float(MAX_SAMPLES))))
+    return [round(s * 1000.0, 6) for s in seconds[::step]]
 
 
 def _prepare(numpy, tensor, array):
@@ -891,6 +1256,10 @@ def evict_from_page_cache(path):
         except OSError:
             continue
         try:
+            os.fsync(fd)  # dirty pages (a file just written, e.g. by the deploy) cannot be dropped
+        except OSError:
+            pass
+        try:
             os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
         except OSError:
             pass
@@ -907,6 +1276,451 @@ def _peak_rss_mb():
     except (ImportError, AttributeError):
         return None
     return round(rss / (1024.0 * 1024.0) if sys.platform == "darwin" else rss / 1024.0, 1)
+
+
+# ------------------------------------------------------------------------------------------ loads
+
+
+def resident_fraction(path):
+    # type: (str) -> Any
+    """The share of ``path``'s pages in the page cache right now (mincore through ctypes), None where unknown."""
+    try:
+        import ctypes
+        import mmap
+
+        size = os.path.getsize(path)
+        if size == 0:
+            return None
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.mmap.restype = ctypes.c_void_p
+        libc.mmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int, ctypes.c_int,
+                              ctypes.c_long]
+        libc.munmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t]
+        libc.mincore.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_void_p]
+        page = mmap.PAGESIZE
+        pages = (size + page - 1) // page
+        fd = os.open(path, os.O_RDONLY)
+        try:
+            addr = libc.mmap(None, size, mmap.PROT_READ, mmap.MAP_SHARED, fd, 0)
+            if addr in (None, ctypes.c_void_p(-1).value):
+                return None
+            try:
+                vec = (ctypes.c_ubyte * pages)()
+                if libc.mincore(ctypes.c_void_p(addr), size, vec) != 0:
+                    return None
+                return round(sum(1 for v in vec if v & 1) / float(pages), 4)
+            finally:
+                libc.munmap(ctypes.c_void_p(addr), size)
+        finally:
+            os.close(fd)
+    except Exception:  # no libc (musl without mincore), no ctypes: unknown, said as None
+        return None
+
+
+def drop_from_page_cache(path):
+    # type: (str) -> dict
+    """Evict the artifact's pages and say whether it worked: {"dropped", "resident_before", "resident_after",
+    "note"}. Only the artifact's own pages are touched (no root needed, unlike /proc/sys/vm/drop_caches)."""
+    before = resident_fraction(path)
+    evict_from_page_cache(path)
+    after = resident_fraction(path)
+    note = None
+    if not hasattr(os, "posix_fadvise"):
+        dropped = False
+        note = "This Python has no posix_fadvise: the page cache cannot be dropped here; the cold load is warm."
+    elif after is None:
+        dropped = None
+        note = "Whether the pages left the page cache is unknown (mincore is unavailable here)."
+    elif after > 0.05:
+        dropped = False
+        note = ("{:.0f}% of the file's pages stayed in the page cache after posix_fadvise(DONTNEED) (a tmpfs or "
+                "overlay file system, or another process maps the file): this cold load is not cold.".format(
+                    after * 100))
+    else:
+        dropped = True
+    return {"dropped": dropped, "resident_before": before, "resident_after": after, "note": note}
+
+
+# ------------------------------------------------------------------------------------------ throughput
+
+
+DEFAULT_BATCH_SIZES = (1, 4, 8)
+DEFAULT_IN_FLIGHT = (1, 2, 4)
+
+
+def _stack_inputs(numpy, inputs, samples, batch):
+    # type: (Any, list, list, int) -> list
+    """[(Tensor, array)] holding ``batch`` golden samples (cycled) along the batch dimension."""
+    pairs = []
+    for tensor, golden in zip(inputs, samples):
+        rows = [_prepare_sample(numpy, tensor, golden[i % len(golden)]) for i in range(batch)]
+        pairs.append((tensor, numpy.ascontiguousarray(numpy.concatenate(rows, axis=0))))
+    return pairs
+
+
+def _prepare_sample(numpy, tensor, sample):
+    # type: (Any, Tensor, Any) -> Any
+    """One golden sample at batch 1 in the tensor's dtype (shape [1, ...] whatever the tensor's batch is)."""
+    one = Tensor(tensor.name, [1] + list(tensor.shape[1:]), tensor.dtype, tensor.scale, tensor.zero_point,
+                 tensor.key)
+    array = _prepare(numpy, one, sample)
+    if array.ndim == len(one.shape) - 1:
+        array = array[None]
+    return array
+
+
+def _point(batch, in_flight, seconds_per_call, total, wall):
+    # type: (int, int, list, int, float) -> dict
+    stats = latency_stats(seconds_per_call)
+    return {"batch": batch, "in_flight": in_flight, "inferences_per_s": round(total / wall, 3) if wall > 0 else None,
+            "latency_ms": {"p50": stats["p50"], "p90": stats["p90"], "mean": stats["mean"]},
+            "calls": len(seconds_per_call)}
+
+
+def measure_throughput(numpy, model, record, samples, opts, reopen):
+    # type: (Any, Any, dict, list, Any, Any) -> dict
+    """Inferences per second at the batch sizes the artifact allows: a dynamic batch dimension is run at each
+    ``--batch-sizes`` value (and each sample's outputs compared with its batch-1 outputs); a fixed batch of 1
+    is run with several requests in flight (one interpreter per request for TFLite, one shared session for ORT)."""
+    inputs = _order(model.inputs, record.get("inputs"))
+    outputs = _order(model.outputs, record.get("outputs"))
+    if not samples or len(samples) != len(inputs):
+        samples = [numpy.zeros([1] + [d if d > 0 else 1 for d in t.shape[1:]], "float32") for t in inputs]
+        samples = [s[None] for s in samples]
+    runs = max(5, getattr(opts, "throughput_runs", 0) or opts.runs)
+    min_time = getattr(opts, "throughput_time", 0.0) or 0.0
+    if model.dynamic_batch():
+        sizes = sorted(set(getattr(opts, "batch_sizes", None) or DEFAULT_BATCH_SIZES))
+        biggest = max(sizes)
+        reference = []  # type: list
+        for i in range(biggest):
+            model.set_inputs([(t, _prepare_sample(numpy, t, g[i % len(g)])) for t, g in zip(inputs, samples)])
+            got = dict((t.key, a) for t, a in zip(model.outputs, model.invoke()))
+            reference.append([_dequantize(numpy, t, got[t.key]) for t in outputs])
+        step = max([t.scale for t in outputs if t.quantized] or [0.0])
+        golden = record.get("golden") if isinstance(record.get("golden"), dict) else {}
+        tolerance = max(float(golden.get("atol") or 0.0), 1e-4) + step * 1.0001
+        points = []
+        matches = []
+        for batch in sizes:
+            model.resize_batch(batch)
+            model.set_inputs(_stack_inputs(numpy, inputs, samples, batch))
+            got = dict((t.key, a) for t, a in zip(model.outputs, model.invoke()))
+            worst = 0.0
+            for k, tensor in enumerate(outputs):
+                out = _dequantize(numpy, tensor, got[tensor.key])
+                for i in range(batch):
+                    want = reference[i][k].reshape(-1)
+                    row = out[i].reshape(-1)
+                    if row.size != want.size:
+                        worst = float("inf")
+                        continue
+                    worst = max(worst, float(numpy.max(numpy.abs(row - want))) if want.size else 0.0)
+            matches.append({"batch": batch, "max_abs_error": worst, "ok": worst <= tolerance})
+            model.invoke()
+            calls = model.timed_loop(max(5, runs // batch), min_time)
+            points.append(_point(batch, 1, calls, batch * len(calls), sum(calls)))
+        model.resize_batch(1)
+        return {"mode": "batch", "points": points, "per_sample": {"tolerance": tolerance, "checks": matches,
+                                                                  "ok": all(m["ok"] for m in matches)}}
+    import threading
+
+    levels = sorted(set(getattr(opts, "in_flight", None) or DEFAULT_IN_FLIGHT))
+    first = [(t, _prepare_sample(numpy, t, g[0])) for t, g in zip(inputs, samples)]
+    points = []
+    for level in levels:
+        workers = reopen(level)  # [(model, set_inputs done)] one per request in flight
+        per_worker = max(3, runs // level)
+        times = [[] for _ in workers]  # type: list
+        spans = [None] * len(workers)  # type: list
+        barrier = threading.Barrier(len(workers))
+        errors = []  # type: list
+
+        def work(slot, worker):
+            # type: (int, Any) -> None
+            try:
+                worker.set_inputs([(_match(worker, t), a) for t, a in first])
+                worker.invoke()
+                barrier.wait()
+                clock = time.perf_counter
+                begin = clock()
+                for _ in range(per_worker):
+                    t0 = clock()
+                    worker.invoke()
+                    times[slot].append(clock() - t0)
+                spans[slot] = (begin, clock())
+            except Exception as exc:  # reported below, not lost in a thread
+                errors.append(exc)
+                try:
+                    barrier.abort()
+                except Exception:
+                    pass
+
+        threads = [threading.Thread(target=work, args=(i, w)) for i, w in enumerate(workers)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        if errors:
+            raise errors[0]
+        wall = max(s[1] for s in spans) - min(s[0] for s in spans)  # first request in to last one out
+        flat = [t for ts in times for t in ts]
+        points.append(_point(1, level, flat, len(flat), wall))
+    return {"mode": "in_flight", "points": points, "per_sample": None}
+
+
+def _match(worker, tensor):
+    # type: (Any, Tensor) -> Tensor
+    """The worker's own tensor with the name of ``tensor`` (each interpreter has its own tensor indices)."""
+    for own in worker.inputs:
+        if own.name == tensor.name:
+            return own
+    return tensor
+
+
+# ------------------------------------------------------------------------------------------ inside a run
+
+
+DEFAULT_PROFILE_TOP = 10
+DEFAULT_PROFILE_RUNS = 20
+LOAD_VARIANTS = ("default", "ort-optimized-write", "ort-optimized", "litert-compiled", "xnnpack-cache")
+
+
+def onnx_session_options(opts, record, fmt):
+    # type: (Any, dict, str) -> Any
+    """Options every ONNX session of this artifact gets: the device cache directory (TensorRT engines)."""
+    if fmt != "onnx":
+        return None
+    return {"cache_dir": artifact_cache_dir(opts, record, make=False)}
+
+
+def _failure_note(what, exc):
+    # type: (str, BaseException) -> dict
+    text = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:300]
+    return {"available": False, "error": "{} failed ({}: {})".format(what, type(exc).__name__, text)}
+
+
+def inspect_artifact(numpy, model, path, fmt, record, threads, opts, first, times, golden_inputs, report):
+    # type: (Any, Any, str, str, dict, int, Any, list, list, list, dict) -> None
+    """Placement (always), the per-operator profile (--profile) and throughput (--throughput), into ``report``.
+
+    Each runs after the timed loop, so the latency percentiles and peak RSS stay those of the plain runs; a
+    failure in one is reported in its own entry and leaves the measured report intact.
+    """
+    intended = intended_placement(record, fmt)
+    top = getattr(opts, "profile_top", DEFAULT_PROFILE_TOP)
+    try:
+        if fmt == "tflite":
+            placement, profile = tflite_graph_profile(model.interpreter, intended, model.runtime, model.version, top)
+        elif getattr(opts, "profile", False) or intended != CPU_PROVIDER:
+            placement, profile = ort_profile(model, path, record, threads, opts, intended, first, times, top)
+        else:
+            placement = placement_record(intended, None, None, None, [], "none",
+                                         "CPU provider only: nothing can fall back; node counts come with "
+                                         "--profile.")
+            profile = None
+        report["placement"] = placement
+        if getattr(opts, "profile", False):
+            report["profile"] = profile
+    except Exception as exc:
+        report["placement"] = placement_record(intended, None, None, None, [], "none",
+                                               _failure_note("Reading the placement", exc)["error"])
+        if getattr(opts, "profile", False):
+            report["profile"] = _failure_note("Profiling", exc)
+    if getattr(opts, "throughput", False):
+        try:
+            report["throughput"] = measure_throughput(
+                numpy, model, record, golden_inputs, opts, lambda level: _workers(model, path, record, threads,
+                                                                                  opts, level))
+        except Exception as exc:
+            report["throughput"] = _failure_note("Measuring throughput", exc)
+
+
+def _workers(model, path, record, threads, opts, level):
+    # type: (Any, str, dict, int, Any, int) -> list
+    """``level`` models for requests in flight: one ORT session is shared (its run is thread-safe); TFLite
+    interpreters are not, so each request gets its own, with the threads split between them."""
+    if model.format == "onnx":
+        return [model] * level
+    each = max(1, threads // level)
+    workers = []
+    for _ in range(level):
+        workers.append(open_model(path, "tflite", record, each, model.runtime))
+    return workers
+
+
+def ort_profile(model, path, record, threads, opts, intended, first, times, top):
+    # type: (Any, str, dict, int, Any, str, list, list, int) -> tuple
+    """Profile the artifact in a second, profiled ORT session (the timed session stays unprofiled)."""
+    import shutil
+    import tempfile
+
+    directory = tempfile.mkdtemp(prefix="edgetk-profile-")
+    try:
+        providers = [p for p in record.get("execution_providers") or [] if isinstance(p, str)]
+        profiled = OnnxModel(model.version, path, threads, providers, record,
+                             profile_prefix=os.path.join(directory, "ort"),
+                             cache_dir=artifact_cache_dir(opts, record, make=False))
+        profiled.set_inputs(first)
+        profiled.invoke()  # the first run (lazy initialisation) is left out of the summary
+        runs = getattr(opts, "profile_runs", DEFAULT_PROFILE_RUNS) if getattr(opts, "profile", False) else 1
+        profiled_times = profiled.timed_loop(max(1, runs), 0.0)
+        nodes, kept, _ = parse_ort_profile(profiled.session.end_profiling(), 1)
+    finally:
+        shutil.rmtree(directory, ignore_errors=True)
+    placement, profile = ort_profile_summary(nodes, kept, intended, top)
+    if profiled.extra.get("providers_missing"):
+        placement["note"] = "Not available in this onnxruntime: {}; every node ran on {}.".format(
+            ", ".join(profiled.extra["providers_missing"]), ", ".join(profiled.extra["providers"]))
+    plain = sum(times) / len(times) * 1000.0 if times else None
+    with_profiler = sum(profiled_times) / len(profiled_times) * 1000.0
+    profile["overhead"] = {
+        "profiled_mean_ms": round(with_profiler, 6),
+        "unprofiled_mean_ms": round(plain, 6) if plain else None,
+        "ratio": round(with_profiler / plain, 3) if plain else None,
+    }
+    return placement, profile
+
+
+class CompiledTFLite(object):
+    """LiteRT's CompiledModel API: used here only to measure XNNPACK's weight cache, which the Interpreter API
+    of ai-edge-litert 2.3 does not offer (``CpuOptions.xnnpack_weight_cache_path``)."""
+
+    format = "tflite"
+
+    def __init__(self, path, threads, weight_cache):
+        # type: (str, int, Any) -> None
+        t0 = time.perf_counter()
+        try:
+            from ai_edge_litert.compiled_model import CompiledModel
+            from ai_edge_litert.hardware_accelerator import HardwareAccelerator
+            from ai_edge_litert.options import Options
+        except ImportError as exc:
+            raise RunnerError("missing_runtime", "LiteRT's CompiledModel API is not available here ({}).".format(
+                exc), "pip install -U ai-edge-litert")
+        t1 = time.perf_counter()
+        numpy = _import_numpy()
+        options = Options()
+        options.hardware_accelerators = HardwareAccelerator.CPU
+        options.cpu_options.num_threads = threads
+        if weight_cache:
+            options.cpu_options.xnnpack_weight_cache_path = weight_cache
+        self.model = CompiledModel.from_file(path, options=options)
+        signature = sorted(self.model.get_signature_list())[0]
+        details = sorted(self.model.get_input_tensor_details(signature).values(), key=lambda d: d.get("index", 0))
+        self.inputs = [Tensor(d["name"], [int(x) for x in d["shape"]], numpy.dtype(d["dtype"]), 0.0, 0, k)
+                       for k, d in enumerate(details)]
+        self.in_buffers = self.model.create_input_buffers(0)
+        self.out_buffers = self.model.create_output_buffers(0)
+        self.import_ms = round((t1 - t0) * 1000.0, 3)
+        self.load_ms = round((time.perf_counter() - t1) * 1000.0, 3)
+        self.runtime = "litert"
+        self.extra = {"api": "CompiledModel"}
+
+    def set_inputs(self, pairs):
+        # type: (list) -> None
+        for tensor, array in pairs:
+            self.in_buffers[tensor.key].write(array)
+
+    def invoke(self):
+        # type: () -> list
+        self.model.run_by_index(0, self.in_buffers, self.out_buffers)
+        return []
+
+
+def measure_load(numpy, path, fmt, record, threads, opts, golden_inputs):
+    # type: (Any, str, str, dict, int, Any, list) -> dict
+    """One load and the first inference after it, in this (fresh) process: ``--cold`` drops the file from the page
+    cache first and says whether that worked; ``--load-variant`` picks what is loaded (see LOAD_VARIANTS)."""
+    variant = getattr(opts, "load_variant", None) or "default"
+    cache = artifact_cache_dir(opts, record)
+    base = os.path.basename(path)
+    optimized = os.path.join(cache, base + ".optimized.onnx")
+    weights = os.path.join(cache, base + ".xnnpack_cache")
+    out = {"load_variant": variant}  # type: dict
+    target = optimized if variant == "ort-optimized" else path
+    if variant == "ort-optimized" and not os.path.isfile(optimized):
+        raise RunnerError("usage", "No optimized model at {}: load with --load-variant ort-optimized-write "
+                          "first.".format(optimized))
+    if variant == "xnnpack-cache" and getattr(opts, "fresh_cache", False) and os.path.exists(weights):
+        os.remove(weights)
+    if getattr(opts, "cold", False):
+        out["page_cache"] = drop_from_page_cache(target)
+    else:
+        out["resident_before_load"] = resident_fraction(target)
+    onnx_options = onnx_session_options(opts, record, fmt)
+    if variant == "ort-optimized-write":
+        onnx_options = dict(onnx_options or {}, optimized_out=optimized)
+    elif variant == "ort-optimized":
+        onnx_options = dict(onnx_options or {}, optimization="disable")
+    if variant in ("litert-compiled", "xnnpack-cache"):
+        model = CompiledTFLite(path, threads, weights if variant == "xnnpack-cache" else None)  # type: Any
+    else:
+        model = open_model(target, fmt, record, threads, opts.runtime, onnx_options)
+    out["runtime"] = dict({"name": model.runtime, "version": getattr(model, "version", None)}, **model.extra)
+    out["load_ms"] = model.load_ms
+    out["import_ms"] = model.import_ms
+    inputs = _order(model.inputs, record.get("inputs"))
+    if golden_inputs and len(golden_inputs) == len(inputs):
+        first = [(t, _prepare(numpy, t, g[0])) for t, g in zip(inputs, golden_inputs)]
+    else:
+        first = [(t, _prepare(numpy, t, numpy.zeros([d if d > 0 else 1 for d in t.shape], "float32")))
+                 for t in inputs]
+    model.set_inputs(first)
+    t0 = time.perf_counter()
+    got = model.invoke()
+    out["first_inference_ms"] = round((time.perf_counter() - t0) * 1000.0, 3)
+    if variant == "xnnpack-cache":
+        out["cache_bytes"] = os.path.getsize(weights) if os.path.isfile(weights) else None
+    if variant == "ort-optimized":
+        original = open_model(path, fmt, record, threads, opts.runtime, onnx_session_options(opts, record, fmt))
+        original.set_inputs(first)
+        want = original.invoke()
+        out["max_abs_diff_vs_original"] = max(
+            [float(numpy.max(numpy.abs(numpy.asarray(a, "float64") - numpy.asarray(b, "float64"))))
+             for a, b in zip(got, want) if numpy.asarray(a).size] or [0.0])
+    return out
+
+
+LOAD_KEYS = ("load_ms", "first_inference_ms", "import_ms", "page_cache", "resident_before_load", "cache_bytes",
+             "max_abs_diff_vs_original", "error")
+
+
+def measure_loads(bundle, name, opts, main_report, fmt):
+    # type: (str, str, Any, dict, str) -> dict
+    """Cold, warm and with-each-load-option loads of one artifact, each in a fresh process (a load in the
+    process that already loaded the artifact would find the runtime's own caches warm)."""
+
+    def one(*args):
+        # type: (*str) -> dict
+        child = _child(bundle, name, opts, extra=("--load-only",) + args)
+        return dict((k, child.get(k)) for k in LOAD_KEYS if child.get(k) is not None or k == "error")
+
+    runtime = (main_report.get("runtime") or {}).get("name")
+    loads = {"cold": one("--cold"), "warm": one(), "options": [],
+             "note": "Cold drops only the artifact's pages (posix_fadvise); the runtime's own libraries stay "
+                     "cached, as they would for a second app on the device."}  # type: dict
+    if fmt == "onnx":
+        prepare = one("--load-variant", "ort-optimized-write")
+        after = one("--load-variant", "ort-optimized")
+        loads["options"].append({
+            "name": "ort_optimized_model", "before": loads["warm"], "prepare": prepare, "after": after,
+            "note": "The graph optimized once on this device (SessionOptions.optimized_model_filepath), then loaded "
+                    "with graph optimizations off; valid for this device's onnxruntime and providers only."})
+    elif runtime == "litert":
+        before = one("--load-variant", "litert-compiled")
+        prepare = one("--load-variant", "xnnpack-cache", "--fresh-cache")
+        after = one("--load-variant", "xnnpack-cache")
+        loads["options"].append({
+            "name": "xnnpack_weight_cache", "before": before, "prepare": prepare, "after": after,
+            "note": "LiteRT's CompiledModel API with CpuOptions.xnnpack_weight_cache_path: the first load packs the "
+                    "weights into the cache file, later loads map it instead of packing again."})
+    else:
+        loads["options"].append({
+            "name": "xnnpack_weight_cache", "available": False,
+            "note": "{}'s Interpreter API offers no XNNPACK weight cache (ai-edge-litert's CompiledModel API has "
+                    "it).".format(runtime)})
+    return loads
 
 
 def empty_report(name, threads, runs, warmup):
@@ -943,9 +1757,14 @@ def run_one(bundle, name, opts, verify=True):
         golden_inputs = []  # type: list
         if _safe_name(golden_name) and os.path.isfile(os.path.join(bundle, golden_name)):
             golden_inputs = _load_npz(numpy, os.path.join(bundle, golden_name), "input_")
+        path = os.path.join(bundle, name)
+        if getattr(opts, "load_only", False):
+            report.update(measure_load(numpy, path, fmt, record, threads, opts, golden_inputs))
+            report["peak_rss_mb"] = _peak_rss_mb()
+            return report
         if getattr(opts, "cold", False):
-            evict_from_page_cache(os.path.join(bundle, name))
-        model = open_model(os.path.join(bundle, name), fmt, record, threads, opts.runtime)
+            evict_from_page_cache(path)
+        model = open_model(path, fmt, record, threads, opts.runtime, onnx_session_options(opts, record, fmt))
         report["runtime"] = dict({"name": model.runtime, "version": model.version}, **model.extra)
         report["load_ms"] = model.load_ms
         report["import_ms"] = model.import_ms
@@ -963,10 +1782,12 @@ def run_one(bundle, name, opts, verify=True):
             model.timed_loop(opts.warmup, 0.0)
         times = model.timed_loop(opts.runs, opts.min_time)
         report["latency_ms"] = latency_stats(times)
+        report["latency_samples_ms"] = latency_samples(times)
         report["runs"] = len(times)
         if golden_inputs:
             report["outputs_match"] = compare_outputs(numpy, model, bundle, manifest, record, golden_inputs)
-        report["peak_rss_mb"] = _peak_rss_mb()
+        report["peak_rss_mb"] = _peak_rss_mb()  # before profiling and throughput open sessions of their own
+        inspect_artifact(numpy, model, path, fmt, record, threads, opts, first, times, golden_inputs, report)
     except RunnerError as exc:
         report["error"] = exc.to_dict()
         report["peak_rss_mb"] = _peak_rss_mb()
@@ -1002,8 +1823,23 @@ def _signal_name(number):
         return "signal {}".format(number)
 
 
-def _child(bundle, name, opts):
-    # type: (str, str, argparse.Namespace) -> dict
+def _forwarded(opts):
+    # type: (argparse.Namespace) -> list
+    """The options of ``check`` that its ``run-one`` children take too."""
+    args = []  # type: list
+    for flag in ("profile", "throughput"):
+        if getattr(opts, flag, False):
+            args.append("--" + flag)
+    for flag, dest in (("--profile-top", "profile_top"), ("--profile-runs", "profile_runs"),
+                       ("--batch-sizes", "batch_sizes"), ("--in-flight", "in_flight"), ("--cache-dir", "cache_dir")):
+        value = getattr(opts, dest, None)
+        if value is not None:
+            args += [flag, ",".join(str(v) for v in value) if isinstance(value, (list, tuple)) else str(value)]
+    return args
+
+
+def _child(bundle, name, opts, extra=()):
+    # type: (str, str, argparse.Namespace, tuple) -> dict
     """Run ``run-one`` for one artifact in a child process and turn its fate into a report."""
     cmd = [sys.executable, os.path.abspath(__file__), "run-one", "--bundle", bundle, "--artifact", name,
            "--runs", str(opts.runs), "--warmup", str(opts.warmup), "--min-time", str(opts.min_time),
@@ -1012,8 +1848,9 @@ def _child(bundle, name, opts):
         cmd += ["--threads", str(opts.threads)]
     if opts.runtime:
         cmd += ["--runtime", opts.runtime]
-    if getattr(opts, "cold", False):
+    if getattr(opts, "cold", False) and not extra:
         cmd.append("--cold")
+    cmd += _forwarded(opts) + list(extra)
     report = empty_report(name, opts.threads, opts.runs, opts.warmup)
     try:
         proc = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, universal_newlines=True,
@@ -1075,12 +1912,27 @@ def check(opts):
             report["error"] = exc.to_dict()
             doc["reports"].append(report)
             continue
-        doc["reports"].append(_child(bundle, name, opts))
-    doc["ok"] = all(
-        r.get("error") is None and (r.get("outputs_match") is None or r["outputs_match"].get("ok"))
-        for r in doc["reports"]
-    )
+        report = _child(bundle, name, opts)
+        if getattr(opts, "loads", False) and report.get("error") is None:
+            report["loads"] = measure_loads(bundle, name, opts, report, _artifact_format(record))
+        doc["reports"].append(report)
+    doc["ok"] = all(report_ok(r) for r in doc["reports"])
     return doc
+
+
+def report_ok(report):
+    # type: (dict) -> bool
+    """Measured, outputs match, nothing fell off an accelerator it was built for (XNNPACK and the CPU provider
+    are the CPU itself: their partial placement is reported, not failed), batched outputs equal per sample."""
+    if report.get("error") is not None:
+        return False
+    if report.get("outputs_match") is not None and not report["outputs_match"].get("ok"):
+        return False
+    placement = report.get("placement") or {}
+    if placement.get("fell_back") and placement.get("intended") not in (XNNPACK, CPU_PROVIDER):
+        return False
+    per_sample = (report.get("throughput") or {}).get("per_sample") or {}
+    return per_sample.get("ok", True) is not False
 
 
 # ------------------------------------------------------------------------------------------ CLI
@@ -1111,6 +1963,18 @@ def _positive_int(text):
     return value
 
 
+def _int_list(text):
+    # type: (str) -> list
+    """``1,4,8`` -> [1, 4, 8] (each at least 1)."""
+    try:
+        values = [int(v) for v in text.split(",") if v.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError("expected integers separated by commas, e.g. 1,4,8")
+    if not values or min(values) < 1:
+        raise argparse.ArgumentTypeError("expected integers >= 1 separated by commas, e.g. 1,4,8")
+    return values
+
+
 def _non_negative_float(text):
     # type: (str) -> float
     value = float(text)
@@ -1137,8 +2001,22 @@ def build_parser():
         p.add_argument("--timeout", type=_non_negative_float, default=DEFAULT_TIMEOUT)
         p.add_argument("--cold", action="store_true",
                        help="drop the artifact from the page cache before loading it (a load as after a reboot)")
+        p.add_argument("--profile", action="store_true", help="per-operator profile and placement per artifact")
+        p.add_argument("--profile-top", type=_positive_int, default=DEFAULT_PROFILE_TOP, dest="profile_top")
+        p.add_argument("--profile-runs", type=_positive_int, default=DEFAULT_PROFILE_RUNS, dest="profile_runs")
+        p.add_argument("--throughput", action="store_true",
+                       help="inferences/s at several batch sizes (dynamic batch) or requests in flight")
+        p.add_argument("--batch-sizes", type=_int_list, default=None, dest="batch_sizes")
+        p.add_argument("--in-flight", type=_int_list, default=None, dest="in_flight")
+        p.add_argument("--loads", action="store_true",
+                       help="cold, warm and optimized loads, each in a fresh process, with the first inference")
+        p.add_argument("--cache-dir", default=None, dest="cache_dir",
+                       help="device-side caches (TensorRT engines, optimized models); default ~/.edgetk/cache")
         if command == "run-one":
             p.add_argument("--skip-verify", action="store_true")
+            p.add_argument("--load-only", action="store_true", dest="load_only")
+            p.add_argument("--load-variant", choices=LOAD_VARIANTS, default=None, dest="load_variant")
+            p.add_argument("--fresh-cache", action="store_true", dest="fresh_cache")
     return parser
 
 
