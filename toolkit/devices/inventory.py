@@ -10,88 +10,56 @@
     groups = ["lab", "line-2"]
     known_hosts = "~/.ssh/known_hosts"     # optional
 
-Every error names the file and the key, and an unknown key gets a "did you mean".
+Every error names the file and the key, and an unknown key gets a "did you mean": the schema is a pydantic
+model (toolkit.schemas.inventory), read only when a file is.
 """
 
 from __future__ import annotations
 
-import difflib
 import tomllib
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from toolkit.devices.spec import LOCAL, DeviceSpec, _port
+from toolkit.devices.spec import LOCAL, DeviceSpec
 from toolkit.errors import UsageError
 
+# The keys of a [devices.NAME] table (the schema, toolkit.schemas.inventory, is the one definition).
 DEVICE_KEYS = ("host", "port", "user", "identity_file", "python", "target", "groups", "known_hosts")
-_NAME_CHARS = set("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._-")
 
 
 def _did_you_mean(key: str, choices: tuple[str, ...] | list[str]) -> str:
-    close = difflib.get_close_matches(key, choices, n=1)
-    if close:
-        return f"Did you mean {close[0]!r}? "
-    return ""
+    from toolkit.schemas.problems import did_you_mean
 
-
-def _string(entry: Mapping[str, Any], key: str, where: str) -> str | None:
-    value = entry.get(key)
-    if value is None:
-        return None
-    if not isinstance(value, str) or not value.strip():
-        raise UsageError(f"{where}: {key!r} must be a non-empty string, got {value!r}.")
-    return value
+    return did_you_mean(key, choices, sentence=True)
 
 
 def parse_inventory(data: Mapping[str, Any], *, where: str) -> dict[str, DeviceSpec]:
     """Validate parsed TOML and return the devices by name (in file order)."""
-    unknown = [k for k in data if k != "devices"]
-    if unknown:
-        raise UsageError(
-            f"{where}: unknown top-level key {unknown[0]!r}.",
-            hint=f"{_did_you_mean(unknown[0], ['devices'])}An inventory has one table: [devices.NAME].",
-        )
-    devices = data.get("devices")
-    if not isinstance(devices, dict) or not devices:
+    from toolkit.schemas import validate
+    from toolkit.schemas.inventory import Inventory
+
+    inventory = validate(Inventory, data, file=where, docs="docs/devices.md")
+    assert inventory is not None
+    if not inventory.devices:
         raise UsageError(
             f"{where}: no devices defined.",
             hint='Add at least one table like [devices.pi-1] with host = "192.168.1.40".',
         )
-    out: dict[str, DeviceSpec] = {}
-    for name, entry in devices.items():
-        here = f"{where}: [devices.{name}]"
-        if not name or not set(name) <= _NAME_CHARS or name == LOCAL:
-            raise UsageError(
-                f"{here}: the device name must use only letters, digits, '.', '_' and '-' (and not be 'local').",
-            )
-        if not isinstance(entry, dict):
-            raise UsageError(f"{here}: expected a table of keys, got {type(entry).__name__}.")
-        for key in entry:
-            if key not in DEVICE_KEYS:
-                raise UsageError(
-                    f"{here}: unknown key {key!r}.",
-                    hint=f"{_did_you_mean(key, DEVICE_KEYS)}Allowed keys: {', '.join(DEVICE_KEYS)}.",
-                )
-        host = _string(entry, "host", here)
-        if host is None:
-            raise UsageError(f"{here}: the key 'host' is missing.", hint='Add host = "ADDRESS" (or "local").')
-        groups = entry.get("groups", [])
-        if not isinstance(groups, list) or not all(isinstance(g, str) and g for g in groups):
-            raise UsageError(f"{here}: 'groups' must be a list of strings, got {groups!r}.")
-        port = entry.get("port")
-        out[name] = DeviceSpec(
+    return {
+        name: DeviceSpec(
             name=name,
-            host=None if host == LOCAL else host,
-            port=None if port is None else _port(port, f"{here} port"),
-            user=_string(entry, "user", here),
-            identity_file=_string(entry, "identity_file", here),
-            python=_string(entry, "python", here),
-            target=_string(entry, "target", here),
-            groups=tuple(groups),
-            known_hosts=_string(entry, "known_hosts", here),
+            host=None if entry.host == LOCAL else entry.host,
+            port=entry.port,
+            user=entry.user,
+            identity_file=entry.identity_file,
+            python=entry.python,
+            target=entry.target,
+            groups=tuple(entry.groups),
+            known_hosts=entry.known_hosts,
         )
-    return out
+        for name, entry in inventory.devices.items()
+    }
 
 
 def load_inventory(path: Path, *, limit: str | None = None) -> dict[str, DeviceSpec]:

@@ -202,7 +202,8 @@ def problems(error: Any, model: type, *, docs: str, missing_context: str = "") -
             owner: Any = _unwrap(trail[-2]) if len(trail) >= 2 else None
             keys = list(owner.model_fields) if _is_model(owner) else []
             what = "the file" if len(loc) == 1 else "this table"
-            message = f"unknown key {key!r}{did_you_mean(leaf, keys)}."
+            top = "top-level " if len(loc) == 1 else ""
+            message = f"unknown {top}key {key!r}{did_you_mean(leaf, keys)}."
             fix = f"Rename or remove it; the keys {what} takes are: {', '.join(keys)} ({docs})."
         elif kind == "missing":
             message = f"the key {key!r} is missing{missing_context}."
@@ -214,6 +215,9 @@ def problems(error: Any, model: type, *, docs: str, missing_context: str = "") -
         elif kind == "invalid":
             message = f"key {key!r}: {item['msg']}."
             fix = str(ctx.get("fix", f"See {docs}."))
+        elif kind == "value_error":  # a validator's own ValueError: its text is the message
+            message = f"key {key!r}: {ctx.get('error', item['msg'])}"
+            fix = f"See {docs}."
         elif kind.endswith("_type") or kind.endswith("_parsing") or kind in ("int_from_float", "model_attributes_type"):
             expected = describe(trail[-1]) if trail[-1] is not None else "something else"
             if not key:
