@@ -70,6 +70,7 @@ def click_option(option: Option) -> Callable[[F], F]:
     kwargs: dict[str, Any] = {"help": how.help}
     if how.kind is Kind.SWITCH:
         kwargs["is_flag"] = True
+        kwargs["default"] = False if how.inverted else bool(option.default)
     else:
         kwargs["type"] = _click_type(option)
         kwargs["multiple"] = how.multiple

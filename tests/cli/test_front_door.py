@@ -1,0 +1,177 @@
+"""The front door, in-process through click's CliRunner (no device, no conversion): every command is a thin
+layer over one ``toolkit.api`` function, its flags come from the one option table, and a failing ``--json``
+command still prints exactly one JSON document on stdout, with the plain error on stderr."""
+
+from __future__ import annotations
+
+import inspect
+import json
+import socket
+from collections.abc import Callable
+from typing import Any
+
+import click
+import pytest
+from click.testing import CliRunner, Result
+
+from toolkit import api
+from toolkit.cli import cli
+from toolkit.options import CheckOptions, ConvertOptions, DeviceOptions, options_of
+
+pytestmark = pytest.mark.fast
+
+# command path -> (the api function it calls, CLI parameter -> api keyword where the names differ)
+FRONT_DOOR: dict[tuple[str, ...], tuple[Callable[..., Any], dict[str, str]]] = {
+    ("convert",): (api.convert, {"no_cache": "use_cache"}),
+    ("inspect",): (api.inspect, {}),
+    ("targets", "list"): (api.list_targets, {}),
+    ("targets", "show"): (api.show_target, {}),
+    ("deploy",): (api.deploy, {}),
+    ("check",): (api.check, {}),
+    ("rollback",): (api.rollback, {}),
+    ("status",): (api.status, {}),
+    ("remove",): (api.remove, {}),
+    ("devices", "probe"): (api.probe, {}),
+    ("devices", "setup"): (api.setup, {}),
+    ("history",): (api.history, {}),
+    ("report",): (api.make_report, {}),
+    ("optimize",): (api.optimize, {}),
+    ("run",): (api.run, {"no_cache": "use_cache", "force_deploy": "deploy_force", "config": "config"}),
+    ("quickstart",): (api.quickstart, {}),
+}
+
+
+def _command(path: tuple[str, ...]) -> click.Command:
+    command: click.Command = cli
+    for name in path:
+        assert isinstance(command, click.Group)
+        command = command.commands[name]
+    return command
+
+
+def _paths(group: click.Group, prefix: tuple[str, ...] = ()) -> set[tuple[str, ...]]:
+    out: set[tuple[str, ...]] = set()
+    for name, command in group.commands.items():
+        if isinstance(command, click.Group):
+            out |= _paths(command, (*prefix, name))
+        else:
+            out.add((*prefix, name))
+    return out
+
+
+def test_every_command_has_one_api_function_taking_all_its_flags() -> None:
+    assert _paths(cli) == set(FRONT_DOOR)
+    for path, (function, renamed) in FRONT_DOOR.items():
+        accepted = set(inspect.signature(function).parameters)
+        if function is api.optimize:  # its **techniques are toolkit.optimization.optimize's keywords
+            from toolkit.optimization import optimize
+
+            accepted |= set(inspect.signature(optimize).parameters)
+        for param in _command(path).params:
+            name = param.name or ""
+            if name == "as_json":
+                continue
+            assert renamed.get(name, name) in accepted, (path, name, function.__name__)
+
+
+@pytest.mark.parametrize("path", [("convert",), ("run",)])
+def test_convert_flags_are_generated_from_convert_options(path: tuple[str, ...]) -> None:
+    params = {p.name: p for p in _command(path).params}
+    for option in options_of(ConvertOptions):
+        param = params[option.param]
+        assert option.long in param.opts, option
+        assert param.multiple == option.flag.multiple
+        if not option.flag.multiple:
+            assert param.default == (False if option.flag.inverted else option.default), option
+    flagged = {o.field for o in options_of(ConvertOptions)}
+    assert flagged | {"source", "workdir"} == {f for f in ConvertOptions.__dataclass_fields__}
+
+
+@pytest.mark.parametrize("path, groups", [
+    (("deploy",), (DeviceOptions, CheckOptions)), (("check",), (DeviceOptions, CheckOptions)),
+    (("run",), (ConvertOptions, DeviceOptions, CheckOptions)), (("status",), (DeviceOptions,)),
+    (("devices", "probe"), (DeviceOptions,)), (("devices", "setup"), (DeviceOptions,)),
+])
+def test_shared_option_groups_are_on_every_command_that_takes_them(path: tuple[str, ...], groups: tuple[type, ...]
+                                                                   ) -> None:
+    params = {p.name for p in _command(path).params}
+    signature = inspect.signature(FRONT_DOOR[path][0]).parameters
+    for group in groups:
+        for option in options_of(group):
+            assert option.param in params, (path, option.field)
+            assert option.field in signature, (path, option.field)
+
+
+def test_api_refuses_an_unknown_option_naming_it() -> None:
+    with pytest.raises(TypeError, match="colour"):
+        api.deploy("bundle", devices=["local"], colour=True)
+    with pytest.raises(TypeError, match="colour"):
+        api.convert("model.keras", colour=True)
+
+
+def _invoke(*args: Any) -> Result:
+    return CliRunner().invoke(cli, [str(a) for a in args], catch_exceptions=False)
+
+
+def _one_error_document(result: Result, code: int, kind: str, needle: str) -> dict[str, Any]:
+    assert result.exit_code == code, (result.exit_code, result.stdout, result.stderr)
+    doc = json.loads(result.stdout)  # exactly one document: json.loads refuses trailing text
+    assert doc["passed"] is False and doc["exit_code"] == code
+    assert doc["error"]["kind"] == kind and needle in doc["error"]["message"], doc
+    assert needle in result.stderr and "Traceback" not in result.stderr  # the plain error on stderr as well
+    return doc
+
+
+@pytest.mark.parametrize("args, code, kind, needle", [
+    (("convert", "no-such-model.keras", "--json"), 2, "UsageError", "does not exist"),
+    (("convert", "model.keras", "--precision", "int9", "--json"), 2, "BadParameter", "int9"),
+    (("convert", "model.keras", "--no-such-flag", "--json"), 2, "NoSuchOption", "--no-such-flag"),
+    (("inspect", "no-such.onnx", "--json"), 2, "UsageError", "does not exist"),
+    (("targets", "show", "raspbery-pi-5", "--json"), 2, "UsageError", "raspbery-pi-5"),
+    (("report", "--json"), 2, "UsageError", "BUNDLE directory or --history"),
+    (("check", "no-such-bundle", "--device", "local", "--runs", "0", "--json"), 2, "BadParameter", "--runs"),
+    (("devices", "setup", "--device", "local", "--venv", "~", "--json"), 2, "UsageError", "--venv ~"),
+    (("run", "--json"), 2, "UsageError", "No SOURCE given"),
+], ids=lambda v: v[0] if isinstance(v, tuple) else None)
+def test_a_failing_json_command_prints_one_error_document(args: tuple[str, ...], code: int, kind: str,
+                                                          needle: str) -> None:
+    _one_error_document(_invoke(*args), code, kind, needle)
+
+
+def test_without_json_stdout_stays_empty_on_error() -> None:
+    result = _invoke("inspect", "no-such.onnx")
+    assert result.exit_code == 2 and result.stdout == "" and "does not exist" in result.stderr
+
+
+def test_the_api_error_and_the_cli_error_document_agree() -> None:
+    from toolkit.cli._output import error_document
+    from toolkit.errors import UsageError
+
+    with pytest.raises(UsageError) as caught:
+        api.setup(devices=["local"], venv="~")
+    doc = _one_error_document(_invoke("devices", "setup", "--device", "local", "--venv", "~", "--json"), 2,
+                              "UsageError", "--venv ~")
+    exc = caught.value
+    assert doc == error_document(type(exc).__name__, exc.message, exc.hint, exc.exit_code)
+
+
+def _closed_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])  # nothing listens there once the socket is closed
+
+
+def test_device_error_prints_the_document_and_the_plain_error(deploy_bundle_factory, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    bundle = deploy_bundle_factory(name="closed")
+    spec = f"pi@127.0.0.1:{_closed_port()}"
+    args = ("deploy", bundle, "--device", spec, "--known-hosts", tmp_path / "known_hosts")
+    result = _invoke(*args, "--json")
+    assert result.exit_code == 4, (result.stdout, result.stderr)
+    doc = json.loads(result.stdout)
+    (entry,) = doc["devices"]
+    assert doc["passed"] is False and entry["ok"] is False and entry["error"]
+    assert f"error: {entry['device']}: {entry['error']}" in result.stderr
+    plain = _invoke(*args)
+    assert plain.exit_code == 4 and "FAILED" in plain.stdout and entry["error"] in plain.stderr
+    assert api.deploy(bundle, devices=[spec], known_hosts=tmp_path / "known_hosts",
+                      progress_stream=None).to_dict() == doc
