@@ -29,7 +29,6 @@ from toolkit.types import Preprocessing, TensorSpec
 
 IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".bmp", ".gif", ".webp")
 MIN_CALIBRATION_SAMPLES = 50  # below this, INT8 ranges are poorly estimated: warn
-DATASET_KEYS = {"size", "layout", "color_order", "mean", "std", "scale", "dtype", "input"}
 
 Feed = dict[str, np.ndarray]
 
@@ -135,16 +134,7 @@ def _read_image_folder(path: Path, inputs: Sequence[TensorSpec], what: str) -> D
         config = tomllib.loads(config_path.read_text())
     except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
         raise UsageError(f"{config_path} is not valid TOML: {exc}.") from None
-    unknown = sorted(set(config) - DATASET_KEYS)
-    if unknown:
-        import difflib
-
-        close = difflib.get_close_matches(unknown[0], sorted(DATASET_KEYS), n=1)
-        raise UsageError(
-            f"{config_path}: unknown key {unknown[0]!r}" + (f"; did you mean {close[0]!r}?" if close else "."),
-            hint=f"Known keys: {', '.join(sorted(DATASET_KEYS))}.",
-        )
-    preprocessing = _preprocessing_from(config, config_path)
+    preprocessing = _preprocessing_from(config, config_path)  # the schema refuses unknown keys, did-you-mean
     target = config.get("input", inputs[0].name if len(inputs) == 1 else None)
     if target is None or target not in [s.name for s in inputs]:
         raise UsageError(
@@ -204,44 +194,20 @@ def _read_image_folder(path: Path, inputs: Sequence[TensorSpec], what: str) -> D
 
 
 def _preprocessing_from(config: Mapping[str, object], where: Path) -> Preprocessing:
-    def floats(key: str) -> tuple[float, ...] | None:
-        value = config.get(key)
-        if value is None:
-            return None
-        if isinstance(value, (int, float)) and not isinstance(value, bool):
-            return (float(value),)
-        if isinstance(value, list) and all(isinstance(v, (int, float)) for v in value):
-            return tuple(float(v) for v in value)
-        raise UsageError(f"{where}: {key!r} must be a number or a list of numbers.")
+    """``dataset.toml`` through its schema (toolkit.schemas.dataset) -> Preprocessing."""
+    from toolkit.schemas import validate
+    from toolkit.schemas.dataset import Dataset
 
-    layout = str(config.get("layout", "NHWC")).upper()
-    if layout not in ("NHWC", "NCHW"):
-        raise UsageError(f"{where}: layout must be NHWC or NCHW (got {layout!r}).")
-    color = str(config.get("color_order", "RGB")).upper()
-    if color not in ("RGB", "BGR", "GRAY"):
-        raise UsageError(f"{where}: color_order must be RGB, BGR or GRAY (got {color!r}).")
-    size = config.get("size")
-    if size is not None and not (
-        isinstance(size, list) and len(size) == 2 and all(isinstance(v, int) and v > 0 for v in size)
-    ):
-        raise UsageError(f"{where}: size must be [height, width] in pixels.")
-    scale = config.get("scale")
-    if scale is not None and (not isinstance(scale, (int, float)) or isinstance(scale, bool) or scale <= 0):
-        raise UsageError(f"{where}: scale must be a positive number (e.g. 0.00392156 for 1/255).")
-    dtype = str(config.get("dtype", "float32"))
-    if dtype not in ("float32", "float16", "uint8", "int8"):
-        raise UsageError(f"{where}: dtype must be float32, float16, uint8 or int8 (got {dtype!r}).")
-    std = floats("std")
-    if std is not None and any(v == 0 for v in std):
-        raise UsageError(f"{where}: std must not be zero.")
+    dataset = validate(Dataset, config, file=where, docs="calibration/README.md")
+    assert dataset is not None
     return Preprocessing(
-        layout=layout,
-        color_order=color,
-        mean=floats("mean"),
-        std=std,
-        scale=float(scale) if scale is not None else None,
-        dtype=dtype,
-        size=(size[0], size[1]) if isinstance(size, list) else None,
+        layout=dataset.layout,
+        color_order=dataset.color_order,
+        mean=tuple(dataset.mean) if dataset.mean is not None else None,
+        std=tuple(dataset.std) if dataset.std is not None else None,
+        scale=dataset.scale,
+        dtype=dataset.dtype,
+        size=(dataset.size[0], dataset.size[1]) if dataset.size is not None else None,
     )
 
 
