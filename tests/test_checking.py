@@ -1,14 +1,18 @@
-"""Parsing the runner's JSON and the gates (budget, outputs, regression, errors), without timing noise."""
+"""Parsing the runner's JSON and the gates (budget, outputs, regression statistics, placement, errors), on fixed
+inputs: no device and no timing here (tests/test_gates_device.py measures the gates on a real device)."""
 
 from __future__ import annotations
 
 import json
 
+import numpy as np
 import pytest
 
-from toolkit.checking import GateOptions, gate, parse_runner_output, profile_budget
+from toolkit.checking import Budget, GateOptions, budget_for, gate, parse_runner_output, regression_policy_for
 from toolkit.errors import DeviceError, UsageError
-from toolkit.store import StoredCheck
+from toolkit.policy import CheckPolicy, PlacementExpectation, RegressionPolicy, check_policy_from_profile
+from toolkit.regression import RegressionVerdict, decide, mann_whitney_greater, median
+from toolkit.types import GateResult, Manifest
 
 RUNNER_DOC = {
     "runner_version": "1",
@@ -18,7 +22,8 @@ RUNNER_DOC = {
         {"artifact": "model.int8.tflite", "runtime": {"name": "litert", "version": "2.3.0"}, "threads": 4,
          "load_ms": 3.0, "first_inference_ms": 9.0,
          "latency_ms": {"mean": 5.0, "std": 0.2, "min": 4.8, "p50": 5.0, "p90": 5.5, "p99": 6.0, "max": 7.0},
-         "runs": 50, "warmup": 5, "peak_rss_mb": 40.0,
+         "latency_samples_ms": [5.0, 4.9, 5.1, 5.5, 4.8, 5.0, 6.0, 5.2],
+         "runs": 8, "warmup": 5, "peak_rss_mb": 40.0,
          "outputs_match": {"max_abs_error": 0.01, "top1_agreement": 1.0, "ok": True}, "error": None},
         {"artifact": "model.fp32.onnx", "runtime": {"name": None, "version": None}, "latency_ms": None,
          "outputs_match": None, "runs": 0, "warmup": 0,
@@ -27,34 +32,48 @@ RUNNER_DOC = {
     ],
     "error": None,
 }
+POLICY = RegressionPolicy()
+NO_BUDGET = Budget(None, skip="latency budget: the target t sets none")
 
 
-def _baseline(p50: float) -> StoredCheck:
-    return StoredCheck("r1-0", "r1", "2026-01-01", "pi", "m", "v", "model.int8.tflite", True, p50, p50, {})
+def _reports() -> list:  # type: ignore[type-arg]
+    return parse_runner_output(json.dumps(RUNNER_DOC), device="pi", artifacts=["model.int8.tflite"])
 
 
-def test_parse_and_gate() -> None:
-    ok, missing = parse_runner_output(json.dumps(RUNNER_DOC), device="pi", artifacts=["model.int8.tflite"])
+def test_parse_and_gate_budget_outputs_errors() -> None:
+    ok, missing = _reports()
     assert ok.device == "pi" and ok.latency_ms is not None and ok.latency_ms.p90 == 5.5
     assert ok.environment["temperature_c"] == 51.2
+    assert ok.latency_samples_ms == (5.0, 4.9, 5.1, 5.5, 4.8, 5.0, 6.0, 5.2)
+    assert ok.to_dict()["latency_samples_ms"][0] == 5.0  # stored with the check in the history
 
-    kwargs = dict(budget_source="--budget-ms", budget_skip=None, regression_pct=10.0)
-    assert gate(ok, budget_ms=6.0, baseline=_baseline(4.8), **kwargs).passed  # type: ignore[arg-type]
-    over = gate(ok, budget_ms=5.0, baseline=None, **kwargs)  # type: ignore[arg-type]
-    assert not over.passed and "p90 5.500 ms exceeds the budget of 5 ms" in over.reasons[0]
-    slower = gate(ok, budget_ms=100.0, baseline=_baseline(4.0), **kwargs)  # type: ignore[arg-type]
-    assert not slower.passed and "25.0% slower than baseline r1-0" in slower.reasons[0]
-    skipped = gate(ok, budget_ms=None, baseline=None, budget_source="", budget_skip="no target",  # type: ignore[arg-type]
-                   regression_pct=10.0)
-    assert skipped.passed and skipped.reasons == ("skipped: latency budget gate (no target)",)
+    passed = gate(ok, budget=Budget(6.0, "--budget-ms"), regression=None, regression_policy=POLICY)
+    assert passed.passed and passed.failures == () and passed.skipped == ()
+    over = gate(ok, budget=Budget(5.0, "target pi"), regression=None, regression_policy=POLICY)
+    assert not over.passed and over.failures == ("model.int8.tflite: p90 5.500 ms exceeds the budget of 5 ms "
+                                                 "(target pi)",)
+    skipped = gate(ok, budget=NO_BUDGET, regression=None, regression_policy=POLICY)
+    assert skipped.passed and skipped.failures == () and skipped.skipped == (NO_BUDGET.skip,)
+    assert skipped.to_dict() == {"passed": True, "reasons": [], "skipped": [NO_BUDGET.skip], "details": {}}
 
-    failed = gate(missing, budget_ms=100.0, baseline=None, **kwargs)  # type: ignore[arg-type]
-    assert not failed.passed and "missing_runtime" in failed.reasons[0] and "pip install onnxruntime" in failed.reasons[0]
+    failed = gate(missing, budget=Budget(100.0, "--budget-ms"), regression=None, regression_policy=POLICY)
+    assert not failed.passed and "missing_runtime" in failed.failures[0]
+    assert "pip install onnxruntime" in failed.failures[0]
 
     mismatch = json.loads(json.dumps(RUNNER_DOC))
     mismatch["reports"][0]["outputs_match"]["ok"] = False
     bad, _ = parse_runner_output(json.dumps(mismatch), device="pi", artifacts=[])
-    assert "outputs differ" in gate(bad, budget_ms=100.0, baseline=None, **kwargs).reasons[0]  # type: ignore[arg-type]
+    result = gate(bad, budget=Budget(100.0, "--budget-ms"), regression=None, regression_policy=POLICY)
+    assert not result.passed and "outputs differ" in result.failures[0]
+
+
+def test_gate_result_keeps_failures_and_skips_apart() -> None:
+    with pytest.raises(ValueError):
+        GateResult(True, ("p90 over budget",))
+    with pytest.raises(ValueError):
+        GateResult(False)
+    result = GateResult(False, ("slow",), ("no budget",))
+    assert result.reasons == ("slow",)  # the JSON contract's key: failures only, never a skip note
 
 
 def test_top_level_runner_error_becomes_a_report_per_artifact() -> None:
@@ -67,13 +86,147 @@ def test_top_level_runner_error_becomes_a_report_per_artifact() -> None:
         parse_runner_output("Traceback ...", device="pi", artifacts=[])
 
 
-def test_profile_budget_and_options() -> None:
-    budget, why = profile_budget("generic-x86_64")
-    assert (budget is not None and budget > 0) or why
-    assert profile_budget(None) == (None, "the bundle names no target profile")
-    budget, why = profile_budget("no-such-board")
-    assert budget is None and "no-such-board" in (why or "")
+def test_mann_whitney_matches_scipy() -> None:
+    scipy_stats = pytest.importorskip("scipy.stats")  # scipy comes with scikit-learn in the test extra
+    rng = np.random.default_rng(0)
+    cases = [
+        (rng.normal(1.0, 1.0, 50), rng.normal(0.0, 1.0, 250)),
+        (np.round(rng.normal(0.0, 1.0, 30), 1), np.round(rng.normal(0.1, 1.0, 40), 1)),  # many ties
+        (rng.normal(0.0, 1.0, 7), rng.normal(0.0, 1.0, 9)),
+    ]
+    for x, y in cases:
+        want = scipy_stats.mannwhitneyu(x, y, alternative="greater", method="asymptotic").pvalue
+        assert mann_whitney_greater(list(x), list(y)) == pytest.approx(want, rel=1e-9)
+    assert mann_whitney_greater([1.0] * 10, [1.0] * 10) == 1.0
+
+
+def _run(rng: np.random.Generator, level: float, n: int = 50) -> list[float]:
+    """One runner process's samples: a level plus a right-skewed jitter (as measured latencies are)."""
+    return list(level * (1.0 + rng.gamma(2.0, 0.02, n)))
+
+
+def test_bimodal_processes_are_not_regressions_but_real_slowdowns_are() -> None:
+    """Process medians on one of two levels 1.5x apart (findings.md section 5): drawn from the same two levels,
+    a check is never a regression, whichever level it and its baseline landed on; 2x is, every time."""
+    rng = np.random.default_rng(7)
+    false, caught = 0, 0
+    for _ in range(200):
+        baseline = [(f"c{i}", _run(rng, 28.0 if rng.random() < 0.5 else 44.0)) for i in range(5)]
+        levels_seen = {round(median(s)) // 10 for _, s in baseline}
+        current = _run(rng, 44.0 if rng.random() < 0.5 else 28.0)
+        verdict = decide(current, baseline, POLICY)
+        false += bool(verdict.regressed) and len(levels_seen) > 1
+        caught += bool(decide(_run(rng, 2.0 * 44.0), baseline, POLICY).regressed)
+    assert false == 0 and caught == 200
+
+
+def test_minimum_effects_and_skips() -> None:
+    rng = np.random.default_rng(3)
+    base = [(f"c{i}", _run(rng, 0.005)) for i in range(5)]
+    micro = decide(_run(rng, 0.0057), base, POLICY)  # +14% of 5 microseconds: significant, but not 0.2 ms
+    assert micro.p_value is not None and micro.p_value < POLICY.alpha and micro.regressed is False
+    slight = decide(_run(rng, 1.1 * 30.0), [(f"c{i}", _run(rng, 30.0)) for i in range(5)], POLICY)
+    assert slight.regressed is False and slight.ratio is not None and slight.ratio < 1.25  # +10% < +25%
+    strict = decide(_run(rng, 1.1 * 30.0), [(f"c{i}", _run(rng, 30.0)) for i in range(5)],
+                    RegressionPolicy(min_slowdown_pct=5.0))
+    assert strict.regressed is True
+    few = decide(_run(rng, 60.0), base[:2], POLICY)
+    assert few.regressed is None and few.skip and "2 of the 3 earlier passing checks" in few.skip
+    one = decide(_run(rng, 60.0), base[:1], POLICY, min_checks=1)  # --baseline CHECK_ID
+    assert one.regressed is True
+    short = decide([60.0, 61.0], base, POLICY)
+    assert short.regressed is None and "--runs 5" in (short.skip or "")
+
+
+def test_regression_gate_reason_and_skip_note() -> None:
+    ok, _ = _reports()
+    verdict = RegressionVerdict(True, current_p50_ms=5.0, reference_ms=2.0, pooled_p50_ms=1.9, ratio=2.5,
+                                p_value=1e-12, baseline_checks=("a", "b", "c"), baseline_samples=150)
+    result = gate(ok, budget=Budget(100.0, "--budget-ms"), regression=verdict, regression_policy=POLICY)
+    assert not result.passed
+    assert result.failures[0].startswith("model.int8.tflite: p50 5.000 ms is 2.50x the slowest of the last 3 checks")
+    assert result.details["regression"]["ratio"] == 2.5
+    waiting = RegressionVerdict(None, skip="1 of the 3 earlier passing checks with latency samples it needs so far")
+    result = gate(ok, budget=Budget(100.0, "--budget-ms"), regression=waiting, regression_policy=POLICY)
+    assert result.passed and result.skipped == (f"regression of model.int8.tflite: {waiting.skip}",)
+
+
+def _onnx_report(runtime: dict, placement: dict | None = None):  # type: ignore[no-untyped-def,type-arg]
+    doc = json.loads(json.dumps(RUNNER_DOC))
+    item = doc["reports"][0]
+    item.update(artifact="model.fp32.onnx", runtime=runtime, placement=placement)
+    return parse_runner_output(json.dumps({**doc, "reports": [item]}), device="jetson", artifacts=[])[0]
+
+
+def test_placement_gate() -> None:
+    trt = PlacementExpectation(format="onnx", on="TensorrtExecutionProvider", min_nodes_pct=90)
+    budget = Budget(100.0, "--budget-ms")
+
+    def judge(report):  # type: ignore[no-untyped-def]
+        return gate(report, budget=budget, regression=None, regression_policy=POLICY, placement=(trt,),
+                    artifact_format="onnx")
+
+    absent = _onnx_report({"name": "onnxruntime", "version": "1.31.1", "providers": ["CPUExecutionProvider"],
+                           "providers_missing": ["TensorrtExecutionProvider"]})
+    result = judge(absent)
+    assert not result.passed
+    assert "no node ran on TensorrtExecutionProvider (this onnxruntime does not have it" in result.failures[0]
+    partial = _onnx_report(
+        {"name": "onnxruntime", "version": "1.31.1", "providers": ["TensorrtExecutionProvider",
+                                                                   "CPUExecutionProvider"]},
+        {"intended": "TensorrtExecutionProvider", "nodes_total": 10, "nodes_on_intended": 7,
+         "time_share_on_intended": 0.6,
+         "fallback_ops": [{"name": "nms", "op_type": "NonMaxSuppression", "on": "CPUExecutionProvider"},
+                          "TopK topk_1", {"name": "gather_3", "op_type": "Gather"}]})
+    result = judge(partial)
+    assert not result.passed
+    assert result.failures == ("model.fp32.onnx: 7 of 10 nodes (70%) ran on TensorrtExecutionProvider; the target "
+                               "expects at least 90%; fell back: NonMaxSuppression nms (on CPUExecutionProvider), "
+                               "TopK topk_1, Gather gather_3",)
+    full = _onnx_report({"name": "onnxruntime", "providers": ["TensorrtExecutionProvider"]},
+                        {"intended": "TensorrtExecutionProvider", "nodes_total": 10, "nodes_on_intended": 10})
+    assert judge(full).passed
+    unreported = judge(_onnx_report({"name": "onnxruntime", "providers": ["TensorrtExecutionProvider"]}))
+    assert unreported.passed and "reported no per-node placement" in unreported.skipped[0]
+    other = gate(absent, budget=budget, regression=None, regression_policy=POLICY, placement=(trt,),
+                 artifact_format="tflite")
+    assert other.passed  # an expectation applies to its format (and file glob) only
+    tpu = PlacementExpectation(format="tflite", on="edgetpu", artifacts="*_edgetpu.tflite")
+    assert tpu.applies_to("model.int8_edgetpu.tflite", "tflite") and not tpu.applies_to("model.fp32.tflite", "tflite")
+    with pytest.raises(UsageError):
+        PlacementExpectation(format="tflite", on="TensorrtExecutionProvider")
+    with pytest.raises(UsageError):
+        PlacementExpectation(format="onnx", on="CUDAExecutionProvider", min_nodes_pct=0)
+
+
+def test_policy_in_the_manifest_and_the_budget_from_it() -> None:
+    from toolkit.targets import get_profile
+
+    profile = get_profile("generic-x86_64")
+    policy = check_policy_from_profile(profile)
+    assert policy.target == "generic-x86_64" and policy.latency_budget_ms == profile.latency_budget_ms
+    assert CheckPolicy.from_dict(json.loads(json.dumps(policy.to_dict()))) == policy
+    assert budget_for(policy, GateOptions()) == Budget(profile.latency_budget_ms, "target generic-x86_64")
+    assert budget_for(policy, GateOptions(budget_ms=3.0)) == Budget(3.0, "--budget-ms")
+    assert budget_for(None, GateOptions()).skip == "latency budget: the bundle carries no check policy"
+    assert regression_policy_for(policy, GateOptions(regression_pct=7.0)).min_slowdown_pct == 7.0
+    assert regression_policy_for(None, GateOptions()) == RegressionPolicy()
+    manifest = {"schema_version": 1, "name": "m", "created_at": "now", "toolkit_version": "t",
+                "source": {"path": "m.onnx", "sha256": "0" * 64, "framework": "onnx"}, "target": {"name": None},
+                "artifacts": []}
+    assert Manifest.from_dict(manifest).check_policy is None  # a bundle from before the policy existed
+    loaded = Manifest.from_dict({**manifest, "check_policy": policy.to_dict()})
+    assert loaded.check_policy == policy and loaded.to_dict()["check_policy"] == policy.to_dict()
+    with pytest.raises(UsageError, match="check_policy"):
+        Manifest.from_dict({**manifest, "check_policy": {"latency_budget_ms": "fast"}})
+
+
+def test_options_refuse_bad_values() -> None:
     with pytest.raises(UsageError):
         GateOptions(budget_ms=0)
     with pytest.raises(UsageError):
         GateOptions(regression_pct=-1)
+    with pytest.raises(UsageError):
+        RegressionPolicy(alpha=1.5)
+    with pytest.raises(UsageError):
+        RegressionPolicy(baseline_checks=2, min_baseline_checks=3)

@@ -1,15 +1,24 @@
 """Check a deployed bundle ON the device: run its runner, parse the JSON, gate, record in the history.
 
-Gates (each failure is one reason; the check fails when any reason remains):
+Everything check gates on that is not measured comes from the bundle itself: the manifest's ``check_policy``
+(:mod:`toolkit.policy`, written at convert time from the target profile), never from a profile looked up again
+by name, so a bundle built with a user's profile gates the same on every machine. ``--budget-ms`` and
+``--regression-pct`` override it. A bundle without a policy (built by an older edgetk) is still checked; the
+gates it cannot run are listed as ``skipped`` notes, which never fail a check.
+
+Gates (each failure is one line naming the artifact; the check fails when any remains):
 
 - the artifact ran (a runner error such as ``missing_runtime`` is a failure with the runner's hint);
 - outputs match the golden outputs (the runner's ``outputs_match.ok``);
-- **budget**: p90 <= ``budget_ms``, else the manifest's target profile ``latency_budget_ms``; without either
-  the gate is skipped and the skip is listed as a ``skipped:`` note (it does not fail the check);
-- **regression**: p50 no more than ``regression_pct`` percent above the baseline's p50. The median is used here
-  (not p90) because it is the stable statistic; a noisy tail would make this gate flap. Baseline ``last`` = the
-  newest passing check of the same bundle name, device and artifact in the store; ``none``; or a CHECK_ID (a
-  report id, or a run id whose report for the same artifact is used).
+- **budget**: p90 <= ``--budget-ms``, else the policy's ``latency_budget_ms``;
+- **regression** (:mod:`toolkit.regression`): the raw latency samples of this check against the pooled samples
+  of the last ``baseline_checks`` checks of the same bundle name, device and artifact that were not themselves
+  regressions: a one-sided Mann-Whitney U test AND a minimum effect in percent and in ms beyond the slowest of
+  those checks. ``--baseline none`` turns it off; ``--baseline CHECK_ID`` compares with that one check;
+- **placement**: for each of the policy's placement expectations that applies to the artifact, at least
+  ``min_nodes_pct`` percent of its nodes ran on the intended delegate or execution provider; the failure names
+  the operators that fell back. An ONNX artifact whose provider the device's onnxruntime lacks has fallen back
+  entirely, which is a failure, not a pass.
 """
 
 from __future__ import annotations
@@ -17,49 +26,67 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from toolkit.bundle import Bundle
 from toolkit.deployment import Device, installed_version, version_dir
 from toolkit.errors import DeviceError, UsageError
+from toolkit.policy import CheckPolicy, PlacementExpectation, RegressionPolicy
+from toolkit.regression import RegressionVerdict, decide
 from toolkit.store import Store, StoredCheck
 from toolkit.types import CheckReport, GateResult, LatencyStats
 
 log = logging.getLogger(__name__)
 CHECK_TIMEOUT_S = 900.0
+NO_POLICY = ("the bundle carries no check policy (built by an older edgetk): no budget or placement gate, "
+             "default regression thresholds; rebuild it with `edgetk convert` or pass --budget-ms")
 
 
 @dataclass(frozen=True)
 class GateOptions:
+    """The user's overrides of the bundle's check policy (``--budget-ms``, ``--baseline``, ``--regression-pct``)."""
+
     budget_ms: float | None = None
     baseline: str = "last"  # "last" | "none" | CHECK_ID
-    regression_pct: float = 10.0
+    regression_pct: float | None = None  # replaces the policy's regression.min_slowdown_pct
 
     def __post_init__(self) -> None:
         if self.budget_ms is not None and self.budget_ms <= 0:
             raise UsageError(f"--budget-ms must be positive, got {self.budget_ms}.")
-        if self.regression_pct < 0:
+        if self.regression_pct is not None and self.regression_pct < 0:
             raise UsageError(f"--regression-pct must be 0 or more, got {self.regression_pct}.")
         if not self.baseline:
             raise UsageError("--baseline needs a value: last, none or a CHECK_ID.")
 
 
-def profile_budget(target: str | None) -> tuple[float | None, str | None]:
-    """The target profile's latency budget, or (None, why not)."""
-    if not target:
-        return None, "the bundle names no target profile"
-    try:
-        from toolkit.targets import get_profile
-    except ImportError:
-        return None, "target profiles are not available in this install"
-    try:
-        budget = getattr(get_profile(target), "latency_budget_ms", None)
-    except Exception as exc:  # an unknown or broken profile must not stop a check; say so instead
-        return None, f"the target profile {target!r} could not be read ({getattr(exc, 'message', exc)})"
-    if budget is None:
-        return None, f"the target profile {target!r} sets no latency budget"
-    return float(budget), None
+@dataclass(frozen=True)
+class Budget:
+    """The latency budget in force: ``ms`` with where it came from, or None with why not."""
+
+    ms: float | None
+    source: str = ""
+    skip: str | None = None
+
+
+def budget_for(policy: CheckPolicy | None, options: GateOptions) -> Budget:
+    if options.budget_ms is not None:
+        return Budget(options.budget_ms, "--budget-ms")
+    if policy is None:
+        return Budget(None, skip="latency budget: the bundle carries no check policy")
+    if policy.latency_budget_ms is None:
+        return Budget(None, skip=f"latency budget: the target {policy.target or '(none)'} sets none")
+    return Budget(policy.latency_budget_ms, f"target {policy.target}" if policy.target else "the bundle's policy")
+
+
+def regression_policy_for(policy: CheckPolicy | None, options: GateOptions) -> RegressionPolicy:
+    base = policy.regression if policy is not None else RegressionPolicy()
+    if options.regression_pct is not None:
+        return replace(base, min_slowdown_pct=options.regression_pct)
+    return base
+
+
+# --------------------------------------------------------------------------------------------- parsing
 
 
 def _latency(data: Mapping[str, Any] | None) -> LatencyStats | None:
@@ -69,6 +96,15 @@ def _latency(data: Mapping[str, Any] | None) -> LatencyStats | None:
         return LatencyStats(**{k: float(data[k]) for k in ("mean", "std", "min", "p50", "p90", "p99", "max")})
     except (KeyError, TypeError, ValueError):
         return None
+
+
+def _samples(data: Any) -> tuple[float, ...]:
+    if not isinstance(data, list):
+        return ()
+    try:
+        return tuple(float(v) for v in data if v is not None)
+    except (TypeError, ValueError):
+        return ()
 
 
 def parse_runner_output(stdout: str, *, device: str, artifacts: Sequence[str]) -> list[CheckReport]:
@@ -83,11 +119,12 @@ def parse_runner_output(stdout: str, *, device: str, artifacts: Sequence[str]) -
     reports = []
     for item in doc.get("reports") or []:
         runtime = item.get("runtime") or {}
+        placement = item.get("placement")
         reports.append(
             CheckReport(
                 device=device,
                 artifact=str(item.get("artifact")),
-                runtime={"name": runtime.get("name"), "version": runtime.get("version")},
+                runtime={k: v for k, v in runtime.items()} if isinstance(runtime, dict) else {},
                 threads=item.get("threads"),
                 load_ms=item.get("load_ms"),
                 first_inference_ms=item.get("first_inference_ms"),
@@ -99,6 +136,8 @@ def parse_runner_output(stdout: str, *, device: str, artifacts: Sequence[str]) -
                 environment=environment,
                 gates=GateResult(True),
                 error=item.get("error"),
+                latency_samples_ms=_samples(item.get("latency_samples_ms")),
+                placement=placement if isinstance(placement, dict) else None,
             )
         )
     top_error = doc.get("error")
@@ -119,61 +158,191 @@ def parse_runner_output(stdout: str, *, device: str, artifacts: Sequence[str]) -
     return reports
 
 
+# --------------------------------------------------------------------------------------------- placement
+
+
+def _same_place(a: str, b: str) -> bool:
+    return a.strip().lower() == b.strip().lower()
+
+
+def _op_label(entry: Any) -> str:
+    if isinstance(entry, Mapping):
+        op, name = entry.get("op_type"), entry.get("name")
+        label = " ".join(str(p) for p in (op, name) if p)
+        return f"{label} (on {entry['on']})" if entry.get("on") else label or "?"
+    return str(entry)
+
+
+def _fallback_text(ops: Any, limit: int = 8) -> str:
+    labels = [_op_label(e) for e in ops] if isinstance(ops, list) else []
+    if not labels:
+        return ""
+    shown = ", ".join(labels[:limit])
+    return f"; fell back: {shown}" + (f" and {len(labels) - limit} more" if len(labels) > limit else "")
+
+
+def judge_placement(report: CheckReport, expectation: PlacementExpectation) -> tuple[str | None, str | None,
+                                                                                    dict[str, Any]]:
+    """(failure, skip note, detail) of one placement expectation for one measured artifact."""
+    name, want, floor = report.artifact, expectation.on, expectation.min_nodes_pct
+    detail: dict[str, Any] = {"artifact": name, "expected": want, "min_nodes_pct": floor}
+    placement = report.placement or {}
+    runtime = report.runtime or {}
+    missing = [str(p) for p in runtime.get("providers_missing") or []]
+    total = placement.get("nodes_total")
+    if placement.get("intended") is not None and isinstance(total, int) and total > 0:
+        intended = str(placement["intended"])
+        on = int(placement.get("nodes_on_intended") or 0)
+        share = 100.0 * on / total
+        detail.update(intended=intended, nodes_total=total, nodes_on_expected=on if _same_place(intended, want)
+                      else None, time_share_on_intended=placement.get("time_share_on_intended"))
+        if not _same_place(intended, want):
+            return (f"{name}: the target expects its nodes on {want}, but the artifact asks for {intended} "
+                    f"(rebuild the bundle for this target)", None, detail)
+        if share + 1e-9 < floor:
+            why = f" ({want} is not available in this runtime)" if want in missing else ""
+            return (f"{name}: {on} of {total} nodes ({share:.0f}%) ran on {want}{why}; the target expects at "
+                    f"least {floor:g}%{_fallback_text(placement.get('fallback_ops'))}", None, detail)
+        return None, None, detail
+    if expectation.format == "onnx":
+        used = [str(p) for p in runtime.get("providers") or []]
+        detail.update(providers=used, providers_missing=missing)
+        if not any(_same_place(p, want) for p in used):
+            why = ("this onnxruntime does not have it" if want in missing
+                   else "the session was not opened with it")
+            return (f"{name}: no node ran on {want} ({why}; the session ran on {', '.join(used) or 'no provider'}), "
+                    f"so every node fell back to the CPU; the target expects at least {floor:g}% on {want}",
+                    None, detail)
+        return None, f"placement of {name}: {want} was used, but the runner reported no per-node placement", detail
+    return None, f"placement of {name}: the runner reported no per-node placement to judge {want}", detail
+
+
+# --------------------------------------------------------------------------------------------- gates
+
+
+def _regression_text(name: str, verdict: RegressionVerdict, policy: RegressionPolicy, explicit: bool) -> str:
+    assert verdict.current_p50_ms is not None and verdict.reference_ms is not None
+    against = (f"baseline {verdict.baseline_checks[0]}" if explicit
+               else f"the slowest of the last {len(verdict.baseline_checks)} checks")
+    return (f"{name}: p50 {verdict.current_p50_ms:.3f} ms is {verdict.ratio:.2f}x {against} "
+            f"({verdict.reference_ms:.3f} ms; {verdict.baseline_samples} baseline samples, Mann-Whitney "
+            f"p={verdict.p_value:.2g}); a regression is more than +{policy.min_slowdown_pct:g}% and "
+            f"+{policy.min_slowdown_ms:g} ms")
+
+
 def gate(
     report: CheckReport,
     *,
-    budget_ms: float | None,
-    budget_source: str,
-    budget_skip: str | None,
-    baseline: StoredCheck | None,
-    regression_pct: float,
+    budget: Budget,
+    regression: RegressionVerdict | None,
+    regression_policy: RegressionPolicy,
+    explicit_baseline: bool = False,
+    placement: Sequence[PlacementExpectation] = (),
+    artifact_format: str | None = None,
+    notes: Sequence[str] = (),
 ) -> GateResult:
-    reasons: list[str] = []
-    notes: list[str] = []
+    """Gate one measured report. ``regression`` None: no baseline asked for (``--baseline none``)."""
+    failures: list[str] = []
+    skipped: list[str] = list(notes)
+    details: dict[str, Any] = {}
     name = report.artifact
     if report.error:
         err = report.error
         hint = f" ({err.get('hint')})" if err.get("hint") else ""
-        reasons.append(f"{name}: could not run: {err.get('kind')}: {err.get('message')}{hint}")
-        return GateResult(False, tuple(reasons))
+        return GateResult(False, (f"{name}: could not run: {err.get('kind')}: {err.get('message')}{hint}",),
+                          tuple(skipped))
     match = report.outputs_match or {}
     if not match.get("ok"):
-        reasons.append(
+        failures.append(
             f"{name}: outputs differ from the golden outputs (max abs error {match.get('max_abs_error')}, "
             f"top-1 agreement {match.get('top1_agreement')})"
         )
     lat = report.latency_ms
     if lat is None:
-        reasons.append(f"{name}: no latency was measured")
-    else:
-        if budget_ms is not None:
-            if lat.p90 > budget_ms:
-                reasons.append(f"{name}: p90 {lat.p90:.3f} ms exceeds the budget of {budget_ms:g} ms ({budget_source})")
-        else:
-            notes.append(f"skipped: latency budget gate ({budget_skip})")
-        if baseline is not None and baseline.p50_ms:
-            limit = baseline.p50_ms * (1 + regression_pct / 100.0)
-            if lat.p50 > limit:
-                slower = 100.0 * (lat.p50 - baseline.p50_ms) / baseline.p50_ms
-                reasons.append(
-                    f"{name}: p50 {lat.p50:.3f} ms is {slower:.1f}% slower than baseline {baseline.check_id} "
-                    f"({baseline.p50_ms:.3f} ms); allowed: {regression_pct:g}%"
-                )
-    return GateResult(not reasons, tuple(reasons + notes))
+        failures.append(f"{name}: no latency was measured")
+    elif budget.ms is not None:
+        if lat.p90 > budget.ms:
+            failures.append(f"{name}: p90 {lat.p90:.3f} ms exceeds the budget of {budget.ms:g} ms ({budget.source})")
+    elif budget.skip:
+        skipped.append(budget.skip)
+    if regression is not None:
+        details["regression"] = regression.to_dict()
+        if regression.regressed:
+            failures.append(_regression_text(name, regression, regression_policy, explicit_baseline))
+        elif regression.skip:
+            skipped.append(f"regression of {name}: {regression.skip}")
+    checked = []
+    for expectation in placement:
+        if artifact_format is None or not expectation.applies_to(name, artifact_format):
+            continue
+        failure, skip, detail = judge_placement(report, expectation)
+        checked.append(detail)
+        if failure:
+            failures.append(failure)
+        if skip:
+            skipped.append(skip)
+    if checked:
+        details["placement"] = checked
+    return GateResult(not failures, tuple(failures), tuple(dict.fromkeys(skipped)), details)
 
 
-def _baseline(store: Store | None, option: str, *, bundle: str, device: str, artifact: str) -> StoredCheck | None:
-    if store is None or option == "none":
-        return None
+# --------------------------------------------------------------------------------------------- baselines
+
+
+def _stored_samples(stored: StoredCheck) -> list[float]:
+    return list(_samples(stored.report.get("latency_samples_ms")))
+
+
+def _was_regression(stored: StoredCheck) -> bool:
+    regression = ((stored.report.get("gates") or {}).get("details") or {}).get("regression") or {}
+    return regression.get("regressed") is True
+
+
+def baseline_samples(
+    store: Store, *, bundle: str, device: str, artifact: str, checks: int, artifacts: int = 1
+) -> list[tuple[str, list[float]]]:
+    """[(check_id, samples)] of the newest ``checks`` checks of this bundle name, device and artifact that
+    measured something and were not regressions themselves, oldest first."""
+    rows = store.history(device=device, bundle=bundle, limit=max(50, 4 * checks * artifacts))
+    eligible = [
+        (row.check_id, _stored_samples(row))
+        for row in rows
+        if row.artifact == artifact and not row.report.get("error") and not _was_regression(row)
+    ]
+    return [item for item in eligible if item[1]][-checks:]
+
+
+def _regression(
+    store: Store | None, option: str, report: CheckReport, policy: RegressionPolicy, *, bundle: str,
+    device: str, artifacts: int,
+) -> tuple[RegressionVerdict | None, bool]:
+    """(verdict or None when no baseline is asked for, whether the user named the baseline check)."""
+    if store is None or option == "none" or report.error or report.latency_ms is None:
+        return None, False
+    current = list(report.latency_samples_ms)
     if option == "last":
-        return store.last_passing(bundle=bundle, device=device, artifact=artifact)
-    found = store.by_id(option, artifact=artifact)
+        from toolkit.store.engine import StoreUnavailable
+
+        try:
+            runs = baseline_samples(store, bundle=bundle, device=device, artifact=report.artifact,
+                                    checks=policy.baseline_checks, artifacts=artifacts)
+        except StoreUnavailable as exc:
+            return RegressionVerdict(None, skip=f"the check history could not be read ({exc.message})"), False
+        return decide(current, runs, policy), False
+    found = store.by_id(option, artifact=report.artifact)
     if found is None:
         raise UsageError(
-            f"No stored check {option!r} for {artifact}.",
+            f"No stored check {option!r} for {report.artifact}.",
             hint="Use --baseline last, none, or an id from `edgetk history`.",
         )
-    return found
+    samples = _stored_samples(found)
+    if not samples:
+        return RegressionVerdict(None, skip=f"the baseline check {found.check_id} holds no latency samples "
+                                 "(recorded by an older edgetk); pick a newer one"), True
+    return decide(current, [(found.check_id, samples)], policy, min_checks=1), True
+
+
+# --------------------------------------------------------------------------------------------- check
 
 
 def check(
@@ -214,30 +383,23 @@ def check(
             hint=f"Is {device.python!r} a working Python on the device? Set `python` in the inventory.",
         )
     reports = parse_runner_output(result.stdout, device=device.spec.name, artifacts=artifacts)
-    budget: float | None
-    skip: str | None
-    if gates.budget_ms is not None:
-        budget, source, skip = gates.budget_ms, "--budget-ms", None
-    else:
-        target = bundle.manifest.target or device.spec.target
-        budget, skip = profile_budget(target)
-        source = f"target {target}"
+    policy = bundle.manifest.check_policy
+    budget = budget_for(policy, gates)
+    regression_policy = regression_policy_for(policy, gates)
+    formats = {a.file: str(a.format) for a in bundle.manifest.artifacts}
+    notes = (NO_POLICY,) if policy is None else ()
     gated = []
     for report in reports:
-        base = _baseline(store, gates.baseline, bundle=name, device=device.spec.name, artifact=report.artifact)
+        verdict, explicit = _regression(store, gates.baseline, report, regression_policy, bundle=name,
+                                        device=device.spec.name, artifacts=len(artifacts))
         result_gate = gate(
-            report, budget_ms=budget, budget_source=source, budget_skip=skip, baseline=base,
-            regression_pct=gates.regression_pct,
+            report, budget=budget, regression=verdict, regression_policy=regression_policy,
+            explicit_baseline=explicit, placement=policy.placement if policy else (),
+            artifact_format=formats.get(report.artifact), notes=notes,
         )
-        gated.append(_with(report, gates=result_gate))
+        gated.append(replace(report, gates=result_gate))
     if store is not None:
         run_id = store.new_run_id()
         ids = store.record(gated, bundle=name, version=bundle.version, run_id=run_id)
-        gated = [_with(r, check_id=i) for r, i in zip(gated, ids)]
+        gated = [replace(r, check_id=i) for r, i in zip(gated, ids)]
     return gated
-
-
-def _with(report: CheckReport, **changes: Any) -> CheckReport:
-    from dataclasses import replace
-
-    return replace(report, **changes)

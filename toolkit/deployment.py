@@ -199,8 +199,10 @@ class Device:
 
     @property
     def python(self) -> str:
-        """The Python that runs the runner: the spec's, else ~/.edgetk/config.json's, else python3."""
-        return self.spec.python or self.info().get("config_python") or "python3"
+        """The Python that runs the runner: the spec's, else ~/.edgetk/config.json's, else python3 on the device's
+        PATH; on ``local``, the interpreter running edgetk (a venv install has its runtimes there, not in PATH's)."""
+        fallback = sys.executable if self.spec.is_local else "python3"
+        return self.spec.python or self.info().get("config_python") or fallback
 
 
 class HelperRefused(DeviceError):

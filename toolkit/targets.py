@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from toolkit.errors import UsageError
+from toolkit.policy import PlacementExpectation, RegressionPolicy
 from toolkit.types import FORMATS, PRECISIONS, RUNTIMES, TFLITE_RUNTIMES, Recipe, RecipeError
 
 ENV_VAR = "EDGETK_TARGETS_PATH"
@@ -166,6 +167,8 @@ class TargetProfile:
     lineage: tuple[str, ...] = ()  # the files merged, this one first, then its parents
     sources: tuple[str, ...] = ()  # links to the documents the facts come from
     provider_options: Mapping[str, Mapping[str, Any]] = field(default_factory=dict, hash=False)
+    regression: RegressionPolicy = RegressionPolicy()  # when a check is a latency regression ([regression])
+    placement: tuple[PlacementExpectation, ...] = ()  # where nodes must run ([[placement]])
 
     @property
     def preferred_recipe(self) -> Recipe:

@@ -16,6 +16,7 @@ from typing import Any
 
 from toolkit.errors import UsageError
 from toolkit.verification.records import OutputMetrics, SliceCheck
+from toolkit.policy import CheckPolicy
 
 # --------------------------------------------------------------------------------------------- vocabularies
 
@@ -659,6 +660,7 @@ class Manifest:
     runtime_preferences: Mapping[str, Any] = field(default_factory=dict)  # from the target profile
     config: Mapping[str, Any] = field(default_factory=dict)  # the effective options, replayable
     schema_version: int = MANIFEST_SCHEMA_VERSION
+    check_policy: CheckPolicy | None = None  # what check gates on (budget, regression, placement); None: old bundle
 
     def preferred_artifacts(self) -> tuple[ArtifactRecord, ...]:
         """The artifacts marked preferred (at most one per format), in manifest order."""
@@ -687,6 +689,7 @@ class Manifest:
             "runtime_preferences": dict(self.runtime_preferences),
             "runner": self.runner.to_dict() if self.runner else None,
             "config": dict(self.config),
+            "check_policy": self.check_policy.to_dict() if self.check_policy else None,
         }
 
     @classmethod
@@ -740,6 +743,9 @@ class Manifest:
             if runner
             else None,
             config=_optional(data, "config", dict, where) or {},
+            check_policy=CheckPolicy.from_dict(data["check_policy"], f"{where} check_policy")
+            if data.get("check_policy") is not None
+            else None,
         )
 
 
@@ -775,11 +781,28 @@ class LatencyStats:
 
 @dataclass(frozen=True)
 class GateResult:
+    """The verdict of a check's gates: ``failures`` (each one line naming the artifact and the fix) fail it;
+    ``skipped`` notes say which gate could not run and why (no budget, too few baseline checks) and do not.
+    ``details`` carries what the gates computed (``regression``: the statistics; ``placement``) for reports.
+    """
+
     passed: bool
-    reasons: tuple[str, ...] = ()
+    failures: tuple[str, ...] = ()
+    skipped: tuple[str, ...] = ()
+    details: Mapping[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if self.passed == bool(self.failures):
+            raise ValueError("GateResult: passed must be True exactly when there are no failures")
+
+    @property
+    def reasons(self) -> tuple[str, ...]:
+        """The failures (the check report's ``gates.reasons`` key, kept for the JSON contract)."""
+        return self.failures
 
     def to_dict(self) -> dict[str, Any]:
-        return {"passed": self.passed, "reasons": list(self.reasons)}
+        return {"passed": self.passed, "reasons": list(self.failures), "skipped": list(self.skipped),
+                "details": dict(self.details)}
 
 
 @dataclass(frozen=True)
@@ -801,6 +824,8 @@ class CheckReport:
     gates: GateResult
     error: Mapping[str, Any] | None = None  # {"kind", "message", "hint"} when the runner could not measure
     check_id: str | None = None
+    latency_samples_ms: tuple[float, ...] = ()  # every timed run, kept in the history for regression tests
+    placement: Mapping[str, Any] | None = None  # where the nodes ran (the runner's ``placement``), when reported
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -819,6 +844,8 @@ class CheckReport:
             "environment": dict(self.environment),
             "gates": self.gates.to_dict(),
             "error": dict(self.error) if self.error is not None else None,
+            "placement": dict(self.placement) if self.placement is not None else None,
+            "latency_samples_ms": list(self.latency_samples_ms),
         }
 
 

@@ -165,7 +165,11 @@ def test_device_without_runtime_gets_a_clear_report(home, ssh_devices, ssh_clien
 def test_gates_fail_on_budget_and_on_regression(home, device_env, deploy_bundle_factory, tmp_path):  # type: ignore[no-untyped-def]
     inventory = tmp_path / "inv.toml"
     inventory.write_text(f'[devices.here]\nhost = "local"\npython = "{device_env.python}"\n')
-    bundle = deploy_bundle_factory(name="gated")
+    from toolkit.policy import CheckPolicy, RegressionPolicy
+
+    # no minimum effect in ms: the tiny model's microseconds can then regress against a doctored baseline
+    policy = CheckPolicy(target=None, latency_budget_ms=None, regression=RegressionPolicy(min_slowdown_ms=0.0))
+    bundle = deploy_bundle_factory(name="gated", check_policy=policy)
     env = _env(home)
     ok = run_edgetk("deploy", bundle, "--inventory", inventory, "--check", *NO_GATES, "--runs", "10", "--json",
                     env=env)
@@ -177,18 +181,21 @@ def test_gates_fail_on_budget_and_on_regression(home, device_env, deploy_bundle_
     assert budget.code == 1
     assert "exceeds the budget of 1e-06 ms" in budget.stdout + budget.stderr
 
-    # make the stored baseline impossibly fast, then check against it by id
+    # make the stored baseline's latency samples impossibly fast, then check against it by id
     import sqlite3
 
     db = sqlite3.connect(home / "history.sqlite")
     with db:
-        db.execute("UPDATE checks SET p50_ms = 1e-9 WHERE check_id = ?", (baseline_id,))
+        (text,) = db.execute("SELECT report FROM checks WHERE check_id = ?", (baseline_id,)).fetchone()
+        stored = json.loads(text)
+        stored["latency_samples_ms"] = [1e-9] * len(stored["latency_samples_ms"])
+        db.execute("UPDATE checks SET report = ? WHERE check_id = ?", (json.dumps(stored), baseline_id))
     db.close()
     regression = run_edgetk("check", bundle, "--inventory", inventory, "--budget-ms", "100000", "--baseline",
                             baseline_id, "--regression-pct", "10", "--runs", "10", "--json", env=env)
     assert regression.code == 1
     reasons = regression.json()["devices"][0]["reports"][0]["gates"]["reasons"]
-    assert any("slower than baseline " + baseline_id in r for r in reasons), reasons
+    assert any("x baseline " + baseline_id in r for r in reasons), reasons
     unknown = run_edgetk("check", bundle, "--inventory", inventory, "--baseline", "nope", env=env)
     assert_clean_error(unknown, 2, "no stored check")
 

@@ -1,0 +1,204 @@
+"""The check gates on a real device (`local`: this machine, the real runner in a child process, real ONNX
+Runtime, a real check history): the regression gate does not cry wolf on an unchanged bundle and catches real
+slowdowns; the budget comes from the bundle alone; an artifact pinned to an absent execution provider is
+reported as fallen back and fails the placement gate.
+
+The models are MatMul+Tanh chains built with onnx.helper: about 25-30 ms per inference on 2 cores (the size at
+which findings.md section 5 measured one runner process's median landing on one of two levels ~1.5x apart),
+and a larger one under the same bundle name. What each gate decided is printed (run with -s to see it).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import subprocess
+import sys
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from tests.fixtures.bundles import write_bundle
+from toolkit.bundle import Bundle, read_bundle, write_manifest
+from toolkit.checking import NO_POLICY, GateOptions, check
+from toolkit.deployment import Device, push
+from toolkit.devices.local import LocalConnection
+from toolkit.devices.spec import parse_spec
+from toolkit.policy import CheckPolicy, PlacementExpectation, check_policy_from_profile
+from toolkit.store import Store
+from toolkit.types import CheckReport
+
+UNCHANGED_CHECKS = 20
+SLOW_CHECKS = 3
+RUNS = 30
+
+
+def chain_onnx(*, layers: int, width: int = 1024, rows: int = 256, seed: int = 0) -> bytes:
+    """``layers`` x (MatMul width x width, Tanh) on a [rows, width] input: 0.54 GFLOP per layer."""
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    rng = np.random.default_rng(seed)
+    inits, nodes, previous = [], [], "x"
+    for i in range(layers):
+        weight = (rng.standard_normal((width, width)) / np.sqrt(width)).astype(np.float32)
+        inits.append(numpy_helper.from_array(weight, f"W{i}"))
+        nodes += [helper.make_node("MatMul", [previous, f"W{i}"], [f"h{i}"], name=f"matmul_{i}"),
+                  helper.make_node("Tanh", [f"h{i}"], [f"t{i}"], name=f"tanh_{i}")]
+        previous = f"t{i}"
+    graph = helper.make_graph(nodes, "chain", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [rows, width])],
+                              [helper.make_tensor_value_info(previous, TensorProto.FLOAT, [rows, width])], inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    return model.SerializeToString()
+
+
+def make(directory: Path, *, name: str, model: bytes, policy: CheckPolicy | None,
+         providers: Sequence[str] = ()) -> Bundle:
+    rows, width = 256, 1024
+    x = np.random.default_rng(1).standard_normal((2, rows, width)).astype(np.float32)
+    if len(model) < 100_000:  # the tiny classifier: [1, 16] input
+        x = np.random.default_rng(1).standard_normal((2, 1, 16)).astype(np.float32)
+    write_bundle(directory, files=[("model.fp32.onnx", model)], golden_inputs=[x], name=name,
+                 execution_providers=providers)
+    bundle = read_bundle(directory)
+    write_manifest(directory, dataclasses.replace(bundle.manifest, check_policy=policy))
+    return read_bundle(directory)
+
+
+def tiny_onnx() -> bytes:
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    weight = np.random.default_rng(0).standard_normal((16, 10)).astype(np.float32)
+    graph = helper.make_graph(
+        [helper.make_node("MatMul", ["x", "W"], ["logits"], name="matmul"),
+         helper.make_node("Softmax", ["logits"], ["probs"], name="softmax")], "tiny",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 16])],
+        [helper.make_tensor_value_info("probs", TensorProto.FLOAT, [1, 10])],
+        [numpy_helper.from_array(weight, "W")])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    return model.SerializeToString()
+
+
+@pytest.fixture
+def local(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Device]:
+    """The `local` device in a private HOME, with no `python` set: the runner runs in this interpreter."""
+    home = tmp_path / "home"
+    home.mkdir()
+    monkeypatch.setenv("HOME", str(home))
+    spec = parse_spec("local")
+    with LocalConnection(spec) as conn:
+        yield Device(spec=spec, conn=conn)
+
+
+def _regressed(report: CheckReport) -> bool | None:
+    assert report.error is None, report.error
+    return (report.gates.details.get("regression") or {}).get("regressed")
+
+
+@contextlib.contextmanager
+def cpu_hogs(count: int = 2) -> Iterator[None]:
+    """Busy loops, one per core of this 2-core machine: a device that something else keeps busy."""
+    procs = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(count)]
+    try:
+        yield
+    finally:
+        for proc in procs:
+            proc.kill()
+            proc.wait(timeout=30)
+
+
+def test_regression_gate_quiet_on_unchanged_bundle_and_catches_slowdowns(local: Device, tmp_path: Path) -> None:
+    from toolkit.targets import get_profile
+
+    policy = dataclasses.replace(check_policy_from_profile(get_profile("generic-x86_64")), latency_budget_ms=None)
+    store = Store(tmp_path / "history.sqlite")
+    bundle = make(tmp_path / "small", name="gate-chain", model=chain_onnx(layers=3), policy=policy)
+    push(local, bundle)
+    assert local.python == sys.executable  # `local` without a python runs the runner in edgetk's interpreter
+
+    verdicts = []
+    for _ in range(UNCHANGED_CHECKS):
+        (report,) = check(local, bundle, runs=RUNS, warmup=3, store=store)
+        verdicts.append(_regressed(report))
+        assert report.gates.passed, report.gates.failures
+    gated = [v for v in verdicts if v is not None]
+    false_regressions = sum(1 for v in gated if v)
+    p50s = [r.p50_ms for r in store.history(bundle="gate-chain") if r.p50_ms is not None]
+    print(f"\nunchanged bundle: {false_regressions} false regressions in {len(gated)} gated checks "
+          f"({len(verdicts) - len(gated)} waited for the baseline); p50 {min(p50s):.1f}-{max(p50s):.1f} ms")
+    assert len(gated) == UNCHANGED_CHECKS - policy.regression.min_baseline_checks
+    assert false_regressions == 0
+
+    hogged = []
+    with cpu_hogs():
+        for _ in range(SLOW_CHECKS):
+            (report,) = check(local, bundle, runs=RUNS, warmup=3, store=store)
+            hogged.append(_regressed(report))
+            if hogged[-1]:
+                assert not report.gates.passed
+                assert "x the slowest of the last 5 checks" in report.gates.failures[0], report.gates.failures
+    larger = make(tmp_path / "large", name="gate-chain", model=chain_onnx(layers=8, seed=1), policy=policy)
+    push(local, larger)
+    bigger = []
+    for _ in range(SLOW_CHECKS):
+        (report,) = check(local, larger, runs=RUNS, warmup=3, store=store)
+        bigger.append(_regressed(report))
+    p50s = [r.p50_ms for r in store.history(bundle="gate-chain")[-2 * SLOW_CHECKS:]]
+    print(f"two CPU hogs: {sum(map(bool, hogged))} of {SLOW_CHECKS} caught; larger model under the same name: "
+          f"{sum(map(bool, bigger))} of {SLOW_CHECKS} caught; p50 ms {p50s}")
+    assert hogged == [True] * SLOW_CHECKS and bigger == [True] * SLOW_CHECKS
+
+
+def test_budget_from_the_bundle_alone(local: Device, tmp_path: Path) -> None:
+    """A bundle built for a user's profile (--targets-dir) keeps its budget where that profile is unknown."""
+    from toolkit.targets import get_profile
+
+    mine = tmp_path / "targets"
+    mine.mkdir()
+    (mine / "my-board.toml").write_text('extends = "generic-x86_64"\nlatency_budget_ms = 0.0001\n')
+    policy = check_policy_from_profile(get_profile("my-board", targets_dirs=[mine]))
+    bundle = make(tmp_path / "b", name="budgeted", model=tiny_onnx(), policy=policy)
+    push(local, bundle)
+    (report,) = check(local, bundle, runs=10, warmup=1, gates=GateOptions(baseline="none"))
+    assert not report.gates.passed
+    assert report.gates.failures == (f"model.fp32.onnx: p90 {report.latency_ms.p90:.3f} ms exceeds the budget "  # type: ignore[union-attr]
+                                     "of 0.0001 ms (target my-board)",)
+    (report,) = check(local, bundle, runs=10, warmup=1, gates=GateOptions(baseline="none", budget_ms=1000.0))
+    assert report.gates.passed and report.gates.skipped == ()
+
+    old = make(tmp_path / "old", name="old-bundle", model=tiny_onnx(), policy=None)  # built before policies
+    push(local, old)
+    (report,) = check(local, old, runs=10, warmup=1, gates=GateOptions(baseline="none"))
+    assert report.gates.passed
+    assert report.gates.skipped == (NO_POLICY, "latency budget: the bundle carries no check policy")
+
+
+@pytest.mark.parametrize("provider", ["CUDAExecutionProvider", "TensorrtExecutionProvider"])
+def test_artifact_pinned_to_an_absent_provider_fails_the_placement_gate(
+    local: Device, tmp_path: Path, provider: str
+) -> None:
+    """The GPU path itself cannot run here (no GPU, the CPU-only onnxruntime wheel): this checks that an artifact
+    asking for a provider the device's onnxruntime lacks is reported as fallen back, and fails the check."""
+    import onnxruntime
+
+    assert provider not in onnxruntime.get_available_providers()
+    policy = CheckPolicy(target="gpu-board", latency_budget_ms=None,
+                         placement=(PlacementExpectation(format="onnx", on=provider, min_nodes_pct=90),))
+    bundle = make(tmp_path / "b", name="pinned", model=tiny_onnx(), policy=policy,
+                  providers=(provider, "CPUExecutionProvider"))
+    push(local, bundle)
+    (report,) = check(local, bundle, runs=10, warmup=1, gates=GateOptions(baseline="none"))
+    assert report.error is None and report.outputs_match and report.outputs_match["ok"]  # it ran, on the CPU
+    assert provider in report.runtime["providers_missing"]
+    assert report.runtime["providers"] == ["CPUExecutionProvider"]
+    assert not report.gates.passed
+    (failure,) = report.gates.failures
+    assert failure.startswith(f"model.fp32.onnx: ") and provider in failure and "fell back" in failure, failure
+    if report.placement:  # the runner's per-node placement names the operators that fell back
+        assert "MatMul" in failure and "Softmax" in failure, failure
+    print(f"\n{failure}")
