@@ -22,7 +22,7 @@ def open_connection(
     *,
     trust_new_host: bool = False,
     known_hosts: str | None = None,
-    connect_timeout: float = 15.0,
+    connect_timeout: float | None = None,
 ) -> Connection:
     """A lazily connecting connection to ``spec`` (nothing touches the network until the first command)."""
     if spec.is_local:

@@ -1,29 +1,45 @@
 """An SSH device through paramiko (the only module that imports it).
 
-Security: host keys are checked against ``~/.ssh/known_hosts`` (or the ``known_hosts`` option). An unknown host
-is refused unless ``trust_new_host`` is set, in which case its key is appended to that file; a changed key is
-always refused. No code path uses paramiko's AutoAddPolicy.
+Where to connect, and how, comes from the user's OpenSSH configuration as ``ssh`` reads it
+(:mod:`toolkit.devices.ssh_config`: Include, ProxyJump, ProxyCommand, IdentityFile/IdentitiesOnly/
+IdentityAgent/CertificateFile, UserKnownHostsFile/GlobalKnownHostsFile/HostKeyAlias/HashKnownHosts,
+ConnectTimeout, ServerAliveInterval/CountMax); an option it cannot follow is refused by name.
 
-Reliability (findings.md section 4): paramiko can block for minutes in ``write_all`` when a link dies, channel
-timeouts and keepalives notwithstanding. We create the TCP socket ourselves with ``TCP_USER_TIMEOUT`` (unacked
-data for longer than that kills the connection) and TCP keepalives, pass it with ``sock=``, and add SSH
-keepalives, so a dead link fails in well under 30 s. Commands have their own timeout.
+Security: the host key is checked against the known_hosts files (the device's ``known_hosts``/``--known-hosts``,
+else UserKnownHostsFile and GlobalKnownHostsFile). An unknown host is refused unless ``trust_new_host`` (or
+``StrictHostKeyChecking accept-new``; ``no`` is taken as ``accept-new``: edgetk never connects to a host whose
+key CHANGED), in which case its key is appended to the first user file (hashed with ``HashKnownHosts yes``).
+Authentication is public keys only (files, certificates, an agent); a refusal says what the server offered and
+what was tried, and how to install a key.
+
+Reliability (findings.md sections 4-5): a dead link is noticed by TCP (``TCP_USER_TIMEOUT`` on a socket we
+create, TCP keepalives). A device that stops answering while its kernel still ACKs TCP (a frozen userland, a
+hung SD card, ``kill -STOP`` of its sshd) is noticed by a watchdog thread per connection: every byte from the
+server refreshes a clock; after ``ServerAliveInterval`` seconds of silence (default 5) a keepalive that demands
+a reply is sent, and after ``ServerAliveCountMax`` intervals (default 4) of silence the connection is cut and
+every call on it raises :class:`~toolkit.errors.DeviceStopped`, whatever step it was in (connect, a command,
+an upload), so a frozen device fails within about 20 s and never hangs the tool. Commands have their own
+deadline on top (:class:`~toolkit.errors.DeviceTimeout`).
+
+Shells that talk: a login shell that prints on start-up (a ``~/.bashrc`` echo) prefixes every command's stdout
+and breaks the SFTP stream. Each command prints a marker first and whatever precedes it is dropped (and
+reported once, naming the device and the fix); when SFTP cannot start, files go over exec channels
+(``cat``), which that noise cannot corrupt.
 
 Throughput: SFTP is opened with a large window so a 50 MB push is not window-bound; writes are pipelined, and
-each write request carries 64 KiB instead of paramiko's 32 KiB (``SFTP_WRITE_SIZE``): half the requests, and
-no 32 KiB request split into a full packet plus a few-byte one; 20% less time for a 50 MB file on loopback.
-OpenSSH's sftp-server takes requests up to 256 KiB. AES-GCM (an AEAD: one pass per packet instead of AES-CTR plus
-a separate HMAC) is offered first when the server has it, as OpenSSH's own client does: about 15% less time
-for a 50 MB upload here; the other algorithms stay available in paramiko's order.
+each write request carries 64 KiB instead of paramiko's 32 KiB (``SFTP_WRITE_SIZE``). AES-GCM is offered first
+when the server has it, as OpenSSH's own client does (about 15% less time for a 50 MB upload here).
 """
 
 from __future__ import annotations
 
 import base64
 import hashlib
+import logging
 import os
 import select
 import socket
+import threading
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -34,14 +50,30 @@ import paramiko
 
 from toolkit.devices.connection import Progress, quote_argv
 from toolkit.devices.spec import DeviceSpec, parse_spec
-from toolkit.errors import AuthRefused, DeviceError, DeviceTimeout, DeviceUnreachable, HostKeyRefused, LinkDropped
+from toolkit.devices.ssh_config import SshOptions, resolve
+from toolkit.errors import (
+    AuthRefused,
+    DeviceError,
+    DeviceStopped,
+    DeviceTimeout,
+    DeviceUnreachable,
+    HostKeyRefused,
+    LinkDropped,
+)
 from toolkit.types import CommandResult
+
+log = logging.getLogger(__name__)
 
 USER_TIMEOUT_MS = 15_000  # unacknowledged data older than this kills the TCP connection
 KEEPALIVE_S = 5
+DEFAULT_CONNECT_TIMEOUT_S = 15.0
+ALIVE_INTERVAL_S = 5.0  # ServerAliveInterval when the configuration sets none
+ALIVE_COUNT_MAX = 4  # ServerAliveCountMax when the configuration sets none
 SFTP_WINDOW = 1 << 27
 SFTP_MAX_PACKET = 1 << 15
 SFTP_WRITE_SIZE = 1 << 16  # bytes per SFTP write request (paramiko: 32 KiB; OpenSSH's server takes 256 KiB)
+OUT_MARK = "__edgetk_out_8c1e__"  # printed before each command's own output: what precedes it is shell noise
+DEFAULT_KEYS = ("id_ed25519", "id_ecdsa", "id_ecdsa_sk", "id_ed25519_sk", "id_rsa", "id_dsa")
 
 
 class _Transport(paramiko.Transport):
@@ -63,27 +95,86 @@ def default_known_hosts() -> Path:
     return Path.home() / ".ssh" / "known_hosts"
 
 
-class _HostKeyPolicy(paramiko.MissingHostKeyPolicy):
-    """Unknown host: refuse, or (``trust_new_host``) record its key in known_hosts and go on."""
+def _home_relative(path: str | os.PathLike[str]) -> str:
+    text = str(path)
+    home = str(Path.home())
+    return "~" + text[len(home):] if text.startswith(home + os.sep) else text
 
-    def __init__(self, device: str, known_hosts: Path, trust_new_host: bool) -> None:
-        self.device = device
-        self.known_hosts = known_hosts
-        self.trust = trust_new_host
 
-    def missing_host_key(self, client: paramiko.SSHClient, hostname: str, key: paramiko.PKey) -> None:
-        if not self.trust:
-            raise DeviceError(
-                f"{self.device}: the host {hostname} is not in {self.known_hosts} "
-                f"(it offers the {key.get_name()} key {fingerprint(key)}).",
-                hint="Check that fingerprint on the device (ssh-keygen -lf /etc/ssh/ssh_host_*_key.pub), then "
-                "re-run with --trust-new-host to record it.",
-            )
-        self.known_hosts.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-        fd = os.open(self.known_hosts, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
-        with os.fdopen(fd, "a") as handle:
-            handle.write(f"{hostname} {key.get_name()} {key.get_base64()}\n")
-        client.get_host_keys().add(hostname, key.get_name(), key)
+class _WatchedSocket:
+    """The transport's byte stream (a socket, a ProxyJump channel or a ProxyCommand) with the time of the last
+    byte received: the watchdog's clock."""
+
+    def __init__(self, inner: Any) -> None:
+        self.inner = inner
+        self.last_recv = time.monotonic()
+
+    def recv(self, n: int) -> bytes:
+        data: bytes = self.inner.recv(n)
+        if data:
+            self.last_recv = time.monotonic()
+        return data
+
+    def send(self, data: bytes) -> int:
+        return int(self.inner.send(data))
+
+    def settimeout(self, value: float | None) -> None:
+        self.inner.settimeout(value)
+
+    def close(self) -> None:
+        self.inner.close()
+
+    def cut(self) -> None:
+        """Unblock every reader and writer at once (a blocked send on a full buffer included)."""
+        if isinstance(self.inner, socket.socket):
+            try:
+                self.inner.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+        try:
+            self.inner.close()
+        except Exception:  # closing a dead stream must never raise
+            pass
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
+
+
+class _Watchdog(threading.Thread):
+    """Keepalives with a bounded number of missed replies (see the module docstring)."""
+
+    def __init__(self, conn: SshConnection, transport: paramiko.Transport, stream: _WatchedSocket,
+                 interval: float, count_max: int) -> None:
+        super().__init__(name=f"edgetk-watchdog-{conn.name}", daemon=True)
+        self.conn = conn
+        self.transport = transport
+        self.stream = stream
+        self.interval = interval
+        self.count_max = count_max
+        self.done = threading.Event()
+        self._pinger: threading.Thread | None = None
+
+    def _ping(self) -> None:
+        try:  # any reply (OpenSSH answers "request failure") is a byte from the server
+            self.transport.global_request("keepalive@openssh.com", wait=True)
+        except Exception:  # a dying transport: the watchdog or the caller notices
+            pass
+
+    def run(self) -> None:
+        tick = min(1.0, self.interval / 2)
+        while not self.done.wait(tick):
+            if not self.transport.is_active():
+                return
+            silent = time.monotonic() - self.stream.last_recv
+            if silent >= self.interval * self.count_max:
+                self.conn._stopped = (f"no reply to {self.count_max} keepalives in "
+                                      f"{self.interval * self.count_max:.0f} s")
+                self.stream.cut()
+                threading.Thread(target=self.transport.close, daemon=True).start()
+                return
+            if silent >= self.interval and (self._pinger is None or not self._pinger.is_alive()):
+                self._pinger = threading.Thread(target=self._ping, name="edgetk-keepalive", daemon=True)
+                self._pinger.start()
 
 
 class SshConnection:
@@ -95,7 +186,7 @@ class SshConnection:
         *,
         trust_new_host: bool = False,
         known_hosts: str | os.PathLike[str] | None = None,
-        connect_timeout: float = 15.0,
+        connect_timeout: float | None = None,
         passphrase: str | None = None,
         proxy_jump: str | None = None,
     ) -> None:
@@ -104,62 +195,59 @@ class SshConnection:
         self.spec = spec
         self.name = spec.name
         self.trust_new_host = trust_new_host
-        self.known_hosts = Path(os.path.expanduser(str(known_hosts))) if known_hosts else default_known_hosts()
+        self.known_hosts = Path(os.path.expanduser(str(known_hosts))) if known_hosts else None
         self.connect_timeout = connect_timeout
         # the key passphrase: given here or in $EDGETK_SSH_PASSPHRASE; never logged, never part of a message
         self._passphrase = passphrase if passphrase is not None else os.environ.get("EDGETK_SSH_PASSPHRASE")
         self._proxy_jump = proxy_jump
-        self._client: paramiko.SSHClient | None = None
+        self._transport_obj: paramiko.Transport | None = None
+        self._stream: _WatchedSocket | None = None
+        self._watchdog: _Watchdog | None = None
         self._sftp: paramiko.SFTPClient | None = None
+        self._sftp_broken: str | None = None  # why SFTP cannot be used: files then go over exec channels
         self._jump: SshConnection | None = None
-        self._dropped_what: str | None = None  # set once the link dropped: no silent reconnect after that
+        self._lost: LinkDropped | None = None  # once the link is gone: no silent reconnect after that
+        self._stopped: str | None = None  # set by the watchdog
+        self._noise_reported = False
+        self.options: SshOptions | None = None
+        self.shell_noise: str | None = None  # what the login shell printed before a command, if anything
         self.connect_seconds: float | None = None
 
     # ----------------------------------------------------------------------------------------- connecting
 
-    def _resolve(self) -> dict[str, Any]:
-        """HostName/User/Port/IdentityFile/ProxyJump from ~/.ssh/config; explicit spec fields win."""
+    def _resolve(self) -> SshOptions:
         assert self.spec.host is not None
-        config_path = Path.home() / ".ssh" / "config"
-        options: dict[str, Any] = {}
-        if config_path.is_file():
-            try:
-                options = dict(paramiko.SSHConfig.from_path(str(config_path)).lookup(self.spec.host))
-            except Exception as exc:  # a broken ssh config is the user's to fix; say where
-                raise DeviceError(f"{self.name}: cannot read {config_path} ({exc}).") from None
-        hostname = options.get("hostname", self.spec.host)
-        port = self.spec.port or int(options.get("port", 22))
-        user = self.spec.user or options.get("user") or os.environ.get("USER") or _login_name()
-        identities: list[str] = []
-        if self.spec.identity_file:
-            identities.append(os.path.expanduser(self.spec.identity_file))
-        identities.extend(os.path.expanduser(p) for p in options.get("identityfile", []))
-        identities = [p for p in identities if os.path.isfile(p)]
-        jump = self._proxy_jump if self._proxy_jump is not None else options.get("proxyjump")
-        if jump in (None, "", "none"):
-            jump = None
-        return {"hostname": hostname, "port": port, "user": user, "identities": identities, "jump": jump}
+        if self.options is None:
+            self.options = resolve(self.spec.host, user=self.spec.user, port=self.spec.port,
+                                   identity_file=self.spec.identity_file, proxy_jump=self._proxy_jump)
+        return self.options
 
-    def _socket(self, hostname: str, port: int) -> socket.socket:
+    def _timeout(self, opts: SshOptions) -> float:
+        return self.connect_timeout or opts.connect_timeout or DEFAULT_CONNECT_TIMEOUT_S
+
+    def _socket(self, hostname: str, port: int, timeout: float) -> socket.socket:
         try:
-            sock = socket.create_connection((hostname, port), timeout=self.connect_timeout)
+            sock = socket.create_connection((hostname, port), timeout=timeout)
         except socket.gaierror:
-            raise DeviceError(
+            files = ", ".join(_home_relative(f) for f in (self.options.config_files if self.options else ())[:3])
+            raise DeviceUnreachable(
                 f"{self.name}: cannot resolve the host name {hostname!r}.",
-                hint="Check the spelling, your DNS, or the Host alias in ~/.ssh/config.",
+                hint="Check the spelling and your DNS" + (f", or the Host entries in {files}." if files else
+                                                          ", or add a Host alias for it to ~/.ssh/config."),
             ) from None
         except TimeoutError:
-            raise DeviceError(
-                f"{self.name}: no answer from {hostname}:{port} within {self.connect_timeout:.0f} s.",
+            raise DeviceUnreachable(
+                f"{self.name}: no answer from {hostname}:{port} within {timeout:.0f} s.",
                 hint="Is the device powered on and on the network?",
             ) from None
         except ConnectionRefusedError:
-            raise DeviceError(
+            raise DeviceUnreachable(
                 f"{self.name}: {hostname}:{port} refused the connection.",
                 hint="Is sshd running on the device, on that port?",
             ) from None
         except OSError as exc:
-            raise DeviceError(f"{self.name}: cannot connect to {hostname}:{port} ({exc.strerror or exc}).") from None
+            raise DeviceUnreachable(f"{self.name}: cannot connect to {hostname}:{port} ({exc.strerror or exc}).") \
+                from None
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)
         for opt, value in (
             ("TCP_USER_TIMEOUT", USER_TIMEOUT_MS),
@@ -172,133 +260,342 @@ class SshConnection:
                 sock.setsockopt(socket.IPPROTO_TCP, getattr(socket, opt), value)
         return sock
 
-    def _connect(self) -> paramiko.SSHClient:
-        if self._client is not None:
-            return self._client
-        if self._dropped_what is not None:
-            # after a drop, a reconnect would wait another connect timeout on a dead link; fail at once
-            raise LinkDropped(
-                f"{self.name}: the link to the device dropped ({self._dropped_what}).",
-                hint="Check the network and re-run: files already sent are not sent again.",
+    def _open_stream(self, opts: SshOptions, timeout: float) -> Any:
+        """A byte stream to the device's sshd: through the jump host(s), a ProxyCommand, or straight."""
+        if opts.proxy_jump:
+            chain = [j.strip() for j in opts.proxy_jump.split(",") if j.strip()]
+            self._jump = SshConnection(
+                parse_spec(chain[-1]), trust_new_host=self.trust_new_host, known_hosts=self.known_hosts,
+                connect_timeout=self.connect_timeout, passphrase=self._passphrase, proxy_jump=",".join(chain[:-1]),
             )
+            transport = self._jump._transport()
+            try:
+                return transport.open_channel("direct-tcpip", (opts.hostname, opts.port), ("127.0.0.1", 0),
+                                              timeout=timeout)
+            except (paramiko.SSHException, OSError) as exc:
+                raise DeviceUnreachable(
+                    f"{self.name}: the jump host {chain[-1]} could not reach {opts.hostname}:{opts.port} ({exc})."
+                ) from None
+        if opts.proxy_command:
+            try:
+                return paramiko.ProxyCommand(opts.proxy_command)
+            except Exception as exc:
+                raise DeviceUnreachable(f"{self.name}: the ProxyCommand {opts.proxy_command!r} did not start "
+                                        f"({exc}).", hint="Check it in your SSH configuration.") from None
+        return self._socket(opts.hostname, opts.port, timeout)
+
+    def _connect(self) -> paramiko.Transport:
+        if self._transport_obj is not None:
+            return self._transport_obj
+        if self._lost is not None:
+            raise self._lost  # after a drop, a reconnect would wait on a dead link again; fail at once
         started = time.perf_counter()
         opts = self._resolve()
-        hostname, port, user = opts["hostname"], opts["port"], opts["user"]
-        sock: Any
-        if opts["jump"]:
-            chain = [j.strip() for j in str(opts["jump"]).split(",") if j.strip()]
-            self._jump = SshConnection(
-                parse_spec(chain[-1]),
-                trust_new_host=self.trust_new_host,
-                known_hosts=self.known_hosts,
-                connect_timeout=self.connect_timeout,
-                proxy_jump=",".join(chain[:-1]),
-            )
-            transport = self._jump._connect().get_transport()
-            assert transport is not None
-            try:
-                sock = transport.open_channel(
-                    "direct-tcpip", (hostname, port), ("127.0.0.1", 0), timeout=self.connect_timeout
-                )
-            except (paramiko.SSHException, OSError) as exc:
-                raise DeviceError(f"{self.name}: the jump host could not reach {hostname}:{port} ({exc}).") from None
-        else:
-            sock = self._socket(hostname, port)
-        client = paramiko.SSHClient()
-        if self.known_hosts.is_file():
-            try:
-                client.get_host_keys().load(str(self.known_hosts))
-            except (OSError, paramiko.SSHException) as exc:
-                sock.close()
-                raise DeviceError(f"{self.name}: cannot read {self.known_hosts} ({exc}).") from None
-        client.set_missing_host_key_policy(_HostKeyPolicy(self.name, self.known_hosts, self.trust_new_host))
+        timeout = self._timeout(opts)
         try:
-            client.connect(
-                hostname,
-                port=port,
-                username=user,
-                sock=sock,
-                key_filename=opts["identities"] or None,
-                passphrase=self._passphrase,
-                allow_agent=True,
-                look_for_keys=True,
-                timeout=self.connect_timeout,
-                banner_timeout=self.connect_timeout,
-                auth_timeout=self.connect_timeout,
-                channel_timeout=self.connect_timeout,
-                transport_factory=_Transport,
-            )
+            stream = _WatchedSocket(self._open_stream(opts, timeout))
         except DeviceError:
-            client.close()
+            self.close()
             raise
-        except paramiko.BadHostKeyException as exc:
-            client.close()
-            raise DeviceError(
-                f"{self.name}: the host key of {hostname}:{port} CHANGED: {self.known_hosts} has "
-                f"{fingerprint(exc.expected_key)}, the host now offers {fingerprint(exc.key)}. Refusing to connect.",
-                hint="If the device was re-imaged, check the new fingerprint on its console, then remove the old "
-                f"entry with: ssh-keygen -R '[{hostname}]:{port}' -f {self.known_hosts}. Otherwise someone may be "
-                "intercepting the connection.",
+        transport = _Transport(stream)
+        transport.banner_timeout = timeout
+        # the watchdog covers the handshake too: a device that freezes while we log in is noticed as well
+        self._watchdog = _Watchdog(self, transport, stream, opts.server_alive_interval or ALIVE_INTERVAL_S,
+                                   opts.server_alive_count_max or ALIVE_COUNT_MAX)
+        try:
+            self._prefer_known_key_types(transport, opts)
+            transport.start_client(timeout=timeout)
+            self._watchdog.start()
+            self._check_host_key(transport, opts)
+            self._authenticate(transport, opts, timeout)
+        except DeviceError:
+            transport.close()
+            self.close()
+            raise
+        except (paramiko.SSHException, EOFError, OSError) as exc:
+            transport.close()
+            if self._stopped:
+                raise self._dropped("during the login") from None
+            self.close()
+            raise DeviceUnreachable(
+                f"{self.name}: SSH to {opts.hostname}:{opts.port} failed ({type(exc).__name__}: {exc}).",
+                hint="Is it an SSH server? Check the port, the ProxyCommand if any, and the device's sshd logs.",
             ) from None
-        except paramiko.PasswordRequiredException:
-            client.close()
-            raise DeviceError(
-                f"{self.name}: the private key for {user}@{hostname} is encrypted and no passphrase was given.",
-                hint="Set $EDGETK_SSH_PASSPHRASE, or load the key into ssh-agent (ssh-add KEY), and retry.",
-            ) from None
-        except paramiko.AuthenticationException:
-            client.close()
-            raise DeviceError(
-                f"{self.name}: authentication as {user!r} on {hostname}:{port} failed.",
-                hint="Check the user, the identity_file (or ssh-agent) and the device's ~/.ssh/authorized_keys.",
-            ) from None
-        except paramiko.SSHException as exc:
-            client.close()
-            if opts["identities"] and str(exc) in ("Invalid key", "Unable to parse key file"):
-                # paramiko's answer to a wrong passphrase (the passphrase itself is never part of a message)
-                raise DeviceError(
-                    f"{self.name}: cannot decrypt the private key {opts['identities'][0]} (wrong passphrase?).",
-                    hint="Check $EDGETK_SSH_PASSPHRASE, or load the key into ssh-agent (ssh-add KEY) and retry.",
-                ) from None
-            raise DeviceError(
-                f"{self.name}: SSH to {hostname}:{port} failed ({type(exc).__name__}: {exc}).",
-                hint="Is it an SSH server? Check the port and the device's sshd logs.",
-            ) from None
-        except (EOFError, OSError) as exc:
-            client.close()
-            raise DeviceError(
-                f"{self.name}: SSH to {hostname}:{port} failed ({type(exc).__name__}: {exc}).",
-                hint="Is it an SSH server? Check the port and the device's sshd logs.",
-            ) from None
-        transport = client.get_transport()
-        assert transport is not None
         transport.set_keepalive(KEEPALIVE_S)
-        self._client = client
+        self._transport_obj = transport
+        self._stream = stream
         self.connect_seconds = time.perf_counter() - started
-        return client
+        return transport
+
+    # ----------------------------------------------------------------------------------------- host keys
+
+    def _known_files(self, opts: SshOptions) -> tuple[list[Path], list[Path]]:
+        """(files to read, in order; the file a trusted key is written to first)."""
+        if self.known_hosts is not None:
+            return [self.known_hosts], [self.known_hosts]
+        return [*opts.user_known_hosts, *opts.global_known_hosts], list(opts.user_known_hosts)
+
+    def _host_keys(self, opts: SshOptions) -> paramiko.HostKeys:
+        keys = paramiko.HostKeys()
+        for path in self._known_files(opts)[0]:
+            if path.is_file():
+                try:
+                    keys.load(str(path))
+                except (OSError, paramiko.SSHException) as exc:
+                    raise HostKeyRefused(f"{self.name}: cannot read {path} ({exc}).") from None
+        return keys
+
+    def _prefer_known_key_types(self, transport: paramiko.Transport, opts: SshOptions) -> None:
+        """Ask first for the key type known_hosts holds for this host (as ssh does), so that a host known by
+        its RSA key is not refused because it also has an ed25519 one."""
+        known = self._host_keys(opts).lookup(opts.host_key_name)
+        if known:
+            options = transport.get_security_options()
+            first = [k for k in known.keys() if k in options.key_types]
+            options.key_types = first + [k for k in options.key_types if k not in first]
+
+    def _check_host_key(self, transport: paramiko.Transport, opts: SshOptions) -> None:
+        key = transport.get_remote_server_key()
+        name = opts.host_key_name
+        read, write = self._known_files(opts)
+        known = self._host_keys(opts).lookup(name)
+        where = ", ".join(_home_relative(p) for p in read[:2]) or "no known_hosts file"
+        if known and key.get_name() in known and known[key.get_name()] == key:
+            return
+        if known:
+            expected = next(iter(known.values()))
+            raise HostKeyRefused(
+                f"{self.name}: the host key of {name} CHANGED: {where} has {fingerprint(expected)}, the host now "
+                f"offers {fingerprint(key)}. Refusing to connect.",
+                hint="If the device was re-imaged, check the new fingerprint on its console, then remove the old "
+                f"entry with: ssh-keygen -R '{name}' -f {write[0] if write else read[0]}. Otherwise someone may "
+                "be intercepting the connection.",
+            )
+        if not (self.trust_new_host or opts.strict_host_key_checking == "accept-new"):
+            raise HostKeyRefused(
+                f"{self.name}: the host {name} is not in {where} (it offers the {key.get_name()} key "
+                f"{fingerprint(key)}).",
+                hint="Check that fingerprint on the device (ssh-keygen -lf /etc/ssh/ssh_host_*_key.pub), then "
+                "re-run with --trust-new-host to record it.",
+            )
+        if not write:
+            raise HostKeyRefused(f"{self.name}: the host {name} is unknown and UserKnownHostsFile is none: "
+                                 "there is nowhere to record its key.", hint="Pass --known-hosts FILE.")
+        entry = paramiko.HostKeys.hash_host(name) if opts.hash_known_hosts else name
+        target = write[0]
+        target.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+        fd = os.open(target, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+        with os.fdopen(fd, "a") as handle:
+            handle.write(f"{entry} {key.get_name()} {key.get_base64()}\n")
+
+    # ----------------------------------------------------------------------------------------- authentication
+
+    def _load_key(self, path: str, problems: list[str]) -> paramiko.PKey | None:
+        """The private key at ``path`` without any certificate, or None (the reason goes to ``problems``)."""
+        password = self._passphrase.encode() if self._passphrase else None
+        try:
+            loaded = paramiko.PKey.from_path(path, password)
+            return type(loaded).from_private_key_file(path, password=password)
+        except TypeError:  # cryptography: "Key is password-protected, but password was not provided"
+            problems.append(f"encrypted:{path}")
+        except (paramiko.SSHException, ValueError) as exc:
+            problems.append(f"undecryptable:{path}" if password else f"unreadable:{path}:{exc}")
+        except OSError as exc:
+            problems.append(f"unreadable:{path}:{exc.strerror or exc}")
+        return None
+
+    def _with_certificate(self, path: str, certificate: str) -> paramiko.PKey | None:
+        password = self._passphrase.encode() if self._passphrase else None
+        try:
+            key = paramiko.PKey.from_path(path, password)
+            key.load_certificate(certificate)
+        except (ValueError, TypeError, paramiko.SSHException, OSError):
+            return None  # a certificate for another key, or an unreadable one
+        return key
+
+    def _agent_keys(self, opts: SshOptions) -> list[paramiko.AgentKey]:
+        if not opts.identity_agent:
+            return []
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            sock.settimeout(5)
+            sock.connect(os.path.expanduser(opts.identity_agent))
+            agent = paramiko.agent.AgentSSH()
+            agent._connect(sock)
+            return list(agent.get_keys())
+        except (OSError, paramiko.SSHException) as exc:
+            log.warning("%s: the SSH agent at %s did not answer (%s)", self.name, opts.identity_agent, exc)
+            sock.close()
+            return []
+
+    def _candidates(self, opts: SshOptions, problems: list[str]) -> list[tuple[str, paramiko.PKey]]:
+        """(description, key) in ssh's order: identity files (with their certificates), then agent keys."""
+        home = Path.home()
+        files = list(opts.identity_files)
+        if opts.default_identities:
+            files += [str(home / ".ssh" / n) for n in DEFAULT_KEYS if (home / ".ssh" / n).is_file()]
+        certificates = [*opts.certificate_files]
+        file_keys: list[tuple[str, paramiko.PKey]] = []
+        public_blobs: set[bytes] = set()
+        for path in files:
+            pub = Path(path + ".pub")
+            if pub.is_file():
+                try:
+                    public_blobs.add(base64.b64decode(pub.read_text().split()[1]))
+                except (IndexError, ValueError, OSError):
+                    pass
+            key = self._load_key(path, problems)
+            if key is None:
+                continue
+            public_blobs.add(key.asbytes())
+            cert = Path(path + "-cert.pub")
+            for candidate in dict.fromkeys([*certificates, *([str(cert)] if cert.is_file() else [])]):
+                with_cert = self._with_certificate(path, candidate)
+                if with_cert is not None:
+                    file_keys.append((f"certificate {_home_relative(candidate)}", with_cert))
+            file_keys.append((f"key {_home_relative(path)}", key))
+        agent = [(f"agent key {k.comment or fingerprint(k)}", k) for k in self._agent_keys(opts)
+                 if not opts.identities_only or k.asbytes() in public_blobs
+                 or any(k.asbytes() == fk.asbytes() for _, fk in file_keys)]
+        if opts.identities_only and not files:
+            agent = []
+        # the agent holds the private half of an encrypted identity file: prefer it over failing on the file
+        return file_keys + agent
+
+    def _authenticate(self, transport: paramiko.Transport, opts: SshOptions, timeout: float) -> None:
+        transport.auth_timeout = timeout
+        where = f"{opts.user}@{opts.hostname}" + ("" if opts.port == 22 else f":{opts.port}")
+        copy_id = f"ssh-copy-id {'-p ' + str(opts.port) + ' ' if opts.port != 22 else ''}" \
+                  f"-i {_home_relative(opts.identity_files[0]) if opts.identity_files else '~/.ssh/id_ed25519'}.pub " \
+                  f"{opts.user}@{opts.hostname}"
+        try:
+            transport.auth_none(opts.user)
+            return  # the server lets us in without credentials
+        except paramiko.BadAuthenticationType as exc:
+            offered = list(exc.allowed_types)
+        except paramiko.AuthenticationException:
+            offered = ["publickey"]
+        if "publickey" not in offered:
+            raise AuthRefused(
+                f"{self.name}: {where} does not accept keys (it offers: {', '.join(offered) or 'nothing'}); "
+                "edgetk logs in with keys only.",
+                hint=f"Enable PubkeyAuthentication in the device's sshd_config and install your key: {copy_id}",
+            )
+        problems: list[str] = []
+        tried: list[str] = []
+        for description, key in self._candidates(opts, problems):
+            try:
+                rest = transport.auth_publickey(opts.user, key)
+            except paramiko.AuthenticationException:
+                tried.append(description)
+                continue
+            except paramiko.SSHException as exc:
+                tried.append(f"{description} ({exc})")
+                continue
+            if not rest:
+                return
+            raise AuthRefused(f"{self.name}: {where} wants a second factor after the key ({', '.join(rest)}).",
+                              hint="edgetk cannot answer it; allow key-only login for this user on the device.")
+        for problem in problems:
+            kind, _, path = problem.partition(":")
+            if kind == "encrypted":
+                raise AuthRefused(
+                    f"{self.name}: the private key {_home_relative(path)} for {where} is encrypted and no "
+                    "passphrase was given.",
+                    hint="Set $EDGETK_SSH_PASSPHRASE, or load the key into ssh-agent (ssh-add KEY), and retry.",
+                )
+            if kind == "undecryptable":
+                raise AuthRefused(
+                    f"{self.name}: cannot decrypt the private key {_home_relative(path)} (wrong passphrase?).",
+                    hint="Check $EDGETK_SSH_PASSPHRASE, or load the key into ssh-agent (ssh-add KEY) and retry.",
+                )
+        if not tried:
+            agent = ("no agent" if not opts.identity_agent else f"no key in the agent at "
+                     f"{_home_relative(opts.identity_agent)}" + (" matching an IdentityFile (IdentitiesOnly yes)"
+                                                                   if opts.identities_only else ""))
+            raise AuthRefused(
+                f"{self.name}: no key to offer {where}: no IdentityFile, no ~/.ssh/id_* and {agent}.",
+                hint="Make a key (ssh-keygen -t ed25519) and install it on the device: " + copy_id,
+            )
+        shown = "; ".join(tried[:5]) + (f"; and {len(tried) - 5} more" if len(tried) > 5 else "")
+        raise AuthRefused(
+            f"{self.name}: {where} refused every key tried ({shown}); it offers: {', '.join(offered)}.",
+            hint=f"Install one of them on the device: {copy_id} (or set IdentityFile for this host in "
+            "~/.ssh/config).",
+        )
+
+    # ----------------------------------------------------------------------------------------- link state
 
     def _transport(self) -> paramiko.Transport:
-        transport = self._connect().get_transport()
-        if transport is None or not transport.is_active():
+        transport = self._connect()
+        if not transport.is_active():
             raise self._dropped("the connection is closed")
         return transport
 
     def _dropped(self, what: str) -> LinkDropped:
+        """The link is gone (or the device stopped answering): close, and remember it for every later call."""
+        stopped = self._stopped
         self.close()
-        self._dropped_what = what
-        return LinkDropped(
-            f"{self.name}: the link to the device dropped ({what}).",
-            hint="Check the network and re-run: files already sent are not sent again.",
-        )
+        if self._lost is not None:
+            return self._lost
+        if stopped:
+            self._lost = DeviceStopped(
+                f"{self.name}: the device stopped answering ({stopped}).",
+                hint="It may be frozen or overloaded (a hung SD card, out of memory). Nothing was switched: the "
+                "current version is untouched. Re-run once it answers: files already sent are not sent again.",
+            )
+        else:
+            self._lost = LinkDropped(
+                f"{self.name}: the link to the device dropped ({what}).",
+                hint="Check the network and re-run: files already sent are not sent again.",
+            )
+        return self._lost
+
+    def _strip_noise(self, out: bytes) -> bytes:
+        mark = OUT_MARK.encode()
+        at = out.find(mark)
+        if at < 0:
+            return out
+        if at > 0:
+            self._report_noise(out[:at])
+        return out[at + len(mark):]
+
+    def _report_noise(self, noise: bytes) -> None:
+        text = noise.decode("utf-8", "replace").strip()
+        self.shell_noise = text
+        if not self._noise_reported:
+            self._noise_reported = True
+            log.warning("%s", self.noise_message(text))
+
+    def noise_message(self, text: str | None = None) -> str:
+        """What to tell the user about a login shell that prints on start-up."""
+        opts = self.options
+        who = f"{opts.user}@{opts.hostname}" if opts else self.name
+        shown = (text if text is not None else self.shell_noise or "").splitlines()
+        sample = f" ({shown[0][:60]!r}...)" if shown else ""
+        return (f"{self.name}: the login shell on {who} prints text on start-up{sample} (~/.bashrc or "
+                "~/.profile?): guard it with `[ -z \"$PS1\" ] && return` at the top of ~/.bashrc, or print to stderr")
 
     # ----------------------------------------------------------------------------------------- commands
 
-    def run(self, argv: Sequence[str], *, timeout: float | None = None) -> CommandResult:
-        command = quote_argv(argv)
+    def _exec(self, command: str, *, timeout: float | None, what: str, source: Path | None = None,
+              offset: int = 0, progress: Progress | None = None) -> tuple[int, bytes, bytes]:
+        """Run ``command`` through the login shell (stdout after the marker); stream ``source`` to its stdin."""
         transport = self._transport()
         try:
-            chan = transport.open_session(timeout=self.connect_timeout)
-            chan.exec_command(command)
+            chan = transport.open_session(window_size=SFTP_WINDOW, max_packet_size=SFTP_MAX_PACKET,
+                                          timeout=self._timeout(self._resolve()))
+            chan.exec_command(f"printf %s {OUT_MARK}; {command}")
+            if source is not None:
+                total = source.stat().st_size - offset
+                sent = 0
+                with open(source, "rb") as handle:
+                    handle.seek(offset)
+                    while block := handle.read(1 << 18):
+                        chan.sendall(block)
+                        sent += len(block)
+                        if progress:
+                            progress(sent, total)
             chan.shutdown_write()
         except (paramiko.SSHException, EOFError, OSError) as exc:
             raise self._dropped(f"{type(exc).__name__}: {exc}") from None
@@ -318,8 +615,8 @@ class SshConnection:
                     break
                 if deadline is not None and time.monotonic() > deadline:
                     chan.close()
-                    raise DeviceError(
-                        f"{self.name}: {os.path.basename(str(argv[0]))} did not finish within {timeout:.0f} s.",
+                    raise DeviceTimeout(
+                        f"{self.name}: {what} did not finish within {timeout:.0f} s.",
                         hint="Raise the timeout, or look at what hangs on the device.",
                     )
                 if not transport.is_active():
@@ -333,26 +630,41 @@ class SshConnection:
             chan.close()
         if status == -1 and not transport.is_active():
             raise self._dropped("the connection closed during a command")
-        return CommandResult(status, b"".join(out).decode("utf-8", "replace"), b"".join(err).decode("utf-8", "replace"))
+        return status, self._strip_noise(b"".join(out)), b"".join(err)
+
+    def run(self, argv: Sequence[str], *, timeout: float | None = None) -> CommandResult:
+        status, out, err = self._exec("exec " + quote_argv(argv), timeout=timeout,
+                                      what=os.path.basename(str(argv[0])))
+        return CommandResult(status, out.decode("utf-8", "replace"), err.decode("utf-8", "replace"))
 
     # ----------------------------------------------------------------------------------------- files
 
-    def _sftp_client(self) -> paramiko.SFTPClient:
-        if self._sftp is None:
+    def _sftp_client(self) -> paramiko.SFTPClient | None:
+        """SFTP, or None when it cannot start (a talking login shell corrupts its stream): use exec then."""
+        if self._sftp is None and self._sftp_broken is None:
+            transport = self._transport()
             try:
                 sftp = paramiko.SFTPClient.from_transport(
-                    self._transport(), window_size=SFTP_WINDOW, max_packet_size=SFTP_MAX_PACKET
+                    transport, window_size=SFTP_WINDOW, max_packet_size=SFTP_MAX_PACKET
                 )
             except (paramiko.SSHException, EOFError, OSError) as exc:
-                raise DeviceError(f"{self.name}: cannot open SFTP ({exc}).", hint="Is the sftp subsystem enabled?") from None
+                if not transport.is_active():
+                    raise self._dropped(f"{type(exc).__name__}: {exc}") from None
+                self._sftp_broken = f"{type(exc).__name__}: {exc}"
+                log.debug("%s: SFTP cannot start (%s); files go over exec channels", self.name, exc)
+                return None
             if sftp is None:
-                raise DeviceError(f"{self.name}: cannot open SFTP.", hint="Is the sftp subsystem enabled in sshd_config?")
+                self._sftp_broken = "no sftp subsystem"
+                return None
             self._sftp = sftp
         return self._sftp
 
     def put(self, local: Path, remote: str, *, progress: Progress | None = None, offset: int = 0) -> None:
-        sftp = self._sftp_client()
         size = Path(local).stat().st_size
+        sftp = self._sftp_client()
+        if sftp is None:
+            self._exec_put(Path(local), remote, size, progress=progress, offset=offset)
+            return
         try:
             with open(local, "rb") as handle, sftp.file(remote, "r+b" if offset else "wb") as target:
                 target.set_pipelined(True)
@@ -369,40 +681,73 @@ class SshConnection:
                         progress(sent, size - offset)
             attrs = sftp.stat(remote)
         except (EOFError, OSError, paramiko.SSHException) as exc:
-            transport = self._client.get_transport() if self._client is not None else None
-            if isinstance(exc, OSError) and transport is not None and transport.is_active():
+            transport = self._transport_obj
+            if isinstance(exc, OSError) and transport is not None and transport.is_active() and not self._stopped:
                 # the link is fine: the device refused the write (a full disk, permissions)
                 raise DeviceError(f"{self.name}: writing {remote} failed ({exc.strerror or exc}).") from None
             raise self._dropped(f"{type(exc).__name__}: {exc}") from None
         if attrs.st_size != size:
             raise DeviceError(f"{self.name}: {remote} has {attrs.st_size} bytes after the upload, expected {size}.")
 
-    def get(self, remote: str, local: Path) -> None:
+    def _exec_put(self, local: Path, remote: str, size: int, *, progress: Progress | None, offset: int) -> None:
+        script = ('umask 022; if [ "$2" -gt 0 ]; then cat >> "$1"; else cat > "$1"; fi && chmod 644 "$1" && '
+                  'wc -c < "$1"')
+        status, out, err = self._exec(quote_argv(["sh", "-c", script, "sh", remote, str(offset)]), timeout=None,
+                                      what=f"writing {remote}", source=local, offset=offset, progress=progress)
+        if status != 0:
+            raise DeviceError(f"{self.name}: writing {remote} failed "
+                              f"({err.decode('utf-8', 'replace').strip()[-200:] or f'exit {status}'}).")
         try:
-            self._sftp_client().get(remote, str(local))
+            written = int(out.split()[-1])
+        except (IndexError, ValueError):
+            written = -1
+        if written != size:
+            raise DeviceError(f"{self.name}: {remote} has {written} bytes after the upload, expected {size}.")
+
+    def get(self, remote: str, local: Path) -> None:
+        sftp = self._sftp_client()
+        if sftp is None:
+            status, out, err = self._exec(quote_argv(["cat", remote]), timeout=None, what=f"reading {remote}")
+            if status != 0:
+                raise DeviceError(f"{self.name}: cannot read {remote} "
+                                  f"({err.decode('utf-8', 'replace').strip()[-200:]}).")
+            Path(local).write_bytes(out)
+            return
+        try:
+            sftp.get(remote, str(local))
         except FileNotFoundError:
             raise DeviceError(f"{self.name}: {remote} does not exist on the device.") from None
         except (EOFError, OSError, paramiko.SSHException) as exc:
+            if self._stopped or not self._transport().is_active():
+                raise self._dropped(str(exc)) from None
             raise DeviceError(f"{self.name}: cannot read {remote} ({exc}).") from None
 
     def exists(self, remote: str) -> bool:
+        sftp = self._sftp_client()
+        if sftp is None:
+            status, _, _ = self._exec(quote_argv(["sh", "-c", '[ -e "$1" ] || [ -L "$1" ]', "sh", remote]),
+                                      timeout=None, what="looking for a file")
+            return status == 0
         try:
-            self._sftp_client().lstat(remote)
+            sftp.lstat(remote)
         except FileNotFoundError:
             return False
-        except (EOFError, paramiko.SSHException) as exc:
+        except (EOFError, OSError, paramiko.SSHException) as exc:
             raise self._dropped(str(exc)) from None
         return True
 
     def close(self) -> None:
-        for thing in (self._sftp, self._client):
+        if self._watchdog is not None:
+            self._watchdog.done.set()
+            self._watchdog = None
+        for thing in (self._sftp, self._transport_obj):
             if thing is not None:
                 try:
                     thing.close()
                 except Exception:  # closing a dead link must never raise
                     pass
         self._sftp = None
-        self._client = None
+        self._transport_obj = None
         if self._jump is not None:
             self._jump.close()
             self._jump = None
@@ -414,9 +759,3 @@ class SshConnection:
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
         self.close()
-
-
-def _login_name() -> str:
-    import getpass
-
-    return getpass.getuser()
