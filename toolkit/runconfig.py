@@ -76,10 +76,9 @@ def read_run_config(path: Path) -> dict[str, Any]:
         raise UsageError(f"Cannot read the run config {path}: {exc}.") from None
     except tomllib.TOMLDecodeError as exc:
         raise UsageError(f"The run config {path} is not valid TOML: {exc}.") from None
-    out: dict[str, Any] = {}
-    for key, value in data.items():
-        if isinstance(value, dict):
-            raise UsageError(f"{path}: [{key}] tables are not run options.",
-                             hint="Write flat `flag-name = value` lines, e.g. target = \"raspberry-pi-4\".")
-        out[key.replace("_", "-")] = value
-    return out
+    from toolkit.schemas import validate
+    from toolkit.schemas.runconfig import RunFile
+
+    run = validate(RunFile, data, file=path, docs="docs/cli.md")
+    assert run is not None
+    return {key.replace("_", "-"): value for key, value in run.root.items()}

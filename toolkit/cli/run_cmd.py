@@ -38,19 +38,17 @@ def _flag_names(command: click.Command) -> dict[str, click.Parameter]:
 
 def _apply_config(ctx: click.Context, values: dict[str, Any], path: Path) -> None:
     """Fill ``values`` from the config file wherever the user gave no flag (flags win)."""
-    import difflib
-
     from toolkit.errors import UsageError
     from toolkit.runconfig import read_run_config
+    from toolkit.schemas.problems import did_you_mean
 
     assert ctx.command is not None
     flags = _flag_names(ctx.command)
     for key, raw in read_run_config(path).items():
         param = flags.get(key)
         if param is None or param.name in _NOT_RECORDED:
-            close = difflib.get_close_matches(key, list(flags), n=1)
             raise UsageError(f"{path}: unknown run option {key!r}.",
-                             hint=f"Did you mean {close[0]!r}?" if close else "Use the flag names of `edgetk run`.")
+                             hint=did_you_mean(key, list(flags), sentence=True).strip() or "Use the flag names of `edgetk run`.")
         name = param.name or key
         source = ctx.get_parameter_source(name)
         if source is not None and source.name == "COMMANDLINE":

@@ -96,6 +96,8 @@ def _step(tp: Any, part: str | int) -> Any:
         args = typing.get_args(tp)
         return args[0] if origin in (list, tuple, Sequence) and args else None
     if _is_model(tp):
+        if part not in tp.model_fields and "root" in tp.model_fields:  # a RootModel: its locations skip "root"
+            return _step(tp.model_fields["root"].annotation, part)
         field = tp.model_fields.get(part)
         return field.annotation if field is not None else None
     if origin is dict:
@@ -106,6 +108,8 @@ def _step(tp: Any, part: str | int) -> Any:
 def _is_named_tables(tp: Any) -> bool:
     """A ``dict[str, Table]``: tables whose names the user chooses (``[devices.NAME]``)."""
     tp = _unwrap(tp)
+    if _is_model(tp) and "root" in tp.model_fields:
+        tp = _unwrap(tp.model_fields["root"].annotation)
     if typing.get_origin(tp) is not dict:
         return False
     value = _unwrap(typing.get_args(tp)[1])
