@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from toolkit.errors import UsageError
+from toolkit.verification.tolerance import Tolerance  # the one Tolerance type (re-exported here)
 from toolkit.policy import PlacementExpectation, RegressionPolicy
 from toolkit.types import FORMATS, PRECISIONS, RUNTIMES, TFLITE_RUNTIMES, Recipe, RecipeError
 
@@ -122,21 +123,6 @@ class Accelerator:
     def to_dict(self) -> dict[str, Any]:
         return {"name": self.name, "kind": self.kind, "delegate": self.delegate,
                 "execution_providers": list(self.execution_providers), "note": self.note}
-
-
-@dataclass(frozen=True)
-class Tolerance:
-    """How far an artifact may drift from the float model and still ship.
-
-    ``max_top1_drop`` is a fraction (0.01 = one percentage point of top-1 agreement/accuracy);
-    ``min_cosine`` the lowest cosine similarity of the outputs.
-    """
-
-    max_top1_drop: float
-    min_cosine: float
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"max_top1_drop": self.max_top1_drop, "min_cosine": self.min_cosine}
 
 
 @dataclass(frozen=True)
