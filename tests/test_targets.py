@@ -316,7 +316,7 @@ def test_unknown_execution_provider(tmp_path: Path) -> None:
 
 
 def test_missing_required_key(tmp_path: Path) -> None:
-    refused(tmp_path, MINIMAL.replace('arch = "aarch64"\n', ""), "key 'arch'", "required key is missing")
+    refused(tmp_path, MINIMAL.replace('arch = "aarch64"\n', ""), "the key 'arch' is missing")
     refused(tmp_path, MINIMAL.replace("min_cosine = 0.99\n", ""), "key 'tolerance.min_cosine'", "missing")
 
 
@@ -414,9 +414,9 @@ def test_host_profile_is_a_shipped_profile_of_this_arch(shipped: dict[str, Targe
 @pytest.mark.parametrize(
     ("line", "key", "needle"),
     [
-        ('quant_format = "qop"', "quant_format", "Unknown quant_format 'qop'"),
-        ('calibration_method = "mse"', "calibration_method", "Unknown calibration_method 'mse'"),
-        ('activation_type = "int16"', "activation_type", "Unknown activation_type 'int16'"),
+        ('quant_format = "qop"', "quant_format", "unknown quant_format 'qop'"),
+        ('calibration_method = "mse"', "calibration_method", "unknown calibration_method 'mse'"),
+        ('activation_type = "int16"', "activation_type", "unknown activation_type 'int16'"),
         ("threads = 0", "threads", "threads must be at least 1"),
     ],
 )
@@ -424,3 +424,59 @@ def test_recipe_errors_from_recipe_itself_name_file_and_key(tmp_path: Path, line
                                                             needle: str) -> None:
     text = 'extends = "generic-x86_64"\n[[recipes]]\nformat = "onnx"\nprecision = "int8"\n' + line + "\n"
     refused(tmp_path, text, f"key 'recipes[0].{key}'", needle)
+
+
+def test_version_bounds_are_pep440(tmp_path: Path) -> None:
+    """Bounds compare as PEP 440 versions: a release candidate is not the release (it comes before it)."""
+    from toolkit.targets import RuntimeRequirement
+
+    tflite = RuntimeRequirement("tflite-runtime", min_version="2.14", max_version="2.14")
+    assert tflite.admits("2.14.0") and tflite.admits("2.14.9") and tflite.admits("2.14.0.post1")
+    assert not tflite.admits("2.14.0rc1")  # before 2.14, so below the lower bound
+    assert not tflite.admits("2.15.0rc1") and not tflite.admits("2.15.0")
+    assert tflite.bounds == ">=2.14, <2.15"
+    ort = RuntimeRequirement("onnxruntime", min_version="1.16")
+    assert ort.admits("1.16.3+cu118") and ort.admits("v1.17") and not ort.admits("1.16.0rc2")
+    assert not ort.admits("") and not ort.admits("latest")
+    assert RuntimeRequirement("litert").bounds == "any" and RuntimeRequirement("litert").admits("0.1")
+    refused(tmp_path, MINIMAL.replace('name = "litert"', 'name = "litert"\nmin_version = "two"'),
+            "key 'runtimes[0].min_version'", "'two' is not a version")
+
+
+def test_recipe_schema_is_in_step_with_recipe() -> None:
+    """Every Recipe field can be written in a [[recipes]] table, and the table takes nothing else."""
+    from dataclasses import fields
+
+    from toolkit.schemas.targets import RecipeEntry
+
+    assert set(RecipeEntry.model_fields) == {f.name for f in fields(Recipe)}
+
+
+def test_a_wrong_value_deep_in_a_table_names_the_whole_key(tmp_path: Path) -> None:
+    text = MINIMAL.replace("threads = 2", "threads = 2\n[provider_options.CudaExecutionProvider]\nx = 1")
+    refused(tmp_path, text, "key 'provider_options.CudaExecutionProvider'", "did you mean 'CUDAExecutionProvider'?")
+    text = MINIMAL + "nodes_to_exclude = [1]\n"
+    refused(tmp_path, text, "the key 'recipes[0].nodes_to_exclude' must be a list of strings", "got an integer")
+    refused(tmp_path, MINIMAL.replace("[cpu]", "cpu = 3\n[other]"), "unknown top-level key 'other'")
+
+
+def test_regression_and_placement_tables(tmp_path: Path) -> None:
+    text = MINIMAL + textwrap.dedent("""
+        [regression]
+        min_slowdown_pct = 40
+        baseline_checks = 6
+
+        [[placement]]
+        format = "tflite"
+        on = "edgetpu"
+        artifacts = "*_edgetpu.tflite"
+    """)
+    profile = get_profile("board-p", targets_dirs=[write(tmp_path / "ok", "board-p", text).parent])
+    assert profile.regression.min_slowdown_pct == 40 and profile.regression.baseline_checks == 6
+    assert profile.regression.alpha == 0.01  # the policy's default where the file says nothing
+    (placement,) = profile.placement
+    assert (placement.on, placement.artifacts, placement.min_nodes_pct) == ("edgetpu", "*_edgetpu.tflite", 100.0)
+    refused(tmp_path, text.replace("baseline_checks = 6", "baseline_checks = 6\nalpah = 0.1"),
+            "unknown key 'regression.alpah'", "did you mean 'alpha'?")
+    refused(tmp_path, text.replace("min_slowdown_pct = 40", "alpha = 2.0"), "key 'regression'", "alpha")
+    refused(tmp_path, text.replace('on = "edgetpu"', 'on = "npu"'), "key 'placement[0]'", "not a TFLite delegate")

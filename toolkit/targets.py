@@ -22,12 +22,10 @@ and the fix. The schema is documented in ``docs/targets.md``.
 
 from __future__ import annotations
 
-import difflib
 import os
-import re
 import tomllib
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -63,10 +61,6 @@ EXECUTION_PROVIDERS: tuple[str, ...] = (
     "WebGpuExecutionProvider",
 )
 
-_NAME_RE = re.compile(r"^[a-z0-9][a-z0-9._-]*$")
-_VERSION_RE = re.compile(r"^\d+(\.\d+)*$")
-_PYTHON_RE = re.compile(r"^3\.\d+$")
-
 # ------------------------------------------------------------------------------------------- data
 
 
@@ -82,28 +76,33 @@ class RuntimeRequirement:
     max_version: str | None = None
     note: str | None = None
 
-    def admits(self, version: str) -> bool:
-        """Whether ``version`` (``"2.14.0"``, ``"1.16.3+cu118"``) lies within the bounds."""
-        parsed = parse_version(version)
-        if parsed is None:
-            return False
-        if self.min_version is not None and _cmp(parsed, parse_version(self.min_version) or ()) < 0:
-            return False
-        if self.max_version is not None:
-            upper = parse_version(self.max_version) or ()
-            if _cmp(parsed[: len(upper)], upper) > 0:
-                return False
-        return True
-
     @property
-    def bounds(self) -> str:
-        """``>=2.14, <=2.14.*`` style text for tables."""
+    def specifier(self) -> str:
+        """The bounds as a PEP 440 specifier: ``>=2.14, <2.15`` (the prefix bound 2.14 admits every 2.14.x)."""
         parts = []
         if self.min_version:
             parts.append(f">={self.min_version}")
         if self.max_version:
-            parts.append(f"<={self.max_version}.*")
-        return ", ".join(parts) or "any"
+            parts.append(f"<{_next_prefix(self.max_version)}")
+        return ", ".join(parts)
+
+    def admits(self, version: str) -> bool:
+        """Whether ``version`` (``"2.14.0"``, ``"1.16.3+cu118"``) lies within the bounds. Compared as PEP 440
+        versions (``packaging``): a pre-release such as ``2.14.0rc1`` comes before ``2.14`` and is admitted
+        by no bound of releases; text that is no version is admitted by nothing."""
+        from packaging.specifiers import SpecifierSet
+        from packaging.version import InvalidVersion, Version
+
+        try:
+            parsed = Version(version.strip())
+        except InvalidVersion:
+            return False
+        return SpecifierSet(self.specifier).contains(parsed)
+
+    @property
+    def bounds(self) -> str:
+        """``>=2.14, <2.15`` style text for tables."""
+        return self.specifier or "any"
 
     def to_dict(self) -> dict[str, Any]:
         return {"name": self.name, "min_version": self.min_version, "max_version": self.max_version,
@@ -203,17 +202,19 @@ class TargetProfile:
 
 
 def parse_version(text: str) -> tuple[int, ...] | None:
-    """The leading numeric part of a version: ``"1.16.3+cu118"`` -> (1, 16, 3); None when there is none."""
-    match = re.match(r"^\s*v?(\d+(?:\.\d+)*)", text)
-    if not match:
+    """The release numbers of a PEP 440 version: ``"1.16.3+cu118"`` -> (1, 16, 3); None when it is none."""
+    from packaging.version import InvalidVersion, Version
+
+    try:
+        return Version(text.strip()).release
+    except InvalidVersion:
         return None
-    return tuple(int(p) for p in match.group(1).split("."))
 
 
-def _cmp(a: tuple[int, ...], b: tuple[int, ...]) -> int:
-    width = max(len(a), len(b))
-    pa, pb = a + (0,) * (width - len(a)), b + (0,) * (width - len(b))
-    return (pa > pb) - (pa < pb)
+def _next_prefix(bound: str) -> str:
+    """The first version past the prefix bound: ``"2.14"`` -> ``"2.15"`` (so ``<2.15`` admits every 2.14.x)."""
+    release = parse_version(bound) or (0,)
+    return ".".join(map(str, (*release[:-1], release[-1] + 1)))
 
 
 def runtime_supports(profile: TargetProfile, runtime: str, version: str) -> bool:
@@ -224,58 +225,10 @@ def runtime_supports(profile: TargetProfile, runtime: str, version: str) -> bool
 
 # ------------------------------------------------------------------------------------------- schema
 
-# kind: "str", "int", "number", "bool", "str-list", "table", "tables" (array of tables), "table-of-tables"
-_TOP: dict[str, str] = {
-    "name": "str",
-    "description": "str",
-    "extends": "str",
-    "arch": "str",
-    "cpu": "table",
-    "memory_mb": "int",
-    "os": "str",
-    "python": "str",
-    "runtimes": "tables",
-    "accelerators": "tables",
-    "execution_providers": "str-list",
-    "provider_options": "table-of-tables",
-    "max_onnx_opset": "int",
-    "recipes": "tables",
-    "threads": "int",
-    "latency_budget_ms": "number",
-    "tolerance": "table",
-    "fallback": "str-list",
-    "edgetpu": "bool",
-    "sources": "str-list",
-}
-_REQUIRED_TOP = ("description", "arch", "cpu", "memory_mb", "os", "python", "runtimes", "recipes", "threads",
-                 "latency_budget_ms", "tolerance", "fallback")
-_SUB: dict[str, dict[str, str]] = {
-    "cpu": {"cores": "int", "model": "str"},
-    "tolerance": {"max_top1_drop": "number", "min_cosine": "number"},
-    "runtimes": {"name": "str", "min_version": "str", "max_version": "str", "note": "str"},
-    "accelerators": {"name": "str", "kind": "str", "delegate": "str", "execution_providers": "str-list",
-                     "note": "str"},
-}
-_REQUIRED_SUB: dict[str, tuple[str, ...]] = {
-    "cpu": ("cores", "model"),
-    "tolerance": ("max_top1_drop", "min_cosine"),
-    "runtimes": ("name",),
-    "accelerators": ("name", "kind"),
-}
-_RECIPE_KINDS: dict[str, str] = {
-    "format": "str", "precision": "str", "io_dtype": "str", "activation_type": "str", "weight_type": "str",
-    "calibration_method": "str", "per_channel": "bool", "quant_format": "str", "threads": "int", "opset": "int",
-    "nodes_to_exclude": "str-list", "execution_providers": "str-list", "layout": "str",
-}
-assert set(_RECIPE_KINDS) == {f.name for f in fields(Recipe)}, "keep _RECIPE_KINDS in step with toolkit.types.Recipe"
-_SUB["recipes"] = _RECIPE_KINDS
-_REQUIRED_SUB["recipes"] = ("format", "precision")
+# The schema (keys, types, vocabularies, bounds) is a pydantic model in toolkit.schemas.targets, imported when a
+# file is read. What stays here are the checks across keys, and the ones after ``extends`` has been merged.
 
-_KIND_TEXT = {
-    "str": "a string", "int": "an integer", "number": "a number", "bool": "true or false",
-    "str-list": "an array of strings", "table": "a table", "tables": "an array of tables ([[...]])",
-    "table-of-tables": "a table of tables",
-}
+DOCS = "docs/targets.md"
 
 
 def _fail(path: Path, key: str, problem: str, fix: str) -> UsageError:
@@ -283,151 +236,32 @@ def _fail(path: Path, key: str, problem: str, fix: str) -> UsageError:
 
 
 def _suggest(word: str, choices: Sequence[str]) -> str:
-    by_lower = {c.lower(): c for c in choices}
-    close = difflib.get_close_matches(word.lower(), list(by_lower), n=1, cutoff=0.6)
-    return f" (did you mean '{by_lower[close[0]]}'?)" if close else ""
+    from toolkit.schemas.problems import did_you_mean
 
-
-def _kind_ok(value: Any, kind: str) -> bool:
-    if kind == "str":
-        return isinstance(value, str)
-    if kind == "int":
-        return isinstance(value, int) and not isinstance(value, bool)
-    if kind == "number":
-        return isinstance(value, (int, float)) and not isinstance(value, bool)
-    if kind == "bool":
-        return isinstance(value, bool)
-    if kind == "str-list":
-        return isinstance(value, list) and all(isinstance(v, str) for v in value)
-    if kind == "table":
-        return isinstance(value, dict)
-    if kind == "tables":
-        return isinstance(value, list) and all(isinstance(v, dict) for v in value)
-    if kind == "table-of-tables":
-        return isinstance(value, dict) and all(isinstance(v, dict) for v in value.values())
-    raise AssertionError(kind)
-
-
-def _check_keys(path: Path, where: str, data: Mapping[str, Any], schema: Mapping[str, str]) -> None:
-    """Unknown keys (with a did-you-mean) and wrong types, for one table."""
-    for key, value in data.items():
-        full = f"{where}{key}"
-        if key not in schema:
-            raise _fail(path, full, f"unknown key{_suggest(key, list(schema))}.",
-                        f"Rename or remove it; the keys a {'profile' if not where else 'table'} takes are: "
-                        f"{', '.join(schema)} (docs/targets.md).")
-        kind = schema[key]
-        if not _kind_ok(value, kind):
-            raise _fail(path, full, f"must be {_KIND_TEXT[kind]}, got {_toml_type(value)} ({value!r}).",
-                        f"Write {key} as {_KIND_TEXT[kind]} (docs/targets.md).")
-
-
-def _toml_type(value: Any) -> str:
-    if isinstance(value, bool):
-        return "a boolean"
-    if isinstance(value, int):
-        return "an integer"
-    if isinstance(value, float):
-        return "a float"
-    if isinstance(value, str):
-        return "a string"
-    if isinstance(value, list):
-        return "an array"
-    if isinstance(value, dict):
-        return "a table"
-    return type(value).__name__
-
-
-def _check_required(path: Path, where: str, data: Mapping[str, Any], required: Sequence[str],
-                    context: str = "") -> None:
-    for key in required:
-        if key not in data:
-            raise _fail(path, f"{where}{key}", f"required key is missing{context}.",
-                        f"Add {key} = ... (docs/targets.md describes it), or `extends` a profile that has it.")
-
-
-def _check_choice(path: Path, key: str, value: str, choices: Sequence[str], what: str) -> None:
-    if value not in choices:
-        raise _fail(path, key, f"unknown {what} {value!r}{_suggest(value, choices)}.",
-                    f"Use one of: {', '.join(choices)}.")
+    return did_you_mean(word, choices)
 
 
 def _validate_file(path: Path, data: Mapping[str, Any]) -> None:
-    """What can be checked in one file on its own: keys, types, values, each recipe. Required keys and the
-    cross-checks wait until ``extends`` has been merged."""
-    _check_keys(path, "", data, _TOP)
-    for table in ("cpu", "tolerance"):
-        if table in data:
-            _check_keys(path, f"{table}.", data[table], _SUB[table])
-    for array in ("runtimes", "accelerators", "recipes"):
-        for index, item in enumerate(data.get(array, ())):
-            where = f"{array}[{index}]."
-            _check_keys(path, where, item, _SUB[array])
-            _check_required(path, where, item, _REQUIRED_SUB[array])
-    if "arch" in data:
-        _check_choice(path, "arch", data["arch"], ARCHES, "arch")
-    for index, runtime in enumerate(data.get("runtimes", ())):
-        _check_choice(path, f"runtimes[{index}].name", runtime["name"], RUNTIMES, "runtime")
-        for bound in ("min_version", "max_version"):
-            if bound in runtime and not _VERSION_RE.match(runtime[bound]):
-                raise _fail(path, f"runtimes[{index}].{bound}", f"{runtime[bound]!r} is not a version.",
-                            'Write it as numbers and dots, e.g. "2.14" or "1.16.3".')
+    """What can be checked in one file on its own: the schema (keys, types, values) and each recipe. Required
+    keys and the cross-checks wait until ``extends`` has been merged."""
+    from toolkit.schemas import validate
+    from toolkit.schemas.targets import ProfileFile, RecipeEntry
+
+    validate(ProfileFile, data, file=path, docs=DOCS, partial=True)
     names = [r["name"] for r in data.get("runtimes", ())]
-    for name in set(names):
+    for name in sorted(set(names)):
         if names.count(name) > 1:
             raise _fail(path, "runtimes", f"runtime {name!r} is listed twice.", "List each runtime once.")
-    for index, accel in enumerate(data.get("accelerators", ())):
-        _check_choice(path, f"accelerators[{index}].kind", accel["kind"], ACCELERATOR_KINDS, "accelerator kind")
-        for ep in accel.get("execution_providers", ()):
-            _check_choice(path, f"accelerators[{index}].execution_providers", ep, EXECUTION_PROVIDERS,
-                          "execution provider")
-    for ep in data.get("execution_providers", ()):
-        _check_choice(path, "execution_providers", ep, EXECUTION_PROVIDERS, "execution provider")
-    for ep, options in data.get("provider_options", {}).items():
-        _check_choice(path, f"provider_options.{ep}", ep, EXECUTION_PROVIDERS, "execution provider")
-        for option, value in options.items():
-            if not isinstance(value, (str, int, float, bool)):
-                raise _fail(path, f"provider_options.{ep}.{option}", "must be a string, number or boolean.",
-                            "ONNX Runtime takes provider options as scalars.")
-    for precision in data.get("fallback", ()):
-        _check_choice(path, "fallback", precision, PRECISIONS, "precision")
-    if "python" in data and not _PYTHON_RE.match(data["python"]):
-        raise _fail(path, "python", f"{data['python']!r} is not a Python version.", 'Write it as "3.11".')
-    for key in ("memory_mb", "threads", "max_onnx_opset"):
-        if key in data and data[key] < 1:
-            raise _fail(path, key, f"must be at least 1 (got {data[key]}).", "Use a positive integer.")
-    if "cpu" in data and data["cpu"].get("cores", 1) < 1:
-        raise _fail(path, "cpu.cores", "must be at least 1.", "Use the number of CPU cores.")
-    if "latency_budget_ms" in data and data["latency_budget_ms"] <= 0:
-        raise _fail(path, "latency_budget_ms", "must be above 0.", "Use the budget in milliseconds.")
-    tolerance = data.get("tolerance", {})
-    if "max_top1_drop" in tolerance and not 0 <= tolerance["max_top1_drop"] <= 1:
-        raise _fail(path, "tolerance.max_top1_drop", f"must be a fraction in [0, 1] (got {tolerance['max_top1_drop']}).",
-                    "0.01 means one percentage point of top-1.")
-    if "min_cosine" in tolerance and not -1 <= tolerance["min_cosine"] <= 1:
-        raise _fail(path, "tolerance.min_cosine", f"must lie in [-1, 1] (got {tolerance['min_cosine']}).",
-                    "A cosine similarity such as 0.99.")
     for index, recipe in enumerate(data.get("recipes", ())):
-        _build_recipe(path, index, recipe)
-    if "name" in data and not _NAME_RE.match(data["name"]):
-        raise _fail(path, "name", f"{data['name']!r} is not a valid profile name.",
-                    "Use lower case letters, digits, '.', '_' and '-'.")
+        _build_recipe(path, index, RecipeEntry.model_validate(recipe).recipe_kwargs())
 
 
-def _build_recipe(path: Path, index: int, table: Mapping[str, Any]) -> Recipe:
-    where = f"recipes[{index}]"
-    _check_choice(path, f"{where}.format", table["format"], FORMATS, "format")
-    _check_choice(path, f"{where}.precision", table["precision"], PRECISIONS, "precision")
-    for ep in table.get("execution_providers", ()):
-        _check_choice(path, f"{where}.execution_providers", ep, EXECUTION_PROVIDERS, "execution provider")
-    kwargs = dict(table)
-    for key in ("nodes_to_exclude", "execution_providers"):
-        if key in kwargs:
-            kwargs[key] = tuple(kwargs[key])
+def _build_recipe(path: Path, index: int, kwargs: Mapping[str, Any]) -> Recipe:
+    """A recipe table (already through the schema) -> Recipe; its own cross-field refusals name the key."""
     try:
         return Recipe(**kwargs)
     except RecipeError as exc:
-        raise _fail(path, f"{where}.{exc.key}", exc.message, exc.hint or "See docs/targets.md.") from exc
+        raise _fail(path, f"recipes[{index}].{exc.key}", exc.message, exc.hint or f"See {DOCS}.") from exc
 
 
 # ------------------------------------------------------------------------------------------- loading
@@ -528,24 +362,25 @@ def _resolve(name: str, index: int, layers: Mapping[str, list[_Raw]],
 
 
 def _build(data: Mapping[str, Any], lineage: tuple[_Raw, ...]) -> TargetProfile:
+    from toolkit.schemas import validate
+    from toolkit.schemas.targets import ProfileFile
+
     top = lineage[0]
     path = top.path
     context = "" if len(lineage) == 1 else f" (not in the profiles it extends either: {lineage[1].name})"
-    _check_required(path, "", data, _REQUIRED_TOP, context)
-    for table in ("cpu", "tolerance"):
-        _check_required(path, f"{table}.", data[table], _REQUIRED_SUB[table], context)
-    if not data["recipes"]:
+    profile = validate(ProfileFile, data, file=path, docs=DOCS, missing_context=context)
+    assert profile is not None  # not partial: a problem raises
+    if not profile.recipes:
         raise _fail(path, "recipes", "the profile lists no recipe.", "Add at least one [[recipes]] table.")
-    if not data["runtimes"]:
+    if not profile.runtimes:
         raise _fail(path, "runtimes", "the profile lists no runtime.", "Add at least one [[runtimes]] table.")
-    recipes = tuple(_build_recipe(path, i, r) for i, r in enumerate(data["recipes"]))
+    recipes = tuple(_build_recipe(path, i, r.recipe_kwargs()) for i, r in enumerate(profile.recipes))
     runtimes = tuple(
-        RuntimeRequirement(name=r["name"], min_version=r.get("min_version"), max_version=r.get("max_version"),
-                           note=r.get("note"))
-        for r in data["runtimes"]
+        RuntimeRequirement(name=r.name, min_version=r.min_version, max_version=r.max_version, note=r.note)
+        for r in profile.runtimes
     )
     runtime_names = {r.name for r in runtimes}
-    max_opset = data.get("max_onnx_opset")
+    max_opset = profile.max_onnx_opset
     for index, recipe in enumerate(recipes):
         where = f"recipes[{index}]"
         if recipe.format == "onnx":
@@ -566,54 +401,67 @@ def _build(data: Mapping[str, Any], lineage: tuple[_Raw, ...]) -> TargetProfile:
                         "tflite-runtime (last release 2.14) cannot load dynamic-range models from TF 2.21 "
                         "(FULLY_CONNECTED version 12).",
                         "Use a full int8 recipe for this profile, or remove tflite-runtime from its runtimes.")
-    fallback = tuple(data["fallback"])
+    fallback = tuple(profile.fallback)
     if not fallback or fallback[-1] != "fp32" or len(set(fallback)) != len(fallback):
         raise _fail(path, "fallback", f"{list(fallback)} must list each precision once and end with fp32.",
                     'For example: fallback = ["int8", "fp16", "fp32"].')
-    edgetpu = bool(data.get("edgetpu", False))
+    edgetpu = profile.edgetpu
     if edgetpu:
         first = recipes[0]
         if not (first.format == "tflite" and first.precision == "int8" and first.io_dtype in ("uint8", "int8")):
             raise _fail(path, "recipes[0]", f"an Edge TPU profile must prefer full-integer TFLite, got {first.label}.",
                         'Make the first recipe format = "tflite", precision = "int8", io_dtype = "uint8".')
     accelerators = tuple(
-        Accelerator(name=a["name"], kind=a["kind"], delegate=a.get("delegate"),
-                    execution_providers=tuple(a.get("execution_providers", ())), note=a.get("note"))
-        for a in data.get("accelerators", ())
+        Accelerator(name=a.name, kind=a.kind, delegate=a.delegate, execution_providers=tuple(a.execution_providers),
+                    note=a.note)
+        for a in profile.accelerators
     )
     default_eps = ["CPUExecutionProvider"] if "onnxruntime" in runtime_names else []
-    execution_providers = tuple(data.get("execution_providers", default_eps))
-    provider_options = {k: dict(v) for k, v in data.get("provider_options", {}).items()}
+    execution_providers = tuple(profile.execution_providers if profile.execution_providers is not None
+                                else default_eps)
+    provider_options = {k: dict(v) for k, v in profile.provider_options.items()}
     for ep in provider_options:
         if ep not in execution_providers:
             raise _fail(path, f"provider_options.{ep}", f"{ep} is not in execution_providers.",
                         f"Add {ep} to execution_providers or remove its options.")
-    tolerance = data["tolerance"]
+    try:
+        regression = RegressionPolicy(**(profile.regression.model_dump(exclude_none=True)
+                                         if profile.regression else {}))
+    except UsageError as exc:
+        raise _fail(path, "regression", exc.message, exc.hint or f"See {DOCS}.") from exc
+    placement = []
+    for index, expectation in enumerate(profile.placement):
+        try:
+            placement.append(PlacementExpectation(**expectation.model_dump(exclude_none=True)))
+        except UsageError as exc:
+            raise _fail(path, f"placement[{index}]", exc.message, exc.hint or f"See {DOCS}.") from exc
     return TargetProfile(
         name=top.name,
-        description=data["description"],
-        arch=data["arch"],
-        cpu_cores=data["cpu"]["cores"],
-        cpu_model=data["cpu"]["model"],
-        memory_mb=data["memory_mb"],
-        os=data["os"],
-        python=data["python"],
+        description=profile.description,
+        arch=profile.arch,
+        cpu_cores=profile.cpu.cores,
+        cpu_model=profile.cpu.model,
+        memory_mb=profile.memory_mb,
+        os=profile.os,
+        python=profile.python,
         runtimes=runtimes,
         accelerators=accelerators,
         execution_providers=execution_providers,
         max_onnx_opset=max_opset,
         recipes=recipes,
-        threads=data["threads"],
-        latency_budget_ms=float(data["latency_budget_ms"]),
-        tolerance=Tolerance(float(tolerance["max_top1_drop"]), float(tolerance["min_cosine"])),
+        threads=profile.threads,
+        latency_budget_ms=float(profile.latency_budget_ms),
+        tolerance=Tolerance(float(profile.tolerance.max_top1_drop), float(profile.tolerance.min_cosine)),
         fallback=fallback,
         edgetpu=edgetpu,
         origin=top.origin,
         path=top.path,
         extends=top.data.get("extends"),
         lineage=tuple(str(r.path) for r in lineage),
-        sources=tuple(data.get("sources", ())),
+        sources=tuple(profile.sources),
         provider_options=provider_options,
+        regression=regression,
+        placement=tuple(placement),
     )
 
 

@@ -406,3 +406,9 @@ def test_input_shape_from_any_text(values: list[str]) -> None:
 def test_input_shape_round_trip(shapes: dict[str, tuple[int, ...]]) -> None:
     values = [f"{name}={','.join(map(str, dims))}" for name, dims in shapes.items()]
     assert parse_input_shapes(values) == shapes
+
+
+def test_inventory_keys_are_the_schema_keys() -> None:
+    from toolkit.schemas.inventory import Device
+
+    assert DEVICE_KEYS == tuple(Device.model_fields)
