@@ -223,6 +223,12 @@ def as_keywords(options: Any) -> dict[str, Any]:
 # --------------------------------------------------------------------------------------------- the groups
 
 
+def _task_names() -> tuple[str, ...]:
+    from toolkit.verification.tasks import Task
+
+    return tuple(t.value for t in Task)
+
+
 @dataclass(frozen=True, kw_only=True)
 class ConvertOptions:
     """Everything ``edgetk convert`` takes; also stored in the manifest so a run can be replayed."""
@@ -263,6 +269,12 @@ class ConvertOptions:
         "ONNX static INT8 calibration method.", kind=Kind.CHOICE, choices=vocabulary("CalibrationMethod")))
     threads: int | None = field(default=None, metadata=flag(
         "Threads for host timing (default: the profile's).", kind=Kind.INT, minimum=1))
+    task: str | None = field(default=None, metadata=flag(
+        "What the model does; picks the verification metrics (default: the eval data's dataset.toml, else "
+        "inferred from the outputs; the manifest says which).", kind=Kind.CHOICE, choices=_task_names))
+    metric: str | None = field(default=None, metadata=flag(
+        "Your own verification metric: fn(reference, artifact, labels) -> {name: value, 'ok': bool}; its "
+        "verdict gates like the built-in ones.", metavar="FILE.py:FN"))
     use_cache: bool = field(default=True, metadata=flag(
         "Convert again even if a cached result exists.", kind=Kind.SWITCH, name="--no-cache", inverted=True))
     # A folder where built artifacts are kept and reused by later runs with the same source, data, recipe and

@@ -9,10 +9,12 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 from enum import StrEnum
-
-import numpy as np
+from typing import TYPE_CHECKING
 
 from toolkit.errors import UsageError
+
+if TYPE_CHECKING:  # pragma: no cover - the vocabulary is imported by the CLI's option table, numpy is not
+    import numpy as np
 
 
 class Task(StrEnum):
