@@ -15,10 +15,13 @@ what was tried, and how to install a key.
 Reliability (findings.md sections 4-5): a dead link is noticed by TCP (``TCP_USER_TIMEOUT`` on a socket we
 create, TCP keepalives). A device that stops answering while its kernel still ACKs TCP (a frozen userland, a
 hung SD card, ``kill -STOP`` of its sshd) is noticed by a watchdog thread per connection: every byte from the
-server refreshes a clock; after ``ServerAliveInterval`` seconds of silence (default 5) a keepalive that demands
+server refreshes a clock; after ``ServerAliveInterval`` seconds of silence (default 3) a keepalive that demands
 a reply is sent, and after ``ServerAliveCountMax`` intervals (default 4) of silence the connection is cut and
 every call on it raises :class:`~toolkit.errors.DeviceStopped`, whatever step it was in (connect, a command,
-an upload), so a frozen device fails within about 20 s and never hangs the tool. Commands have their own
+an upload), so a frozen device fails within about 15 s and never hangs the tool. Which one it was is told by
+the kernel: a frozen device's TCP stack still acknowledges (``tcp_info.tcpi_last_ack_recv``), a dead link's
+does not (:class:`~toolkit.errors.LinkDropped`); ``TCP_USER_TIMEOUT`` is set past the watchdog's limit so that
+the watchdog speaks first. Commands have their own
 deadline on top (:class:`~toolkit.errors.DeviceTimeout`).
 
 Shells that talk: a login shell that prints on start-up (a ``~/.bashrc`` echo) prefixes every command's stdout
@@ -39,6 +42,7 @@ import logging
 import os
 import select
 import socket
+import struct
 import threading
 import time
 from collections.abc import Sequence
@@ -67,7 +71,7 @@ log = logging.getLogger(__name__)
 USER_TIMEOUT_MS = 15_000  # unacknowledged data older than this kills the TCP connection
 KEEPALIVE_S = 5
 DEFAULT_CONNECT_TIMEOUT_S = 15.0
-ALIVE_INTERVAL_S = 5.0  # ServerAliveInterval when the configuration sets none
+ALIVE_INTERVAL_S = 3.0  # ServerAliveInterval when the configuration sets none
 ALIVE_COUNT_MAX = 4  # ServerAliveCountMax when the configuration sets none
 SFTP_WINDOW = 1 << 27
 SFTP_MAX_PACKET = 1 << 15
@@ -124,6 +128,20 @@ class _WatchedSocket:
     def close(self) -> None:
         self.inner.close()
 
+    def peer_acks_within(self, seconds: float) -> bool | None:
+        """Whether the peer's kernel acknowledged TCP data within ``seconds`` (None: cannot tell, not a TCP
+        socket of ours). A frozen device's kernel still ACKs (zero-window probes, keepalives); a dead link not."""
+        if not isinstance(self.inner, socket.socket) or not hasattr(socket, "TCP_INFO"):
+            return None
+        try:
+            info = self.inner.getsockopt(socket.IPPROTO_TCP, socket.TCP_INFO, 104)
+        except OSError:
+            return None
+        if len(info) < 60:
+            return None
+        last_ack_recv_ms = struct.unpack_from("I", info, 56)[0]  # struct tcp_info.tcpi_last_ack_recv
+        return bool(last_ack_recv_ms < max(seconds, 0.5) * 1000)
+
     def cut(self) -> None:
         """Unblock every reader and writer at once (a blocked send on a full buffer included)."""
         if isinstance(self.inner, socket.socket):
@@ -167,8 +185,11 @@ class _Watchdog(threading.Thread):
                 return
             silent = time.monotonic() - self.stream.last_recv
             if silent >= self.interval * self.count_max:
-                self.conn._stopped = (f"no reply to {self.count_max} keepalives in "
-                                      f"{self.interval * self.count_max:.0f} s")
+                what = f"no reply to {self.count_max} keepalives in {self.interval * self.count_max:.0f} s"
+                if self.stream.peer_acks_within(silent - 1.0) is False:
+                    self.conn._silent = what  # nothing acknowledged either: the link itself is gone
+                else:
+                    self.conn._stopped = what
                 self.stream.cut()
                 threading.Thread(target=self.transport.close, daemon=True).start()
                 return
@@ -207,7 +228,8 @@ class SshConnection:
         self._sftp_broken: str | None = None  # why SFTP cannot be used: files then go over exec channels
         self._jump: SshConnection | None = None
         self._lost: LinkDropped | None = None  # once the link is gone: no silent reconnect after that
-        self._stopped: str | None = None  # set by the watchdog
+        self._stopped: str | None = None  # set by the watchdog: the device stopped answering
+        self._silent: str | None = None  # set by the watchdog: silence and no TCP acknowledgements (a dead link)
         self._noise_reported = False
         self.options: SshOptions | None = None
         self.shell_noise: str | None = None  # what the login shell printed before a command, if anything
@@ -249,8 +271,11 @@ class SshConnection:
             raise DeviceUnreachable(f"{self.name}: cannot connect to {hostname}:{port} ({exc.strerror or exc}).") \
                 from None
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)
+        opts = self._resolve()
+        watchdog_s = (opts.server_alive_interval or ALIVE_INTERVAL_S) * (opts.server_alive_count_max or ALIVE_COUNT_MAX)
         for opt, value in (
-            ("TCP_USER_TIMEOUT", USER_TIMEOUT_MS),
+            # the watchdog speaks first, so that a frozen device is told apart from a dead link (see _Watchdog)
+            ("TCP_USER_TIMEOUT", max(USER_TIMEOUT_MS, int((watchdog_s + 5) * 1000))),
             ("TCP_KEEPIDLE", KEEPALIVE_S),
             ("TCP_KEEPINTVL", KEEPALIVE_S),
             ("TCP_KEEPCNT", 3),
@@ -546,7 +571,7 @@ class SshConnection:
             )
         else:
             self._lost = LinkDropped(
-                f"{self.name}: the link to the device dropped ({what}).",
+                f"{self.name}: the link to the device dropped ({self._silent or what}).",
                 hint="Check the network and re-run: files already sent are not sent again.",
             )
         return self._lost

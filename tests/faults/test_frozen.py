@@ -1,0 +1,187 @@
+"""A device that stops answering while its kernel still ACKs TCP: SIGSTOP of the session's sshd processes (what
+a hung SD card or an OOM-thrashing board looks like from the network). TCP_USER_TIMEOUT cannot notice (the link
+is fine); the connection's keepalive watchdog must, whatever step the tool is in: mid-upload, mid-check, and in
+a fleet where the other devices finish. Figures are printed (run with -s).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import pytest
+
+from tests.faults.conftest import NO_GATES, Field, _size, _wait_for, deploy_and_check
+from tests.fixtures.cli import REPO, run_edgetk
+from tests.fixtures.deploy_helpers import write_inventory
+from tests.fixtures.netns import descendants
+from toolkit.bundle import read_bundle
+
+pytestmark = [pytest.mark.ssh]
+FROZEN_FAIL_LIMIT_S = 60.0  # the contract: a frozen device fails within 60 s (the watchdog's default is ~20 s)
+
+
+def _comm(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/comm").read_text().strip()
+    except OSError:
+        return ""
+
+
+@contextmanager
+def frozen(listener_pid: int) -> Iterator[list[int]]:
+    """SIGSTOP every session process of one sshd (not the listener: new logins would still be accepted by the
+    kernel, as on a frozen board); SIGCONT them on the way out."""
+    stopped = [pid for pid in descendants(listener_pid) if _comm(pid) == "sshd"]
+    assert stopped, "no sshd session to freeze"
+    for pid in stopped:
+        os.kill(pid, signal.SIGSTOP)
+    try:
+        yield stopped
+    finally:
+        for pid in stopped:
+            try:
+                os.kill(pid, signal.SIGCONT)
+            except ProcessLookupError:
+                pass
+
+
+def _runner_pids(name: str) -> list[int]:
+    pids = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                cmdline = Path(f"/proc/{entry}/cmdline").read_bytes()
+            except OSError:
+                continue
+            if b"edgetk_runner.py" in cmdline and f"bundles/{name}/".encode() in cmdline:
+                pids.append(int(entry))
+    return pids
+
+
+def _cwd(pid: int) -> str:
+    try:
+        return os.readlink(f"/proc/{pid}/cwd")
+    except OSError:
+        return ""
+
+
+def _kill(pids: list[int]) -> None:
+    for pid in pids:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+
+
+@pytest.mark.netns
+def test_device_frozen_mid_upload_fails_keeps_current_and_resumes(field: Field, deploy_bundle_factory) -> None:  # type: ignore[no-untyped-def]
+    lab = field.lab
+    lab.reset()
+    v1 = deploy_bundle_factory(name="frozen", seed=71)
+    v2 = deploy_bundle_factory(name="frozen", seed=72, pad_mb=12)
+    deploy_and_check(field, v1)
+    b1, b2 = read_bundle(v1), read_bundle(v2)
+    partial = field.bundles / "frozen" / b2.version / "model.fp32.onnx"
+    assert lab.device.process is not None
+    lab.rate(10)  # 12 MB at 10 Mbit/s: about 10 s, time to freeze it in the middle
+    proc = lab.popen_cli("deploy", v2, "--inventory", field.inventory, env=field.env)
+    try:
+        _wait_for(lambda: _size(partial) >= 2_000_000, timeout=60, what="the upload to reach 2 MB")
+        with frozen(lab.device.process.pid):
+            frozen_at = time.monotonic()
+            _, stderr = proc.communicate(timeout=120)
+            to_fail = time.monotonic() - frozen_at
+            # still frozen: nothing could have switched `current`
+            assert os.readlink(field.bundles / "frozen" / "current") == b1.version
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        lab.reset()
+    print(f"\nFIGURE frozen mid-upload: the deploy failed {to_fail:.1f} s after the freeze")
+    assert proc.returncode == 4, stderr
+    assert "the device stopped answering" in stderr, stderr
+    assert "Traceback" not in stderr
+    assert to_fail < FROZEN_FAIL_LIMIT_S, to_fail
+
+    # thawed: the re-run resumes the cut-short file and switches
+    again = lab.cli("deploy", v2, "--inventory", field.inventory, "--json", env=field.env)
+    assert again.code == 0, again.stderr
+    push = again.json()["devices"][0]["deploy"]
+    assert push["bytes_resumed"] >= 2_000_000, push
+    assert os.readlink(field.bundles / "frozen" / "current") == b2.version
+    print(f"FIGURE re-run after the thaw: {push['bytes_sent'] / 1e6:.2f} MB sent, "
+          f"{push['bytes_resumed'] / 1e6:.2f} MB resumed")
+
+
+@pytest.mark.netns
+def test_device_frozen_mid_check_fails_and_records_nothing(field: Field, deploy_bundle_factory) -> None:  # type: ignore[no-untyped-def]
+    lab = field.lab
+    lab.reset()
+    bundle = deploy_bundle_factory(name="frozen-check", seed=73)
+    deploy_and_check(field, bundle)
+    before = run_edgetk("history", "--bundle", "frozen-check", "--json", env=field.env).json()
+    assert lab.device.process is not None
+    proc = lab.popen_cli("check", bundle, "--inventory", field.inventory, *NO_GATES, "--runs", "5000000",
+                         "--warmup", "0", "--json", env=field.env)
+    try:
+        _wait_for(lambda: bool(_runner_pids("frozen-check")), timeout=60, what="the runner to start")
+        with frozen(lab.device.process.pid):
+            frozen_at = time.monotonic()
+            stdout, stderr = proc.communicate(timeout=120)
+            to_fail = time.monotonic() - frozen_at
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        _kill(_runner_pids("frozen-check"))
+    print(f"\nFIGURE frozen mid-check: failed {to_fail:.1f} s after the freeze")
+    assert proc.returncode == 4, (stdout, stderr)
+    (entry,) = json.loads(stdout)["devices"]
+    assert entry["ok"] is False and entry["reports"] == []
+    assert "the device stopped answering" in entry["error"], entry["error"]
+    assert to_fail < FROZEN_FAIL_LIMIT_S
+    assert run_edgetk("history", "--bundle", "frozen-check", "--json", env=field.env).json() == before
+
+
+def test_frozen_device_in_a_fleet_is_reported_and_the_others_finish(fresh_ssh_device, ssh_client_key,  # type: ignore[no-untyped-def]
+                                                                     ssh_known_hosts, device_env,
+                                                                     deploy_bundle_factory, tmp_path):
+    healthy, stuck = fresh_ssh_device(), fresh_ssh_device()
+    inventory = write_inventory(tmp_path / "inv.toml", [healthy, stuck], python=str(device_env.python),
+                                key=ssh_client_key, known_hosts=ssh_known_hosts(healthy, stuck),
+                                names=["healthy", "stuck"])
+    home = tmp_path / "home"
+    home.mkdir()
+    env = {"HOME": str(home), "EDGETK_STORE": str(home / "history.sqlite")}
+    bundle = deploy_bundle_factory(name="fleet-frozen", seed=74)
+    # long enough on both that `stuck` is caught mid-check; `healthy` then finishes its runs
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "toolkit.cli", "deploy", str(bundle), "--inventory", str(inventory), "--check",
+         *NO_GATES, "--runs", "20000", "--warmup", "0", "--json"],
+        cwd=REPO, env={**os.environ, **env}, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    assert stuck.process is not None
+    try:
+        _wait_for(lambda: any(_cwd(p) == str(stuck.home) for p in _runner_pids("fleet-frozen")),
+                  timeout=90, what="the runner to start on the stuck device")
+        with frozen(stuck.process.pid):
+            stdout, stderr = proc.communicate(timeout=180)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        _kill(_runner_pids("fleet-frozen"))
+    assert proc.returncode == 4, stderr
+    by_name = {d["device"]: d for d in json.loads(stdout)["devices"]}
+    assert by_name["healthy"]["ok"] is True, by_name["healthy"]
+    assert by_name["healthy"]["reports"][0]["outputs_match"]["ok"]
+    assert by_name["stuck"]["ok"] is False
+    assert "the device stopped answering" in by_name["stuck"]["error"], by_name["stuck"]
