@@ -18,13 +18,14 @@ from collections.abc import Callable, Mapping, Sequence
 import numpy as np
 
 from toolkit.types import Verification
-from toolkit.verification.outputs import VerificationResult, verify_outputs
+from toolkit.verification.outputs import VerificationResult, failures_of, verify_outputs
+from toolkit.verification.records import SliceCheck
 from toolkit.verification.tasks import Task, parse_task
 from toolkit.verification.tolerance import Tolerance
 from toolkit.verification.user_metric import UserMetric
 from toolkit.verification.user_metric import load as load_metric
 
-__all__ = ["Outputs", "Task", "Tolerance", "UserMetric", "VerificationResult", "compare", "is_classifier",
+__all__ = ["Outputs", "Task", "Tolerance", "UserMetric", "VerificationResult", "compare", "failures_of", "golden_slices", "is_classifier",
            "load_metric", "median_latency_ms", "parse_task", "run_all", "tolerance_failures", "verify_outputs"]
 
 Outputs = list[np.ndarray]
@@ -41,36 +42,20 @@ def compare(
     *,
     labels: np.ndarray | None = None,
     tolerance: Tolerance | None = None,
+    task: Task | str | None = None,
+    metric: UserMetric | None = None,
+    output_names: Sequence[str] = (),
 ) -> Verification:
-    """The manifest record of ``actual`` against ``reference`` (see :func:`verify_outputs` for the verdict)."""
-    return verify_outputs(reference, actual, tolerance=tolerance or Tolerance(), labels=labels).verification
+    """The manifest record of ``actual`` against ``reference`` (:func:`verify_outputs` without the verdict)."""
+    return verify_outputs(reference, actual, tolerance=tolerance or Tolerance(), labels=labels, task=task,
+                          metric=metric, output_names=output_names).verification
 
 
 def tolerance_failures(verification: Verification, tolerance: Tolerance) -> list[str]:
-    """Every way ``verification``'s whole-model numbers break ``tolerance`` (cosine, top-1), in plain words.
-
-    Kept for callers that hold only a record; :func:`verify_outputs` applies every tolerance (slices, task)."""
-    reasons = []
-    cosine = verification.cosine_similarity
-    if not np.isfinite(cosine):
-        return ["outputs are NaN/Inf"]
-    if cosine < tolerance.min_cosine:
-        reasons.append(f"cosine similarity {cosine:.4f} < {tolerance.min_cosine}")
-    if verification.accuracy is not None and verification.reference_accuracy is not None:
-        drop = verification.reference_accuracy - verification.accuracy
-        if drop > tolerance.max_top1_drop + 1e-9:
-            reasons.append(
-                f"top-1 accuracy {verification.accuracy:.3f} vs float {verification.reference_accuracy:.3f} "
-                f"(drop {drop * 100:.1f} points > {tolerance.max_top1_drop * 100:.1f})"
-            )
-    elif verification.top1_agreement is not None:
-        drop = 1.0 - verification.top1_agreement
-        if drop > tolerance.max_top1_drop + 1e-9:
-            reasons.append(
-                f"top-1 agreement with the float model {verification.top1_agreement:.3f} "
-                f"(< {1 - tolerance.max_top1_drop:.3f})"
-            )
-    return reasons
+    """Every way ``verification`` breaks ``tolerance`` (whole-model numbers, task metrics, slices, a
+    ``--metric``), in plain words; empty when it passes. A vacuous record (``verification.vacuous``) has no
+    failures but is not ``ok`` either: the stage marks it ``unverified``."""
+    return failures_of(verification, tolerance)
 
 
 def run_all(run: Callable[[Mapping[str, np.ndarray]], Outputs], feeds: Sequence[Mapping[str, np.ndarray]]) -> list[Outputs]:
@@ -95,3 +80,15 @@ def median_latency_ms(
         run(feed)
         times.append((time.perf_counter() - begin) * 1000.0)
     return statistics.median(times)
+
+
+def golden_slices(verification: Verification | None, tolerance: Tolerance) -> tuple[SliceCheck, ...]:
+    """The per-slice checks the device repeats against the float reference (``Golden.slices``): one per slice
+    the host verified, with the same limit."""
+    if verification is None:
+        return ()
+    return tuple(
+        SliceCheck(output=out.index, name=s.name, axis=s.axis, runs=s.runs, float_range=s.float_range,
+                   max_error=tolerance.max_slice_error)
+        for out in verification.outputs for s in out.slices if s.float_range > 0
+    )

@@ -18,7 +18,7 @@ import numpy as np
 
 from toolkit.types import Verification
 from toolkit.verification import dense, detection, segmentation, slices
-from toolkit.verification.records import OutputMetrics, SliceCheck, SliceMetrics
+from toolkit.verification.records import OutputMetrics, SliceMetrics
 from toolkit.verification.tasks import Task, TaskChoice, infer_task, parse_task
 from toolkit.verification.tolerance import Tolerance
 from toolkit.verification.user_metric import UserMetric, evaluate
@@ -46,14 +46,6 @@ class VerificationResult:
     @property
     def worst(self) -> str | None:
         return self.verification.worst
-
-    def slice_checks(self, tolerance: Tolerance) -> tuple[SliceCheck, ...]:
-        """The per-slice comparisons the device check repeats against the float reference (golden data)."""
-        return tuple(
-            SliceCheck(output=out.index, name=s.name, axis=s.axis, runs=s.runs, float_range=s.float_range,
-                       max_error=tolerance.max_slice_error)
-            for out in self.verification.outputs for s in out.slices if s.float_range > 0
-        )
 
 
 def _stack(per_sample: Sequence[Outputs], count: int, shapes: Sequence[tuple[int, ...]] | None = None) -> list[np.ndarray]:
@@ -126,13 +118,10 @@ def verify_outputs(
 
     chosen = parse_task(task)
     choice = TaskChoice(chosen, task_source or "--task") if chosen is not None else infer_task(ref, names)
-    failures: list[str] = []
     vacuous: list[str] = []
     task_metrics: dict[str, Any] = {}
     top1 = accuracy = reference_accuracy = None
 
-    if not finite:
-        failures.append("outputs are NaN/Inf")
     if samples < tolerance.min_samples:
         vacuous.append(f"only {samples} eval sample(s): the verdict needs at least {tolerance.min_samples} "
                        "(tolerance.min_samples); pass more with --eval-data or --calibration")
@@ -141,25 +130,11 @@ def verify_outputs(
         vacuous.append(spread)
 
     if finite and count:
-        _task_metrics(choice.task, ref, act, names, labels, tolerance, score_threshold, task_metrics, failures, vacuous)
+        _task_metrics(choice.task, ref, act, names, labels, score_threshold, task_metrics, vacuous)
         top1 = task_metrics.get("top1_agreement")
         accuracy = task_metrics.get("accuracy")
         reference_accuracy = task_metrics.get("reference_accuracy")
-        if cosine < tolerance.min_cosine:
-            failures.append(f"cosine similarity {cosine:.4f} < {tolerance.min_cosine}")
-        for out in per_output:
-            for s in out.slices:
-                if s.max_error_ratio > tolerance.max_slice_error:
-                    failures.append(
-                        f"{s.name}: max error {s.max_abs_error:.4g} is {s.max_error_ratio:.0%} of its float range "
-                        f"{s.float_range:.4g} (> {tolerance.max_slice_error:.0%})")
-
-    user = None
-    if metric is not None and count:
-        user = evaluate(metric, ref, act, labels)
-        if not user.ok:
-            shown = ", ".join(f"{k} {v:.4g}" for k, v in user.values.items())
-            failures.append(f"--metric {metric.spec} says not ok ({shown or 'no values'})")
+    user = evaluate(metric, ref, act, labels) if metric is not None and count else None
 
     verification = Verification(
         max_abs_error=max_abs,
@@ -177,7 +152,60 @@ def verify_outputs(
         vacuous="; ".join(vacuous) or None,
         user_metric=user.to_dict() if user else None,
     )
-    return VerificationResult(verification, tuple(failures), verification.vacuous)
+    return VerificationResult(verification, tuple(failures_of(verification, tolerance)), verification.vacuous)
+
+
+def failures_of(verification: Verification, tolerance: Tolerance) -> list[str]:
+    """Every way ``verification`` breaks ``tolerance``, in plain words (empty when within it).
+
+    Read from the record alone (whole-model numbers, task metrics, slices, the user's metric), so a caller
+    holding only a manifest's record gets the same verdict as the stage that measured it."""
+    v = verification
+    if not math.isfinite(v.cosine_similarity) or not math.isfinite(v.max_abs_error):
+        return ["outputs are NaN/Inf"]
+    reasons: list[str] = []
+    if v.cosine_similarity < tolerance.min_cosine:
+        reasons.append(f"cosine similarity {v.cosine_similarity:.4f} < {tolerance.min_cosine}")
+    if v.accuracy is not None and v.reference_accuracy is not None:
+        drop = v.reference_accuracy - v.accuracy
+        if drop > tolerance.max_top1_drop + 1e-9:
+            reasons.append(f"top-1 accuracy {v.accuracy:.3f} vs float {v.reference_accuracy:.3f} "
+                           f"(drop {drop * 100:.1f} points > {tolerance.max_top1_drop * 100:.1f})")
+    elif v.top1_agreement is not None and 1.0 - v.top1_agreement > tolerance.max_top1_drop + 1e-9:
+        reasons.append(f"top-1 agreement with the float model {v.top1_agreement:.3f} "
+                       f"(< {1 - tolerance.max_top1_drop:.3f})")
+    m = v.task_metrics
+    if v.task == Task.DETECTION and isinstance(m.get("recall"), (int, float)) \
+            and int(m.get("float_detections") or 0) >= detection.MIN_DETECTIONS:
+        if m["recall"] < tolerance.min_recall:
+            reasons.append(f"detection recall vs float {m['recall']:.3f} < {tolerance.min_recall} ({m['matched']} "
+                           f"of {m['float_detections']} float detections found at IoU {detection.IOU})")
+        if m["precision"] < tolerance.min_precision:
+            reasons.append(f"detection precision vs float {m['precision']:.3f} < {tolerance.min_precision} "
+                           f"({m['artifact_detections'] - m['matched']} of {m['artifact_detections']} unmatched)")
+    if v.task == Task.SEGMENTATION and isinstance(m.get("mean_iou"), (int, float)) \
+            and float(m.get("foreground_fraction") or 0.0) >= segmentation.MIN_FOREGROUND \
+            and m["mean_iou"] < tolerance.min_mask_iou:
+        reasons.append(f"mask IoU vs float {m['mean_iou']:.3f} < {tolerance.min_mask_iou} "
+                       f"(pixel agreement {m['pixel_agreement']:.3f})")
+    if v.task == Task.EMBEDDING:
+        for key, value in m.items():
+            if key.endswith("mean_cosine") and isinstance(value, (int, float)) and value < tolerance.min_cosine:
+                reasons.append(f"{key.replace('mean_cosine', 'mean per-vector cosine')} {value:.4f} < {tolerance.min_cosine}")
+    if v.task in (Task.EMBEDDING, Task.REGRESSION):
+        for key, value in m.items():
+            if key.endswith("relative_error") and isinstance(value, (int, float)) and value > tolerance.max_relative_error:
+                reasons.append(f"{key.replace('_', ' ')} {value:.4f} > {tolerance.max_relative_error}")
+    for out in v.outputs:
+        for part in out.slices:
+            if part.max_error_ratio > tolerance.max_slice_error:
+                reasons.append(f"{part.name}: max error {part.max_abs_error:.4g} is {part.max_error_ratio:.0%} of its "
+                               f"float range {part.float_range:.4g} (> {tolerance.max_slice_error:.0%})")
+    if v.user_metric is not None and not v.user_metric.get("ok"):
+        values = v.user_metric.get("values") or {}
+        shown = ", ".join(f"{k} {val:.4g}" for k, val in values.items() if isinstance(val, (int, float)))
+        reasons.append(f"--metric {v.user_metric.get('metric')} says not ok ({shown or 'no values'})")
+    return reasons
 
 
 def _worst(per_output: Sequence[OutputMetrics]) -> str | None:
@@ -195,20 +223,11 @@ def _worst(per_output: Sequence[OutputMetrics]) -> str | None:
 
 
 def _task_metrics(task: Task, ref: list[np.ndarray], act: list[np.ndarray], names: Sequence[str],
-                  labels: np.ndarray | None, tolerance: Tolerance, score_threshold: float | None,
-                  out: dict[str, Any], failures: list[str], vacuous: list[str]) -> None:
-    """Fill ``out`` with the task's metrics; append broken tolerances and vacuous verdicts."""
+                  labels: np.ndarray | None, score_threshold: float | None,
+                  out: dict[str, Any], vacuous: list[str]) -> None:
+    """Fill ``out`` with the task's metrics; append why a verdict on them would be vacuous."""
     if task is Task.CLASSIFICATION:
-        m = dense.classification_metrics(ref[0], act[0], labels)
-        out.update(m)
-        if m.get("accuracy") is not None and m.get("reference_accuracy") is not None:
-            drop = float(m["reference_accuracy"] or 0) - float(m["accuracy"] or 0)
-            if drop > tolerance.max_top1_drop + 1e-9:
-                failures.append(f"top-1 accuracy {m['accuracy']:.3f} vs float {m['reference_accuracy']:.3f} "
-                                f"(drop {drop * 100:.1f} points > {tolerance.max_top1_drop * 100:.1f})")
-        elif 1.0 - float(m["top1_agreement"] or 0) > tolerance.max_top1_drop + 1e-9:
-            failures.append(f"top-1 agreement with the float model {m['top1_agreement']:.3f} "
-                            f"(< {1 - tolerance.max_top1_drop:.3f})")
+        out.update(dense.classification_metrics(ref[0], act[0], labels))
     elif task is Task.DETECTION:
         axis = detection.yolo_layout(ref[0])
         ssd = detection.ssd_layout(ref, names) if axis is None else None
@@ -224,13 +243,6 @@ def _task_metrics(task: Task, ref: list[np.ndarray], act: list[np.ndarray], name
         if d.float_detections < detection.MIN_DETECTIONS:
             vacuous.append(f"the float model makes {d.float_detections} detection(s) over the eval set at score "
                            f"> {d.score_threshold}: recall needs at least {detection.MIN_DETECTIONS}")
-            return
-        if d.recall < tolerance.min_recall:
-            failures.append(f"detection recall vs float {d.recall:.3f} < {tolerance.min_recall} "
-                            f"({d.matched} of {d.float_detections} float detections found at IoU {detection.IOU})")
-        if d.precision < tolerance.min_precision:
-            failures.append(f"detection precision vs float {d.precision:.3f} < {tolerance.min_precision} "
-                            f"({d.artifact_detections - d.matched} of {d.artifact_detections} detections unmatched)")
     elif task is Task.SEGMENTATION:
         axis = segmentation.class_axis(ref[0].shape[1:])
         if axis is None:
@@ -242,23 +254,9 @@ def _task_metrics(task: Task, ref: list[np.ndarray], act: list[np.ndarray], name
         if s.foreground_fraction < segmentation.MIN_FOREGROUND:
             vacuous.append(f"the float model's map is one class on {1 - s.foreground_fraction:.2%} of the eval "
                            "pixels: IoU says nothing; verify on inputs that contain the classes")
-            return
-        if s.mean_iou < tolerance.min_mask_iou:
-            failures.append(f"mask IoU vs float {s.mean_iou:.3f} < {tolerance.min_mask_iou} "
-                            f"(pixel agreement {s.pixel_agreement:.3f})")
     elif task is Task.EMBEDDING:
-        worst_cos, worst_rel = math.inf, 0.0
         for k in range(len(ref)):
-            e = dense.embedding_metrics(ref[k], act[k])
             prefix = "" if len(ref) == 1 else f"{names[k]}."
-            out.update({prefix + key: value for key, value in e.items()})
-            worst_cos, worst_rel = min(worst_cos, e["mean_cosine"]), max(worst_rel, e["relative_error"])
-        if worst_cos < tolerance.min_cosine:
-            failures.append(f"mean per-vector cosine {worst_cos:.4f} < {tolerance.min_cosine}")
-        if worst_rel > tolerance.max_relative_error:
-            failures.append(f"relative error {worst_rel:.4f} > {tolerance.max_relative_error}")
+            out.update({prefix + key: value for key, value in dense.embedding_metrics(ref[k], act[k]).items()})
     elif task is Task.REGRESSION:
-        rel = max(dense.relative_error(r, a) for r, a in zip(ref, act))
-        out["relative_error"] = rel
-        if rel > tolerance.max_relative_error:
-            failures.append(f"relative error {rel:.4f} > {tolerance.max_relative_error}")
+        out["relative_error"] = max(dense.relative_error(r, a) for r, a in zip(ref, act))
