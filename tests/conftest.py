@@ -21,4 +21,5 @@ pytest_plugins = [
     "tests.fixtures.runs",
     "tests.fixtures.netns",
     "tests.fixtures.postgres",
+    "tests.fixtures.require",  # EDGETK_REQUIRE=ssh,netns,arm: such a test skipped is a failure (CI sets it)
 ]
