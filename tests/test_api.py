@@ -127,4 +127,3 @@ def test_run_refuses_unknown_keywords_and_bad_devices_before_converting(tmp_path
     with pytest.raises(UsageError, match="not a device spec"):
         api.run(tmp_path / "missing.keras", devices=["not a spec!"])
     assert not (tmp_path / "bundles").exists()
-    assert NO_GATES["baseline"] == "none"

@@ -254,6 +254,7 @@ def test_host_failure_mid_upload_releases_the_lock(local_home, deploy_bundle_fac
     spec = DeviceSpec(name="local")
     with open_connection(spec) as conn:
         device = Device(spec, conn)
+        device.install_helper()  # before put fails: the helper goes over the same put
         calls = _counting(device)
         put = conn.put
 
@@ -305,7 +306,7 @@ def test_helper_compiled_cache_is_used_only_when_sound(local_home):  # type: ign
     with open_connection(spec) as conn:
         device = Device(spec, conn)
         assert status(device) == {"bundles": {}}
-        (cache,) = (local_home / ".edgetk" / "helper").iterdir()
+        (cache,) = (local_home / ".edgetk" / "helper").glob("*.bin")
         assert cache.stat().st_mode & 0o777 == 0o644
         good = cache.read_bytes()
         cache.write_bytes(good[:8] + b"\0" + good[9:])  # damaged: the CRC-32 no longer matches
@@ -315,3 +316,25 @@ def test_helper_compiled_cache_is_used_only_when_sound(local_home):  # type: ign
         cache.chmod(0o666)  # someone else could have written it: never loaded, replaced
         assert status(device) == {"bundles": {}}
         assert cache.read_bytes() == good and cache.stat().st_mode & 0o777 == 0o644
+
+
+def test_helper_is_installed_once_and_the_command_line_stays_small(local_home):  # type: ignore[no-untyped-def]
+    """The helper is no longer sent with every call: installed once by its hash, then run by path. Linux caps
+    one argument at 128 KiB and the whole remote command line is one `sh -c` argument over SSH."""
+    from toolkit.deployment import helper_digest, helper_source
+
+    spec = DeviceSpec(name="local")
+    with open_connection(spec) as conn:
+        device = Device(spec, conn)
+        assert status(device) == {"bundles": {}}
+        installed = local_home / ".edgetk" / "helper" / f"{helper_digest()[:32]}.py"
+        assert installed.read_text() == helper_source()
+        argv = device.helper_argv("status")
+        line = " ".join(argv)
+        assert len(line.encode()) < 4096, len(line)
+        assert helper_source()[:2000] not in line
+        installed.write_text(installed.read_text() + "\n# damaged\n")  # a wrong hash: reinstalled, not run
+        for cache in installed.parent.glob("*.bin"):
+            cache.unlink()
+        assert status(device) == {"bundles": {}}
+        assert installed.read_text() == helper_source()

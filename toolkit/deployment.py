@@ -55,7 +55,7 @@ from toolkit.bundle import Bundle
 from toolkit.devices.connection import Connection
 from toolkit.devices.spec import DeviceSpec
 from toolkit import device_side
-from toolkit.errors import DeviceDiskFull, DeviceError, LinkDropped, UsageError
+from toolkit.errors import DeviceDiskFull, DeviceError, DeviceShellNoise, LinkDropped, UsageError
 from toolkit.platform import accepted_arches, normalize_arch
 
 BASE = ".edgetk"
@@ -71,15 +71,22 @@ def helper_source() -> str:
     return device_side.source_path(device_side.HELPER_FILE).read_text()
 
 
-# Runs the helper whose source follows it in argv, from a compiled copy cached on the device when there is one
-# (compiling the helper costs more than starting Python; a slow ARM board pays tens of milliseconds per call).
-# The cache file is named by the source's sha256 and the device Python's bytecode tag and exact version, holds a
-# CRC-32 of the code, is written atomically with mode 0644 and used only when it is the user's own and not
-# writable by others; any problem falls back to compiling the source, so the cache can only save time.
+HELPER_DIR = f"{BASE}/helper"
+FRAME_BEGIN = "\x1eedgetk-json\n"  # the helper prints its JSON between these (a noisy process cannot break it)
+FRAME_END = "\n\x1eedgetk-end\n"
+
+# The ``-c`` program that runs the helper installed once per device at ~/.edgetk/helper/<sha256>.py (the host
+# installs it when this program answers "helper_missing"), from a compiled copy cached next to it when there is
+# one (compiling the helper costs more than starting Python; a slow ARM board pays tens of milliseconds per
+# call). The cache file is named by the source's sha256 and the device Python's bytecode tag and exact version,
+# holds a CRC-32 of the code, is written atomically with mode 0644 and used only when it is the user's own and
+# not writable by others; the installed source is compiled only when its sha256 is the expected one. Any cache
+# problem falls back to compiling the source, so the cache can only save time. The command line stays ~1.5 KB
+# whatever the helper's size (it used to carry the whole 30 KB helper with every call).
 _BOOT = """import marshal, os, sys
-src = sys.argv.pop(1)
-p = os.path.join(os.path.expanduser("~"), ".edgetk", "helper",
-                 "%s-%%s-%%x.bin" %% (sys.implementation.cache_tag, sys.hexversion))
+d = os.path.join(os.path.expanduser("~"), ".edgetk", "helper")
+src = os.path.join(d, "HASH.py")
+p = os.path.join(d, "HASH-%s-%x.bin" % (sys.implementation.cache_tag, sys.hexversion))
 code = None
 try:
     from binascii import crc32
@@ -91,14 +98,22 @@ try:
 except Exception:
     pass
 if code is None:
-    code = compile(src, "edgetk-device-helper", "exec")
-    t = "%%s.%%d" %% (p, os.getpid())
+    import hashlib
+    try:
+        with open(src, "rb") as f:
+            text = f.read()
+    except (IOError, OSError):
+        text = b""
+    if hashlib.sha256(text).hexdigest() != "FULL":
+        sys.stdout.write('FRAME_BEGIN{"kind": "helper_missing", "error": "the helper is not installed"}FRAME_END')
+        sys.exit(3)
+    code = compile(text, src, "exec")
+    t = "%s.%d" % (p, os.getpid())
     try:
         os.umask(0o022)
-        os.makedirs(os.path.dirname(p), 0o755, exist_ok=True)
         data = marshal.dumps(code)
         with open(t, "wb") as f:
-            f.write(b"%%08x" %% crc32(data) + data)
+            f.write(b"%08x" % crc32(data) + data)
         os.chmod(t, 0o644)
         os.replace(t, p)
     except Exception:
@@ -106,16 +121,36 @@ if code is None:
             os.remove(t)
         except Exception:
             pass
+sys.argv[0] = src
 exec(code, {"__name__": "__main__"})
 """
 
 
 @lru_cache(maxsize=1)
-def helper_boot() -> str:
-    """The ``-c`` program that runs the helper (see ``_BOOT``), named by the helper source's sha256."""
+def helper_digest() -> str:
     import hashlib
 
-    return _BOOT % hashlib.sha256(helper_source().encode()).hexdigest()[:32]
+    return hashlib.sha256(helper_source().encode()).hexdigest()
+
+
+@lru_cache(maxsize=1)
+def helper_boot() -> str:
+    """The ``-c`` program that runs the installed helper (see ``_BOOT``)."""
+    frame = {"FRAME_BEGIN": FRAME_BEGIN.encode("unicode_escape").decode(),
+             "FRAME_END": FRAME_END.encode("unicode_escape").decode()}
+    boot = _BOOT.replace("HASH", helper_digest()[:32]).replace("FULL", helper_digest())
+    for key, value in frame.items():
+        boot = boot.replace(key, value)
+    return boot
+
+
+def unframe(stdout: str) -> str | None:
+    """The helper's JSON from between its frame markers (None: no frame, the helper did not get to print)."""
+    start = stdout.rfind(FRAME_BEGIN)
+    if start < 0:
+        return None
+    end = stdout.find(FRAME_END, start)
+    return stdout[start + len(FRAME_BEGIN):end if end >= 0 else None]
 
 
 def validate_name(name: str) -> str:
@@ -165,15 +200,30 @@ class Device:
             return self.spec.python
         return sys.executable if self.spec.is_local else "python3"
 
-    def helper(self, command: str, *args: str, timeout: float = HELPER_TIMEOUT_S) -> dict[str, Any]:
+    def install_helper(self) -> None:
+        """Copy the helper to ``~/.edgetk/helper/<sha256>.py`` (atomically: a temp name, then a rename)."""
+        final = f"{HELPER_DIR}/{helper_digest()[:32]}.py"
+        temp = f"{final}.{uuid.uuid4().hex[:8]}.tmp"
+        made = self.conn.run(["mkdir", "-p", HELPER_DIR], timeout=HELPER_TIMEOUT_S)
+        if not made.ok:
+            raise DeviceError(f"{self.spec.name}: cannot create {HELPER_DIR} on the device "
+                              f"({made.stderr.strip()[-200:]}).", hint="Check the free disk and the home directory.")
+        self.conn.put(device_side.source_path(device_side.HELPER_FILE), temp)
+        moved = self.conn.run(["mv", "-f", temp, final], timeout=HELPER_TIMEOUT_S)
+        if not moved.ok:
+            raise DeviceError(f"{self.spec.name}: cannot install the helper ({moved.stderr.strip()[-200:]}).")
+
+    def helper_argv(self, command: str, *args: str) -> list[str]:
         # -S: the helper is stdlib-only, and site start-up (.pth files) costs tens of ms per call on a device
-        result = self.conn.run(
-            [self.helper_python, "-S", "-c", helper_boot(), helper_source(), command, *args], timeout=timeout
-        )
-        try:
-            data = json.loads(result.stdout) if result.stdout.strip() else None
-        except json.JSONDecodeError:
-            data = None
+        return [self.helper_python, "-S", "-c", helper_boot(), command, *args]
+
+    def helper(self, command: str, *args: str, timeout: float = HELPER_TIMEOUT_S) -> dict[str, Any]:
+        result = self.conn.run(self.helper_argv(command, *args), timeout=timeout)
+        data = _helper_json(result.stdout)
+        if result.returncode == 3 and isinstance(data, dict) and data.get("kind") == "helper_missing":
+            self.install_helper()  # once per device and helper version
+            result = self.conn.run(self.helper_argv(command, *args), timeout=timeout)
+            data = _helper_json(result.stdout)
         if result.returncode == 3 and isinstance(data, dict):
             if data.get("kind") in ("not_installed", "no_previous", "usage"):
                 raise UsageError(
@@ -189,6 +239,13 @@ class Device:
                     f"{self.spec.name}: cannot run {self.helper_python!r} on the device ({tail}).",
                     hint="Install python3 there, or set `python = \"/path/to/python\"` for it in the inventory.",
                 )
+            if unframe(result.stdout) is None and result.stdout.strip():
+                raise DeviceShellNoise(
+                    f"{self.spec.name}: the device-side step {command!r} printed no answer, only other text "
+                    f"({result.stdout.strip().splitlines()[0][:80]!r}).",
+                    hint="Something on the device prints to stdout when Python starts (a sitecustomize, the login "
+                    "shell): make it print to stderr, or guard it with `[ -z \"$PS1\" ] && return` in ~/.bashrc.",
+                )
             raise DeviceError(f"{self.spec.name}: the device-side step {command!r} failed ({tail}).")
         return data
 
@@ -203,6 +260,17 @@ class Device:
         PATH; on ``local``, the interpreter running edgetk (a venv install has its runtimes there, not in PATH's)."""
         fallback = sys.executable if self.spec.is_local else "python3"
         return self.spec.python or self.info().get("config_python") or fallback
+
+
+def _helper_json(stdout: str) -> dict[str, Any] | None:
+    text = unframe(stdout)
+    if text is None:
+        text = stdout  # an older helper on the device, or none: plain JSON
+    try:
+        data = json.loads(text) if text.strip() else None
+    except json.JSONDecodeError:
+        return None
+    return data if isinstance(data, dict) else None
 
 
 class HelperRefused(DeviceError):

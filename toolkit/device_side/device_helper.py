@@ -1,10 +1,11 @@
 # mypy: ignore-errors
-"""The device side of deploy: run as ``python -c <this file's text> SUBCOMMAND ARGS...`` on the device.
+"""The device side of deploy: installed once per device as ``~/.edgetk/helper/<sha256>.py`` and run (from a
+compiled cache, see ``toolkit.deployment._BOOT``) as ``python -S -c BOOT SUBCOMMAND ARGS...``.
 
 Python >= 3.6, stdlib only (it must work on a device with no numpy and on Jetson's Python 3.6). Arguments
 arrive as separate argv words (the host quotes each one), so names are data, never shell. Every path is
 relative to the home directory (the working directory of SSH sessions and of ``local``). It prints one JSON
-object; exit 0 = done, 3 = a refusal the host turns into a plain message ({"kind", "error", ...}).
+object between frame markers (so that other text on stdout cannot be taken for it); exit 0 = done, 3 = a refusal the host turns into a plain message ({"kind", "error", ...}).
 
 Layout: ``.edgetk/bundles/<name>/<version>/`` (files mirror the bundle), ``.edgetk/bundles/<name>/current`` ->
 ``<version>`` (switched with rename(2) over a fresh symlink: atomic), ``.edgetk/bundles/<name>/.history.json``
@@ -202,8 +203,12 @@ GZ_SUFFIX = ".edgetk-gz"  # a file sent gzip-compressed (deploy --compress), inf
 SHELLS = ("sh", "bash", "dash", "ash", "zsh", "ksh", "mksh", "fish", "busybox", "tcsh", "csh")
 
 
+FRAME_BEGIN = "\x1eedgetk-json\n"  # the host reads the JSON from between these (toolkit.deployment.unframe)
+FRAME_END = "\n\x1eedgetk-end\n"
+
+
 def emit(obj, code=0):
-    sys.stdout.write(json.dumps(obj))
+    sys.stdout.write(FRAME_BEGIN + json.dumps(obj) + FRAME_END)
     sys.stdout.flush()
     sys.exit(code)
 
