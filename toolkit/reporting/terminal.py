@@ -152,3 +152,97 @@ def run_summary(result: Any, *, colour: bool = False) -> str:
         parts.append(click.style(line, fg="red", bold=True) if colour else line)
     parts.append(f"bundle: {Path(result.bundle_dir).resolve()}")
     return "\n".join(parts)
+
+
+# ------------------------------------------------------------------------------------------ inside a run
+
+
+def _rate(value: Any) -> str:
+    if value is None:
+        return "-"
+    value = float(value)
+    return f"{value:,.0f}/s" if value >= 100 else f"{value:.1f}/s"
+
+
+def placement_line(placement: Mapping[str, Any] | None) -> str | None:
+    """``placement: 2/3 nodes on XNNPACK (time share ?), fell back: CUMSUM``, or None when nothing was counted."""
+    if not placement or placement.get("nodes_total") is None:
+        return None
+    share = placement.get("time_share_on_intended")
+    text = (f"placement: {placement.get('nodes_on_intended')}/{placement['nodes_total']} nodes on "
+            f"{placement.get('intended')}")
+    if share is not None:
+        text += f" ({100 * float(share):.0f}% of the time)"
+    ops = placement.get("fallback_ops") or []
+    if ops:
+        text += ", fell back: " + ", ".join(str(op) for op in ops[:8]) + (" ..." if len(ops) > 8 else "")
+    return text
+
+
+def profile_lines(profile: Mapping[str, Any] | None, *, top: int = 5) -> list[str]:
+    """The top operator types by time (or, where the runtime cannot time operators, by node count)."""
+    if not profile:
+        return []
+    if profile.get("error"):
+        return [f"profile: {profile['error']}"]
+    types = list(profile.get("by_op_type") or [])[:top]
+    if not profile.get("available"):
+        counted = ", ".join(f"{t.get('op_type')} x{t.get('nodes')}" for t in types)
+        return [f"profile: no per-operator times from this runtime; ops: {counted}"]
+    overhead = profile.get("overhead") or {}
+    head = f"profile: {profile.get('total_ms', 0):.3f} ms of operator time per inference ({profile.get('runs')} runs"
+    if overhead.get("ratio") is not None:
+        head += f", profiler overhead {overhead['ratio']:.2f}x"
+    lines = [head + ")"]
+    for t in types:
+        lines.append(f"  {str(t.get('op_type')):<20} x{t.get('nodes'):<3} {_ms(t.get('time_ms')):>10}  "
+                     f"{100 * float(t.get('share') or 0):5.1f}%")
+    return lines
+
+
+def throughput_line(throughput: Mapping[str, Any] | None) -> str | None:
+    if not throughput:
+        return None
+    if throughput.get("error"):
+        return f"throughput: {throughput['error']}"
+    key = "batch" if throughput.get("mode") == "batch" else "in_flight"
+    label = "batch" if key == "batch" else "in flight"
+    points = ", ".join(f"{label} {p.get(key)}: {_rate(p.get('inferences_per_s'))} (p50 {_ms((p.get('latency_ms') or {}).get('p50'))})"
+                       for p in throughput.get("points") or [])
+    per_sample = throughput.get("per_sample") or {}
+    suffix = ""
+    if per_sample:
+        suffix = "; outputs per sample equal batch 1" if per_sample.get("ok") else "; OUTPUTS DIFFER FROM BATCH 1"
+    return f"throughput: {points}{suffix}"
+
+
+def loads_lines(loads: Mapping[str, Any] | None) -> list[str]:
+    if not loads:
+        return []
+
+    def one(entry: Mapping[str, Any] | None) -> str:
+        entry = entry or {}
+        if entry.get("error"):
+            return f"error ({(entry['error'] or {}).get('message')})"
+        return f"load {_ms(entry.get('load_ms'))} + first {_ms(entry.get('first_inference_ms'))}"
+
+    cold = loads.get("cold") or {}
+    cache = cold.get("page_cache") or {}
+    lines = [f"loads: cold {one(cold)}; warm {one(loads.get('warm'))}"]
+    if cache.get("note"):
+        lines.append(f"  {cache['note']}")
+    for option in loads.get("options") or []:
+        if option.get("available") is False:
+            lines.append(f"  {option.get('name')}: {option.get('note')}")
+            continue
+        lines.append(f"  {option.get('name')}: before {one(option.get('before'))}; after {one(option.get('after'))}")
+    return lines
+
+
+def inside_lines(report: Mapping[str, Any]) -> list[str]:
+    """What check --profile / --throughput / --loads measured for one report, indented under its row."""
+    lines = [placement_line(report.get("placement"))]
+    lines += profile_lines(report.get("profile"))
+    lines.append(throughput_line(report.get("throughput")))
+    lines += loads_lines(report.get("loads"))
+    return [f"  {line}" for line in lines if line]
