@@ -20,7 +20,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from tests.fixtures.bundles import write_bundle
+from tests.fixtures.bundles import copy_bundle, write_bundle
 from toolkit.bundle import Bundle, read_bundle, write_manifest
 from toolkit.checking import NO_POLICY, GateOptions, check
 from toolkit.deployment import Device, push
@@ -57,12 +57,17 @@ def chain_onnx(*, layers: int, width: int = 1024, rows: int = 256, seed: int = 0
 
 def make(directory: Path, *, name: str, model: bytes, policy: CheckPolicy | None,
          providers: Sequence[str] = ()) -> Bundle:
-    rows, width = 256, 1024
-    x = np.random.default_rng(1).standard_normal((2, rows, width)).astype(np.float32)
-    if len(model) < 100_000:  # the tiny classifier: [1, 16] input
-        x = np.random.default_rng(1).standard_normal((2, 1, 16)).astype(np.float32)
+    """A bundle of one ONNX artifact (golden data run here) whose manifest carries ``policy``."""
+    import onnx
+
+    dims = [d.dim_value for d in onnx.load_from_string(model).graph.input[0].type.tensor_type.shape.dim]
+    x = np.random.default_rng(1).standard_normal((2, *dims)).astype(np.float32)
     write_bundle(directory, files=[("model.fp32.onnx", model)], golden_inputs=[x], name=name,
                  execution_providers=providers)
+    return with_policy(directory, policy)
+
+
+def with_policy(directory: Path, policy: CheckPolicy | None) -> Bundle:
     bundle = read_bundle(directory)
     write_manifest(directory, dataclasses.replace(bundle.manifest, check_policy=policy))
     return read_bundle(directory)
@@ -202,3 +207,26 @@ def test_artifact_pinned_to_an_absent_provider_fails_the_placement_gate(
     if report.placement:  # the runner's per-node placement names the operators that fell back
         assert "MatMul" in failure and "Softmax" in failure, failure
     print(f"\n{failure}")
+
+
+def test_partial_xnnpack_delegation_fails_the_placement_gate(local: Device, tiny_bundle: Path, tmp_path: Path) -> None:
+    """A real partial delegation: LiteRT 2.3's XNNPACK takes the float digits CNN but leaves the int8 SOFTMAX
+    (and the shape ops of the dynamic batch) to its CPU kernels. A profile demanding every TFLite node on XNNPACK fails the int8 artifact,
+    naming SOFTMAX, which the float artifact's report does not name; the ONNX artifact is not held to a TFLite
+    expectation."""
+    strict = CheckPolicy(target="strict-cpu", latency_budget_ms=None,
+                         placement=(PlacementExpectation(format="tflite", on="xnnpack", min_nodes_pct=100),))
+    bundle = with_policy(copy_bundle(tiny_bundle, tmp_path / "b"), strict)
+    push(local, bundle)
+    reports = {r.artifact: r for r in check(local, bundle, runs=10, warmup=1, gates=GateOptions(baseline="none"))}
+    int8, fp32 = reports["model.int8.tflite"], reports["model.fp32.tflite"]
+    assert int8.placement and int8.placement["intended"].lower() == "xnnpack"
+    assert int8.placement["nodes_on_intended"] < int8.placement["nodes_total"]
+    (failure,) = int8.gates.failures
+    assert failure.startswith("model.int8.tflite: ") and "ran on xnnpack; the target expects at least 100%" in failure
+    assert "fell back: " in failure and "SOFTMAX" in failure.split("fell back: ")[1], failure
+    fell_back = [f.split("fell back: ")[1] for f in fp32.gates.failures]  # the float graph: only shape ops, if any
+    assert fp32.placement and all("SOFTMAX" not in ops for ops in fell_back), fp32.gates.failures
+    assert reports["model.fp32.onnx"].gates.passed
+    print(f"\n{failure}")
+
