@@ -636,7 +636,9 @@ class SshConnection:
                 while chan.recv_stderr_ready():
                     err.append(chan.recv_stderr(1 << 16))
                     got = True
-                if chan.exit_status_ready() and not chan.recv_ready() and not chan.recv_stderr_ready():
+                # sshd may send the exit status before the last output: done at EOF, not at the status
+                if chan.exit_status_ready() and (chan.eof_received or chan.closed) and not chan.recv_ready() \
+                        and not chan.recv_stderr_ready():
                     break
                 if deadline is not None and time.monotonic() > deadline:
                     chan.close()
@@ -672,7 +674,7 @@ class SshConnection:
                 sftp = paramiko.SFTPClient.from_transport(
                     transport, window_size=SFTP_WINDOW, max_packet_size=SFTP_MAX_PACKET
                 )
-            except (paramiko.SSHException, EOFError, OSError) as exc:
+            except (paramiko.SFTPError, paramiko.SSHException, EOFError, OSError) as exc:
                 if not transport.is_active():
                     raise self._dropped(f"{type(exc).__name__}: {exc}") from None
                 self._sftp_broken = f"{type(exc).__name__}: {exc}"

@@ -1,0 +1,213 @@
+"""The user's ~/.ssh/config as OpenSSH reads it, against real sshd servers, side by side with OpenSSH's own
+``ssh -F`` on the same file (it must reach the same place, or edgetk says why it does not); shells that talk;
+authentication messages a user can act on. Real keys, a real ssh-agent, a real login shell."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from toolkit.devices import open_connection, parse_spec
+from toolkit.errors import AuthRefused, UsageError
+
+pytestmark = pytest.mark.ssh
+
+PROXY = """import socket, sys, threading
+s = socket.create_connection((sys.argv[1], int(sys.argv[2])))
+def up():
+    while True:
+        data = sys.stdin.buffer.read1(65536)
+        if not data:
+            s.shutdown(socket.SHUT_WR)
+            return
+        s.sendall(data)
+threading.Thread(target=up, daemon=True).start()
+while True:
+    data = s.recv(65536)
+    if not data:
+        break
+    sys.stdout.buffer.write(data)
+    sys.stdout.buffer.flush()
+"""
+
+
+def _ssh(config: Path, host: str, *command: str) -> subprocess.CompletedProcess[str]:
+    """OpenSSH itself, non-interactive, on the same configuration."""
+    return subprocess.run(["ssh", "-F", str(config), "-o", "BatchMode=yes", host, *command], capture_output=True,
+                          text=True, timeout=60, stdin=subprocess.DEVNULL)
+
+
+@pytest.fixture
+def home(tmp_path, monkeypatch):  # type: ignore[no-untyped-def]
+    (tmp_path / ".ssh").mkdir(mode=0o700)
+    monkeypatch.setenv("HOME", str(tmp_path))
+    monkeypatch.delenv("SSH_AUTH_SOCK", raising=False)
+    return tmp_path
+
+
+def _whoami(host: str) -> str:
+    with open_connection(parse_spec(host)) as conn:
+        return conn.run(["id", "-un"], timeout=30).stdout.strip()
+
+
+def test_include_glob_under_dot_ssh(home, ssh_devices, ssh_client_key):  # type: ignore[no-untyped-def]
+    (dev,) = ssh_devices(1)
+    known = home / "kh"
+    known.write_text(dev.known_hosts_line())
+    (home / ".ssh" / "config.d").mkdir()
+    (home / ".ssh" / "config.d" / "pi.conf").write_text(
+        f"Host pi-inc\n  HostName 127.0.0.1\n  Port {dev.port}\n  User {dev.user}\n  IdentityFile {ssh_client_key}\n"
+        f"  UserKnownHostsFile {known}\n")
+    (home / ".ssh" / "config").write_text("Include config.d/*.conf\n")
+    assert _whoami("pi-inc") == dev.user
+    # OpenSSH, on the same files (its ~ is the passwd home, so the Include is given absolute here)
+    side = home / "ssh_config"
+    side.write_text(f"Include {home}/.ssh/config.d/*.conf\n")
+    assert _ssh(side, "pi-inc", "id", "-un").stdout.strip() == dev.user
+
+
+def test_proxycommand_is_the_path_taken(home, ssh_devices, ssh_client_key):  # type: ignore[no-untyped-def]
+    """HostName:Port is closed; only the ProxyCommand reaches the device (the tool used to go straight)."""
+    (dev,) = ssh_devices(1)
+    proxy = home / "proxy.py"
+    proxy.write_text(PROXY)
+    known = home / "kh"
+    known.write_text(dev.known_hosts_line().replace(f"[127.0.0.1]:{dev.port}", "via-proxy"))
+    config = home / ".ssh" / "config"
+    config.write_text(
+        f"Host via-proxy\n  HostName 127.0.0.1\n  Port 1\n  User {dev.user}\n  IdentityFile {ssh_client_key}\n"
+        f"  HostKeyAlias via-proxy\n  UserKnownHostsFile {known}\n"
+        f"  ProxyCommand {sys.executable} {proxy} 127.0.0.1 {dev.port}\n")
+    assert _whoami("via-proxy") == dev.user
+    assert _ssh(config, "via-proxy", "id", "-un").stdout.strip() == dev.user
+
+
+def test_identity_agent_and_identities_only(home, ssh_devices, ssh_client_key, tmp_path):  # type: ignore[no-untyped-def]
+    (dev,) = ssh_devices(1)
+    known = home / "kh"
+    known.write_text(dev.known_hosts_line())
+    other = home / "other_key"
+    subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(other)], check=True)
+    sock = tmp_path / "agent.sock"
+    agent = subprocess.run(["ssh-agent", "-a", str(sock)], capture_output=True, text=True, check=True)
+    pid = int(agent.stdout.split("SSH_AGENT_PID=")[1].split(";")[0])
+    try:
+        subprocess.run(["ssh-add", str(ssh_client_key)], env={**os.environ, "SSH_AUTH_SOCK": str(sock)},
+                       check=True, capture_output=True)
+        base = (f"  HostName 127.0.0.1\n  Port {dev.port}\n  User {dev.user}\n  UserKnownHostsFile {known}\n"
+                f"  IdentityAgent {sock}\n")
+        config = home / ".ssh" / "config"
+        config.write_text(f"Host by-agent\n{base}\nHost only-other\n{base}  IdentityFile {other}\n"
+                          "  IdentitiesOnly yes\n")
+        assert _whoami("by-agent") == dev.user  # the key is only in that agent
+        assert _ssh(config, "by-agent", "id", "-un").stdout.strip() == dev.user
+        with pytest.raises(AuthRefused) as refused:  # IdentitiesOnly: the agent's key is not offered
+            _whoami("only-other")
+        assert "refused every key tried" in refused.value.message and "other_key" in refused.value.message
+        assert "ssh-copy-id" in (refused.value.hint or "")
+        assert _ssh(config, "only-other", "true").returncode == 255  # OpenSSH refuses it too
+    finally:
+        os.kill(pid, 15)
+
+
+def test_certificate_file(home, fresh_ssh_device, tmp_path):  # type: ignore[no-untyped-def]
+    dev = fresh_ssh_device()
+    ca = tmp_path / "ca"
+    user_key = home / "cert_user"
+    for path in (ca, user_key):
+        subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(path)], check=True)
+    subprocess.run(["ssh-keygen", "-q", "-s", str(ca), "-I", "edgetk-test", "-n", dev.user,
+                    str(user_key.with_suffix(".pub"))], check=True)
+    cert = home / "somewhere-cert.pub"
+    (home / "cert_user-cert.pub").rename(cert)
+    dev.authorized_keys.write_text("")  # no plain key: only the CA opens the door
+    original = dev._write_config
+
+    def with_ca() -> Path:
+        config = original()
+        config.write_text(config.read_text() + f"TrustedUserCAKeys {ca}.pub\n")
+        return config
+
+    dev._write_config = with_ca  # type: ignore[method-assign]
+    dev.stop()
+    dev.start()
+    known = home / "kh"
+    known.write_text(dev.known_hosts_line())
+    config = home / ".ssh" / "config"
+    config.write_text(f"Host certified\n  HostName 127.0.0.1\n  Port {dev.port}\n  User {dev.user}\n"
+                      f"  IdentityFile {user_key}\n  CertificateFile {cert}\n  UserKnownHostsFile {known}\n")
+    assert _whoami("certified") == dev.user
+    assert _ssh(config, "certified", "id", "-un").stdout.strip() == dev.user
+
+
+def test_an_option_that_changes_the_connection_is_refused_by_name(home, ssh_devices, ssh_client_key):  # type: ignore[no-untyped-def]
+    (dev,) = ssh_devices(1)
+    (home / ".ssh" / "config").write_text(
+        f"Host odd\n  HostName 127.0.0.1\n  Port {dev.port}\n  RemoteCommand echo hi\n  BindAddress 127.0.0.2\n")
+    with pytest.raises(UsageError) as refused:
+        _whoami("odd")
+    assert "bindaddress, remotecommand" in refused.value.message and "odd" in refused.value.message
+
+
+def test_password_only_device_says_what_it_offers(home, fresh_ssh_device, ssh_client_key):  # type: ignore[no-untyped-def]
+    dev = fresh_ssh_device()
+    original = dev._write_config
+
+    def password_only() -> Path:
+        config = original()
+        config.write_text(config.read_text().replace("PasswordAuthentication no", "PasswordAuthentication yes")
+                          + "PubkeyAuthentication no\n")
+        return config
+
+    dev._write_config = password_only  # type: ignore[method-assign]
+    dev.stop()
+    dev.start()
+    known = home / "kh"
+    known.write_text(dev.known_hosts_line())
+    (home / ".ssh" / "config").write_text(
+        f"Host pw\n  HostName 127.0.0.1\n  Port {dev.port}\n  User {dev.user}\n  IdentityFile {ssh_client_key}\n"
+        f"  UserKnownHostsFile {known}\n")
+    with pytest.raises(AuthRefused) as refused:
+        _whoami("pw")
+    assert "does not accept keys" in refused.value.message and "password" in refused.value.message
+    assert f"ssh-copy-id -p {dev.port} -i" in (refused.value.hint or "")
+
+
+def test_a_talking_login_shell_is_survived_and_named(home, fresh_ssh_device, ssh_client_key, caplog):  # type: ignore[no-untyped-def]
+    """bash sources ~/.bashrc for ssh commands; an echo there prefixes every command's stdout and breaks the
+    SFTP stream (an external sftp-server starts through the login shell)."""
+    dev = fresh_ssh_device()
+    original = dev._write_config
+
+    def external_sftp() -> Path:
+        config = original()
+        config.write_text(config.read_text().replace("internal-sftp", "/usr/lib/openssh/sftp-server"))
+        return config
+
+    dev._write_config = external_sftp  # type: ignore[method-assign]
+    dev.stop()
+    dev.start()
+    subprocess.run(["usermod", "-s", "/bin/bash", dev.user], check=True)
+    (dev.home / ".bashrc").write_text('echo "Welcome to the Pi, $USER"\n')
+    known = home / "kh"
+    known.write_text(dev.known_hosts_line())
+    (home / ".ssh" / "config").write_text(
+        f"Host chatty\n  HostName 127.0.0.1\n  Port {dev.port}\n  User {dev.user}\n  IdentityFile {ssh_client_key}\n"
+        f"  UserKnownHostsFile {known}\n")
+    assert "Welcome" in _ssh(home / ".ssh" / "config", "chatty", "true").stdout  # the shell really talks
+    src = home / "blob.bin"
+    src.write_bytes(os.urandom(300_000))
+    with open_connection(parse_spec("chatty")) as conn:
+        assert conn.run(["id", "-un"], timeout=30).stdout.strip() == dev.user
+        conn.put(src, "blob.bin")
+        assert (dev.home / "blob.bin").read_bytes() == src.read_bytes()
+        assert conn.exists("blob.bin") and not conn.exists("nope")
+        conn.get("blob.bin", home / "back.bin")
+        back = (home / "back.bin").read_bytes()
+        assert len(back) == len(src.read_bytes()) and back == src.read_bytes(), (len(back), back[-40:], src.read_bytes()[-40:])
+    warned = " ".join(r.getMessage() for r in caplog.records)
+    assert "prints text on start-up" in warned and dev.user in warned and '[ -z "$PS1" ] && return' in warned
