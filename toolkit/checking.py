@@ -138,6 +138,8 @@ def parse_runner_output(stdout: str, *, device: str, artifacts: Sequence[str]) -
                 error=item.get("error"),
                 latency_samples_ms=_samples(item.get("latency_samples_ms")),
                 placement=placement if isinstance(placement, dict) else None,
+                **{key: item.get(key) if isinstance(item.get(key), dict) else None
+                   for key in ("profile", "throughput", "loads")},
             )
         )
     top_error = doc.get("error")
@@ -345,6 +347,12 @@ def _regression(
 # --------------------------------------------------------------------------------------------- check
 
 
+def runner_flags(*, profile: bool = False, throughput: bool = False, loads: bool = False) -> tuple[str, ...]:
+    """The runner's flags for what a check measures beyond latency (each adds its own key to the report)."""
+    return tuple(f"--{name}" for name, on in (("profile", profile), ("throughput", throughput), ("loads", loads))
+                 if on)
+
+
 def check(
     device: Device,
     bundle: Bundle,
@@ -354,8 +362,12 @@ def check(
     gates: GateOptions | None = None,
     store: Store | None = None,
     timeout: float = CHECK_TIMEOUT_S,
+    runner_args: Sequence[str] = (),
 ) -> list[CheckReport]:
-    """Run every artifact of ``bundle`` (which must be installed on the device), gate, store; return reports."""
+    """Run every artifact of ``bundle`` (which must be installed on the device), gate, store; return reports.
+
+    ``runner_args``: what else the runner measures (``--profile``, ``--throughput``, ``--loads``: see
+    :func:`runner_flags`)."""
     gates = gates or GateOptions()
     if runs < 1 or warmup < 0:
         raise UsageError(f"--runs must be at least 1 and --warmup at least 0 (got {runs} and {warmup}).")
@@ -373,7 +385,8 @@ def check(
             hint="Deploy it first: edgetk deploy BUNDLE --device ... (or deploy --check).",
         )
     runner = bundle.manifest.runner.file if bundle.manifest.runner else "edgetk_runner.py"
-    argv = [device.python, f"{vdir}/{runner}", "check", "--bundle", vdir, "--runs", str(runs), "--warmup", str(warmup)]
+    argv = [device.python, f"{vdir}/{runner}", "check", "--bundle", vdir, "--runs", str(runs), "--warmup", str(warmup),
+            *runner_args]
     result = device.conn.run(argv, timeout=timeout)
     artifacts = [a.file for a in bundle.manifest.artifacts]
     if not result.stdout.strip():

@@ -74,6 +74,7 @@ class ArtifactStatus(_Word):
     SLOWER = "slower"  # ships, never preferred: slower than fp32 on this host
     OUT_OF_TOLERANCE = "out_of_tolerance"
     NO_SPEEDUP_MEASURED = "no_speedup_measured"
+    UNVERIFIED = "unverified"  # ships; verification proved nothing (Verification.vacuous says why)
 
 
 class IoDtype(_Word):
@@ -826,6 +827,10 @@ class CheckReport:
     check_id: str | None = None
     latency_samples_ms: tuple[float, ...] = ()  # every timed run, kept in the history for regression tests
     placement: Mapping[str, Any] | None = None  # where the nodes ran (the runner's ``placement``), when reported
+    # measured on request (check --profile / --throughput / --loads; docs/runner.md has their shapes)
+    profile: Mapping[str, Any] | None = None  # per-operator times per op type and top nodes, profiler overhead
+    throughput: Mapping[str, Any] | None = None  # the latency-throughput curve (batch sizes or requests in flight)
+    loads: Mapping[str, Any] | None = None  # cold / warm loads with the first inference, load options before/after
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -846,6 +851,9 @@ class CheckReport:
             "error": dict(self.error) if self.error is not None else None,
             "placement": dict(self.placement) if self.placement is not None else None,
             "latency_samples_ms": list(self.latency_samples_ms),
+            "profile": dict(self.profile) if self.profile is not None else None,
+            "throughput": dict(self.throughput) if self.throughput is not None else None,
+            "loads": dict(self.loads) if self.loads is not None else None,
         }
 
 
