@@ -172,10 +172,9 @@ def test_recipe_builds_what_it_says(base, recipes, shared, build_target, tmp_pat
                  == {k: v for k, v in wanted.items() if k != "nodes_to_exclude"}]
         assert tried, (recipe.label, [a.recipe for a in manifest.attempts])
         kept = [a for a in tried if a.outcome == "kept"]
-        if not kept:
-            # The only acceptable reason on the digits CNN: host timing noise on a busy 2-core machine.
-            assert all("slower than fp32" in a.reason for a in tried), [(a.outcome, a.reason) for a in tried]
-            continue
+        # Speed never drops an artifact (a slower one ships, never preferred), so host timing noise cannot excuse
+        # a recipe: each one is built and verified, and every check below runs.
+        assert kept, [(a.outcome, a.reason) for a in tried]
         record = manifest.artifact(kept[0].file or "")
         assert record.file == f"model.{recipe.precision}.{recipe.format}"
         assert (record.format, record.precision) == (recipe.format, recipe.precision)

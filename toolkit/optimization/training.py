@@ -180,6 +180,31 @@ def _fine_tune_keras(model: models.OptimizableModel, data: LabelledData, config:
 # --- PyTorch -------------------------------------------------------------------------------------------------
 
 
+def loss_scaler(precision: str, device: str) -> Any | None:
+    """fp16 trains with dynamic loss scaling (``torch.amp.GradScaler``): the loss is multiplied before backward
+    so small fp16 gradients do not flush to zero; a step whose gradients overflow is skipped and the scale
+    halved, and after a run of good steps the scale grows. None for fp32/bf16, which need no scaling."""
+    if precision != "fp16":
+        return None
+    import torch
+
+    return torch.amp.GradScaler(device)
+
+
+def backward(loss: Any, scaler: Any | None) -> None:
+    """Back-propagate ``loss``, scaled when training in fp16."""
+    (scaler.scale(loss) if scaler is not None else loss).backward()
+
+
+def update(optimizer: Any, scaler: Any | None) -> None:
+    """One optimizer update; with a scaler, the gradients are unscaled first and an overflowing step is skipped."""
+    if scaler is None:
+        optimizer.step()
+        return
+    scaler.step(optimizer)
+    scaler.update()
+
+
 def _fine_tune_torch(model: models.OptimizableModel, data: LabelledData, config: FineTuneConfig,
                      after_update: AfterUpdate | None, distill: Distillation | None, probabilities: bool) -> float:
     import torch
@@ -193,7 +218,7 @@ def _fine_tune_torch(model: models.OptimizableModel, data: LabelledData, config:
         module.train()
     params = [p for p in module.parameters() if p.requires_grad]
     optimizer = torch.optim.Adam(params, lr=config.learning_rate)
-    scaler = torch.amp.GradScaler("cuda") if config.precision == "fp16" else None
+    scaler = loss_scaler(config.precision, device)
     autocast_dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(config.precision)
     temperature = distill.temperature if distill else 1.0
     alpha = distill.alpha if distill else 1.0
@@ -229,17 +254,9 @@ def _fine_tune_torch(model: models.OptimizableModel, data: LabelledData, config:
                 loss = loss + (1.0 - alpha) * temperature * temperature * kl
             total += float(loss.detach()) * len(batch)
             seen += len(batch)
-            scaled = loss / config.accumulate
-            if scaler is not None:
-                scaler.scale(scaled).backward()
-            else:
-                scaled.backward()
+            backward(loss / config.accumulate, scaler)
             if (index + 1) % config.accumulate == 0 or index + 1 == len(batches):
-                if scaler is not None:
-                    scaler.step(optimizer)
-                    scaler.update()
-                else:
-                    optimizer.step()
+                update(optimizer, scaler)
                 optimizer.zero_grad(set_to_none=True)
                 updates += 1
                 if after_update is not None:
