@@ -15,6 +15,7 @@ pytest_plugins = [
     "tests.fixtures.optimization_models",
     "tests.fixtures.tflite",
     "tests.fixtures.ppocr",
+    "tests.fixtures.real_models",
     "tests.fixtures.sshd",
     "tests.fixtures.deploy",
     "tests.fixtures.arm",
