@@ -355,6 +355,7 @@ class PushResult:
     bytes_resumed: int = 0  # bytes of cut-short uploads that were already on the device and not sent again
     files_compressed: int = 0  # files sent gzip-compressed (compress=True, where it paid)
     bytes_uncompressed: int = 0  # what the sent files hold once inflated (== bytes_sent without compression)
+    warnings: tuple[str, ...] = ()  # told at once on stderr too (e.g. the device's python has no numpy)
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -363,6 +364,7 @@ class PushResult:
             "bytes_sent": self.bytes_sent, "seconds": round(self.seconds, 3), "previous": self.previous,
             "removed": list(self.removed), "bytes_resumed": self.bytes_resumed,
             "files_compressed": self.files_compressed, "bytes_uncompressed": self.bytes_uncompressed,
+            "warnings": list(self.warnings),
         }
 
 
@@ -433,7 +435,9 @@ def push(
     try:
         # follow: the device hashes files sent as they are while they arrive (not compressed ones)
         plan = device.helper("begin", name, bundle.version, listing, str(lock_timeout), str(stale_lock_s), token,
-                             json.dumps(arches), "0" if compress else "1", timeout=lock_timeout + HELPER_TIMEOUT_S)
+                             json.dumps(arches), "0" if compress else "1",
+                             device.spec.python or (sys.executable if device.spec.is_local else ""),
+                             timeout=lock_timeout + HELPER_TIMEOUT_S)
     except HelperRefused as refused:
         if refused.kind == "arch":
             raise _arch_refused(bundle, device, str(refused.data.get("arch"))) from None
@@ -441,6 +445,10 @@ def push(
     info = plan.get("info")
     if isinstance(info, dict):
         device._info = info  # the probe of this push, reused by whatever follows on this device (check)
+    warnings = _setup_warnings(device, info if isinstance(info, dict) else {})
+    for warning in warnings:
+        print(f"warning: {warning}", file=progress_stream if progress_stream is not None else sys.stderr,
+              flush=True)
     arch = str(device.info().get("arch"))
     released = False  # the lock is the device's to release once finish or abort ran there
     try:
@@ -482,7 +490,21 @@ def push(
         bytes_sent=sent, seconds=time.perf_counter() - started, previous=done.get("previous"),
         removed=tuple(done.get("removed", [])), bytes_resumed=sum(offsets.values()),
         files_compressed=len(packed), bytes_uncompressed=sum(sizes[m] - offsets.get(m, 0) for m in missing),
+        warnings=tuple(warnings),
     )
+
+
+def _setup_warnings(device: Device, info: dict[str, Any]) -> list[str]:
+    """Told at the start of a push, not after it: the runner's Python lacks numpy (or does not start)."""
+    python = info.get("runner_python") or device.spec.python or "python3"
+    where = device.spec.name
+    if info.get("numpy") is False:
+        return [f"{where}: {python} on the device has no numpy, so `edgetk check` cannot run there. Install the "
+                f"runtimes with: edgetk devices setup --device {where}"]
+    if "numpy" in info and info.get("numpy") is None:
+        return [f"{where}: {python} does not start on the device, so `edgetk check` cannot run there. Set "
+                f"`python` for it in the inventory, or run: edgetk devices setup --device {where}"]
+    return []
 
 
 def _release_quietly(device: Device, name: str, token: str) -> None:

@@ -178,3 +178,23 @@ def test_runtime_crash_is_reported_per_artifact(ssh_devices, ssh_client_key, ssh
     text = run_edgetk("check", tiny_bundle, "--inventory", inventory, *NO_GATES, "--runs", "5", env=env)
     assert text.code == 1 and "could not run (crash)" in text.stdout, text.stdout
     assert time.monotonic() - started < 120
+
+
+def test_device_python_without_numpy_is_told_at_deploy(ssh_devices, ssh_client_key, ssh_known_hosts,  # type: ignore[no-untyped-def]
+                                                       deploy_bundle_factory, tmp_path):
+    """Debian's /usr/bin/python3 has no numpy (and `pip install numpy` is refused there as externally managed):
+    deploy says so at once, with the command that fixes it."""
+    (dev,) = ssh_devices(1)
+    bare = "/usr/bin/python3"
+    assert subprocess.run([bare, "-c", "import numpy"], capture_output=True).returncode != 0
+    inventory = write_inventory(tmp_path / "inv.toml", [dev], python=bare, key=ssh_client_key,
+                                known_hosts=ssh_known_hosts(dev), names=["bare-pi"])
+    home = tmp_path / "home"
+    home.mkdir()
+    env = {"HOME": str(home), "EDGETK_STORE": str(home / "history.sqlite")}
+    result = run_edgetk("deploy", deploy_bundle_factory(name="nonumpy", seed=81), "--inventory", inventory, "--json",
+                        env=env)
+    assert result.code == 0, result.stderr  # the push itself needs no numpy
+    assert "has no numpy" in result.stderr and "edgetk devices setup --device bare-pi" in result.stderr
+    (warning,) = result.json()["devices"][0]["deploy"]["warnings"]
+    assert "pip install" not in warning

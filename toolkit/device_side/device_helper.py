@@ -745,7 +745,35 @@ def load_verified(name, token, version):
     return files if isinstance(files, dict) else {}
 
 
-def cmd_begin(name, version, files_json, timeout, stale, token, arches_json="[]", follow="0"):
+NUMPY_CHECK = "import importlib.util, sys; sys.exit(0 if importlib.util.find_spec('numpy') else 1)"
+
+
+def start_numpy_check(python):
+    """Whether the runner's Python has numpy, asked in a child started now and read at the end of begin (so it
+    overlaps the lock and the hashing); None when that Python does not start."""
+    import subprocess
+
+    python = python or read_config_python() or "python3"
+    try:
+        null = open(os.devnull, "wb")
+        return python, subprocess.Popen([python, "-c", NUMPY_CHECK], stdout=null, stderr=null)
+    except (OSError, IOError):
+        return python, None
+
+
+def finish_numpy_check(started):
+    python, proc = started
+    if proc is None:
+        return {"runner_python": python, "numpy": None}
+    try:
+        code = proc.wait(timeout=30)
+    except Exception:
+        proc.kill()
+        code = None
+    return {"runner_python": python, "numpy": None if code is None else code == 0}
+
+
+def cmd_begin(name, version, files_json, timeout, stale, token, arches_json="[]", follow="0", runner_python=""):
     """The first half of a push in one run: refuse a foreign arch, probe, lock, prepare.
 
     ``arches_json`` lists the ``uname -m`` names the bundle's target accepts (empty: any, ``--force``); a
@@ -759,6 +787,7 @@ def cmd_begin(name, version, files_json, timeout, stale, token, arches_json="[]"
     arches = json.loads(arches_json)
     if arches and info["arch"].strip().lower() not in arches:
         fail("arch", "the device is %s" % info["arch"], arch=info["arch"])
+    numpy_check = start_numpy_check(runner_python)
     lock = acquire_lock(name, timeout, stale, token)
     try:
         plan = prepare(name, version, files)
@@ -770,6 +799,7 @@ def cmd_begin(name, version, files_json, timeout, stale, token, arches_json="[]"
     except BaseException:  # a refusal (SystemExit from fail), a full disk, anything: the lock goes with us
         release_lock(name, token)
         raise
+    info.update(finish_numpy_check(numpy_check))
     plan.update({"info": info, "lock": lock})
     emit(plan)
 
