@@ -28,7 +28,7 @@ import numpy as np
 import pytest
 
 from tests.fixtures.tflite import digits_request
-from toolkit import pipeline
+from toolkit.conversion import candidate
 from toolkit.pipeline import ConvertOptions, ConvertResult, convert_bundle
 
 OUTLIER = 4000.0
@@ -78,7 +78,7 @@ def _bundle(source: Path, fmt: str, calibration: Path, eval_data: Path, folder: 
         + f'[[recipes]]\nformat = "{fmt}"\nprecision = "fp32"\n'
     )
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(pipeline, "SLOWER_FACTOR", 1e9)  # timings of a 64-unit model are noise (module docstring)
+        patch.setattr(candidate, "SLOWER_FACTOR", 1e9)  # timings of a 64-unit model are noise (module docstring)
         return convert_bundle(
             ConvertOptions(source=str(source), target=f"pi4-{fmt}-fallback", targets_dirs=(profiles,),
                            calibration=calibration, eval_data=eval_data, out=folder / "b", use_cache=False),

@@ -18,7 +18,8 @@ class ConversionRequest:
     """One artifact to build.
 
     ``calibration`` holds one feed per sample, already shaped like ``input_shapes`` (batch 1 unless the user
-    pinned another), float32, validated, and never the held-out samples used for verification.
+    pinned another), each input in the model's own dtype (token ids stay integers: :func:`as_input_dtype`),
+    validated, and never the held-out samples used for verification.
     """
 
     source: SourceModel
@@ -39,3 +40,13 @@ class BuiltArtifact:
     notes: tuple[str, ...] = ()
     exporter: str | None = None  # e.g. "tf2onnx 1.17 (from_function)", "torch.onnx (legacy TorchScript)"
     layout: str | None = None  # the artifact's image layout when it differs from the source's
+
+
+def as_input_dtype(value: np.ndarray, dtype: str | np.dtype) -> np.ndarray:
+    """``value`` as the model input of ``dtype`` takes it: integer inputs (token ids, byte features) stay
+    integers, float inputs are fed as float32 (float16/float64 inputs included: converters calibrate in
+    float32). Casting every input to float32 is what broke static INT8 on models with embeddings."""
+    want = np.dtype(dtype)
+    if np.issubdtype(want, np.floating):
+        want = np.dtype(np.float32) if want != np.float64 else want
+    return np.asarray(value).astype(want, copy=False)

@@ -35,7 +35,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from toolkit.conversion.base import BuiltArtifact, ConversionRequest
+from toolkit.conversion.base import BuiltArtifact, ConversionRequest, as_input_dtype
 from toolkit.errors import ConversionError, MissingDependency, UsageError
 
 if TYPE_CHECKING:
@@ -184,6 +184,50 @@ def check_runs(path: Path, request: ConversionRequest, what: str) -> list[np.nda
     return outputs
 
 
+def transform_problem(path: Path, request: ConversionRequest) -> str | None:
+    """Why the float model at ``path`` no longer is the source model: it does not load in onnxruntime, does
+    not run, or computes other outputs than the source on a calibration sample. None when it is the same.
+
+    Every graph transform of this module (opset conversion, shape inference, ``quant_pre_process``) is checked
+    with it: transforms can break models with control flow (an LSTM inside an ``If``) that load fine before."""
+    try:
+        session = _session(path)
+    except Exception as exc:  # noqa: BLE001
+        return f"does not load in onnxruntime ({key_line(exc)})"
+    feed = sample_feed(request, session)
+    try:
+        got = [np.asarray(o) for o in session.run(None, feed)]
+    except Exception as exc:  # noqa: BLE001
+        return f"does not run in onnxruntime ({key_line(exc)})"
+    try:
+        want = [np.asarray(o) for o in request.source.predict(feed)]
+    except Exception:  # noqa: BLE001 - the feed is the model's; a source that names inputs otherwise is not judged
+        return None
+    if len(want) != len(got):
+        return f"has {len(got)} outputs instead of {len(want)}"
+    for index, (w, g) in enumerate(zip(want, got)):
+        if w.shape != g.shape:
+            return f"gives output {index} the shape {g.shape} instead of {w.shape}"
+        if not np.issubdtype(w.dtype, np.number):
+            continue
+        w64, g64 = w.astype(np.float64), g.astype(np.float64)
+        error = float(np.max(np.abs(w64 - g64))) if w.size else 0.0
+        scale = max(1.0, float(np.max(np.abs(w64))) if w.size else 1.0)
+        if not np.all(np.isfinite(g64)) or error > 1e-3 * scale:
+            return f"computes other values in output {index} (max error {error:.3g})"
+    return None
+
+
+def _model_problem(model: onnx.ModelProto, request: ConversionRequest) -> str | None:
+    path = request.workdir / "transform-check.onnx"
+    request.workdir.mkdir(parents=True, exist_ok=True)
+    try:
+        save_model(model, path, final_name=path.name)
+        return transform_problem(path, request)
+    finally:
+        path.unlink(missing_ok=True)
+
+
 # --------------------------------------------------------------------------------------------- prepare
 
 
@@ -277,6 +321,45 @@ def _convert_opset(model: onnx.ModelProto, target: int, notes: list[str], why: s
     return converted
 
 
+def _optional_upgrade(
+    model: onnx.ModelProto, target: int, request: ConversionRequest, notes: list[str]
+) -> onnx.ModelProto:
+    """The upgrade per-channel int8 wants, kept only when the upgraded model computes what the source does;
+    otherwise the model keeps its opset (int8 is then per-tensor) and the note says why."""
+    current = opset_of(model)
+    local: list[str] = []
+    why = f"per-channel quantization needs >= {QDQ_MIN_OPSET}"
+    try:
+        upgraded = _convert_opset(model, target, local, why)
+    except ConversionError as exc:
+        notes.append(f"opset upgrade {current} -> {target} skipped ({exc.message}); int8 will be per-tensor")
+        return model
+    problem = _model_problem(upgraded, request)
+    if problem is not None:
+        notes.append(f"opset upgrade {current} -> {target} skipped: the upgraded model {problem}; "
+                     "int8 will be per-tensor")
+        return model
+    notes.extend(local)
+    return upgraded
+
+
+def _required_conversion(
+    model: onnx.ModelProto, target: int, request: ConversionRequest, notes: list[str], why: str
+) -> onnx.ModelProto:
+    """A conversion the recipe or the target needs: a converted model that breaks is an error, not a skip."""
+    current = opset_of(model)
+    converted = _convert_opset(model, target, notes, why)
+    problem = _model_problem(converted, request)
+    if problem is not None:
+        raise ConversionError(
+            f"Converting the model from opset {current} to {target} ({why}) breaks it: the converted model "
+            f"{problem}.",
+            hint="Re-export the model at that opset from its original framework, or pick a target that loads "
+            f"opset {current}.",
+        )
+    return converted
+
+
 def _shape_inference(model: onnx.ModelProto, notes: list[str]) -> onnx.ModelProto:
     onnx = _onnx()
     # Stale shapes (symbolic dims of the original export) would contradict the pinned inputs.
@@ -328,13 +411,14 @@ def prepare(request: ConversionRequest, output: Path) -> BuiltArtifact:
     if ceiling is not None and wanted is not None and wanted > ceiling:
         raise UsageError(f"The recipe asks for opset {wanted}, but the target loads at most opset {ceiling}.")
     if wanted is not None and wanted != current:
-        model = _convert_opset(model, wanted, notes, "requested by the recipe")
+        model = _required_conversion(model, wanted, request, notes, "requested by the recipe")
     elif ceiling is not None and current > ceiling:
-        model = _convert_opset(model, ceiling, notes, f"the target's runtime loads at most opset {ceiling}")
+        model = _required_conversion(model, ceiling, request, notes,
+                                     f"the target's runtime loads at most opset {ceiling}")
     elif current < QDQ_MIN_OPSET:
         target = TARGET_OPSET if ceiling is None else min(TARGET_OPSET, ceiling)
         if target > current:
-            model = _convert_opset(model, target, notes, f"per-channel quantization needs >= {QDQ_MIN_OPSET}")
+            model = _optional_upgrade(model, target, request, notes)
         else:
             notes.append(
                 f"opset {current} kept (target allows at most {ceiling}); int8 will be per-tensor, not per-channel"
@@ -347,7 +431,15 @@ def prepare(request: ConversionRequest, output: Path) -> BuiltArtifact:
     named = _name_nodes(model)
     if named:
         notes.append(f"{named} unnamed nodes named")
-    model = _shape_inference(model, notes)
+    before = onnx.ModelProto()
+    before.CopyFrom(model)
+    inferred = _shape_inference(model, notes)
+    problem = _model_problem(inferred, request)
+    if problem is None:
+        model = inferred
+    else:
+        model = before
+        notes.append(f"ONNX shape inference skipped: the model it wrote {problem}")
     had_external = any(
         init.data_location == onnx.TensorProto.EXTERNAL
         for init in onnx.load(str(request.source.path), load_external_data=False).graph.initializer
@@ -493,20 +585,38 @@ def _dynamic(request: ConversionRequest, base: BuiltArtifact, tmp: Path) -> _Res
     recipe = request.recipe
     exclude = _nodes_to_exclude(base.path, recipe.nodes_to_exclude)
     weight = QuantType.QInt8 if recipe.weight_type == "int8" else QuantType.QUInt8
-    try:
-        with _quiet():
-            quantize_dynamic(
-                str(base.path.resolve()),
-                str(tmp.resolve()),
-                weight_type=weight,
-                per_channel=recipe.per_channel,
-                nodes_to_exclude=exclude,
-            )
-    except Exception as exc:
-        line = key_line(exc)
-        raise ConversionError(f"Dynamic quantization failed: {line}", hint=_hint_for(line)) from exc
-    notes = []
     from toolkit.inspection.onnx import iter_nodes
+
+    notes = []
+    # Weights inside If/Loop/Scan bodies (an LSTM in a branch) are quantized only when asked for; a model that
+    # onnxruntime then refuses is built again with the subgraphs left float.
+    subgraphs = any(n.op_type in ("If", "Loop", "Scan") for n in _onnx().load(str(base.path)).graph.node)
+    for enable in ((True, False) if subgraphs else (False,)):
+        try:
+            with _quiet():
+                quantize_dynamic(
+                    str(base.path.resolve()),
+                    str(tmp.resolve()),
+                    weight_type=weight,
+                    per_channel=recipe.per_channel,
+                    nodes_to_exclude=exclude,
+                    extra_options={"EnableSubgraph": enable},
+                )
+        except Exception as exc:
+            line = key_line(exc)
+            if enable:
+                notes.append(f"dynamic: quantizing inside If/Loop/Scan bodies failed ({line}); they stay float")
+                continue
+            raise ConversionError(f"Dynamic quantization failed: {line}", hint=_hint_for(line)) from exc
+        if enable:
+            try:
+                check_runs(tmp, request, "dynamic ONNX")
+            except ConversionError as exc:
+                notes.append(f"dynamic: the model quantized inside If/Loop/Scan bodies fails ({exc.message}); "
+                             "they stay float")
+                continue
+            notes.append("dynamic: weights inside If/Loop/Scan bodies quantized too")
+        break
 
     if any(n.op_type == "ConvInteger" for n in iter_nodes(_onnx().load(str(tmp)).graph)):
         notes.append(
@@ -517,11 +627,12 @@ def _dynamic(request: ConversionRequest, base: BuiltArtifact, tmp: Path) -> _Res
 
 
 class _Reader:
-    """onnxruntime's CalibrationDataReader over the request's calibration feeds (float32, model inputs only)."""
+    """onnxruntime's CalibrationDataReader over the request's calibration feeds: the model's inputs only,
+    each in the dtype the model declares (int64 token ids stay int64; ORT refuses anything else)."""
 
-    def __init__(self, feeds: Sequence[Mapping[str, np.ndarray]], names: Sequence[str]) -> None:
+    def __init__(self, feeds: Sequence[Mapping[str, np.ndarray]], dtypes: Mapping[str, np.dtype]) -> None:
         self._feeds = feeds
-        self._names = names
+        self._dtypes = dtypes
         self._index = 0
 
     def get_next(self) -> dict[str, np.ndarray] | None:
@@ -529,7 +640,7 @@ class _Reader:
             return None
         feed = self._feeds[self._index]
         self._index += 1
-        return {name: np.asarray(feed[name], dtype=np.float32) for name in self._names}
+        return {name: as_input_dtype(feed[name], dtype) for name, dtype in self._dtypes.items()}
 
     def rewind(self) -> None:
         self._index = 0
@@ -549,16 +660,20 @@ def _reader(request: ConversionRequest, model_path: Path, limit: int | None = No
     onnx = _onnx()
     model = onnx.load(str(model_path), load_external_data=False)
     initializers = {init.name for init in model.graph.initializer}
-    names = [vi.name for vi in model.graph.input if vi.name not in initializers]
+    dtypes = {
+        vi.name: np.dtype(onnx.helper.tensor_dtype_to_np_dtype(vi.type.tensor_type.elem_type))
+        for vi in model.graph.input
+        if vi.name not in initializers
+    }
     feeds = request.calibration[:limit] if limit else request.calibration
-    missing = [n for n in names if n not in feeds[0]]
+    missing = [n for n in dtypes if n not in feeds[0]]
     if missing:
         raise UsageError(f"The calibration data has no samples for input(s) {', '.join(missing)}.")
 
     class Reader(_Reader, CalibrationDataReader):
         pass
 
-    return Reader(feeds, names)
+    return Reader(feeds, dtypes)
 
 
 @contextlib.contextmanager
@@ -603,6 +718,12 @@ def preprocessed(request: ConversionRequest, base: BuiltArtifact, notes: list[st
         try:
             with _quiet():
                 quant_pre_process(str(base.path.resolve()), str(partial.resolve()), **options)
+            problem = transform_problem(partial, request)
+            if problem is not None:
+                partial.unlink(missing_ok=True)
+                local.append(f"int8 pre-processing {label or 'with symbolic shape inference'} skipped: "
+                             f"the model it wrote {problem}")
+                continue
             os.replace(partial, target)
             if label:
                 local.append(f"int8 pre-processing ran {label}")

@@ -1,12 +1,20 @@
-"""Which route builds which artifact: (source framework, artifact format) -> route.
+"""Which route builds which artifact: a declarative table ``(source framework, format) -> "module:function"``.
 
-ONNX artifacts are built in two steps: the source's own exporter writes a float ONNX model once per run
-(shared by every precision), then ``onnx_quant`` derives fp16 / dynamic / int8 from it, whatever the source.
+ONNX artifacts are built in two steps: the source's own exporter (``FLOAT_EXPORTS``) writes a float ONNX
+model once per run (shared by every precision), then ``onnx_quant.derive`` builds fp16 / dynamic / int8
+from it, whatever the source. A pair that is not offered has a ``REFUSED`` entry (the message and the route
+to use instead); a pair in neither table has no route. Modules are imported only when a route is used, so
+reading the table costs nothing. ``tests/conversion/test_registry.py`` proves every route has a conversion
+test.
 """
 
 from __future__ import annotations
 
+import importlib
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from toolkit.conversion.base import BuiltArtifact, ConversionRequest
 from toolkit.errors import UsageError
@@ -14,24 +22,83 @@ from toolkit.errors import UsageError
 TF_FRAMEWORKS = ("keras", "savedmodel")
 TORCH_FRAMEWORKS = ("torchscript", "exported_program", "torch_factory")
 
+# (framework, format) -> "module:function(request, output) -> BuiltArtifact"
+ROUTES: Mapping[tuple[str, str], str] = {
+    **{(fw, "tflite"): "toolkit.conversion.tflite:convert" for fw in TF_FRAMEWORKS},
+    **{(fw, "tflite"): "toolkit.conversion.torch_tflite:convert" for fw in ("exported_program", "torch_factory")},
+    ("tflite", "tflite"): "toolkit.conversion.registry:take_as_is",
+    **{(fw, "onnx"): "toolkit.conversion.registry:derive_onnx" for fw in (*TF_FRAMEWORKS, *TORCH_FRAMEWORKS, "onnx")},
+}
+
+# framework -> "module:function(request, output) -> BuiltArtifact": the float ONNX model every ONNX artifact
+# derives from.
+FLOAT_EXPORTS: Mapping[str, str] = {
+    "onnx": "toolkit.conversion.onnx_quant:prepare",
+    **{fw: "toolkit.conversion.tf_onnx:export" for fw in TF_FRAMEWORKS},
+    **{fw: "toolkit.conversion.torch_onnx:export" for fw in TORCH_FRAMEWORKS},
+}
+
+# precisions a route refuses by design (the route module raises a UsageError saying why and what to use)
+UNBUILT_PRECISIONS: Mapping[tuple[str, str], tuple[str, ...]] = {
+    **{(fw, "tflite"): ("fp16", "dynamic") for fw in ("exported_program", "torch_factory")},
+}
+
+
+@dataclass(frozen=True)
+class Refusal:
+    message: str
+    hint: str
+
+
+REFUSED: Mapping[tuple[str, str], Refusal] = {
+    ("onnx", "tflite"): Refusal(
+        "Converting ONNX to TFLite is not offered: the available tools (onnx2tf) pin an old TensorFlow and "
+        "rewrite the graph in ways that cannot be verified well.",
+        "Convert from the original framework instead (Keras/SavedModel or PyTorch -> --format tflite), "
+        "or ask for --format onnx.",
+    ),
+    ("torchscript", "tflite"): Refusal(
+        "TorchScript cannot go to TFLite: litert-torch traces with torch.export, which does not take "
+        "ScriptModules.",
+        "Pass the factory (file.py:make_model) or an ExportedProgram (.pt2) for --format tflite, or use "
+        "--format onnx.",
+    ),
+    ("tflite", "onnx"): Refusal(
+        "A .tflite source is taken as it is; it cannot be turned into ONNX.",
+        "Convert from the original framework for ONNX, or use --format tflite.",
+    ),
+}
+
 # One float export per run directory: every ONNX precision of a run derives from the same file.
 _FP32_EXPORTS: dict[Path, BuiltArtifact] = {}
+
+Route = Callable[[ConversionRequest, Path], BuiltArtifact]
+
+
+def resolve(spec: str) -> Route:
+    """``"package.module:function"`` -> the function (imports the module)."""
+    module, _, name = spec.partition(":")
+    function: Any = getattr(importlib.import_module(module), name)
+    return function
+
+
+def supports(framework: str, fmt: str) -> Refusal | None:
+    """None when a route exists; else why not and what to do."""
+    if (framework, fmt) in ROUTES:
+        return None
+    return REFUSED.get((framework, fmt), Refusal(f"There is no route from {framework} to {fmt}.",
+                                                 "Use another --format."))
+
+
+def supports_precision(framework: str, fmt: str, precision: str) -> bool:
+    return supports(framework, fmt) is None and precision not in UNBUILT_PRECISIONS.get((framework, fmt), ())
 
 
 def check_supported(framework: str, fmt: str) -> None:
     """Refuse, before any work, a route that is not offered."""
-    if framework == "onnx" and fmt == "tflite":
-        raise UsageError(
-            "Converting ONNX to TFLite is not offered: the available tools (onnx2tf) pin an old TensorFlow and "
-            "rewrite the graph in ways that cannot be verified well.",
-            hint="Convert from the original framework instead (Keras/SavedModel or PyTorch -> --format tflite), "
-            "or ask for --format onnx.",
-        )
-    if framework == "tflite" and fmt == "onnx":
-        raise UsageError(
-            "A .tflite source is taken as it is; it cannot be turned into ONNX.",
-            hint="Convert from the original framework for ONNX, or use --format tflite.",
-        )
+    refusal = supports(framework, fmt)
+    if refusal is not None:
+        raise UsageError(refusal.message, hint=refusal.hint)
 
 
 def fp32_onnx(request: ConversionRequest) -> BuiltArtifact:
@@ -39,40 +106,31 @@ def fp32_onnx(request: ConversionRequest) -> BuiltArtifact:
     cached = request.workdir / "export.fp32.onnx"
     if cached in _FP32_EXPORTS and cached.is_file():
         return _FP32_EXPORTS[cached]
-    framework = request.source.framework
-    if framework == "onnx":
-        from toolkit.conversion import onnx_quant
-
-        built = onnx_quant.prepare(request, cached)
-    elif framework in TF_FRAMEWORKS:
-        from toolkit.conversion import tf_onnx
-
-        built = tf_onnx.export(request, cached)
-    elif framework in TORCH_FRAMEWORKS:
-        from toolkit.conversion import torch_onnx
-
-        built = torch_onnx.export(request, cached)
-    else:
-        raise UsageError(f"No ONNX route from {framework}.")
+    spec = FLOAT_EXPORTS.get(request.source.framework)
+    if spec is None:
+        raise UsageError(f"No ONNX route from {request.source.framework}.")
+    built = resolve(spec)(request, cached)
     _FP32_EXPORTS[cached] = built
     return built
 
 
+def derive_onnx(request: ConversionRequest, output: Path) -> BuiltArtifact:
+    """An ONNX artifact of any precision, derived from the run's float export."""
+    from toolkit.conversion import onnx_quant
+
+    return onnx_quant.derive(request, fp32_onnx(request), output)
+
+
+def take_as_is(request: ConversionRequest, output: Path) -> BuiltArtifact:
+    """A .tflite source is shipped as it is (its precision is what the file holds)."""
+    import shutil
+
+    shutil.copyfile(request.source.path, output)
+    return BuiltArtifact(path=output, notes=("taken as it is (no conversion)",))
+
+
 def build(request: ConversionRequest, output: Path) -> BuiltArtifact:
-    """Build ``request.recipe``'s artifact at ``output``."""
-    framework, fmt = request.source.framework, request.recipe.format
-    check_supported(framework, fmt)
-    if fmt == "onnx":
-        from toolkit.conversion import onnx_quant
-
-        base = fp32_onnx(request)
-        return onnx_quant.derive(request, base, output)
-    if framework in TF_FRAMEWORKS:
-        from toolkit.conversion import tflite
-
-        return tflite.convert(request, output)
-    if framework in TORCH_FRAMEWORKS:
-        from toolkit.conversion import torch_tflite
-
-        return torch_tflite.convert(request, output)
-    raise UsageError(f"No route from {framework} to {fmt}.")
+    """Build ``request.recipe``'s artifact at ``output`` through its route."""
+    key = (request.source.framework, request.recipe.format)
+    check_supported(*key)
+    return resolve(ROUTES[key])(request, output)

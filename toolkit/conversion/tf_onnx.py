@@ -14,6 +14,8 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from toolkit.conversion.base import BuiltArtifact, ConversionRequest
 from toolkit.errors import ConversionError, MissingDependency, UsageError
 
@@ -69,6 +71,39 @@ def _rename_io(model: Any, inputs: list[str], outputs: list[str]) -> None:
                 node.output[i] = renames[name]
 
 
+def _bind_captured_constants(proto: Any, function: Any, inputs: list[str]) -> list[str]:
+    """Graph inputs that are really constants captured by the traced function become initializers.
+
+    tf2onnx turns the tensors a ``tf.function`` captures by value (Keras' ``Normalization`` mean and variance,
+    as in ``keras.applications.EfficientNetB0``) into extra graph inputs, so the model asks the device for
+    data it should hold. Their values are the captures' own: fold them in. Returns the names folded."""
+    from onnx import numpy_helper
+
+    try:
+        captures = function.get_concrete_function().graph.captures
+    except Exception:  # noqa: BLE001 - no concrete function to read: nothing to fold
+        return []
+    values = {}
+    for external, internal in captures:
+        if getattr(external, "dtype", None) is not None and external.dtype.name != "resource" and hasattr(
+            external, "numpy"
+        ):
+            values[internal.name] = external.numpy()
+    bound = []
+    keep = []
+    for value_info in proto.graph.input:
+        name = value_info.name
+        if name not in inputs and name in values:
+            proto.graph.initializer.append(numpy_helper.from_array(np.asarray(values[name]), name))
+            bound.append(name)
+        else:
+            keep.append(value_info)
+    if bound:
+        del proto.graph.input[:]
+        proto.graph.input.extend(keep)
+    return bound
+
+
 def export(request: ConversionRequest, output: Path) -> BuiltArtifact:
     """Write the fp32 ONNX model of a Keras/SavedModel source to ``output`` (opset 17 or ``max_opset``)."""
     from toolkit.sources.tensorflow import TensorFlowSource
@@ -113,6 +148,7 @@ def export(request: ConversionRequest, output: Path) -> BuiltArtifact:
             hint="The model may use TensorFlow ops without an ONNX mapping at this opset; try a higher opset "
             "(a target that allows it) or the TFLite format.",
         )
+    bound = _bind_captured_constants(proto, function, in_names)
     _rename_io(proto, in_names, out_names)
     if request.dynamic_batch:
         for value in list(proto.graph.input) + list(proto.graph.output):
@@ -133,7 +169,9 @@ def export(request: ConversionRequest, output: Path) -> BuiltArtifact:
     except BaseException:
         Path(tmp_name).unlink(missing_ok=True)
         raise
-    notes = (f"opset {opset}",) + (("dynamic batch",) if request.dynamic_batch else ())
+    notes = (f"opset {opset}",) + (("dynamic batch",) if request.dynamic_batch else ()) + (
+        (f"{len(bound)} constant(s) that tf2onnx left as graph inputs folded into the model: "
+         f"{', '.join(bound[:4])}",) if bound else ())
     return BuiltArtifact(path=output, exporter=exporter, notes=notes)
 
 

@@ -33,7 +33,7 @@ from typing import Any
 
 import numpy as np
 
-from toolkit.conversion.base import BuiltArtifact, ConversionRequest
+from toolkit.conversion.base import BuiltArtifact, ConversionRequest, as_input_dtype
 from toolkit.errors import ConversionError, UsageError
 
 _IO_TYPES = {"int8": "int8", "uint8": "uint8", "float32": "float32"}
@@ -99,7 +99,7 @@ def _representative(request: ConversionRequest, limit: int | None = None) -> Any
 
     def generate() -> Iterator[dict[str, np.ndarray]]:
         for feed in samples:
-            yield {s.name: np.asarray(feed[s.name], dtype=np.float32) for s in source.inputs}
+            yield {s.name: as_input_dtype(feed[s.name], s.dtype) for s in source.inputs}
 
     return generate
 
@@ -292,7 +292,7 @@ def sanity_check(path: Path, request: ConversionRequest) -> None:
             sample = request.calibration[0].get(spec.name) if request.calibration else None
             shape = tuple(d if d is not None else 1 for d in spec.shape)
             feed[spec.name] = (
-                np.asarray(sample, dtype=np.float32) if sample is not None else np.zeros(shape, np.float32)
+                np.asarray(sample) if sample is not None else np.zeros(shape, np.dtype(spec.dtype))
             )
         try:
             outputs = session.run(feed)
@@ -407,8 +407,9 @@ def _debug_run(request: ConversionRequest) -> tuple[bytes, dict[str, float], dic
         # ``serving_default_image:0``); map them back to the source's input names.
         details = holder["debugger"]._quant_interpreter.get_input_details()
         order = [_match_input(str(d["name"]), [s.name for s in source.inputs]) for d in details]
+        dtypes = {s.name: s.dtype for s in source.inputs}
         for feed in samples:
-            yield [np.asarray(feed[name], dtype=np.float32) for name in order]
+            yield [as_input_dtype(feed[name], dtypes[name]) for name in order]
 
     try:
         options = tf.lite.experimental.QuantizationDebugOptions(
@@ -546,7 +547,7 @@ def float_groups(request: ConversionRequest, *, limit: int) -> list[tuple[tuple[
     }
     source = _source(request)
     samples = list(request.calibration[: sensitivity.SENSITIVITY_SAMPLES])
-    feeds = [{s.name: np.asarray(feed[s.name], dtype=np.float32) for s in source.inputs} for feed in samples]
+    feeds = [{s.name: as_input_dtype(feed[s.name], s.dtype) for s in source.inputs} for feed in samples]
     reference = [[np.asarray(o) for o in source.predict(feed)] for feed in feeds]
     measured: dict[tuple[str, ...], float] = {}
     for group in sensitivity.candidates(culprits, groups):

@@ -31,6 +31,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from toolkit.conversion.base import BuiltArtifact, ConversionRequest
 from toolkit.conversion.torch_onnx import example_args, quiet_export
 from toolkit.errors import ConversionError, MissingDependency, UsageError
@@ -174,7 +176,7 @@ def _quantize_pt2e(
                 for sample in request.calibration:
                     prepared(
                         *(
-                            torch.from_numpy(sample[n].astype("float32").reshape(a.shape))
+                            torch.from_numpy(np.ascontiguousarray(sample[n]).reshape(a.shape)).to(a.dtype)
                             for n, a in zip(names, args)
                         )
                     )

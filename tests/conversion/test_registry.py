@@ -1,0 +1,65 @@
+"""The route table: every (framework, format) route has a conversion test, every refusal is plain.
+
+``ROUTE_TESTS`` names, for each route of ``registry.ROUTES``, the test that converts a model through it.
+Adding a route without naming its test fails here; naming a test that does not exist fails too.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+from toolkit.conversion import registry
+from toolkit.errors import UsageError
+
+TESTS = Path(__file__).resolve().parents[1]
+
+ROUTE_TESTS: dict[tuple[str, str], str] = {
+    ("keras", "tflite"): "conversion/test_tflite.py::test_int8_accuracy_within_one_point_of_float",
+    ("savedmodel", "tflite"): "conversion/test_tflite.py::test_sequential_and_savedmodel_sources",
+    ("torch_factory", "tflite"): "conversion/test_torch_tflite.py::test_conv_net_fp32_matches_eager",
+    ("exported_program", "tflite"): "conversion/test_torch_tflite.py::test_exported_program_to_tflite",
+    ("tflite", "tflite"): "test_pipeline.py::test_tflite_source_is_taken_as_it_is",
+    ("keras", "onnx"): "conversion/test_tf_onnx.py::test_sequential_model_exports_and_matches_keras",
+    ("savedmodel", "onnx"): "conversion/test_tf_onnx.py::test_savedmodel_source_exports",
+    ("torch_factory", "onnx"): "conversion/test_torch_onnx.py::test_conv_net_fp32_is_exact_single_file_opset_18",
+    ("exported_program", "onnx"): "conversion/test_torch_onnx.py::test_exported_program_to_onnx",
+    ("torchscript", "onnx"): "conversion/test_torch_onnx.py::test_torchscript_goes_through_the_legacy_exporter_named",
+    ("onnx", "onnx"): "conversion/test_onnx_quant.py::test_ppocr_int8_loads_runs_and_detects_text",
+}
+
+
+def _test_functions(path: Path) -> set[str]:
+    tree = ast.parse(path.read_text())
+    return {node.name for node in tree.body if isinstance(node, ast.FunctionDef) and node.name.startswith("test_")}
+
+
+def test_every_route_has_a_conversion_test() -> None:
+    assert set(ROUTE_TESTS) == set(registry.ROUTES), "name the conversion test of each route in ROUTE_TESTS"
+    for route, test in ROUTE_TESTS.items():
+        file, _, name = test.partition("::")
+        assert name in _test_functions(TESTS / file), f"{route}: {test} does not exist"
+
+
+def test_every_route_and_export_resolves_to_a_function() -> None:
+    for spec in (*registry.ROUTES.values(), *registry.FLOAT_EXPORTS.values()):
+        assert callable(registry.resolve(spec)), spec
+    onnx_sources = {fw for fw, fmt in registry.ROUTES if fmt == "onnx"}
+    assert onnx_sources == set(registry.FLOAT_EXPORTS), "every ONNX route needs a float export"
+
+
+@pytest.mark.parametrize(("framework", "fmt"), sorted(registry.REFUSED))
+def test_refused_pairs_say_what_to_use(framework: str, fmt: str) -> None:
+    assert (framework, fmt) not in registry.ROUTES
+    with pytest.raises(UsageError) as caught:
+        registry.check_supported(framework, fmt)
+    assert caught.value.hint and "--format" in caught.value.hint
+
+
+def test_a_pair_in_neither_table_has_no_route() -> None:
+    refusal = registry.supports("keras", "coreml")
+    assert refusal is not None and "no route from keras to coreml" in refusal.message
+    assert not registry.supports_precision("torch_factory", "tflite", "dynamic")
+    assert registry.supports_precision("keras", "tflite", "dynamic")

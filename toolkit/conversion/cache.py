@@ -1,0 +1,152 @@
+"""Caches of the convert stage: whole bundles and single built artifacts, keyed by what they depend on.
+
+* The bundle cache (``cache_root()/<key>``): a run with the same source, data, options, profile and tool
+  versions copies the bundle it wrote before (verification included) instead of converting again.
+* The build cache (``ConvertOptions.workdir``): built artifacts are reused by later runs with the same source,
+  data, recipe and tool versions; conversion is the slow part, verification always runs again.
+
+Both are optimisations: a read-only or broken cache never fails a conversion.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import os
+import shutil
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from toolkit import calibration as cal
+from toolkit.__about__ import __version__
+from toolkit.conversion.base import BuiltArtifact
+from toolkit.conversion.plan import Policy, detect_is_factory
+from toolkit.types import Recipe
+
+if TYPE_CHECKING:
+    from toolkit.conversion.data import RunData
+    from toolkit.options import ConvertOptions
+
+_DISTRIBUTIONS = ("tensorflow", "keras", "tf2onnx", "onnx", "onnxruntime", "onnxconverter-common", "ai-edge-litert",
+                  "torch", "litert-torch", "numpy")
+
+
+def tool_versions() -> dict[str, str]:
+    from importlib import metadata
+
+    versions = {"edge-toolkit": __version__}
+    for dist in _DISTRIBUTIONS:
+        try:
+            versions[dist] = metadata.version(dist)
+        except metadata.PackageNotFoundError:
+            continue
+    return versions
+
+
+def source_hash(source: str) -> str:
+    path = Path(source.rsplit(":", 1)[0] if detect_is_factory(source) else source)
+    return cal.hash_path(path) if path.exists() else hashlib.sha256(source.encode()).hexdigest()
+
+
+def _hash_if(path: Path | None) -> str | None:
+    return cal.hash_path(path) if path and Path(path).exists() else None
+
+
+def _digest(material: Any, length: int) -> str:
+    return hashlib.sha256(json.dumps(material, sort_keys=True, default=str).encode()).hexdigest()[:length]
+
+
+def cache_root() -> Path:
+    root = os.environ.get("EDGETK_CACHE_DIR")
+    if root:
+        return Path(root)
+    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(base) / "edgetk" / "convert"
+
+
+def bundle_key(options: ConvertOptions, policy: Policy, name: str) -> str:
+    material = {
+        "source": source_hash(options.source),
+        "weights": _hash_if(options.weights),
+        "calibration": _hash_if(options.calibration),
+        "eval": _hash_if(options.eval_data),
+        "labels": _hash_if(options.labels),
+        "options": {k: v for k, v in options.to_config().items() if k not in ("out", "force", "use_cache", "source")},
+        "recipes": [r.to_dict() for r in policy.recipes],
+        "tolerance": dataclasses.asdict(policy.tolerance),
+        "target": policy.name,
+        "name": name,
+        "versions": tool_versions(),
+    }
+    return _digest(material, 32)
+
+
+def store_bundle(bundle_dir: Path, target: Path) -> None:
+    try:
+        tmp = target.with_name(target.name + ".tmp")
+        shutil.rmtree(tmp, ignore_errors=True)
+        shutil.copytree(bundle_dir, tmp)
+        shutil.rmtree(target, ignore_errors=True)
+        tmp.rename(target)
+    except OSError:
+        pass  # the cache is an optimisation; a read-only cache dir must not fail a conversion
+
+
+def build_dir(options: ConvertOptions, policy: Policy, data: RunData) -> Path | None:
+    """``options.workdir``/<everything a built file depends on but the recipe>: None without a workdir."""
+    if options.workdir is None:
+        return None
+    material = {
+        "source": source_hash(options.source),
+        "weights": _hash_if(options.weights),
+        "calibration": data.calibration_ref.sha256 if data.calibration_ref else None,
+        "calibration_samples": len(data.calibration),
+        "shapes": {k: list(v) for k, v in data.shapes.items()},
+        "dynamic_batch": options.dynamic_batch,
+        "max_opset": policy.max_opset,
+        "versions": tool_versions(),
+    }
+    return Path(options.workdir) / _digest(material, 24)
+
+
+def recipe_key(recipe: Recipe) -> str:
+    return _digest(recipe.to_dict(), 16)
+
+
+def reuse_build(builds: Path | None, recipe: Recipe, output: Path) -> BuiltArtifact | None:
+    """The artifact an earlier run built for this recipe (same source, data, options, tools), copied to
+    ``output``; None when there is none."""
+    if builds is None:
+        return None
+    folder = builds / recipe_key(recipe)
+    try:
+        meta = json.loads((folder / "built.json").read_text())
+        shutil.copyfile(folder / "artifact", output)
+    except (OSError, ValueError):
+        return None
+    return BuiltArtifact(
+        path=output,
+        float_nodes=tuple(meta.get("float_nodes", ())),
+        notes=tuple(meta.get("notes", ())),
+        exporter=meta.get("exporter"),
+        layout=meta.get("layout"),
+    )
+
+
+def keep_build(builds: Path | None, recipe: Recipe, built: BuiltArtifact) -> None:
+    if builds is None:
+        return
+    folder = builds / recipe_key(recipe)
+    try:
+        tmp = folder.with_name(folder.name + f".tmp{os.getpid()}")
+        shutil.rmtree(tmp, ignore_errors=True)
+        tmp.mkdir(parents=True)
+        shutil.copyfile(built.path, tmp / "artifact")
+        meta = {"float_nodes": list(built.float_nodes), "notes": list(built.notes), "exporter": built.exporter,
+                "layout": built.layout, "recipe": recipe.to_dict()}
+        (tmp / "built.json").write_text(json.dumps(meta))
+        shutil.rmtree(folder, ignore_errors=True)
+        tmp.rename(folder)
+    except OSError:
+        pass  # reuse is an optimisation; a read-only workdir must not fail a conversion

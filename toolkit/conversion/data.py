@@ -1,0 +1,74 @@
+"""The data a conversion run works on: calibration samples, held-out samples, resolved input shapes.
+
+Every sample keeps each input in the model's own dtype (token ids stay int64, byte features uint8; see
+``calibration.to_samples``): routes, calibration readers and verification feed them as they are, so an
+embedding never sees a float and the golden data carry what the device will be fed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from toolkit import calibration as cal
+from toolkit.sources import SourceModel
+from toolkit.types import CalibrationRef, Preprocessing
+
+if TYPE_CHECKING:
+    from toolkit.options import ConvertOptions
+
+MAX_VERIFY_SAMPLES = 500
+
+
+@dataclass(frozen=True)
+class RunData:
+    calibration: cal.SampleSet
+    heldout: cal.SampleSet
+    synthetic: bool  # no data given: verified on random inputs
+    shapes: dict[str, tuple[int, ...]]
+    calibration_ref: CalibrationRef | None
+    preprocessing: Preprocessing | None
+
+
+def prepare_data(options: ConvertOptions, source: SourceModel, progress: Callable[[str], None]) -> RunData:
+    """Read the calibration and eval data against the source's inputs; hold some calibration samples out
+    for verification when no eval data are given; random inputs (said so) when neither is."""
+    inputs = source.inputs
+    cal_file = cal.read_data(Path(options.calibration), inputs) if options.calibration else None
+    eval_file = cal.read_data(Path(options.eval_data), inputs, what="eval data") if options.eval_data else None
+    unknown_rank = () if getattr(source, "input_shapes_known", True) else [
+        s.name for s in inputs if s.shape == (None,)
+    ]
+    shapes = cal.resolve_shapes(
+        inputs, overrides=options.input_shapes, data=cal_file or eval_file, unknown_rank=unknown_rank
+    )
+    calibration = cal.SampleSet(())
+    heldout: cal.SampleSet | None = None
+    if cal_file is not None:
+        samples = cal.to_samples(cal_file, inputs, shapes)
+        if eval_file is None:
+            calibration, heldout = cal.split_heldout(samples)
+        else:
+            calibration = samples
+        calibration = cal.subset(calibration, options.calibration_samples)
+        cal.warn_if_few(calibration)
+    if eval_file is not None:
+        heldout = cal.to_samples(eval_file, inputs, shapes, what="eval data")
+    synthetic = heldout is None
+    if heldout is None:
+        heldout = cal.synthetic_samples(inputs, shapes)
+        progress("no data given: verifying on random inputs (pass --calibration or --eval-data for real ones)")
+    if len(heldout) > MAX_VERIFY_SAMPLES:
+        heldout = cal.subset(heldout, MAX_VERIFY_SAMPLES)
+    return RunData(
+        calibration=calibration,
+        heldout=heldout,
+        synthetic=synthetic,
+        shapes=shapes,
+        calibration_ref=CalibrationRef(str(options.calibration), cal_file.sha256, len(calibration))
+        if cal_file is not None
+        else None,
+        preprocessing=(cal_file.preprocessing if cal_file else None) or (eval_file.preprocessing if eval_file else None),
+    )

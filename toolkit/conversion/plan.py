@@ -1,0 +1,285 @@
+"""Planning a conversion: the target profile -> a typed policy, and the options -> the recipes to build.
+
+Nothing here converts or runs a model; it decides *what* the run builds and in which order, and records what
+it will not build and why (``Plan.skipped``), before any slow work starts:
+
+* ``policy_for`` reads a typed :class:`~toolkit.targets.TargetProfile` into the few facts the stage uses.
+* ``plan_recipes`` turns ``--precision``/``--format`` (explicit: built as asked) or the profile's recipes
+  (in its order of preference, with its ``fallback`` precisions) into :class:`PlannedRecipe` rows, fp32 of
+  each format first (every other artifact of that format is timed against it).
+* Every profile that lists INT8 also gets a *dynamic* (weight-only) INT8 recipe per format, right after its
+  static INT8 ones. It is conditional (``when=DYNAMIC_FALLBACK``): the stage builds it only when static INT8
+  of that format failed or lost accuracy *and* the model is dominated by MatMul/Gemm/LSTM/GRU (transformers,
+  recurrent models), where weight-only quantization is the right tool; on a Conv network it is skipped with
+  that reason (ONNX Runtime runs ConvInteger up to 6x slower than fp32 on x86, findings.md 2).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from enum import StrEnum
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from toolkit import verify
+from toolkit.errors import UsageError
+from toolkit.policy import CheckPolicy, check_policy_from_profile
+from toolkit.types import FORMATS, Attempt, Recipe
+
+if TYPE_CHECKING:
+    from toolkit.options import ConvertOptions
+    from toolkit.targets import TargetProfile
+
+
+@dataclass(frozen=True)
+class Policy:
+    """What the target profile says, as the convert stage uses it."""
+
+    name: str
+    arch: str | None
+    recipes: tuple[Recipe, ...]
+    tolerance: verify.Tolerance
+    threads: int
+    max_opset: int | None
+    preferences: Mapping[str, Any]
+    fallback: tuple[str, ...] = ()  # precisions to fall back along, ending in fp32
+    tflite_bounds: tuple[tuple[str, str | None], ...] = ()  # (runtime, max_version) of the TFLite runtimes
+    edgetpu: bool = False
+    delegate: str | None = None  # the Edge TPU delegate library, for the compiled artifact's record
+    provider_options: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
+    check: CheckPolicy | None = None  # what check gates the bundle on, written into its manifest
+
+
+def policy_for(profile: TargetProfile, *, threads: int | None = None) -> Policy:
+    """The policy of ``profile``; ``threads`` (the user's ``--threads``) wins over the profile's."""
+    from toolkit.targets import TFLITE_RUNTIMES
+
+    return Policy(
+        name=profile.name,
+        arch=profile.arch,
+        recipes=tuple(profile.recipes),
+        tolerance=profile.tolerance,
+        threads=threads or min(profile.threads or 2, os.cpu_count() or 2),
+        max_opset=profile.max_onnx_opset,
+        preferences={
+            "runtimes": [r.name for r in profile.runtimes],
+            "execution_providers": list(profile.execution_providers),
+            "threads": profile.threads,
+            "latency_budget_ms": profile.latency_budget_ms,
+        },
+        fallback=tuple(profile.fallback),
+        tflite_bounds=tuple((r.name, r.max_version) for r in profile.runtimes if r.name in TFLITE_RUNTIMES),
+        edgetpu=profile.edgetpu,
+        delegate=next((a.delegate for a in profile.accelerators if a.kind == "edgetpu" and a.delegate), None),
+        provider_options={k: dict(v) for k, v in profile.provider_options.items()},
+        check=check_policy_from_profile(profile),
+    )
+
+
+class When(StrEnum):
+    """When a planned recipe is built."""
+
+    ALWAYS = "always"
+    DYNAMIC_FALLBACK = "dynamic_fallback"  # static INT8 of the format lost, and MatMul/Gemm/RNN dominate
+
+
+@dataclass(frozen=True)
+class PlannedRecipe:
+    recipe: Recipe
+    explicit: bool  # asked for by the user (--precision): built as asked, never dropped silently
+    when: When = When.ALWAYS
+
+
+@dataclass(frozen=True)
+class Plan:
+    recipes: tuple[PlannedRecipe, ...]
+    skipped: tuple[Attempt, ...] = ()
+
+
+# --------------------------------------------------------------------------------------------- names
+
+
+def detect_is_factory(source: str) -> bool:
+    return ":" in source and not Path(source).exists()
+
+
+def bundle_name(source: str, target: str | None) -> str:
+    """``digits-raspberry-pi-4``: the source's stem and the target, lower case, in ``[a-z0-9._-]``."""
+    stem = source.split(":")[-1] if detect_is_factory(source) else Path(source.rstrip("/")).stem
+    raw = f"{stem}-{target}" if target else stem
+    name = re.sub(r"[^a-z0-9._-]+", "-", raw.lower()).strip("-.") or "model"
+    return name[:100]
+
+
+def validate_name(name: str) -> str:
+    if not re.fullmatch(r"[a-z0-9][a-z0-9._-]{0,99}", name) or ".." in name:
+        raise UsageError(
+            f"The bundle name {name!r} is not allowed.",
+            hint="Use 1-100 characters from a-z, 0-9, '.', '_' and '-', starting with a letter or digit.",
+        )
+    return name
+
+
+# --------------------------------------------------------------------------------------------- recipes
+
+
+def default_formats(framework: str) -> tuple[str, ...]:
+    if framework == "tflite":
+        return ("tflite",)
+    if framework in ("keras", "savedmodel"):
+        return ("tflite", "onnx")
+    return ("onnx",)
+
+
+def _io_default(fmt: str, precision: str) -> str:
+    return "int8" if (fmt, precision) == ("tflite", "int8") else "float32"
+
+
+def _plain_recipe(fmt: str, precision: str, options: ConvertOptions, profile_recipes: Sequence[Recipe]) -> Recipe:
+    """The profile's recipe for (format, precision) if it has one, else the toolkit's defaults."""
+    base = next((r for r in profile_recipes if r.format == fmt and r.precision == precision), None)
+    if base is None:
+        base = Recipe(format=fmt, precision=precision, io_dtype=_io_default(fmt, precision))
+    return _apply_overrides(base, options)
+
+
+def _apply_overrides(recipe: Recipe, options: ConvertOptions) -> Recipe:
+    changes: dict[str, Any] = {}
+    if options.io_dtype and recipe.format == "tflite" and recipe.precision == "int8":
+        changes["io_dtype"] = options.io_dtype
+    if options.calibration_method and recipe.precision == "int8":
+        changes["calibration_method"] = options.calibration_method
+    if options.threads:
+        changes["threads"] = options.threads
+    return dataclasses.replace(recipe, **changes) if changes else recipe
+
+
+def _skip(recipe: Recipe, reason: str) -> Attempt:
+    return Attempt(recipe.to_dict(), "failed", f"skipped: {reason}")
+
+
+def plan_recipes(options: ConvertOptions, policy: Policy, framework: str, *, has_calibration: bool) -> Plan:
+    """The recipes to build, in order, and the ones skipped before any work (with the reason)."""
+    from toolkit.conversion.registry import check_supported, supports
+
+    skipped: list[Attempt] = []
+    formats = tuple(dict.fromkeys(options.formats))
+    for fmt in formats:
+        check_supported(framework, fmt)  # the user asked for it: refuse plainly
+    planned: list[PlannedRecipe]
+    if options.precisions:
+        planned = [
+            PlannedRecipe(_plain_recipe(fmt, p, options, policy.recipes), True)
+            for fmt in formats or default_formats(framework)
+            for p in dict.fromkeys(options.precisions)
+        ]
+        if not has_calibration and any(p.recipe.precision == "int8" for p in planned):
+            raise UsageError(
+                "INT8 needs calibration data.",
+                hint="Pass --calibration PATH (.npy, .npz or an image folder with dataset.toml).",
+            )
+    else:
+        candidates = [_apply_overrides(r, options) for r in policy.recipes] or [
+            Recipe(format=fmt, precision=p, io_dtype=_io_default(fmt, p))
+            for fmt in default_formats(framework)
+            for p in ("int8", "fp32")
+        ]
+        planned = []
+        for recipe in candidates:
+            if formats and recipe.format not in formats:
+                continue
+            refusal = supports(framework, recipe.format)
+            if refusal is not None:
+                skipped.append(_skip(recipe, refusal.message))
+                continue
+            if recipe.precision == "int8" and not has_calibration:
+                skipped.append(_skip(recipe, "INT8 needs --calibration data"))
+                continue
+            planned.append(PlannedRecipe(recipe, False))
+        planned = _with_dynamic_fallback(planned, framework, options)
+        planned.extend(_fallback_recipes(planned, policy, options, has_calibration, skipped))
+        for fmt in formats or tuple(dict.fromkeys(p.recipe.format for p in planned)) or default_formats(framework):
+            if supports(framework, fmt) is None and not any(
+                p.recipe.format == fmt and p.recipe.precision == "fp32" for p in planned
+            ):
+                planned.append(PlannedRecipe(_plain_recipe(fmt, "fp32", options, ()), False))
+    # fp32 of each format first: it is the baseline every other artifact is timed against (stable sort).
+    planned.sort(key=lambda p: (FORMATS.index(p.recipe.format), p.recipe.precision != "fp32"))
+    if framework == "tflite":
+        return _as_is_plan(planned, skipped, has_calibration)
+    return Plan(tuple(planned), tuple(skipped))
+
+
+def _as_is_plan(planned: Sequence[PlannedRecipe], skipped: list[Attempt], has_calibration: bool) -> Plan:
+    """A .tflite source is shipped as it is: one artifact; every other recipe says why it does not apply."""
+    tflite = [p for p in planned if p.recipe.format == "tflite"]
+    chosen = (tflite or list(planned))[:1]
+    data_use = (
+        "the calibration data supply only the held-out inputs it is verified on and the golden data"
+        if has_calibration
+        else "no calibration data are needed"
+    )
+    for item in planned:
+        if item in chosen:
+            continue
+        skipped.append(_skip(item.recipe, (
+            f"a .tflite source is taken as it is (its precision is fixed by the file), so {item.recipe.label} "
+            f"does not apply; {data_use}. To quantize it, convert from the original Keras/SavedModel or PyTorch "
+            "model"
+        )))
+    return Plan(tuple(chosen), tuple(skipped))
+
+
+def _with_dynamic_fallback(
+    planned: Sequence[PlannedRecipe], framework: str, options: ConvertOptions
+) -> list[PlannedRecipe]:
+    """A conditional dynamic INT8 recipe after the static INT8 recipes of each format that has them."""
+    from toolkit.conversion.registry import supports_precision
+
+    out = list(planned)
+    for fmt in dict.fromkeys(p.recipe.format for p in planned):
+        same = [i for i, p in enumerate(out) if p.recipe.format == fmt]
+        if not any(out[i].recipe.precision == "int8" for i in same):
+            continue
+        if any(out[i].recipe.precision == "dynamic" for i in same) or not supports_precision(framework, fmt, "dynamic"):
+            continue
+        last_int8 = max(i for i in same if out[i].recipe.precision == "int8")
+        providers = out[last_int8].recipe.execution_providers
+        recipe = dataclasses.replace(_plain_recipe(fmt, "dynamic", options, ()), execution_providers=providers)
+        out.insert(last_int8 + 1, PlannedRecipe(recipe, False, When.DYNAMIC_FALLBACK))
+    return out
+
+
+def _fallback_recipes(
+    planned: Sequence[PlannedRecipe],
+    policy: Policy,
+    options: ConvertOptions,
+    has_calibration: bool,
+    skipped: list[Attempt],
+) -> list[PlannedRecipe]:
+    """The profile's ``fallback`` precisions each format does not list a recipe for, after its own recipes.
+
+    ``fallback = ["int8", "fp16", "fp32"]`` with only an int8 and an fp32 recipe: when int8 (and its mixed
+    int8/float retry) loses, fp16 is tried before fp32. They are built only when every earlier recipe of the
+    format was dropped (the stage stops at the first one kept). fp32 is planned for every format anyway.
+    """
+    extra: list[PlannedRecipe] = []
+    for fmt in dict.fromkeys(p.recipe.format for p in planned):
+        have = {p.recipe.precision for p in planned if p.recipe.format == fmt}
+        providers = next(
+            (p.recipe.execution_providers for p in planned if p.recipe.format == fmt and p.recipe.execution_providers),
+            (),
+        )
+        for precision in policy.fallback:
+            if precision in have or precision == "fp32":
+                continue
+            recipe = dataclasses.replace(_plain_recipe(fmt, precision, options, ()), execution_providers=providers)
+            if precision == "int8" and not has_calibration:
+                skipped.append(Attempt(recipe.to_dict(), "failed", "skipped (fallback): INT8 needs --calibration data"))
+                continue
+            extra.append(PlannedRecipe(recipe, False))
+    return extra

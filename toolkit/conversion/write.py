@@ -1,0 +1,131 @@
+"""Writing a bundle: the kept artifacts, their golden outputs, the runner and ``manifest.json``.
+
+Per format one artifact is marked ``preferred`` (``preferred``): the first, in order of preference, within
+the tolerance and not slower than fp32. Golden inputs are the first held-out samples, each in the model's own
+dtype; each artifact's golden outputs are what it gave on this host, with the drift a device may show.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as _dt
+import shutil
+from collections.abc import Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from toolkit.__about__ import __version__
+from toolkit.bundle import GOLDEN_INPUTS, GOLDEN_REFERENCE, golden_outputs_name, install_runner, save_npz, write_manifest
+from toolkit.conversion.cache import source_hash
+from toolkit.conversion.candidate import Candidate, ConvertRun
+from toolkit.conversion.edgetpu import compile_for_edgetpu
+from toolkit.errors import UsageError
+from toolkit.types import ArtifactRecord, Golden, Manifest, SourceRef
+
+if TYPE_CHECKING:
+    from toolkit.options import ConvertOptions
+
+GOLDEN_SAMPLES = 8
+
+
+def write_bundle(run: ConvertRun, options: ConvertOptions, name: str, kept: Sequence[Candidate], staging: Path) -> Manifest:
+    """Copy the kept artifacts into ``staging`` with their golden outputs, the runner and ``manifest.json``."""
+    policy, source, data, reference, attempts = run.policy, run.source, run.data, run.reference, run.attempts
+    golden_count = min(GOLDEN_SAMPLES, len(data.heldout))
+    golden_feeds = data.heldout.feeds[:golden_count]
+    save_npz(
+        staging / GOLDEN_INPUTS,
+        {f"input_{i}": np.stack([feed[spec.name] for feed in golden_feeds]) for i, spec in enumerate(source.inputs)},
+    )
+    save_npz(staging / GOLDEN_REFERENCE, _stack_outputs(reference[:golden_count]))
+    records: list[ArtifactRecord] = []
+    used: set[str] = set()
+    chosen = preferred(kept, options)
+    for item in kept:
+        record = item.record
+        if record.file in used:  # two recipes of one precision and format: keep the first (preferred)
+            continue
+        used.add(record.file)
+        shutil.copyfile(item.built.path, staging / record.file)
+        golden_name = golden_outputs_name(record.file)
+        outputs = item.outputs[:golden_count]
+        save_npz(staging / golden_name, _stack_outputs(outputs))
+        record = dataclasses.replace(record, golden=Golden(golden_name, _golden_atol(record, outputs)),
+                                     preferred=any(item is p for p in chosen))
+        records.append(record)
+    if policy.edgetpu:
+        records.extend(compile_for_edgetpu(records, policy, attempts, staging))
+    labels = _read_labels(options.labels) if options.labels else None
+    runner = install_runner(staging)
+    manifest = Manifest(
+        name=name,
+        created_at=_dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"),
+        toolkit_version=__version__,
+        source=SourceRef(path=options.source, sha256=source_hash(options.source), framework=source.framework),
+        target=policy.name,
+        target_arch=policy.arch,
+        artifacts=tuple(records),
+        golden_inputs=GOLDEN_INPUTS,
+        preprocessing=data.preprocessing,
+        labels=labels,
+        calibration=data.calibration_ref,
+        runner=runner,
+        attempts=tuple(attempts),
+        runtime_preferences=policy.preferences,
+        config=options.to_config(),
+        check_policy=policy.check,
+    )
+    write_manifest(staging, manifest)
+    return manifest
+
+
+def preferred(kept: Sequence[Candidate], options: ConvertOptions) -> list[Candidate]:
+    """Per format, the artifact the device should run: the first, in order of preference, whose accuracy is
+    within the tolerance and that is not slower than fp32. Order: the user's ``--precision`` order when they
+    asked; else the profile's recipe (the stage keeps at most one non-fp32 per format) before fp32."""
+    chosen: dict[str, Candidate] = {}
+
+    def rank(item: Candidate) -> int:
+        if item.explicit and item.recipe.precision in options.precisions:
+            return options.precisions.index(item.recipe.precision)
+        return 1 if item.recipe.precision == "fp32" else 0
+
+    for item in sorted(kept, key=rank):
+        if not item.problems and item.recipe.format not in chosen:
+            chosen[item.recipe.format] = item
+    return list(chosen.values())
+
+
+def _stack_outputs(per_sample: Sequence[Sequence[np.ndarray]]) -> dict[str, np.ndarray]:
+    if not per_sample:
+        return {}
+    return {
+        f"output_{i}": np.stack([np.asarray(outs[i], dtype=np.float32) for outs in per_sample])
+        for i in range(len(per_sample[0]))
+    }
+
+
+def _golden_atol(record: ArtifactRecord, outputs: Sequence[Sequence[np.ndarray]]) -> float:
+    """How far a device may drift from this host's outputs: kernels differ across CPUs (ARM vs x86,
+    XNNPACK vs reference), by rounding for float and by a quantization step or two for integer models."""
+    magnitude = max((float(np.max(np.abs(o))) for outs in outputs for o in outs if np.size(o)), default=1.0)
+    relative = {"fp32": 1e-4, "fp16": 1e-2, "dynamic": 5e-2, "int8": 5e-2}[record.precision]
+    atol = relative * max(1.0, magnitude)
+    for spec in record.outputs:
+        if spec.quantization and spec.quantization.scale:
+            atol = max(atol, 2.0 * max(spec.quantization.scale))
+    return float(atol)
+
+
+def _read_labels(path: Path) -> tuple[str, ...]:
+    try:
+        lines = [line.strip() for line in Path(path).read_text().splitlines()]
+    except (OSError, UnicodeDecodeError) as exc:
+        raise UsageError(f"Cannot read the labels file {path}: {exc}.", hint="One class name a line, UTF-8.") from None
+    labels = tuple(line for line in lines if line)
+    if not labels:
+        raise UsageError(f"The labels file {path} is empty.", hint="One class name a line.")
+    return labels
+
