@@ -175,3 +175,40 @@ def test_report_usage_errors(checked_bundle, tmp_path):  # type: ignore[no-untyp
     assert_clean_error(run_edgetk("report", tmp_path), 2, "not a bundle directory")
     empty = run_edgetk("report", checked_bundle.bundle, "--store", tmp_path / "empty.sqlite")
     assert empty.code == 0 and "no stored check" in empty.stdout
+
+
+def test_html_report_shows_placement_operators_throughput_and_loads(checked_bundle, tmp_path):  # type: ignore[no-untyped-def]
+    """A real check with --profile --throughput --loads on the device env, then the report of that history (a
+    copy of the session's store, so the other tests' counts stay as they are)."""
+    from toolkit import api
+    from toolkit.reporting.terminal import inside_lines
+    from tests.fixtures.runs import NO_GATES, private_home
+
+    store = tmp_path / "history.sqlite"
+    shutil.copy(checked_bundle.store, store)
+    with private_home(checked_bundle.home):
+        fleet = api.check(checked_bundle.bundle, devices=[checked_bundle.device], runs=10, store=store,
+                          profile=True, throughput=True, loads=True, **NO_GATES)
+    reports = [r.to_dict() for d in fleet.devices for r in d.reports]
+    assert {r["artifact"] for r in reports} == {"model.fp32.tflite", "model.int8.tflite"}
+    for report in reports:
+        assert report["profile"] and report["throughput"] and report["loads"] and report["placement"]
+        lines = "\n".join(inside_lines(report))
+        assert "placement:" in lines and "throughput:" in lines and "loads: cold" in lines
+    out = tmp_path / "report.html"
+    result = run_edgetk("report", checked_bundle.bundle, "--html", out, "--store", store)
+    assert result.code == 0, result.stderr
+    page = _parse(out.read_text())
+    ids = {img.get("id") for img in page.images}
+    assert {"plot-operators", "plot-throughput"} <= ids, ids
+    for img in page.images:
+        image = _decode_png(img["src"])
+        assert len(set(image.convert("L").getdata())) > 20, img["id"]
+    placement = page.tables["placement"]
+    assert placement[0][:3] == ["artifact", "device", "intended"]
+    assert {row[0] for row in placement[1:]} == {"model.fp32.tflite", "model.int8.tflite"}
+    assert all(row[2] == "XNNPACK" for row in placement[1:])
+    loads = page.tables["loads"]
+    assert {row[0] for row in loads[1:]} == {"model.fp32.tflite", "model.int8.tflite"}
+    assert {row[4] for row in loads[1:]} == {"xnnpack_weight_cache"}
+    assert any("Operators" in h for h in page.headings) and any("Throughput" in h for h in page.headings)

@@ -25,7 +25,7 @@ from toolkit.types import Manifest
 class ReportData:
     """What a report shows: a bundle (or None for ``--history``), its latest checks, and the history."""
 
-    store: Path
+    store: Path | str  # the SQLite file, or a server URL without its password
     bundle_dir: Path | None = None
     manifest: Manifest | None = None
     version: str | None = None
@@ -58,7 +58,7 @@ def _latest_per_device(checks: Sequence[Mapping[str, Any]]) -> list[Mapping[str,
     return [c for c in checks if newest.get(str(c.get("device"))) == str(c.get("run_id"))]
 
 
-def collect(bundle: Path | None, *, store: Path | None = None, device: str | None = None) -> ReportData:
+def collect(bundle: Path | None, *, store: Path | str | None = None, device: str | None = None) -> ReportData:
     """Read the bundle (if any) and its stored checks; without a bundle, the whole history."""
     from toolkit.store import Store, trends
 
@@ -163,6 +163,59 @@ def _history_rows(checks: Sequence[Mapping[str, Any]]) -> list[list[Any]]:
     return rows
 
 
+def _inside(data: ReportData) -> str:
+    """Placement, per-operator profiles, throughput and loads of this bundle version (newest per device and
+    artifact that measured each); empty when no check asked for them."""
+    from toolkit.reporting import plots
+    from toolkit.reporting.terminal import _ms
+
+    checks = [c for c in data.history if c.get("version") == data.version] or list(data.latest)
+    parts: list[str] = []
+    placed = [c for c in plots.newest_with(checks, "placement") if c["placement"].get("nodes_total") is not None]
+    if placed:
+        rows = []
+        for c in placed:
+            p = c["placement"]
+            share = p.get("time_share_on_intended")
+            rows.append([c.get("artifact"), c.get("device"), p.get("intended"),
+                         f"{p.get('nodes_on_intended')}/{p.get('nodes_total')}",
+                         f"{100 * float(share):.0f}%" if share is not None else "unknown",
+                         ", ".join(str(o) for o in p.get("fallback_ops") or []) or "-"])
+        parts.append("<h2>Where the nodes ran</h2>")
+        parts.append(_table(("artifact", "device", "intended", "nodes on it", "time on it", "fell back"), rows,
+                            css_id="placement"))
+    profiled = plots.newest_with(checks, "profile")
+    if profiled:
+        parts.append("<h2>Operators</h2>")
+        parts.append(_img(plots.operator_plot(checks), "top operators per artifact", "plot-operators"))
+        untimed = sorted({str(c["profile"].get("note")) for c in profiled if not c["profile"].get("available")})
+        parts.extend(f'<p class="meta">{_e(note)}</p>' for note in untimed)
+    if plots.newest_with(checks, "throughput"):
+        parts.append("<h2>Throughput</h2>")
+        parts.append(_img(plots.throughput_plot(checks), "latency vs throughput", "plot-throughput"))
+    loaded = plots.newest_with(checks, "loads")
+    if loaded:
+
+        def pair(entry: Any) -> str:
+            entry = entry or {}
+            return f"{_ms(entry.get('load_ms'))} + {_ms(entry.get('first_inference_ms'))}"
+
+        rows = []
+        for c in loaded:
+            loads = c["loads"]
+            cache = (loads.get("cold") or {}).get("page_cache") or {}
+            cold = pair(loads.get("cold")) + ("" if cache.get("dropped") else " (cache not dropped)")
+            for option in loads.get("options") or [{}]:
+                after = ("n/a" if option.get("available") is False
+                         else f"{pair(option.get('before'))} -> {pair(option.get('after'))}")
+                rows.append([c.get("artifact"), c.get("device"), cold, pair(loads.get("warm")),
+                             option.get("name", "-"), after])
+        parts.append("<h2>Loads (load + first inference)</h2>")
+        parts.append(_table(("artifact", "device", "cold", "warm", "option", "before -> after"), rows,
+                            css_id="loads"))
+    return "".join(parts)
+
+
 def render_html(data: ReportData) -> str:
     """The whole page as one string."""
     from toolkit.reporting import plots
@@ -188,6 +241,7 @@ def render_html(data: ReportData) -> str:
         parts.append("<h2>Accuracy, size and latency</h2>")
         parts.append(_img(plots.tradeoff_plot(data.manifest, data.latest), "accuracy vs size vs latency",
                           "plot-tradeoff"))
+        parts.append(_inside(data))
         parts.append(_facts(data))
     parts.append("<h2>Trend over the history</h2>")
     parts.append(_img(plots.trend_plot(data.history), "p50 trend over the check history", "plot-trend"))

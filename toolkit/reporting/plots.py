@@ -145,3 +145,86 @@ def trend_plot(checks: Sequence[Mapping[str, Any]]) -> bytes | None:
     ax.legend(fontsize=7, loc="best")
     fig.autofmt_xdate()
     return _png(fig)
+
+
+# ------------------------------------------------------------------------------------------ inside a run
+
+
+def newest_with(checks: Sequence[Mapping[str, Any]], key: str) -> list[Mapping[str, Any]]:
+    """The newest check per (device, artifact) that holds ``key`` (profile, throughput, loads), oldest first in."""
+    newest: dict[tuple[str, str], Mapping[str, Any]] = {}
+    for c in checks:
+        if isinstance(c.get(key), Mapping) and not c[key].get("error"):
+            newest[(str(c.get("device")), str(c.get("artifact")))] = c
+    return [newest[k] for k in sorted(newest)]
+
+
+def _precision_of(artifact: str) -> str:
+    parts = artifact.split(".")
+    return parts[1] if len(parts) >= 3 else artifact
+
+
+def operator_plot(checks: Sequence[Mapping[str, Any]], *, top: int = 8) -> bytes | None:
+    """Time per inference of the top operator types, the artifacts of one format on one device side by side
+    (fp32 next to int8 of the same model: which operators did not get faster). Where a runtime gives no
+    per-operator times (TFLite's Python interpreters) the bars count nodes instead; None without profiles."""
+    profiled = newest_with(checks, "profile")
+    groups: dict[tuple[str, str], list[Mapping[str, Any]]] = {}
+    for c in profiled:
+        fmt = str(c.get("artifact", "")).rsplit(".", 1)[-1]
+        groups.setdefault((str(c.get("device")), fmt), []).append(c)
+    if not groups:
+        return None
+    plt = _pyplot()
+    fig, axes = plt.subplots(len(groups), 1, figsize=(8.5, 0.5 + 2.9 * len(groups)), squeeze=False)
+    for ax, ((device, fmt), items) in zip(axes[:, 0], sorted(groups.items())):
+        # times where the runtime gave them (ONNX Runtime); else node counts (TFLite's Python interpreters)
+        field, unit = (("time_ms", "time per inference (ms)") if all(c["profile"].get("available") for c in items)
+                       else ("nodes", "nodes (this runtime gives no per-operator times)"))
+        worst: dict[str, float] = {}
+        for c in items:
+            for t in c["profile"].get("by_op_type") or []:
+                name = str(t.get("op_type"))
+                worst[name] = max(worst.get(name, 0.0), float(t.get(field) or 0.0))
+        ops = sorted(worst, key=lambda n: -worst[n])[:top][::-1]
+        height = 0.8 / max(len(items), 1)
+        for k, c in enumerate(items):
+            times = {str(t.get("op_type")): float(t.get(field) or 0.0) for t in c["profile"]["by_op_type"]}
+            precision = _precision_of(str(c.get("artifact")))
+            ax.barh([i + k * height for i in range(len(ops))], [times.get(op, 0.0) for op in ops], height=height,
+                    color=PRECISION_COLOURS.get(precision, "#8172b3"), label=str(c.get("artifact")))
+        ax.set_yticks([i + height * (len(items) - 1) / 2 for i in range(len(ops))])
+        ax.set_yticklabels(ops, fontsize=8)
+        ax.set_xlabel(unit)
+        ax.set_title(f"Top operators, {fmt} artifacts on {device}", fontsize=10)
+        ax.grid(axis="x", alpha=0.3)
+        ax.legend(fontsize=7, loc="lower right")
+    fig.tight_layout()
+    return _png(fig)
+
+
+def throughput_plot(checks: Sequence[Mapping[str, Any]]) -> bytes | None:
+    """The latency-throughput curve per artifact and device: p50 of one call against inferences/s, each point
+    labelled with its batch size (or requests in flight); None when no throughput was measured."""
+    measured = newest_with(checks, "throughput")
+    if not measured:
+        return None
+    plt = _pyplot()
+    fig, ax = plt.subplots(figsize=(7.5, 4.2))
+    for c in measured:
+        curve = c["throughput"]
+        points = curve.get("points") or []
+        key, label = ("batch", "b") if curve.get("mode") == "batch" else ("in_flight", "x")
+        xs = [float(p.get("inferences_per_s") or 0.0) for p in points]
+        ys = [float((p.get("latency_ms") or {}).get("p50") or 0.0) for p in points]
+        precision = _precision_of(str(c.get("artifact")))
+        ax.plot(xs, ys, marker="o" if curve.get("mode") == "batch" else "s", markersize=5,
+                color=PRECISION_COLOURS.get(precision), label=f"{c.get('artifact')} @ {c.get('device')}")
+        for x, y, p in zip(xs, ys, points):
+            ax.annotate(f"{label}{p.get(key)}", (x, y), textcoords="offset points", xytext=(4, 4), fontsize=7)
+    ax.set_xlabel("inferences per second")
+    ax.set_ylabel("latency of one call, p50 (ms)")
+    ax.set_title("Latency vs throughput (b: batch size, x: requests in flight)")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=7, loc="best")
+    return _png(fig)
