@@ -211,3 +211,106 @@ def test_a_talking_login_shell_is_survived_and_named(home, fresh_ssh_device, ssh
         assert len(back) == len(src.read_bytes()) and back == src.read_bytes(), (len(back), back[-40:], src.read_bytes()[-40:])
     warned = " ".join(r.getMessage() for r in caplog.records)
     assert "prints text on start-up" in warned and dev.user in warned and '[ -z "$PS1" ] && return' in warned
+
+
+def _ssh_g(config: Path, host: str) -> dict[str, str]:
+    out = subprocess.run(["ssh", "-G", "-F", str(config), host], capture_output=True, text=True, check=True,
+                         stdin=subprocess.DEVNULL).stdout
+    values: dict[str, str] = {}
+    for line in out.splitlines():
+        key, _, value = line.partition(" ")
+        values.setdefault(key.lower(), value)
+    return values
+
+
+def test_resolution_matches_ssh_dash_g(home):  # type: ignore[no-untyped-def]
+    """Every option edgetk follows, resolved by edgetk and by OpenSSH's own `ssh -G` from one file: the same."""
+    from toolkit.devices.ssh_config import resolve
+
+    for name in ("k", "k-cert.pub", "other"):
+        (home / name).write_text("x")
+    (home / ".ssh" / "extra.conf").write_text("Host pi-*\n  ServerAliveCountMax 2\n")
+    config = home / ".ssh" / "config"
+    config.write_text(
+        f"Host pi-*\n  User pi\n  ConnectTimeout 7\n  Include {home}/.ssh/extra.conf\n  ServerAliveInterval 9\n"
+        f"Host pi-a\n  HostName 10.0.0.5\n  Port 2201\n  IdentityFile {home}/k\n  IdentitiesOnly yes\n"
+        f"  CertificateFile {home}/k-cert.pub\n  IdentityAgent {home}/agent.sock\n"
+        f"  ProxyCommand {sys.executable} proxy.py %h %p\n  HostKeyAlias pia\n"
+        f"  UserKnownHostsFile {home}/kh1 {home}/kh2\n  GlobalKnownHostsFile {home}/gkh\n  HashKnownHosts yes\n"
+        "  StrictHostKeyChecking accept-new\n"
+        f"Host pi-b\n  HostName 10.0.0.6\n  IdentityFile {home}/other\n  ProxyJump jump@10.0.0.1:2222\n")
+    ours = resolve("pi-a", home=home, system_config=None)
+    theirs = _ssh_g(config, "pi-a")
+    assert (ours.hostname, str(ours.port), ours.user) == (theirs["hostname"], theirs["port"], theirs["user"])
+    assert list(ours.identity_files) == [theirs["identityfile"]]
+    assert ours.identities_only is (theirs["identitiesonly"] == "yes")
+    assert list(ours.certificate_files) == [theirs["certificatefile"]]
+    assert ours.identity_agent == theirs["identityagent"]
+    assert ours.proxy_command == theirs["proxycommand"].replace("%h", "10.0.0.5").replace("%p", "2201")
+    assert ours.host_key_alias == theirs["hostkeyalias"] and ours.host_key_name == "pia"
+    assert [str(p) for p in ours.user_known_hosts] == theirs["userknownhostsfile"].split()
+    assert [str(p) for p in ours.global_known_hosts] == theirs["globalknownhostsfile"].split()
+    assert ours.hash_known_hosts is (theirs["hashknownhosts"] == "yes")
+    assert ours.strict_host_key_checking == theirs["stricthostkeychecking"]
+    assert ours.connect_timeout == float(theirs["connecttimeout"])
+    assert (ours.server_alive_interval, ours.server_alive_count_max) == (
+        float(theirs["serveraliveinterval"]), int(theirs["serveralivecountmax"]))
+    other = resolve("pi-b", home=home, system_config=None)
+    theirs_b = _ssh_g(config, "pi-b")
+    assert other.proxy_jump == theirs_b["proxyjump"].replace("[", "").replace("]", "") and other.port == int(theirs_b["port"]) == 22
+    assert other.user == theirs_b["user"] == "pi" and not other.identities_only
+
+
+def test_trusted_key_is_hashed_with_hashknownhosts_and_ssh_accepts_it(home, ssh_devices, ssh_client_key):  # type: ignore[no-untyped-def]
+    (dev,) = ssh_devices(1)
+    known = home / "kh"
+    config = home / ".ssh" / "config"
+    config.write_text(f"Host hashed\n  HostName 127.0.0.1\n  Port {dev.port}\n  User {dev.user}\n"
+                      f"  IdentityFile {ssh_client_key}\n  UserKnownHostsFile {known}\n  HashKnownHosts yes\n")
+    with open_connection(parse_spec("hashed"), trust_new_host=True) as conn:
+        assert conn.run(["true"], timeout=30).ok
+    entry = known.read_text()
+    assert entry.startswith("|1|") and "127.0.0.1" not in entry
+    # OpenSSH finds it and connects with strict checking on
+    assert _ssh(config, "hashed", "-o", "StrictHostKeyChecking=yes", "true").returncode == 0
+
+
+def test_server_alive_settings_drive_the_watchdog(home, fresh_ssh_device, ssh_client_key):  # type: ignore[no-untyped-def]
+    """ServerAliveInterval 1 / CountMax 2: a frozen device mid-command is given up after ~2 s, not ~12 s."""
+    from tests.fixtures.frozen import frozen
+    from toolkit.errors import DeviceStopped
+
+    dev = fresh_ssh_device()
+    known = home / "kh"
+    known.write_text(dev.known_hosts_line())
+    (home / ".ssh" / "config").write_text(
+        f"Host tight\n  HostName 127.0.0.1\n  Port {dev.port}\n  User {dev.user}\n  IdentityFile {ssh_client_key}\n"
+        f"  UserKnownHostsFile {known}\n  ServerAliveInterval 1\n  ServerAliveCountMax 2\n")
+    assert dev.process is not None
+    with open_connection(parse_spec("tight")) as conn:
+        assert conn.run(["true"], timeout=30).ok
+        with frozen(dev.process.pid):
+            with pytest.raises(DeviceStopped) as stopped:
+                conn.run(["sleep", "60"], timeout=120)  # the command's own deadline is far away
+        assert "no reply to 2 keepalives in 2 s" in stopped.value.message
+        with pytest.raises(DeviceStopped):  # and the connection stays failed: no silent reconnect
+            conn.run(["true"], timeout=30)
+
+
+def test_cli_exit_codes_for_config_and_auth_refusals(home, fresh_ssh_device, ssh_client_key, deploy_bundle_factory):  # type: ignore[no-untyped-def]
+    from tests.fixtures.cli import assert_clean_error, run_edgetk
+
+    dev = fresh_ssh_device()
+    dev.authorized_keys.write_text("")  # our key is not installed
+    known = home / "kh"
+    known.write_text(dev.known_hosts_line())
+    (home / ".ssh" / "config").write_text(
+        f"Host nokey\n  HostName 127.0.0.1\n  Port {dev.port}\n  User {dev.user}\n  IdentityFile {ssh_client_key}\n"
+        f"  UserKnownHostsFile {known}\n"
+        f"Host tunnel\n  HostName 127.0.0.1\n  Port {dev.port}\n  Tunnel yes\n")
+    bundle = deploy_bundle_factory(name="tiny")
+    env = {"HOME": str(home), "EDGETK_STORE": str(home / "h.sqlite")}
+    assert_clean_error(run_edgetk("deploy", bundle, "--device", "nokey", env=env), 4, "refused every key tried",
+                       "ssh-copy-id")
+    assert_clean_error(run_edgetk("deploy", bundle, "--device", "tunnel", env=env), 2, "tunnel",
+                       "does not follow")

@@ -12,8 +12,6 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -21,36 +19,11 @@ import pytest
 from tests.faults.conftest import NO_GATES, Field, _size, _wait_for, deploy_and_check
 from tests.fixtures.cli import REPO, run_edgetk
 from tests.fixtures.deploy_helpers import write_inventory
-from tests.fixtures.netns import descendants
+from tests.fixtures.frozen import frozen
 from toolkit.bundle import read_bundle
 
 pytestmark = [pytest.mark.ssh]
 FROZEN_FAIL_LIMIT_S = 60.0  # the contract: a frozen device fails within 60 s (the watchdog's default is ~20 s)
-
-
-def _comm(pid: int) -> str:
-    try:
-        return Path(f"/proc/{pid}/comm").read_text().strip()
-    except OSError:
-        return ""
-
-
-@contextmanager
-def frozen(listener_pid: int) -> Iterator[list[int]]:
-    """SIGSTOP every session process of one sshd (not the listener: new logins would still be accepted by the
-    kernel, as on a frozen board); SIGCONT them on the way out."""
-    stopped = [pid for pid in descendants(listener_pid) if _comm(pid) == "sshd"]
-    assert stopped, "no sshd session to freeze"
-    for pid in stopped:
-        os.kill(pid, signal.SIGSTOP)
-    try:
-        yield stopped
-    finally:
-        for pid in stopped:
-            try:
-                os.kill(pid, signal.SIGCONT)
-            except ProcessLookupError:
-                pass
 
 
 def _runner_pids(name: str) -> list[int]:
