@@ -55,7 +55,7 @@ class RegressionPolicy:
     min_slowdown_ms: float = 0.2
     alpha: float = 0.01
     baseline_checks: int = 5
-    min_baseline_checks: int = 3
+    min_baseline_checks: int = 5
 
     def __post_init__(self) -> None:
         if not self.min_slowdown_pct >= 0:
@@ -142,10 +142,15 @@ class CheckPolicy:
     # The accuracy tolerance the artifacts were verified against on the host (``max_top1_drop``,
     # ``min_cosine``); kept for the report, the device's outputs are gated against the golden outputs.
     tolerance: Mapping[str, float] | None = None
+    # The fewest inferences per second the best point of an artifact's throughput curve may reach
+    # (``check --throughput``); None: no floor.
+    min_throughput_ips: float | None = None
 
     def __post_init__(self) -> None:
         if self.latency_budget_ms is not None and not self.latency_budget_ms > 0:
             raise UsageError(f"check_policy: latency_budget_ms must be above 0 (got {self.latency_budget_ms}).")
+        if self.min_throughput_ips is not None and not self.min_throughput_ips > 0:
+            raise UsageError(f"check_policy: min_throughput_ips must be above 0 (got {self.min_throughput_ips}).")
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -154,6 +159,7 @@ class CheckPolicy:
             "regression": self.regression.to_dict(),
             "placement": [p.to_dict() for p in self.placement],
             "tolerance": dict(self.tolerance) if self.tolerance is not None else None,
+            "min_throughput_ips": self.min_throughput_ips,
         }
 
     @classmethod
@@ -173,12 +179,16 @@ class CheckPolicy:
             raise UsageError(f"{where}: 'placement' must be a list of objects.")
         if tolerance is not None and not isinstance(tolerance, Mapping):
             raise UsageError(f"{where}: 'tolerance' must be an object or null.")
+        floor = data.get("min_throughput_ips")
+        if floor is not None and (isinstance(floor, bool) or not isinstance(floor, (int, float))):
+            raise UsageError(f"{where}: 'min_throughput_ips' must be a number or null.")
         return cls(
             target=target,
             latency_budget_ms=None if budget is None else float(budget),
             regression=RegressionPolicy.from_dict(data.get("regression") or {}, f"{where}.regression"),
             placement=tuple(PlacementExpectation.from_dict(p, f"{where}.placement") for p in placement),
             tolerance={str(k): float(v) for k, v in tolerance.items()} if tolerance is not None else None,
+            min_throughput_ips=None if floor is None else float(floor),
         )
 
 
@@ -191,4 +201,5 @@ def check_policy_from_profile(profile: Any) -> CheckPolicy:
         regression=profile.regression,
         placement=tuple(profile.placement),
         tolerance={"max_top1_drop": float(tolerance.max_top1_drop), "min_cosine": float(tolerance.min_cosine)},
+        min_throughput_ips=getattr(profile, "min_throughput_ips", None),
     )

@@ -154,6 +154,7 @@ class TargetProfile:
     provider_options: Mapping[str, Mapping[str, Any]] = field(default_factory=dict, hash=False)
     regression: RegressionPolicy = RegressionPolicy()  # when a check is a latency regression ([regression])
     placement: tuple[PlacementExpectation, ...] = ()  # where nodes must run ([[placement]])
+    min_throughput_ips: float | None = None  # the throughput floor check --throughput gates on
 
     @property
     def preferred_recipe(self) -> Recipe:
@@ -191,6 +192,7 @@ class TargetProfile:
             "recipes": [dict(r.to_dict(), label=r.label) for r in self.recipes],
             "threads": self.threads,
             "latency_budget_ms": self.latency_budget_ms,
+            "min_throughput_ips": self.min_throughput_ips,
             "tolerance": self.tolerance.to_dict(),
             "fallback": list(self.fallback),
             "edgetpu": self.edgetpu,
@@ -462,6 +464,7 @@ def _build(data: Mapping[str, Any], lineage: tuple[_Raw, ...]) -> TargetProfile:
         provider_options=provider_options,
         regression=regression,
         placement=tuple(placement),
+        min_throughput_ips=float(profile.min_throughput_ips) if profile.min_throughput_ips is not None else None,
     )
 
 

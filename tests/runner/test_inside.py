@@ -279,3 +279,33 @@ def test_background_load_example_runs_on_the_device_env(device_env: DeviceEnv, i
     # it starts before start-up has finished
     assert blocking["load_started_ms"] >= blocking["app_ready_ms"]
     assert background["load_started_ms"] < background["app_ready_ms"]
+
+
+# ------------------------------------------------------------------------------------------ host gates
+
+
+def test_throughput_floor_from_a_profile_gates_the_measured_curve(
+    device_env: DeviceEnv, inside_bundle: Path, tmp_path: Path
+) -> None:
+    """A user profile sets ``min_throughput_ips``; the check policy carries it; the gate judges the curve the
+    runner measured (an unreachable floor fails and names the best point, a low one passes, none is skipped)."""
+    from toolkit.checking import judge_throughput, parse_runner_output
+    from toolkit.policy import check_policy_from_profile
+    from toolkit.targets import get_profile
+
+    (tmp_path / "fast-box.toml").write_text('extends = "generic-x86_64"\nname = "fast-box"\n'
+                                            'description = "a box that must sustain a camera"\n'
+                                            "min_throughput_ips = 1e12\n")
+    policy = check_policy_from_profile(get_profile("fast-box", targets_dirs=[tmp_path]))
+    assert policy.min_throughput_ips == 1e12
+    floor = policy.min_throughput_ips
+    doc = check(device_env, inside_bundle, "--runs", "10", "--warmup", "1", "--throughput",
+                "--artifact", "model.fp32.onnx")
+    (report,) = parse_runner_output(json.dumps(doc), device="here", artifacts=["model.fp32.onnx"])
+    failure, skip = judge_throughput(report, floor)
+    assert skip is None and failure and "inferences/s (batch" in failure and "at least 1e+12/s" in failure
+    assert judge_throughput(report, 1.0) == (None, None)
+    plain = check(device_env, inside_bundle, "--runs", "5", "--warmup", "1", "--artifact", "model.fp32.onnx")
+    (unmeasured,) = parse_runner_output(json.dumps(plain), device="here", artifacts=["model.fp32.onnx"])
+    failure, skip = judge_throughput(unmeasured, floor)
+    assert failure is None and skip and "--throughput" in skip

@@ -146,6 +146,7 @@ class ProfileFile(Table):
     recipes: list[RecipeEntry]
     threads: PositiveInt
     latency_budget_ms: Annotated[Number, above(0, "Use the budget in milliseconds.")]
+    min_throughput_ips: Annotated[Number, above(0, "Use inferences per second.")] | None = None
     tolerance: Tolerance
     fallback: list[Precision]
     edgetpu: Bool = False
