@@ -14,6 +14,8 @@ from toolkit.policy import CheckPolicy, PlacementExpectation, RegressionPolicy, 
 from toolkit.regression import RegressionVerdict, decide, mann_whitney_greater, median
 from toolkit.types import GateResult, Manifest
 
+pytestmark = pytest.mark.fast  # no device, no conversion: part of the edit-test loop
+
 RUNNER_DOC = {
     "runner_version": "1",
     "ok": True,
@@ -131,7 +133,7 @@ def test_minimum_effects_and_skips() -> None:
                     RegressionPolicy(min_slowdown_pct=5.0))
     assert strict.regressed is True
     few = decide(_run(rng, 60.0), base[:2], POLICY)
-    assert few.regressed is None and few.skip and "2 of the 3 earlier passing checks" in few.skip
+    assert few.regressed is None and few.skip and "2 of the 5 earlier checks it compares with so far" in few.skip
     one = decide(_run(rng, 60.0), base[:1], POLICY, min_checks=1)  # --baseline CHECK_ID
     assert one.regressed is True
     short = decide([60.0, 61.0], base, POLICY)
@@ -146,7 +148,7 @@ def test_regression_gate_reason_and_skip_note() -> None:
     assert not result.passed
     assert result.failures[0].startswith("model.int8.tflite: p50 5.000 ms is 2.50x the slowest of the last 3 checks")
     assert result.details["regression"]["ratio"] == 2.5
-    waiting = RegressionVerdict(None, skip="1 of the 3 earlier passing checks with latency samples it needs so far")
+    waiting = RegressionVerdict(None, skip="1 of the 5 earlier checks it compares with so far")
     result = gate(ok, budget=Budget(100.0, "--budget-ms"), regression=waiting, regression_policy=POLICY)
     assert result.passed and result.skipped == (f"regression of model.int8.tflite: {waiting.skip}",)
 

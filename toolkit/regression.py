@@ -105,7 +105,7 @@ def decide(
     if len(runs) < needed:
         return RegressionVerdict(
             None, current_p50_ms=median(current), baseline_checks=ids,
-            skip=f"{len(runs)} of the {needed} earlier passing checks with latency samples it needs so far",
+            skip=f"{len(runs)} of the {needed} earlier checks it compares with so far",
         )
     pooled = [v for _, samples in runs for v in samples]
     reference = max(median(samples) for _, samples in runs)
