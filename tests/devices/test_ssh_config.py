@@ -314,3 +314,46 @@ def test_cli_exit_codes_for_config_and_auth_refusals(home, fresh_ssh_device, ssh
                        "ssh-copy-id")
     assert_clean_error(run_edgetk("deploy", bundle, "--device", "tunnel", env=env), 2, "tunnel",
                        "does not follow")
+
+
+def test_an_upload_the_device_stops_taking_fails_with_a_deadline(home, fresh_ssh_device, ssh_client_key,  # type: ignore[no-untyped-def]
+                                                                 ssh_known_hosts, monkeypatch):
+    """sshd still answers (keepalives fine) but its sftp-server is stuck, as on a hung disk: the upload's own
+    deadline fires (shortened here from 60 s)."""
+    import signal
+
+    from tests.fixtures.netns import descendants
+    from toolkit.devices import ssh
+    from toolkit.devices.spec import DeviceSpec
+    from toolkit.errors import DeviceTimeout
+
+    monkeypatch.setattr(ssh, "UPLOAD_STALL_S", 3.0)
+    dev = fresh_ssh_device()
+    original = dev._write_config
+
+    def external_sftp() -> Path:
+        config = original()
+        config.write_text(config.read_text().replace("internal-sftp", "/usr/lib/openssh/sftp-server"))
+        return config
+
+    dev._write_config = external_sftp  # type: ignore[method-assign]
+    dev.stop()
+    dev.start()
+    base = parse_spec(dev.spec)
+    spec = DeviceSpec(name="stuck-disk", host=base.host, port=base.port, user=base.user,
+                      identity_file=str(ssh_client_key), known_hosts=str(ssh_known_hosts(dev)))
+    big = home / "big.bin"
+    big.write_bytes(os.urandom(8 << 20))
+    assert dev.process is not None
+    with open_connection(spec) as conn:
+        assert not conn.exists("big.bin")  # SFTP is open
+        (server,) = [p for p in descendants(dev.process.pid)
+                     if Path(f"/proc/{p}/comm").read_text().strip() == "sftp-server"]
+        os.kill(server, signal.SIGSTOP)
+        try:
+            with pytest.raises(DeviceTimeout) as stalled:
+                conn.put(big, "big.bin")
+        finally:
+            os.kill(server, signal.SIGCONT)
+        assert "took no data for 3 s" in stalled.value.message
+        assert conn.run(["true"], timeout=30).ok  # the device itself still answers

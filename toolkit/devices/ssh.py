@@ -76,6 +76,7 @@ ALIVE_COUNT_MAX = 4  # ServerAliveCountMax when the configuration sets none
 SFTP_WINDOW = 1 << 27
 SFTP_MAX_PACKET = 1 << 15
 SFTP_WRITE_SIZE = 1 << 16  # bytes per SFTP write request (paramiko: 32 KiB; OpenSSH's server takes 256 KiB)
+UPLOAD_STALL_S = 60.0  # an upload whose data the device stops taking (a hung disk, sshd still alive) fails then
 OUT_MARK = "__edgetk_out_8c1e__"  # printed before each command's own output: what precedes it is shell noise
 DEFAULT_KEYS = ("id_ed25519", "id_ecdsa", "id_ecdsa_sk", "id_ed25519_sk", "id_rsa", "id_dsa")
 
@@ -612,12 +613,20 @@ class SshConnection:
                                           timeout=self._timeout(self._resolve()))
             chan.exec_command(f"printf %s {OUT_MARK}; {command}")
             if source is not None:
+                chan.settimeout(UPLOAD_STALL_S)  # sendall waits for window space at most this long
                 total = source.stat().st_size - offset
                 sent = 0
                 with open(source, "rb") as handle:
                     handle.seek(offset)
                     while block := handle.read(1 << 18):
-                        chan.sendall(block)
+                        try:
+                            chan.sendall(block)
+                        except TimeoutError:
+                            chan.close()
+                            raise DeviceTimeout(
+                                f"{self.name}: the device took no data for {UPLOAD_STALL_S:.0f} s ({what}).",
+                                hint="Its disk may be hung or very slow (an SD card failing?); check `dmesg`.",
+                            ) from None
                         sent += len(block)
                         if progress:
                             progress(sent, total)
@@ -683,6 +692,7 @@ class SshConnection:
             if sftp is None:
                 self._sftp_broken = "no sftp subsystem"
                 return None
+            sftp.get_channel().settimeout(UPLOAD_STALL_S)  # per request and per window wait: a stalled write
             self._sftp = sftp
         return self._sftp
 
@@ -709,6 +719,14 @@ class SshConnection:
             attrs = sftp.stat(remote)
         except (EOFError, OSError, paramiko.SSHException) as exc:
             transport = self._transport_obj
+            if isinstance(exc, TimeoutError) and transport is not None and transport.is_active() and \
+                    not self._stopped:
+                self.close()  # the SFTP session is in an unknown state: the next call opens a fresh one
+                raise DeviceTimeout(
+                    f"{self.name}: the device took no data for {UPLOAD_STALL_S:.0f} s while writing {remote}, "
+                    "although it still answers.",
+                    hint="Its disk may be hung or very slow (an SD card failing?); check `dmesg` on the device.",
+                ) from None
             if isinstance(exc, OSError) and transport is not None and transport.is_active() and not self._stopped:
                 # the link is fine: the device refused the write (a full disk, permissions)
                 raise DeviceError(f"{self.name}: writing {remote} failed ({exc.strerror or exc}).") from None
