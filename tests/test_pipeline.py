@@ -138,6 +138,24 @@ def test_tflite_source_is_taken_as_it_is(digits_bundle: ConvertResult, digits_ev
     assert "taken as it is (no conversion)" in record.notes
 
 
+def test_tflite_source_plan_says_what_the_calibration_data_are_for(digits_bundle: ConvertResult,
+                                                                    digits_calibration, tmp_path) -> None:
+    source = tmp_path / "given.tflite"
+    source.write_bytes((digits_bundle.bundle_dir / "model.fp32.tflite").read_bytes())
+    result = convert_bundle(
+        ConvertOptions(source=str(source), calibration=digits_calibration, out=tmp_path / "b", use_cache=False),
+        progress=lambda message: None,
+    )
+    (record,) = result.manifest.artifacts
+    assert record.precision == "fp32"  # the file's own precision: nothing was quantized
+    skipped = [a for a in result.manifest.attempts
+               if a.outcome == "failed" and (a.recipe["format"], a.recipe["precision"]) == ("tflite", "int8")]
+    assert skipped, result.manifest.attempts
+    assert "taken as it is" in skipped[0].reason
+    assert "calibration data supply only the held-out inputs" in skipped[0].reason
+    assert result.manifest.calibration is not None
+
+
 def test_same_inputs_reuse_the_cache(digits_keras, digits_eval, tmp_path, monkeypatch) -> None:
     monkeypatch.setenv("EDGETK_CACHE_DIR", str(tmp_path / "cache"))
     options = dict(source=str(digits_keras), eval_data=digits_eval, precisions=("fp32",), formats=("onnx",))

@@ -223,11 +223,12 @@ def _as_is_plan(planned: Sequence[PlannedRecipe], skipped: list[Attempt], has_ca
         if has_calibration
         else "no calibration data are needed"
     )
-    for item in planned:
-        if item in chosen:
-            continue
-        skipped.append(_skip(item.recipe, (
-            f"a .tflite source is taken as it is (its precision is fixed by the file), so {item.recipe.label} "
+    others = [p.recipe for p in planned if p not in chosen]
+    if has_calibration and not any(r.format == "tflite" and r.precision == "int8" for r in others):
+        others.append(Recipe(format="tflite", precision="int8", io_dtype="int8"))  # what the data would be for
+    for recipe in others:
+        skipped.append(_skip(recipe, (
+            f"a .tflite source is taken as it is (its precision is fixed by the file), so {recipe.label} "
             f"does not apply; {data_use}. To quantize it, convert from the original Keras/SavedModel or PyTorch "
             "model"
         )))
