@@ -14,7 +14,7 @@ import traceback
 
 from benchmarks.common import DOC, log, table, update_doc
 
-SECTIONS = ("convert", "torch_routes", "deploy", "runner", "optimize")
+SECTIONS = ("convert", "torch_routes", "deploy", "runner", "optimize", "startup")
 HEADLINES = DOC.with_suffix(".json")
 
 
@@ -95,6 +95,10 @@ def summary(h: dict) -> str:
                      f"{_fmt(min(medians))} to {_fmt(max(medians))}",
                      (f"fastest rounds {_fmt(min(fastest, default=float('nan')))} to "
                      f"{_fmt(max(fastest, default=float('nan')))}")])
+    st = h.get("startup", {})
+    if st:
+        rows.append(["`edgetk --help` vs `python -c 'import click'` (target <= 2x)", _fmt(st.get("help_vs_click")),
+                     f"{_fmt(st.get('help_ms'), ' ms')} vs {_fmt(st.get('click_ms'), ' ms')}"])
     op = h.get("optimize", {})
     for key, value in op.get("headline", {}).items():
         rows.append([key, str(value), ""])

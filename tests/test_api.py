@@ -7,6 +7,7 @@ import importlib
 import inspect as pyinspect
 import json
 import pkgutil
+from pathlib import Path
 
 import pytest
 
@@ -18,6 +19,7 @@ VERBS = ("convert", "deploy", "check", "run", "inspect", "rollback", "status", "
          "quickstart")
 
 
+@pytest.mark.fast
 def test_verbs_stay_functions_after_every_submodule_is_imported():
     for info in pkgutil.walk_packages(toolkit.__path__, "toolkit."):
         if info.name.startswith(("toolkit.device_side.", "toolkit.store.migrations")) or info.name.endswith("__main__"):
@@ -31,6 +33,7 @@ def test_verbs_stay_functions_after_every_submodule_is_imported():
     assert set(toolkit.__all__) >= {"convert", "deploy", "check", "run", "inspect"}
 
 
+@pytest.mark.fast
 def test_api_functions_are_keyword_only_after_their_subject():
     from toolkit import api
 
@@ -103,21 +106,109 @@ def test_gate_failure_is_data_not_an_exception(checked_bundle):
     assert "exceeds the budget" in report.devices[0].error
 
 
-def test_json_of_the_api_equals_the_cli(checked_bundle, tmp_path):
+# Keys whose values differ from one run to the next (times, ids, where the output went); numbers are
+# measurements except these counts, which must agree.
+VOLATILE = {"created_at", "installed_at", "check_id", "run_id", "bundle", "out", "seconds", "version", "current",
+            "previous", "versions", "sha256"}
+COUNTS = {"runs", "warmup", "files_sent", "files_total", "files_reused", "bytes", "exit_code", "samples"}
+
+
+def _normal(value, roots, key=""):  # type: ignore[no-untyped-def]
+    """A --json document with the volatile fields blanked, so two runs of the same command compare equal."""
+    if key in VOLATILE:
+        return "<volatile>"
+    if isinstance(value, dict):
+        return {k: _normal(v, roots, k) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_normal(v, roots, key) for v in value]
+    if isinstance(value, (int, float)) and not isinstance(value, bool) and key not in COUNTS:
+        return "<number>"
+    if isinstance(value, str):
+        for root in roots:
+            value = value.replace(str(root), "<root>")
+    return value
+
+
+def test_json_of_the_api_equals_the_cli_for_every_verb(checked_bundle, deploy_bundle_factory, device_env,  # type: ignore[no-untyped-def]
+                                                       tmp_path):
+    """Each command's --json document is its API function's ``to_dict()``: side by side, the CLI in one
+    private HOME (the ``local`` device's state) and the API in another, on the same inputs."""
     from toolkit import api
 
-    cli = run_edgetk("inspect", checked_bundle.bundle, "--json")
+    store = checked_bundle.store
+    same = {  # read-only verbs: exactly equal
+        ("inspect", checked_bundle.bundle): api.inspect(checked_bundle.bundle),
+        ("targets", "list"): api.list_targets(),
+        ("targets", "show", "raspberry-pi-4"): api.show_target("raspberry-pi-4"),
+        ("history", "--store", store): api.history(store=store),
+        ("history", "--store", store, "--device", "here", "--limit", "1"): api.history(store=store, device="here",
+                                                                                        limit=1),
+        ("report", checked_bundle.bundle, "--store", store): api.make_report(checked_bundle.bundle, store=store),
+        ("report", "--history", "--store", store): api.make_report(whole_history=True, store=store),
+    }
+    for args, result in same.items():
+        cli = run_edgetk(*args, "--json")
+        assert cli.code == 0, (args, cli.stderr)
+        assert cli.json() == json.loads(json.dumps(result.to_dict())), args
+
+    bundle = deploy_bundle_factory(name="front-door")
+    homes = {side: tmp_path / side for side in ("cli", "api")}
+    for home in homes.values():
+        home.mkdir()
+    roots = [*homes.values(), tmp_path]
+
+    def inventory(side: str) -> Path:
+        path = tmp_path / f"{side}.toml"
+        path.write_text(f'[devices.here]\nhost = "local"\npython = "{device_env.python}"\n')
+        return path
+
+    gates = ["--budget-ms", "100000", "--baseline", "none", "--runs", "5"]
+    steps = [  # (CLI arguments after the verb, the same call through the API); one device state per side
+        (["deploy", bundle, "--check", *gates],
+         lambda inv, st: api.deploy(bundle, inventory=inv, check=True, runs=5, store=st, progress_stream=None,
+                                    **NO_GATES)),
+        (["check", bundle, *gates], lambda inv, st: api.check(bundle, inventory=inv, runs=5, store=st, **NO_GATES)),
+        (["status"], lambda inv, st: api.status(inventory=inv)),
+        (["rollback", "front-door"], lambda inv, st: api.rollback("front-door", inventory=inv)),
+        (["devices", "probe"], lambda inv, st: api.probe(inventory=inv)),
+        (["remove", "front-door"], lambda inv, st: api.remove("front-door", inventory=inv)),
+    ]
+    for argv, call in steps:
+        st = {side: homes[side] / "history.sqlite" for side in homes}
+        store_args = ["--store", st["cli"]] if argv[0] in ("deploy", "check") else []
+        cli = run_edgetk(*argv, *store_args, "--inventory", inventory("cli"), "--json",
+                         env={"HOME": str(homes["cli"])})
+        with private_home(homes["api"]):
+            result = call(inventory("api"), st["api"])
+        assert cli.code == result.exit_code, (argv, cli.stderr)
+        assert _normal(cli.json(), roots) == _normal(json.loads(json.dumps(result.to_dict())), roots), argv
+    after = run_edgetk("status", "--inventory", inventory("cli"), "--json", env={"HOME": str(homes["cli"])}).json()
+    assert after["devices"][0]["bundles"] == {}  # the steps really ran on the device: remove came last
+    # convert and run of a small ONNX model (no TensorFlow), each side to its own folder
+    source = bundle / "model.fp32.onnx"
+    options = ["--precision", "fp32", "--format", "onnx", "--no-cache", "--name", "door"]
+    cli = run_edgetk("convert", source, *options, "--out", tmp_path / "c-cli", "--json")
+    built = api.convert(source, precisions=["fp32"], formats=["onnx"], use_cache=False, name="door",
+                        out=tmp_path / "c-api", progress=lambda m: None)
     assert cli.code == 0, cli.stderr
-    assert cli.json() == api.inspect(checked_bundle.bundle).to_dict()
-    env = {"HOME": str(checked_bundle.home)}
-    inv = tmp_path / "inv.toml"
-    inv.write_text(f'[devices.here]\nhost = "local"\npython = "{checked_bundle.device.python}"\n')
-    status_cli = run_edgetk("status", "--inventory", inv, "--json", env=env)
-    with private_home(checked_bundle.home):
-        status_api = api.status(inventory=inv)
-    assert status_cli.json() == status_api.to_dict()
+    assert _normal(cli.json(), roots) == _normal(built.to_dict(), roots)
+    cli = run_edgetk("run", source, *options, *gates, "--inventory", inventory("cli"), "--out", tmp_path / "r-cli",
+                     "--store", homes["cli"] / "run.sqlite", "--json", env={"HOME": str(homes["cli"])})
+    assert cli.code == 0, cli.stderr
+    cli_doc = cli.json()
+    with private_home(homes["api"]):
+        ran = api.run(source, precisions=["fp32"], formats=["onnx"], use_cache=False, name="door",
+                      out=tmp_path / "r-api", inventory=inventory("api"), runs=5, store=homes["api"] / "run.sqlite",
+                      progress=lambda m: None, progress_stream=None, config=cli_doc["config"], **NO_GATES)
+    assert _normal(cli_doc, roots) == _normal(ran.to_dict(), roots)
+    # optimize --load-time of the same artifact
+    cli = run_edgetk("optimize", source, "--load-time", "--repeats", "1", "--out", homes["cli"] / "opt", "--json")
+    assert cli.code == 0, cli.stderr
+    measured = api.optimize(source, load_time=True, repeats=1, out=homes["api"] / "opt")
+    assert _normal(cli.json(), roots) == _normal(json.loads(json.dumps(measured.to_dict())), roots)
 
 
+@pytest.mark.fast
 def test_run_refuses_unknown_keywords_and_bad_devices_before_converting(tmp_path):
     from toolkit import api
     from toolkit.errors import UsageError
@@ -127,3 +218,61 @@ def test_run_refuses_unknown_keywords_and_bad_devices_before_converting(tmp_path
     with pytest.raises(UsageError, match="not a device spec"):
         api.run(tmp_path / "missing.keras", devices=["not a spec!"])
     assert not (tmp_path / "bundles").exists()
+
+
+def _toolkit_imports() -> dict[str, set[str]]:
+    """Every toolkit module -> the toolkit modules it imports anywhere (module level or inside functions)."""
+    import ast
+
+    root = Path(toolkit.__file__).parent
+    modules = {}
+    for path in root.rglob("*.py"):
+        if "device_side" in path.parts or "migrations" in path.parts:
+            continue
+        name = ".".join(("toolkit", *path.relative_to(root).with_suffix("").parts)).removesuffix(".__init__")
+        modules[name] = path
+
+    def owner(target: str) -> str:
+        while target and target not in modules:
+            target = target.rpartition(".")[0]
+        return target
+
+    graph: dict[str, set[str]] = {name: set() for name in modules}
+    for name, path in modules.items():
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Import):
+                targets = [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+                targets = [f"{node.module}.{a.name}" for a in node.names]
+            else:
+                continue
+            for target in targets:
+                found = owner(target) if target.startswith("toolkit.") else ""
+                # a module's own package (its __init__) is not a dependency edge: Python imports it first anyway
+                if found and found != name and found != "toolkit" and not name.startswith(found + "."):
+                    graph[name].add(found)
+    return graph
+
+
+@pytest.mark.fast
+def test_no_import_cycles_between_toolkit_modules():
+    graph = _toolkit_imports()
+    assert "toolkit.example" not in graph["toolkit.api"] or "toolkit.api" not in graph["toolkit.example"]
+    cycles = []
+    state: dict[str, int] = {}  # 1: on the current path, 2: done
+
+    def visit(node: str, path: list[str]) -> None:
+        state[node] = 1
+        for nxt in sorted(graph[node]):
+            if state.get(nxt) == 1:
+                cycles.append(path[path.index(nxt):] + [nxt])
+            elif nxt not in state:
+                visit(nxt, path + [nxt])
+        state[node] = 2
+
+    for start in sorted(graph):
+        if start not in state:
+            visit(start, [start])
+    assert cycles == [], "import cycles (break them by moving the shared piece down): " + "; ".join(
+        " -> ".join(c) for c in cycles)
+

@@ -117,6 +117,7 @@ def test_fleet_in_parallel_with_one_device_down(home, ssh_devices, fresh_ssh_dev
         assert (dev.home / ".edgetk/bundles/fleet/current/manifest.json").is_file()
     assert by_name[down.name]["ok"] is False
     assert "refused the connection" in by_name[down.name]["error"]
+    assert f"error: {down.name}: {by_name[down.name]['error']}" in result.stderr  # --json: on stderr as well
     text = run_edgetk("status", "--inventory", inventory, env=_env(home))
     assert text.code == 4 and "4 of 5 devices succeeded" in text.stderr
 
@@ -134,6 +135,12 @@ def test_host_keys_unknown_trusted_changed(home, fresh_ssh_device, ssh_client_ke
 
     refused = run_edgetk(*args, env=env)
     assert_clean_error(refused, 4, "not in", "--trust-new-host")
+    assert not known.exists()
+    as_json = run_edgetk(*args, "--json", env=env)  # the document on stdout AND the plain error on stderr
+    assert_clean_error(as_json, 4, "not in", "--trust-new-host")
+    (entry,) = as_json.json()["devices"]
+    assert not entry["ok"] and "--trust-new-host" in entry["error"]
+    assert f"error: {entry['device']}: " in as_json.stderr
     assert not known.exists()
     trusted = run_edgetk(*args, "--trust-new-host", env=env)
     assert trusted.code == 0, trusted.stderr

@@ -5,7 +5,11 @@ from __future__ import annotations
 from collections.abc import Callable
 from pathlib import Path
 
+import pytest
+
 from tests.fixtures.cli import CliResult, assert_clean_error
+
+pytestmark = pytest.mark.fast
 
 EdgeTk = Callable[..., CliResult]
 
