@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from toolkit import verify
 from toolkit.__about__ import __version__
 from toolkit.bundle import GOLDEN_INPUTS, GOLDEN_REFERENCE, golden_outputs_name, install_runner, save_npz, write_manifest
 from toolkit.conversion.cache import source_hash
@@ -52,8 +53,12 @@ def write_bundle(run: ConvertRun, options: ConvertOptions, name: str, kept: Sequ
         golden_name = golden_outputs_name(record.file)
         outputs = item.outputs[:golden_count]
         save_npz(staging / golden_name, _stack_outputs(outputs))
-        record = dataclasses.replace(record, golden=Golden(golden_name, _golden_atol(record, outputs)),
-                                     preferred=any(item is p for p in chosen))
+        # outputs verified slice by slice (boxes next to scores) are checked so on the device too, against
+        # the float reference, with the same limit
+        slices = verify.golden_slices(record.verification, policy.tolerance)
+        golden = Golden(golden_name, _golden_atol(record, outputs), slices=slices,
+                        reference=GOLDEN_REFERENCE if slices else None)
+        record = dataclasses.replace(record, golden=golden, preferred=any(item is p for p in chosen))
         records.append(record)
     if policy.edgetpu:
         records.extend(compile_for_edgetpu(records, policy, attempts, staging))
@@ -92,9 +97,13 @@ def preferred(kept: Sequence[Candidate], options: ConvertOptions) -> list[Candid
             return options.precisions.index(item.recipe.precision)
         return 1 if item.recipe.precision == "fp32" else 0
 
-    for item in sorted(kept, key=rank):
-        if not item.problems and item.recipe.format not in chosen:
-            chosen[item.recipe.format] = item
+    # a vacuous verification (status unverified) proves nothing: such an artifact is preferred only where no
+    # verified one of its format passed
+    for verified in (True, False):
+        for item in sorted(kept, key=rank):
+            if (not item.problems and item.recipe.format not in chosen
+                    and (item.record.status != "unverified") is verified):
+                chosen[item.recipe.format] = item
     return list(chosen.values())
 
 
