@@ -15,8 +15,8 @@ import toolkit
 from tests.fixtures.cli import run_edgetk
 from tests.fixtures.runs import NO_GATES, private_home
 
-VERBS = ("convert", "deploy", "check", "run", "inspect", "rollback", "status", "remove", "probe", "optimize",
-         "quickstart")
+VERBS = ("convert", "deploy", "check", "run", "inspect", "rollback", "status", "remove", "probe", "setup", "optimize",
+         "quickstart", "history", "make_report", "list_targets", "show_target")
 
 
 @pytest.mark.fast

@@ -2,7 +2,8 @@
 
 The public API mirrors the CLI: ``toolkit.convert``, ``toolkit.deploy``, ``toolkit.check``, ``toolkit.run``,
 ``toolkit.inspect``, ``toolkit.rollback``, ``toolkit.status``, ``toolkit.remove``, ``toolkit.probe``,
-``toolkit.optimize`` (docs/api.md). They are imported lazily from ``toolkit.api`` so that ``import toolkit``
+``toolkit.setup``, ``toolkit.optimize``, ``toolkit.history``, ``toolkit.make_report``, ``toolkit.list_targets``,
+``toolkit.show_target`` (docs/api.md). They are imported lazily from ``toolkit.api`` so that ``import toolkit``
 stays light. Module names are nouns, so no submodule ever shadows one of these functions.
 """
 
@@ -13,8 +14,8 @@ from typing import Any
 from toolkit.__about__ import __version__
 
 # Keep in sync with toolkit.api (tests/test_api.py checks that each is a function).
-_API = ("convert", "deploy", "check", "run", "inspect", "rollback", "status", "remove", "probe", "optimize",
-        "quickstart")
+_API = ("convert", "deploy", "check", "run", "inspect", "rollback", "status", "remove", "probe", "setup", "optimize",
+        "quickstart", "history", "make_report", "list_targets", "show_target")
 __all__ = ["__version__", *_API]
 
 
