@@ -853,7 +853,10 @@ def intended_placement(record, fmt):
     library = tflite_delegate_library(record)
     if library is None:
         return XNNPACK
-    return "edgetpu" if "edgetpu" in library else os.path.basename(library)
+    for place in ("edgetpu", "gpu"):
+        if place in library.lower():
+            return place
+    return os.path.basename(library)
 
 
 def load_tflite_delegate(runtime, version, library):
@@ -959,6 +962,9 @@ def tflite_graph_profile(interpreter, intended, runtime, version, top):
         else:
             executor[index] = "cpu"
     fallback = [n for n in own if n[0] not in on_ids]
+    if intended == "edgetpu":
+        note += (" On the Edge TPU each edgetpu-custom-op node holds every operator the compiler mapped to the "
+                 "TPU (edgetpu_compiler.log lists them); the other nodes run on the CPU.")
     placement = placement_record(intended, len(own), len(own) - len(fallback), None,
                                  [n[1] for n in fallback], "graph", note)
     by_type = {}  # type: dict
