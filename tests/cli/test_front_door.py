@@ -137,6 +137,8 @@ def _one_error_document(result: Result, code: int, kind: str, needle: str) -> di
     (("check", "no-such-bundle", "--device", "local", "--runs", "0", "--json"), 2, "BadParameter", "--runs"),
     (("devices", "setup", "--device", "local", "--venv", "~", "--json"), 2, "UsageError", "--venv ~"),
     (("run", "--json"), 2, "UsageError", "No SOURCE given"),
+    (("--json", "convert", "model.keras"), 2, "NoSuchOption", "--json"),
+    (("no-such-command", "--json"), 2, "NoSuchCommand", "no-such-command"),
 ], ids=lambda v: v[0] if isinstance(v, tuple) else None)
 def test_a_failing_json_command_prints_one_error_document(args: tuple[str, ...], code: int, kind: str,
                                                           needle: str) -> None:

@@ -48,7 +48,11 @@ class _Group(click.Group):
 
     def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
         ctx.meta[WANTS_JSON] = "--json" in args[: args.index("--")] if "--" in args else "--json" in args
-        return super().parse_args(ctx, args)
+        try:
+            return super().parse_args(ctx, args)
+        except click.ClickException as exc:  # e.g. `edgetk --json convert ...`: a bad flag of the group itself
+            self._document(ctx, type(exc).__name__, exc.format_message(), None, exc.exit_code)
+            raise
 
     def invoke(self, ctx: click.Context) -> Any:
         try:
