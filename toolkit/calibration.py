@@ -42,6 +42,7 @@ class DataFile:
     arrays: Mapping[str, np.ndarray]
     labels: np.ndarray | None = None
     preprocessing: Preprocessing | None = None
+    task: str | None = None  # dataset.toml's task (an image folder only)
 
     @property
     def count(self) -> int:
@@ -190,7 +191,9 @@ def _read_image_folder(path: Path, inputs: Sequence[TensorSpec], what: str) -> D
     if preprocessing.layout == "NCHW":
         batch = batch.transpose(0, 3, 1, 2)
     batch = batch.astype(preprocessing.dtype or "float32")
-    return DataFile(path, hash_path(path), {target: batch}, preprocessing=preprocessing)
+    task = config.get("task")
+    return DataFile(path, hash_path(path), {target: batch}, preprocessing=preprocessing,
+                    task=str(task) if task else None)
 
 
 def _preprocessing_from(config: Mapping[str, object], where: Path) -> Preprocessing:

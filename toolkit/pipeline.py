@@ -144,7 +144,7 @@ def _start(options: ConvertOptions, policy: Policy, source: SourceModel, plan: P
     return ConvertRun(
         source=source, data=data, reference=reference, policy=policy, scratch=scratch,
         dynamic_batch=options.dynamic_batch, builds=cache.build_dir(options, policy, data), progress=progress,
-        task=verify.parse_task(options.task), metric=verify.load_metric(options.metric) if options.metric else None,
+        task=verify.choose_task(options.task, data.task), metric=verify.load_metric(options.metric) if options.metric else None,
         attempts=list(plan.skipped),
     )
 

@@ -129,7 +129,7 @@ class ConvertRun:
     dynamic_batch: bool = False
     builds: Path | None = None  # the build cache (ConvertOptions.workdir), keyed
     progress: Progress = lambda message: None
-    task: verify.Task | None = None  # --task; None: inferred from the float outputs (the manifest says how)
+    task: verify.Task | verify.TaskChoice | None = None  # --task or dataset.toml; None: inferred (the manifest says how)
     metric: verify.UserMetric | None = None  # --metric, gating like the built-in metrics
     fp32_latency: dict[str, float] = field(default_factory=dict)
     fp32: dict[str, Candidate | Failure] = field(default_factory=dict)  # per format: its fp32 outcome

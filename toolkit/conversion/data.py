@@ -30,6 +30,7 @@ class RunData:
     shapes: dict[str, tuple[int, ...]]
     calibration_ref: CalibrationRef | None
     preprocessing: Preprocessing | None
+    task: str | None = None  # from the eval (else calibration) data's dataset.toml
 
 
 def prepare_data(options: ConvertOptions, source: SourceModel, progress: Callable[[str], None]) -> RunData:
@@ -71,4 +72,5 @@ def prepare_data(options: ConvertOptions, source: SourceModel, progress: Callabl
         if cal_file is not None
         else None,
         preprocessing=(cal_file.preprocessing if cal_file else None) or (eval_file.preprocessing if eval_file else None),
+        task=(eval_file.task if eval_file else None) or (cal_file.task if cal_file else None),
     )

@@ -9,6 +9,9 @@ from typing import Annotated, Any
 from pydantic import BeforeValidator
 
 from toolkit.schemas.fields import Int, Number, Str, Table, above, checked, choice
+from toolkit.verification.tasks import Task
+
+TASKS = tuple(t.value for t in Task)
 
 DOCS = "calibration/README.md"
 
@@ -37,3 +40,5 @@ class Dataset(Table):
     scale: Annotated[Number, above(0, "A positive number, e.g. 0.00392156 for 1/255.")] | None = None
     dtype: Annotated[Str, choice(("float32", "float16", "uint8", "int8"), "dtype")] = "float32"
     input: Str | None = None  # which model input the images feed (needed when the model has several)
+    # what the model does: picks the verification metrics (docs/verification.md); --task wins over it
+    task: Annotated[Str, choice(TASKS, "task")] | None = None

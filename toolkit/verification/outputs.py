@@ -82,7 +82,7 @@ def verify_outputs(
     candidate: Sequence[Outputs],
     *,
     tolerance: Tolerance,
-    task: Task | str | None = None,
+    task: Task | TaskChoice | str | None = None,
     task_source: str | None = None,
     labels: np.ndarray | None = None,
     metric: UserMetric | None = None,
@@ -116,8 +116,11 @@ def verify_outputs(
     mean_abs = (float(diff.mean()) if diff.size else 0.0) if finite else math.nan
     cosine = slices.cosine(ref_flat, act_flat)
 
-    chosen = parse_task(task)
-    choice = TaskChoice(chosen, task_source or "--task") if chosen is not None else infer_task(ref, names)
+    if isinstance(task, TaskChoice):
+        choice = task
+    else:
+        chosen = parse_task(task)
+        choice = TaskChoice(chosen, task_source or "--task") if chosen is not None else infer_task(ref, names)
     vacuous: list[str] = []
     task_metrics: dict[str, Any] = {}
     top1 = accuracy = reference_accuracy = None

@@ -43,6 +43,16 @@ def parse_task(value: str | Task | None, *, where: str = "--task") -> Task | Non
                          hint=f"Use one of: {', '.join(t.value for t in Task)}.") from None
 
 
+def choose_task(flag: str | None, dataset: str | None) -> TaskChoice | None:
+    """The task the user named: ``--task`` first, else the eval (or calibration) data's dataset.toml; None
+    when neither names one (then it is inferred from the float outputs)."""
+    for value, where in ((flag, "--task"), (dataset, "dataset.toml")):
+        task = parse_task(value, where=where)
+        if task is not None:
+            return TaskChoice(task, where)
+    return None
+
+
 def infer_task(stacked: Sequence[np.ndarray], names: Sequence[str] = ()) -> TaskChoice:
     """The task the float outputs look like (``stacked[k]``: output k of every sample, ``[samples, ...]``)."""
     from toolkit.verification import detection, segmentation
