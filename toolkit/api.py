@@ -36,6 +36,7 @@ from toolkit.options import (
     CheckOptions,
     ConvertOptions,
     DeviceOptions,
+    RolloutOptions,
     as_keywords,
     build,
     split_keywords,
@@ -48,6 +49,10 @@ if TYPE_CHECKING:  # pragma: no cover
     from toolkit.inspection import ModelInfo
     from toolkit.pipeline import ConvertResult
     from toolkit.reporting.html import ReportData
+    from toolkit.rollout import RolloutResult
+    from toolkit.export.mender import MenderExport
+    from toolkit.store.guard import StoreStatus, SyncResult
+    from toolkit.store.imports import ImportResult
     from toolkit.store import StoredCheck, Trend
     from toolkit.targets import TargetProfile
     from toolkit.types import CheckReport, Manifest
@@ -63,7 +68,10 @@ __all__ = [
     "check",
     "convert",
     "deploy",
+    "export_mender",
     "history",
+    "history_import",
+    "history_sync",
     "inspect",
     "list_targets",
     "make_report",
@@ -126,10 +134,17 @@ class FleetReport:
     """What ``deploy``/``check``/``rollback``/``status``/``remove``/``probe`` did on every device."""
 
     devices: tuple[DeviceResult, ...]
+    store: StoreStatus | None = None  # where the check reports went (deploy --check, check)
+    rollout: RolloutResult[Any] | None = None  # deploy --waves: the waves, why it stopped, the rollback
 
     @property
     def exit_code(self) -> int:
-        return worst_exit_code([d.exit_code for d in self.devices])
+        codes = [d.exit_code for d in self.devices]
+        if self.store is not None and not self.store.ok:
+            codes.append(4)  # the history could not be reached: a device-class failure, as for a device
+        if self.rollout is not None and self.rollout.stopped:
+            codes.append(1)
+        return worst_exit_code(codes)
 
     @property
     def passed(self) -> bool:
@@ -149,7 +164,12 @@ class FleetReport:
 
     def to_dict(self) -> dict[str, Any]:
         """``{"passed", "devices": [...]}``: the document ``edgetk deploy|check --json`` prints."""
-        return {"passed": self.passed, "devices": [d.to_dict() for d in self.devices]}
+        doc: dict[str, Any] = {"passed": self.passed, "devices": [d.to_dict() for d in self.devices]}
+        if self.store is not None:
+            doc["store"] = self.store.to_dict()
+        if self.rollout is not None:
+            doc["rollout"] = self.rollout.to_dict()
+        return doc
 
 
 @dataclass(frozen=True)
@@ -389,6 +409,7 @@ def _select(options: DeviceOptions) -> _Selection:
         [d if isinstance(d, DeviceSpec) else str(d) for d in devices],
         inventory=Path(options.inventory) if options.inventory else None,
         group=options.group,
+        limit=options.limit,
     )
     return _Selection(specs, options)
 
@@ -421,28 +442,44 @@ def _bundle_task(
     force: bool,
     compress: bool = False,
     progress_stream: TextSink | None,
+    rollout: RolloutOptions | None = None,
 ) -> FleetReport:
     from toolkit.rollout import prepare_job
 
     job = prepare_job(bundle_path, install=install, check=check, force=force, compress=compress,
                       **as_keywords(checking))
     stream = progress_stream if progress_stream is not None else _Null()
+    if rollout is not None and rollout.waves:
+        from toolkit.devices.fleet import FleetResult
+        from toolkit.rollout import FailureLimit, WavePlan, deploy_in_waves
+
+        def run_on(batch: Sequence[DeviceSpec], task: Callable[[Any, DeviceSpec], Any]) -> FleetResult[Any]:
+            return FleetResult(tuple(o for _, o in _Selection(tuple(batch), selection.options).run(task)))
+
+        staged = deploy_in_waves(job, selection.specs, run_on=run_on, plan=WavePlan.parse(rollout.waves),
+                                 max_failures=FailureLimit.parse(rollout.max_failures),
+                                 rollback_on_failure=rollout.rollback_on_failure, progress_stream=stream)
+        by_name = {s.name: s for s in selection.specs}
+        results = tuple(_result(by_name[o.device], o, gated=check) for o in staged.outcomes)
+        return FleetReport(results, store=job.store_status(), rollout=staged)
     outcomes = selection.run(lambda device, spec: job.run(device, progress_stream=stream))
-    return FleetReport(tuple(_result(s, o, gated=check) for s, o in outcomes))
+    return FleetReport(tuple(_result(s, o, gated=check) for s, o in outcomes), store=job.store_status())
 
 
-@with_option_keywords(DeviceOptions, CheckOptions)
+@with_option_keywords(DeviceOptions, CheckOptions, RolloutOptions)
 def deploy(bundle: PathLike, *, check: bool = False, force: bool = False, compress: bool = False,
            progress_stream: TextSink | None = sys.stderr, **options: Any) -> FleetReport:
     """``edgetk deploy``: push the bundle to every device, verify it there, make it current; ``check=True``
     checks it right after; ``compress=True`` sends files gzip-compressed where that pays; ``force=True``
     deploys to a device of another arch than the bundle's target. Upload progress goes to ``progress_stream``
     (None: quiet). ``options``: the device selection and check options (:mod:`toolkit.options`)."""
-    device_values, check_values = split_keywords("deploy", options, DeviceOptions, CheckOptions)
+    device_values, check_values, rollout_values = split_keywords("deploy", options, DeviceOptions, CheckOptions,
+                                                                 RolloutOptions)
     checking = build(CheckOptions, check_values)
+    rollout = build(RolloutOptions, rollout_values)
     selection = _select(build(DeviceOptions, device_values))
     return _bundle_task(bundle, selection, checking, install=True, check=check, force=force, compress=compress,
-                        progress_stream=progress_stream)
+                        progress_stream=progress_stream, rollout=rollout)
 
 
 @with_option_keywords(DeviceOptions, CheckOptions)
@@ -547,6 +584,35 @@ def history(*, device: str | None = None, bundle: str | None = None, limit: int 
     return History(tuple(checks))
 
 
+def history_sync(*, store: PathLike | None = None, source: PathLike | None = None) -> SyncResult:
+    """``edgetk history sync``: copy the results that ``--store-fallback`` kept locally into ``store`` (each
+    check once, however often it runs), then empty the local file."""
+    from toolkit.store import Store
+    from toolkit.store.guard import sync
+
+    return sync(Store(store), source=Path(source) if source is not None else None)
+
+
+def history_import(paths: Sequence[PathLike], *, store: PathLike | None = None,
+                   device: str | None = None) -> ImportResult:
+    """``edgetk history import``: record the check reports that devices left (Mender update module)."""
+    from toolkit.store import Store
+    from toolkit.store.imports import import_reports
+
+    return import_reports([Path(p) for p in paths], Store(store), device=device)
+
+
+def export_mender(bundle: PathLike, *, device_types: Sequence[str], output: PathLike,
+                  artifact_name: str | None = None, budget_ms: float | None = None, runs: int = 20,
+                  warmup: int = 3, force: bool = False) -> MenderExport:
+    """``edgetk export BUNDLE --mender``: a Mender module-image artifact of the bundle (and the ``edgetk``
+    Update Module beside it), built with ``mender-artifact``."""
+    from toolkit.export.mender import export_mender as write
+
+    return write(bundle, device_types=tuple(device_types), output=output, artifact_name=artifact_name,
+                 budget_ms=budget_ms, runs=runs, warmup=warmup, force=force)
+
+
 def make_report(bundle: PathLike | None = None, *, whole_history: bool = False, html: PathLike | None = None,
                 device: str | None = None, store: PathLike | None = None) -> ReportData:
     """``edgetk report``: a bundle's host and device measurements, or (``whole_history``) every stored check
@@ -556,7 +622,7 @@ def make_report(bundle: PathLike | None = None, *, whole_history: bool = False, 
     if (bundle is None) == (not whole_history):
         raise UsageError("Pass either a BUNDLE directory or --history.",
                          hint="edgetk report bundles/NAME --html report.html, or edgetk report --history")
-    data = collect(Path(bundle) if bundle is not None else None, store=store, device=device)  # type: ignore[arg-type]
+    data = collect(Path(bundle) if bundle is not None else None, store=store, device=device)
     if html is not None:
         write_html(data, Path(html))
     return data

@@ -306,8 +306,12 @@ class DeviceOptions:
         "local, user@host[:port], an ~/.ssh/config alias or an inventory name (repeatable).", name="--device",
         multiple=True, metavar="SPEC"))
     inventory: Path | None = field(default=None, metadata=flag(
-        "TOML inventory of devices ([devices.NAME] tables).", kind=Kind.PATH))
+        "Inventory of devices: TOML ([devices.NAME] tables), or an Ansible inventory (hosts.ini, hosts.yml, a "
+        "directory; needs edge-toolkit[ansible]).", kind=Kind.PATH))
     group: str | None = field(default=None, metadata=flag("Only the inventory's devices in this group."))
+    limit: str | None = field(default=None, metadata=flag(
+        "Only the Ansible inventory's hosts matching this Ansible host pattern (e.g. 'lab:&arm64:!pi-3').",
+        metavar="PATTERN"))
     parallel: int = field(default=8, metadata=flag(
         "Devices handled at once.", kind=Kind.INT, minimum=1, maximum=256, show_default=True))
     trust_new_host: bool = field(default=False, metadata=flag(
@@ -336,8 +340,21 @@ class CheckOptions:
     regression_pct: float | None = field(default=None, metadata=flag(
         "Smallest p50 slowdown against the baseline, in percent, that counts as a regression (default: the "
         "bundle's check policy).", kind=Kind.FLOAT, minimum=0))
-    store: Path | None = field(default=None, metadata=flag(
-        "Check history file (default $EDGETK_STORE or ~/.local/share/edgetk/history.sqlite).", kind=Kind.PATH))
+    store: str | None = field(default=None, metadata=flag(
+        "Check history: a file (SQLite) or postgresql://USER@HOST:PORT/DB (default $EDGETK_STORE or "
+        "~/.local/share/edgetk/history.sqlite).", metavar="PATH|URL"))
+    store_fallback: bool = field(default=False, metadata=flag(
+        "When the history database is unavailable, keep the results in a local file for `edgetk history sync`.",
+        kind=Kind.SWITCH))
+    profile: bool = field(default=False, metadata=flag(
+        "Also profile each artifact per operator on the device, and where its nodes ran (delegate/provider vs "
+        "CPU fallback).", kind=Kind.SWITCH))
+    throughput: bool = field(default=False, metadata=flag(
+        "Also measure inferences/s at several batch sizes (dynamic batch) or requests in flight.",
+        kind=Kind.SWITCH))
+    loads: bool = field(default=False, metadata=flag(
+        "Also measure cold, warm and optimized loads (ORT optimized model, XNNPACK weight cache), each with its "
+        "first inference.", kind=Kind.SWITCH))
 
     def __post_init__(self) -> None:
         if self.runs < 1 or self.warmup < 0:
@@ -346,3 +363,25 @@ class CheckOptions:
         from toolkit.checking import GateOptions
 
         GateOptions(budget_ms=self.budget_ms, baseline=self.baseline, regression_pct=self.regression_pct)
+
+
+@dataclass(frozen=True, kw_only=True)
+class RolloutOptions:
+    """A staged rollout (``deploy --waves``): batch sizes, the failure threshold, and what happens when it is
+    passed (``toolkit.rollout``)."""
+
+    waves: str | None = field(default=None, metadata=flag(
+        "Deploy in waves: batch sizes, each a count or a share of the fleet; the last repeats (e.g. 1,10%,100%).",
+        metavar="SIZES"))
+    max_failures: str = field(default="0", metadata=flag(
+        "Stop the rollout after a wave in which more devices than this failed (a count or a percentage).",
+        metavar="N|PCT", show_default=True))
+    rollback_on_failure: bool = field(default=False, metadata=flag(
+        "When the rollout stops, switch the devices it updated back to their previous version.", kind=Kind.SWITCH))
+
+    def __post_init__(self) -> None:
+        from toolkit.rollout import FailureLimit, WavePlan
+
+        if self.waves is not None:
+            WavePlan.parse(self.waves)
+        FailureLimit.parse(self.max_failures)

@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any, Generic, TextIO, TypeVar
 
 from toolkit.bundle import Bundle, read_bundle
-from toolkit.checking import GateOptions
+from toolkit.checking import GateOptions, runner_flags
 from toolkit.devices.fleet import DeviceOutcome, FleetResult
 from toolkit.devices.spec import DeviceSpec
 from toolkit.errors import UsageError
@@ -47,6 +47,7 @@ class BundleJob:
     warmup: int
     gates: GateOptions
     store: GuardedStore | None
+    runner_args: tuple[str, ...] = ()  # --profile / --throughput / --loads for the runner
     # devices this job switched to the bundle's version -> the version they ran before (for a rollback)
     switched: dict[str, str | None] = field(default_factory=dict, compare=False, repr=False)
     _lock: threading.Lock = field(default_factory=threading.Lock, compare=False, repr=False)
@@ -65,7 +66,8 @@ class BundleJob:
             with self._lock:
                 self.switched[device.spec.name] = pushed.previous
         reports = (
-            run_check(device, self.bundle, runs=self.runs, warmup=self.warmup, gates=self.gates, store=self.store)
+            run_check(device, self.bundle, runs=self.runs, warmup=self.warmup, gates=self.gates, store=self.store,
+                      runner_args=self.runner_args)
             if self.check
             else []
         )
@@ -87,9 +89,12 @@ def prepare_job(
     warmup: int,
     budget_ms: float | None,
     baseline: str,
-    regression_pct: float,
+    regression_pct: float | None,
     store: str | Path | None,
     store_fallback: bool = False,
+    profile: bool = False,
+    throughput: bool = False,
+    loads: bool = False,
 ) -> BundleJob:
     """Read and validate the bundle and the gate options once, before any device is contacted; open the history
     (migrating it if needed). A history that is down does not stop the job: its status says so afterwards."""
@@ -113,6 +118,7 @@ def prepare_job(
         warmup=warmup,
         gates=GateOptions(budget_ms=budget_ms, baseline=baseline, regression_pct=regression_pct),
         store=history,
+        runner_args=runner_flags(profile=profile, throughput=throughput, loads=loads),
     )
 
 
@@ -259,36 +265,48 @@ def _check_failed(outcome: DeviceOutcome[tuple[Any, list[CheckReport]]]) -> bool
     return any(not r.gates.passed for r in outcome.value[1])
 
 
+RunOn = Callable[[Sequence[DeviceSpec], Callable[[Any, DeviceSpec], Any]], FleetResult[Any]]
+
+
+def fleet_runner(connect: Callable[[DeviceSpec], Any], *, parallel: int) -> RunOn:
+    """``run_on(specs, task)``: ``task(Device, spec)`` on each device, ``connect(spec)`` giving the connection
+    (a context manager, closed after the task), at most ``parallel`` at once."""
+    from toolkit.deployment import Device
+    from toolkit.devices.fleet import run_fleet
+
+    def run_on(specs: Sequence[DeviceSpec], task: Callable[[Any, DeviceSpec], Any]) -> FleetResult[Any]:
+        def one(spec: DeviceSpec) -> Any:
+            with connect(spec) as conn:
+                return task(Device(spec, conn), spec)
+
+        return run_fleet(specs, one, parallel=parallel)
+
+    return run_on
+
+
 def deploy_in_waves(
     job: BundleJob,
     specs: Sequence[DeviceSpec],
     *,
-    connect: Callable[[DeviceSpec], Any],
-    parallel: int,
+    run_on: RunOn,
     plan: WavePlan,
     max_failures: FailureLimit,
     rollback_on_failure: bool,
     progress_stream: TextIO | Any | None = None,
 ) -> RolloutResult[tuple[Any, list[CheckReport]]]:
-    """``edgetk deploy --waves``: ``job`` on the fleet wave by wave (``connect(spec)`` -> a connection context
-    manager); a device fails a wave when its deploy or its check (gates included) fails."""
-    from toolkit.deployment import Device
+    """``edgetk deploy --waves``: ``job`` on the fleet wave by wave through ``run_on`` (see
+    :func:`fleet_runner`); a device fails a wave when its deploy or its check (gates included) fails."""
     from toolkit.deployment import rollback as switch_back
-    from toolkit.devices.fleet import run_fleet
 
-    def task(spec: DeviceSpec) -> tuple[Any, list[CheckReport]]:
-        with connect(spec) as conn:
-            return job.run(Device(spec, conn), progress_stream=progress_stream)
-
-    def back(spec: DeviceSpec) -> dict[str, Any]:
-        with connect(spec) as conn:
-            if job.switched.get(spec.name) is None:
-                raise UsageError(f"{spec.name}: {job.bundle.name} had no earlier version there to go back to.",
-                                 hint=f"Remove it if needed: edgetk remove {job.bundle.name} --device ...")
-            return switch_back(Device(spec, conn), job.bundle.name)
+    def back(device: Any, spec: DeviceSpec) -> dict[str, Any]:
+        if job.switched.get(spec.name) is None:
+            raise UsageError(f"{spec.name}: {job.bundle.name} had no earlier version there to go back to.",
+                             hint=f"Remove it if needed: edgetk remove {job.bundle.name} --device ...")
+        return switch_back(device, job.bundle.name)
 
     return staged_rollout(
-        specs, lambda batch: run_fleet(batch, task, parallel=parallel), plan=plan, max_failures=max_failures,
-        rollback=(lambda devices: run_fleet(devices, back, parallel=parallel)) if rollback_on_failure else None,
+        specs, lambda batch: run_on(batch, lambda device, spec: job.run(device, progress_stream=progress_stream)),
+        plan=plan, max_failures=max_failures,
+        rollback=(lambda devices: run_on(devices, back)) if rollback_on_failure else None,
         switched=lambda: list(job.switched), failed=_check_failed,
     )

@@ -36,6 +36,7 @@ COMMANDS: tuple[tuple[str, str], ...] = (
     ("deploy_cmd", "remove"),
     ("devices_cmd", "devices"),
     ("history_cmd", "history"),
+    ("export_cmd", "export"),
     ("run_cmd", "run"),
     ("run_cmd", "quickstart"),
     ("report_cmd", "report"),

@@ -30,4 +30,18 @@ def finish(report: Any, *, as_json: bool, render: Render) -> None:
     if len(entries) > 1:
         failed = sum(1 for e in entries if not e["ok"])
         click.echo(f"{len(entries) - failed} of {len(entries)} devices succeeded", err=True)
+    rollout = doc.get("rollout")
+    if rollout:  # deploy --waves: one line per wave, why it stopped, what went back
+        for wave in rollout["waves"]:
+            click.echo(f"wave {wave['wave']}: {len(wave['devices'])} device(s), {len(wave['failed'])} failed "
+                       f"({wave['failed_pct']:g}%)" + (f": {', '.join(wave['failed'])}" if wave["failed"] else ""),
+                       err=True)
+        if rollout["stopped"]:
+            click.echo(f"rollout stopped: {rollout['stopped']}; not started: {len(rollout['not_started'])}", err=True)
+        for back in rollout["rolled_back"]:
+            click.echo(f"rolled back {back['device']}: {'ok' if back['ok'] else back['error']}", err=True)
+    store = getattr(report, "store", None)
+    lines = store.lines() if store is not None else []  # the history was unavailable: say what happened
+    for index, line in enumerate(lines):
+        click.echo(f"error: {line}" if index == 0 else f"  {line}", err=True)
     done(report.exit_code)

@@ -20,10 +20,12 @@ from typing import Any
 import click
 
 from toolkit.cli._fleet import finish
-from toolkit.cli.options import PathType, check_options, device_options, json_option
+from toolkit.cli.options import PathType, check_options, device_options, json_option, rollout_options
 
 
 def _render(entry: Mapping[str, Any]) -> list[str]:
+    from toolkit.reporting.terminal import inside_lines  # not at module level: `edgetk --help` stays light
+
     lines = []
     push = entry.get("deploy")
     if push:
@@ -49,6 +51,9 @@ def _render(entry: Mapping[str, Any]) -> list[str]:
         )
         for reason in r["gates"]["reasons"]:
             lines.append(f"  {reason}")
+        for note in r["gates"].get("skipped", []):
+            lines.append(f"  skipped: {note}")
+        lines.extend(inside_lines(r))
     return lines
 
 
@@ -60,6 +65,7 @@ def _render(entry: Mapping[str, Any]) -> list[str]:
 @click.option("--force", is_flag=True, help="Deploy even if the bundle's target arch differs from the device's.")
 @click.option("--compress", is_flag=True,
               help="Send files gzip-compressed where that saves >= 10% (the device inflates and verifies them).")
+@rollout_options
 @json_option
 def deploy(bundle: Any, as_json: bool, **values: Any) -> None:
     """Push BUNDLE to devices, verify every file there, and make it current (keeps the last 3 versions)."""

@@ -13,7 +13,7 @@ from typing import Any, TypeVar
 
 import click
 
-from toolkit.options import CheckOptions, ConvertOptions, DeviceOptions, Kind, Option, options_of
+from toolkit.options import CheckOptions, ConvertOptions, DeviceOptions, Kind, Option, RolloutOptions, options_of
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -97,5 +97,6 @@ def click_options(*classes: type) -> Callable[[F], F]:
 convert_options = click_options(ConvertOptions)
 device_options = click_options(DeviceOptions)
 check_options = click_options(CheckOptions)
+rollout_options = click_options(RolloutOptions)
 
 json_option = click.option("--json", "as_json", is_flag=True, help="Print one JSON document on stdout.")

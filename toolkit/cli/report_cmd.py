@@ -21,7 +21,7 @@ from toolkit.cli.options import PathType
 @click.option("--history", "whole_history", is_flag=True, help="Report the whole check history instead of a bundle.")
 @click.option("--html", "html", type=PathType(), default=None, help="Write a self-contained HTML page with plots here.")
 @click.option("--device", default=None, help="Only checks of this device.")
-@click.option("--store", type=PathType(), default=None,
+@click.option("--store", default=None, metavar="PATH|URL",
               help="Check history file (default $EDGETK_STORE or ~/.local/share/edgetk/history.sqlite).")
 @click.option("--json", "as_json", is_flag=True, help="Print the report's data as one JSON document.")
 def report(as_json: bool, **values: Any) -> None:

@@ -142,7 +142,7 @@ def run(ctx: click.Context, **values: Any) -> None:
 @click.option("--out", type=PathType(), default=None,
               help="Where to write the example bundle (default ./bundles/digits-<this machine's target>).")
 @click.option("--runs", type=click.IntRange(1), default=30, show_default=True, help="Timed runs per artifact.")
-@click.option("--store", type=PathType(), default=None,
+@click.option("--store", default=None, metavar="PATH|URL",
               help="Check history file (default $EDGETK_STORE or ~/.local/share/edgetk/history.sqlite).")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON document on stdout (as `edgetk run --json`).")
 def quickstart(out: Any, runs: int, store: Any, as_json: bool) -> None:

@@ -85,17 +85,19 @@ class GuardedStore(Store):
             return False
         return True
 
-    def record(self, reports: Sequence[CheckReport], *, bundle: str, version: str,
-               run_id: str) -> list[str | None]:
+    def record(self, reports: Sequence[CheckReport], *, bundle: str, version: str, run_id: str,
+               created_at: str | None = None, skip_existing: bool = False) -> list[str | None]:
         try:
-            ids = super().record(reports, bundle=bundle, version=version, run_id=run_id)
+            ids = super().record(reports, bundle=bundle, version=version, run_id=run_id, created_at=created_at,
+                                 skip_existing=skip_existing)
             with self._lock:
                 self._counts["recorded"] += len(ids)
             return ids
         except StoreUnavailable as exc:
             self._failed(exc)
         if self.use_fallback:
-            ids = Store(fallback_store_path()).record(reports, bundle=bundle, version=version, run_id=run_id)
+            ids = Store(fallback_store_path()).record(reports, bundle=bundle, version=version, run_id=run_id,
+                                                      created_at=created_at, skip_existing=skip_existing)
             with self._lock:
                 self._counts["fallback"] += len(ids)
             return ids

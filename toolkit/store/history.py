@@ -100,9 +100,11 @@ class Store:
     def new_run_id() -> str:
         return uuid.uuid4().hex[:12]
 
-    def record(self, reports: Sequence[CheckReport], *, bundle: str, version: str, run_id: str) -> list[str | None]:
-        """Store one run's reports in one transaction (their ``check_id`` is used, or made); the ids, in order."""
-        now = datetime.now(UTC).isoformat(timespec="microseconds")
+    def record(self, reports: Sequence[CheckReport], *, bundle: str, version: str, run_id: str,
+               created_at: str | None = None, skip_existing: bool = False) -> list[str | None]:
+        """Store one run's reports in one transaction (their ``check_id`` is used, or made); the ids, in order.
+        ``created_at`` (ISO 8601 UTC) defaults to now; ``skip_existing`` keeps rows already stored (imports)."""
+        now = created_at or datetime.now(UTC).isoformat(timespec="microseconds")
         user, host = who_and_where()
         rows: list[dict[str, Any]] = []
         ids: list[str | None] = []
@@ -118,7 +120,7 @@ class Store:
                 checked_by=user, controller=host,
             ).row())
             ids.append(check_id)
-        self.insert_rows(rows)
+        self.insert_rows(rows, skip_existing=skip_existing)
         return ids
 
     def insert_rows(self, rows: Sequence[dict[str, Any]], *, skip_existing: bool = False) -> int:
