@@ -131,6 +131,14 @@ def bundle_table(manifest: Manifest, reports: Sequence[CheckReport | Mapping[str
     ]
     if reasons:
         lines += ["", "gates:", *reasons]
+    inside = []
+    for report in reports:
+        data = _report_dict(report)
+        extra = inside_lines(data) if any(data.get(k) for k in ("profile", "throughput", "loads")) else []
+        if extra:
+            inside += [f"  {data.get('artifact')} on {data.get('device')}:", *(f"  {line}" for line in extra)]
+    if inside:
+        lines += ["", "inside the runs (--profile / --throughput / --loads):", *inside]
     return "\n".join(lines)
 
 
