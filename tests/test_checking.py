@@ -232,3 +232,35 @@ def test_options_refuse_bad_values() -> None:
         RegressionPolicy(alpha=1.5)
     with pytest.raises(UsageError):
         RegressionPolicy(baseline_checks=2, min_baseline_checks=3)
+
+
+def test_baseline_is_the_last_checks_that_measured_and_were_not_regressions(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """Read from a real history: other devices, other artifacts, failed runs and regressions are left out; other
+    versions of the bundle (a new model under the same name) are in."""
+    from toolkit.checking import baseline_samples
+    from toolkit.store import Store
+    from toolkit.types import CheckReport, LatencyStats
+
+    def report(device: str, artifact: str, level: float, *, regressed: bool = False,
+               error: bool = False) -> CheckReport:
+        lat = LatencyStats(mean=level, std=0.0, min=level, p50=level, p90=level, p99=level, max=level)
+        gates = (GateResult(False, ("slower",), details={"regression": {"regressed": True}}) if regressed
+                 else GateResult(True))
+        return CheckReport(
+            device=device, artifact=artifact, runtime={}, threads=1, load_ms=1.0, first_inference_ms=1.0,
+            latency_ms=None if error else lat, runs=5, warmup=0, peak_rss_mb=None, outputs_match=None,
+            environment={}, gates=GateResult(False, ("could not run",)) if error else gates,
+            error={"kind": "crash", "message": "x", "hint": None} if error else None,
+            latency_samples_ms=() if error else (level,) * 5,
+        )
+
+    store = Store(tmp_path / "h.sqlite")
+    plan = [("v1", report("pi", "a.onnx", 1.0)), ("v1", report("pi", "b.onnx", 9.0)),
+            ("v1", report("jetson", "a.onnx", 7.0)), ("v1", report("pi", "a.onnx", 2.0)),
+            ("v2", report("pi", "a.onnx", 3.0)), ("v2", report("pi", "a.onnx", 8.0, regressed=True)),
+            ("v2", report("pi", "a.onnx", 0.0, error=True)), ("v2", report("pi", "a.onnx", 4.0))]
+    for index, (version, item) in enumerate(plan):
+        store.record([item], bundle="m", version=version, run_id=f"r{index}")
+    runs = baseline_samples(store, bundle="m", device="pi", artifact="a.onnx", checks=3)
+    assert [(check_id, samples[0]) for check_id, samples in runs] == [("r3-0", 2.0), ("r4-0", 3.0), ("r7-0", 4.0)]
+    assert baseline_samples(store, bundle="m", device="pi", artifact="a.onnx", checks=10)[0] == ("r0-0", [1.0] * 5)
