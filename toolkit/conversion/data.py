@@ -12,6 +12,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+import numpy as np
+
 from toolkit import calibration as cal
 from toolkit.sources import SourceModel
 from toolkit.types import CalibrationRef, Preprocessing
@@ -36,9 +38,12 @@ class RunData:
 def prepare_data(options: ConvertOptions, source: SourceModel, progress: Callable[[str], None]) -> RunData:
     """Read the calibration and eval data against the source's inputs; hold some calibration samples out
     for verification when no eval data are given; random inputs (said so) when neither is."""
+    cal_file = cal.read_data(Path(options.calibration), source.inputs) if options.calibration else None
+    eval_file = cal.read_data(Path(options.eval_data), source.inputs, what="eval data") if options.eval_data else None
+    for data_file in (cal_file, eval_file):
+        if data_file is not None:
+            source.adopt_input_dtypes({name: str(np.asarray(a).dtype) for name, a in data_file.arrays.items()})
     inputs = source.inputs
-    cal_file = cal.read_data(Path(options.calibration), inputs) if options.calibration else None
-    eval_file = cal.read_data(Path(options.eval_data), inputs, what="eval data") if options.eval_data else None
     unknown_rank = () if getattr(source, "input_shapes_known", True) else [
         s.name for s in inputs if s.shape == (None,)
     ]

@@ -33,5 +33,9 @@ class SourceModel(abc.ABC):
     def predict(self, feeds: Mapping[str, np.ndarray]) -> list[np.ndarray]:
         """Float reference outputs for one batch of inputs (keyed by input name), in ``outputs`` order."""
 
+    def adopt_input_dtypes(self, dtypes: Mapping[str, str]) -> None:
+        """Take the data's dtype for inputs whose dtype the model does not record (an eager PyTorch module
+        fed token ids). Models that record their dtypes ignore this."""
+
     def close(self) -> None:
         """Release what the framework holds (sessions, graphs). Optional."""

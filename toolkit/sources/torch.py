@@ -91,6 +91,16 @@ class TorchSource(SourceModel):
     def inputs(self) -> tuple[TensorSpec, ...]:
         return self._inputs
 
+    def adopt_input_dtypes(self, dtypes: Mapping[str, str]) -> None:
+        """Integer data for an input whose rank and dtype the model does not record (``float32`` was only
+        assumed): the input takes that dtype, so token ids reach an embedding as integers."""
+        self._inputs = tuple(
+            TensorSpec(spec.name, spec.shape, dtypes[spec.name], spec.quantization)
+            if spec.shape == _UNKNOWN_RANK and spec.name in dtypes and np.issubdtype(np.dtype(dtypes[spec.name]), np.integer)
+            else spec
+            for spec in self._inputs
+        )
+
     @property
     def input_shapes_known(self) -> bool:
         """True when every input's shape is recorded (dynamic dimensions as None are allowed)."""
