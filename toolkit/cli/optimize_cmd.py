@@ -40,6 +40,9 @@ from toolkit.cli.options import PathType
               help="Micro-batches per optimizer update (gradient accumulation).")
 @click.option("--mixed-precision", "precision", type=click.Choice(["fp32", "bf16", "fp16"]), default="fp32",
               show_default=True, help="Fine-tune precision: bf16 autocast on CPU, fp16 + loss scaling on a GPU.")
+@click.option("--checkpoint-activations", "checkpoint_activations", is_flag=True,
+              help="PyTorch: recompute each block's activations in backward instead of keeping them (less peak "
+                   "memory, one more forward per block).")
 @click.option("--load-time", "load_time", is_flag=True,
               help="SOURCE is an .onnx/.tflite artifact: write its load-time variants (offline graph "
                    "optimizations, ORT format, external data) to the --out folder and measure each cold.")
@@ -60,7 +63,7 @@ def optimize(source: str, as_json: bool, **values: Any) -> None:
 
     if values["load_time"]:  # the training knobs keep their defaults; only the techniques must be absent
         for knob in ("prune_scope", "temperature", "alpha", "epochs", "batch_size", "learning_rate", "accumulate",
-                     "precision", "eval_data"):
+                     "precision", "checkpoint_activations", "eval_data"):
             values.pop(knob)
     else:
         values.pop("device_python")

@@ -42,6 +42,7 @@ def optimize(
     learning_rate: float = 1e-3,
     accumulate: int = 1,
     precision: str = "fp32",
+    checkpoint_activations: bool = False,
 ) -> OptimizationReport:
     """Apply the requested techniques to ``source`` and write the result to ``out``.
 
@@ -50,6 +51,7 @@ def optimize(
     in (0, 1] (or ``rank``, a fixed rank); ``distill_from`` a teacher model (``source`` is the student);
     ``qat`` fine-tunes with fake quantization (PyTorch). With ``train_data`` every step is fine-tuned for
     ``epochs`` (default 2); distillation and QAT need it. ``eval_data`` with labels ``y`` adds accuracy.
+    ``checkpoint_activations`` (PyTorch) recomputes activations in backward to lower peak memory.
     """
     from toolkit.optimization import models
     from toolkit.optimization.clustering import check_clusters
@@ -82,7 +84,8 @@ def optimize(
         raise UsageError(f"--epochs {epochs} asks for fine-tuning, which needs training data.",
                          hint="Pass --train-data FILE.npz with the inputs and integer labels under 'y'.")
     config = FineTuneConfig(epochs=DEFAULT_EPOCHS if epochs is None else epochs, batch_size=batch_size,
-                            learning_rate=learning_rate, accumulate=accumulate, precision=precision)
+                            learning_rate=learning_rate, accumulate=accumulate, precision=precision,
+                            checkpoint_activations=checkpoint_activations)
     if distill_from is not None:
         models.detect_framework(str(distill_from))
 

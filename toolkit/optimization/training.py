@@ -4,7 +4,8 @@ It supports gradient accumulation (``accumulate`` micro-batches per optimizer up
 ``bf16`` autocasts on the CPU (PyTorch ``torch.autocast("cpu", bfloat16)``; Keras a ``mixed_bfloat16`` clone of
 the model whose float32 weights are copied back), ``fp16`` with dynamic loss scaling needs a CUDA GPU. After
 every optimizer update it calls ``after_update(index)``: that is where pruning keeps its mask and clustering
-keeps weights on their centroids. With ``soft_targets`` (teacher logits) the loss is distillation's
+keeps weights on their centroids. ``checkpoint_activations`` recomputes each block's activations in backward
+(PyTorch, toolkit.optimization.memory): less peak memory for one more forward per block. With ``soft_targets`` (teacher logits) the loss is distillation's
 ``alpha * CE(labels) + (1 - alpha) * T^2 * KL(softmax(teacher/T) || softmax(student/T))``.
 """
 
@@ -35,6 +36,8 @@ class FineTuneConfig:
     accumulate: int = 1
     precision: str = "fp32"
     seed: int = 0
+    # Recompute each block's activations in backward instead of keeping them (PyTorch; toolkit.optimization.memory)
+    checkpoint_activations: bool = False
 
     def __post_init__(self) -> None:
         if self.epochs < 0:
@@ -82,7 +85,16 @@ def fine_tune(model: models.OptimizableModel, data: LabelledData, *, config: Fin
         raise UsageError("fp16 mixed precision with loss scaling needs a CUDA GPU, and none is available here.",
                          hint="Use --mixed-precision bf16 on a CPU.")
     if model.kind == models.KERAS:
+        if config.checkpoint_activations:
+            raise UsageError("Activation checkpointing is offered for PyTorch models; this one is Keras.",
+                             hint="Fine-tune without --checkpoint-activations, or with a smaller --batch-size "
+                                  "and --grad-accum to keep the effective batch.")
         return _fine_tune_keras(model, data, config, after_update, distill, probabilities)
+    if config.checkpoint_activations:
+        from toolkit.optimization.memory import activation_checkpointing
+
+        with activation_checkpointing(model.model):
+            return _fine_tune_torch(model, data, config, after_update, distill, probabilities)
     return _fine_tune_torch(model, data, config, after_update, distill, probabilities)
 
 
