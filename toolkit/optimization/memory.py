@@ -36,7 +36,10 @@ def checkpoint_blocks(module: Any) -> list[Any]:
                     seen.update(id(m) for m in block.modules())
         return blocks
     sequences: list[Any] = [m for m in module.modules() if isinstance(m, torch.nn.Sequential) and len(m) >= 2]
-    return list(max(sequences, key=len)) if sequences else []
+    if not sequences:
+        return []
+    longest: Any = max(sequences, key=lambda m: len(m))
+    return list(longest)
 
 
 @contextmanager
