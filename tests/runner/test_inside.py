@@ -184,6 +184,17 @@ def test_partial_delegation_and_absent_provider_are_reported_as_fallback(
     assert "CUDAExecutionProvider" in placement["note"]
     assert onnx["outputs_match"]["ok"] is True  # it ran correctly on the CPU: fallen back is not a crash...
     assert doc["ok"] is False  # ...and not a pass either
+    # ...and the host's placement gate fails both, naming what fell back
+    from toolkit.checking import judge_placement, parse_runner_output
+    from toolkit.policy import PlacementExpectation
+
+    parsed = {r.artifact: r for r in parse_runner_output(json.dumps(doc), device="here",
+                                                         artifacts=list(by_file))}
+    failure, _, _ = judge_placement(parsed["model.fp32.tflite"], PlacementExpectation(format="tflite", on="xnnpack"))
+    assert failure and "2 of 3 nodes" in failure and "CUMSUM" in failure
+    failure, _, _ = judge_placement(parsed["model.fp32.onnx"],
+                                    PlacementExpectation(format="onnx", on="CUDAExecutionProvider", min_nodes_pct=50))
+    assert failure and "0 of 2 nodes" in failure and "not available" in failure
 
 
 def test_edgetpu_artifact_without_the_runtime_is_missing_runtime(device_env: DeviceEnv, partial_bundle: Path) -> None:
