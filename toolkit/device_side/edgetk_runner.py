@@ -12,6 +12,22 @@ Commands (docs/runner.md has the full schema)::
                                    [--min-time SECONDS] [--threads N] [--runtime NAME] [--timeout SECONDS]
     python3 edgetk_runner.py run-one --bundle DIR --artifact FILE [same options]   (one artifact, in-process)
 
+    check/run-one also take: --profile [--profile-top N] [--profile-runs N], --throughput [--batch-sizes 1,4,8]
+    [--in-flight 1,2,4], --loads, --cache-dir DIR (device-side caches: TensorRT engines, optimized models)
+
+Every report carries ``placement`` (the host's placement gate reads it; keep the keys)::
+
+    {"intended", "nodes_total", "nodes_on_intended", "time_share_on_intended", "fallback_ops": [op type, ...],
+     "fell_back", "source": "graph" | "profile" | "none", "note"}
+
+``intended`` is the artifact's first ONNX execution provider, or for TFLite ``edgetpu`` / ``gpu`` / ``XNNPACK``;
+counts are null where nothing was counted. ``--profile`` adds ``profile`` (per op type and top nodes; ONNX
+Runtime's profiler in a second session, latency percentiles stay those of the unprofiled runs; TFLite's Python
+interpreters have no op timer, which the profile says), ``--throughput`` adds ``throughput`` (the curve over
+batch sizes, or requests in flight for a fixed batch, with batched outputs compared per sample), ``--loads``
+adds ``loads`` (cold with the page-cache drop verified, warm, and load options before/after, each a fresh
+process). docs/runner.md documents each shape.
+
 ``check`` verifies each artifact's sha256 against manifest.json, then measures it in its own child process
 (``run-one``) so that a runtime that crashes on one artifact (a segfault in a kernel, an abort in a delegate)
 is reported for that artifact while the others still report, and so that peak RSS is per artifact.
