@@ -357,3 +357,26 @@ def test_an_upload_the_device_stops_taking_fails_with_a_deadline(home, fresh_ssh
             os.kill(server, signal.SIGCONT)
         assert "took no data for 3 s" in stalled.value.message
         assert conn.run(["true"], timeout=30).ok  # the device itself still answers
+
+
+def test_include_inside_a_host_block_keeps_that_block(home):  # type: ignore[no-untyped-def]
+    """As ssh: an Include inside `Host a` applies there, what follows the Include is still under `Host a`, and a
+    `Host b` inside the included file never matches b, because the block it was included from does not apply
+    to b (OpenSSH's SSHCONF_NEVERMATCH); relative paths are under ~/.ssh."""
+    from toolkit.devices.ssh_config import resolve
+
+    (home / ".ssh" / "inc").mkdir()
+    (home / ".ssh" / "inc" / "1.conf").write_text("Port 2201\nHost b\n  User bee\n")
+    (home / ".ssh" / "inc" / "2.conf").write_text("User from-glob\n")
+    config = home / ".ssh" / "config"
+    config.write_text("Host a\n  Include inc/*.conf\n  HostName 10.1.1.1\nHost *\n  User star\n")
+    a = resolve("a", home=home, system_config=None)
+    assert (a.hostname, a.port, a.user) == ("10.1.1.1", 2201, "from-glob")
+    b = resolve("b", home=home, system_config=None)
+    assert (b.hostname, b.port, b.user) == ("b", 22, "star")
+    side = home / "side.conf"  # OpenSSH on the same text, the Include made absolute
+    side.write_text(config.read_text().replace("inc/*.conf", f"{home}/.ssh/inc/*.conf"))
+    g = _ssh_g(side, "a")
+    assert (g["hostname"], g["port"], g["user"]) == ("10.1.1.1", "2201", "from-glob")
+    g = _ssh_g(side, "b")
+    assert (g["hostname"], g["port"], g["user"]) == ("b", "22", "star")

@@ -11,7 +11,7 @@ from types import TracebackType
 
 from toolkit.devices.connection import Progress
 from toolkit.devices.spec import DeviceSpec
-from toolkit.errors import DeviceError
+from toolkit.errors import DeviceError, DeviceTimeout
 from toolkit.types import CommandResult
 
 _CHUNK = 1 << 20
@@ -34,7 +34,7 @@ class LocalConnection:
                 [str(a) for a in argv], cwd=self.home, capture_output=True, timeout=timeout, check=False
             )
         except subprocess.TimeoutExpired:
-            raise DeviceError(
+            raise DeviceTimeout(
                 f"{self.name}: {os.path.basename(str(argv[0]))} did not finish within {timeout:.0f} s.",
                 hint="Raise the timeout, or look at what hangs on the device.",
             ) from None

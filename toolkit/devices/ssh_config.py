@@ -11,7 +11,9 @@ Every option that applies to the device is then either **honoured** (:class:`Ssh
 ``toolkit.devices.ssh``), **not applicable** to edgetk's non-interactive sessions (forwarding, TTYs, control
 sockets, log level...; docs/devices.md lists them), or **refused** with a :class:`~toolkit.errors.UsageError`
 naming the option and the file: an option that would change where or how ``ssh`` connects is never silently
-dropped. OpenSSH's own ``ssh -G HOST`` is the reference for what a file means; the tests compare the two.
+dropped. OpenSSH's own ``ssh -G HOST`` is the reference for what a file means, and the tests compare the two
+option by option; it is not called at run time because it takes ``~`` from the passwd entry rather than
+``$HOME``, runs ``Match exec`` commands, and is not installed on every host that runs edgetk.
 """
 
 from __future__ import annotations
@@ -98,8 +100,23 @@ def _unquote(value: str) -> list[str]:
         return value.split()
 
 
-def expand_includes(path: Path, *, home: Path, user_config: bool, depth: int = 0) -> tuple[str, list[Path]]:
-    """The text of ``path`` with every ``Include`` replaced by the included files' text (see the module doc)."""
+def _criteria(header: str) -> str | None:
+    """A ``Host``/``Match`` line as ``Match`` criteria (None for the implicit top-level ``Host *``)."""
+    keyword, _, rest = header.partition(" ")
+    rest = rest.strip()
+    if keyword.lower() == "match":
+        return rest
+    patterns = rest.split()
+    return None if patterns == ["*"] else "originalhost " + ",".join(patterns)
+
+
+def expand_includes(path: Path, *, home: Path, user_config: bool, depth: int = 0,
+                    context: str | None = None) -> tuple[str, list[Path]]:
+    """The text of ``path`` with every ``Include`` replaced by the included files' text (see the module doc).
+
+    ``context``: the criteria of the block the Include sits in. ssh never matches a ``Host``/``Match`` line of
+    a file included from a block that does not apply, so each such line becomes a ``Match`` of both.
+    """
     if depth > MAX_INCLUDE_DEPTH:
         raise UsageError(f"{path}: Include nested more than {MAX_INCLUDE_DEPTH} deep (a loop?).",
                          hint="Check the Include lines of your SSH configuration.")
@@ -110,28 +127,32 @@ def expand_includes(path: Path, *, home: Path, user_config: bool, depth: int = 0
     base = home / ".ssh" if user_config else SYSTEM_CONFIG.parent
     out: list[str] = []
     read = [path]
-    block = "Host *"
+    block = f"Match {context}" if context else "Host *"
     for line in text.splitlines():
         stripped = line.strip()
-        keyword, _, rest = re.split(r"[\s=]+", stripped, maxsplit=1)[0], "", ""
         parts = re.split(r"\s*=\s*|\s+", stripped, maxsplit=1)
         keyword = parts[0].lower() if parts else ""
         rest = parts[1] if len(parts) > 1 else ""
         if keyword in ("host", "match"):
-            block = stripped
+            own = _criteria(f"{keyword} {rest}")
+            inner_criteria = " ".join(c for c in (context, own) if c)
+            block = f"Match {inner_criteria}" if inner_criteria else "Host *"
+            out.append(block if context else line)
+            continue
         if keyword != "include":
             out.append(line)
             continue
         for pattern in _unquote(rest):
-            pattern = os.path.expanduser(pattern.replace("~", str(home), 1) if pattern.startswith("~") else pattern)
+            pattern = str(home) + pattern[1:] if pattern.startswith("~") else pattern
             full = pattern if os.path.isabs(pattern) else str(base / pattern)
             for name in sorted(glob.glob(full)):
                 if not os.path.isfile(name):
                     continue
-                inner, more = expand_includes(Path(name), home=home, user_config=user_config, depth=depth + 1)
+                inner, more = expand_includes(Path(name), home=home, user_config=user_config, depth=depth + 1,
+                                              context=_criteria(block))
                 out.append(inner)
+                out.append(block)  # back in the including block, as ssh is after each included file
                 read.extend(more)
-        out.append(block)  # back in the including block, as ssh is after the included file
     return "\n".join(out) + "\n", read
 
 
