@@ -210,7 +210,7 @@ def test_policy_in_the_manifest_and_the_budget_from_it() -> None:
     assert CheckPolicy.from_dict(json.loads(json.dumps(policy.to_dict()))) == policy
     assert budget_for(policy, GateOptions()) == Budget(profile.latency_budget_ms, "target generic-x86_64")
     assert budget_for(policy, GateOptions(budget_ms=3.0)) == Budget(3.0, "--budget-ms")
-    assert budget_for(None, GateOptions()).skip == "latency budget: the bundle carries no check policy"
+    assert budget_for(None, GateOptions()) == Budget(None)  # check adds the one NO_POLICY note instead
     assert regression_policy_for(policy, GateOptions(regression_pct=7.0)).min_slowdown_pct == 7.0
     assert regression_policy_for(None, GateOptions()) == RegressionPolicy()
     manifest = {"schema_version": 1, "name": "m", "created_at": "now", "toolkit_version": "t",

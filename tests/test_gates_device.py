@@ -200,7 +200,9 @@ def test_budget_from_the_bundle_alone(local: Device, tmp_path: Path) -> None:
     push(local, old)
     (report,) = check(local, old, runs=10, warmup=1, gates=GateOptions(baseline="none"))
     assert report.gates.passed
-    assert report.gates.skipped == (NO_POLICY, "latency budget: the bundle carries no check policy")
+    assert report.gates.skipped == (NO_POLICY,)
+    (report,) = check(local, old, runs=10, warmup=1, gates=GateOptions(baseline="none", budget_ms=0.0001))
+    assert not report.gates.passed and "exceeds the budget of 0.0001 ms (--budget-ms)" in report.gates.failures[0]
 
 
 @pytest.mark.parametrize("provider", ["CUDAExecutionProvider", "TensorrtExecutionProvider"])
