@@ -158,3 +158,25 @@ def test_frozen_device_in_a_fleet_is_reported_and_the_others_finish(fresh_ssh_de
     assert by_name["healthy"]["reports"][0]["outputs_match"]["ok"]
     assert by_name["stuck"]["ok"] is False
     assert "the device stopped answering" in by_name["stuck"]["error"], by_name["stuck"]
+
+
+def test_a_frozen_sshd_at_login_is_named_not_waited_for(fresh_ssh_device, ssh_client_key, ssh_known_hosts,  # type: ignore[no-untyped-def]
+                                                        device_env, deploy_bundle_factory, tmp_path):
+    """The whole sshd frozen, listener included: the kernel still completes the TCP handshake, no greeting."""
+    dev = fresh_ssh_device()
+    inventory = write_inventory(tmp_path / "inv.toml", [dev], python=str(device_env.python), key=ssh_client_key,
+                                known_hosts=ssh_known_hosts(dev), names=["asleep"])
+    env = {"HOME": str(tmp_path), "EDGETK_STORE": str(tmp_path / "h.sqlite")}
+    assert dev.process is not None
+    os.kill(dev.process.pid, signal.SIGSTOP)
+    try:
+        started = time.monotonic()
+        result = run_edgetk("deploy", deploy_bundle_factory(name="asleep"), "--inventory", inventory, env=env,
+                            timeout=120)
+        took = time.monotonic() - started
+    finally:
+        os.kill(dev.process.pid, signal.SIGCONT)
+    print(f"\nFIGURE frozen sshd at login: failed after {took:.1f} s")
+    assert result.code == 4, result.stderr
+    assert "the device stopped answering" in result.stderr and "no SSH greeting" in result.stderr
+    assert "Traceback" not in result.stderr and took < FROZEN_FAIL_LIMIT_S

@@ -67,6 +67,10 @@ from toolkit.errors import (
 from toolkit.types import CommandResult
 
 log = logging.getLogger(__name__)
+if not os.environ.get("EDGETK_DEBUG"):
+    # paramiko logs its own tracebacks (a banner timeout, a dead link) at ERROR; edgetk says what happened once,
+    # in plain words (--debug shows paramiko's log too)
+    logging.getLogger("paramiko").setLevel(logging.CRITICAL)
 
 USER_TIMEOUT_MS = 15_000  # unacknowledged data older than this kills the TCP connection
 KEEPALIVE_S = 5
@@ -323,6 +327,7 @@ class SshConnection:
         except DeviceError:
             self.close()
             raise
+        started_recv = stream.last_recv
         transport = _Transport(stream)
         transport.banner_timeout = timeout
         # the watchdog covers the handshake too: a device that freezes while we log in is noticed as well
@@ -343,6 +348,14 @@ class SshConnection:
             if self._stopped:
                 raise self._dropped("during the login") from None
             self.close()
+            if stream.last_recv == started_recv:  # not one byte back: a frozen sshd, or no SSH server there
+                self._lost = DeviceStopped(
+                    f"{self.name}: the device stopped answering: {opts.hostname}:{opts.port} took the TCP "
+                    f"connection but sent no SSH greeting within {timeout:.0f} s.",
+                    hint="It may be frozen or overloaded (a hung SD card, out of memory), or that port is not an "
+                    "SSH server. Re-run once it answers.",
+                )
+                raise self._lost from None
             raise DeviceUnreachable(
                 f"{self.name}: SSH to {opts.hostname}:{opts.port} failed ({type(exc).__name__}: {exc}).",
                 hint="Is it an SSH server? Check the port, the ProxyCommand if any, and the device's sshd logs.",
