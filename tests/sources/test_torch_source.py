@@ -272,3 +272,59 @@ def test_cli_converts_a_torchscript_file_with_input_shape(
     assert result.code == 0, result.stderr
     artifact = result.json()["artifacts"][0]
     assert artifact["verification"]["max_abs_error"] < 1e-4
+
+
+HF_NETS = '''
+import torch
+from transformers import BertConfig, BertForSequenceClassification
+
+
+class Classifier(torch.nn.Module):
+    """A one-layer BERT (random weights: mechanics only) that returns a SequenceClassifierOutput."""
+
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(0)
+        config = BertConfig(vocab_size=64, hidden_size=32, num_hidden_layers=1, num_attention_heads=2,
+                            intermediate_size=64, max_position_embeddings=16, num_labels=3)
+        self.model = BertForSequenceClassification(config)
+
+    def forward(self, input_ids):
+        return self.model(input_ids=input_ids)
+
+
+def make_classifier():
+    return Classifier()
+'''
+
+
+def test_exported_program_returning_a_hugging_face_model_output_loads(tmp_path: Path) -> None:
+    """torch.export.save records the ModelOutput type by name; a fresh process loads the file only once
+    transformers registered it. The toolkit does that (the load runs in a subprocess that never imported
+    transformers itself)."""
+    import subprocess
+    import sys
+
+    import torch
+
+    nets = tmp_path / "hf_nets.py"
+    nets.write_text(HF_NETS)
+    source = open_source(f"{nets}:make_classifier")
+    ids = np.arange(8, dtype=np.int64).reshape(1, 8)
+    expected = source.predict({"input_ids": ids})
+    assert len(expected) == 1 and expected[0].shape == (1, 3)  # the ModelOutput flattened to its logits
+    program = torch.export.export(source.module, (torch.from_numpy(ids),))
+    torch.export.save(program, str(tmp_path / "bert.pt2"))
+    np.save(tmp_path / "ids.npy", ids)
+    script = (
+        "import sys, numpy as np\n"
+        "from toolkit.sources import open_source\n"
+        "assert 'transformers' not in sys.modules\n"
+        f"s = open_source({str(tmp_path / 'bert.pt2')!r})\n"
+        f"out = s.predict({{'input_ids': np.load({str(tmp_path / 'ids.npy')!r})}})\n"
+        f"np.save({str(tmp_path / 'got.npy')!r}, out[0])\n"
+    )
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=600,
+                          cwd=Path(__file__).resolve().parents[2])
+    assert done.returncode == 0, done.stderr[-2000:]
+    np.testing.assert_allclose(np.load(tmp_path / "got.npy"), expected[0], rtol=1e-5, atol=1e-6)

@@ -241,13 +241,25 @@ def _open_torchscript(torch: Any, path: Path) -> TorchSource:
 
 
 def _open_exported_program(torch: Any, path: Path) -> TorchSource:
+    """``torch.export.load``. A program whose outputs are Hugging Face ``ModelOutput`` dataclasses loads only
+    once transformers has registered those types with torch's pytree (``torch.export.save`` records the type
+    by name): the load is retried after importing ``transformers.modeling_outputs``."""
+    import warnings
+
     try:
-        program = torch.export.load(str(path))
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            program = torch.export.load(str(path))
     except Exception as exc:
-        raise UsageError(
-            f"{str(path)!r} is not an ExportedProgram: {first_line(exc)}",
-            hint="Save it with torch.export.save(torch.export.export(model, args), 'model.pt2').",
-        ) from exc
+        program = _load_with_transformers_outputs(torch, path)
+        if program is None:
+            raise UsageError(
+                f"{str(path)!r} could not be loaded as an ExportedProgram: {first_line(exc)}",
+                hint="If the model returns a Hugging Face ModelOutput (a dataclass), install transformers (it "
+                "registers those output types, then the file loads) or export a wrapper whose forward returns "
+                "`model(...).to_tuple()` (tensors or a tuple). Otherwise save it with "
+                "torch.export.save(torch.export.export(model, args), 'model.pt2').",
+            ) from exc
     specs = exported_input_specs(torch, program)
     return TorchSource(
         framework="exported_program",
@@ -256,6 +268,23 @@ def _open_exported_program(torch: Any, path: Path) -> TorchSource:
         inputs=specs,
         exported_program=program,
     )
+
+
+def _load_with_transformers_outputs(torch: Any, path: Path) -> Any:
+    """The program loaded after transformers registered its ModelOutput types; None without transformers or
+    when it still fails."""
+    import warnings
+
+    try:
+        importlib.import_module("transformers.modeling_outputs")
+    except Exception:  # noqa: BLE001 - transformers absent or broken: the caller says what to do
+        return None
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            return torch.export.load(str(path))
+    except Exception:  # noqa: BLE001
+        return None
 
 
 def exported_input_specs(torch: Any, program: Any) -> tuple[TensorSpec, ...]:
