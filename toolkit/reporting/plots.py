@@ -191,8 +191,15 @@ def operator_plot(checks: Sequence[Mapping[str, Any]], *, top: int = 8) -> bytes
         for k, c in enumerate(items):
             times = {str(t.get("op_type")): float(t.get(field) or 0.0) for t in c["profile"]["by_op_type"]}
             precision = _precision_of(str(c.get("artifact")))
-            ax.barh([i + k * height for i in range(len(ops))], [times.get(op, 0.0) for op in ops], height=height,
-                    color=PRECISION_COLOURS.get(precision, "#8172b3"), label=str(c.get("artifact")))
+            colour = PRECISION_COLOURS.get(precision, "#8172b3")
+            ys = [i + k * height for i in range(len(ops))]
+            ax.barh(ys, [times.get(op, 0.0) for op in ops], height=height, color=colour, label=str(c.get("artifact")))
+            if field == "nodes":  # the nodes that stayed on the CPU kernels, hatched over their bar
+                intended = str((c.get("placement") or {}).get("intended"))
+                off = {str(t.get("op_type")): sum(n for where, n in (t.get("on") or {}).items() if where != intended)
+                       for t in c["profile"]["by_op_type"]}
+                ax.barh(ys, [off.get(op, 0) for op in ops], height=height, color="white", edgecolor=colour,
+                        hatch="///", label=f"{c.get('artifact')}: not on {intended}" if any(off.values()) else None)
         ax.set_yticks([i + height * (len(items) - 1) / 2 for i in range(len(ops))])
         ax.set_yticklabels(ops, fontsize=8)
         ax.set_xlabel(unit)
