@@ -380,3 +380,17 @@ def test_include_inside_a_host_block_keeps_that_block(home):  # type: ignore[no-
     assert (g["hostname"], g["port"], g["user"]) == ("10.1.1.1", "2201", "from-glob")
     g = _ssh_g(side, "b")
     assert (g["hostname"], g["port"], g["user"]) == ("b", "22", "star")
+
+
+def test_global_known_hosts_file_is_read_and_never_written(home, ssh_devices, ssh_client_key):  # type: ignore[no-untyped-def]
+    (dev,) = ssh_devices(1)
+    shared = home / "fleet_known_hosts"  # what an admin puts in /etc/ssh/ssh_known_hosts
+    shared.write_text(dev.known_hosts_line())
+    mine = home / "mine"
+    config = home / ".ssh" / "config"
+    config.write_text(f"Host fleet\n  HostName 127.0.0.1\n  Port {dev.port}\n  User {dev.user}\n"
+                      f"  IdentityFile {ssh_client_key}\n  UserKnownHostsFile {mine}\n"
+                      f"  GlobalKnownHostsFile {shared}\n")
+    assert _whoami("fleet") == dev.user
+    assert not mine.exists() and shared.read_text() == dev.known_hosts_line()
+    assert _ssh(config, "fleet", "-o", "StrictHostKeyChecking=yes", "id", "-un").stdout.strip() == dev.user
