@@ -182,3 +182,11 @@ def test_device_error_prints_the_document_and_the_plain_error(deploy_bundle_fact
     assert plain.exit_code == 4 and "FAILED" in plain.stdout and entry["error"] in plain.stderr
     assert api.deploy(bundle, devices=[spec], known_hosts=tmp_path / "known_hosts",
                       progress_stream=None).to_dict() == doc
+
+
+def test_every_command_shows_its_help() -> None:
+    for path in sorted(FRONT_DOOR):
+        result = _invoke(*path, "--help")
+        assert result.exit_code == 0, (path, result.stderr)
+        assert result.stdout.startswith("Usage: ") and " ".join(path) in result.stdout.splitlines()[0], path
+        assert "--json" in result.stdout, path
