@@ -133,6 +133,7 @@ def _start(options: ConvertOptions, policy: Policy, source: SourceModel, plan: P
     progress(f"float reference on {len(data.heldout)} held-out samples")
     try:
         reference = verify.run_all(source.predict, data.heldout.feeds)
+        recurrent = verify.recurrent_run(source.predict, data.heldout.feeds, source.inputs, source.outputs)
     except ToolkitError:
         raise
     except Exception as exc:
@@ -145,7 +146,7 @@ def _start(options: ConvertOptions, policy: Policy, source: SourceModel, plan: P
         source=source, data=data, reference=reference, policy=policy, scratch=scratch,
         dynamic_batch=options.dynamic_batch, builds=cache.build_dir(options, policy, data), progress=progress,
         task=verify.choose_task(options.task, data.task), metric=verify.load_metric(options.metric) if options.metric else None,
-        attempts=list(plan.skipped),
+        recurrent=recurrent, attempts=list(plan.skipped),
     )
 
 

@@ -20,13 +20,14 @@ import numpy as np
 from toolkit.types import Verification
 from toolkit.verification.outputs import VerificationResult, failures_of, verify_outputs
 from toolkit.verification.records import SliceCheck
+from toolkit.verification.sequence import RecurrentRun, StatePair, recurrent_run, run_steps, state_pairs
 from toolkit.verification.tasks import Task, TaskChoice, choose_task, parse_task
 from toolkit.verification.tolerance import Tolerance
 from toolkit.verification.user_metric import UserMetric
 from toolkit.verification.user_metric import load as load_metric
 
-__all__ = ["Outputs", "Task", "TaskChoice", "Tolerance", "UserMetric", "VerificationResult", "choose_task", "compare", "failures_of", "golden_slices", "is_classifier",
-           "load_metric", "median_latency_ms", "parse_task", "run_all", "tolerance_failures", "verify_outputs"]
+__all__ = ["Outputs", "RecurrentRun", "StatePair", "Task", "TaskChoice", "Tolerance", "UserMetric", "VerificationResult", "choose_task", "compare", "failures_of", "golden_slices", "is_classifier",
+           "load_metric", "median_latency_ms", "parse_task", "recurrent_run", "run_all", "run_steps", "state_pairs", "tolerance_failures", "verify_outputs"]
 
 Outputs = list[np.ndarray]
 

@@ -131,6 +131,7 @@ class ConvertRun:
     progress: Progress = lambda message: None
     task: verify.Task | verify.TaskChoice | None = None  # --task or dataset.toml; None: inferred (the manifest says how)
     metric: verify.UserMetric | None = None  # --metric, gating like the built-in metrics
+    recurrent: verify.RecurrentRun | None = None  # state pairs + the float model's sequence run (step models)
     fp32_latency: dict[str, float] = field(default_factory=dict)
     fp32: dict[str, Candidate | Failure] = field(default_factory=dict)  # per format: its fp32 outcome
     attempts: list[Attempt] = field(default_factory=list)
@@ -275,9 +276,11 @@ def build_and_verify(run: ConvertRun, recipe: Recipe, *, explicit: bool) -> Cand
 
         try:
             outputs = verify.run_all(infer, data.heldout.feeds)
+            recurrent = (run.recurrent.with_candidate(verify.run_steps(infer, data.heldout.feeds, run.recurrent.pairs))
+                         if run.recurrent else None)  # a step model: also over one sequence, its state fed back
             verdict = verify.verify_outputs(
                 run.reference, outputs, tolerance=policy.tolerance, task=run.task, labels=data.heldout.labels,
-                metric=run.metric, output_names=[s.name for s in source.outputs],
+                metric=run.metric, output_names=[s.name for s in source.outputs], recurrent=recurrent,
             )
             latency = verify.median_latency_ms(infer, data.heldout.feeds[0])
             runtime = session.runtime

@@ -47,12 +47,12 @@ def _shapes(request: ConversionRequest) -> dict[str, tuple[int | None, ...]]:
 def _rename_io(model: Any, inputs: list[str], outputs: list[str]) -> None:
     """Give graph inputs/outputs the source's names (tf2onnx appends ``:0`` or keeps ``Identity`` names)."""
     renames: dict[str, str] = {}
-    for value, name in zip(model.graph.input, inputs):
-        if value.name != name:
-            renames[value.name] = name
-    for value, name in zip(model.graph.output, outputs):
-        if value.name != name:
-            renames[value.name] = name
+    for values, names in ((model.graph.input, inputs), (model.graph.output, outputs)):
+        if {v.name for v in values} == set(names):
+            continue  # already the source's names, maybe in another order (tf2onnx sorts a dict's keys)
+        for value, name in zip(values, names):
+            if value.name != name:
+                renames[value.name] = name
     if not renames:
         return
     taken = {v.name for v in model.graph.value_info} | {n for node in model.graph.node for n in node.output}

@@ -19,6 +19,7 @@ import numpy as np
 from toolkit.types import Verification
 from toolkit.verification import dense, detection, segmentation, slices
 from toolkit.verification.records import OutputMetrics, SliceMetrics
+from toolkit.verification.sequence import RecurrentRun
 from toolkit.verification.tasks import Task, TaskChoice, infer_task, parse_task
 from toolkit.verification.tolerance import Tolerance
 from toolkit.verification.user_metric import UserMetric, evaluate
@@ -88,11 +89,14 @@ def verify_outputs(
     metric: UserMetric | None = None,
     output_names: Sequence[str] = (),
     score_threshold: float | None = None,
+    recurrent: RecurrentRun | None = None,
 ) -> VerificationResult:
     """Metrics of ``candidate`` (one list of outputs per sample) against ``reference`` (the float model's).
 
     ``task`` None infers it from the float outputs (the manifest says how it was chosen); ``labels`` are the
-    eval data's ``y`` (one class per sample); ``metric`` a loaded ``--metric`` that gates as well.
+    eval data's ``y`` (one class per sample); ``metric`` a loaded ``--metric`` that gates as well;
+    ``recurrent`` the float and artifact outputs over the held-out samples run as one sequence with the
+    state fed back (a step model), judged by their relative error.
     """
     if len(reference) != len(candidate):
         raise ValueError(f"{len(candidate)} samples of artifact outputs for {len(reference)} float ones")
@@ -120,7 +124,13 @@ def verify_outputs(
         choice = task
     else:
         chosen = parse_task(task)
-        choice = TaskChoice(chosen, task_source or "--task") if chosen is not None else infer_task(ref, names)
+        if chosen is not None:
+            choice = TaskChoice(chosen, task_source or "--task")
+        elif recurrent is not None:
+            choice = TaskChoice(Task.RECURRENT, "inferred: state fed back ("
+                                + ", ".join(p.label(names) for p in recurrent.pairs) + ")")
+        else:
+            choice = infer_task(ref, names)
     vacuous: list[str] = []
     task_metrics: dict[str, Any] = {}
     top1 = accuracy = reference_accuracy = None
@@ -137,6 +147,11 @@ def verify_outputs(
         top1 = task_metrics.get("top1_agreement")
         accuracy = task_metrics.get("accuracy")
         reference_accuracy = task_metrics.get("reference_accuracy")
+    if recurrent is not None and recurrent.candidate is not None and finite:
+        task_metrics.update(_sequence_metrics(recurrent, names, ref, act))
+    elif choice.task is Task.RECURRENT:
+        vacuous.append("--task recurrent, but no input takes an output back (a state input and output of one "
+                       "shape, named state/hidden/cell/h/c): pass --metric for this model")
     user = evaluate(metric, ref, act, labels) if metric is not None and count else None
 
     verification = Verification(
@@ -195,6 +210,10 @@ def failures_of(verification: Verification, tolerance: Tolerance) -> list[str]:
         for key, value in m.items():
             if key.endswith("mean_cosine") and isinstance(value, (int, float)) and value < tolerance.min_cosine:
                 reasons.append(f"{key.replace('mean_cosine', 'mean per-vector cosine')} {value:.4f} < {tolerance.min_cosine}")
+    sequence_error = m.get("sequence_relative_error")
+    if isinstance(sequence_error, (int, float)) and sequence_error > tolerance.max_relative_error:
+        reasons.append(f"relative error {sequence_error:.4f} over {m.get('sequence_steps')} steps with the state "
+                       f"fed back ({m.get('sequence_state')}) > {tolerance.max_relative_error}")
     if v.task in (Task.EMBEDDING, Task.REGRESSION):
         for key, value in m.items():
             if key.endswith("relative_error") and isinstance(value, (int, float)) and value > tolerance.max_relative_error:
@@ -223,6 +242,24 @@ def _worst(per_output: Sequence[OutputMetrics]) -> str | None:
                 best = (key, f"{part.name}: max error {part.max_abs_error:.4g} ({ratio:.1%} of its float range "
                              f"{part.float_range:.4g})")
     return best[1] if best else None
+
+
+def _sequence_metrics(recurrent: RecurrentRun, names: Sequence[str], ref: list[np.ndarray],
+                      act: list[np.ndarray]) -> dict[str, Any]:
+    """Relative error of every output over the sequence (state fed back), its last quarter, and the same
+    outputs on independent steps for contrast."""
+    assert recurrent.candidate is not None
+    count = len(ref)
+    seq_ref = _stack(recurrent.reference, count)
+    seq_act = _stack(recurrent.candidate, count, [r.shape[1:] for r in seq_ref])
+    steps = seq_ref[0].shape[0] if seq_ref else 0
+    tail = max(1, steps // 4)
+    whole = max(dense.relative_error(r, a) for r, a in zip(seq_ref, seq_act))
+    last = max(dense.relative_error(r[-tail:], a[-tail:]) for r, a in zip(seq_ref, seq_act))
+    independent = max(dense.relative_error(r, a) for r, a in zip(ref, act))
+    return {"sequence_steps": steps, "sequence_state": ", ".join(p.label(names) for p in recurrent.pairs),
+            "sequence_relative_error": whole, "sequence_relative_error_last_quarter": last,
+            "step_relative_error_without_feedback": independent}
 
 
 def _task_metrics(task: Task, ref: list[np.ndarray], act: list[np.ndarray], names: Sequence[str],

@@ -23,6 +23,7 @@ class Task(StrEnum):
     SEGMENTATION = "segmentation"
     EMBEDDING = "embedding"
     REGRESSION = "regression"
+    RECURRENT = "recurrent"  # a step model whose state outputs feed its state inputs
     GENERIC = "generic"  # unknown: error, cosine and per-slice metrics only
 
 
