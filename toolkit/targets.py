@@ -453,7 +453,7 @@ def _build(data: Mapping[str, Any], lineage: tuple[_Raw, ...]) -> TargetProfile:
         recipes=recipes,
         threads=profile.threads,
         latency_budget_ms=float(profile.latency_budget_ms),
-        tolerance=Tolerance(float(profile.tolerance.max_top1_drop), float(profile.tolerance.min_cosine)),
+        tolerance=Tolerance.from_dict({k: v for k, v in profile.tolerance.model_dump().items() if v is not None}),
         fallback=fallback,
         edgetpu=edgetpu,
         origin=top.origin,

@@ -62,6 +62,16 @@ class Cpu(Table):
 class Tolerance(Table):
     max_top1_drop: Annotated[Number, within(0, 1, "a fraction in", "0.01 means one percentage point of top-1.")]
     min_cosine: Annotated[Number, within(-1, 1, "within", "A cosine similarity such as 0.99.")]
+    # optional: the other limits of toolkit.verification.tolerance.Tolerance (docs/verification.md)
+    max_slice_error: Annotated[Number, within(
+        0, 1, "a fraction in", "0.25: a slice may err by a quarter of its float range.")] | None = None
+    min_recall: Annotated[Number, within(0, 1, "a fraction in", "0.9: detections found vs the float model's.")] | None = None
+    min_precision: Annotated[Number, within(
+        0, 1, "a fraction in", "0.9: detections matched to the float model's.")] | None = None
+    min_mask_iou: Annotated[Number, within(0, 1, "a fraction in", "0.9: mask IoU vs the float model's.")] | None = None
+    max_relative_error: Annotated[Number, checked(
+        lambda v: v >= 0, lambda v: f"must be >= 0 (got {v})", "e.g. max_relative_error = 0.15.")] | None = None
+    min_samples: Annotated[Int, at_least(1, "The fewest eval samples a verdict is drawn from, e.g. 5.")] | None = None
 
 
 class RuntimeEntry(Table):
