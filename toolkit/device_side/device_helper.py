@@ -748,28 +748,57 @@ def load_verified(name, token, version):
 NUMPY_CHECK = "import importlib.util, sys; sys.exit(0 if importlib.util.find_spec('numpy') else 1)"
 
 
+NUMPY_OK = os.path.join(BASE, "helper", "numpy-ok.json")  # Pythons seen with numpy (only positives are kept)
+
+
+def _numpy_ok_list():
+    try:
+        with open(NUMPY_OK) as handle:
+            data = json.load(handle)
+        return data if isinstance(data, list) else []
+    except (OSError, IOError, ValueError):
+        return []
+
+
 def start_numpy_check(python):
     """Whether the runner's Python has numpy, asked in a child started now and read at the end of begin (so it
-    overlaps the lock and the hashing); None when that Python does not start."""
+    overlaps the lock and the hashing); None when that Python does not start. A Python once seen with numpy is
+    not asked again (a Python that lacks it is asked every time, so a later `edgetk devices setup` shows)."""
     import subprocess
 
     python = python or read_config_python() or "python3"
+    found = shutil.which(python) if os.sep not in python else python
+    key = os.path.realpath(found) if found else None
+    if key and key in _numpy_ok_list():
+        return python, key, None
     try:
         null = open(os.devnull, "wb")
-        return python, subprocess.Popen([python, "-c", NUMPY_CHECK], stdout=null, stderr=null)
+        return python, key, subprocess.Popen([python, "-c", NUMPY_CHECK], stdout=null, stderr=null)
     except (OSError, IOError):
-        return python, None
+        return python, key, False
 
 
 def finish_numpy_check(started):
-    python, proc = started
+    python, key, proc = started
     if proc is None:
+        return {"runner_python": python, "numpy": True}
+    if proc is False:
         return {"runner_python": python, "numpy": None}
     try:
         code = proc.wait(timeout=30)
     except Exception:
         proc.kill()
         code = None
+    if code == 0 and key:
+        try:
+            seen = _numpy_ok_list()[-20:] + [key]
+            tmp = "%s.%d" % (NUMPY_OK, os.getpid())
+            makedirs(os.path.dirname(NUMPY_OK))
+            with open(tmp, "w") as handle:
+                json.dump(seen, handle)
+            os.replace(tmp, NUMPY_OK)
+        except (OSError, IOError):
+            pass
     return {"runner_python": python, "numpy": None if code is None else code == 0}
 
 
