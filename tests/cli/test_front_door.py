@@ -46,16 +46,20 @@ FRONT_DOOR: dict[tuple[str, ...], tuple[str, dict[str, str | None]]] = {
 
 
 def _command(path: tuple[str, ...]) -> click.Command:
-    command: click.Command = cli
+    command: click.Command | None = cli
     for name in path:
         assert isinstance(command, click.Group)
-        command = command.commands[name]
+        command = command.get_command(click.Context(command), name)
+    assert command is not None, path
     return command
 
 
 def _paths(group: click.Group, prefix: tuple[str, ...] = ()) -> set[tuple[str, ...]]:
     out: set[tuple[str, ...]] = set()
-    for name, command in group.commands.items():
+    ctx = click.Context(group)
+    for name in group.list_commands(ctx):
+        command = group.get_command(ctx, name)
+        assert command is not None, name
         if isinstance(command, click.Group):
             out |= _paths(command, (*prefix, name))
         if not isinstance(command, click.Group) or command.invoke_without_command:

@@ -24,28 +24,72 @@ from toolkit.__about__ import __version__
 from toolkit.cli._output import EMITTED, WANTS_JSON, emit, error_document
 from toolkit.errors import ToolkitError
 
-# (module under toolkit.cli, attribute): each attribute is a click command or group added to `edgetk`.
-COMMANDS: tuple[tuple[str, str], ...] = (
-    ("convert_cmd", "convert"),
-    ("inspect_cmd", "inspect"),
-    ("targets_cmd", "targets"),
-    ("deploy_cmd", "deploy"),
-    ("deploy_cmd", "check"),
-    ("deploy_cmd", "rollback"),
-    ("deploy_cmd", "status"),
-    ("deploy_cmd", "remove"),
-    ("devices_cmd", "devices"),
-    ("history_cmd", "history"),
-    ("export_cmd", "export"),
-    ("run_cmd", "run"),
-    ("run_cmd", "quickstart"),
-    ("report_cmd", "report"),
-    ("optimize_cmd", "optimize"),
+# (module under toolkit.cli, command name = the module's attribute, the one-line summary `edgetk --help` shows).
+# Command modules load only when their command runs or shows its own help, so `edgetk --help` imports none of
+# them; tests/cli/test_startup.py checks that each summary is the command's own (its docstring's first sentence).
+COMMANDS: tuple[tuple[str, str, str], ...] = (
+    ("convert_cmd", "convert", "Convert SOURCE (Keras, SavedModel, ONNX, TFLite, PyTorch) into a verified bundle."),
+    ("inspect_cmd", "inspect", "Inputs, outputs, quantization, operator counts and size of a .tflite, .onnx or "
+                               "bundle."),
+    ("targets_cmd", "targets", "Device profiles: what each target runs best (recipes, runtimes, budget, tolerance)."),
+    ("deploy_cmd", "deploy", "Push BUNDLE to devices, verify every file there, and make it current (keeps the last 3 "
+                             "versions)."),
+    ("deploy_cmd", "check", "Run the deployed BUNDLE on devices: latency, memory, outputs; gate on budget and "
+                            "regression."),
+    ("deploy_cmd", "rollback", "Switch bundle NAME back to its previous installed version (verified first)."),
+    ("deploy_cmd", "status", "Which bundles and versions are installed on each device, and which version is current."),
+    ("deploy_cmd", "remove", "Delete bundle NAME (every version) from devices."),
+    ("devices_cmd", "devices", "Inspect devices and set up their runtimes."),
+    ("history_cmd", "history", "List stored checks (who ran them, where), and the p50 trend per device, bundle and "
+                               "artifact."),
+    ("export_cmd", "export", "Package BUNDLE for another delivery system: a Mender artifact (install the Update "
+                             "Module written next to it on each device once, as /usr/share/mender/modules/v3/edgetk)."),
+    ("run_cmd", "run", "Convert SOURCE, deploy the bundle to the devices and check it there, in one go."),
+    ("run_cmd", "quickstart", "The whole job on this machine, nothing to bring: a small digits model, trained once "
+                              "and cached, is converted for this machine's target profile, deployed to `local` and "
+                              "checked there."),
+    ("report_cmd", "report", "Tables and plots for a bundle (host and device measurements) or for the whole check "
+                             "history."),
+    ("optimize_cmd", "optimize", "Compress SOURCE (a Keras 3 file or a PyTorch model) and write it to --out in the "
+                                 "same format."),
 )
+_MODULE = {name: module for module, name, _ in COMMANDS}
+_SUMMARY = {name: summary for _, name, summary in COMMANDS}
+
+
+def _shorten(text: str, limit: int) -> str:
+    """``text`` cut at a word boundary to ``limit`` characters, with "..." when cut (as click shortens help)."""
+    if len(text) <= limit:
+        return text
+    return text[: max(limit - 3, 1)].rsplit(" ", 1)[0].rstrip(",;:") + "..."
 
 
 class _Group(click.Group):
-    """Turns ToolkitError into one plain message and its exit code; with ``--json`` also into one document."""
+    """Loads each command's module on first use; turns ToolkitError into one plain message and its exit code,
+    with ``--json`` also into one document."""
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted({*self.commands, *_MODULE})
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        if cmd_name not in self.commands and cmd_name in _MODULE:
+            module = importlib.import_module(f"toolkit.cli.{_MODULE[cmd_name]}")
+            self.add_command(getattr(module, cmd_name), cmd_name)
+        return self.commands.get(cmd_name)
+
+    def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        """The command list from the summaries in COMMANDS, without importing a command module."""
+        names = self.list_commands(ctx)
+        limit = formatter.width - 6 - max(len(n) for n in names)
+        rows = []
+        for name in names:
+            summary = _SUMMARY.get(name)
+            if summary is None:  # a command added with add_command, not in the table
+                command = self.get_command(ctx, name)
+                summary = command.get_short_help_str(limit) if command is not None else ""
+            rows.append((name, _shorten(summary, limit)))
+        with formatter.section("Commands"):
+            formatter.write_dl(rows)
 
     def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
         ctx.meta[WANTS_JSON] = "--json" in args[: args.index("--")] if "--" in args else "--json" in args
@@ -107,15 +151,6 @@ def cli(ctx: click.Context, debug: bool) -> None:
     logging.basicConfig(
         level=logging.DEBUG if debug else logging.WARNING, format="%(levelname)s %(name)s: %(message)s"
     )
-
-
-def _register() -> None:
-    for module_name, attribute in COMMANDS:
-        module = importlib.import_module(f"toolkit.cli.{module_name}")
-        cli.add_command(getattr(module, attribute))
-
-
-_register()
 
 
 def main(argv: Sequence[str] | None = None) -> None:
