@@ -320,3 +320,24 @@ def test_throughput_floor_from_a_profile_gates_the_measured_curve(
     (unmeasured,) = parse_runner_output(json.dumps(plain), device="here", artifacts=["model.fp32.onnx"])
     failure, skip = judge_throughput(unmeasured, floor)
     assert failure is None and skip and "--throughput" in skip
+
+
+def test_tensorrt_engine_cache_directory_lands_on_the_device(device_env: DeviceEnv, tmp_path: Path) -> None:
+    """The provider options a TensorRT artifact carries (the Jetson profiles': trt_engine_cache_path = "trt_cache")
+    become a directory under the runner's cache on the device. Only the path handling can run here: the CPU-only
+    wheel has no TensorRT provider, so no engine is built."""
+    runner_dir = REPO / "toolkit" / "device_side"
+    code = (
+        "import json, sys; sys.path.insert(0, sys.argv[1]); import edgetk_runner as r\n"
+        "p, o, missing = r.select_providers(['TensorrtExecutionProvider', 'CPUExecutionProvider'],\n"
+        "    ['TensorrtExecutionProvider', 'CPUExecutionProvider'],\n"
+        "    {'TensorrtExecutionProvider': {'trt_engine_cache_enable': True, 'trt_engine_cache_path': 'trt_cache'}})\n"
+        "print(json.dumps(r.device_provider_options(p, o, sys.argv[2])))\n"
+    )
+    proc = subprocess.run([str(device_env.python), "-c", code, str(runner_dir), str(tmp_path / "cache" / "abc")],
+                          capture_output=True, text=True, timeout=60, check=False)
+    assert proc.returncode == 0, proc.stderr
+    trt, cpu = json.loads(proc.stdout)
+    assert trt["trt_engine_cache_path"] == str(tmp_path / "cache" / "abc" / "trt_cache")
+    assert (tmp_path / "cache" / "abc" / "trt_cache").is_dir() and trt["trt_engine_cache_enable"] == "true"
+    assert cpu == {}
