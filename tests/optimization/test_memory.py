@@ -86,3 +86,16 @@ def test_checkpointing_leaves_the_model_as_it_was() -> None:
     assert not any("forward" in vars(b) for b in encoder.layers)  # the class's forward again
     with pytest.raises(UsageError, match="no repeated blocks"), activation_checkpointing(torch.nn.Linear(2, 2)):
         pass
+
+
+def test_a_model_without_repeated_blocks_is_refused_by_name(digits_torch, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """The digits CNN is four layers called one by one in forward: nothing to checkpoint, and edgetk says so
+    rather than training without it."""
+    from toolkit.errors import UsageError
+    from toolkit.optimization import optimize
+
+    with pytest.raises(UsageError, match="no repeated blocks in DigitsNet") as refused:
+        optimize(digits_torch.factory, prune=0.5, train_data=digits_torch.train, epochs=1,
+                 checkpoint_activations=True, out=tmp_path / "ckpt.pt")
+    assert "--checkpoint-activations" in (refused.value.hint or "")
+    assert not (tmp_path / "ckpt.pt").exists()
