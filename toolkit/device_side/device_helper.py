@@ -768,7 +768,8 @@ def start_numpy_check(python):
 
     python = python or read_config_python() or "python3"
     found = shutil.which(python) if os.sep not in python else python
-    key = os.path.realpath(found) if found else None
+    # the path as named, not resolved: a venv's python is a link to the base interpreter, with other packages
+    key = os.path.abspath(found) if found else None
     if key and key in _numpy_ok_list():
         return python, key, None
     try:
