@@ -26,8 +26,10 @@ from toolkit.verification.tolerance import Tolerance
 from toolkit.verification.user_metric import UserMetric
 from toolkit.verification.user_metric import load as load_metric
 
-__all__ = ["Outputs", "RecurrentRun", "StatePair", "Task", "TaskChoice", "Tolerance", "UserMetric", "VerificationResult", "choose_task", "compare", "failures_of", "golden_slices", "is_classifier",
-           "load_metric", "median_latency_ms", "parse_task", "recurrent_run", "run_all", "run_steps", "state_pairs", "tolerance_failures", "verify_outputs"]
+__all__ = ["Outputs", "RecurrentRun", "StatePair", "Task", "TaskChoice", "Tolerance", "UserMetric",
+           "VerificationResult", "choose_task", "compare", "failures_of", "golden_slices", "is_classifier",
+           "load_metric", "median_latency_ms", "parse_task", "recurrent_run", "run_all", "run_steps",
+           "state_pairs", "tolerance_failures", "verify_outputs"]
 
 Outputs = list[np.ndarray]
 

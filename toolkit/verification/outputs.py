@@ -49,7 +49,8 @@ class VerificationResult:
         return self.verification.worst
 
 
-def _stack(per_sample: Sequence[Outputs], count: int, shapes: Sequence[tuple[int, ...]] | None = None) -> list[np.ndarray]:
+def _stack(per_sample: Sequence[Outputs], count: int,
+           shapes: Sequence[tuple[int, ...]] | None = None) -> list[np.ndarray]:
     stacked = []
     for k in range(count):
         arrays = [np.asarray(outs[k]) for outs in per_sample]
@@ -209,14 +210,16 @@ def failures_of(verification: Verification, tolerance: Tolerance) -> list[str]:
     if v.task == Task.EMBEDDING:
         for key, value in m.items():
             if key.endswith("mean_cosine") and isinstance(value, (int, float)) and value < tolerance.min_cosine:
-                reasons.append(f"{key.replace('mean_cosine', 'mean per-vector cosine')} {value:.4f} < {tolerance.min_cosine}")
+                what = key.replace("mean_cosine", "mean per-vector cosine")
+                reasons.append(f"{what} {value:.4f} < {tolerance.min_cosine}")
     sequence_error = m.get("sequence_relative_error")
     if isinstance(sequence_error, (int, float)) and sequence_error > tolerance.max_relative_error:
         reasons.append(f"relative error {sequence_error:.4f} over {m.get('sequence_steps')} steps with the state "
                        f"fed back ({m.get('sequence_state')}) > {tolerance.max_relative_error}")
     if v.task in (Task.EMBEDDING, Task.REGRESSION):
         for key, value in m.items():
-            if key.endswith("relative_error") and isinstance(value, (int, float)) and value > tolerance.max_relative_error:
+            if key.endswith("relative_error") and isinstance(value, (int, float)) \
+                    and value > tolerance.max_relative_error:
                 reasons.append(f"{key.replace('_', ' ')} {value:.4f} > {tolerance.max_relative_error}")
     for out in v.outputs:
         for part in out.slices:

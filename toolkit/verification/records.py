@@ -35,6 +35,15 @@ def _float(data: Mapping[str, Any], key: str, where: str) -> float:
     return float(value)
 
 
+def _ratio(error: float, float_range: float) -> float:
+    """``error`` as a fraction of ``float_range`` (0 for a constant slice matched exactly, inf otherwise)."""
+    if not math.isfinite(error):
+        return float("nan")
+    if float_range > 0:
+        return error / float_range
+    return 0.0 if error == 0 else float("inf")
+
+
 def runs_of(indices: list[int] | tuple[int, ...]) -> tuple[tuple[int, int], ...]:
     """Sorted indices as half-open runs: ``[0, 1, 2, 5]`` -> ``((0, 3), (5, 6))``."""
     runs: list[tuple[int, int]] = []
@@ -68,9 +77,7 @@ class SliceMetrics:
     @property
     def max_error_ratio(self) -> float:
         """The worst absolute error as a fraction of the slice's float range (what the tolerance limits)."""
-        if not math.isfinite(self.max_abs_error):
-            return float("nan")
-        return self.max_abs_error / self.float_range if self.float_range > 0 else (0.0 if self.max_abs_error == 0 else float("inf"))
+        return _ratio(self.max_abs_error, self.float_range)
 
     def to_dict(self) -> dict[str, Any]:
         return {"name": self.name, "axis": self.axis, "runs": [list(r) for r in self.runs],
@@ -99,9 +106,7 @@ class OutputMetrics:
 
     @property
     def max_error_ratio(self) -> float:
-        if not math.isfinite(self.max_abs_error):
-            return float("nan")
-        return self.max_abs_error / self.float_range if self.float_range > 0 else (0.0 if self.max_abs_error == 0 else float("inf"))
+        return _ratio(self.max_abs_error, self.float_range)
 
     def worst_slice(self) -> SliceMetrics | None:
         if not self.slices:

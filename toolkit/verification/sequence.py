@@ -55,8 +55,9 @@ def recurrent_run(run: Callable[[Mapping[str, np.ndarray]], Sequence[np.ndarray]
 
 
 def state_pairs(inputs: Sequence[TensorSpec], outputs: Sequence[TensorSpec]) -> tuple[StatePair, ...]:
-    """Inputs that take an output back: same shape (dynamic dimensions match any) and float dtype, and a name that says state (or
-    the only output of that shape besides the model's other outputs). None for a model with one input."""
+    """Inputs that take an output back: same shape (dynamic dimensions match any) and float dtype, the input
+    named like a state (state, hidden, cell, h0, ...) and the output either so named or the only one of that
+    shape. Empty for a model with one input."""
     if len(inputs) < 2 or len(outputs) < 2:
         return ()
     pairs: list[StatePair] = []

@@ -17,7 +17,8 @@ from typing import Any
 
 from toolkit.errors import UsageError
 
-HINT = "Pass --metric path/to/file.py:function, where function(reference, artifact, labels) returns {name: value, 'ok': bool}."
+HINT = ("Pass --metric path/to/file.py:function, where function(reference, artifact, labels) returns "
+        "{name: value, 'ok': bool}.")
 
 
 @dataclass(frozen=True)
@@ -64,7 +65,8 @@ def evaluate(metric: UserMetric, reference: Sequence[Any], artifact: Sequence[An
         raw = metric.fn(list(reference), list(artifact), labels)
     except Exception as exc:
         raise UsageError(f"--metric {metric.spec}: the function raised {type(exc).__name__}: {exc}.",
-                         hint="Fix the metric; it gets lists of [samples, ...] arrays per output and the labels.") from None
+                         hint="Fix the metric; it gets lists of [samples, ...] arrays per output and the "
+                         "labels.") from None
     if not isinstance(raw, Mapping) or not isinstance(raw.get("ok"), bool):
         raise UsageError(f"--metric {metric.spec}: the function returned {type(raw).__name__}, not a mapping with "
                          "a bool under 'ok'.", hint=HINT)
