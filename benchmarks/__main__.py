@@ -14,7 +14,7 @@ import traceback
 
 from benchmarks.common import DOC, log, table, update_doc
 
-SECTIONS = ("convert", "torch_routes", "deploy", "runner", "optimize", "startup")
+SECTIONS = ("convert", "torch_routes", "deploy", "runner", "optimize", "startup", "fleet")
 HEADLINES = DOC.with_suffix(".json")
 
 

@@ -75,7 +75,8 @@ def test_check_status_inspect_and_rollback_errors(checked_bundle):
     second = checked_bundle.second
     assert second.passed and second.exit_code == 0
     assert {r.artifact for r in second.reports} == {"model.fp32.tflite", "model.int8.tflite"}
-    assert set(second.to_dict()) == {"passed", "devices"}
+    assert set(second.to_dict()) == {"passed", "devices", "store"}  # store: where the reports went
+    assert second.to_dict()["store"]["ok"] and second.to_dict()["store"]["recorded"] == 2
 
     info = api.inspect(checked_bundle.bundle)
     assert isinstance(info, api.BundleInspection)

@@ -112,13 +112,16 @@ def test_deploy_and_check_through_an_ansible_inventory(form, ssh_devices, ssh_cl
         path.write_text(f"all:\n  children:\n    lab:\n      hosts:\n{hosts}      vars:\n{lab_vars}"
                         "    other:\n      hosts:\n        d9:\n          ansible_port: 9\n")
     env = {"HOME": str(tmp_path), "EDGETK_STORE": str(tmp_path / "h.sqlite")}
-    result = run_edgetk("deploy", tiny_deploy_bundle, "--inventory", path, "--group", "lab", "--check",
+    group = ("--group", "lab") if form == "ini" else ("--limit", "lab")
+    result = run_edgetk("deploy", tiny_deploy_bundle, "--inventory", path, *group, "--check", "--waves", "1,100%",
                         "--runs", "3", "--budget-ms", "100000", "--baseline", "none", "--json", env=env)
     assert result.code == 0, result.stderr
     doc = result.json()
     assert [d["device"] for d in doc["devices"]] == ["d0", "d1"]
     assert all(d["reports"][0]["outputs_match"]["ok"] for d in doc["devices"])
-    status = run_edgetk("status", "--inventory", path, "--device", "d1", "--json", env=env)
+    assert [w["devices"] for w in doc["rollout"]["waves"]] == [["d0"], ["d1"]] and doc["rollout"]["stopped"] is None
+    assert "wave 2: 1 device(s), 0 failed" in result.stderr
+    status = run_edgetk("status", "--inventory", path, "--limit", "lab:!d0", "--json", env=env)
     assert status.code == 0, status.stderr
     (only,) = status.json()["devices"]
     assert only["device"] == "d1" and "tiny" in only["bundles"]

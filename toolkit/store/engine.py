@@ -43,6 +43,13 @@ def store_error(location: StoreLocation, exc: BaseException) -> UsageError | Sto
             f"Cannot open the check history {location.display} ({reason}).",
             hint="Pass --store PATH (or set EDGETK_STORE) to a writable file.",
         )
+    from sqlalchemy.exc import DBAPIError, OperationalError
+
+    if isinstance(exc, DBAPIError) and not isinstance(exc, OperationalError) and not exc.connection_invalidated:
+        return StoreUnavailable(  # reached, but it refused the statement (permissions, a foreign schema)
+            f"The check history at {location.display} refused the write or read ({reason}).",
+            hint="Check that the login may create and write tables in that database.",
+        )
     return StoreUnavailable(
         f"The check history at {location.display} is unavailable ({reason}).",
         hint="Start the database or fix the URL and login (password from PGPASSWORD or ~/.pgpass); with "

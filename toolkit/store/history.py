@@ -72,6 +72,19 @@ class StoredCheck:
         }
 
 
+def _insert_ignoring_duplicates(dialect: str) -> Any:
+    """INSERT ... ON CONFLICT (check_id) DO NOTHING, in the dialect's own words."""
+    from toolkit.store.schema import checks
+
+    if dialect == "postgresql":
+        from sqlalchemy.dialects.postgresql import insert as pg_insert
+
+        return pg_insert(checks).on_conflict_do_nothing(index_elements=["check_id"])
+    from sqlalchemy.dialects.sqlite import insert as sqlite_insert
+
+    return sqlite_insert(checks).on_conflict_do_nothing(index_elements=["check_id"])
+
+
 class Store:
     """The history at ``location`` (a path, a URL, a StoreLocation, or None for the default)."""
 
@@ -133,13 +146,16 @@ class Store:
         if not rows:
             return 0
         try:
-            with self._engine().begin() as conn:
+            engine = self._engine()
+            with engine.begin() as conn:
+                statement: Any = insert(checks)
                 if skip_existing:
                     wanted = [r["check_id"] for r in rows]
                     have = set(conn.execute(select(checks.c.check_id).where(checks.c.check_id.in_(wanted))).scalars())
                     rows = [r for r in rows if r["check_id"] not in have]
+                    statement = _insert_ignoring_duplicates(engine.dialect.name)  # another sync at the same time
                 if rows:
-                    conn.execute(insert(checks), list(rows))
+                    conn.execute(statement, list(rows))
         except SQLAlchemyError as exc:
             raise self._guard(exc) from None
         return len(rows)
