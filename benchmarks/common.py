@@ -117,6 +117,8 @@ class OrtRunner:
         options.intra_op_num_threads = threads
         options.inter_op_num_threads = 1
         options.log_severity_level = 3
+        # idle intra-op pools spin by default and steal the cores from whatever is timed next (findings.md 5)
+        options.add_session_config_entry("session.intra_op.allow_spinning", "0")
         self.session = ort.InferenceSession(str(path), sess_options=options, providers=["CPUExecutionProvider"])
         self.feed = {i.name: feed[i.name] if i.name in feed else next(iter(feed.values()))
                      for i in self.session.get_inputs()}

@@ -6,6 +6,7 @@ to such graphs (transforms verified, subgraph weights quantized, the dynamic fal
 
 from __future__ import annotations
 
+from dataclasses import replace as dataclass_replace
 from pathlib import Path
 
 import numpy as np
@@ -149,3 +150,71 @@ def test_when_nothing_survives_the_error_lists_every_reason(normalization_keras:
     assert "No artifact survived" in message
     assert "tflite dynamic: quantization changed nothing" in message and "workaround:" in message, message
     assert not (tmp_path / "b").exists()
+
+
+def _box_score_head(path: Path) -> Path:
+    """x (1, 16) -> boxes = 300 * sigmoid(x W1) (0-300) and scores = sigmoid(x W2) (0-1) -> Concat -> y (1, 12):
+    the shape of a detection head's final Concat (random weights: the claim is about one tensor's scale)."""
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    rng = np.random.default_rng(0)
+    graph = helper.make_graph(
+        [
+            helper.make_node("MatMul", ["x", "w1"], ["b0"], name="box_fc"),
+            helper.make_node("Sigmoid", ["b0"], ["b1"], name="box_sigmoid"),
+            helper.make_node("Mul", ["b1", "image_size"], ["boxes"], name="box_scale"),
+            helper.make_node("MatMul", ["x", "w2"], ["s0"], name="score_fc"),
+            helper.make_node("Sigmoid", ["s0"], ["scores"], name="score_sigmoid"),
+            helper.make_node("Concat", ["boxes", "scores"], ["y"], axis=1, name="head_concat"),
+        ],
+        "head",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 16])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 12])],
+        initializer=[
+            numpy_helper.from_array(rng.normal(0, 0.5, (16, 8)).astype(np.float32), "w1"),
+            numpy_helper.from_array(rng.normal(0, 0.5, (16, 4)).astype(np.float32), "w2"),
+            numpy_helper.from_array(np.array(300.0, np.float32), "image_size"),
+        ],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    onnx.save(model, str(path))
+    return path
+
+
+def test_final_concat_of_boxes_and_scores_stays_float(tmp_path) -> None:
+    import onnxruntime as ort
+    from onnxruntime.quantization import CalibrationDataReader, QuantType, quantize_static
+
+    model = _box_score_head(tmp_path / "head.onnx")
+    rng = np.random.default_rng(2)
+    feeds = tuple({"x": rng.normal(0, 1, (1, 16)).astype(np.float32)} for _ in range(64))
+    request = ConversionRequest(source=open_source(str(model)), recipe=Recipe(format="onnx", precision="int8"),
+                                input_shapes={"x": (1, 16)}, calibration=feeds, workdir=tmp_path / "w")
+    base = onnx_quant.prepare(dataclass_replace(request, recipe=Recipe(format="onnx", precision="fp32")),
+                              tmp_path / "base.onnx")
+    built = onnx_quant.derive(request, base, tmp_path / "int8.onnx")
+    assert "head_concat" in built.float_nodes
+    assert any("final Concat 'head_concat'" in n for n in built.notes), built.notes
+
+    class Reader(CalibrationDataReader):
+        def __init__(self) -> None:
+            self.items = iter(feeds)
+
+        def get_next(self):  # type: ignore[no-untyped-def]
+            return next(self.items, None)
+
+    plain = tmp_path / "plain.onnx"  # the plain path: every node quantized, one scale for boxes and scores
+    quantize_static(str(base.path), str(plain), Reader(), activation_type=QuantType.QUInt8,
+                    weight_type=QuantType.QInt8)
+
+    def score_error(path: Path) -> float:
+        session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+        float_session = ort.InferenceSession(str(base.path), providers=["CPUExecutionProvider"])
+        return max(float(np.max(np.abs(session.run(None, f)[0][:, 8:] - float_session.run(None, f)[0][:, 8:])))
+                   for f in feeds[:16])
+
+    plain_error, kept_error = score_error(plain), score_error(built.path)
+    assert plain_error > 0.3  # one 0-300 scale: the scores collapse to a level or two (step 300/255)
+    assert kept_error < 0.1 and kept_error < plain_error / 4  # the scores keep their own scale

@@ -1,0 +1,117 @@
+"""Patterns static INT8 is known to break, found before quantizing and kept in float up front.
+
+* **A Concat of quantities with different ranges feeding an output**: a detection head's final Concat puts box
+  coordinates (0-320) and class scores (0-1) in one tensor, which gets ONE int8 scale, so the scores collapse
+  to two or three levels (a YOLOv8-style detector lost half its detections that way while the whole-tensor
+  cosine stayed at 0.998). When the float ranges of a Concat's inputs on the calibration samples differ by more
+  than ``RANGE_RATIO``, the Concat (and the reshapes between it and the output) stay float; each input keeps
+  the scale of its own producer.
+* **Decomposed LayerNorm and GELU** (ReduceMean/Sub/Pow/Sqrt/Div chains, Erf or Tanh with Pow): quantizing their
+  elementwise ops destroys models that MatMul-only quantization keeps intact (findings.md 5). The statistics
+  and nonlinear nodes and the elementwise nodes next to them stay float; the MatMuls around them are quantized.
+
+``onnx_fragile_nodes`` returns ``(node name, why)`` pairs; ``onnx_quant`` adds them to ``nodes_to_exclude``
+and lists them in the artifact's ``float_nodes`` and notes.
+"""
+
+from __future__ import annotations
+
+import tempfile
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+RANGE_RATIO = 100.0  # float ranges of a Concat's inputs further apart than this get separate scales
+RANGE_SAMPLES = 8  # calibration samples the ranges are measured on
+PASSTHROUGH = frozenset({"Reshape", "Transpose", "Squeeze", "Unsqueeze", "Flatten", "Identity"})
+STATISTICS = frozenset({"Erf", "Pow", "Sqrt", "Reciprocal"})
+ELEMENTWISE = frozenset({"Add", "Sub", "Mul", "Div", "Tanh", "ReduceMean"})
+
+
+def _graph_maps(graph: Any) -> tuple[dict[str, Any], dict[str, list[Any]]]:
+    producers = {out: node for node in graph.node for out in node.output}
+    consumers: dict[str, list[Any]] = {}
+    for node in graph.node:
+        for name in node.input:
+            consumers.setdefault(name, []).append(node)
+    return producers, consumers
+
+
+def _output_concats(graph: Any, consumers: Mapping[str, list[Any]]) -> list[tuple[Any, list[Any]]]:
+    """Concats whose output reaches a graph output through pass-through nodes only, with those nodes."""
+    outputs = {o.name for o in graph.output}
+    found = []
+    for node in graph.node:
+        if node.op_type != "Concat" or len(node.input) < 2:
+            continue
+        path: list[Any] = []
+        current = node
+        while True:
+            if any(out in outputs for out in current.output):
+                found.append((node, path))
+                break
+            readers = [r for out in current.output for r in consumers.get(out, [])]
+            if len(readers) != 1 or readers[0].op_type not in PASSTHROUGH:
+                break
+            current = readers[0]
+            path.append(current)
+    return found
+
+
+def _mixed_range_concats(
+    model_path: Path, graph: Any, concats: Sequence[tuple[Any, list[Any]]], feeds: Sequence[Mapping[str, np.ndarray]]
+) -> list[tuple[str, str]]:
+    from toolkit.conversion import onnx_quant
+
+    onnx = onnx_quant._onnx()
+    initializers = {i.name for i in graph.initializer}
+    names = sorted({name for concat, _ in concats for name in concat.input if name and name not in initializers})
+    if not names or not feeds:
+        return []
+    model = onnx.load(str(model_path))
+    with tempfile.TemporaryDirectory(prefix="edgetk-ranges-") as scratch:
+        values = onnx_quant._run_outputs(model, names, Path(scratch), feeds[:RANGE_SAMPLES])
+    ranges = {n: max((float(np.max(np.abs(v))) for v in values[n] if np.size(v)), default=0.0) for n in names}
+    found = []
+    for concat, path in concats:
+        spans = [ranges.get(name, 0.0) for name in concat.input if name in ranges]
+        live = [s for s in spans if s > 0.0]
+        if len(live) >= 2 and max(live) > RANGE_RATIO * min(live):
+            why = (f"its inputs span {min(live):.3g} to {max(live):.3g} (one int8 scale would flatten the small "
+                   "ones)")
+            found.append((concat.name, f"final Concat {concat.name!r}: {why}"))
+            found.extend((p.name, f"between {concat.name!r} and the output") for p in path)
+    return found
+
+
+def _decompositions(graph: Any, producers: Mapping[str, Any], consumers: Mapping[str, list[Any]]) -> list[tuple[str, str]]:
+    """The statistics/nonlinear nodes of decomposed LayerNorm/GELU and the elementwise nodes next to them."""
+    found: dict[str, str] = {}
+    for node in graph.node:
+        if node.op_type not in STATISTICS:
+            continue
+        found.setdefault(node.name, f"{node.op_type} of a decomposed LayerNorm/GELU")
+        neighbours = [producers[i] for i in node.input if i in producers]
+        neighbours += [c for out in node.output for c in consumers.get(out, [])]
+        for other in neighbours:
+            if other.op_type in ELEMENTWISE and other.name:
+                found.setdefault(other.name, f"{other.op_type} next to {node.op_type} {node.name!r}")
+    return list(found.items())
+
+
+def onnx_fragile_nodes(model_path: Path, feeds: Sequence[Mapping[str, np.ndarray]]) -> list[tuple[str, str]]:
+    """``(node, why)`` for every node of the top graph that static INT8 should leave float (module docstring)."""
+    from toolkit.conversion import onnx_quant
+
+    graph = onnx_quant._onnx().load(str(model_path), load_external_data=False).graph
+    producers, consumers = _graph_maps(graph)
+    found: dict[str, str] = {}
+    concats = _output_concats(graph, consumers)
+    if concats:
+        for name, why in _mixed_range_concats(model_path, graph, concats, feeds):
+            found.setdefault(name, why)
+    for name, why in _decompositions(graph, producers, consumers):
+        found.setdefault(name, why)
+    return [(name, why) for name, why in found.items() if name]
