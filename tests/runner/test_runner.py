@@ -289,7 +289,7 @@ def test_missing_runtime(bare_env: DeviceEnv, tiny_bundle: Path) -> None:
 
 def test_missing_numpy(empty_env: DeviceEnv, tiny_bundle: Path) -> None:
     doc = check(empty_env, tiny_bundle, "--artifact", "model.fp32.onnx")
-    assert_error(doc["reports"][0], "missing_runtime", "numpy", "pip install numpy")
+    assert_error(doc["reports"][0], "missing_runtime", "numpy", "edgetk devices setup")
 
 
 def _rewrite_manifest_hash(bundle: Path, file: str) -> None:

@@ -98,7 +98,8 @@ INSTALL_HINTS = {
     "tflite-runtime": "pip install tflite-runtime",
     "tensorflow": "pip install tensorflow",
     "onnxruntime": "pip install onnxruntime",
-    "numpy": "pip install numpy",
+    # Debian 12 refuses a plain `pip install numpy` (externally managed): setup makes a venv on the device.
+    "numpy": "Run `edgetk devices setup --device DEVICE` on the host (numpy and a runtime, in a venv on the device)",
 }
 REDEPLOY_HINT = "Push the bundle again (`edgetk deploy`), or rebuild it (`edgetk convert`) if the host copy is bad."
 
