@@ -38,6 +38,7 @@ def test_ppocr_int8_mask_iou_is_measured_as_segmentation(ppocr_bundle: dict[str,
     artifact = ppocr_bundle["artifact"]
     v = artifact["verification"]
     assert v["task"] == "segmentation" and v["task_source"].startswith("inferred")
+    assert v["outputs"][0]["slices"] == []  # rows with and without text are places, not channels
     metrics = v["task_metrics"]
     # the text mask (probability > 0.5) of the INT8 artifact against the float model's, measured here too
     pages = np.load(ppocr_bundle["work"] / "eval.npz")["x"]

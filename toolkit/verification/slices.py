@@ -18,7 +18,7 @@ from toolkit.verification.records import OutputMetrics, SliceMetrics, runs_of, s
 SPLIT_RATIO = 100.0  # groups whose float ranges span more than this are verified one by one
 GAP = 10.0  # channels whose ranges differ by more than this (sorted neighbours) start a new group
 FOLD = 1e-4  # a group below this fraction of the largest range is folded into the next larger one
-MAX_CHANNELS = 4096  # axes longer than this are positions, not channels
+MAX_CHANNELS = 4096  # axes longer than this are positions, not channels (as are the H, W of a dense map)
 
 
 def cosine(ref: np.ndarray, act: np.ndarray) -> float:
@@ -40,9 +40,12 @@ def _range(values: np.ndarray) -> float:
 def channel_groups(ref: np.ndarray) -> tuple[int, list[list[int]]] | None:
     """(axis of one sample's array, groups of channel indices) when ``ref`` ([samples, ...]) mixes ranges
     more than :data:`SPLIT_RATIO` apart along some axis; None when it is one quantity."""
+    from toolkit.verification.segmentation import class_axis
+
     best: tuple[float, int, list[list[int]]] | None = None
+    dense = class_axis(ref.shape[1:])  # a dense map: rows and columns are places, only its classes are channels
     for axis, size in enumerate(ref.shape[1:]):
-        if not 2 <= size <= MAX_CHANNELS:
+        if not 2 <= size <= MAX_CHANNELS or (dense is not None and axis != dense):
             continue
         rows = np.moveaxis(ref, axis + 1, 0).reshape(size, -1)
         ranges = np.ptp(np.where(np.isfinite(rows), rows, 0.0), axis=1)
