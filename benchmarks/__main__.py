@@ -14,7 +14,7 @@ import traceback
 
 from benchmarks.common import DOC, log, table, update_doc
 
-SECTIONS = ("convert", "torch_routes", "deploy", "runner", "optimize", "startup", "fleet")
+SECTIONS = ("convert", "torch_routes", "deploy", "runner", "optimize", "startup", "finetune_memory", "fleet")
 HEADLINES = DOC.with_suffix(".json")
 
 
@@ -101,6 +101,8 @@ def summary(h: dict) -> str:
                      f"{_fmt(st.get('help_ms'), ' ms')} vs {_fmt(st.get('click_ms'), ' ms')}"])
     op = h.get("optimize", {})
     for key, value in op.get("headline", {}).items():
+        rows.append([key, str(value), ""])
+    for key, value in h.get("finetune_memory", {}).get("headline", {}).items():
         rows.append([key, str(value), ""])
     if not rows:
         return "## Headline figures\n\nNo section has run yet."
