@@ -128,3 +128,21 @@ def test_a_database_that_is_down_or_refuses_keeps_the_result(postgres_server, pg
     rows = run_edgetk("history", "--store", pg_url, "--json", env=env).json()
     assert [r["checked_by"] for r in rows] == ["dana"]
     assert run_edgetk("history", "sync", "--store", pg_url, "--json", env=env).json()["copied"] == 0
+
+
+def test_the_password_never_shows_even_with_debug(postgres_server, pg_url: str, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    from urllib.parse import unquote
+
+    secret = unquote(postgres_server.password)
+    env = {"HOME": str(tmp_path), "XDG_DATA_HOME": str(tmp_path / "data"), "EDGETK_STORE": ""}
+    fine = run_edgetk("--debug", "history", "--store", pg_url, "--json", env=env)  # engine, pool, migrations logged
+    assert fine.code == 0, fine.stderr
+    assert "alembic" in fine.stderr.lower() or "sqlalchemy" in fine.stderr.lower()  # debug logs really ran
+    database = pg_url.rsplit("/", 1)[1]
+    wrong_secret = "S3cretNotThis"
+    refused = run_edgetk("--debug", "history", "--store", postgres_server.url(database, password=wrong_secret),
+                         env=env)
+    assert refused.code == 4 and "password authentication failed" in refused.stderr
+    for result in (fine, refused):
+        text = result.stdout + result.stderr
+        assert secret not in text and postgres_server.password not in text and wrong_secret not in text
