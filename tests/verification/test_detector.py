@@ -23,8 +23,15 @@ from toolkit.verification import detection
 
 @pytest.fixture(scope="module")
 def detector_bundle(yolo_detector: Detector, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
-    out = tmp_path_factory.mktemp("bundles") / "detector"
-    api.convert(yolo_detector.model, calibration=yolo_detector.calibration, eval_data=yolo_detector.eval_data,
+    work = tmp_path_factory.mktemp("bundles")
+    out = work / "detector"
+    # the eval images with their drawn boxes as labels: y [samples, K, 5] (class, cx, cy, w, h), class -1 pads
+    boxes = yolo_detector.eval_boxes
+    labels = np.full((len(boxes), max(len(b) for b in boxes), 5), -1.0, np.float32)
+    for i, b in enumerate(boxes):
+        labels[i, :len(b)] = b
+    np.savez(work / "eval.npz", x=np.load(yolo_detector.eval_data)["x"], y=labels)
+    api.convert(yolo_detector.model, calibration=yolo_detector.calibration, eval_data=work / "eval.npz",
                 precisions=["fp32", "int8"], formats=["tflite"], out=out, use_cache=False,
                 progress=lambda message: None)
     manifest = json.loads((out / "manifest.json").read_text())
@@ -71,6 +78,9 @@ def test_collapsed_score_channel_is_caught_though_cosine_passes(detector_bundle:
     assert scores["runs"][0][0] == 4 and scores["float_range"] <= 1.0
     assert scores["max_error_ratio"] > 0.25 > boxes["max_error_ratio"]
     assert scores["name"] in v["worst"]
+    # against the drawn boxes too: the float model's recall as measured independently above, the INT8's lower
+    assert metrics["reference_label_recall"] >= 0.75
+    assert metrics["label_recall"] < metrics["reference_label_recall"] - 0.1
     kept = [a for a in detector_bundle["manifest"]["attempts"] if a.get("file") == int8["file"]]
     assert any("detection recall vs float" in a["reason"] for a in kept), kept
 
@@ -79,6 +89,7 @@ def test_fp32_artifact_matches_the_float_detector(detector_bundle: dict[str, Any
     fp32 = detector_bundle["by_precision"]["fp32"]
     metrics = fp32["verification"]["task_metrics"]
     assert metrics["recall"] == 1.0 and metrics["precision"] == 1.0
+    assert metrics["label_recall"] == metrics["reference_label_recall"]
     assert fp32["status"] in ("ok", "slower")
     assert fp32["verification"]["vacuous"] is None
 

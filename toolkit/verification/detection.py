@@ -176,6 +176,32 @@ def yolo_metrics(ref: np.ndarray, act: np.ndarray, *, axis: int, threshold: floa
     return _metrics(matched, n_ref, n_act, threshold, "yolo")
 
 
+def label_boxes(labels: np.ndarray | None, samples: int) -> list[list[tuple[int, np.ndarray, float]]] | None:
+    """Eval labels as boxes, when ``y`` is ``[samples, K, 5]`` rows of (class, cx, cy, w, h) in the head's
+    frame, padded with rows whose class is negative; None for any other labels."""
+    if labels is None:
+        return None
+    y = np.asarray(labels)
+    if y.ndim != 3 or y.shape[0] != samples or y.shape[2] != 5 or not np.issubdtype(y.dtype, np.number):
+        return None
+    return [[(int(row[0]), _xyxy(row[1:5].astype(np.float64)), 1.0) for row in sample if row[0] >= 0]
+            for sample in y]
+
+
+def label_metrics(heads: np.ndarray, *, axis: int, truth: list[list[tuple[int, np.ndarray, float]]],
+                  threshold: float | None = None) -> tuple[float, float]:
+    """(recall, precision) of a YOLO-style model's detections against labelled boxes."""
+    threshold = YOLO_SCORE_THRESHOLD if threshold is None else threshold
+    rows = np.moveaxis(_sample_matrix(heads), axis, 2)
+    matched = found = total = 0
+    for s in range(rows.shape[0]):
+        dets = _detections(_xyxy(rows[s, :, :4]), np.nan_to_num(rows[s, :, 4:], nan=0.0), threshold)
+        matched += _match(truth[s], dets)
+        found += len(dets)
+        total += len(truth[s])
+    return (matched / total if total else 1.0), (matched / found if found else (1.0 if total == 0 else 0.0))
+
+
 def _probabilities(scores: np.ndarray, logits: bool) -> np.ndarray:
     return 1.0 / (1.0 + np.exp(-np.clip(scores, -60, 60))) if logits else scores
 

@@ -276,6 +276,12 @@ def _task_metrics(task: Task, ref: list[np.ndarray], act: list[np.ndarray], name
         ssd = detection.ssd_layout(ref, names) if axis is None else None
         if axis is not None:
             d = detection.yolo_metrics(ref[0], act[0], axis=axis, threshold=score_threshold)
+            truth = detection.label_boxes(labels, ref[0].shape[0])
+            if truth is not None:  # labelled boxes: both models against them too (reported, not gated)
+                out["reference_label_recall"], out["reference_label_precision"] = detection.label_metrics(
+                    ref[0], axis=axis, truth=truth, threshold=score_threshold)
+                out["label_recall"], out["label_precision"] = detection.label_metrics(
+                    act[0], axis=axis, truth=truth, threshold=score_threshold)
         elif ssd is not None:
             d = detection.ssd_metrics(ref, act, layout=ssd, threshold=score_threshold)
         else:
