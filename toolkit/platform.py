@@ -33,6 +33,32 @@ ARCH_ALIASES: Mapping[str, str] = {
     "i686": "x86", "i386": "x86",
 }
 
+# The arches a profile may name (what normalize_arch returns for the devices this toolkit supports).
+ARCHES: tuple[str, ...] = ("aarch64", "armv7l", "x86_64")
+ACCELERATOR_KINDS: tuple[str, ...] = ("gpu", "edgetpu", "npu", "dsp")
+
+# ONNX Runtime's execution provider names (a misspelt one is only a warning in ORT, then it silently runs on CPU).
+EXECUTION_PROVIDERS: tuple[str, ...] = (
+    "CPUExecutionProvider",
+    "CUDAExecutionProvider",
+    "TensorrtExecutionProvider",
+    "NvTensorRTRTXExecutionProvider",
+    "XnnpackExecutionProvider",
+    "ACLExecutionProvider",
+    "ArmNNExecutionProvider",
+    "DnnlExecutionProvider",
+    "OpenVINOExecutionProvider",
+    "QNNExecutionProvider",
+    "RknpuExecutionProvider",
+    "ROCMExecutionProvider",
+    "MIGraphXExecutionProvider",
+    "CoreMLExecutionProvider",
+    "NnapiExecutionProvider",
+    "DmlExecutionProvider",
+    "VitisAIExecutionProvider",
+    "WebGpuExecutionProvider",
+)
+
 # /proc/cpuinfo's "CPU part" of ARM cores -> their names.
 ARM_CPU_PARTS: Mapping[str, str] = {
     "0xd03": "Cortex-A53", "0xd04": "Cortex-A35", "0xd05": "Cortex-A55", "0xd07": "Cortex-A57",

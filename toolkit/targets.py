@@ -36,30 +36,6 @@ from toolkit.types import FORMATS, PRECISIONS, RUNTIMES, TFLITE_RUNTIMES, Recipe
 
 ENV_VAR = "EDGETK_TARGETS_PATH"
 
-ARCHES: tuple[str, ...] = ("aarch64", "armv7l", "x86_64")
-ACCELERATOR_KINDS: tuple[str, ...] = ("gpu", "edgetpu", "npu", "dsp")
-
-# ONNX Runtime's execution provider names (a misspelt one is only a warning in ORT, then it silently runs on CPU).
-EXECUTION_PROVIDERS: tuple[str, ...] = (
-    "CPUExecutionProvider",
-    "CUDAExecutionProvider",
-    "TensorrtExecutionProvider",
-    "NvTensorRTRTXExecutionProvider",
-    "XnnpackExecutionProvider",
-    "ACLExecutionProvider",
-    "ArmNNExecutionProvider",
-    "DnnlExecutionProvider",
-    "OpenVINOExecutionProvider",
-    "QNNExecutionProvider",
-    "RknpuExecutionProvider",
-    "ROCMExecutionProvider",
-    "MIGraphXExecutionProvider",
-    "CoreMLExecutionProvider",
-    "NnapiExecutionProvider",
-    "DmlExecutionProvider",
-    "VitisAIExecutionProvider",
-    "WebGpuExecutionProvider",
-)
 
 # ------------------------------------------------------------------------------------------- data
 

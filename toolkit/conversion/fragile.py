@@ -63,16 +63,16 @@ def _output_concats(graph: Any, consumers: Mapping[str, list[Any]]) -> list[tupl
 def _mixed_range_concats(
     model_path: Path, graph: Any, concats: Sequence[tuple[Any, list[Any]]], feeds: Sequence[Mapping[str, np.ndarray]]
 ) -> list[tuple[str, str]]:
-    from toolkit.conversion import onnx_quant
+    from toolkit.conversion.onnx_io import require_onnx, run_outputs
 
-    onnx = onnx_quant._onnx()
+    onnx = require_onnx()
     initializers = {i.name for i in graph.initializer}
     names = sorted({name for concat, _ in concats for name in concat.input if name and name not in initializers})
     if not names or not feeds:
         return []
     model = onnx.load(str(model_path))
     with tempfile.TemporaryDirectory(prefix="edgetk-ranges-") as scratch:
-        values = onnx_quant._run_outputs(model, names, Path(scratch), feeds[:RANGE_SAMPLES])
+        values = run_outputs(model, names, Path(scratch), feeds[:RANGE_SAMPLES])
     ranges = {n: max((float(np.max(np.abs(v))) for v in values[n] if np.size(v)), default=0.0) for n in names}
     found = []
     for concat, path in concats:
@@ -103,9 +103,9 @@ def _decompositions(graph: Any, producers: Mapping[str, Any], consumers: Mapping
 
 def onnx_fragile_nodes(model_path: Path, feeds: Sequence[Mapping[str, np.ndarray]]) -> list[tuple[str, str]]:
     """``(node, why)`` for every node of the top graph that static INT8 should leave float (module docstring)."""
-    from toolkit.conversion import onnx_quant
+    from toolkit.conversion.onnx_io import require_onnx
 
-    graph = onnx_quant._onnx().load(str(model_path), load_external_data=False).graph
+    graph = require_onnx().load(str(model_path), load_external_data=False).graph
     producers, consumers = _graph_maps(graph)
     found: dict[str, str] = {}
     concats = _output_concats(graph, consumers)

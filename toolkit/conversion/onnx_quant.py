@@ -36,6 +36,9 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from toolkit.conversion.base import BuiltArtifact, ConversionRequest, as_input_dtype
+from toolkit.conversion.onnx_io import require_onnx as _onnx
+from toolkit.conversion.onnx_io import run_outputs as _run_outputs
+from toolkit.conversion.onnx_io import save_model
 from toolkit.errors import ConversionError, MissingDependency, UsageError
 
 if TYPE_CHECKING:
@@ -44,19 +47,10 @@ if TYPE_CHECKING:
 QDQ_MIN_OPSET = 13  # per-axis QuantizeLinear/DequantizeLinear
 TARGET_OPSET = 17  # what prepare upgrades old models to (well supported by onnxruntime >= 1.11)
 FP16_MAX = 65504.0
-_TWO_GB = 2**31 - 2**20
 _MAX_DEBUG_SAMPLES = 4
 
 
 # --------------------------------------------------------------------------------------------- helpers
-
-
-def _onnx() -> Any:
-    try:
-        import onnx
-    except ImportError as exc:  # pragma: no cover - the onnx extra is part of every test run
-        raise MissingDependency("onnx", extra="onnx", purpose="Building ONNX artifacts") from exc
-    return onnx
 
 
 def key_line(exc: BaseException) -> str:
@@ -98,21 +92,6 @@ def staged_file(output: Path) -> Iterator[Path]:
         os.replace(tmp, output)
     finally:
         tmp.unlink(missing_ok=True)
-
-
-def save_model(model: onnx.ModelProto, path: Path, *, final_name: str) -> None:
-    """Save with weights inside the file; only a model over protobuf's 2 GB limit gets a ``.data`` file."""
-    onnx = _onnx()
-    if model.ByteSize() < _TWO_GB:
-        onnx.save_model(model, str(path))
-    else:  # pragma: no cover - no test model is 2 GB
-        onnx.save_model(
-            model,
-            str(path),
-            save_as_external_data=True,
-            all_tensors_to_one_file=True,
-            location=f"{final_name}.data",
-        )
 
 
 def _session(path: Path) -> Any:
@@ -817,32 +796,6 @@ def _rel_error(reference: Sequence[np.ndarray], actual: Sequence[np.ndarray]) ->
     if ref.shape != act.shape:
         return math.nan
     return float(np.linalg.norm(ref - act)) / max(float(np.linalg.norm(ref)), 1e-12)
-
-
-def _run_outputs(model: onnx.ModelProto, names: Sequence[str], scratch: Path, feeds: Sequence[Mapping[str, np.ndarray]]) -> dict[str, list[np.ndarray]]:
-    """``names`` (float tensors of ``model``) over ``feeds``, shapes kept, graph optimizations off so the
-    Q/DQ pairs are not folded away."""
-    import onnxruntime as ort
-
-    onnx = _onnx()
-    augmented = onnx.ModelProto()
-    augmented.CopyFrom(model)
-    present = {o.name for o in augmented.graph.output}
-    for name in names:
-        if name not in present:
-            augmented.graph.output.append(onnx.helper.make_tensor_value_info(name, onnx.TensorProto.FLOAT, None))
-    path = scratch / "augmented.onnx"
-    save_model(augmented, path, final_name=path.name)
-    options = ort.SessionOptions()
-    options.log_severity_level = 3
-    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
-    session = ort.InferenceSession(str(path), sess_options=options, providers=["CPUExecutionProvider"])
-    wanted = list(names)
-    result: dict[str, list[np.ndarray]] = {n: [] for n in wanted}
-    for feed in feeds:
-        for name, value in zip(wanted, session.run(wanted, dict(feed))):
-            result[name].append(np.asarray(value))
-    return result
 
 
 def _qdq_graph(model: onnx.ModelProto) -> tuple[list[Any], dict[str, Any], dict[str, list[Any]]]:

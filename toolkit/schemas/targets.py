@@ -24,7 +24,7 @@ from toolkit.schemas.fields import (
     matching,
     within,
 )
-from toolkit.targets import ACCELERATOR_KINDS, ARCHES, EXECUTION_PROVIDERS
+from toolkit.platform import ACCELERATOR_KINDS, ARCHES, EXECUTION_PROVIDERS
 from toolkit.types import (
     FORMATS,
     PRECISIONS,
