@@ -23,7 +23,6 @@ calibration sample, and only then renamed into place: a failure never leaves a f
 from __future__ import annotations
 
 import contextlib
-import difflib
 import math
 import os
 import shutil
@@ -549,8 +548,10 @@ def _nodes_to_exclude(model_path: Path, names: Sequence[str]) -> list[str]:
     existing = {n.name for n in iter_nodes(_onnx().load(str(model_path), load_external_data=False).graph)}
     unknown = [n for n in names if n not in existing]
     if unknown:
-        close = {n: difflib.get_close_matches(n, existing, n=1) for n in unknown}
-        hint = "; ".join(f"{n!r}: did you mean {c[0]!r}?" for n, c in close.items() if c)
+        from toolkit.schemas.problems import closest
+
+        close = {n: closest(n, existing) for n in unknown}
+        hint = "; ".join(f"{n!r}: did you mean {c!r}?" for n, c in close.items() if c)
         raise ConversionError(
             f"nodes_to_exclude names node(s) that are not in the model: {', '.join(map(repr, unknown))}.",
             hint=hint or "Use node names from `edgetk inspect` or from the per-node error report.",

@@ -25,7 +25,6 @@ are named in a warning.
 
 from __future__ import annotations
 
-import difflib
 import json
 import logging
 import os
@@ -40,6 +39,7 @@ from typing import Any
 
 from toolkit.devices.spec import DeviceSpec, _port
 from toolkit.errors import MissingDependency, UsageError
+from toolkit.schemas.problems import closest
 
 log = logging.getLogger(__name__)
 
@@ -193,10 +193,10 @@ def host_spec(name: str, hostvars: Mapping[str, Any], groups: tuple[str, ...], *
             extra_groups.extend(value)
             continue
         if ours not in _OURS:
-            close = difflib.get_close_matches(ours, _OURS, n=1)
+            close = closest(ours, _OURS)
             raise UsageError(
                 f"{here}: unknown variable {key!r}.",
-                hint=(f"Did you mean 'edgetk_{close[0]}'? " if close else "")
+                hint=(f"Did you mean 'edgetk_{close}'? " if close else "")
                 + "edgetk_ variables: " + ", ".join(f"edgetk_{k}" for k in (*_OURS, "groups")) + ".",
             )
         fields[ours] = value
