@@ -246,3 +246,59 @@ def test_fp16_fallback_when_no_layer_can_be_kept_float(input_outlier_bundle: Con
     assert [r.file for r in preferred] == ["model.fp16.tflite"]
     assert preferred[0].verification is not None and preferred[0].verification.accuracy is not None
     assert preferred[0].verification.accuracy >= preferred[0].verification.reference_accuracy - 0.01
+
+
+# --------------------------------------------------------------------------------------------- layer table
+
+
+@pytest.mark.parametrize("fmt", ["tflite", "onnx"])
+def test_layer_table_names_the_layer_whose_float_keeping_repairs_int8(fmt, request) -> None:
+    """The bundle's layer-wise table of full int8 puts the outlier layer first; the kept mixed artifact,
+    whose accuracy is back at float level while full int8 lost it, keeps exactly that layer in float."""
+    from toolkit import api
+
+    result: ConvertResult = request.getfixturevalue("outlier_bundle" if fmt == "tflite" else "outlier_onnx_bundle")
+    manifest = result.manifest
+    float_acc = _plain_int8_dropped(manifest, fmt)  # full int8 loses more than half of the accuracy
+    file = f"model.int8.{fmt}"
+    assert (result.bundle_dir / "layers" / f"{file}.json").is_file()
+    record = manifest.artifact(file)
+    assert any(note.startswith(f"layer-wise int8 error table: layers/{file}.json") for note in record.notes), record.notes
+    inspection = api.inspect(result.bundle_dir, layers=True)
+    assert isinstance(inspection, api.BundleInspection) and inspection.layers is not None
+    assert list(inspection.layers) == [file]  # the fp32 artifact has none
+    table = inspection.layers[file]
+    print(json.dumps(table.to_dict(), indent=1))
+    worst = table.rows[0]
+    assert worst.rank == 1 and "hidden_1/MatMul" in worst.name, table.rows
+    assert worst.channel_error > 0.5  # the hidden units are lost
+    assert [r.rank for r in table.rows] == list(range(1, len(table.rows) + 1))
+    # the artifact that keeps the worst layer in float has its accuracy back
+    assert worst.kept_float
+    assert record.verification is not None and record.verification.accuracy is not None
+    assert record.verification.accuracy >= float_acc - 0.01
+    # the layers far from the outlier are healthy: the table tells the culprit from the rest
+    healthy = [r for r in table.rows if not r.kept_float]
+    assert healthy and min(r.channel_error for r in healthy) < 0.05, table.rows
+
+
+def test_inspect_layers_flag(outlier_bundle: ConvertResult) -> None:
+    """``edgetk inspect BUNDLE --layers``: the table in text and in the one --json document; a single
+    model file has no table (exit 2, one plain message)."""
+    from click.testing import CliRunner
+
+    from toolkit.cli import cli
+
+    bundle = outlier_bundle.bundle_dir
+    text = CliRunner().invoke(cli, ["inspect", str(bundle), "--layers"], catch_exceptions=False)
+    assert text.exit_code == 0, text.output
+    assert "layer-wise int8 error" in text.output and "(kept float)" in text.output, text.output
+    doc = CliRunner().invoke(cli, ["inspect", str(bundle), "--layers", "--json"], catch_exceptions=False)
+    assert doc.exit_code == 0, doc.output
+    layers = json.loads(doc.output)["layers"]["model.int8.tflite"]["layers"]
+    assert layers[0]["rank"] == 1 and "hidden_1/MatMul" in layers[0]["name"]
+    plain = CliRunner().invoke(cli, ["inspect", str(bundle)], catch_exceptions=False)
+    assert "layer-wise" not in plain.output
+    single = CliRunner().invoke(cli, ["inspect", str(bundle / "model.int8.tflite"), "--layers"])
+    assert single.exit_code == 2 and "--layers needs a bundle directory" in single.stderr, single.output
+    assert "Traceback" not in single.stderr

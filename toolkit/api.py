@@ -44,6 +44,7 @@ from toolkit.options import (
 )
 
 if TYPE_CHECKING:  # pragma: no cover
+    from toolkit.conversion.layers import LayerTable
     from toolkit.deployment import PushResult
     from toolkit.devices.spec import DeviceSpec
     from toolkit.inspection import ModelInfo
@@ -179,13 +180,17 @@ class BundleInspection:
     bundle: Path
     manifest: Manifest
     artifacts: tuple[ModelInfo, ...]
+    layers: Mapping[str, LayerTable] | None = None  # inspect(layers=True): artifact file -> its layer-wise table
 
     def to_dict(self) -> dict[str, Any]:
-        return {
+        doc = {
             "bundle": str(self.bundle),
             "manifest": self.manifest.to_dict(),
             "artifacts": [a.to_dict() for a in self.artifacts],
         }
+        if self.layers is not None:
+            doc["layers"] = {file: table.to_dict() for file, table in self.layers.items()}
+        return doc
 
 
 @dataclass(frozen=True)
@@ -334,8 +339,11 @@ def convert_options(source: PathLike, **values: Any) -> ConvertOptions:
     return build(ConvertOptions, convert_values, source=str(source))
 
 
-def inspect(path: PathLike) -> ModelInfo | BundleInspection:
-    """``edgetk inspect``: a ``ModelInfo`` for a .tflite/.onnx file, a ``BundleInspection`` for a bundle."""
+def inspect(path: PathLike, *, layers: bool = False) -> ModelInfo | BundleInspection:
+    """``edgetk inspect``: a ``ModelInfo`` for a .tflite/.onnx file, a ``BundleInspection`` for a bundle.
+
+    ``layers``: also the layer-wise INT8 error table of each INT8 artifact (``layers/<artifact>.json``, written
+    by convert; ``toolkit.conversion.layers``), worst layer first."""
     from toolkit.bundle import read_bundle
     from toolkit.inspection import inspect_model
 
@@ -344,9 +352,18 @@ def inspect(path: PathLike) -> ModelInfo | BundleInspection:
         raise UsageError(f"{path} does not exist.", hint="Pass a .tflite, an .onnx or a bundle directory.")
     if path.is_dir():
         bundle = read_bundle(path)
+        tables = None
+        if layers:
+            from toolkit.conversion.layers import read_table
+
+            found = {a.file: read_table(path, a.file) for a in bundle.manifest.artifacts}
+            tables = {file: table for file, table in found.items() if table is not None}
         return BundleInspection(
-            path, bundle.manifest, tuple(inspect_model(path / a.file) for a in bundle.manifest.artifacts)
+            path, bundle.manifest, tuple(inspect_model(path / a.file) for a in bundle.manifest.artifacts), tables
         )
+    if layers:
+        raise UsageError(f"--layers needs a bundle directory; {path} is a single model file.",
+                         hint="Pass the bundle that convert wrote: the layer-wise tables are kept there.")
     return inspect_model(path)
 
 

@@ -12,16 +12,25 @@ from toolkit.cli.options import PathType, json_option
 
 @click.command("inspect")
 @click.argument("path", type=PathType())
+@click.option("--layers", is_flag=True, help="Also each INT8 artifact's layer-wise error table, worst layer first "
+              "(bundles only).")
 @json_option
-def inspect(path: Any, as_json: bool) -> None:
+def inspect(path: Any, as_json: bool, **values: Any) -> None:
     """Inputs, outputs, quantization, operator counts and size of a .tflite, .onnx or bundle."""
     from toolkit import api
 
-    result = api.inspect(path)
+    result = api.inspect(path, **values)
     if as_json:
         emit(result.to_dict())
         return
     from toolkit.report import inspect_text
 
     models = result.artifacts if isinstance(result, api.BundleInspection) else (result,)
-    click.echo("\n\n".join(inspect_text(m) for m in models))
+    text = "\n\n".join(inspect_text(m) for m in models)
+    if isinstance(result, api.BundleInspection) and result.layers is not None:
+        from toolkit.conversion.layers import table_text
+
+        tables = [table_text(file, table) for file, table in result.layers.items()]
+        text += "\n\n" + ("\n\n".join(tables) if tables else "no layer-wise error table in this bundle "
+                                                               "(written for INT8 artifacts only)")
+    click.echo(text)

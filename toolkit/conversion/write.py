@@ -22,6 +22,7 @@ from toolkit.bundle import GOLDEN_INPUTS, GOLDEN_REFERENCE, golden_outputs_name,
 from toolkit.conversion.cache import source_hash
 from toolkit.conversion.candidate import Candidate, ConvertRun
 from toolkit.conversion.edgetpu import compile_for_edgetpu
+from toolkit.conversion.layers import bundle_table
 from toolkit.errors import UsageError
 from toolkit.types import ArtifactRecord, Golden, Manifest, SourceRef
 
@@ -59,6 +60,9 @@ def write_bundle(run: ConvertRun, options: ConvertOptions, name: str, kept: Sequ
         golden = Golden(golden_name, _golden_atol(record, outputs), slices=slices,
                         reference=GOLDEN_REFERENCE if slices else None)
         record = dataclasses.replace(record, golden=golden, preferred=any(item is p for p in chosen))
+        layer_note = bundle_table(run, item, staging)  # INT8: layers/<file>.json, the layer-wise error table
+        if layer_note:
+            record = dataclasses.replace(record, notes=record.notes + (layer_note,))
         records.append(record)
     if policy.edgetpu:
         records.extend(compile_for_edgetpu(records, policy, attempts, staging))

@@ -1,0 +1,286 @@
+"""One layer-wise error analysis of full INT8: each quantized layer's output against its float value.
+
+The table says *where* INT8 loses the model, layer by layer, on the calibration data (as TFLite's
+``QuantizationDebugger`` and ONNX Runtime's ``qdq_loss_debug`` do), so a user, and selective quantization, can
+see which layers to keep in float. Per route:
+
+* **TFLite** (Keras/SavedModel): one ``QuantizationDebugger`` run (``tflite._debug_run``); each op runs next to
+  a float copy fed the same dequantized input, so a row is that op's *own* error. ``rmse_range`` is the
+  debugger's RMSE over the tensor's quantized range (``255 * scale``: the tutorial's ``rmse/scale`` / 255).
+* **ONNX** (QDQ): the float tensor before and after each quantized node's output Q/DQ pair (the activation
+  matching of ``qdq_loss_debug``), on a few calibration samples. ``rmse_range`` is the RMSE over the float
+  tensor's observed range (max - min); ``sqnr_db`` is ``qdq_loss_debug``'s ``qdq_err`` (20 log10 of signal
+  over noise).
+
+Both give ``channel_error`` (``sensitivity.ChannelError``): each channel's RMS error over that channel's own
+RMS, the median over channels that carry signal. It is what ranks: an outlier channel sets one per-tensor
+scale and flattens every other channel (~1 = the layer's output is lost), while the range-relative errors
+stay small there (findings of ``sensitivity``). Rank 1 is the worst layer.
+
+The table is of the recipe's *full* INT8 quantization (before any layer was kept float), written next to each
+INT8 artifact of a bundle as ``layers/<artifact>.json`` (``bundle_table``) and shown by ``edgetk inspect
+--layers``; ``kept_float`` marks the rows that artifact keeps in float.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import tempfile
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from toolkit.conversion.base import BuiltArtifact, ConversionRequest
+from toolkit.errors import ConversionError, ToolkitError
+
+if TYPE_CHECKING:
+    from toolkit.conversion.candidate import Candidate, ConvertRun
+
+LAYERS_DIR = "layers"  # bundle folder of the tables: layers/<artifact file>.json
+INT8_LEVELS = 255.0  # an int8 activation's range in quantization steps
+
+
+@dataclass(frozen=True)
+class LayerError:
+    """One quantized layer: how much of its output INT8 loses, relative to its own float values."""
+
+    rank: int  # 1 = the worst layer
+    name: str  # op output tensor (TFLite) or node name (ONNX): usable as ``nodes_to_exclude``
+    op_type: str
+    channel_error: float  # median over live channels of RMS(error) / RMS(float); NaN when not measured
+    rmse_range: float  # RMS(error) / the tensor's float range
+    sqnr_db: float | None = None  # signal-to-quantization-noise ratio (ONNX only)
+    kept_float: bool = False  # the artifact this table describes keeps this layer in float
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "rank": self.rank, "name": self.name, "op_type": self.op_type,
+            "channel_error": _finite(self.channel_error), "rmse_range": _finite(self.rmse_range),
+            "sqnr_db": _finite(self.sqnr_db), "kept_float": self.kept_float,
+        }
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> LayerError:
+        def num(key: str) -> float:
+            value = data.get(key)
+            return math.nan if value is None else float(value)
+
+        return cls(
+            rank=int(data["rank"]), name=str(data["name"]), op_type=str(data.get("op_type", "")),
+            channel_error=num("channel_error"), rmse_range=num("rmse_range"),
+            sqnr_db=None if data.get("sqnr_db") is None else float(data["sqnr_db"]),
+            kept_float=bool(data.get("kept_float", False)),
+        )
+
+
+@dataclass(frozen=True)
+class LayerTable:
+    """The layer-wise analysis of one INT8 recipe: rows worst first."""
+
+    route: str  # "tflite" | "onnx"
+    method: str  # how the rows were measured (one line)
+    samples: int  # calibration samples measured
+    rows: tuple[LayerError, ...]
+
+    @property
+    def worst(self) -> LayerError | None:
+        return self.rows[0] if self.rows else None
+
+    def with_float(self, float_nodes: Sequence[str]) -> LayerTable:
+        """The table with ``kept_float`` set on the rows an artifact keeps in float."""
+        kept = set(float_nodes)
+        rows = tuple(dataclasses.replace(r, kept_float=_matches(r.name, kept)) for r in self.rows)
+        return dataclasses.replace(self, rows=rows)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"route": self.route, "method": self.method, "samples": self.samples,
+                "layers": [r.to_dict() for r in self.rows]}
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> LayerTable:
+        return cls(route=str(data["route"]), method=str(data.get("method", "")), samples=int(data.get("samples", 0)),
+                   rows=tuple(LayerError.from_dict(r) for r in data.get("layers", ())))
+
+
+def _finite(value: float | None) -> float | None:
+    return None if value is None or not math.isfinite(value) else float(value)
+
+
+def _matches(name: str, kept: set[str]) -> bool:
+    """A row's layer is kept float when a float node names it (TFLite's float nodes are op names that the
+    tensor name extends, or the reverse)."""
+    return name in kept or any(name.startswith(k) or k.startswith(name) for k in kept if k)
+
+
+def ranked(scores: Sequence[tuple[str, str, float, float, float | None]]) -> tuple[LayerError, ...]:
+    """(name, op, channel_error, rmse_range, sqnr) rows, given in graph order, ordered worst first by channel
+    error; within 2% of each other (two lost layers both score ~1) the earlier layer in the graph first, since
+    what it loses reaches every layer after it. Rows without a channel error follow, by range-relative error."""
+
+    def key(row: tuple[str, str, float, float, float | None]) -> tuple[int, float]:
+        channel, rng = row[2], row[3]
+        if math.isnan(channel):
+            return (1, -(0.0 if math.isnan(rng) else rng))
+        return (0, -round(math.log10(max(channel, 1e-12)) / 0.0086))
+
+    rows = sorted(scores, key=key)
+    return tuple(LayerError(i + 1, name, op, ch, rr, sq) for i, (name, op, ch, rr, sq) in enumerate(rows))
+
+
+# --------------------------------------------------------------------------------------------- TFLite
+
+
+def tflite_table(request: ConversionRequest) -> LayerTable:
+    """The table of a Keras/SavedModel -> TFLite INT8 recipe (one quantization-debugger run)."""
+    from toolkit.conversion import tflite
+    from toolkit.conversion.sensitivity import DEBUG_SAMPLES
+
+    calibrated, channel, steps = tflite._debug_run(request)
+    ops, _consumers = tflite._op_graph(calibrated)
+    kinds = {name: kind for kind, name in ops}
+    position = {name: index for index, (_kind, name) in enumerate(ops)}  # execution order
+
+    def op_of(tensor: str) -> str:
+        if tensor in kinds:
+            return tensor
+        prefixed = [n for n in kinds if tensor.startswith(n) and tensor[len(n):].isdigit()]
+        return max(prefixed, key=len) if prefixed else ""
+
+    names = sorted(dict.fromkeys([*channel, *steps]), key=lambda n: position.get(op_of(n), len(position)))
+    rows = [(name, kinds.get(op_of(name), ""), channel.get(name, math.nan), steps.get(name, math.nan) / INT8_LEVELS,
+             None) for name in names]
+    return LayerTable(
+        route="tflite",
+        method="TFLite QuantizationDebugger: each op's int8 output vs its float copy fed the same input",
+        samples=min(DEBUG_SAMPLES, len(request.calibration)), rows=ranked(rows),
+    )
+
+
+# --------------------------------------------------------------------------------------------- ONNX
+
+
+def onnx_table(request: ConversionRequest, int8: BuiltArtifact) -> LayerTable:
+    """The table of a QDQ INT8 ONNX artifact: every quantized node's output before/after its Q/DQ pair."""
+    from toolkit.conversion import onnx_quant
+    from toolkit.conversion.onnx_io import require_onnx, run_outputs
+    from toolkit.conversion.sensitivity import DEBUG_SAMPLES, ChannelError
+    from toolkit.inspection.onnx import is_integer_op, iter_nodes
+
+    model = require_onnx().load(str(int8.path))
+    if any(is_integer_op(n.op_type) for n in iter_nodes(model.graph)):
+        raise ConversionError("the artifact is in QOperator format: it keeps no float tensors to compare with")
+    compute, _producers, readers = onnx_quant._qdq_graph(model)
+    pairs = {n.name: (n.op_type, pair) for n in compute if (pair := onnx_quant._output_qdq(n, readers)) is not None}
+    if not pairs or not request.calibration:
+        return LayerTable("onnx", "no quantized node with an output Q/DQ pair", 0, ())
+    names = sorted({t for _, pair in pairs.values() for t in pair})
+    feeds = list(onnx_quant._reader(request, int8.path, DEBUG_SAMPLES))
+    with tempfile.TemporaryDirectory(dir=request.workdir) as scratch, onnx_quant._quiet():
+        values = run_outputs(model, names, Path(scratch).resolve(), feeds)
+    rows: list[tuple[str, str, float, float, float | None]] = []
+    for node, (op, (pre, post)) in pairs.items():
+        stats = ChannelError(axis=1)
+        before = [np.asarray(v, dtype=np.float64) for v in values[pre]]
+        after = [np.asarray(v, dtype=np.float64) for v in values[post]]
+        for b, a in zip(before, after):
+            stats.add(b if b.ndim >= 2 else b.reshape(1, -1), a if a.ndim >= 2 else a.reshape(1, -1))
+        ref = np.concatenate([b.ravel() for b in before]) if before else np.zeros(0)
+        act = np.concatenate([a.ravel() for a in after]) if after else np.zeros(0)
+        if ref.size == 0 or ref.shape != act.shape:
+            rows.append((node, op, math.nan, math.nan, None))
+            continue
+        noise = float(np.sqrt(np.mean((act - ref) ** 2)))
+        span = float(ref.max() - ref.min())
+        signal = float(np.sqrt(np.mean(ref**2)))
+        sqnr = 20.0 * math.log10(max(signal, 1e-30) / noise) if noise > 0 else math.inf
+        rows.append((node, op, stats.score(), noise / span if span > 0 else 0.0, sqnr))
+    return LayerTable(
+        route="onnx",
+        method="each quantized node's output before vs after its QuantizeLinear/DequantizeLinear pair",
+        samples=len(feeds), rows=ranked(rows),
+    )
+
+
+# --------------------------------------------------------------------------------------------- bundles
+
+
+def analyze(run: ConvertRun, item: Candidate) -> LayerTable:
+    """The table of ``item``'s recipe quantized in full (its float layers as extra rows' ``kept_float``)."""
+    from toolkit.conversion import onnx_quant, registry
+
+    recipe = item.recipe
+    plain = dataclasses.replace(recipe, nodes_to_exclude=())
+    request = run.request(plain)
+    if recipe.format == "tflite":
+        if run.source.framework not in registry.TF_FRAMEWORKS:
+            raise ConversionError(f"not available for {run.source.framework} sources (Keras/SavedModel only)")
+        table = tflite_table(request)
+    else:
+        int8 = item.built
+        if recipe.nodes_to_exclude:  # the artifact is the mixed one: measure the full quantization
+            base = registry.fp32_onnx(request)
+            with tempfile.TemporaryDirectory(dir=request.workdir) as scratch:
+                int8 = onnx_quant.derive(request, base, Path(scratch) / "plain-int8.onnx")
+                table = onnx_table(request, int8)
+        else:
+            table = onnx_table(request, int8)
+    return table.with_float(item.record.float_nodes)
+
+
+def table_path(bundle: Path, artifact_file: str) -> Path:
+    return bundle / LAYERS_DIR / f"{artifact_file}.json"
+
+
+def bundle_table(run: ConvertRun, item: Candidate, staging: Path) -> str | None:
+    """Write ``layers/<artifact>.json`` for an INT8 artifact; the note for its record (None: not INT8).
+
+    A failed analysis never costs the artifact: the note says why the table is missing."""
+    from toolkit.quiet import native_stderr_silenced
+
+    if item.recipe.precision != "int8" or not run.data.calibration.feeds:
+        return None
+    file = item.record.file
+    try:
+        with native_stderr_silenced():
+            table = analyze(run, item)
+    except ToolkitError as exc:
+        return f"no layer-wise error table: {exc.message}"
+    except Exception as exc:  # noqa: BLE001 - a framework's own error: the artifact stays, the table is missing
+        return f"no layer-wise error table: {type(exc).__name__}: {str(exc)[:200]}"
+    path = table_path(staging, file)
+    path.parent.mkdir(exist_ok=True)
+    path.write_text(json.dumps(table.to_dict(), indent=1) + "\n")
+    worst = table.worst
+    summary = f" (worst: {worst.name} {worst.op_type}, channel error {worst.channel_error:.3g})" if worst else ""
+    return f"layer-wise int8 error table: {LAYERS_DIR}/{file}.json{summary}"
+
+
+def read_table(bundle: Path, artifact_file: str) -> LayerTable | None:
+    """The table written for ``artifact_file`` in ``bundle``, or None when there is none."""
+    path = table_path(bundle, artifact_file)
+    if not path.is_file():
+        return None
+    try:
+        return LayerTable.from_dict(json.loads(path.read_text()))
+    except (ValueError, KeyError, TypeError) as exc:
+        raise ConversionError(f"{path} is not a layer-wise error table: {exc}",
+                              hint="Convert the bundle again to rewrite it.") from None
+
+
+def table_text(artifact_file: str, table: LayerTable, *, limit: int = 15) -> str:
+    """The table as ``edgetk inspect --layers`` prints it: the worst ``limit`` layers."""
+    lines = [f"{artifact_file}: layer-wise int8 error ({table.method}; {table.samples} calibration samples)",
+             f"  {'rank':>4}  {'channel err':>11}  {'rmse/range':>10}  {'op':<18} layer"]
+    for row in table.rows[:limit]:
+        channel = "-" if math.isnan(row.channel_error) else f"{row.channel_error:.3g}"
+        rng = "-" if math.isnan(row.rmse_range) else f"{row.rmse_range:.3g}"
+        lines.append(f"  {row.rank:>4}  {channel:>11}  {rng:>10}  {row.op_type:<18} {row.name}"
+                     + ("  (kept float)" if row.kept_float else ""))
+    if len(table.rows) > limit:
+        lines.append(f"  ... {len(table.rows) - limit} more (--json has them all)")
+    return "\n".join(lines)
