@@ -17,6 +17,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -134,6 +135,7 @@ class ConvertRun:
     recurrent: verify.RecurrentRun | None = None  # state pairs + the float model's sequence run (step models)
     fp32_latency: dict[str, float] = field(default_factory=dict)
     fp32: dict[str, Candidate | Failure] = field(default_factory=dict)  # per format: its fp32 outcome
+    layer_tables: dict[str, Any] = field(default_factory=dict)  # recipe key -> layers.LayerTable (measured once)
     attempts: list[Attempt] = field(default_factory=list)
 
     def request(self, recipe: Recipe) -> ConversionRequest:

@@ -40,6 +40,7 @@ from toolkit.errors import ConversionError, ToolkitError
 
 if TYPE_CHECKING:
     from toolkit.conversion.candidate import Candidate, ConvertRun
+    from toolkit.types import Recipe
 
 LAYERS_DIR = "layers"  # bundle folder of the tables: layers/<artifact file>.json
 INT8_LEVELS = 255.0  # an int8 activation's range in quantization steps
@@ -56,12 +57,15 @@ class LayerError:
     rmse_range: float  # RMS(error) / the tensor's float range
     sqnr_db: float | None = None  # signal-to-quantization-noise ratio (ONNX only)
     kept_float: bool = False  # the artifact this table describes keeps this layer in float
+    # what keeping this layer float takes (``nodes_to_exclude`` names): the layer and the compute layers that
+    # read its output (through pass-through ops), which would re-quantize it with the same range
+    float_group: tuple[str, ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
         return {
             "rank": self.rank, "name": self.name, "op_type": self.op_type,
             "channel_error": _finite(self.channel_error), "rmse_range": _finite(self.rmse_range),
-            "sqnr_db": _finite(self.sqnr_db), "kept_float": self.kept_float,
+            "sqnr_db": _finite(self.sqnr_db), "kept_float": self.kept_float, "float_group": list(self.float_group),
         }
 
     @classmethod
@@ -75,6 +79,7 @@ class LayerError:
             channel_error=num("channel_error"), rmse_range=num("rmse_range"),
             sqnr_db=None if data.get("sqnr_db") is None else float(data["sqnr_db"]),
             kept_float=bool(data.get("kept_float", False)),
+            float_group=tuple(str(n) for n in data.get("float_group", ())),
         )
 
 
@@ -117,19 +122,23 @@ def _matches(name: str, kept: set[str]) -> bool:
     return name in kept or any(name.startswith(k) or k.startswith(name) for k in kept if k)
 
 
-def ranked(scores: Sequence[tuple[str, str, float, float, float | None]]) -> tuple[LayerError, ...]:
+Row = tuple[str, str, float, float, "float | None", tuple[str, ...]]  # name, op, channel, range, sqnr, group
+
+
+def ranked(scores: Sequence[Row]) -> tuple[LayerError, ...]:
     """(name, op, channel_error, rmse_range, sqnr) rows, given in graph order, ordered worst first by channel
     error; within 2% of each other (two lost layers both score ~1) the earlier layer in the graph first, since
     what it loses reaches every layer after it. Rows without a channel error follow, by range-relative error."""
 
-    def key(row: tuple[str, str, float, float, float | None]) -> tuple[int, float]:
+    def key(row: Row) -> tuple[int, float]:
         channel, rng = row[2], row[3]
         if math.isnan(channel):
             return (1, -(0.0 if math.isnan(rng) else rng))
         return (0, -round(math.log10(max(channel, 1e-12)) / 0.0086))
 
     rows = sorted(scores, key=key)
-    return tuple(LayerError(i + 1, name, op, ch, rr, sq) for i, (name, op, ch, rr, sq) in enumerate(rows))
+    return tuple(LayerError(i + 1, name, op, ch, rr, sq, float_group=group)
+                 for i, (name, op, ch, rr, sq, group) in enumerate(rows))
 
 
 # --------------------------------------------------------------------------------------------- TFLite
@@ -138,10 +147,10 @@ def ranked(scores: Sequence[tuple[str, str, float, float, float | None]]) -> tup
 def tflite_table(request: ConversionRequest) -> LayerTable:
     """The table of a Keras/SavedModel -> TFLite INT8 recipe (one quantization-debugger run)."""
     from toolkit.conversion import tflite
-    from toolkit.conversion.sensitivity import DEBUG_SAMPLES
+    from toolkit.conversion.sensitivity import DEBUG_SAMPLES, float_group
 
     calibrated, channel, steps = tflite._debug_run(request)
-    ops, _consumers = tflite._op_graph(calibrated)
+    ops, consumers = tflite._op_graph(calibrated)
     kinds = {name: kind for kind, name in ops}
     position = {name: index for index, (_kind, name) in enumerate(ops)}  # execution order
 
@@ -152,8 +161,12 @@ def tflite_table(request: ConversionRequest) -> LayerTable:
         return max(prefixed, key=len) if prefixed else ""
 
     names = sorted(dict.fromkeys([*channel, *steps]), key=lambda n: position.get(op_of(n), len(position)))
-    rows = [(name, kinds.get(op_of(name), ""), channel.get(name, math.nan), steps.get(name, math.nan) / INT8_LEVELS,
-             None) for name in names]
+    def group(name: str) -> tuple[str, ...]:
+        op = op_of(name)
+        return float_group(op, consumers, lambda o: kinds.get(o) in tflite._PASSTHROUGH) if op else (name,)
+
+    rows: list[Row] = [(name, kinds.get(op_of(name), ""), channel.get(name, math.nan),
+                        steps.get(name, math.nan) / INT8_LEVELS, None, group(name)) for name in names]
     return LayerTable(
         route="tflite",
         method="TFLite QuantizationDebugger: each op's int8 output vs its float copy fed the same input",
@@ -182,7 +195,8 @@ def onnx_table(request: ConversionRequest, int8: BuiltArtifact) -> LayerTable:
     feeds = list(onnx_quant._reader(request, int8.path, DEBUG_SAMPLES))
     with tempfile.TemporaryDirectory(dir=request.workdir) as scratch, onnx_quant._quiet():
         values = run_outputs(model, names, Path(scratch).resolve(), feeds)
-    rows: list[tuple[str, str, float, float, float | None]] = []
+    groups = onnx_quant.float_group_map(model, list(pairs))
+    rows: list[Row] = []
     for node, (op, (pre, post)) in pairs.items():
         stats = ChannelError(axis=1)
         before = [np.asarray(v, dtype=np.float64) for v in values[pre]]
@@ -192,13 +206,13 @@ def onnx_table(request: ConversionRequest, int8: BuiltArtifact) -> LayerTable:
         ref = np.concatenate([b.ravel() for b in before]) if before else np.zeros(0)
         act = np.concatenate([a.ravel() for a in after]) if after else np.zeros(0)
         if ref.size == 0 or ref.shape != act.shape:
-            rows.append((node, op, math.nan, math.nan, None))
+            rows.append((node, op, math.nan, math.nan, None, groups[node]))
             continue
         noise = float(np.sqrt(np.mean((act - ref) ** 2)))
         span = float(ref.max() - ref.min())
         signal = float(np.sqrt(np.mean(ref**2)))
         sqnr = 20.0 * math.log10(max(signal, 1e-30) / noise) if noise > 0 else math.inf
-        rows.append((node, op, stats.score(), noise / span if span > 0 else 0.0, sqnr))
+        rows.append((node, op, stats.score(), noise / span if span > 0 else 0.0, sqnr, groups[node]))
     return LayerTable(
         route="onnx",
         method="each quantized node's output before vs after its QuantizeLinear/DequantizeLinear pair",
@@ -209,27 +223,34 @@ def onnx_table(request: ConversionRequest, int8: BuiltArtifact) -> LayerTable:
 # --------------------------------------------------------------------------------------------- bundles
 
 
-def analyze(run: ConvertRun, item: Candidate) -> LayerTable:
-    """The table of ``item``'s recipe quantized in full (its float layers as extra rows' ``kept_float``)."""
-    from toolkit.conversion import onnx_quant, registry
+def table_for(run: ConvertRun, recipe: Recipe, built: BuiltArtifact) -> LayerTable:
+    """The table of ``recipe`` quantized in full (its ``nodes_to_exclude`` dropped), measured once per run:
+    selective quantization and the bundle share it. ``built`` is the recipe's artifact (ONNX: measured
+    directly when it is the full quantization)."""
+    from toolkit.conversion import cache, onnx_quant, registry
 
-    recipe = item.recipe
     plain = dataclasses.replace(recipe, nodes_to_exclude=())
+    key = cache.recipe_key(plain)
+    if key in run.layer_tables:
+        return run.layer_tables[key]
     request = run.request(plain)
     if recipe.format == "tflite":
         if run.source.framework not in registry.TF_FRAMEWORKS:
             raise ConversionError(f"not available for {run.source.framework} sources (Keras/SavedModel only)")
         table = tflite_table(request)
+    elif recipe.nodes_to_exclude:  # ``built`` is a mixed artifact: measure the full quantization
+        base = registry.fp32_onnx(request)
+        with tempfile.TemporaryDirectory(dir=request.workdir) as scratch:
+            table = onnx_table(request, onnx_quant.derive(request, base, Path(scratch) / "plain-int8.onnx"))
     else:
-        int8 = item.built
-        if recipe.nodes_to_exclude:  # the artifact is the mixed one: measure the full quantization
-            base = registry.fp32_onnx(request)
-            with tempfile.TemporaryDirectory(dir=request.workdir) as scratch:
-                int8 = onnx_quant.derive(request, base, Path(scratch) / "plain-int8.onnx")
-                table = onnx_table(request, int8)
-        else:
-            table = onnx_table(request, int8)
-    return table.with_float(item.record.float_nodes)
+        table = onnx_table(request, built)
+    run.layer_tables[key] = table
+    return table
+
+
+def analyze(run: ConvertRun, item: Candidate) -> LayerTable:
+    """The table of ``item``'s recipe quantized in full, with the rows ``item`` keeps float marked."""
+    return table_for(run, item.recipe, item.built).with_float(item.record.float_nodes)
 
 
 def table_path(bundle: Path, artifact_file: str) -> Path:

@@ -896,6 +896,27 @@ _PASSTHROUGH = {
 _SENSITIVITY_CALIBRATION = 64  # calibration samples for each candidate build (ranges only need to be close)
 
 
+def float_group_map(quant_model: onnx.ModelProto, names: Sequence[str]) -> dict[str, tuple[str, ...]]:
+    """For each of ``names`` (quantized nodes of a QDQ model), the node and the compute nodes that read its
+    output, through pass-through nodes (``sensitivity.float_group``): what must stay float together."""
+    from toolkit.conversion import sensitivity
+    from toolkit.inspection.onnx import iter_nodes
+
+    compute, _producers, readers = _qdq_graph(quant_model)
+    kinds = {n.name: n.op_type for n in compute}
+    consumers: dict[str, list[str]] = {}
+    for node in [n for n in iter_nodes(quant_model.graph) if n.op_type not in ("QuantizeLinear", "DequantizeLinear")]:
+        kinds.setdefault(node.name, node.op_type)
+        outputs = list(node.output)
+        pair = _output_qdq(node, readers)
+        if pair:
+            outputs.append(pair[1])
+        consumers[node.name] = [
+            r.name for out in outputs for r in readers.get(out, []) if r.op_type not in ("QuantizeLinear", "DequantizeLinear")
+        ]
+    return {name: sensitivity.float_group(name, consumers, lambda n: kinds.get(n) in _PASSTHROUGH) for name in names}
+
+
 def float_groups(
     request: ConversionRequest, base: BuiltArtifact, int8: BuiltArtifact, *, limit: int
 ) -> list[tuple[tuple[str, ...], float]]:
@@ -910,29 +931,13 @@ def float_groups(
     import dataclasses
 
     from toolkit.conversion import sensitivity
-    from toolkit.inspection.onnx import iter_nodes
 
     ranked = node_errors(request, base, int8, limit=10_000)
     if not ranked:
         return []
     added = added_errors(request, base, int8, limit=10_000)
     culprits = sensitivity.shortlist(ranked, added)
-    quant_model = _onnx().load(str(int8.path))
-    compute, _producers, readers = _qdq_graph(quant_model)
-    kinds = {n.name: n.op_type for n in compute}
-    consumers: dict[str, list[str]] = {}
-    for node in [n for n in iter_nodes(quant_model.graph) if n.op_type not in ("QuantizeLinear", "DequantizeLinear")]:
-        kinds.setdefault(node.name, node.op_type)
-        outputs = list(node.output)
-        pair = _output_qdq(node, readers)
-        if pair:
-            outputs.append(pair[1])
-        consumers[node.name] = [
-            r.name for out in outputs for r in readers.get(out, []) if r.op_type not in ("QuantizeLinear", "DequantizeLinear")
-        ]
-    groups = {
-        name: sensitivity.float_group(name, consumers, lambda n: kinds.get(n) in _PASSTHROUGH) for name in culprits
-    }
+    groups = float_group_map(_onnx().load(str(int8.path)), culprits)
     feeds = list(_reader(request, base.path, sensitivity.SENSITIVITY_SAMPLES))
     reference = [[np.asarray(o) for o in _session(base.path).run(None, feed)] for feed in feeds]
     small = dataclasses.replace(request, calibration=request.calibration[:_SENSITIVITY_CALIBRATION])

@@ -1,16 +1,19 @@
 """Selective quantization: when full INT8 breaks the tolerance, keep the layers that hurt most in float.
 
-The ranking (``sensitivity``, and each route's ``float_groups``) orders groups of layers by what keeping them
-in float does to the outputs; the best group is tried, then the union of the best ``SELECTIVE_STEPS[-1]``.
-A result that passes keeps the label int8 with its float layers in ``float_nodes``, and is preferred over the
-fp16/fp32 fallback.
+The layers come from the one layer-wise error analysis of the full INT8 quantization (``layers.table_for``:
+each quantized layer's output against float on calibration samples, worst first), the table the bundle
+ships: the worst layer's ``float_group`` (the layer and the layers that read its output) is tried, then the
+union of the groups of the worst ``SELECTIVE_STEPS[-1]``. No candidate is converted just to rank (the
+output-sensitivity ranking, each route's ``float_groups``, stays available for analysis). A result that
+passes keeps the label int8 with its float layers in ``float_nodes``, and is preferred over the fp16/fp32
+fallback.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import math
 
-from toolkit.conversion.base import BuiltArtifact, ConversionRequest
 from toolkit.conversion.candidate import Candidate, ConvertRun, Failure, build_and_verify
 from toolkit.errors import ToolkitError
 from toolkit.quiet import native_stderr_silenced
@@ -18,17 +21,15 @@ from toolkit.quiet import native_stderr_silenced
 SELECTIVE_STEPS = (1, 3)  # how many of the best float groups (a culprit layer, maybe with its consumers) to try
 
 
-def worst_nodes(request: ConversionRequest, int8: BuiltArtifact) -> list[tuple[tuple[str, ...], float]]:
-    """Groups of layers to keep in float, best first, with the output error each leaves (sensitivity)."""
-    limit = 2 * max(SELECTIVE_STEPS)  # groups inside a better one add nothing to the union: rank a few more
-    if request.recipe.format == "tflite":
-        from toolkit.conversion import tflite
+def worst_nodes(run: ConvertRun, failed: Candidate) -> list[tuple[tuple[str, ...], float]]:
+    """Groups of layers to keep in float, worst layer first, with that layer's per-channel error (the
+    layer-wise table of ``failed``'s recipe)."""
+    from toolkit.conversion.layers import table_for
 
-        return tflite.float_groups(request, limit=limit)
-    from toolkit.conversion import onnx_quant, registry
-
-    base = registry.fp32_onnx(request)
-    return onnx_quant.float_groups(request, base, int8, limit=limit)
+    limit = 2 * max(SELECTIVE_STEPS)  # groups inside a better one add nothing to the union: take a few more
+    table = table_for(run, failed.recipe, failed.built)
+    rows = [r for r in table.rows if not math.isnan(r.channel_error)]
+    return [(r.float_group or (r.name,), r.channel_error) for r in rows[:limit]]
 
 
 def selective(run: ConvertRun, failed: Candidate) -> Candidate | None:
@@ -38,9 +39,13 @@ def selective(run: ConvertRun, failed: Candidate) -> Candidate | None:
     recipe = failed.recipe
     try:
         with native_stderr_silenced():
-            ranked = worst_nodes(run.request(recipe), failed.built)
+            ranked = worst_nodes(run, failed)
     except ToolkitError as exc:
         run.attempts.append(failed.attempt("failed", f"selective quantization unavailable: {exc.message}"))
+        return None
+    except Exception as exc:  # noqa: BLE001 - a framework's own error in the analysis: no selective retry
+        run.attempts.append(failed.attempt(
+            "failed", f"selective quantization unavailable: {type(exc).__name__}: {str(exc)[:200]}"))
         return None
     if not ranked:
         return None
