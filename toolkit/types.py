@@ -1,9 +1,10 @@
 """Frozen data that flows between the stages: convert -> bundle -> deploy -> check -> history.
 
 Stdlib only, so that every stage (and the CLI's ``--help``) can import it for free. Each class that is written
-to disk or printed as JSON has ``to_dict`` and a ``from_dict`` that refuses malformed input with a
-:class:`~toolkit.errors.UsageError` naming the key, so a hand-edited or corrupt manifest never turns into a
-traceback deep in another stage.
+to disk or printed as JSON has ``to_dict``; ``Manifest.from_dict`` reads one back through the manifest's schema
+(:mod:`toolkit.schemas.manifest`), which refuses malformed input with a :class:`~toolkit.errors.UsageError`
+naming the file and the key, so a hand-edited or corrupt manifest never turns into a traceback deep in another
+stage.
 """
 
 from __future__ import annotations
@@ -130,28 +131,6 @@ def artifact_file_name(precision: str, fmt: str) -> str:
 # --------------------------------------------------------------------------------------------- helpers
 
 
-def _require(data: Mapping[str, Any], key: str, kind: type | tuple[type, ...], where: str) -> Any:
-    if not isinstance(data, Mapping):
-        raise UsageError(f"{where}: expected a table/object, got {type(data).__name__}.")
-    if key not in data:
-        raise UsageError(f"{where}: the key {key!r} is missing.", hint="Rebuild the bundle with `edgetk convert`.")
-    value = data[key]
-    if not isinstance(value, kind) or (isinstance(value, bool) and bool not in _as_tuple(kind)):
-        names = "/".join(k.__name__ for k in _as_tuple(kind))
-        raise UsageError(f"{where}: {key!r} must be {names}, got {type(value).__name__}.")
-    return value
-
-
-def _optional(data: Mapping[str, Any], key: str, kind: type | tuple[type, ...], where: str) -> Any:
-    if data.get(key) is None:
-        return None
-    return _require(data, key, kind, where)
-
-
-def _as_tuple(kind: type | tuple[type, ...]) -> tuple[type, ...]:
-    return kind if isinstance(kind, tuple) else (kind,)
-
-
 def _coerce(obj: Any, **vocabularies: type[_Word]) -> None:
     """Store each named field of a frozen dataclass as its enum member (plain strings accepted)."""
     for key, vocabulary in vocabularies.items():
@@ -184,16 +163,6 @@ class Quantization:
     def to_dict(self) -> dict[str, Any]:
         return {"scale": list(self.scale), "zero_point": list(self.zero_point), "axis": self.axis}
 
-    @classmethod
-    def from_dict(cls, data: Mapping[str, Any], where: str = "quantization") -> Quantization:
-        scale = _require(data, "scale", list, where)
-        zero = _require(data, "zero_point", list, where)
-        if not all(isinstance(s, (int, float)) and not isinstance(s, bool) for s in scale):
-            raise UsageError(f"{where}: 'scale' must be a list of numbers.")
-        if not all(isinstance(z, int) and not isinstance(z, bool) for z in zero):
-            raise UsageError(f"{where}: 'zero_point' must be a list of integers.")
-        return cls(tuple(float(s) for s in scale), tuple(zero), _optional(data, "axis", int, where))
-
 
 @dataclass(frozen=True)
 class TensorSpec:
@@ -215,20 +184,6 @@ class TensorSpec:
             "dtype": self.dtype,
             "quantization": self.quantization.to_dict() if self.quantization else None,
         }
-
-    @classmethod
-    def from_dict(cls, data: Mapping[str, Any], where: str = "tensor") -> TensorSpec:
-        name = _require(data, "name", str, where)
-        shape = _require(data, "shape", list, where)
-        if not all(d is None or (isinstance(d, int) and not isinstance(d, bool)) for d in shape):
-            raise UsageError(f"{where}: 'shape' must be a list of integers or null.")
-        quant = data.get("quantization")
-        return cls(
-            name=name,
-            shape=tuple(shape),
-            dtype=_require(data, "dtype", str, where),
-            quantization=Quantization.from_dict(quant, f"{where}.quantization") if quant is not None else None,
-        )
 
 
 # --------------------------------------------------------------------------------------------- recipes
@@ -372,33 +327,6 @@ class Verification:
             "user_metric": dict(self.user_metric) if self.user_metric is not None else None,
         }
 
-    @classmethod
-    def from_dict(cls, data: Mapping[str, Any], where: str = "verification") -> Verification:
-        def num(key: str) -> float:
-            value = _optional(data, key, (int, float), where)
-            return float("nan") if value is None else float(value)
-
-        top1 = _optional(data, "top1_agreement", (int, float), where)
-        acc = _optional(data, "accuracy", (int, float), where)
-        ref = _optional(data, "reference_accuracy", (int, float), where)
-        return cls(
-            max_abs_error=num("max_abs_error"),
-            mean_abs_error=num("mean_abs_error"),
-            cosine_similarity=num("cosine_similarity"),
-            top1_agreement=None if top1 is None else float(top1),
-            samples=_require(data, "samples", int, where),
-            accuracy=None if acc is None else float(acc),
-            reference_accuracy=None if ref is None else float(ref),
-            task=_optional(data, "task", str, where),
-            task_source=_optional(data, "task_source", str, where),
-            task_metrics=dict(_optional(data, "task_metrics", Mapping, where) or {}),
-            outputs=tuple(OutputMetrics.from_dict(o, f"{where}.outputs[{i}]")
-                          for i, o in enumerate(_optional(data, "outputs", list, where) or [])),
-            worst=_optional(data, "worst", str, where),
-            vacuous=_optional(data, "vacuous", str, where),
-            user_metric=_optional(data, "user_metric", Mapping, where),
-        )
-
 
 @dataclass(frozen=True)
 class Golden:
@@ -417,13 +345,6 @@ class Golden:
             out["slices"] = [s.to_dict() for s in self.slices]
             out["reference"] = self.reference
         return out
-
-    @classmethod
-    def from_dict(cls, data: Mapping[str, Any], where: str = "golden") -> Golden:
-        slices = tuple(SliceCheck.from_dict(s, f"{where}.slices[{i}]")
-                       for i, s in enumerate(_optional(data, "slices", list, where) or []))
-        return cls(_require(data, "outputs", str, where), float(_require(data, "atol", (int, float), where)),
-                   slices=slices, reference=_optional(data, "reference", str, where))
 
 
 @dataclass(frozen=True)
@@ -483,52 +404,6 @@ class ArtifactRecord:
             "delegate": self.delegate,
         }
 
-    @classmethod
-    def from_dict(cls, data: Mapping[str, Any], where: str = "artifact") -> ArtifactRecord:
-        file = _require(data, "file", str, where)
-        where = f"{where} {file!r}"
-        fmt = _require(data, "format", str, where)
-        if fmt not in FORMATS:
-            raise UsageError(f"{where}: unknown format {fmt!r} (expected one of {', '.join(FORMATS)}).")
-        precision = _require(data, "precision", str, where)
-        if precision not in PRECISIONS:
-            raise UsageError(f"{where}: unknown precision {precision!r} (expected one of {', '.join(PRECISIONS)}).")
-        verification = data.get("verification")
-        golden = data.get("golden")
-        recipe = _optional(data, "recipe", dict, where) or {}
-        host = _optional(data, "host_latency_ms", (int, float), where)
-        fp32 = _optional(data, "fp32_latency_ms", (int, float), where)
-        return cls(
-            file=file,
-            format=fmt,
-            precision=precision,
-            sha256=_require(data, "sha256", str, where),
-            bytes=_require(data, "bytes", int, where),
-            inputs=tuple(
-                TensorSpec.from_dict(t, f"{where} input") for t in _require(data, "inputs", list, where)
-            ),
-            outputs=tuple(
-                TensorSpec.from_dict(t, f"{where} output") for t in _require(data, "outputs", list, where)
-            ),
-            verification=Verification.from_dict(verification, f"{where} verification") if verification else None,
-            golden=Golden.from_dict(golden, f"{where} golden") if golden else None,
-            host_latency_ms=None if host is None else float(host),
-            fp32_latency_ms=None if fp32 is None else float(fp32),
-            runtime=_optional(data, "runtime", str, where),
-            status=_optional(data, "status", str, where) or "ok",
-            recipe=recipe,
-            float_nodes=tuple(_optional(data, "float_nodes", list, where) or ()),
-            execution_providers=tuple(_optional(data, "execution_providers", list, where) or ()),
-            layout=_optional(data, "layout", str, where),
-            notes=tuple(_optional(data, "notes", list, where) or ()),
-            preferred=bool(_optional(data, "preferred", bool, where) or False),
-            provider_options={
-                str(k): dict(v) if isinstance(v, Mapping) else {}
-                for k, v in (_optional(data, "provider_options", dict, where) or {}).items()
-            },
-            delegate=_optional(data, "delegate", str, where),
-        )
-
 
 @dataclass(frozen=True)
 class Attempt:
@@ -551,19 +426,6 @@ class Attempt:
             "file": self.file,
             "metrics": dict(self.metrics) if self.metrics is not None else None,
         }
-
-    @classmethod
-    def from_dict(cls, data: Mapping[str, Any], where: str = "attempt") -> Attempt:
-        outcome = _require(data, "outcome", str, where)
-        if outcome not in ("kept", "dropped", "failed"):
-            raise UsageError(f"{where}: unknown outcome {outcome!r}.")
-        return cls(
-            recipe=_require(data, "recipe", dict, where),
-            outcome=outcome,
-            reason=_require(data, "reason", str, where),
-            file=_optional(data, "file", str, where),
-            metrics=_optional(data, "metrics", dict, where),
-        )
 
 
 # --------------------------------------------------------------------------------------------- manifest
@@ -614,22 +476,6 @@ class Preprocessing:
             "dtype": self.dtype,
             "size": list(self.size) if self.size is not None else None,
         }
-
-    @classmethod
-    def from_dict(cls, data: Mapping[str, Any], where: str = "preprocessing") -> Preprocessing:
-        mean = _optional(data, "mean", list, where)
-        std = _optional(data, "std", list, where)
-        size = _optional(data, "size", list, where)
-        scale = _optional(data, "scale", (int, float), where)
-        return cls(
-            layout=_optional(data, "layout", str, where),
-            color_order=_optional(data, "color_order", str, where),
-            mean=tuple(float(v) for v in mean) if mean is not None else None,
-            std=tuple(float(v) for v in std) if std is not None else None,
-            scale=None if scale is None else float(scale),
-            dtype=_optional(data, "dtype", str, where),
-            size=(int(size[0]), int(size[1])) if size is not None and len(size) == 2 else None,
-        )
 
 
 @dataclass(frozen=True)
@@ -694,60 +540,13 @@ class Manifest:
         }
 
     @classmethod
-    def from_dict(cls, data: Mapping[str, Any], where: str = "manifest.json") -> Manifest:
-        version = _require(data, "schema_version", int, where)
-        if version > MANIFEST_SCHEMA_VERSION:
-            raise UsageError(
-                f"{where}: schema_version {version} is newer than this edgetk understands "
-                f"({MANIFEST_SCHEMA_VERSION}).",
-                hint="Upgrade edge-toolkit, or rebuild the bundle with this version.",
-            )
-        name = _require(data, "name", str, where)
-        source = _require(data, "source", dict, where)
-        target = _optional(data, "target", dict, where) or {}
-        calibration = _optional(data, "calibration", dict, where)
-        runner = _optional(data, "runner", dict, where)
-        preprocessing = _optional(data, "preprocessing", dict, where)
-        labels = _optional(data, "labels", list, where)
-        artifacts = _require(data, "artifacts", list, where)
-        return cls(
-            schema_version=version,
-            name=name,
-            created_at=_require(data, "created_at", str, where),
-            toolkit_version=_require(data, "toolkit_version", str, where),
-            source=SourceRef(
-                path=_require(source, "path", str, f"{where} source"),
-                sha256=_require(source, "sha256", str, f"{where} source"),
-                framework=_require(source, "framework", str, f"{where} source"),
-            ),
-            target=_optional(target, "name", str, f"{where} target"),
-            target_arch=_optional(target, "arch", str, f"{where} target"),
-            preprocessing=Preprocessing.from_dict(preprocessing) if preprocessing else None,
-            labels=tuple(str(label) for label in labels) if labels is not None else None,
-            calibration=CalibrationRef(
-                path=_require(calibration, "path", str, f"{where} calibration"),
-                sha256=_require(calibration, "sha256", str, f"{where} calibration"),
-                samples=_require(calibration, "samples", int, f"{where} calibration"),
-            )
-            if calibration
-            else None,
-            golden_inputs=_optional(data, "golden_inputs", str, where),
-            artifacts=tuple(ArtifactRecord.from_dict(a, f"{where} artifact") for a in artifacts),
-            attempts=tuple(
-                Attempt.from_dict(a, f"{where} attempt") for a in _optional(data, "attempts", list, where) or ()
-            ),
-            runtime_preferences=_optional(data, "runtime_preferences", dict, where) or {},
-            runner=RunnerRef(
-                file=_require(runner, "file", str, f"{where} runner"),
-                sha256=_require(runner, "sha256", str, f"{where} runner"),
-            )
-            if runner
-            else None,
-            config=_optional(data, "config", dict, where) or {},
-            check_policy=CheckPolicy.from_dict(data["check_policy"], f"{where} check_policy")
-            if data.get("check_policy") is not None
-            else None,
-        )
+    def from_dict(cls, data: Any, where: str = "manifest.json") -> Manifest:
+        """A parsed ``manifest.json`` as a Manifest, validated by its schema (:mod:`toolkit.schemas.manifest`;
+        pydantic is imported only here, when a bundle is read): a UsageError names ``where``, the key and the
+        fix."""
+        from toolkit.schemas.manifest import read_manifest
+
+        return read_manifest(data, where)
 
 
 # --------------------------------------------------------------------------------------------- devices

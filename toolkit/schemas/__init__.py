@@ -1,5 +1,6 @@
 """Schemas of the files users write (target profiles, the device inventory, an image folder's
-``dataset.toml``, ``run.toml``), as pydantic 2 models with ``extra="forbid"``, at the file boundary only.
+``dataset.toml``, ``run.toml``) and the bundle's ``manifest.json`` (:mod:`toolkit.schemas.manifest`), as pydantic
+2 models with ``extra="forbid"``, at the file boundary only.
 
 A file is parsed (``tomllib``), validated here, and turned into the frozen dataclasses of
 :mod:`toolkit.types` and friends that flow between the stages; nothing past the boundary sees pydantic.
