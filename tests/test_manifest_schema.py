@@ -27,7 +27,7 @@ def bundle(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="module")
 def manifest(bundle: Path) -> dict[str, Any]:
-    return json.loads((bundle / "manifest.json").read_text())  # type: ignore[no-any-return]
+    return json.loads((bundle / "manifest.json").read_text())
 
 
 def _set(*path: Any, value: Any) -> Callable[[dict[str, Any]], None]:
