@@ -12,7 +12,8 @@ from toolkit.checking import Budget, GateOptions, budget_for, gate, parse_runner
 from toolkit.errors import DeviceError, UsageError
 from toolkit.policy import CheckPolicy, PlacementExpectation, RegressionPolicy, check_policy_from_profile
 from toolkit.regression import RegressionVerdict, decide, mann_whitney_greater, median
-from toolkit.types import GateResult, Manifest
+from toolkit.schemas.manifest import read_manifest
+from toolkit.types import GateResult
 
 pytestmark = pytest.mark.fast  # no device, no conversion: part of the edit-test loop
 
@@ -216,11 +217,11 @@ def test_policy_in_the_manifest_and_the_budget_from_it() -> None:
     manifest = {"schema_version": 1, "name": "m", "created_at": "now", "toolkit_version": "t",
                 "source": {"path": "m.onnx", "sha256": "0" * 64, "framework": "onnx"}, "target": {"name": None},
                 "artifacts": []}
-    assert Manifest.from_dict(manifest).check_policy is None  # a bundle from before the policy existed
-    loaded = Manifest.from_dict({**manifest, "check_policy": policy.to_dict()})
+    assert read_manifest(manifest).check_policy is None  # a bundle from before the policy existed
+    loaded = read_manifest({**manifest, "check_policy": policy.to_dict()})
     assert loaded.check_policy == policy and loaded.to_dict()["check_policy"] == policy.to_dict()
     with pytest.raises(UsageError, match="check_policy"):
-        Manifest.from_dict({**manifest, "check_policy": {"latency_budget_ms": "fast"}})
+        read_manifest({**manifest, "check_policy": {"latency_budget_ms": "fast"}})
 
 
 def test_options_refuse_bad_values() -> None:

@@ -21,7 +21,7 @@ from tests.fixtures.deploy import build_bundle
 from toolkit.bundle import read_bundle, sha256_file, write_manifest
 from toolkit.deployment import GZ_SUFFIX, Device, HelperRefused, push
 from toolkit.devices import DeviceSpec, open_connection, parse_spec
-from toolkit.types import Manifest
+from toolkit.schemas.manifest import read_manifest
 
 
 def _sparse_bundle(out: Path) -> Path:
@@ -37,7 +37,7 @@ def _sparse_bundle(out: Path) -> Path:
             values[np.random.default_rng(0).random(values.size) < 0.8] = 0.0
             model.graph.initializer[index].CopyFrom(numpy_helper.from_array(values, "pad"))
     onnx.save(model, str(artifact))
-    manifest = Manifest.from_dict(json.loads((out / "manifest.json").read_text()))
+    manifest = read_manifest(json.loads((out / "manifest.json").read_text()))
     record = dataclasses.replace(manifest.artifacts[0], sha256=sha256_file(artifact), bytes=artifact.stat().st_size)
     write_manifest(out, dataclasses.replace(manifest, artifacts=(record,)))
     return out

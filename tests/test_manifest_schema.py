@@ -16,7 +16,7 @@ from tests.fixtures.cli import assert_clean_error, run_edgetk
 from tests.fixtures.deploy import build_bundle
 from toolkit.bundle import read_bundle
 from toolkit.errors import UsageError
-from toolkit.types import Manifest
+from toolkit.schemas.manifest import read_manifest
 
 
 @pytest.fixture(scope="module")
@@ -69,7 +69,7 @@ def test_a_malformed_manifest_names_the_file_the_key_and_the_fix(manifest: dict[
     data = copy.deepcopy(manifest)
     edit(data)
     with pytest.raises(UsageError) as caught:
-        Manifest.from_dict(data, where="b/manifest.json")
+        read_manifest(data, where="b/manifest.json")
     message, hint = caught.value.message, (caught.value.hint or "")
     assert message.startswith("b/manifest.json: "), message
     for needle in in_message:
@@ -81,14 +81,14 @@ def test_a_malformed_manifest_names_the_file_the_key_and_the_fix(manifest: dict[
 def test_a_newer_schema_version_is_refused_before_its_keys(manifest: dict[str, Any]) -> None:
     data = {**copy.deepcopy(manifest), "schema_version": 2, "a_key_from_the_future": 1}
     with pytest.raises(UsageError) as caught:
-        Manifest.from_dict(data)
+        read_manifest(data)
     assert "schema_version 2 is newer" in caught.value.message
     assert "Upgrade edge-toolkit" in (caught.value.hint or "")
 
 
 def test_a_valid_manifest_reads_back_as_written(bundle: Path) -> None:
     manifest = read_bundle(bundle).manifest
-    assert Manifest.from_dict(json.loads(json.dumps(manifest.to_dict()))) == manifest
+    assert read_manifest(json.loads(json.dumps(manifest.to_dict()))) == manifest
 
 
 def test_the_cli_refuses_an_unknown_key_in_one_plain_message(bundle: Path, tmp_path: Path) -> None:

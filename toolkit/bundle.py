@@ -167,7 +167,9 @@ def read_bundle(path: Path, *, verify: bool = True) -> Bundle:
         data = json.loads(raw)
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise UsageError(f"{manifest_path} is not valid JSON ({exc}).", hint="Rebuild the bundle.") from None
-    manifest = Manifest.from_dict(data, where=str(manifest_path))
+    from toolkit.schemas.manifest import read_manifest  # pydantic loads only when a bundle is read
+
+    manifest = read_manifest(data, where=str(manifest_path))
     for record in manifest.artifacts:
         safe_relative(record.file, what="artifact")
     bundle = Bundle(path=path, manifest=manifest, version=hashlib.sha256(raw).hexdigest())

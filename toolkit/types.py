@@ -1,8 +1,8 @@
 """Frozen data that flows between the stages: convert -> bundle -> deploy -> check -> history.
 
 Stdlib only, so that every stage (and the CLI's ``--help``) can import it for free. Each class that is written
-to disk or printed as JSON has ``to_dict``; ``Manifest.from_dict`` reads one back through the manifest's schema
-(:mod:`toolkit.schemas.manifest`), which refuses malformed input with a :class:`~toolkit.errors.UsageError`
+to disk or printed as JSON has ``to_dict``; ``toolkit.schemas.manifest.read_manifest`` reads a manifest back
+through its schema (pydantic, imported only when a bundle is read), which refuses malformed input with a :class:`~toolkit.errors.UsageError`
 naming the file and the key, so a hand-edited or corrupt manifest never turns into a traceback deep in another
 stage.
 """
@@ -538,15 +538,6 @@ class Manifest:
             "config": dict(self.config),
             "check_policy": self.check_policy.to_dict() if self.check_policy else None,
         }
-
-    @classmethod
-    def from_dict(cls, data: Any, where: str = "manifest.json") -> Manifest:
-        """A parsed ``manifest.json`` as a Manifest, validated by its schema (:mod:`toolkit.schemas.manifest`;
-        pydantic is imported only here, when a bundle is read): a UsageError names ``where``, the key and the
-        fix."""
-        from toolkit.schemas.manifest import read_manifest
-
-        return read_manifest(data, where)
 
 
 # --------------------------------------------------------------------------------------------- devices

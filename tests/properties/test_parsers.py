@@ -1,7 +1,7 @@
 """Property tests for every parser of user files: whatever garbage comes in, the answer is a parsed value or a
 ToolkitError (one plain message), never another exception; and what is valid survives a round trip.
 
-Parsers: the manifest (``Manifest.from_dict``, ``read_bundle``), target profiles (``load_profiles`` over a
+Parsers: the manifest (``read_manifest``, ``read_bundle``), target profiles (``load_profiles`` over a
 folder of TOML files), the inventory (``parse_inventory``, ``load_inventory``), an image folder's
 ``dataset.toml`` (``calibration.read_data``), and ``--input-shape`` (``parse_input_shapes``).
 """
@@ -28,6 +28,7 @@ from toolkit.calibration import parse_input_shapes, read_data
 from toolkit.devices.inventory import DEVICE_KEYS, load_inventory, parse_inventory
 from toolkit.errors import ToolkitError
 from toolkit.targets import load_profiles
+from toolkit.schemas.manifest import read_manifest
 from toolkit.types import Manifest, TensorSpec
 
 REPO = Path(__file__).resolve().parents[2]
@@ -152,7 +153,7 @@ def manifest_dict(valid_bundle: Path) -> dict[str, Any]:
 
 def _manifest_or_error(data: Any) -> Manifest | None:
     try:
-        return Manifest.from_dict(data, where="manifest.json")
+        return read_manifest(data, where="manifest.json")
     except ToolkitError:
         return None
 
@@ -182,9 +183,9 @@ def test_manifest_round_trip(manifest_dict: dict[str, Any], name: str, shape: li
     data["name"] = name
     data["labels"] = labels
     data["artifacts"][0]["inputs"][0].update(shape=shape, dtype=dtype)
-    manifest = Manifest.from_dict(data)
+    manifest = read_manifest(data)
     assert manifest.name == name and manifest.artifacts[0].inputs[0].shape == tuple(shape)
-    again = Manifest.from_dict(json.loads(json.dumps(manifest.to_dict())))
+    again = read_manifest(json.loads(json.dumps(manifest.to_dict())))
     assert again == manifest
     assert again.to_dict() == manifest.to_dict()
 
