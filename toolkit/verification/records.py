@@ -9,30 +9,12 @@ error relative to its own float range, so a score channel drowned by box coordin
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
-
-from toolkit.errors import UsageError
 
 
 def _num(value: float | None) -> float | None:
     return None if value is None or not math.isfinite(value) else float(value)
-
-
-def _get(data: Mapping[str, Any], key: str, where: str) -> Any:
-    if not isinstance(data, Mapping) or key not in data:
-        raise UsageError(f"{where}: the key {key!r} is missing.", hint="Rebuild the bundle with `edgetk convert`.")
-    return data[key]
-
-
-def _float(data: Mapping[str, Any], key: str, where: str) -> float:
-    value = data.get(key) if isinstance(data, Mapping) else None
-    if value is None:
-        return float("nan")
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise UsageError(f"{where}.{key} must be a number (got {value!r}).", hint="Rebuild the bundle.")
-    return float(value)
 
 
 def _ratio(error: float, float_range: float) -> float:
@@ -84,12 +66,6 @@ class SliceMetrics:
                 "float_range": _num(self.float_range), "max_abs_error": _num(self.max_abs_error),
                 "mean_abs_error": _num(self.mean_abs_error), "max_error_ratio": _num(self.max_error_ratio)}
 
-    @classmethod
-    def from_dict(cls, data: Mapping[str, Any], where: str = "slice") -> SliceMetrics:
-        return cls(name=str(_get(data, "name", where)), axis=int(_get(data, "axis", where)),
-                   runs=tuple((int(a), int(b)) for a, b in _get(data, "runs", where)),
-                   float_range=_float(data, "float_range", where), max_abs_error=_float(data, "max_abs_error", where),
-                   mean_abs_error=_float(data, "mean_abs_error", where))
 
 
 @dataclass(frozen=True)
@@ -119,15 +95,6 @@ class OutputMetrics:
                 "float_range": _num(self.float_range), "max_error_ratio": _num(self.max_error_ratio),
                 "slices": [s.to_dict() for s in self.slices]}
 
-    @classmethod
-    def from_dict(cls, data: Mapping[str, Any], where: str = "output") -> OutputMetrics:
-        slices = data.get("slices") or [] if isinstance(data, Mapping) else []
-        return cls(name=str(_get(data, "name", where)), index=int(_get(data, "index", where)),
-                   max_abs_error=_float(data, "max_abs_error", where),
-                   mean_abs_error=_float(data, "mean_abs_error", where),
-                   cosine_similarity=_float(data, "cosine_similarity", where),
-                   float_range=_float(data, "float_range", where),
-                   slices=tuple(SliceMetrics.from_dict(s, f"{where}.slices[{i}]") for i, s in enumerate(slices)))
 
 
 @dataclass(frozen=True)
@@ -146,9 +113,3 @@ class SliceCheck:
         return {"output": self.output, "name": self.name, "axis": self.axis, "runs": [list(r) for r in self.runs],
                 "float_range": self.float_range, "max_error": self.max_error}
 
-    @classmethod
-    def from_dict(cls, data: Mapping[str, Any], where: str = "golden.slices") -> SliceCheck:
-        return cls(output=int(_get(data, "output", where)), name=str(_get(data, "name", where)),
-                   axis=int(_get(data, "axis", where)),
-                   runs=tuple((int(a), int(b)) for a, b in _get(data, "runs", where)),
-                   float_range=float(_get(data, "float_range", where)), max_error=float(_get(data, "max_error", where)))
