@@ -245,7 +245,14 @@ def _open_exported_program(torch: Any, path: Path) -> TorchSource:
     once transformers has registered those types with torch's pytree (``torch.export.save`` records the type
     by name): the load is retried after importing ``transformers.modeling_outputs``."""
     import warnings
+    import zipfile
 
+    if not zipfile.is_zipfile(path):  # torch.export.save writes a zip archive
+        raise UsageError(
+            f"{str(path)!r} is not an ExportedProgram (not a zip archive).",
+            hint="Save one with torch.export.save(torch.export.export(model, args), 'model.pt2'), or pass a "
+            "factory `file.py:make_model`.",
+        )
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
