@@ -24,8 +24,9 @@ from tests.fixtures.cli import run_edgetk
 MODULE = Path("/usr/share/mender/modules/v3/edgetk")
 ARTIFACT_INFO = Path("/etc/mender/artifact_info")
 
-pytestmark = pytest.mark.skipif(shutil.which("mender-artifact") is None or shutil.which("mender") is None,
-                                reason="mender-artifact and mender-client are Debian packages (scripts/test installs them)")
+pytestmark = [pytest.mark.mender,
+              pytest.mark.skipif(shutil.which("mender-artifact") is None or shutil.which("mender") is None,
+                                 reason="mender-artifact and mender-client are Debian packages (scripts/test installs them)")]
 
 
 @dataclass

@@ -3,6 +3,7 @@ against real loopback sshd devices (INI and YAML)."""
 
 from __future__ import annotations
 
+import importlib.util
 import shutil
 from pathlib import Path
 
@@ -12,7 +13,9 @@ from tests.fixtures.cli import run_edgetk
 from toolkit.devices.inventory import load_inventory, resolve_specs
 from toolkit.errors import MissingDependency, UsageError
 
-pytest.importorskip("ansible", reason="ansible-core is the [ansible] extra (scripts/test installs it)")
+pytestmark = [pytest.mark.ansible,
+              pytest.mark.skipif(importlib.util.find_spec("ansible") is None,
+                                 reason="ansible-core is the [ansible] extra (scripts/test installs it)")]
 
 INI = """\
 [lab]
