@@ -330,22 +330,12 @@ def _dist_version(dist):
     return None
 
 
-def _module_present(module):
-    # type: (str) -> bool
-    try:
-        import importlib.util
-
-        return importlib.util.find_spec(module) is not None
-    except (ImportError, ValueError):
-        return False
-
-
 def runtime_versions():
     # type: () -> dict
     out = {}
     for runtime, (module, dists) in _PACKAGES.items():
         version = None
-        if _module_present(module):
+        if probe_module_present(module):
             for dist in dists:
                 version = _dist_version(dist)
                 if version:
@@ -357,7 +347,7 @@ def runtime_versions():
 
 def onnxruntime_providers():
     # type: () -> list
-    if not _module_present("onnxruntime"):
+    if not probe_module_present("onnxruntime"):
         return []
     try:
         import onnxruntime
