@@ -5,17 +5,61 @@ section's headline figures so that running one section keeps the others')."""
 from __future__ import annotations
 
 import argparse
+import contextlib
+import fcntl
 import importlib
 import json
 import math
+import os
 import sys
 import time
 import traceback
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
 
-from benchmarks.common import DOC, log, table, update_doc
+from benchmarks.common import DOC, log, machine, table, update_doc
 
 SECTIONS = ("convert", "torch_routes", "deploy", "runner", "optimize", "startup", "finetune_memory", "fleet")
 HEADLINES = DOC.with_suffix(".json")
+
+
+@contextlib.contextmanager
+def _locked(doc: Path) -> Iterator[None]:
+    """Hold an exclusive lock beside the doc while its sections and headlines are read and rewritten, so that
+    two runs of different sections at once never interleave their read-modify-write."""
+    lock = doc.parent / ".benchmarks.lock"
+    lock.parent.mkdir(parents=True, exist_ok=True)
+    with lock.open("a") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+def _read_headlines(path: Path) -> dict[str, Any]:
+    try:
+        value = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return {}
+    return value if isinstance(value, dict) else {}
+
+
+def record(name: str, markdown: str, headline: dict[str, Any] | None, *, doc: Path = DOC,
+           headlines_path: Path | None = None) -> dict[str, Any]:
+    """Merge one section's result into docs/benchmarks.json and docs/benchmarks.md: the files are read again
+    now (not at the start of the run), only this section's entry and block are replaced (``headline`` None
+    keeps the entry it had: a failed run leaves the last figures), and the summary is rebuilt from the merged
+    headlines. Returns the merged headlines."""
+    path = headlines_path or doc.with_suffix(".json")
+    with _locked(doc):
+        headlines = _read_headlines(path)
+        if headline is not None:
+            headlines[name] = headline
+        path.write_text(json.dumps(headlines, indent=1, sort_keys=True, default=float) + "\n")
+        update_doc({name: markdown, "summary": summary(headlines)}, ["summary", *SECTIONS], doc=doc)
+    return headlines
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -26,12 +70,13 @@ def main(argv: list[str] | None = None) -> int:
     if unknown:
         parser.error(f"unknown section(s) {', '.join(unknown)}; pick from {', '.join(SECTIONS)}")
     chosen = [s for s in SECTIONS if s in (args.sections or SECTIONS)]
-    headlines = json.loads(HEADLINES.read_text()) if HEADLINES.exists() else {}
     failed = []
     for name in chosen:
         log(f"=== section {name}")
         started = time.perf_counter()
+        load_before = _loadavg()
         module = importlib.import_module(f"benchmarks.{name}")
+        headline: dict[str, Any] | None
         try:
             markdown, headline = module.run()
         except Exception:  # noqa: BLE001 - one failing section must not lose the others' figures
@@ -39,14 +84,18 @@ def main(argv: list[str] | None = None) -> int:
             text = traceback.format_exc()
             log(f"section {name} failed:\n{text}")
             markdown = f"## {module.TITLE}\n\nThis run failed:\n\n```\n{text[-3000:]}\n```"
-            headline = headlines.get(name, {})
+            headline = None  # keep the figures of the last run that worked
         elapsed = time.perf_counter() - started
-        markdown += f"\n\n_Section run time: {elapsed:.0f} s._"
-        headlines[name] = headline
-        HEADLINES.write_text(json.dumps(headlines, indent=1, sort_keys=True, default=float) + "\n")
-        update_doc({name: markdown, "summary": summary(headlines)}, ["summary", *SECTIONS])
+        markdown += (f"\n\n_Section run time: {elapsed:.0f} s; load average (1, 5, 15 min) {load_before} at the "
+                     f"start, {_loadavg()} at the end, on {machine()['CPU']} ({machine()['cores (os.cpu_count)']} "
+                     "cores)._")
+        record(name, markdown, headline, headlines_path=HEADLINES)
         log(f"section {name} done in {elapsed:.0f} s")
     return 1 if failed else 0
+
+
+def _loadavg() -> str:
+    return " ".join(f"{v:.2f}" for v in os.getloadavg())
 
 
 def _fmt(value: object, suffix: str = "x") -> str:

@@ -183,7 +183,7 @@ def machine() -> dict[str, str]:
     except OSError:
         commit = ""
     info["edge-toolkit commit"] = commit or "unknown"
-    info["load average at start"] = " ".join(f"{v:.2f}" for v in os.getloadavg())
+    info["load average (1, 5, 15 min) when written"] = " ".join(f"{v:.2f}" for v in os.getloadavg())
     return info
 
 
