@@ -267,9 +267,9 @@ def test_edgetpu_without_compiler_ships_the_bundle_and_says_what_to_do(build_tar
     (hint,) = [a for a in manifest.attempts if "Edge TPU" in a.reason]
     assert hint.outcome == "failed" and hint.file == "model.int8.tflite"
     assert "edgetpu_compiler is not on PATH" in hint.reason
-    assert "apt-get install edgetpu-compiler" in hint.reason
-    assert "packages.cloud.google.com/apt coral-edgetpu-stable main" in hint.reason
-    assert "edgetpu_compiler --show_operations --out_dir . model.int8.tflite" in hint.reason
+    assert "apt-get install edgetpu-compiler" in hint.workaround
+    assert "packages.cloud.google.com/apt coral-edgetpu-stable main" in hint.workaround
+    assert "edgetpu_compiler --show_operations --out_dir . model.int8.tflite" in hint.workaround
     read_bundle(result.bundle_dir)
 
 

@@ -31,7 +31,15 @@ from typing import TYPE_CHECKING, Any
 from toolkit import verify
 from toolkit.bundle import read_bundle, staging_dir
 from toolkit.conversion import cache
-from toolkit.conversion.candidate import Candidate, ConvertRun, Failure, FailureKind, build_and_verify, failure
+from toolkit.conversion.candidate import (
+    OUT_OF_TOLERANCE_WORKAROUND,
+    Candidate,
+    ConvertRun,
+    Failure,
+    FailureKind,
+    build_and_verify,
+    failure,
+)
 from toolkit.conversion.data import prepare_data
 from toolkit.conversion.plan import (
     Plan,
@@ -177,13 +185,15 @@ def _build_all(run: ConvertRun, plan: Plan) -> list[Candidate]:
         if result.failures and recipe.precision == "int8" and not item.explicit:
             run.progress(f"{recipe.label} out of tolerance ({'; '.join(result.failures)}): "
                          "trying selective quantization")
-            run.attempts.append(result.attempt("dropped", "; ".join(result.problems)))
+            run.attempts.append(result.attempt("dropped", "; ".join(result.problems),
+                                               workaround="selective quantization is tried next"))
             mixed = selective(run, result)
             if mixed is None:
                 continue
             result = mixed
         if result.failures and not item.explicit:
-            run.attempts.append(result.attempt("dropped", "; ".join(result.problems)))
+            run.attempts.append(result.attempt("dropped", "; ".join(result.problems),
+                                               workaround=OUT_OF_TOLERANCE_WORKAROUND))
             run.progress(f"dropped {recipe.label}: {'; '.join(result.problems)}")
             continue
         reason = "asked for" if item.explicit else "passed verification"
@@ -228,6 +238,7 @@ def _precondition(run: ConvertRun, item: PlannedRecipe) -> Failure | None:
 
 def _nothing_survived(attempts: Sequence[Attempt]) -> ConversionError:
     lines = [f"  {a.recipe.get('format')} {a.recipe.get('precision')}: {a.reason}"
+             + (f" (workaround: {a.workaround})" if a.workaround else "")
              for a in attempts if a.outcome != "kept"]
     return ConversionError(
         "No artifact survived conversion and verification:\n" + "\n".join(lines or ["  (no recipe was planned)"]),

@@ -74,6 +74,8 @@ def convert_table(manifest: Manifest, *, bundle_dir: Path, cached: bool = False)
             if recipe.get("nodes_to_exclude"):
                 label += f" ({len(recipe['nodes_to_exclude'])} layers float)"
             parts.append(f"  {label}: {attempt.reason}")
+            if attempt.workaround:
+                parts.append(f"    workaround: {attempt.workaround}")
     return "\n".join(parts)
 
 

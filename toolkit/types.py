@@ -414,6 +414,7 @@ class Attempt:
     reason: str
     file: str | None = None
     metrics: Mapping[str, Any] | None = None
+    workaround: str | None = None  # what the user can do about it, when the recipe failed or was dropped
 
     def __post_init__(self) -> None:
         _coerce(self, outcome=AttemptOutcome)
@@ -423,6 +424,7 @@ class Attempt:
             "recipe": dict(self.recipe),
             "outcome": self.outcome,
             "reason": self.reason,
+            "workaround": self.workaround,
             "file": self.file,
             "metrics": dict(self.metrics) if self.metrics is not None else None,
         }

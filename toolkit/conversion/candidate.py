@@ -75,7 +75,13 @@ class Failure:
     workaround: str
 
     def attempt(self, outcome: str = "failed") -> Attempt:
-        return Attempt(self.recipe.to_dict(), outcome, f"{self.reason} (workaround: {self.workaround})")
+        return Attempt(self.recipe.to_dict(), outcome, self.reason, workaround=self.workaround)
+
+
+OUT_OF_TOLERANCE_WORKAROUND = (
+    "the profile's next recipe ships instead; to ship this one anyway (marked out_of_tolerance) ask for it with "
+    "--precision/--format, or loosen the profile's [tolerance] in a --targets-dir profile"
+)
 
 
 def failure(recipe: Recipe, kind: FailureKind, reason: str, hint: str | None = None) -> Failure:
@@ -99,7 +105,7 @@ class Candidate:
     def problems(self) -> list[str]:
         return list(self.failures) + ([self.slower] if self.slower else [])
 
-    def attempt(self, outcome: str, reason: str) -> Attempt:
+    def attempt(self, outcome: str, reason: str, *, workaround: str | None = None) -> Attempt:
         record = self.record
         metrics = {
             "verification": record.verification.to_dict() if record.verification else None,
@@ -108,7 +114,8 @@ class Candidate:
             "bytes": record.bytes,
             "float_nodes": list(record.float_nodes),
         }
-        return Attempt(self.recipe.to_dict(), outcome, reason, file=record.file, metrics=metrics)
+        return Attempt(self.recipe.to_dict(), outcome, reason, file=record.file, metrics=metrics,
+                       workaround=workaround)
 
     @property
     def matmul_dominated(self) -> bool:

@@ -49,9 +49,10 @@ def compile_for_edgetpu(
         attempts.append(Attempt(
             recipe, "failed",
             f"not compiled for the Edge TPU: {EDGETPU_COMPILER} is not on PATH (it runs only on x86-64 "
-            f"Debian/Ubuntu). Install it: {EDGETPU_INSTALL}; then, in the bundle folder, run: {command} "
-            f"(writes {compiled_name}; {int8.file} runs on the CPU meanwhile)",
+            f"Debian/Ubuntu); {int8.file} runs on the CPU meanwhile",
             file=int8.file,
+            workaround=f"install it ({EDGETPU_INSTALL}), then in the bundle folder run: {command} "
+            f"(writes {compiled_name})",
         ))
         return []
     out_dir = staging / ".edgetpu"

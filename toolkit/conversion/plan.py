@@ -280,7 +280,8 @@ def _fallback_recipes(
                 continue
             recipe = dataclasses.replace(_plain_recipe(fmt, precision, options, ()), execution_providers=providers)
             if precision == "int8" and not has_calibration:
-                skipped.append(Attempt(recipe.to_dict(), "failed", "skipped (fallback): INT8 needs --calibration data"))
+                skipped.append(Attempt(recipe.to_dict(), "failed", "skipped (fallback): INT8 needs --calibration data",
+                                       workaround="pass --calibration with a few hundred representative samples"))
                 continue
             extra.append(PlannedRecipe(recipe, False))
     return extra

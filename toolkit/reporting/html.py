@@ -146,8 +146,10 @@ def _facts(data: ReportData) -> str:
     dropped = [a for a in m.attempts if a.outcome != "kept"]
     extra = ""
     if dropped:
-        rows = [(f"{a.recipe.get('format')} {a.recipe.get('precision')}", a.outcome, a.reason) for a in dropped]
-        extra = "<h3>Recipes not shipped</h3>" + _table(("recipe", "outcome", "reason"), rows, css_id="not-shipped")
+        rows = [(f"{a.recipe.get('format')} {a.recipe.get('precision')}", a.outcome, a.reason, a.workaround or "")
+                for a in dropped]
+        extra = "<h3>Recipes not shipped</h3>" + _table(("recipe", "outcome", "reason", "workaround"), rows,
+                                                        css_id="not-shipped")
     return f'<h2>Manifest</h2><dl id="manifest">{items}</dl>{extra}'
 
 

@@ -159,6 +159,7 @@ class AttemptM(Table):
     reason: Str
     file: Str | None = None
     metrics: Free | None = None
+    workaround: Str | None = None
 
 
 class SourceM(Table):
@@ -293,7 +294,7 @@ def _manifest(m: ManifestM) -> Manifest:
         golden_inputs=m.golden_inputs,
         artifacts=tuple(_artifact(a) for a in m.artifacts),
         attempts=tuple(Attempt(recipe=a.recipe, outcome=a.outcome, reason=a.reason, file=a.file,
-                               metrics=a.metrics) for a in m.attempts or ()),
+                               metrics=a.metrics, workaround=a.workaround) for a in m.attempts or ()),
         runtime_preferences=m.runtime_preferences or {},
         runner=RunnerRef(file=m.runner.file, sha256=m.runner.sha256) if m.runner else None,
         config=m.config or {},
