@@ -43,6 +43,9 @@ from toolkit.cli.options import PathType
 @click.option("--checkpoint-activations", "checkpoint_activations", is_flag=True,
               help="PyTorch: recompute each block's activations in backward instead of keeping them (less peak "
                    "memory, one more forward per block).")
+@click.option("--offload-optimizer", "offload_optimizer", type=click.Choice(["cpu", "disk"]), default=None,
+              help="PyTorch: keep Adam's state off the model's memory: cpu (in host memory while the model "
+                   "trains on a GPU) or disk (in a file, one parameter at a time, on a CPU host).")
 @click.option("--load-time", "load_time", is_flag=True,
               help="SOURCE is an .onnx/.tflite artifact: write its load-time variants (offline graph "
                    "optimizations, ORT format, external data) to the --out folder and measure each cold.")
@@ -63,7 +66,7 @@ def optimize(source: str, as_json: bool, **values: Any) -> None:
 
     if values["load_time"]:  # the training knobs keep their defaults; only the techniques must be absent
         for knob in ("prune_scope", "temperature", "alpha", "epochs", "batch_size", "learning_rate", "accumulate",
-                     "precision", "checkpoint_activations", "eval_data"):
+                     "precision", "checkpoint_activations", "offload_optimizer", "eval_data"):
             values.pop(knob)
     else:
         values.pop("device_python")

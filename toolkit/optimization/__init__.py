@@ -43,6 +43,7 @@ def optimize(
     accumulate: int = 1,
     precision: str = "fp32",
     checkpoint_activations: bool = False,
+    offload_optimizer: str | None = None,
 ) -> OptimizationReport:
     """Apply the requested techniques to ``source`` and write the result to ``out``.
 
@@ -51,13 +52,15 @@ def optimize(
     in (0, 1] (or ``rank``, a fixed rank); ``distill_from`` a teacher model (``source`` is the student);
     ``qat`` fine-tunes with fake quantization (PyTorch). With ``train_data`` every step is fine-tuned for
     ``epochs`` (default 2); distillation and QAT need it. ``eval_data`` with labels ``y`` adds accuracy.
-    ``checkpoint_activations`` (PyTorch) recomputes activations in backward to lower peak memory.
+    ``checkpoint_activations`` (PyTorch) recomputes activations in backward to lower peak memory;
+    ``offload_optimizer`` (PyTorch; ``"cpu"`` off a GPU, ``"disk"`` on a CPU host) keeps Adam's state elsewhere.
     """
     from toolkit.optimization import models
     from toolkit.optimization.clustering import check_clusters
     from toolkit.optimization.data import load_npz
     from toolkit.optimization.low_rank import check_low_rank
     from toolkit.optimization.measure import measure
+    from toolkit.optimization.offload import parse_offload
     from toolkit.optimization.pruning import SCOPES, check_sparsity
 
     source = str(source)
@@ -85,7 +88,8 @@ def optimize(
                          hint="Pass --train-data FILE.npz with the inputs and integer labels under 'y'.")
     config = FineTuneConfig(epochs=DEFAULT_EPOCHS if epochs is None else epochs, batch_size=batch_size,
                             learning_rate=learning_rate, accumulate=accumulate, precision=precision,
-                            checkpoint_activations=checkpoint_activations)
+                            checkpoint_activations=checkpoint_activations,
+                            offload_optimizer=parse_offload(offload_optimizer))
     if distill_from is not None:
         models.detect_framework(str(distill_from))
 

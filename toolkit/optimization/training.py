@@ -5,7 +5,9 @@ It supports gradient accumulation (``accumulate`` micro-batches per optimizer up
 the model whose float32 weights are copied back), ``fp16`` with dynamic loss scaling needs a CUDA GPU. After
 every optimizer update it calls ``after_update(index)``: that is where pruning keeps its mask and clustering
 keeps weights on their centroids. ``checkpoint_activations`` recomputes each block's activations in backward
-(PyTorch, toolkit.optimization.memory): less peak memory for one more forward per block. With ``soft_targets`` (teacher logits) the loss is distillation's
+(PyTorch, toolkit.optimization.memory): less peak memory for one more forward per block. ``offload_optimizer``
+keeps Adam's state in host memory while the model is on a GPU, or in a file on a CPU host
+(toolkit.optimization.offload). With ``soft_targets`` (teacher logits) the loss is distillation's
 ``alpha * CE(labels) + (1 - alpha) * T^2 * KL(softmax(teacher/T) || softmax(student/T))``.
 """
 
@@ -20,6 +22,7 @@ import numpy as np
 from toolkit.errors import UsageError
 from toolkit.optimization import models
 from toolkit.optimization.data import LabelledData
+from toolkit.optimization.offload import Offload, OffloadedOptimizer, make_adam
 
 PRECISIONS = ("fp32", "bf16", "fp16")
 AfterUpdate = Callable[[int], None]
@@ -38,6 +41,8 @@ class FineTuneConfig:
     seed: int = 0
     # Recompute each block's activations in backward instead of keeping them (PyTorch; toolkit.optimization.memory)
     checkpoint_activations: bool = False
+    # Where Adam's moments live (PyTorch; toolkit.optimization.offload): None with the model, cpu, disk
+    offload_optimizer: Offload | None = None
 
     def __post_init__(self) -> None:
         if self.epochs < 0:
@@ -89,6 +94,9 @@ def fine_tune(model: models.OptimizableModel, data: LabelledData, *, config: Fin
             raise UsageError("Activation checkpointing is offered for PyTorch models; this one is Keras.",
                              hint="Fine-tune without --checkpoint-activations, or with a smaller --batch-size "
                                   "and --grad-accum to keep the effective batch.")
+        if config.offload_optimizer is not None:
+            raise UsageError("Optimizer-state offloading is offered for PyTorch models; this one is Keras.",
+                             hint="Fine-tune without --offload-optimizer.")
         return _fine_tune_keras(model, data, config, after_update, distill, probabilities)
     if config.checkpoint_activations:
         from toolkit.optimization.memory import activation_checkpointing
@@ -229,7 +237,8 @@ def _fine_tune_torch(model: models.OptimizableModel, data: LabelledData, config:
     if model.kind != "exported_program":
         module.train()
     params = [p for p in module.parameters() if p.requires_grad]
-    optimizer = torch.optim.Adam(params, lr=config.learning_rate)
+    optimizer = make_adam(params, learning_rate=config.learning_rate, offload=config.offload_optimizer,
+                          device=device)
     scaler = loss_scaler(config.precision, device)
     autocast_dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(config.precision)
     temperature = distill.temperature if distill else 1.0
@@ -275,6 +284,8 @@ def _fine_tune_torch(model: models.OptimizableModel, data: LabelledData, config:
                     with torch.no_grad():
                         after_update(updates)
         epoch_loss = total / max(seen, 1)
+    if isinstance(optimizer, OffloadedOptimizer):
+        optimizer.close()  # the state file goes now, not when the collector finds it
     module.to("cpu")
     if model.kind != "exported_program":
         module.eval()
