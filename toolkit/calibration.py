@@ -43,6 +43,7 @@ class DataFile:
     labels: np.ndarray | None = None
     preprocessing: Preprocessing | None = None
     task: str | None = None  # dataset.toml's task (an image folder only)
+    anchors: np.ndarray | None = None  # an .npz's ``anchors`` [N, 4]: SSD boxes decoded to match labels
 
     @property
     def count(self) -> int:
@@ -112,6 +113,7 @@ def read_data(path: Path, inputs: Sequence[TensorSpec], *, what: str = "calibrat
             hint="Save the arrays with numpy.save / numpy.savez (no pickled objects).",
         ) from None
     labels = raw.pop("y", None)
+    anchors = raw.pop("anchors", None) if "anchors" not in names else None  # an SSD detector's anchor table
     if len(names) == 1 and names[0] not in raw and "x" in raw:
         raw[names[0]] = raw.pop("x")
     missing = [n for n in names if n not in raw]
@@ -121,7 +123,7 @@ def read_data(path: Path, inputs: Sequence[TensorSpec], *, what: str = "calibrat
             hint=f"Key the arrays by the model's input names: {', '.join(names)}"
             + (" (or 'x' for a single-input model)." if len(names) == 1 else "."),
         )
-    return DataFile(path, hash_path(path), {n: raw[n] for n in names}, labels=labels)
+    return DataFile(path, hash_path(path), {n: raw[n] for n in names}, labels=labels, anchors=anchors)
 
 
 def _read_image_folder(path: Path, inputs: Sequence[TensorSpec], what: str) -> DataFile:

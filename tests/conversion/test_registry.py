@@ -22,6 +22,8 @@ ROUTE_TESTS: dict[tuple[str, str], str] = {
     ("torch_factory", "tflite"): "conversion/test_torch_tflite.py::test_conv_net_fp32_matches_eager",
     ("exported_program", "tflite"): "conversion/test_torch_tflite.py::test_exported_program_to_tflite",
     ("tflite", "tflite"): "test_pipeline.py::test_tflite_source_is_taken_as_it_is",
+    ("tflite", "onnx"): "verification/test_shipped_models.py::"
+                        "test_blazeface_onnx_from_tflite_fp32_matches_and_int8_is_refused_on_labels",
     ("keras", "onnx"): "conversion/test_tf_onnx.py::test_sequential_model_exports_and_matches_keras",
     ("savedmodel", "onnx"): "conversion/test_tf_onnx.py::test_savedmodel_source_exports",
     ("torch_factory", "onnx"): "conversion/test_torch_onnx.py::test_conv_net_fp32_is_exact_single_file_opset_18",

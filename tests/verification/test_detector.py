@@ -78,11 +78,14 @@ def test_collapsed_score_channel_is_caught_though_cosine_passes(detector_bundle:
     assert scores["runs"][0][0] == 4 and scores["float_range"] <= 1.0
     assert scores["max_error_ratio"] > 0.25 > boxes["max_error_ratio"]
     assert scores["name"] in v["worst"]
-    # against the drawn boxes too: the float model's recall as measured independently above, the INT8's lower
+    # against the drawn boxes too: the float model's recall as measured independently above, the INT8's lower,
+    # by more than the label tolerance (5 points below the float model's own score): that gates as well
+    assert metrics["labelled_boxes"] >= 80
     assert metrics["reference_label_recall"] >= 0.75
     assert metrics["label_recall"] < metrics["reference_label_recall"] - 0.1
     kept = [a for a in detector_bundle["manifest"]["attempts"] if a.get("file") == int8["file"]]
     assert any("detection recall vs float" in a["reason"] for a in kept), kept
+    assert any("detection recall vs the labels" in a["reason"] for a in kept), kept
 
 
 def test_fp32_artifact_matches_the_float_detector(detector_bundle: dict[str, Any]) -> None:
@@ -90,7 +93,8 @@ def test_fp32_artifact_matches_the_float_detector(detector_bundle: dict[str, Any
     metrics = fp32["verification"]["task_metrics"]
     assert metrics["recall"] == 1.0 and metrics["precision"] == 1.0
     assert metrics["label_recall"] == metrics["reference_label_recall"]
-    assert fp32["status"] in ("ok", "slower")
+    assert metrics["label_precision"] == metrics["reference_label_precision"]
+    assert fp32["status"] in ("ok", "slower")  # the label gate passes the artifact that lost nothing
     assert fp32["verification"]["vacuous"] is None
 
 
@@ -111,3 +115,24 @@ def test_golden_check_fails_the_collapsed_detector_on_the_device(detector_bundle
     worst = max(bad["slices"], key=lambda s: s["max_error_ratio"])
     assert worst["name"].endswith("4:6, :]") or "4" in worst["name"]
     assert worst["max_error_ratio"] > worst["limit"]
+
+
+def test_label_gate_limits_the_drop_from_the_float_models_own_score() -> None:
+    """The label gate compares the artifact with the float model against the same boxes: a drop within
+    max_label_recall_drop passes, one beyond it fails, and too few labelled boxes gate nothing."""
+    from toolkit.types import Verification
+    from toolkit.verification.outputs import failures_of
+    from toolkit.verification.tolerance import Tolerance
+
+    def record(own: float, boxes: int) -> Verification:
+        return Verification(max_abs_error=0.0, mean_abs_error=0.0, cosine_similarity=1.0, top1_agreement=None,
+                            samples=20, task="detection", task_metrics={
+                                "labelled_boxes": boxes, "reference_label_recall": 0.9, "label_recall": own,
+                                "reference_label_precision": 0.8, "label_precision": 0.8})
+
+    tolerance = Tolerance(max_label_recall_drop=0.05)
+    assert failures_of(record(0.86, 40), tolerance) == []
+    (reason,) = failures_of(record(0.80, 40), tolerance)
+    assert "recall vs the labels 0.800, the float model's 0.900" in reason and "10.0 points > 5.0" in reason
+    assert failures_of(record(0.10, detection.MIN_DETECTIONS - 1), tolerance) == []
+    assert failures_of(record(0.80, 40), Tolerance(max_label_recall_drop=0.2)) == []

@@ -33,6 +33,7 @@ class RunData:
     calibration_ref: CalibrationRef | None
     preprocessing: Preprocessing | None
     task: str | None = None  # from the eval (else calibration) data's dataset.toml
+    anchors: np.ndarray | None = None  # the eval data's SSD anchor table (toolkit.verification.detection)
 
 
 def prepare_data(options: ConvertOptions, source: SourceModel, progress: Callable[[str], None]) -> RunData:
@@ -78,4 +79,5 @@ def prepare_data(options: ConvertOptions, source: SourceModel, progress: Callabl
         else None,
         preprocessing=(cal_file.preprocessing if cal_file else None) or (eval_file.preprocessing if eval_file else None),
         task=(eval_file.task if eval_file else None) or (cal_file.task if cal_file else None),
+        anchors=next((f.anchors for f in (eval_file, cal_file) if f is not None and f.anchors is not None), None),
     )

@@ -210,27 +210,36 @@ def plan_recipes(options: ConvertOptions, policy: Policy, framework: str, *, has
     # fp32 of each format first: it is the baseline every other artifact is timed against (stable sort).
     planned.sort(key=lambda p: (FORMATS.index(p.recipe.format), p.recipe.precision != "fp32"))
     if framework == "tflite":
-        return _as_is_plan(planned, skipped, has_calibration)
+        return _as_is_plan(planned, skipped, has_calibration, onnx_asked="onnx" in formats)
     return Plan(tuple(planned), tuple(skipped))
 
 
-def _as_is_plan(planned: Sequence[PlannedRecipe], skipped: list[Attempt], has_calibration: bool) -> Plan:
-    """A .tflite source is shipped as it is: one artifact; every other recipe says why it does not apply."""
+def _as_is_plan(planned: Sequence[PlannedRecipe], skipped: list[Attempt], has_calibration: bool, *,
+                onnx_asked: bool) -> Plan:
+    """A .tflite source is shipped as it is as its one TFLite artifact (every other TFLite recipe says why it
+    does not apply); ONNX recipes are built from it (``tflite_onnx``: INT8 with the calibration data) when
+    ``--format onnx`` asks for them, never just because the profile lists them."""
     tflite = [p for p in planned if p.recipe.format == "tflite"]
-    chosen = (tflite or list(planned))[:1]
+    onnx = [p for p in planned if p.recipe.format == "onnx"] if onnx_asked else []
+    chosen = tflite[:1] + onnx if tflite or onnx else list(planned)[:1]
     data_use = (
-        "the calibration data supply only the held-out inputs it is verified on and the golden data"
+        ("the calibration data quantize the ONNX INT8 artifact built from it" if onnx else
+         "the calibration data supply only the held-out inputs it is verified on and the golden data")
         if has_calibration
         else "no calibration data are needed"
     )
     others = [p.recipe for p in planned if p not in chosen]
-    if has_calibration and not any(r.format == "tflite" and r.precision == "int8" for r in others):
+    if has_calibration and tflite and not any(r.format == "tflite" and r.precision == "int8" for r in others):
         others.append(Recipe(format="tflite", precision="int8", io_dtype="int8"))  # what the data would be for
     for recipe in others:
+        if recipe.format == "onnx":
+            skipped.append(_skip(recipe, "ONNX artifacts of a .tflite source are built only when asked for: pass "
+                                         "--format onnx (with --calibration for INT8)"))
+            continue
         skipped.append(_skip(recipe, (
             f"a .tflite source is taken as it is (its precision is fixed by the file), so {recipe.label} "
-            f"does not apply; {data_use}. To quantize it, convert from the original Keras/SavedModel or PyTorch "
-            "model"
+            f"does not apply; {data_use}. To quantize it, ask for --format onnx (ONNX INT8 built from the .tflite "
+            "file with the calibration data) or convert from the original Keras/SavedModel or PyTorch model"
         )))
     return Plan(tuple(chosen), tuple(skipped))
 

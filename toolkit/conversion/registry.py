@@ -27,7 +27,8 @@ ROUTES: Mapping[tuple[str, str], str] = {
     **{(fw, "tflite"): "toolkit.conversion.tflite:convert" for fw in TF_FRAMEWORKS},
     **{(fw, "tflite"): "toolkit.conversion.torch_tflite:convert" for fw in ("exported_program", "torch_factory")},
     ("tflite", "tflite"): "toolkit.conversion.registry:take_as_is",
-    **{(fw, "onnx"): "toolkit.conversion.registry:derive_onnx" for fw in (*TF_FRAMEWORKS, *TORCH_FRAMEWORKS, "onnx")},
+    **{(fw, "onnx"): "toolkit.conversion.registry:derive_onnx"
+       for fw in (*TF_FRAMEWORKS, *TORCH_FRAMEWORKS, "onnx", "tflite")},
 }
 
 # framework -> "module:function(request, output) -> BuiltArtifact": the float ONNX model every ONNX artifact
@@ -36,6 +37,7 @@ FLOAT_EXPORTS: Mapping[str, str] = {
     "onnx": "toolkit.conversion.onnx_quant:prepare",
     **{fw: "toolkit.conversion.tf_onnx:export" for fw in TF_FRAMEWORKS},
     **{fw: "toolkit.conversion.torch_onnx:export" for fw in TORCH_FRAMEWORKS},
+    "tflite": "toolkit.conversion.tflite_onnx:export",  # tf2onnx's TFLite frontend (float sources only)
 }
 
 # precisions a route refuses by design (the route module raises a UsageError saying why and what to use)
@@ -62,10 +64,6 @@ REFUSED: Mapping[tuple[str, str], Refusal] = {
         "ScriptModules.",
         "Pass the factory (file.py:make_model) or an ExportedProgram (.pt2) for --format tflite, or use "
         "--format onnx.",
-    ),
-    ("tflite", "onnx"): Refusal(
-        "A .tflite source is taken as it is; it cannot be turned into ONNX.",
-        "Convert from the original framework for ONNX, or use --format tflite.",
     ),
 }
 

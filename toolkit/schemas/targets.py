@@ -68,6 +68,10 @@ class Tolerance(Table):
     min_recall: Annotated[Number, within(0, 1, "a fraction in", "0.9: detections found vs the float model's.")] | None = None
     min_precision: Annotated[Number, within(
         0, 1, "a fraction in", "0.9: detections matched to the float model's.")] | None = None
+    max_label_recall_drop: Annotated[Number, within(
+        0, 1, "a fraction in", "0.05: recall vs the labels may fall 5 points below the float model's.")] | None = None
+    max_label_precision_drop: Annotated[Number, within(
+        0, 1, "a fraction in", "0.05: precision vs the labels may fall 5 points below the float model's.")] | None = None
     min_mask_iou: Annotated[Number, within(0, 1, "a fraction in", "0.9: mask IoU vs the float model's.")] | None = None
     max_relative_error: Annotated[Number, checked(
         lambda v: v >= 0, lambda v: f"must be >= 0 (got {v})", "e.g. max_relative_error = 0.15.")] | None = None

@@ -11,6 +11,15 @@ Two layouts are read:
   from each anchor, read as ``cx, cy, w, h``; without the anchor table the detections are matched anchor by
   anchor (IoU of the two boxes of the same anchor, which equals their IoU once decoded). Scores outside [0, 1]
   are logits and go through a sigmoid.
+
+Against labelled boxes (eval ``y`` shaped ``[samples, K, 5]``: class, cx, cy, w, h, rows of class < 0 pad), both
+the float model and the artifact are scored (:func:`label_metrics`); the verdict gates the artifact's loss
+against the float model's own score (``Tolerance.max_label_recall_drop`` / ``max_label_precision_drop``), not
+an absolute figure, because how good the float model is against the labels is the user's business, what the
+conversion lost is ours. SSD boxes are matched to labels once decoded with the model's anchor table
+(:class:`AnchorTable`): declared with the eval data (an ``anchors`` array ``[N, 4]`` in the ``.npz``: per
+anchor ``cx, cy, sx, sy``, the decoded box being ``cx + dx * sx, cy + dy * sy, w * sx, h * sy`` in the labels'
+frame), else MediaPipe's scheme for a model it recognises (:data:`SCHEMES`: BlazeFace short range).
 """
 
 from __future__ import annotations
@@ -19,6 +28,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
+
+from toolkit.errors import UsageError
 
 IOU = 0.5
 YOLO_SCORE_THRESHOLD = 0.25  # Ultralytics' default conf
@@ -114,7 +125,7 @@ def _iou(box: np.ndarray, boxes: np.ndarray) -> np.ndarray:
     return np.where(union > 0, inter / np.where(union > 0, union, 1.0), 0.0)
 
 
-def _nms(boxes: np.ndarray, scores: np.ndarray) -> list[int]:
+def _nms(boxes: np.ndarray, scores: np.ndarray, iou: float = IOU) -> list[int]:
     order = list(np.argsort(-scores, kind="stable")[:MAX_CANDIDATES])
     keep: list[int] = []
     while order:
@@ -122,18 +133,19 @@ def _nms(boxes: np.ndarray, scores: np.ndarray) -> list[int]:
         keep.append(i)
         if order:
             rest = np.asarray(order)
-            order = [k for k, o in zip(rest, _iou(boxes[i], boxes[rest])) if o < IOU]
+            order = [k for k, o in zip(rest, _iou(boxes[i], boxes[rest])) if o < iou]
     return keep
 
 
-def _detections(boxes: np.ndarray, scores: np.ndarray, threshold: float) -> list[tuple[int, np.ndarray, float]]:
+def _detections(boxes: np.ndarray, scores: np.ndarray, threshold: float,
+                *, nms_iou: float = IOU) -> list[tuple[int, np.ndarray, float]]:
     """(class, box xyxy, score) after per-class NMS; ``boxes [N, 4]`` xyxy, ``scores [N, C]``."""
     found = []
     for c in range(scores.shape[1]):
         idx = np.nonzero(scores[:, c] > threshold)[0]
         if idx.size == 0:
             continue
-        for k in _nms(boxes[idx], scores[idx, c]):
+        for k in _nms(boxes[idx], scores[idx, c], nms_iou):
             found.append((c, boxes[idx[k]], float(scores[idx[k], c])))
     return found
 
@@ -188,20 +200,6 @@ def label_boxes(labels: np.ndarray | None, samples: int) -> list[list[tuple[int,
             for sample in y]
 
 
-def label_metrics(heads: np.ndarray, *, axis: int, truth: list[list[tuple[int, np.ndarray, float]]],
-                  threshold: float | None = None) -> tuple[float, float]:
-    """(recall, precision) of a YOLO-style model's detections against labelled boxes."""
-    threshold = YOLO_SCORE_THRESHOLD if threshold is None else threshold
-    rows = np.moveaxis(_sample_matrix(heads), axis, 2)
-    matched = found = total = 0
-    for s in range(rows.shape[0]):
-        dets = _detections(_xyxy(rows[s, :, :4]), np.nan_to_num(rows[s, :, 4:], nan=0.0), threshold)
-        matched += _match(truth[s], dets)
-        found += len(dets)
-        total += len(truth[s])
-    return (matched / total if total else 1.0), (matched / found if found else (1.0 if total == 0 else 0.0))
-
-
 def _probabilities(scores: np.ndarray, logits: bool) -> np.ndarray:
     return 1.0 / (1.0 + np.exp(-np.clip(scores, -60, 60))) if logits else scores
 
@@ -227,3 +225,127 @@ def ssd_metrics(ref: Sequence[np.ndarray], act: Sequence[np.ndarray], *, layout:
     iou = np.where(union > 0, inter / np.where(union > 0, union, 1.0), 0.0)  # [samples, anchors]
     matched = int(np.sum(both & (iou[..., None] >= IOU)))
     return _metrics(matched, int(ref_on.sum()), int(act_on.sum()), threshold, "ssd")
+
+
+# --------------------------------------------------------------------------------------------- SSD anchors
+
+SSD_NMS_IOU = 0.3  # MediaPipe's min_suppression_threshold for its face and palm detectors
+
+
+@dataclass(frozen=True)
+class SsdAnchorScheme:
+    """MediaPipe's ``SsdAnchorsCalculator`` options for detectors with a fixed anchor size (BlazeFace, the
+    palm detector): one anchor centre per feature-map cell, ``2 * layers`` anchors per cell for each run of
+    layers sharing a stride (aspect ratio 1 plus the interpolated one), anchor width and height 1 (the whole
+    input); box offsets are in input pixels (``x_scale = y_scale = w_scale = h_scale`` = the input size)."""
+
+    name: str
+    input_size: tuple[int, int]  # (height, width) in pixels
+    strides: tuple[int, ...]
+    anchor_offset: float = 0.5
+
+    def __post_init__(self) -> None:
+        if len(self.input_size) != 2 or min(self.input_size) < 1 or not self.strides or min(self.strides) < 1:
+            raise ValueError(f"anchor scheme {self.name!r}: input_size (h, w) and strides must be positive")
+
+    def centres(self) -> np.ndarray:
+        """``[N, 2]`` anchor centres (x, y), normalised to [0, 1], in MediaPipe's order."""
+        height, width = self.input_size
+        rows: list[np.ndarray] = []
+        layer = 0
+        while layer < len(self.strides):
+            stride = self.strides[layer]
+            repeats = 0
+            while layer < len(self.strides) and self.strides[layer] == stride:
+                repeats += 2
+                layer += 1
+            fh, fw = -(-height // stride), -(-width // stride)
+            ys, xs = np.mgrid[0:fh, 0:fw].astype(np.float64)
+            cells = np.stack([(xs.ravel() + self.anchor_offset) / fw, (ys.ravel() + self.anchor_offset) / fh], axis=1)
+            rows.append(np.repeat(cells, repeats, axis=0))
+        return np.concatenate(rows)
+
+    def table(self) -> AnchorTable:
+        """The anchors in the input's pixel frame (the frame labels are given in)."""
+        height, width = self.input_size
+        c = self.centres()
+        rows = np.stack([c[:, 0] * width, c[:, 1] * height, np.ones(len(c)), np.ones(len(c))], axis=1)
+        return AnchorTable(rows, source=f"{self.name} (MediaPipe SsdAnchorsCalculator: {height}x{width} input, "
+                                        f"strides {','.join(map(str, self.strides))}, fixed anchor size)")
+
+
+@dataclass(frozen=True)
+class AnchorTable:
+    """Per anchor ``cx, cy, sx, sy``: a box regressed as offsets ``dx, dy, w, h`` decodes to centre
+    ``(cx + dx * sx, cy + dy * sy)`` and size ``(w * sx, h * sy)`` in the labels' frame."""
+
+    rows: np.ndarray  # [N, 4]
+    source: str  # where it came from, for the manifest
+
+    def decode(self, offsets: np.ndarray) -> np.ndarray:
+        """``[..., N, >=4]`` offsets -> ``[..., N, 4]`` boxes ``cx, cy, w, h``."""
+        r = self.rows
+        return np.stack([r[:, 0] + offsets[..., 0] * r[:, 2], r[:, 1] + offsets[..., 1] * r[:, 3],
+                         offsets[..., 2] * r[:, 2], offsets[..., 3] * r[:, 3]], axis=-1)
+
+
+# Models recognised by their outputs: (anchors, box values per anchor) -> scheme. BlazeFace short range:
+# 128x128 input, 896 anchors, 16 values (box + 6 key points).
+SCHEMES: dict[tuple[int, int], SsdAnchorScheme] = {
+    (896, 16): SsdAnchorScheme("mediapipe-face-short-range", (128, 128), (8, 16, 16, 16)),
+}
+
+
+def anchor_table(declared: np.ndarray | None, layout: SsdLayout, box_values: int) -> AnchorTable | None:
+    """The declared table (checked against the model's anchor count), else a known scheme's, else None."""
+    if declared is not None:
+        rows = np.asarray(declared, dtype=np.float64)
+        if rows.shape != (layout.anchors, 4):
+            raise UsageError(f"The eval data's anchors array is {list(rows.shape)}; the model has {layout.anchors} "
+                             "anchors.", hint=f"Give anchors shaped [{layout.anchors}, 4]: cx, cy, sx, sy per anchor "
+                                              "(docs/verification.md).")
+        return AnchorTable(rows, source="declared with the eval data (anchors)")
+    scheme = SCHEMES.get((layout.anchors, box_values))
+    return scheme.table() if scheme is not None else None
+
+
+def ssd_detections(outputs: Sequence[np.ndarray], *, layout: SsdLayout, anchors: AnchorTable,
+                   threshold: float | None = None, logits: bool | None = None
+                   ) -> list[list[tuple[int, np.ndarray, float]]]:
+    """Per sample: (class, box xyxy in the labels' frame, score) of an SSD model, decoded and NMS-filtered."""
+    threshold = SSD_SCORE_THRESHOLD if threshold is None else threshold
+    boxes = anchors.decode(np.nan_to_num(_sample_matrix(outputs[layout.boxes]).astype(np.float64)))
+    scores = _sample_matrix(outputs[layout.scores]).astype(np.float64)
+    if logits is None:
+        logits = bool(scores.min() < -1e-3 or scores.max() > 1 + 1e-3)
+    probs = _probabilities(np.nan_to_num(scores, nan=-1e9), logits)
+    return [_detections(_xyxy(boxes[s]), probs[s], threshold, nms_iou=SSD_NMS_IOU) for s in range(boxes.shape[0])]
+
+
+def yolo_detections(heads: np.ndarray, *, axis: int, threshold: float | None = None
+                    ) -> list[list[tuple[int, np.ndarray, float]]]:
+    """Per sample: (class, box xyxy, score) of a YOLO-style head after per-class NMS."""
+    threshold = YOLO_SCORE_THRESHOLD if threshold is None else threshold
+    rows = np.moveaxis(_sample_matrix(heads), axis, 2)
+    return [_detections(_xyxy(rows[s, :, :4]), np.nan_to_num(rows[s, :, 4:], nan=0.0), threshold)
+            for s in range(rows.shape[0])]
+
+
+@dataclass(frozen=True)
+class LabelMetrics:
+    """Recall and precision of one model's detections against the labelled boxes (IoU 0.5, same class)."""
+
+    recall: float
+    precision: float
+    labelled: int
+    detections: int
+    matched: int
+
+
+def score_against(truth: list[list[tuple[int, np.ndarray, float]]],
+                  found: list[list[tuple[int, np.ndarray, float]]]) -> LabelMetrics:
+    matched = sum(_match(t, d) for t, d in zip(truth, found))
+    total, dets = sum(len(t) for t in truth), sum(len(d) for d in found)
+    return LabelMetrics(recall=matched / total if total else 1.0,
+                        precision=matched / dets if dets else (1.0 if total == 0 else 0.0),
+                        labelled=total, detections=dets, matched=matched)

@@ -91,13 +91,15 @@ def verify_outputs(
     output_names: Sequence[str] = (),
     score_threshold: float | None = None,
     recurrent: RecurrentRun | None = None,
+    anchors: np.ndarray | None = None,
 ) -> VerificationResult:
     """Metrics of ``candidate`` (one list of outputs per sample) against ``reference`` (the float model's).
 
     ``task`` None infers it from the float outputs (the manifest says how it was chosen); ``labels`` are the
     eval data's ``y`` (one class per sample); ``metric`` a loaded ``--metric`` that gates as well;
     ``recurrent`` the float and artifact outputs over the held-out samples run as one sequence with the
-    state fed back (a step model), judged by their relative error.
+    state fed back (a step model), judged by their relative error; ``anchors`` an SSD model's anchor table
+    ``[N, 4]`` (cx, cy, sx, sy) to match its boxes to labelled ones (else a known scheme, else none).
     """
     if len(reference) != len(candidate):
         raise ValueError(f"{len(candidate)} samples of artifact outputs for {len(reference)} float ones")
@@ -144,7 +146,7 @@ def verify_outputs(
         vacuous.append(spread)
 
     if finite and count:
-        _task_metrics(choice.task, ref, act, names, labels, score_threshold, task_metrics, vacuous)
+        _task_metrics(choice.task, ref, act, names, labels, score_threshold, task_metrics, vacuous, anchors)
         top1 = task_metrics.get("top1_agreement")
         accuracy = task_metrics.get("accuracy")
         reference_accuracy = task_metrics.get("reference_accuracy")
@@ -202,6 +204,15 @@ def failures_of(verification: Verification, tolerance: Tolerance) -> list[str]:
         if m["precision"] < tolerance.min_precision:
             reasons.append(f"detection precision vs float {m['precision']:.3f} < {tolerance.min_precision} "
                            f"({m['artifact_detections'] - m['matched']} of {m['artifact_detections']} unmatched)")
+    if v.task == Task.DETECTION and isinstance(m.get("label_recall"), (int, float)) \
+            and int(m.get("labelled_boxes") or 0) >= detection.MIN_DETECTIONS:
+        for what, limit in (("recall", tolerance.max_label_recall_drop),
+                            ("precision", tolerance.max_label_precision_drop)):
+            own, base = float(m[f"label_{what}"]), float(m[f"reference_label_{what}"])
+            if base - own > limit + 1e-9:
+                reasons.append(f"detection {what} vs the labels {own:.3f}, the float model's {base:.3f} (drop "
+                               f"{(base - own) * 100:.1f} points > {limit * 100:.1f}; {m['labelled_boxes']} "
+                               "labelled boxes)")
     if v.task == Task.SEGMENTATION and isinstance(m.get("mean_iou"), (int, float)) \
             and float(m.get("foreground_fraction") or 0.0) >= segmentation.MIN_FOREGROUND \
             and m["mean_iou"] < tolerance.min_mask_iou:
@@ -265,25 +276,46 @@ def _sequence_metrics(recurrent: RecurrentRun, names: Sequence[str], ref: list[n
             "step_relative_error_without_feedback": independent}
 
 
+def _label_metrics(out: dict[str, Any], truth: list[list[tuple[int, np.ndarray, float]]],
+                   reference: list[list[tuple[int, np.ndarray, float]]],
+                   candidate: list[list[tuple[int, np.ndarray, float]]]) -> None:
+    """The float model's and the artifact's recall/precision against the labelled boxes."""
+    ref, act = detection.score_against(truth, reference), detection.score_against(truth, candidate)
+    out.update({"labelled_boxes": ref.labelled, "reference_label_recall": ref.recall,
+                "reference_label_precision": ref.precision, "label_recall": act.recall,
+                "label_precision": act.precision, "label_detections": act.detections,
+                "reference_label_detections": ref.detections})
+
+
 def _task_metrics(task: Task, ref: list[np.ndarray], act: list[np.ndarray], names: Sequence[str],
                   labels: np.ndarray | None, score_threshold: float | None,
-                  out: dict[str, Any], vacuous: list[str]) -> None:
+                  out: dict[str, Any], vacuous: list[str], anchors: np.ndarray | None = None) -> None:
     """Fill ``out`` with the task's metrics; append why a verdict on them would be vacuous."""
     if task is Task.CLASSIFICATION:
         out.update(dense.classification_metrics(ref[0], act[0], labels))
     elif task is Task.DETECTION:
         axis = detection.yolo_layout(ref[0])
         ssd = detection.ssd_layout(ref, names) if axis is None else None
+        truth = detection.label_boxes(labels, ref[0].shape[0])
         if axis is not None:
             d = detection.yolo_metrics(ref[0], act[0], axis=axis, threshold=score_threshold)
-            truth = detection.label_boxes(labels, ref[0].shape[0])
-            if truth is not None:  # labelled boxes: both models against them too (reported, not gated)
-                out["reference_label_recall"], out["reference_label_precision"] = detection.label_metrics(
-                    ref[0], axis=axis, truth=truth, threshold=score_threshold)
-                out["label_recall"], out["label_precision"] = detection.label_metrics(
-                    act[0], axis=axis, truth=truth, threshold=score_threshold)
+            if truth is not None:  # labelled boxes: both models against them (the artifact's loss gates)
+                _label_metrics(out, truth, detection.yolo_detections(ref[0], axis=axis, threshold=score_threshold),
+                               detection.yolo_detections(act[0], axis=axis, threshold=score_threshold))
         elif ssd is not None:
             d = detection.ssd_metrics(ref, act, layout=ssd, threshold=score_threshold)
+            table = detection.anchor_table(anchors, ssd, int(ref[ssd.boxes].shape[-1]))
+            if table is not None:
+                out["anchors"] = table.source
+            if truth is not None and table is None:
+                out["label_metrics"] = (f"not computed: the {ssd.anchors} box outputs are offsets from anchors this "
+                                        "toolkit does not know; add the anchor table to the eval data (anchors "
+                                        "[N, 4]: cx, cy, sx, sy; docs/verification.md)")
+            elif truth is not None and table is not None:
+                logits = bool(ref[ssd.scores].min() < -1e-3 or ref[ssd.scores].max() > 1 + 1e-3)
+                _label_metrics(out, truth, *(detection.ssd_detections(o, layout=ssd, anchors=table,
+                                                                      threshold=score_threshold, logits=logits)
+                                             for o in (ref, act)))
         else:
             vacuous.append("--task detection, but the outputs are neither a YOLO-style [4+C, N] head nor separate "
                            "box and score outputs: pass --metric for this layout")

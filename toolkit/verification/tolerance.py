@@ -26,6 +26,8 @@ class Tolerance:
     channel group of an output whose channels span very different ranges, e.g. box coordinates and scores),
     as a fraction of that slice's float range; the device check applies the same limit. ``min_recall`` /
     ``min_precision``: detections matched against the float model's (score threshold, IoU 0.5).
+    ``max_label_recall_drop`` / ``max_label_precision_drop``: with labelled boxes, how far (a fraction: 0.05 =
+    five points) the artifact's recall / precision against the labels may fall below the float model's own.
     ``min_mask_iou``: mean IoU of the segmentation map. ``max_relative_error``: ``||a - r|| / ||r||`` for
     embeddings and regression outputs. ``min_samples``: the fewest eval samples a verdict is drawn from.
     """
@@ -35,12 +37,15 @@ class Tolerance:
     max_slice_error: float = 0.25
     min_recall: float = 0.9
     min_precision: float = 0.9
+    max_label_recall_drop: float = 0.05
+    max_label_precision_drop: float = 0.05
     min_mask_iou: float = 0.9
     max_relative_error: float = 0.15
     min_samples: int = 5
 
     def __post_init__(self) -> None:
-        for name in ("max_top1_drop", "max_slice_error", "min_recall", "min_precision", "min_mask_iou"):
+        for name in ("max_top1_drop", "max_slice_error", "min_recall", "min_precision", "max_label_recall_drop",
+                     "max_label_precision_drop", "min_mask_iou"):
             value = getattr(self, name)
             if not isinstance(value, (int, float)) or not 0.0 <= float(value) <= 1.0 or math.isnan(value):
                 raise UsageError(f"tolerance.{name} must be a fraction in [0, 1] (got {value!r}).",

@@ -1,0 +1,98 @@
+"""A float ``.tflite`` source -> float ONNX through tf2onnx 1.17's TFLite frontend (``from_tflite``).
+
+A TFLite file is usually all a user has of a model (MediaPipe's BlazeFace ships only as ``.tflite``), so
+quantizing it with the user's calibration data needs a graph a quantizer can rewrite: TFLite has none that
+takes a float file to full INT8, ONNX Runtime's does. This route writes the float ONNX base; ``onnx_quant``
+derives fp16 / dynamic / INT8 from it like any other ONNX base, and the stage verifies each against the
+``.tflite`` file itself (the float reference).
+
+tf2onnx reads the flatbuffer directly (no TensorFlow graph), keeps the TFLite tensor names for the graph's
+inputs and outputs, and leaves an operator it has no handler for in the graph as a ``TFL_*`` node of the
+default domain that no runtime can load (MediaPipe's ``Convolution2DTransposeBias`` in selfie segmentation).
+Such a graph is refused here, naming the operator and what to do, rather than failing later at load time.
+A source with fp16 weights (BlazeFace's) is taken: its weights are
+read back to float32 with the Dequantize ops that hold them. A source that is already integer-quantized is
+refused: its float weights are gone, and dequantizing them only to
+quantize again proves nothing.
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+from toolkit.conversion.base import BuiltArtifact, ConversionRequest
+from toolkit.conversion.onnx_io import save_model
+from toolkit.errors import ConversionError, MissingDependency, UsageError
+
+DEFAULT_OPSET = 17
+
+
+def unconverted_ops(model: object) -> list[str]:
+    """The TFLite operators tf2onnx left in the graph as they were (no ONNX handler), by name, once each."""
+    names: list[str] = []
+    for node in getattr(model, "graph").node:
+        if node.op_type.startswith("TFL_") and node.op_type[4:] not in names:
+            names.append(node.op_type[4:])
+    return names
+
+
+def export(request: ConversionRequest, output: Path) -> BuiltArtifact:
+    """Write the float ONNX model of a float ``.tflite`` source to ``output`` (opset 17 or ``max_opset``)."""
+    from toolkit.sources.tflite import TFLiteSource
+
+    source = request.source
+    if not isinstance(source, TFLiteSource):
+        raise UsageError(f"The TFLite -> ONNX route takes .tflite sources, not {source.framework}.")
+    if source.precision not in ("fp32", "fp16"):  # fp16 weights are dequantized to float32 in the graph
+        raise UsageError(
+            f"The TFLite source {source.path.name} is already quantized ({source.precision}): ONNX artifacts are "
+            "built only from a float .tflite model.",
+            hint="Pass the float .tflite file (or the original Keras/SavedModel/PyTorch model), or use "
+            "--format tflite to ship this file as it is.",
+        )
+    try:
+        import onnx
+        import tf2onnx
+    except ImportError as exc:
+        raise MissingDependency("tf2onnx", extra="tf", purpose="Converting a TFLite model to ONNX") from exc
+    opset = request.recipe.opset or DEFAULT_OPSET
+    if request.max_opset is not None:
+        opset = min(opset, request.max_opset)
+    quiet = logging.getLogger("tf2onnx")
+    level = quiet.level
+    quiet.setLevel(logging.CRITICAL)  # it logs every unsupported op as an error; the refusal below says it once
+    try:
+        proto, _ = tf2onnx.convert.from_tflite(str(source.path), opset=opset)
+    except Exception as exc:  # noqa: BLE001 - tf2onnx raises any type; reported as one plain line
+        from toolkit.conversion.onnx_quant import key_line
+
+        raise ConversionError(
+            f"tf2onnx could not convert {source.path.name} to ONNX: {key_line(exc)}",
+            hint="Use --format tflite to ship the file as it is, or convert from the original model.",
+        ) from None
+    finally:
+        quiet.setLevel(level)
+    missing = unconverted_ops(proto)
+    if missing:
+        raise ConversionError(
+            f"{source.path.name} uses the TFLite custom operator(s) {', '.join(missing)}, which tf2onnx "
+            f"{tf2onnx.__version__} cannot convert to ONNX.",
+            hint="Ship it as TFLite (--format tflite) on a runtime that has the operator registered (MediaPipe's "
+            "own interpreter for its custom ops), or export the original model without the custom op.",
+        )
+    ins, outs = [v.name for v in proto.graph.input], [v.name for v in proto.graph.output]
+    want_in, want_out = [s.name for s in source.inputs], [s.name for s in source.outputs]
+    if sorted(ins) != sorted(want_in) or sorted(outs) != sorted(want_out):
+        from toolkit.conversion.tf_onnx import _rename_io
+
+        _rename_io(proto, want_in, want_out)
+    try:
+        onnx.checker.check_model(proto)
+    except Exception as exc:  # noqa: BLE001 - reported as one plain line
+        raise ConversionError(f"tf2onnx wrote an invalid ONNX model: {exc}".splitlines()[0]) from None
+    output = Path(output)
+    output.parent.mkdir(parents=True, exist_ok=True)
+    save_model(proto, output, final_name=output.name)
+    return BuiltArtifact(path=Path(output), exporter=f"tf2onnx {tf2onnx.__version__} (from_tflite)",
+                         notes=(f"opset {opset}", "float ONNX base converted from the .tflite source"))
