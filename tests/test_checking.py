@@ -265,3 +265,28 @@ def test_baseline_is_the_last_checks_that_measured_and_were_not_regressions(tmp_
     runs = baseline_samples(store, bundle="m", device="pi", artifact="a.onnx", checks=3)
     assert [(check_id, samples[0]) for check_id, samples in runs] == [("r3-0", 2.0), ("r4-0", 3.0), ("r7-0", 4.0)]
     assert baseline_samples(store, bundle="m", device="pi", artifact="a.onnx", checks=10)[0] == ("r0-0", [1.0] * 5)
+
+
+def test_placement_is_reported_but_not_judged_on_an_emulated_device() -> None:
+    """Under qemu-user XNNPACK takes no LiteRT node: a Pi profile's XNNPACK >= 40% would fail every emulated check,
+    which says nothing of the real board. The same report from a real device still fails."""
+    xnnpack = PlacementExpectation(format="tflite", on="xnnpack", min_nodes_pct=40)
+    fell_back = {"intended": "xnnpack", "nodes_total": 12, "nodes_on_intended": 0, "fell_back": True,
+                 "fallback_ops": [{"name": "conv", "op_type": "CONV_2D", "on": "cpu"}]}
+
+    def judge(emulated: bool):  # type: ignore[no-untyped-def]
+        doc = json.loads(json.dumps(RUNNER_DOC))
+        item = doc["reports"][0]
+        item.update(artifact="model.fp32.tflite", placement=fell_back)
+        doc["environment"] = {**(doc.get("environment") or {}), "arch": "aarch64", "emulated": emulated}
+        (report,) = parse_runner_output(json.dumps({**doc, "reports": [item]}), device="pi", artifacts=[])
+        return gate(report, budget=Budget(100.0, "--budget-ms"), regression=None, regression_policy=POLICY,
+                    placement=(xnnpack,), artifact_format="tflite")
+
+    real = judge(False)
+    assert not real.passed and "0 of 12 nodes (0%) ran on xnnpack" in real.failures[0]
+    emulated = judge(True)
+    assert emulated.passed, emulated.failures
+    (note,) = [s for s in emulated.skipped if s.startswith("placement of model.fp32.tflite")]
+    assert "not judged on an emulated device" in note and "0 of 12 nodes (0%) ran on xnnpack" in note
+    assert emulated.details["placement"][0]["judged"] is False and emulated.details["placement"][0]["nodes_total"] == 12
