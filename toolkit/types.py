@@ -347,6 +347,30 @@ class Golden:
         return out
 
 
+class FloatIOReason(_Word):
+    """Why an INT8 artifact's input or output stayed float although its recipe asks for integer I/O."""
+
+    NO_RANGE = "no_range"  # the calibration recorded no range for it, so it has no int8 scale
+    MIXED_RANGES = "mixed_ranges"  # it carries quantities of ranges far apart (boxes and scores): one scale flattens
+    # the small ones, so the island of float ops that fixes them has to reach the output
+
+
+@dataclass(frozen=True)
+class FloatIO:
+    """An input or output of an INT8 artifact that is float32 where the recipe asked for int8/uint8 I/O."""
+
+    name: str  # the source's input/output name
+    role: str  # "input" | "output"
+    reason: FloatIOReason | str
+    detail: str = ""  # the same in words, for people
+
+    def __post_init__(self) -> None:
+        _coerce(self, reason=FloatIOReason)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"name": self.name, "role": self.role, "reason": self.reason, "detail": self.detail}
+
+
 @dataclass(frozen=True)
 class ArtifactRecord:
     """One converted (or taken as-is) model file inside a bundle, with everything proven about it."""
@@ -375,6 +399,8 @@ class ArtifactRecord:
     # ONNX Runtime options per provider (from the target profile), passed with each provider the device has.
     provider_options: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
     delegate: str | None = None  # a TFLite delegate the artifact needs (``libedgetpu.so.1`` for Edge TPU models)
+    # I/O that stayed float in an INT8 artifact whose recipe asks for integer I/O, and why (none: as asked)
+    float_io: tuple[FloatIO, ...] = ()
 
     def __post_init__(self) -> None:
         _coerce(self, format=Format, precision=Precision, status=ArtifactStatus)
@@ -402,6 +428,7 @@ class ArtifactRecord:
             "preferred": self.preferred,
             "provider_options": {k: dict(v) for k, v in self.provider_options.items()},
             "delegate": self.delegate,
+            "float_io": [f.to_dict() for f in self.float_io],
         }
 
 

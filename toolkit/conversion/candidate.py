@@ -340,6 +340,7 @@ def build_and_verify(run: ConvertRun, recipe: Recipe, *, explicit: bool) -> Cand
         provider_options={ep: dict(policy.provider_options[ep]) for ep in recipe.execution_providers
                           if ep in policy.provider_options},
         layout=built.layout,
+        float_io=built.float_io,
         notes=notes + tuple(built.notes) + tuple(io_notes)
         + ((f"exported with {built.exporter}",) if built.exporter else ())
         + (("verified on random inputs: no data was given",) if data.synthetic else ())

@@ -27,7 +27,7 @@ import math
 import os
 import re
 import tempfile
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -35,8 +35,10 @@ import numpy as np
 
 from toolkit.conversion.base import BuiltArtifact, ConversionRequest, as_input_dtype
 from toolkit.errors import ConversionError, UsageError
+from toolkit.types import FloatIO, FloatIOReason
 
 _IO_TYPES = {"int8": "int8", "uint8": "uint8", "float32": "float32"}
+INT8_LEVELS = 255.0  # an int8 tensor's range in quantization steps
 
 
 def _tf() -> Any:
@@ -237,8 +239,142 @@ def resolve_nodes(
     return nodes, types
 
 
-def _selective_int8(request: ConversionRequest) -> tuple[bytes, list[str]]:
-    """Calibrate once, then quantize with the requested nodes denylisted (kept float)."""
+def _int8_params(low: float, high: float) -> tuple[float, int]:
+    """(scale, zero point) of an int8 tensor covering [low, high] (and 0), as the TFLite quantizer sets them."""
+    low, high = min(float(low), 0.0), max(float(high), 0.0)
+    scale = (high - low) / INT8_LEVELS if high > low else 1.0
+    return scale, int(min(127, max(-128, round(-128 - low / scale))))
+
+
+def _tensor_ranges(calibrated: bytes) -> dict[str, tuple[float, float]]:
+    """Tensor name -> the (min, max) the calibration recorded on it (main graph)."""
+    from tensorflow.lite.python import util as tf_util
+
+    graph = tf_util._convert_model_from_bytearray_to_object(calibrated).subgraphs[0]
+    ranges = {}
+    for tensor in graph.tensors or []:
+        q = tensor.quantization
+        if q is not None and q.min is not None and q.max is not None and len(q.min) == 1 and len(q.max) == 1:
+            ranges[_text(tensor.name)] = (float(q.min[0]), float(q.max[0]))
+    return ranges
+
+
+def _text(raw: Any) -> str:
+    return raw.decode() if isinstance(raw, bytes) else str(raw)
+
+
+def int8_borders(
+    model: bytes, calibrated: bytes, *, keep_float: Mapping[str, tuple[FloatIOReason, str]] | None = None
+) -> tuple[bytes, tuple[FloatIO, ...]]:
+    """Give every float I/O tensor of ``model`` whose neighbouring op is kept float a QUANTIZE -> DEQUANTIZE pair
+    at the border, so that ``modify_model_io_type`` can make that I/O integer: the float island then sits inside
+    the graph (int8 input -> DEQUANTIZE -> float ops -> QUANTIZE -> int8 output), with the scale the calibration
+    measured on that tensor, the one full INT8 would have given it.
+
+    ``keep_float`` names I/O tensors (source input/output names or tensor names) that must stay float, with why
+    (an output that mixes ranges: one int8 scale would flatten its small part). Returns the model and the I/O
+    that stays float, with the reason; the caller records those in the artifact (``FloatIO``).
+    """
+    from tensorflow.lite.python import schema_py_generated as fb
+    from tensorflow.lite.python import util as tf_util
+
+    obj = tf_util._convert_model_from_bytearray_to_object(model)
+    graph = obj.subgraphs[0]
+    tensors = graph.tensors
+    ranges = _tensor_ranges(calibrated)
+    signature = obj.signatureDefs[0] if obj.signatureDefs else None
+    public = {}  # tensor index -> the signature's (source) name
+    if signature is not None:
+        for item in [*(signature.inputs or []), *(signature.outputs or [])]:
+            public[int(item.tensorIndex)] = _text(item.name)
+    wanted = dict(keep_float or {})
+
+    def opcode(code: int) -> int:
+        for index, op_code in enumerate(obj.operatorCodes):
+            if max(int(op_code.builtinCode), int(op_code.deprecatedBuiltinCode)) == code:
+                return index
+        new = fb.OperatorCodeT()
+        new.builtinCode = new.deprecatedBuiltinCode = code
+        new.version = 2 if code == fb.BuiltinOperator.DEQUANTIZE else 1  # int8 DEQUANTIZE is version 2
+        obj.operatorCodes.append(new)
+        return len(obj.operatorCodes) - 1
+
+    def add_tensor(like: Any, name: str, *, int8: tuple[float, int] | None) -> int:
+        tensor = fb.TensorT()
+        tensor.name = name.encode()
+        tensor.shape = like.shape
+        tensor.shapeSignature = like.shapeSignature
+        tensor.buffer = 0
+        tensor.type = fb.TensorType.INT8 if int8 else fb.TensorType.FLOAT32
+        if int8:
+            tensor.quantization = fb.QuantizationParametersT()
+            tensor.quantization.scale, tensor.quantization.zeroPoint = [int8[0]], [int8[1]]
+        tensors.append(tensor)
+        return len(tensors) - 1
+
+    def add_op(code: int, source: int, target: int) -> Any:
+        op = fb.OperatorT()
+        op.opcodeIndex = opcode(code)
+        op.inputs, op.outputs = [source], [target]
+        return op
+
+    quantize, dequantize = fb.BuiltinOperator.QUANTIZE, fb.BuiltinOperator.DEQUANTIZE
+    kind = [max(int(obj.operatorCodes[op.opcodeIndex].builtinCode),
+                int(obj.operatorCodes[op.opcodeIndex].deprecatedBuiltinCode)) for op in graph.operators]
+    stays: list[FloatIO] = []
+    front: list[Any] = []
+    back: list[Any] = []
+    for role, indices in (("input", list(graph.inputs)), ("output", list(graph.outputs))):
+        for index in map(int, indices):
+            tensor = tensors[index]
+            name = public.get(index, _text(tensor.name))
+            if tensor.type != fb.TensorType.FLOAT32:
+                continue
+            readers = [op for op in graph.operators if index in list(op.inputs)]
+            if role == "input":
+                floats = [op for op, k in zip(graph.operators, kind) if op in readers and k != quantize]
+                border = bool(floats)
+            else:
+                producer = [k for op, k in zip(graph.operators, kind) if index in list(op.outputs)]
+                border = bool(producer) and producer[0] != dequantize
+            if not border:
+                continue
+            why = wanted.get(name, wanted.get(_text(tensor.name)))
+            if why is None and _text(tensor.name) not in ranges:
+                why = (FloatIOReason.NO_RANGE, "the calibration recorded no range for it, so it has no int8 scale")
+            if why is not None:
+                stays.append(FloatIO(name=name, role=role, reason=why[0], detail=why[1]))
+                continue
+            params = _int8_params(*ranges[_text(tensor.name)])
+            if role == "input":
+                quantized = [op for op, k in zip(graph.operators, kind) if op in readers and k == quantize]
+                if quantized:  # the quantized readers' QUANTIZE gives the int8 tensor; move it first
+                    graph.operators.remove(quantized[0])
+                    front.append(quantized[0])
+                    q_index = int(quantized[0].outputs[0])
+                else:
+                    q_index = add_tensor(tensor, _text(tensor.name), int8=params)
+                    front.append(add_op(quantize, index, q_index))
+                f_index = add_tensor(tensor, f"{_text(tensor.name)}/dequantized", int8=None)
+                front.append(add_op(dequantize, q_index, f_index))
+                for op in floats:
+                    op.inputs = [f_index if int(i) == index else int(i) for i in op.inputs]
+            else:
+                f_index = add_tensor(tensor, f"{_text(tensor.name)}/float", int8=None)
+                for op in graph.operators:
+                    op.outputs = [f_index if int(i) == index else int(i) for i in op.outputs]
+                    op.inputs = [f_index if int(i) == index else int(i) for i in op.inputs]
+                q_index = add_tensor(tensor, _text(tensor.name), int8=params)
+                back += [add_op(quantize, f_index, q_index), add_op(dequantize, q_index, index)]
+    graph.operators = front + list(graph.operators) + back
+    return bytes(tf_util._convert_model_from_object_to_bytearray(obj)), tuple(stays)
+
+
+def _selective_int8(
+    request: ConversionRequest, *, keep_float_io: Mapping[str, tuple[FloatIOReason, str]] | None = None
+) -> tuple[bytes, list[str], tuple[FloatIO, ...]]:
+    """Calibrate once, then quantize with the requested nodes denylisted (kept float); integer I/O stays integer
+    through ``int8_borders`` (the float I/O that remains, with why, comes back for the record)."""
     tf = _tf()
     from tensorflow.lite.python import convert as tf_convert  # the quantizer the debugger uses
     from tensorflow.lite.python import util as tf_util
@@ -251,6 +387,7 @@ def _selective_int8(request: ConversionRequest) -> tuple[bytes, list[str]]:
     model_obj = getattr(request.source, "model", None)
     layers = [str(layer.name) for layer in getattr(model_obj, "layers", [])]
     nodes, types = resolve_nodes(recipe.nodes_to_exclude, _op_outputs(calibrated, request.workdir), layers)
+    stays: tuple[FloatIO, ...] = ()
     try:
         model = tf_convert.mlir_quantize(
             calibrated,
@@ -260,15 +397,15 @@ def _selective_int8(request: ConversionRequest) -> tuple[bytes, list[str]]:
             denylisted_ops=types or None,
         )
         if recipe.io_dtype != "float32":
+            model, stays = int8_borders(bytes(model), calibrated, keep_float=keep_float_io)
             io_type = tf.as_dtype(_IO_TYPES[recipe.io_dtype])
             model = tf_util.modify_model_io_type(model, io_type, io_type)
     except Exception as exc:  # noqa: BLE001 (frameworks raise any type; reported as one plain line)
         raise ConversionError(
             f"Selective int8 quantization failed: {_key_line(exc)}",
-            hint="An input or output next to a float node cannot take integer I/O; use io_dtype float32 or "
-            "keep fewer nodes in float.",
+            hint="Keep fewer nodes in float, or use io_dtype float32.",
         ) from None
-    return bytes(model), nodes + types
+    return bytes(model), nodes + types, stays
 
 
 # --------------------------------------------------------------------------------------------- checks
@@ -311,7 +448,7 @@ def sanity_check(path: Path, request: ConversionRequest) -> None:
         )
 
 
-def _check_int8(path: Path, io_dtype: str = "float32") -> None:
+def _check_int8(path: Path, io_dtype: str = "float32", float_io: Sequence[FloatIO] = ()) -> None:
     from toolkit.inspection.tflite import inspect_tflite
 
     info = inspect_tflite(path)
@@ -320,10 +457,12 @@ def _check_int8(path: Path, io_dtype: str = "float32") -> None:
             "int8 quantization changed nothing: the converted model has no operator computing in integer.",
             hint="The model's ops may have no int8 kernels; use fp16 or dynamic instead.",
         )
-    # With layers next to an input or output kept in float, the quantizer silently leaves that I/O float
-    # ("inference_input_type will default to the original type"): an Edge TPU or an integer-only pipeline
-    # would get a model it cannot feed. Refuse it rather than ship another I/O type than the recipe's.
-    wrong = [f"{spec.name} is {spec.dtype}" for spec in (*info.inputs, *info.outputs) if spec.dtype != io_dtype]
+    # The quantizer silently leaves an I/O float when the op next to it is float ("inference_input_type will
+    # default to the original type"): an Edge TPU or an integer-only pipeline would get a model it cannot feed.
+    # ``int8_borders`` prevents that; an I/O that still is not ``io_dtype`` must be one it recorded, with why.
+    recorded = {f.name for f in float_io}
+    wrong = [f"{spec.name} is {spec.dtype}" for spec in (*info.inputs, *info.outputs)
+             if spec.dtype != io_dtype and spec.name not in recorded]
     if io_dtype != "float32" and wrong:
         raise ConversionError(
             f"The int8 model's I/O is not {io_dtype} as the recipe asks: {', '.join(wrong)} (a layer next to it "
@@ -342,11 +481,13 @@ def convert(request: ConversionRequest, output: Path) -> BuiltArtifact:
         raise UsageError(f"The TFLite route cannot build {recipe.format} artifacts.")
     notes: list[str] = []
     float_nodes: tuple[str, ...] = ()
+    float_io: tuple[FloatIO, ...] = ()
     if recipe.precision == "int8" and recipe.nodes_to_exclude:
         _require_calibration(request)
-        model, resolved = _selective_int8(request)
+        model, resolved, float_io = _selective_int8(request)
         float_nodes = tuple(recipe.nodes_to_exclude)
         notes.append(f"kept in float: {', '.join(resolved)}")
+        notes += [f"{f.role} {f.name!r} stays float32 ({f.reason}): {f.detail}" for f in float_io]
     else:
         model = _run(_converter(request), recipe.precision)
     output = Path(output)
@@ -359,7 +500,7 @@ def convert(request: ConversionRequest, output: Path) -> BuiltArtifact:
         # LiteRT picks the format from the content, but TFLiteSession wants the real model file.
         sanity_check(tmp, request)
         if recipe.precision == "int8":
-            _check_int8(tmp, recipe.io_dtype if float_nodes else "float32")
+            _check_int8(tmp, recipe.io_dtype if float_nodes else "float32", float_io)
         os.replace(tmp, output)
     except BaseException:
         tmp.unlink(missing_ok=True)
@@ -367,7 +508,8 @@ def convert(request: ConversionRequest, output: Path) -> BuiltArtifact:
     exporter = "TFLiteConverter.from_saved_model (keras.export.ExportArchive)"
     if float_nodes:
         exporter = "TFLiteConverter calibration + MLIR quantizer with denylisted nodes"
-    return BuiltArtifact(path=output, float_nodes=float_nodes, notes=tuple(notes), exporter=exporter)
+    return BuiltArtifact(path=output, float_nodes=float_nodes, notes=tuple(notes), exporter=exporter,
+                         float_io=float_io)
 
 
 def _debug_run(request: ConversionRequest) -> tuple[bytes, dict[str, float], dict[str, float]]:
@@ -378,8 +520,17 @@ def _debug_run(request: ConversionRequest) -> tuple[bytes, dict[str, float], dic
     op's own error is measured, not what it inherited. ``layer_direct_compare_metrics`` hands our function the
     float and quantized outputs but not the tensor's name; the debugger calls it in the order of its
     ``layer_statistics`` keys for every sample, which maps the calls back to names.
+
+    The debugger is given the instrumented model (``quant_debug_model_content``), not the converter: built
+    from a converter it opens its interpreter without ``experimental_preserve_all_tensors``, and reads the
+    float and quantized tensors only after ``invoke()``, from an arena that later ops have reused by then
+    (the float copy of the last layer before the output read back zeros in its first elements, so a healthy
+    logits layer ranked first with channel error 1.0). Its own NumericVerify differences are computed during
+    ``invoke()`` and were right either way.
     """
     tf = _tf()
+    from tensorflow.lite.python import convert as tf_convert
+
     from toolkit.conversion.sensitivity import DEBUG_SAMPLES, ChannelError
 
     _require_calibration(request)
@@ -388,6 +539,9 @@ def _debug_run(request: ConversionRequest) -> tuple[bytes, dict[str, float], dic
     converter.representative_dataset = _representative(request)
     if not request.recipe.per_channel:
         converter._experimental_disable_per_channel = True
+    converter.experimental_mlir_quantizer = True  # what the debugger sets for its calibration
+    converter._experimental_calibrate_only = True
+    calibrated = _run(converter, "int8 calibration")
     source = _source(request)
     samples = list(request.calibration[:DEBUG_SAMPLES])
     holder: dict[str, Any] = {}
@@ -412,11 +566,17 @@ def _debug_run(request: ConversionRequest) -> tuple[bytes, dict[str, float], dic
             yield [as_input_dtype(feed[name], dtypes[name]) for name in order]
 
     try:
+        instrumented = tf_convert.mlir_quantize(
+            calibrated,
+            disable_per_channel=not request.recipe.per_channel,
+            fully_quantize=False,
+            enable_numeric_verify=True,
+        )
         options = tf.lite.experimental.QuantizationDebugOptions(
             layer_direct_compare_metrics={"channel_error": channel_error}
         )
         debugger = holder["debugger"] = tf.lite.experimental.QuantizationDebugger(
-            converter=converter, debug_dataset=debug_dataset, debug_options=options
+            quant_debug_model_content=bytes(instrumented), debug_dataset=debug_dataset, debug_options=options
         )
         debugger.run()
         buffer = io.StringIO()
@@ -448,7 +608,7 @@ def _debug_run(request: ConversionRequest) -> tuple[bytes, dict[str, float], dic
             continue
         score = math.sqrt(max(mse, 0.0)) / scale if scale > 0 else float("inf")
         steps[row["tensor_name"]] = float("inf") if math.isnan(score) else score
-    return bytes(debugger.calibrated_model), channel, steps
+    return calibrated, channel, steps
 
 
 def _ranked(scores: dict[str, float]) -> list[tuple[str, float]]:

@@ -29,6 +29,8 @@ from toolkit.types import (
     Attempt,
     AttemptOutcome,
     CalibrationRef,
+    FloatIO,
+    FloatIOReason,
     Format,
     Framework,
     Golden,
@@ -129,6 +131,13 @@ class GoldenM(Table):
     reference: Str | None = None
 
 
+class FloatIOM(Table):
+    name: Str
+    role: Annotated[Str, choice(("input", "output"), "role")]
+    reason: Annotated[Str, choice(FloatIOReason.values(), "reason")]
+    detail: Str = ""
+
+
 class ArtifactM(Table):
     file: Str
     format: Annotated[Str, choice(Format.values(), "format")]
@@ -151,6 +160,7 @@ class ArtifactM(Table):
     preferred: Bool | None = None
     provider_options: dict[str, Free] | None = None
     delegate: Str | None = None
+    float_io: list[FloatIOM] | None = None
 
 
 class AttemptM(Table):
@@ -349,6 +359,7 @@ def _artifact(a: ArtifactM) -> ArtifactRecord:
         status=a.status or ArtifactStatus.OK, recipe=a.recipe or {}, float_nodes=tuple(a.float_nodes or ()),
         execution_providers=tuple(a.execution_providers or ()), layout=a.layout, notes=tuple(a.notes or ()),
         preferred=bool(a.preferred), provider_options=a.provider_options or {}, delegate=a.delegate,
+        float_io=tuple(FloatIO(f.name, f.role, f.reason, f.detail) for f in a.float_io or ()),
     )
 
 
