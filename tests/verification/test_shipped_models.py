@@ -186,3 +186,38 @@ def test_selfie_segmentation_onnx_names_the_custom_op(mediapipe_models: dict[str
     text = caught.value.message + " " + (caught.value.hint or "")
     assert "Convolution2DTransposeBias" in text and "--format tflite" in text, text
     assert not (tmp_path / "bundle" / "model.fp32.onnx").exists()
+
+
+def test_a_declared_anchor_table_travels_with_the_eval_data(mediapipe_models: dict[str, Path],
+                                                            blazeface_photos: dict[str, Any]) -> None:
+    """``anchors`` [N, 4] in the eval .npz is read beside the inputs and labels and decodes the boxes; a
+    table that does not fit the model's anchors is refused with a plain message."""
+    from toolkit import calibration
+    from toolkit.errors import UsageError
+    from toolkit.execution import open_session
+    from toolkit.verification import detection
+    from toolkit.verification.outputs import verify_outputs
+    from toolkit.verification.tolerance import Tolerance
+
+    rows = detection.SCHEMES[(896, 16)].table().rows
+    work = blazeface_photos["work"]
+    np.savez(work / "declared.npz", input=blazeface_photos["images"], y=blazeface_photos["labels"], anchors=rows)
+    session = open_session(mediapipe_models["face_detection"], threads=2)
+    try:
+        data = calibration.read_data(work / "declared.npz", session.inputs, what="eval data")
+        outputs = [session.run({"input": image[None]}) for image in data.arrays["input"]]
+        names = [o.name for o in session.outputs]
+    finally:
+        session.close()
+    assert data.anchors is not None and data.anchors.shape == (896, 4) and list(data.arrays) == ["input"]
+    v = verify_outputs(outputs, outputs, tolerance=Tolerance(), labels=data.labels, anchors=data.anchors,
+                       output_names=names).verification
+    assert v.task_metrics["anchors"].startswith("declared") and v.task_metrics["reference_label_recall"] == 1.0
+    shifted = rows.copy()
+    shifted[:, 0] += 40.0  # every box 40 px off: no labelled face is found where it is
+    v = verify_outputs(outputs, outputs, tolerance=Tolerance(), labels=data.labels, anchors=shifted,
+                       output_names=names).verification
+    assert v.task_metrics["reference_label_recall"] < 0.2
+    with pytest.raises(UsageError, match=r"anchors array is \[10, 4\]; the model has 896"):
+        verify_outputs(outputs, outputs, tolerance=Tolerance(), labels=data.labels, anchors=rows[:10],
+                       output_names=names)
