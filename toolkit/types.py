@@ -16,6 +16,7 @@ from enum import StrEnum
 from typing import Any
 
 from toolkit.errors import UsageError
+from toolkit.verification.batching import BatchVerification
 from toolkit.verification.records import OutputMetrics, SliceCheck
 from toolkit.policy import CheckPolicy
 
@@ -401,6 +402,8 @@ class ArtifactRecord:
     delegate: str | None = None  # a TFLite delegate the artifact needs (``libedgetpu.so.1`` for Edge TPU models)
     # I/O that stayed float in an INT8 artifact whose recipe asks for integer I/O, and why (none: as asked)
     float_io: tuple[FloatIO, ...] = ()
+    # A dynamic-batch artifact's outputs per sample at batch 4 and 8 against batch 1 (None: batch not dynamic)
+    batching: BatchVerification | None = None
 
     def __post_init__(self) -> None:
         _coerce(self, format=Format, precision=Precision, status=ArtifactStatus)
@@ -429,6 +432,7 @@ class ArtifactRecord:
             "provider_options": {k: dict(v) for k, v in self.provider_options.items()},
             "delegate": self.delegate,
             "float_io": [f.to_dict() for f in self.float_io],
+            "batching": self.batching.to_dict() if self.batching else None,
         }
 
 

@@ -31,6 +31,7 @@ from toolkit.errors import ConversionError, ToolkitError, UsageError
 from toolkit.quiet import native_stderr_silenced
 from toolkit.sources import SourceModel
 from toolkit.types import ArtifactRecord, Attempt, Recipe, TensorSpec, artifact_file_name
+from toolkit.verification.batching import FIXED_BATCH_NOTE, batch_is_dynamic, output_step, verify_batches
 
 Progress = Callable[[str], None]
 SLOWER_FACTOR = 1.10  # an artifact more than 10% slower than fp32 (and 0.02 ms) counts as slower
@@ -294,6 +295,10 @@ def build_and_verify(run: ConvertRun, recipe: Recipe, *, explicit: bool) -> Cand
             )
             latency = verify.median_latency_ms(infer, data.heldout.feeds[0])
             runtime = session.runtime
+            batching = (verify_batches(infer, data.heldout.feeds, outputs,
+                                       output_names=[s.name for s in source.outputs],
+                                       steps=[output_step(session.outputs[j]) for j in out_order])
+                        if run.dynamic_batch and batch_is_dynamic(session.inputs) else None)  # per sample at 4, 8
         except ToolkitError:
             raise
         except Exception as exc:  # noqa: BLE001 - a runtime's own error, reported as the artifact's failure
@@ -303,7 +308,7 @@ def build_and_verify(run: ConvertRun, recipe: Recipe, *, explicit: bool) -> Cand
     finally:
         session.close()
     verification = verdict.verification
-    failures = tuple(verdict.failures)
+    failures = tuple(verdict.failures) + tuple(batching.failures() if batching else ())
     status = "out_of_tolerance" if failures else ("unverified" if verdict.vacuous else "ok")
     if recipe.precision == "fp32":
         run.fp32_latency.setdefault(recipe.format, latency)
@@ -340,9 +345,11 @@ def build_and_verify(run: ConvertRun, recipe: Recipe, *, explicit: bool) -> Cand
         provider_options={ep: dict(policy.provider_options[ep]) for ep in recipe.execution_providers
                           if ep in policy.provider_options},
         layout=built.layout,
+        batching=batching,
         float_io=built.float_io,
         notes=notes + tuple(built.notes) + tuple(io_notes)
         + ((f"exported with {built.exporter}",) if built.exporter else ())
+        + ((FIXED_BATCH_NOTE,) if run.dynamic_batch and batching is None else ())
         + (("verified on random inputs: no data was given",) if data.synthetic else ())
         + ((f"verification proves nothing here: {verdict.vacuous}",) if verdict.vacuous else ()),
     )

@@ -43,6 +43,7 @@ from toolkit.types import (
     TensorSpec,
     Verification,
 )
+from toolkit.verification.batching import BatchCheck, BatchVerification
 from toolkit.verification.records import OutputMetrics, SliceCheck, SliceMetrics
 
 DOCS = "docs/schemas/convert.md"
@@ -138,6 +139,20 @@ class FloatIOM(Table):
     detail: Str = ""
 
 
+class BatchCheckM(Table):
+    batch: Int
+    max_abs_error: Real = None
+    limit: Number
+    output: Str | None = None
+    ok: Bool | None = None  # derived from the two numbers when read
+
+
+class BatchingM(Table):
+    checks: list[BatchCheckM]
+    problem: Str | None = None
+    ok: Bool | None = None  # derived when read
+
+
 class ArtifactM(Table):
     file: Str
     format: Annotated[Str, choice(Format.values(), "format")]
@@ -161,6 +176,7 @@ class ArtifactM(Table):
     provider_options: dict[str, Free] | None = None
     delegate: Str | None = None
     float_io: list[FloatIOM] | None = None
+    batching: BatchingM | None = None
 
 
 class AttemptM(Table):
@@ -360,7 +376,13 @@ def _artifact(a: ArtifactM) -> ArtifactRecord:
         execution_providers=tuple(a.execution_providers or ()), layout=a.layout, notes=tuple(a.notes or ()),
         preferred=bool(a.preferred), provider_options=a.provider_options or {}, delegate=a.delegate,
         float_io=tuple(FloatIO(f.name, f.role, f.reason, f.detail) for f in a.float_io or ()),
+        batching=_batching(a.batching) if a.batching is not None else None,
     )
+
+
+def _batching(b: BatchingM) -> BatchVerification:
+    return BatchVerification(
+        tuple(BatchCheck(c.batch, _nan(c.max_abs_error), float(c.limit), c.output) for c in b.checks), b.problem)
 
 
 def _check_policy(p: CheckPolicyM) -> CheckPolicy:
