@@ -20,7 +20,8 @@ from typing import Any
 
 from benchmarks.common import DOC, log, machine, table, update_doc
 
-SECTIONS = ("convert", "torch_routes", "deploy", "runner", "optimize", "startup", "finetune_memory", "fleet")
+SECTIONS = ("convert", "int8", "convert_time", "torch_routes", "deploy", "runner", "loads", "optimize", "startup",
+            "finetune_memory", "fleet")
 HEADLINES = DOC.with_suffix(".json")
 
 
@@ -113,11 +114,27 @@ def summary(h: dict) -> str:
     if conv:
         plain_ort = min((v for k, v in conv.items() if k.startswith("onnxruntime:") and "(plain)" in k
                          and "fp32" not in k), default=float("nan"))
-        rows.append(["MobileNetV2 INT8 latency vs fp32, ONNX Runtime (target <= 0.5x)",
+        rows.append(["MobileNetV2 INT8 latency vs fp32, ONNX Runtime (target <= 0.45x)",
                      _fmt(conv.get("onnxruntime:toolkit int8")), f"best plain path {_fmt(plain_ort)}"])
-        rows.append(["MobileNetV2 INT8 latency vs fp32, LiteRT (target <= 0.6x)",
+        rows.append(["MobileNetV2 INT8 latency vs fp32, LiteRT (target <= 0.45x)",
                      _fmt(conv.get("litert:toolkit int8")),
                      f"plain Optimize.DEFAULT {_fmt(conv.get('litert:TFLiteConverter Optimize.DEFAULT (plain)'))}"])
+    i8 = h.get("int8", {})
+    if i8:
+        gemm = i8.get("gemm_int8_vs_fp32", {})
+        rows.append(["INT8 GEMM ceiling vs fp32 on this CPU (ONNX Runtime / LiteRT)",
+                     f"{_fmt(gemm.get('onnxruntime'))} / {_fmt(gemm.get('litert'))}",
+                     "VNNI" if i8.get("vnni") else "no VNNI (AVX2 int8)"])
+        rows.append(["MobileNetV2 toolkit INT8 recipe vs fp32, side by side (ONNX Runtime / LiteRT; target <= 0.45x)",
+                     f"{_fmt(i8.get('toolkit_ort'))} / {_fmt(i8.get('toolkit_litert'))}", "section int8"])
+    ct = h.get("convert_time", {})
+    if ct:
+        rows.append(["MobileNetV2 `edgetk convert` (profile's recipes, verified) vs the plain paths, wall time "
+                     "(target <= 2x)", _fmt(ct.get("ratio")),
+                     f"{_fmt(ct.get('toolkit_s'), ' s')} vs {_fmt(ct.get('plain_s'), ' s')}"])
+    ld = h.get("loads", {})
+    for key, value in ld.get("headline", {}).items():
+        rows.append([key, str(value), "section loads"])
     pp = h.get("convert", {}).get("ppocr", {}).get("ratios", {})
     if pp:
         rows.append(["PP-OCRv4 det INT8 latency vs fp32, ONNX Runtime", _fmt(pp.get("onnxruntime:toolkit int8")),

@@ -248,8 +248,42 @@ def cosine(a: np.ndarray, b: np.ndarray) -> float:
 # --------------------------------------------------------------------------------------------- models
 
 
+def reestimate_batchnorm(model: Any, samples: np.ndarray) -> None:
+    """Set every BatchNormalization layer's moving statistics to those of ``samples``: straight from init a
+    keras.applications model gives the same output for every input (findings.md 5), which makes its
+    verification vacuous and sends INT8 into selective retries no real model would need. One training-mode
+    call with momentum 0 makes each layer's moving mean/variance that batch's statistics."""
+    import keras
+
+    norms = [layer for layer in model.layers if isinstance(layer, keras.layers.BatchNormalization)]
+    momenta = [layer.momentum for layer in norms]
+    for layer in norms:
+        layer.momentum = 0.0
+    model(samples, training=True)
+    for layer, momentum in zip(norms, momenta):
+        layer.momentum = momentum
+
+
+def spread_logits(model: Any, samples: np.ndarray, *, std: float = 3.0) -> None:
+    """Scale the final Dense layer so its logits spread by ``std`` over ``samples``: random weights give a
+    nearly flat softmax (every probability about 1/1000), where any rounding flips the top-1 and an INT8
+    output grid coarser than the differences erases them."""
+    import keras
+
+    head = model.layers[-1]
+    features = keras.Model(model.inputs, head.input)(samples).numpy()
+    kernel, bias = head.get_weights()
+    logits = features @ kernel + bias
+    factor = std / max(float(np.std(logits - logits.mean(axis=1, keepdims=True))), 1e-12)
+    head.set_weights([kernel * factor, bias * factor])
+
+
 def mobilenet_source(root: Path) -> tuple[Path, Path, np.ndarray]:
-    model_path = root / "mobilenetv2.keras"
+    """MobileNetV2 224x224, random weights with BatchNorm statistics from data and a spread-out final layer
+    (outputs vary with the input; nothing is claimed about their accuracy), and 100 random calibration
+    samples."""
+    root.mkdir(parents=True, exist_ok=True)
+    model_path = root / "mobilenetv2_bn.keras"
     calib_path = root / "mobilenetv2_calib.npz"
     rng = np.random.default_rng(0)
     samples = rng.uniform(-1.0, 1.0, size=(MNV2_CALIB, 224, 224, 3)).astype(np.float32)
@@ -258,6 +292,8 @@ def mobilenet_source(root: Path) -> tuple[Path, Path, np.ndarray]:
 
         keras.utils.set_random_seed(0)
         model = keras.applications.MobileNetV2(weights=None, input_shape=(224, 224, 3))
+        reestimate_batchnorm(model, samples[:32])
+        spread_logits(model, samples[:32])
         model.save(model_path)
     if not calib_path.is_file():
         np.savez(calib_path, x=samples)

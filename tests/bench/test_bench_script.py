@@ -65,3 +65,14 @@ def test_sections_recorded_by_separate_runs_merge(tmp_path: Path) -> None:
     record("deploy", "## deploy failed", None, doc=doc, headlines_path=headlines)
     assert json.loads(headlines.read_text())["deploy"] == {"push_vs_best": 0.5}  # a failed run keeps the figures
     assert "## deploy failed" in doc.read_text()
+
+
+def test_every_registered_section_has_a_module_with_a_title_and_run() -> None:
+    import importlib
+
+    from benchmarks.__main__ import SECTIONS
+
+    for name in SECTIONS:
+        module = importlib.import_module(f"benchmarks.{name}")
+        assert isinstance(module.TITLE, str) and module.TITLE, name
+        assert callable(module.run), name
