@@ -22,7 +22,7 @@ from toolkit import calibration as cal
 from toolkit.__about__ import __version__
 from toolkit.conversion.base import BuiltArtifact
 from toolkit.conversion.plan import Policy, detect_is_factory
-from toolkit.types import Recipe
+from toolkit.types import FloatIO, Recipe
 
 if TYPE_CHECKING:
     from toolkit.conversion.data import RunData
@@ -131,6 +131,7 @@ def reuse_build(builds: Path | None, recipe: Recipe, output: Path) -> BuiltArtif
         notes=tuple(meta.get("notes", ())),
         exporter=meta.get("exporter"),
         layout=meta.get("layout"),
+        float_io=tuple(FloatIO(f["name"], f["role"], f["reason"], f.get("detail", "")) for f in meta.get("float_io", ())),
     )
 
 
@@ -144,7 +145,7 @@ def keep_build(builds: Path | None, recipe: Recipe, built: BuiltArtifact) -> Non
         tmp.mkdir(parents=True)
         shutil.copyfile(built.path, tmp / "artifact")
         meta = {"float_nodes": list(built.float_nodes), "notes": list(built.notes), "exporter": built.exporter,
-                "layout": built.layout, "recipe": recipe.to_dict()}
+                "layout": built.layout, "recipe": recipe.to_dict(), "float_io": [f.to_dict() for f in built.float_io]}
         (tmp / "built.json").write_text(json.dumps(meta))
         shutil.rmtree(folder, ignore_errors=True)
         tmp.rename(folder)

@@ -371,10 +371,13 @@ def int8_borders(
 
 
 def _selective_int8(
-    request: ConversionRequest, *, keep_float_io: Mapping[str, tuple[FloatIOReason, str]] | None = None
-) -> tuple[bytes, list[str], tuple[FloatIO, ...]]:
-    """Calibrate once, then quantize with the requested nodes denylisted (kept float); integer I/O stays integer
-    through ``int8_borders`` (the float I/O that remains, with why, comes back for the record)."""
+    request: ConversionRequest, *, only_if_fragile: bool = False
+) -> tuple[bytes, list[str], tuple[FloatIO, ...], list[tuple[str, str]]] | None:
+    """Calibrate once, then quantize with the requested nodes and the known-fragile ones (``fragile``) denylisted
+    (kept float); integer I/O stays integer through ``int8_borders`` except an output a mixed-range Concat
+    writes. Returns (model, denylisted names, I/O left float with why, fragile (node, why)); None when
+    ``only_if_fragile`` and no fragile pattern was found (the plain conversion stands)."""
+    from toolkit.conversion import fragile
     tf = _tf()
     from tensorflow.lite.python import convert as tf_convert  # the quantizer the debugger uses
     from tensorflow.lite.python import util as tf_util
@@ -384,9 +387,14 @@ def _selective_int8(
     converter.experimental_mlir_quantizer = True
     converter._experimental_calibrate_only = True
     calibrated = _run(converter, "int8 calibration")
+    found, float_outputs = fragile.tflite_fragile_nodes(calibrated)
+    if only_if_fragile and not found:
+        return None
     model_obj = getattr(request.source, "model", None)
     layers = [str(layer.name) for layer in getattr(model_obj, "layers", [])]
     nodes, types = resolve_nodes(recipe.nodes_to_exclude, _op_outputs(calibrated, request.workdir), layers)
+    nodes += [name for name, _ in found if name not in nodes]
+    keep_float_io = {name: (FloatIOReason.MIXED_RANGES, why) for name, why in float_outputs.items()}
     stays: tuple[FloatIO, ...] = ()
     try:
         model = tf_convert.mlir_quantize(
@@ -405,7 +413,30 @@ def _selective_int8(
             f"Selective int8 quantization failed: {_key_line(exc)}",
             hint="Keep fewer nodes in float, or use io_dtype float32.",
         ) from None
-    return bytes(model), nodes + types, stays
+    return bytes(model), nodes + types, stays, found
+
+
+def _has_output_concat(model: bytes) -> bool:
+    """Whether a Concat reaches a graph output through pass-through ops only (the fragile rule's candidates):
+    the cheap structural test that decides whether a calibration is spent on measuring its input ranges."""
+    from toolkit.conversion import fragile
+
+    ops, outputs, _magnitude, _constants = fragile._tflite_graph(model)
+    readers: dict[str, list[str]] = {}
+    for kind, ins, _outs in ops:
+        for name in ins:
+            readers.setdefault(name, []).append(kind)
+    writes = {out: (kind, ins) for kind, ins, outs in ops for out in outs}
+    for name in outputs:
+        current = name
+        while current in writes:
+            kind, ins = writes[current]
+            if kind == "CONCATENATION":
+                return True
+            if kind not in fragile.TFLITE_PASSTHROUGH and kind not in ("QUANTIZE", "DEQUANTIZE") or not ins:
+                break
+            current = ins[0]
+    return False
 
 
 # --------------------------------------------------------------------------------------------- checks
@@ -482,14 +513,23 @@ def convert(request: ConversionRequest, output: Path) -> BuiltArtifact:
     notes: list[str] = []
     float_nodes: tuple[str, ...] = ()
     float_io: tuple[FloatIO, ...] = ()
+    selective = None
     if recipe.precision == "int8" and recipe.nodes_to_exclude:
         _require_calibration(request)
-        model, resolved, float_io = _selective_int8(request)
-        float_nodes = tuple(recipe.nodes_to_exclude)
-        notes.append(f"kept in float: {', '.join(resolved)}")
-        notes += [f"{f.role} {f.name!r} stays float32 ({f.reason}): {f.detail}" for f in float_io]
+        selective = _selective_int8(request)
     else:
         model = _run(_converter(request), recipe.precision)
+        if recipe.precision == "int8" and _has_output_concat(model):
+            selective = _selective_int8(request, only_if_fragile=True)
+    if selective is not None:
+        model, resolved, float_io, found = selective
+        float_nodes = tuple(dict.fromkeys([*recipe.nodes_to_exclude, *(name for name, _ in found)]))
+        if found:
+            notes.append(f"kept in float up front ({len(found)} node(s), known to break in int8): "
+                         + "; ".join(why for _, why in found[:6]) + ("; ..." if len(found) > 6 else ""))
+        if recipe.nodes_to_exclude:
+            notes.append(f"kept in float: {', '.join(resolved)}")
+        notes += [f"{f.role} {f.name!r} stays float32 ({f.reason}): {f.detail}" for f in float_io]
     output = Path(output)
     output.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp_name = tempfile.mkstemp(prefix=f".{output.name}.", suffix=".tmp", dir=output.parent)
