@@ -234,9 +234,13 @@ def table_for(run: ConvertRun, recipe: Recipe, built: BuiltArtifact) -> LayerTab
     if key in run.layer_tables:
         return run.layer_tables[key]
     request = run.request(plain)
-    if recipe.format == "tflite":
+    if recipe.format == "tflite" and run.source.framework in ("torch_factory", "exported_program"):
+        from toolkit.conversion import pt2e
+
+        table = pt2e.layer_table(request)  # the PT2E route's own table (litert-torch)
+    elif recipe.format == "tflite":
         if run.source.framework not in registry.TF_FRAMEWORKS:
-            raise ConversionError(f"not available for {run.source.framework} sources (Keras/SavedModel only)")
+            raise ConversionError(f"not available for {run.source.framework} sources (Keras/SavedModel/PyTorch only)")
         table = tflite_table(request)
     elif recipe.nodes_to_exclude:  # ``built`` is a mixed artifact: measure the full quantization
         base = registry.fp32_onnx(request)

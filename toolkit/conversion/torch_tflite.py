@@ -34,7 +34,7 @@ from typing import Any
 import numpy as np
 
 from toolkit.conversion.base import BuiltArtifact, ConversionRequest
-from toolkit.conversion.torch_onnx import example_args, quiet_export
+from toolkit.conversion import pt2e
 from toolkit.errors import ConversionError, MissingDependency, UsageError
 from toolkit.sources.torch import TorchSource, first_line, import_torch, missing_shape_error
 
@@ -76,8 +76,7 @@ def convert(request: ConversionRequest, output: Path) -> BuiltArtifact:
             hint="Drop the dynamic batch for --format tflite, or use --format onnx.",
         )
     shapes = {spec.name: tuple(int(d) for d in request.input_shapes[spec.name]) for spec in source.inputs}
-    args = example_args(torch, source, request, shapes)
-    names = [spec.name for spec in source.inputs]
+    args, names = pt2e.inputs(torch, request)
     nhwc = request.recipe.layout == "NHWC"
     if nhwc and not any(len(shapes[n]) == 4 for n in names):
         raise UsageError(
@@ -86,17 +85,25 @@ def convert(request: ConversionRequest, output: Path) -> BuiltArtifact:
         )
     module = source.module
     notes: list[str] = []
+    float_nodes: tuple[str, ...] = ()
     if precision == "int8":
         if not request.calibration:
             raise UsageError(
                 "INT8 TFLite from PyTorch needs calibration data.",
                 hint="Pass --calibration FILE.npz or a folder.",
             )
-        module, quant_config = _quantize_pt2e(torch, module, args, names, request)
+        from litert_torch.quantize import quant_config as litert_quant_config
+
+        quantized = pt2e.quantize(torch, module, args, names, request)
+        module, quant_config = quantized.graph, litert_quant_config.QuantConfig(pt2e_quantizer=quantized.quantizer)
+        ranges = "activation ranges of the full calibration reused" if quantized.reused_ranges else (
+            f"{len(request.calibration)} calibration samples")
         notes.append(
-            f"PT2E static int8 ({'per-channel' if request.recipe.per_channel else 'per-tensor'} weights, "
-            f"{len(request.calibration)} calibration samples)."
+            f"PT2E static int8 ({'per-channel' if request.recipe.per_channel else 'per-tensor'} weights, {ranges})."
         )
+        if request.recipe.nodes_to_exclude:
+            float_nodes = tuple(request.recipe.nodes_to_exclude)
+            notes.append(f"kept in float: {', '.join(quantized.kept_float)}")
     else:
         quant_config = None
     layout = None
@@ -120,9 +127,26 @@ def convert(request: ConversionRequest, output: Path) -> BuiltArtifact:
             hint="Run with --debug for the converter's traceback, or use --format onnx.",
         ) from exc
     os.replace(tmp, output)
+    if float_nodes:
+        notes.extend(_float_io(output, request))
     return BuiltArtifact(
-        path=output, notes=tuple(notes), exporter=f"litert-torch {_version(litert_torch)}", layout=layout
+        path=output, float_nodes=float_nodes, notes=tuple(notes), exporter=f"litert-torch {_version(litert_torch)}",
+        layout=layout,
     )
+
+
+def _float_io(path: Path, request: ConversionRequest) -> list[str]:
+    """What the artifact says when layers kept in float left an input or output float (int8 elsewhere): the
+    quantizer puts no quantize in front of a float layer, so the I/O next to it stays float32."""
+    from toolkit.inspection.tflite import inspect_tflite
+
+    info = inspect_tflite(path)
+    floated = [f"{spec.name} is {spec.dtype}" for spec in (*info.inputs, *info.outputs) if spec.quantization is None]
+    quantized = [spec for spec in (*info.inputs, *info.outputs) if spec.quantization is not None]
+    if not floated or not quantized and request.recipe.io_dtype == "float32":
+        return []
+    return [f"I/O became float where it meets a layer kept in float ({', '.join(floated)}): no int8 tensor "
+            "feeds or leaves that layer; the runner feeds it as float"]
 
 
 def _import_litert_torch() -> Any:
@@ -154,39 +178,6 @@ def _named_inputs(torch: Any, module: Any, names: list[str], four_d: list[int]) 
     wrapper = NamedInputs()
     wrapper.training = False  # not .eval(): graph modules from torch.export refuse train()/eval()
     return wrapper
-
-
-def _quantize_pt2e(
-    torch: Any, module: Any, args: tuple[Any, ...], names: list[str], request: ConversionRequest
-) -> tuple[Any, Any]:
-    """Static PT2E int8: export, insert observers, calibrate on every calibration sample, convert."""
-    from litert_torch.quantize import pt2e_quantizer, quant_config
-    from torchao.quantization.pt2e import quantize_pt2e
-
-    quantizer = pt2e_quantizer.PT2EQuantizer().set_global(
-        pt2e_quantizer.get_symmetric_quantization_config(
-            is_per_channel=request.recipe.per_channel, is_dynamic=False
-        )
-    )
-    try:
-        with quiet_export():
-            graph = torch.export.export(module, args).module()
-            prepared = quantize_pt2e.prepare_pt2e(graph, quantizer)
-            with torch.no_grad():
-                for sample in request.calibration:
-                    prepared(
-                        *(
-                            torch.from_numpy(np.ascontiguousarray(sample[n]).reshape(a.shape)).to(a.dtype)
-                            for n, a in zip(names, args)
-                        )
-                    )
-            quantized = quantize_pt2e.convert_pt2e(prepared, fold_quantize=False)
-    except Exception as exc:
-        raise ConversionError(
-            f"PT2E int8 quantization failed: {type(exc).__name__}: {first_line(exc)}",
-            hint="Use --format onnx --precision int8 (static QDQ), or --precision fp32 for TFLite.",
-        ) from exc
-    return quantized, quant_config.QuantConfig(pt2e_quantizer=quantizer)
 
 
 @contextlib.contextmanager

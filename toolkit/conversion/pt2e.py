@@ -1,0 +1,475 @@
+"""PT2E static INT8 for the PyTorch -> TFLite route: quantize (optionally with layers kept in float), and the
+layer-wise error table of the full quantization.
+
+**Quantization.** ``torch.export`` of the module, ``prepare_pt2e`` with litert-torch's ``PT2EQuantizer``
+(symmetric, per-channel weights as the recipe says), calibration on every calibration sample, ``convert_pt2e``
+(``fold_quantize=False``: every quantized tensor is a ``quantize -> dequantize`` pair in the graph). Layers
+kept in float (``recipe.nodes_to_exclude``) are taken out *after* the quantizer annotated the graph: the
+annotations of each named node, and of the nodes fused with it in one pattern (``conv2d`` with its ``relu``),
+are removed, so no observer lands on that layer's weights, inputs or output. litert-torch then converts the
+float island as float ops between ``DEQUANTIZE`` and ``QUANTIZE``. A name is an FX node name as the table
+shows it (``linear_1``) or a module's qualified name (``fc2``, ``layer1.0.conv1``: every node inside it).
+
+**Layer table** (``layer_table``): what TFLite's ``QuantizationDebugger`` does, in torch. The converted graph
+runs on a few calibration samples; for every quantized activation (a ``quantize`` whose input is not a
+weight) the nodes that produce it from the previous dequantized tensors (its *region*: ``conv2d`` + ``relu``,
+or one ``max_pool2d``) are run again with the *float* weights on the same dequantized inputs, and the result
+is compared with the tensor after its ``quantize -> dequantize`` pair. So each row is that layer's own error
+(weight rounding and output rounding), not what it inherited from the layers before it. A row's
+``float_group`` is the layer and the layers that read its output (through pass-through ops such as ``relu``
+and ``flatten``): a consumer left quantized would re-quantize the tensor with the same range.
+
+**Calibration cache.** The full quantization of one run is calibrated once: the calibrated, converted graph is
+kept (one entry, per source object, calibration tuple and per-channel choice), so the table reuses the pass
+the plain INT8 artifact already paid for. Observers see float values only (``prepare_pt2e`` inserts observers,
+not fake quantizers), so the ranges of the layers left quantized do not depend on which layers are kept float:
+a selective rebuild copies the activation ranges of the full pass instead of calibrating again
+(``_reuse_ranges``; weight observers are filled from the weights themselves).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from toolkit.conversion.base import ConversionRequest
+from toolkit.errors import ConversionError, UsageError
+from toolkit.sources.torch import TorchSource, first_line, import_torch
+
+if TYPE_CHECKING:
+    from toolkit.conversion.layers import LayerTable
+
+_PURPOSE = "Quantizing a PyTorch model with PT2E"
+
+# Ops that move or gate data without weights: a float island is followed through them to the compute layers
+# behind (sensitivity.float_group), which would otherwise re-quantize the tensor.
+PASSTHROUGH = frozenset({
+    "relu", "relu_", "relu6", "hardtanh", "hardtanh_", "clamp", "flatten", "view", "reshape", "_unsafe_view",
+    "permute", "transpose", "squeeze", "unsqueeze", "contiguous", "clone", "dropout", "max_pool2d",
+    "adaptive_avg_pool2d", "avg_pool2d", "cat", "slice", "select", "pad", "constant_pad_nd", "upsample_nearest2d",
+})
+
+
+@dataclass(frozen=True)
+class Quantized:
+    """A converted PT2E graph (``quantize -> dequantize`` pairs left in place) and what was kept float."""
+
+    graph: Any  # torch.fx.GraphModule
+    quantizer: Any  # the PT2EQuantizer that annotated it (litert-torch's QuantConfig takes it)
+    kept_float: tuple[str, ...]  # FX node names whose quantization annotations were removed
+    reused_ranges: bool = False  # the activation ranges came from the cached full calibration
+
+
+@dataclass
+class _Entry:
+    source: Any
+    calibration: Any
+    per_channel: bool
+    quantized: Quantized
+    ranges: dict[str, dict[str, Any]]  # observed node name -> its activation observer's state (``_ranges``)
+
+
+_CACHE: list[_Entry] = []  # the full (nothing float) quantization of the current run: one entry
+
+
+def inputs(torch: Any, request: ConversionRequest) -> tuple[tuple[Any, ...], list[str]]:
+    """The tracing inputs (first calibration sample) and the input names, in the source's order."""
+    from toolkit.conversion.torch_onnx import example_args
+
+    source = request.source
+    assert isinstance(source, TorchSource)
+    shapes = {spec.name: tuple(int(d) for d in request.input_shapes[spec.name]) for spec in source.inputs}
+    return example_args(torch, source, request, shapes), [spec.name for spec in source.inputs]
+
+
+def quantize(torch: Any, module: Any, args: tuple[Any, ...], names: list[str], request: ConversionRequest) -> Quantized:
+    """Static PT2E int8 of ``module`` with ``request.recipe.nodes_to_exclude`` kept in float."""
+    from torchao.quantization.pt2e import quantize_pt2e
+
+    from toolkit.conversion.torch_onnx import quiet_export
+
+    recipe = request.recipe
+    exclude = tuple(recipe.nodes_to_exclude)
+    cached = _cached(request)
+    if cached is not None and not exclude:
+        return cached.quantized
+    quantizer = _quantizer(recipe.per_channel, exclude, keep_io=recipe.io_dtype != "float32")
+    try:
+        with quiet_export():
+            graph = torch.export.export(module, args).module()
+            prepared = quantize_pt2e.prepare_pt2e(graph, quantizer)
+            reused = cached is not None and _reuse_ranges(torch, prepared, cached.ranges)
+            if not reused:
+                with torch.no_grad():
+                    for sample in request.calibration:
+                        prepared(*_feed(torch, sample, names, args))
+            ranges = _ranges(prepared)
+            converted = quantize_pt2e.convert_pt2e(prepared, fold_quantize=False)
+    except UsageError:
+        raise
+    except Exception as exc:
+        raise ConversionError(
+            f"PT2E int8 quantization failed: {type(exc).__name__}: {first_line(exc)}",
+            hint="Use --format onnx --precision int8 (static QDQ), or --precision fp32 for TFLite.",
+        ) from exc
+    result = Quantized(converted, quantizer, tuple(quantizer.kept_float), reused_ranges=reused)
+    if not exclude:
+        _CACHE[:] = [_Entry(request.source, request.calibration, recipe.per_channel, result, ranges)]
+    return result
+
+
+def _cached(request: ConversionRequest) -> _Entry | None:
+    for entry in _CACHE:
+        if (entry.source is request.source and entry.calibration is request.calibration
+                and entry.per_channel == request.recipe.per_channel):
+            return entry
+    return None
+
+
+def _feed(torch: Any, sample: Mapping[str, np.ndarray], names: Sequence[str], args: Sequence[Any]) -> list[Any]:
+    return [torch.from_numpy(np.ascontiguousarray(sample[n]).reshape(a.shape)).to(a.dtype) for n, a in zip(names, args)]
+
+
+def _observers(prepared: Any) -> Iterable[tuple[Any, Any]]:
+    """(observer module, the node it observes) for every activation observer call in ``prepared``."""
+    for node in prepared.graph.nodes:
+        if node.op != "call_module" or not node.args:
+            continue
+        module = getattr(prepared, str(node.target), None)
+        observed = node.args[0]
+        while getattr(observed, "op", None) == "call_module" and observed.args:  # an observer of an observer
+            observed = observed.args[0]
+        if module is None or not hasattr(module, "min_val") or getattr(observed, "op", None) == "get_attr":
+            continue
+        yield module, observed
+
+
+def _ranges(prepared: Any) -> dict[str, dict[str, Any]]:
+    """Observed node name -> its activation observer's state (min/max and, for the histogram observer that
+    litert-torch's symmetric config uses, the histogram its range search reads)."""
+    return {observed.name: {k: v.clone() for k, v in module.state_dict().items()}
+            for module, observed in _observers(prepared) if module.min_val.numel() > 0}
+
+
+def _reuse_ranges(torch: Any, prepared: Any, ranges: Mapping[str, Mapping[str, Any]]) -> bool:
+    """Load the activation observers of ``prepared`` with the full calibration's states and fill the weight
+    observers from the weights; False (calibrate instead) when an observed tensor has no range there."""
+    pending = []
+    for module, observed in _observers(prepared):
+        if observed.name not in ranges:
+            return False
+        pending.append((module, ranges[observed.name]))
+    for node in prepared.graph.nodes:  # weight observers: one call on the constant they watch
+        if node.op == "call_module" and node.args and getattr(node.args[0], "op", None) == "get_attr":
+            module = getattr(prepared, str(node.target))
+            with torch.no_grad():
+                module(_attr(prepared, str(node.args[0].target)))
+    for module, state in pending:
+        module.load_state_dict({k: v.clone() for k, v in state.items()})
+    return True
+
+
+def _attr(graph: Any, target: str) -> Any:
+    value = graph
+    for part in target.split("."):
+        value = getattr(value, part)
+    return value
+
+
+def _quantizer(per_channel: bool, exclude: Sequence[str], *, keep_io: bool) -> Any:
+    """litert-torch's PT2EQuantizer whose annotations skip the layers named in ``exclude``; with ``keep_io``
+    an excluded layer next to a model input or output keeps that input's or output's quantization, so the
+    float island stays inside the graph and the artifact's I/O stays int8."""
+    from litert_torch.quantize import pt2e_quantizer
+    from litert_torch.quantize.pt2e_quantizer_utils import propagate_annotation
+
+    class Excluding(pt2e_quantizer.PT2EQuantizer):
+        """Annotates as the base class, then drops the annotations of the excluded layers."""
+
+        def __init__(self) -> None:
+            super().__init__()
+            self.kept_float: list[str] = []
+
+        def annotate(self, model: Any) -> Any:
+            model = self._annotate_for_static_quantization_config(model)
+            if exclude:
+                dropped = _drop_annotations(model, exclude, keep_io=keep_io)
+                propagate_annotation(model)
+                dropped += _drop_annotations(model, exclude, fused=False, keep_io=keep_io)  # shared-range ops annotated just now
+                self.kept_float = list(dict.fromkeys(dropped))
+            else:
+                propagate_annotation(model)
+            return model
+
+    quantizer = Excluding()
+    quantizer.set_global(pt2e_quantizer.get_symmetric_quantization_config(is_per_channel=per_channel, is_dynamic=False))
+    return quantizer
+
+
+def _module_path(node: Any) -> str:
+    stack = node.meta.get("nn_module_stack") or {}
+    return str(list(stack.values())[-1][0]) if stack else ""
+
+
+def _selected(node: Any, names: set[str]) -> bool:
+    if node.name in names:
+        return True
+    path = _module_path(node)
+    return bool(path) and any(path == n or path.startswith(n + ".") for n in names)
+
+
+def _drop_annotations(model: Any, exclude: Sequence[str], *, fused: bool = True, keep_io: bool = False) -> list[str]:
+    """Remove the quantization annotations of the nodes ``exclude`` names (and, with ``fused``, of the nodes
+    annotated in one pattern with them); returns the compute nodes made float. Unknown names are a
+    UsageError. With ``keep_io`` the quantization of a model input read, or of a model output written, by
+    such a node stays (only that one edge: the node itself computes in float)."""
+    from torchao.quantization.pt2e.quantizer import QuantizationAnnotation
+
+    names = set(exclude)
+    nodes = [n for n in model.graph.nodes if n.op == "call_function"]
+    if fused:
+        known = {n.name for n in nodes} | {p for n in nodes for p in _prefixes(_module_path(n))}
+        unknown = sorted(names - known)
+        if unknown:
+            sample = ", ".join(n.name for n in nodes[:8])
+            raise UsageError(
+                f"nodes_to_exclude names nodes this PyTorch model does not have: {', '.join(unknown)}.",
+                hint=f"Use node names from `edgetk inspect BUNDLE --layers` (e.g. {sample}) or module names.",
+            )
+    chosen = [n for n in nodes if _selected(n, names)]
+    if fused:
+        chosen = _fused_with(chosen)
+    dropped = []
+    for node in chosen:
+        annotation = node.meta.pop("quantization_annotation", None)
+        if annotation is None:
+            continue
+        if node.op == "call_function":
+            dropped.append(node.name)
+        if not keep_io:
+            continue
+        inputs = {a: spec for a, spec in annotation.input_qspec_map.items() if a.op == "placeholder"}
+        output = annotation.output_qspec if any(u.op == "output" for u in node.users) else None
+        if inputs or output is not None:
+            node.meta["quantization_annotation"] = QuantizationAnnotation(
+                input_qspec_map=inputs, output_qspec=output, _annotated=True)
+    return dropped
+
+
+def _prefixes(path: str) -> list[str]:
+    parts = path.split(".") if path else []
+    return [".".join(parts[: i + 1]) for i in range(len(parts))]
+
+
+def _fused_with(nodes: Sequence[Any]) -> list[Any]:
+    """``nodes`` and the annotated nodes in one pattern with them: an annotated node whose output is not
+    quantized (no ``output_qspec``) belongs with its annotated users (``conv2d`` -> ``relu``)."""
+
+    def annotation(node: Any) -> Any:
+        return node.meta.get("quantization_annotation")
+
+    def fused(a: Any, b: Any) -> bool:  # a feeds b inside one pattern
+        ann_a, ann_b = annotation(a), annotation(b)
+        return ann_a is not None and ann_b is not None and ann_a.output_qspec is None
+
+    group = list(nodes)
+    frontier = list(nodes)
+    while frontier:
+        node = frontier.pop()
+        neighbours = [u for u in node.users if fused(node, u)]
+        neighbours += [a for a in node.all_input_nodes if fused(a, node)]
+        for other in neighbours:
+            if other not in group:
+                group.append(other)
+                frontier.append(other)
+    return group
+
+
+# --------------------------------------------------------------------------------------------- layer table
+
+
+def _op_name(node: Any) -> str:
+    target = node.target
+    name = getattr(target, "__name__", str(target))
+    return name.split(".")[0]
+
+
+def _is(node: Any, kinds: tuple[str, ...]) -> bool:
+    return node.op == "call_function" and _op_name(node) in kinds
+
+
+_Q = ("quantize_per_tensor", "quantize_per_channel")
+_DQ = ("dequantize_per_tensor", "dequantize_per_channel")
+
+
+def _weight_dq(node: Any) -> Any | None:
+    """The float constant behind ``node`` when it is ``dequantize(quantize(constant))`` (a weight)."""
+    if not _is(node, _DQ) or not node.args:
+        return None
+    q = node.args[0]
+    if getattr(q, "op", None) == "call_function" and _is(q, _Q) and getattr(q.args[0], "op", None) == "get_attr":
+        return q.args[0]
+    return None
+
+
+@dataclass(frozen=True)
+class _Layer:
+    name: str  # the region's weighted node, else its output node: usable in nodes_to_exclude
+    op_type: str
+    output: Any  # the node whose value is quantized
+    dequantized: Any  # the dq node after its quantize
+    region: tuple[Any, ...]  # nodes recomputed in float, graph order
+
+
+def _layers(graph: Any) -> list[_Layer]:
+    """Every quantized activation of a converted graph with the nodes that compute it (graph order)."""
+    order = {node: i for i, node in enumerate(graph.nodes)}
+    layers: list[_Layer] = []
+    seen: set[Any] = set()
+    for q in graph.nodes:
+        if not _is(q, _Q) or not q.args:
+            continue
+        out = q.args[0]
+        if getattr(out, "op", None) != "call_function" or out in seen or _is(out, _DQ):
+            continue  # inputs (placeholders), weights, and a tensor already listed
+        dq = next((u for u in q.users if _is(u, _DQ)), None)
+        if dq is None:
+            continue
+        seen.add(out)
+        region: list[Any] = []
+        frontier = [out]
+        while frontier:
+            node = frontier.pop()
+            if node in region or node.op != "call_function" or _is(node, _DQ) or _is(node, _Q):
+                continue
+            region.append(node)
+            frontier.extend(node.all_input_nodes)
+        region.sort(key=order.__getitem__)
+        weighted = [n for n in region if any(_weight_dq(a) is not None for a in n.all_input_nodes)]
+        name = (weighted[0] if weighted else out).name
+        layers.append(_Layer(name, "+".join(_op_name(n) for n in region), out, dq, tuple(region)))
+    return layers
+
+
+def _consumers(layers: Sequence[_Layer]) -> dict[str, list[str]]:
+    """Layer name -> the layers that read its (dequantized) output."""
+    owner = {node: layer.name for layer in layers for node in layer.region}
+    result: dict[str, list[str]] = {}
+    for layer in layers:
+        readers: list[str] = []
+        for q in layer.output.users:
+            for dq in (q.users if _is(q, _Q) else ()):
+                for user in dq.users:
+                    name = owner.get(user)
+                    if name and name != layer.name and name not in readers:
+                        readers.append(name)
+        result[layer.name] = readers
+    return result
+
+
+def _run_all(torch: Any, graph: Any, feeds: Sequence[Any]) -> dict[Any, Any]:
+    """Every node's value for one sample (torch.fx.Interpreter keeps its environment)."""
+    import torch.fx
+
+    class Keep(torch.fx.Interpreter):
+        def run_node(self, n: Any) -> Any:
+            value = super().run_node(n)
+            self.values[n] = value
+            return value
+
+    interpreter = Keep(graph)
+    interpreter.values = {}
+    with torch.no_grad():
+        interpreter.run(*feeds)
+    return dict(interpreter.values)
+
+
+def _shadow(torch: Any, layer: _Layer, values: Mapping[Any, Any]) -> Any:
+    """``layer``'s output recomputed with float weights on the same dequantized inputs."""
+    import torch.fx
+
+    local: dict[Any, Any] = {}
+
+    def value(arg: Any) -> Any:
+        if arg in local:
+            return local[arg]
+        weight = _weight_dq(arg)
+        return values[weight] if weight is not None else values[arg]
+
+    with torch.no_grad():
+        for node in layer.region:
+            args = torch.fx.node.map_arg(node.args, value)
+            kwargs = torch.fx.node.map_arg(node.kwargs, value)
+            local[node] = node.target(*args, **kwargs)
+    return local[layer.output]
+
+
+def layer_table(request: ConversionRequest) -> LayerTable:
+    """The layer-wise error table of ``request``'s recipe quantized in full (PT2E, the TFLite route)."""
+    from toolkit.conversion.layers import LayerTable, Row, ranked
+    from toolkit.conversion.sensitivity import DEBUG_SAMPLES, ChannelError, float_group
+
+    if not request.calibration:
+        raise ConversionError("the layer-wise table needs calibration data")
+    torch = import_torch(_PURPOSE)
+    source = request.source
+    assert isinstance(source, TorchSource)
+    plain = request if not request.recipe.nodes_to_exclude else _without_exclusions(request)
+    args, names = inputs(torch, plain)
+    graph = quantize(torch, source.module, args, names, plain).graph
+    layers = _layers(graph.graph)
+    stats = {layer.name: ChannelError(axis=1) for layer in layers}
+    errors: dict[str, list[float]] = {layer.name: [0.0, 0.0, math.inf, -math.inf] for layer in layers}
+    samples = list(request.calibration[:DEBUG_SAMPLES])
+    for sample in samples:
+        values = _run_all(torch, graph, _feed(torch, sample, names, args))
+        for layer in layers:
+            reference = _numpy(_shadow(torch, layer, values))
+            actual = _numpy(values[layer.dequantized])
+            if reference is None or actual is None or reference.shape != actual.shape:
+                stats[layer.name].bad_shape = True
+                continue
+            stats[layer.name].add(reference if reference.ndim >= 2 else reference.reshape(1, -1),
+                                  actual if actual.ndim >= 2 else actual.reshape(1, -1))
+            acc = errors[layer.name]
+            acc[0] += float(np.sum((actual - reference) ** 2))
+            acc[1] += reference.size
+            acc[2] = min(acc[2], float(reference.min()))
+            acc[3] = max(acc[3], float(reference.max()))
+    consumers = _consumers(layers)
+    kinds = {layer.name: layer.op_type for layer in layers}
+
+    def passthrough(name: str) -> bool:
+        return all(part in PASSTHROUGH for part in kinds.get(name, "?").split("+"))
+
+    rows: list[Row] = []
+    for layer in layers:
+        total, count, low, high = errors[layer.name]
+        rmse = math.sqrt(total / count) if count else math.nan
+        span = high - low
+        rows.append((layer.name, layer.op_type, stats[layer.name].score(),
+                     (rmse / span if span > 0 else 0.0) if count else math.nan, None,
+                     float_group(layer.name, consumers, passthrough)))
+    return LayerTable(
+        route="tflite",
+        method="PT2E: each quantized layer re-run with float weights on its dequantized inputs vs its int8 output",
+        samples=len(samples), rows=ranked(rows),
+    )
+
+
+def _without_exclusions(request: ConversionRequest) -> ConversionRequest:
+    import dataclasses
+
+    return dataclasses.replace(request, recipe=dataclasses.replace(request.recipe, nodes_to_exclude=()))
+
+
+def _numpy(value: Any) -> np.ndarray | None:
+    try:
+        return np.asarray(value.detach().double().numpy())
+    except Exception:  # noqa: BLE001 - a non-tensor output (a tuple from a multi-output op): no row value
+        return None
+
