@@ -113,6 +113,7 @@ def test_table_ranks_the_outlier_layer_first_and_only_its_group_repairs_tflite(
     assert len(convs) == 2 and max(r.channel_error for r in convs) < 0.05, convs
     assert [r.rank for r in table.rows] == list(range(1, len(table.rows) + 1))
     assert second.name == "linear_1" and second.float_group == ("linear_1",)
+    assert [r.name for r in table.with_float(second.float_group).rows if r.kept_float] == ["linear_1"]
     built = torch_tflite.convert(_request(outlier_source, outlier_net, tmp_path, second.float_group),
                                  tmp_path / "second.tflite")
     assert built.float_nodes == ("linear_1",) and "kept in float: linear_1" in built.notes

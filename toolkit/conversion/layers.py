@@ -119,7 +119,11 @@ def _finite(value: float | None) -> float | None:
 def _matches(name: str, kept: set[str]) -> bool:
     """A row's layer is kept float when a float node names it (TFLite's float nodes are op names that the
     tensor name extends, or the reverse)."""
-    return name in kept or any(name.startswith(k) or k.startswith(name) for k in kept if k)
+    def extends(longer: str, shorter: str) -> bool:  # "linear_1" does not extend "linear": another layer
+        rest = longer[len(shorter):]
+        return longer.startswith(shorter) and not (rest[:1] == "_" and rest[1:].isdigit())
+
+    return name in kept or any(extends(name, k) or extends(k, name) for k in kept if k)
 
 
 Row = tuple[str, str, float, float, "float | None", tuple[str, ...]]  # name, op, channel, range, sqnr, group

@@ -7,6 +7,10 @@ union of the groups of the worst ``SELECTIVE_STEPS[-1]``. No candidate is conver
 output-sensitivity ranking, each route's ``float_groups``, stays available for analysis). A result that
 passes keeps the label int8 with its float layers in ``float_nodes``, and is preferred over the fp16/fp32
 fallback.
+
+Every INT8 route has its table: Keras/SavedModel -> TFLite (the quantization debugger), PyTorch -> TFLite
+(``pt2e.layer_table``: PT2E's quantize/dequantize pairs, float weights re-run on the dequantized inputs;
+the rebuild reuses the full calibration's ranges) and ONNX (Q/DQ activation matching).
 """
 
 from __future__ import annotations
