@@ -5,7 +5,9 @@ Precisions:
 - ``fp32``: ``litert_torch.convert`` of the eager module (or the ExportedProgram's module).
 - ``int8``: PT2E static quantization (``PT2EQuantizer``, symmetric, per-channel weights as the recipe says)
   calibrated on ``request.calibration``, then converted; the artifact takes and returns int8 tensors with
-  their scale and zero point recorded in the file.
+  their scale and zero point recorded in the file. ``recipe.nodes_to_exclude`` keeps layers in float
+  (selective quantization, ``pt2e``: FX node names from the layer table, or module names); an excluded
+  layer next to an input or output keeps that tensor int8, so the float island stays inside the graph.
 - ``dynamic`` and ``fp16`` are refused here: PT2E dynamic quantization gave a broken model (accuracy 0.06 on
   digits, already wrong in the torch graph: findings.md), and litert-torch has no fp16 weight path of its own.
   The ONNX route builds both (``--format onnx``), and the TFLite converter builds them for Keras sources.
