@@ -17,6 +17,7 @@ from typing import Any
 import pytest
 
 from tests.fixtures.real_models import Detector
+from tests.fixtures.token_models import token_net  # noqa: F401 (fixture)
 from toolkit import api
 from toolkit.conversion import tflite
 
@@ -68,3 +69,119 @@ def test_rule_records_which_nodes_and_why(detector_int8: dict[str, Any]) -> None
     assert output["dtype"] == "float32"
     assert [(f["name"], f["role"], f["reason"]) for f in ruled["float_io"]] == [(output["name"], "output",
                                                                                   "mixed_ranges")]
+
+
+# --------------------------------------------------------------------------------------------- integer inputs
+# The first op after an integer input (an embedding's Gather) stays float: its rows come out exactly as in the
+# float model. The same conversion with the rule off (the route's switch) rounds them: the check can fail.
+
+
+def _token_request(source: Any, workdir: Path, fmt: str, calibration: Any) -> Any:
+    from toolkit.conversion.base import ConversionRequest, as_input_dtype
+    from toolkit.types import Recipe
+
+    dtype = source.inputs[0].dtype
+    feeds = tuple({"tokens": as_input_dtype(x[None], dtype)} for x in calibration)
+    recipe = Recipe(format=fmt, precision="int8", io_dtype="int8") if fmt == "tflite" else Recipe(
+        format=fmt, precision="int8")
+    return ConversionRequest(source=source, recipe=recipe, input_shapes={"tokens": (1, 8)}, calibration=feeds,
+                             workdir=workdir)
+
+
+def test_onnx_embedding_gather_stays_exact(token_net, tmp_path) -> None:
+    import numpy as np
+
+    from toolkit.conversion import fragile, registry
+    from toolkit.conversion.onnx_io import require_onnx, run_outputs
+    from toolkit.sources import open_source
+
+    source = open_source(str(token_net.onnx))
+    calibration = np.load(token_net.calibration)["tokens"][:64]
+    feeds = [{"tokens": t[None]} for t in np.load(token_net.eval_data)["tokens"][:16]]
+    onnx = require_onnx()
+    reference = run_outputs(onnx.load(str(token_net.onnx)), ["/embed/Gather_output_0"], tmp_path, feeds)
+
+    def embedding(path: Path) -> list[Any]:
+        return run_outputs(onnx.load(str(path)), ["/embed/Gather_output_0"], tmp_path, feeds)["/embed/Gather_output_0"]
+
+    ruled = registry.build(_token_request(source, tmp_path / "w1", "onnx", calibration), tmp_path / "ruled.onnx")
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(fragile, "_integer_input_readers", lambda graph, consumers: [])  # the rule off
+        plain = registry.build(_token_request(source, tmp_path / "w2", "onnx", calibration), tmp_path / "plain.onnx")
+    want = reference["/embed/Gather_output_0"]
+    assert "/embed/Gather" in ruled.float_nodes and "/embed/Gather" not in plain.float_nodes
+    assert any("first op after the integer input 'tokens'" in note for note in ruled.notes), ruled.notes
+    exact = max(float(np.max(np.abs(a - b))) for a, b in zip(embedding(ruled.path), want))
+    rounded = max(float(np.max(np.abs(a - b))) for a, b in zip(embedding(plain.path), want))
+    print(f"onnx embedding max error: with the rule {exact}, without {rounded:.3g}")
+    assert exact == 0.0 and rounded > 0.0
+
+
+def test_tflite_embedding_gather_stays_exact(tmp_path) -> None:
+    import keras
+    import numpy as np
+
+    from tests.fixtures.token_models import TOKENS, token_data
+    from toolkit.conversion import tflite
+    from toolkit.inspection.tflite import inspect_tflite
+    from toolkit.sources import open_source
+
+    keras.utils.set_random_seed(0)
+    inputs = keras.Input((8,), dtype="int32", name="tokens")
+    x = keras.layers.Embedding(TOKENS, 16, name="embed")(inputs)
+    x = keras.layers.Dense(32, activation="relu")(x)
+    x = keras.layers.GlobalAveragePooling1D()(x)
+    model = keras.Model(inputs, keras.layers.Dense(4)(x))
+    model.compile(optimizer="adam", loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+    x_train, y_train = token_data(1500, seed=1)
+    model.fit(x_train.astype(np.int32), y_train, epochs=10, batch_size=32, verbose=0)
+    path = tmp_path / "tokens.keras"
+    model.save(path)
+    source = open_source(str(path))
+    calibration, _ = token_data(64, seed=2)
+    tokens, labels = token_data(200, seed=3)
+    table = np.asarray(model.get_layer("embed").embeddings)
+
+    def gather_error(artifact: Path) -> tuple[float, float]:
+        """Max error of the GATHER output against the float table's rows, and the artifact's accuracy."""
+        interpreter = keras_free_interpreter(artifact)
+        (gather,) = [op for op in interpreter._get_ops_details() if op["op_name"] == "GATHER"]
+        detail = interpreter._get_tensor_details(gather["outputs"][0], subgraph_index=0)
+        (inp,), (out,) = interpreter.get_input_details(), interpreter.get_output_details()
+        worst, right = 0.0, 0
+        for row, label in zip(tokens, labels):
+            interpreter.set_tensor(inp["index"], row[None].astype(inp["dtype"]))
+            interpreter.invoke()
+            value = interpreter.get_tensor(gather["outputs"][0]).astype(np.float64)
+            scale, zero = detail["quantization"]
+            if detail["dtype"] != np.float32:
+                value = (value - zero) * scale
+            worst = max(worst, float(np.max(np.abs(value[0] - table[row]))))
+            right += int(np.argmax(interpreter.get_tensor(out["index"])) == label)
+        return worst, right / len(labels)
+
+    def keras_free_interpreter(artifact: Path) -> Any:
+        from ai_edge_litert.interpreter import Interpreter
+
+        interpreter = Interpreter(model_path=str(artifact), experimental_preserve_all_tensors=True)
+        interpreter.allocate_tensors()
+        return interpreter
+
+    start = time.perf_counter()
+    ruled = tflite.convert(_token_request(source, tmp_path / "w", "tflite", calibration), tmp_path / "ruled.tflite")
+    ruled_s = time.perf_counter() - start
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(tflite, "_reads_integer_input", lambda model: False)  # the rule off
+        start = time.perf_counter()
+        plain = tflite.convert(_token_request(source, tmp_path / "w", "tflite", calibration), tmp_path / "plain.tflite")
+        plain_s = time.perf_counter() - start
+    float_acc = float(np.mean(np.argmax(model.predict(tokens.astype(np.int32), verbose=0), 1) == labels))
+    (exact, ruled_acc), (rounded, plain_acc) = gather_error(ruled.path), gather_error(plain.path)
+    print(f"tflite embedding max error: with the rule {exact} ({ruled_s:.1f}s, accuracy {ruled_acc:.3f}), "
+          f"without {rounded:.3g} ({plain_s:.1f}s, accuracy {plain_acc:.3f}); float accuracy {float_acc:.3f}")
+    assert exact == 0.0 and rounded > 0.0
+    assert any("first op after the integer input" in note for note in ruled.notes), ruled.notes
+    assert ruled.float_io == () and [t.dtype for t in inspect_tflite(ruled.path).outputs] == ["int8"]
+    assert inspect_tflite(ruled.path).quantized_ops > 0  # the rest of the model is int8
+    assert ruled.float_nodes and all("embed_1/" in n for n in ruled.float_nodes), ruled.float_nodes
+    assert ruled_acc >= float_acc - 0.02

@@ -122,7 +122,10 @@ def test_float_island_at_the_borders_keeps_int8_io(conv_outlier_keras, digits, t
     start = time.perf_counter()
     plain = tflite.convert(plain_request, tmp_path / "plain.tflite")
     plain_s = time.perf_counter() - start
-    float_acc = float(np.mean(np.argmax(source.model.predict(digits.x_heldout, verbose=0), 1) == digits.y_heldout))
+    import keras
+
+    model = keras.saving.load_model(conv_outlier_keras, compile=False)
+    float_acc = float(np.mean(np.argmax(model.predict(digits.x_heldout, verbose=0), 1) == digits.y_heldout))
     plain_acc = _accuracy(plain.path, digits)
     group = layers.tflite_table(plain_request).rows[0].float_group
     figures = {"float": float_acc, "plain int8": plain_acc, "plain s": plain_s}

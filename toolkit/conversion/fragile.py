@@ -6,14 +6,17 @@
   cosine stayed at 0.998). When the float ranges of a Concat's inputs on the calibration samples differ by more
   than ``RANGE_RATIO``, the Concat (and the reshapes between it and the output) stay float; each input keeps
   the scale of its own producer.
+* **The first op after an integer input** (the Gather of an embedding, the Cast/OneHot of ids): quantized, an
+  embedding table's rows and a one-hot's levels are rounded; kept float they stay exact, and the layers after
+  them quantize their inputs as usual.
 * **Decomposed LayerNorm and GELU** (ReduceMean/Sub/Pow/Sqrt/Div chains, Erf or Tanh with Pow): quantizing their
   elementwise ops destroys models that MatMul-only quantization keeps intact (findings.md 5). The statistics
   and nonlinear nodes and the elementwise nodes next to them stay float; the MatMuls around them are quantized.
 
 ``onnx_fragile_nodes`` returns ``(node name, why)`` pairs; ``onnx_quant`` adds them to ``nodes_to_exclude``
 and lists them in the artifact's ``float_nodes`` and notes. ``tflite_fragile_nodes`` applies the Concat rule, with
-the detection head's Sigmoid/Softmax/DFL post-processing behind it, to a calibrated Keras/SavedModel -> TFLite
-graph; ``tflite`` denylists the nodes and keeps the output the Concat writes float (recorded as ``FloatIO``).
+the detection head's Sigmoid/Softmax/DFL post-processing behind it, and the integer-input rule to a calibrated
+Keras/SavedModel -> TFLite graph; ``tflite`` denylists the nodes and keeps the output the Concat writes float (recorded as ``FloatIO``).
 """
 
 from __future__ import annotations
@@ -30,6 +33,8 @@ RANGE_SAMPLES = 8  # calibration samples the ranges are measured on
 PASSTHROUGH = frozenset({"Reshape", "Transpose", "Squeeze", "Unsqueeze", "Flatten", "Identity"})
 STATISTICS = frozenset({"Erf", "Pow", "Sqrt", "Reciprocal"})
 ELEMENTWISE = frozenset({"Add", "Sub", "Mul", "Div", "Tanh", "ReduceMean"})
+# ops that turn integer ids into float values: kept float where they read an integer input
+INTEGER_READERS = frozenset({"Gather", "GatherElements", "GatherND", "OneHot", "Cast", "Equal"})
 
 
 def _graph_maps(graph: Any) -> tuple[dict[str, Any], dict[str, list[Any]]]:
@@ -103,6 +108,33 @@ def _decompositions(graph: Any, producers: Mapping[str, Any], consumers: Mapping
     return list(found.items())
 
 
+def _integer_input_readers(graph: Any, consumers: Mapping[str, list[Any]]) -> list[tuple[str, str]]:
+    """The first float op after each integer graph input (through integer pass-through nodes): the Gather of an
+    embedding, the Cast or OneHot of ids. Quantized, an embedding table's rows and a one-hot's levels are
+    rounded; kept float they stay exact (the layers after them quantize their inputs as usual)."""
+    from toolkit.conversion.onnx_io import require_onnx
+
+    proto = require_onnx().TensorProto
+    integer = {proto.INT64, proto.INT32, proto.INT16, proto.INT8, proto.UINT8, proto.UINT16, proto.UINT32, proto.UINT64}
+    found: list[tuple[str, str]] = []
+    for value in graph.input:
+        if value.type.tensor_type.elem_type not in integer:
+            continue
+        pending, seen = [value.name], set()
+        while pending:
+            tensor = pending.pop()
+            for node in consumers.get(tensor, []):
+                if node.name in seen:
+                    continue
+                seen.add(node.name)
+                if node.op_type in PASSTHROUGH:  # still the ids, reshaped
+                    pending.extend(node.output)
+                elif node.op_type in INTEGER_READERS and node.name:
+                    found.append((node.name, f"{node.op_type} {node.name!r}: the first op after the integer input "
+                                  f"{value.name!r} (kept exact)"))
+    return found
+
+
 def onnx_fragile_nodes(model_path: Path, feeds: Sequence[Mapping[str, np.ndarray]]) -> list[tuple[str, str]]:
     """``(node, why)`` for every node of the top graph that static INT8 should leave float (module docstring)."""
     from toolkit.conversion.onnx_io import require_onnx
@@ -116,6 +148,8 @@ def onnx_fragile_nodes(model_path: Path, feeds: Sequence[Mapping[str, np.ndarray
             found.setdefault(name, why)
     for name, why in _decompositions(graph, producers, consumers):
         found.setdefault(name, why)
+    for name, why in _integer_input_readers(graph, consumers):
+        found.setdefault(name, why)
     return [(name, why) for name, why in found.items() if name]
 
 
@@ -125,6 +159,7 @@ def onnx_fragile_nodes(model_path: Path, feeds: Sequence[Mapping[str, np.ndarray
 # keeps an output such a Concat writes float even when the recipe asks for int8 I/O (``FloatIO``).
 
 TFLITE_PASSTHROUGH = frozenset({"RESHAPE", "TRANSPOSE", "SQUEEZE", "EXPAND_DIMS"})
+TFLITE_INTEGER_READERS = frozenset({"GATHER", "GATHER_ND", "EMBEDDING_LOOKUP", "CAST", "ONE_HOT", "EQUAL"})
 # a detection head's post-processing between its last convolutions and the final Concat: Sigmoid/Softmax, the
 # box decoding arithmetic, the inner Concat of centres and sizes
 TFLITE_HEAD_OPS = frozenset({"LOGISTIC", "SOFTMAX", "MUL", "ADD", "SUB", "DIV", "CONCATENATION"})
@@ -134,6 +169,20 @@ HEAD_DEPTH = 8  # ops walked back from each input of the final Concat
 def _tflite_graph(model: bytes) -> tuple[list[tuple[str, list[str], list[str]]], set[str], dict[str, float], set[str]]:
     """(op kind, input tensor names, output tensor names) per op of the main graph, the graph's output names,
     each tensor's calibrated magnitude (max |min|, |max|), and the constant tensors."""
+    ops, outputs, magnitude, constants, _integer, _ids = _tflite_graph_inputs(model)
+    return ops, outputs, magnitude, constants
+
+
+def tflite_integer_inputs(model: bytes) -> set[str]:
+    """The names of the main graph's integer inputs (token ids)."""
+    return _tflite_graph_inputs(model)[4]
+
+
+def _tflite_graph_inputs(
+    model: bytes,
+) -> tuple[list[tuple[str, list[str], list[str]]], set[str], dict[str, float], set[str], set[str], set[str]]:
+    """``_tflite_graph`` and the integer graph inputs, and every integer or boolean tensor (what ids become
+    before a lookup: Keras' Embedding wraps negative ids with LESS/ADD/SELECT first)."""
     from tensorflow.lite.python import schema_py_generated as fb
     from tensorflow.lite.python import util as tf_util
 
@@ -163,7 +212,11 @@ def _tflite_graph(model: bytes) -> tuple[list[tuple[str, list[str], list[str]]],
         outs = [tensor_names[int(i)] for i in (op.outputs if op.outputs is not None else []) if int(i) >= 0]
         ops.append((kind, ins, outs))
     outputs = {tensor_names[int(i)] for i in graph.outputs}
-    return ops, outputs, magnitude, constants
+    integer_types = {fb.TensorType.INT64, fb.TensorType.INT32, fb.TensorType.INT16, fb.TensorType.UINT8,
+                     fb.TensorType.UINT16, fb.TensorType.UINT32, fb.TensorType.UINT64}
+    integer = {tensor_names[int(i)] for i in graph.inputs if tensors[int(i)].type in integer_types}
+    ids = {name for tensor, name in zip(tensors, tensor_names) if tensor.type in integer_types | {fb.TensorType.BOOL}}
+    return ops, outputs, magnitude, constants, integer, ids
 
 
 def tflite_fragile_nodes(calibrated: bytes) -> tuple[list[tuple[str, str]], dict[str, str]]:
@@ -172,7 +225,7 @@ def tflite_fragile_nodes(calibrated: bytes) -> tuple[list[tuple[str, str]], dict
     ranges are more than ``RANGE_RATIO`` apart, the pass-through ops between it and the output, and the head's
     post-processing behind it (``TFLITE_HEAD_OPS`` through pass-through ops; a convolution reading a Softmax:
     the DFL). Node names are op output tensor names, as ``tflite.resolve_nodes`` takes them."""
-    ops, outputs, magnitude, constants = _tflite_graph(calibrated)
+    ops, outputs, magnitude, constants, integer, ids = _tflite_graph_inputs(calibrated)
     producer = {out: index for index, (_kind, _ins, outs) in enumerate(ops) for out in outs}
     readers: dict[str, list[int]] = {}
     for index, (_kind, ins, _outs) in enumerate(ops):
@@ -180,6 +233,20 @@ def tflite_fragile_nodes(calibrated: bytes) -> tuple[list[tuple[str, str]], dict
             readers.setdefault(name, []).append(index)
     found: dict[str, str] = {}
     keep_outputs: dict[str, str] = {}
+    for start in sorted(integer):  # the first op after an integer input (the module docstring)
+        pending, seen = [start], set()
+        while pending:
+            tensor = pending.pop()
+            for index in readers.get(tensor, []):
+                kind, _ins, outs = ops[index]
+                if index in seen or not outs:
+                    continue
+                seen.add(index)
+                if kind in TFLITE_PASSTHROUGH or all(out in ids for out in outs):  # still ids
+                    pending.extend(outs)
+                elif kind in TFLITE_INTEGER_READERS:
+                    found.setdefault(outs[0], f"{kind} {outs[0]!r}: the first op after the integer input {start!r} "
+                                     "(kept exact)")
     for kind, ins, outs in ops:
         live_inputs = [name for name in ins if name not in constants]
         if kind != "CONCATENATION" or len(live_inputs) < 2 or not outs:

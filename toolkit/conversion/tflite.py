@@ -416,6 +416,13 @@ def _selective_int8(
     return bytes(model), nodes + types, stays, found
 
 
+def _reads_integer_input(model: bytes) -> bool:
+    """Whether the model has an integer input (token ids): the integer-input rule's candidates."""
+    from toolkit.conversion import fragile
+
+    return bool(fragile.tflite_integer_inputs(model))
+
+
 def _has_output_concat(model: bytes) -> bool:
     """Whether a Concat reaches a graph output through pass-through ops only (the fragile rule's candidates):
     the cheap structural test that decides whether a calibration is spent on measuring its input ranges."""
@@ -492,8 +499,8 @@ def _check_int8(path: Path, io_dtype: str = "float32", float_io: Sequence[FloatI
     # default to the original type"): an Edge TPU or an integer-only pipeline would get a model it cannot feed.
     # ``int8_borders`` prevents that; an I/O that still is not ``io_dtype`` must be one it recorded, with why.
     recorded = {f.name for f in float_io}
-    wrong = [f"{spec.name} is {spec.dtype}" for spec in (*info.inputs, *info.outputs)
-             if spec.dtype != io_dtype and spec.name not in recorded]
+    wrong = [f"{spec.name} is {spec.dtype}" for spec in (*info.inputs, *info.outputs)  # token ids stay integers
+             if spec.dtype == "float32" and spec.name not in recorded]
     if io_dtype != "float32" and wrong:
         raise ConversionError(
             f"The int8 model's I/O is not {io_dtype} as the recipe asks: {', '.join(wrong)} (a layer next to it "
@@ -519,7 +526,7 @@ def convert(request: ConversionRequest, output: Path) -> BuiltArtifact:
         selective = _selective_int8(request)
     else:
         model = _run(_converter(request), recipe.precision)
-        if recipe.precision == "int8" and _has_output_concat(model):
+        if recipe.precision == "int8" and (_has_output_concat(model) or _reads_integer_input(model)):
             selective = _selective_int8(request, only_if_fragile=True)
     if selective is not None:
         model, resolved, float_io, found = selective
