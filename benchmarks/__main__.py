@@ -87,6 +87,11 @@ def main(argv: list[str] | None = None) -> int:
             markdown = f"## {module.TITLE}\n\nThis run failed:\n\n```\n{text[-3000:]}\n```"
             headline = None  # keep the figures of the last run that worked
         elapsed = time.perf_counter() - started
+        if headline is not None:
+            info = machine()
+            headline = {**headline, "measured_on": (
+                f"{time.strftime('%Y-%m-%d')}, {info['CPU']} ({info['CPU flags that matter here']}), load average "
+                f"{load_before.split()[0]} -> {_loadavg().split()[0]}")}
         markdown += (f"\n\n_Section run time: {elapsed:.0f} s; load average (1, 5, 15 min) {load_before} at the "
                      f"start, {_loadavg()} at the end, on {machine()['CPU']} ({machine()['cores (os.cpu_count)']} "
                      "cores)._")
@@ -172,7 +177,10 @@ def summary(h: dict) -> str:
         rows.append([key, str(value), ""])
     if not rows:
         return "## Headline figures\n\nNo section has run yet."
-    return "## Headline figures\n\n" + table(["what", "measured", "compared with"], rows)
+    measured = [f"- {name}: {h[name].get('measured_on', 'an earlier run (before sections recorded their machine)')}"
+                for name in SECTIONS if isinstance(h.get(name), dict) and h[name]]
+    return ("## Headline figures\n\n" + table(["what", "measured", "compared with"], rows)
+            + "\n\nEach section's figures come from its own last run:\n\n" + "\n".join(measured))
 
 
 if __name__ == "__main__":

@@ -95,7 +95,7 @@ def _edgetk(source: Path, calibration: Path, out: Path, cache: Path, *, profile:
     seconds = time.perf_counter() - begin
     if proc.returncode != 0:
         raise RuntimeError(f"edgetk convert exited {proc.returncode}: {proc.stderr[-1500:]}")
-    return seconds, proc.stderr
+    return seconds, proc.stdout + proc.stderr
 
 
 def _plain(source: Path, calibration: Path, count: int, out: Path) -> tuple[float, dict[str, float]]:
@@ -111,9 +111,13 @@ def _plain(source: Path, calibration: Path, count: int, out: Path) -> tuple[floa
     return seconds, json.loads(proc.stdout.strip().splitlines()[-1])
 
 
-def _calibration_count(log_text: str, fallback: int) -> int:
+def _calibration_count(log_text: str) -> int:
+    """How many samples the toolkit calibrated on (the rest of the calibration file is its held-out set): the
+    plain paths get the same number."""
     match = re.search(r"calibration (\d+) samples", log_text)
-    return int(match.group(1)) if match else fallback
+    if not match:
+        raise RuntimeError(f"edgetk convert did not say how many samples it calibrated on: {log_text[-800:]}")
+    return int(match.group(1))
 
 
 def _profile_rows(path: Path, total: float) -> list[list[str]]:
@@ -131,7 +135,7 @@ def _profile_rows(path: Path, total: float) -> list[list[str]]:
 
 
 def run() -> tuple[str, dict[str, Any]]:
-    from benchmarks.convert import MNV2_CALIB, mobilenet_source
+    from benchmarks.convert import mobilenet_source
 
     root = work_dir() / "convert_time"
     root.mkdir(parents=True, exist_ok=True)
@@ -140,13 +144,12 @@ def run() -> tuple[str, dict[str, Any]]:
     toolkit_s: list[float] = []
     plain_s: list[float] = []
     steps: dict[str, list[float]] = {}
-    count = MNV2_CALIB
     retries = 0
     for index in range(ROUNDS):
         log(f"convert_time: round {index + 1}/{ROUNDS}: edgetk convert (fresh process, empty cache)")
         seconds, text = _edgetk(source, calibration, root / "bundle", root / "cache")
         toolkit_s.append(seconds)
-        count = _calibration_count(text, count)
+        count = _calibration_count(text)
         retries = text.count("retrying ")
         log(f"convert_time: round {index + 1}/{ROUNDS}: plain paths (fresh process, {count} calibration samples)")
         seconds, got = _plain(source, calibration, count, root / "plain")

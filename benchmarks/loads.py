@@ -90,9 +90,7 @@ def loads(python: str, bundle: Path) -> tuple[list[list[Any]], list[list[Any]], 
             option_rows.append([name, option, _f(before), _f(med[f"{option} prepare load_ms"]), _f(after),
                                 f"{after / before:.2f}x" if before else "n/a", _f(first_b), _f(first_a),
                                 f"{(after + first_a) / (before + first_b):.2f}x" if before + first_b else "n/a"])
-            headline[f"{name}: {option} load after/before"] = round(after / before, 2) if before else None
-        headline[f"{name}: warm/cold load"] = (round(med["warm load_ms"] / med["cold load_ms"], 2)
-                                              if med["cold load_ms"] else None)
+            headline[f"{name}: {option}, load after/before"] = f"{after / before:.2f}x" if before else "n/a"
     for name, values in dropped.items():
         if name.endswith(" option"):
             notes.append(f"{name[:-len(' option')]}: {'; '.join(sorted(values))}")
@@ -129,7 +127,7 @@ def run() -> tuple[str, dict[str, Any]]:
         blocking, bg = b["blocking time_to_first_result_ms"], b["background time_to_first_result_ms"]
         bg_rows.append([file, _f(blocking), _f(bg), f"{bg / blocking:.2f}x", _f(blocking - bg),
                         _f(b["blocking app_ready_ms"]), _f(b["background app_ready_ms"])])
-        headline[f"{file}: background/blocking time to first result"] = round(bg / blocking, 2)
+        headline[f"{file}: background load, time to first result vs blocking"] = f"{bg / blocking:.2f}x"
     load_after = " ".join(f"{v:.2f}" for v in os.getloadavg())
     parts = [
         f"## {TITLE}", "",
