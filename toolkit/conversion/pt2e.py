@@ -54,6 +54,12 @@ PASSTHROUGH = frozenset({
 })
 
 
+# The table runs DEBUG_SAMPLES calibration samples when a sample's quantized activations hold at most
+# TABLE_ELEMENTS values, proportionally fewer above (a ResNet50 at 224x224: the minimum).
+TABLE_ELEMENTS = 2_000_000
+MIN_TABLE_SAMPLES = 4
+
+
 @dataclass(frozen=True)
 class Quantized:
     """A converted PT2E graph (``quantize -> dequantize`` pairs left in place) and what was kept float."""
@@ -371,21 +377,32 @@ def _consumers(layers: Sequence[_Layer]) -> dict[str, list[str]]:
     return result
 
 
-def _run_all(torch: Any, graph: Any, feeds: Sequence[Any]) -> dict[Any, Any]:
-    """Every node's value for one sample (torch.fx.Interpreter keeps its environment)."""
+def _interpreter(torch: Any, graph: Any) -> Any:
+    """A torch.fx.Interpreter that keeps every node's value of the last run (``values``) and computes the
+    nodes that do not depend on an input (the weights' quantize -> dequantize) once for all samples."""
     import torch.fx
+
+    constant: set[Any] = set()
+    for node in graph.graph.nodes:
+        if node.op == "get_attr" or (node.op == "call_function" and node.all_input_nodes
+                                     and all(a in constant for a in node.all_input_nodes)):
+            constant.add(node)
+    cache: dict[Any, Any] = {}
 
     class Keep(torch.fx.Interpreter):
         def run_node(self, n: Any) -> Any:
-            value = super().run_node(n)
+            if n in cache:
+                value = cache[n]
+            else:
+                value = super().run_node(n)
+                if n in constant:
+                    cache[n] = value
             self.values[n] = value
             return value
 
-    interpreter = Keep(graph)
+    interpreter = Keep(graph, garbage_collect_values=False)
     interpreter.values = {}
-    with torch.no_grad():
-        interpreter.run(*feeds)
-    return dict(interpreter.values)
+    return interpreter
 
 
 def _shadow(torch: Any, layer: _Layer, values: Mapping[Any, Any]) -> Any:
@@ -409,7 +426,8 @@ def _shadow(torch: Any, layer: _Layer, values: Mapping[Any, Any]) -> Any:
 
 
 def layer_table(request: ConversionRequest) -> LayerTable:
-    """The layer-wise error table of ``request``'s recipe quantized in full (PT2E, the TFLite route)."""
+    """The layer-wise error table of ``request``'s recipe quantized in full (PT2E, the TFLite route), on up to
+    ``DEBUG_SAMPLES`` calibration samples (fewer for big models: ``TABLE_ELEMENTS``)."""
     from toolkit.conversion.layers import LayerTable, Row, ranked
     from toolkit.conversion.sensitivity import DEBUG_SAMPLES, ChannelError, float_group
 
@@ -424,22 +442,22 @@ def layer_table(request: ConversionRequest) -> LayerTable:
     layers = _layers(graph.graph)
     stats = {layer.name: ChannelError(axis=1) for layer in layers}
     errors: dict[str, list[float]] = {layer.name: [0.0, 0.0, math.inf, -math.inf] for layer in layers}
-    samples = list(request.calibration[:DEBUG_SAMPLES])
-    for sample in samples:
-        values = _run_all(torch, graph, _feed(torch, sample, names, args))
-        for layer in layers:
-            reference = _numpy(_shadow(torch, layer, values))
-            actual = _numpy(values[layer.dequantized])
-            if reference is None or actual is None or reference.shape != actual.shape:
-                stats[layer.name].bad_shape = True
-                continue
-            stats[layer.name].add(reference if reference.ndim >= 2 else reference.reshape(1, -1),
-                                  actual if actual.ndim >= 2 else actual.reshape(1, -1))
-            acc = errors[layer.name]
-            acc[0] += float(np.sum((actual - reference) ** 2))
-            acc[1] += reference.size
-            acc[2] = min(acc[2], float(reference.min()))
-            acc[3] = max(acc[3], float(reference.max()))
+    interpreter = _interpreter(torch, graph)
+    count = DEBUG_SAMPLES
+    done = 0
+    with torch.no_grad():
+        for sample in request.calibration:
+            if done >= count:
+                break
+            interpreter.run(*_feed(torch, sample, names, args))
+            values = interpreter.values
+            if done == 0:  # big models: fewer samples (the ranking needs few; the cost grows with each)
+                elements = sum(int(values[layer.dequantized].numel()) for layer in layers)
+                count = max(MIN_TABLE_SAMPLES, min(DEBUG_SAMPLES, DEBUG_SAMPLES * TABLE_ELEMENTS // max(elements, 1)))
+            for layer in layers:
+                _accumulate(torch, stats[layer.name], errors[layer.name], _shadow(torch, layer, values),
+                            values[layer.dequantized])
+            done += 1
     consumers = _consumers(layers)
     kinds = {layer.name: layer.op_type for layer in layers}
 
@@ -448,16 +466,16 @@ def layer_table(request: ConversionRequest) -> LayerTable:
 
     rows: list[Row] = []
     for layer in layers:
-        total, count, low, high = errors[layer.name]
-        rmse = math.sqrt(total / count) if count else math.nan
+        total, seen, low, high = errors[layer.name]
+        rmse = math.sqrt(total / seen) if seen else math.nan
         span = high - low
         rows.append((layer.name, layer.op_type, stats[layer.name].score(),
-                     (rmse / span if span > 0 else 0.0) if count else math.nan, None,
+                     (rmse / span if span > 0 else 0.0) if seen else math.nan, None,
                      float_group(layer.name, consumers, passthrough)))
     return LayerTable(
         route="tflite",
         method="PT2E: each quantized layer re-run with float weights on its dequantized inputs vs its int8 output",
-        samples=len(samples), rows=ranked(rows),
+        samples=done, rows=ranked(rows),
     )
 
 
@@ -467,9 +485,26 @@ def _without_exclusions(request: ConversionRequest) -> ConversionRequest:
     return dataclasses.replace(request, recipe=dataclasses.replace(request.recipe, nodes_to_exclude=()))
 
 
-def _numpy(value: Any) -> np.ndarray | None:
-    try:
-        return np.asarray(value.detach().double().numpy())
-    except Exception:  # noqa: BLE001 - a non-tensor output (a tuple from a multi-output op): no row value
-        return None
-
+def _accumulate(torch: Any, stats: Any, acc: list[float], reference: Any, actual: Any) -> None:
+    """Add one sample of a layer to its ChannelError (per-channel sums along axis 1, in float64) and to its
+    [squared error, elements, min, max] accumulator; computed in torch (threads, no copies)."""
+    if not isinstance(reference, torch.Tensor) or not isinstance(actual, torch.Tensor) or (
+            reference.shape != actual.shape or reference.ndim == 0):
+        stats.bad_shape = True
+        return
+    ref, act = reference.float(), actual.float()
+    if ref.ndim < 2:
+        ref, act = ref.reshape(1, -1), act.reshape(1, -1)
+    others = [d for d in range(ref.ndim) if d != 1]
+    diff = act - ref
+    signal = (ref * ref).sum(dim=others, dtype=torch.float64).numpy()
+    noise = (diff * diff).sum(dim=others, dtype=torch.float64).numpy()
+    if stats.signal is None:
+        stats.signal, stats.noise = signal, noise
+    else:
+        stats.signal, stats.noise = stats.signal + signal, stats.noise + noise
+    stats.samples += 1
+    acc[0] += float(noise.sum())
+    acc[1] += ref.numel()
+    acc[2] = min(acc[2], float(ref.min()))
+    acc[3] = max(acc[3], float(ref.max()))
