@@ -21,7 +21,7 @@ from typing import Any
 from benchmarks.common import DOC, log, machine, table, update_doc
 
 SECTIONS = ("convert", "int8", "convert_time", "torch_routes", "deploy", "runner", "loads", "optimize", "startup",
-            "finetune_memory", "fleet")
+            "finetune_memory", "fleet", "selective")
 HEADLINES = DOC.with_suffix(".json")
 
 
@@ -175,6 +175,11 @@ def summary(h: dict) -> str:
         rows.append([key, str(value), ""])
     for key, value in h.get("finetune_memory", {}).get("headline", {}).items():
         rows.append([key, str(value), ""])
+    sel = h.get("selective", {})
+    if sel.get("resnet50_torch_tflite_s") is not None:
+        rows.append(["ResNet50 selective quantization, PyTorch -> TFLite, wall time (target < 180 s on 2 cores)",
+                     _fmt(sel.get("resnet50_torch_tflite_s"), " s"),
+                     f"{_fmt(sel.get('resnet50_torch_tflite_cpu_s'), ' s')} CPU; section selective"])
     if not rows:
         return "## Headline figures\n\nNo section has run yet."
     measured = [f"- {name}: {h[name].get('measured_on', 'an earlier run (before sections recorded their machine)')}"
