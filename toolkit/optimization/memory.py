@@ -7,6 +7,14 @@ a large batch they, not the weights, fill memory. With checkpointing each repeat
 (``torch.utils.checkpoint``, non-reentrant): less memory for one more forward per block. Measured side by side
 in ``scripts/bench optimize-memory`` (docs/benchmarks.md); a test asserts the drop in measured peak memory.
 
+Keras 3 (TensorFlow backend): the same flag builds the training clone's layers inside
+``keras.RematScope(mode="activations")``, so each layer's activation function (GELU, ...) is recomputed in
+backward instead of its intermediates being kept. ``mode="full"`` (the whole layer call recomputed) is not
+used: under ``fit``'s ``tf.function`` TensorFlow refuses it ("The custom_gradient decorator currently supports
+keywords arguments only when eager execution is enabled", Keras passes ``training=``), and eager training costs
+more memory than it saves (docs/optimization.md has the figures). Layers without an activation (LayerNorm,
+attention) keep their intermediates.
+
 Peak memory is read from the process (``VmHWM`` in ``/proc/self/status``, reset through ``clear_refs``), never
 estimated from tensor sizes.
 """
@@ -19,6 +27,8 @@ from pathlib import Path
 from typing import Any
 
 from toolkit.errors import UsageError
+
+KERAS_REMAT_MODE = "activations"  # keras.RematScope mode for Keras fine-tuning (the one tf.function accepts)
 
 
 def checkpoint_blocks(module: Any) -> list[Any]:

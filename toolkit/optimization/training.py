@@ -5,7 +5,8 @@ It supports gradient accumulation (``accumulate`` micro-batches per optimizer up
 the model whose float32 weights are copied back), ``fp16`` with dynamic loss scaling needs a CUDA GPU. After
 every optimizer update it calls ``after_update(index)``: that is where pruning keeps its mask and clustering
 keeps weights on their centroids. ``checkpoint_activations`` recomputes each block's activations in backward
-(PyTorch, toolkit.optimization.memory): less peak memory for one more forward per block. ``offload_optimizer``
+(PyTorch; Keras: each layer's activation function, through keras.RematScope; toolkit.optimization.memory): less
+peak memory for one more forward per block. ``offload_optimizer``
 keeps Adam's state in host memory while the model is on a GPU, or in a file on a CPU host
 (toolkit.optimization.offload). With ``soft_targets`` (teacher logits) the loss is distillation's
 ``alpha * CE(labels) + (1 - alpha) * T^2 * KL(softmax(teacher/T) || softmax(student/T))``.
@@ -22,6 +23,7 @@ import numpy as np
 from toolkit.errors import UsageError
 from toolkit.optimization import models
 from toolkit.optimization.data import LabelledData
+from toolkit.optimization.memory import KERAS_REMAT_MODE
 from toolkit.optimization.offload import Offload, OffloadedOptimizer, make_adam
 
 PRECISIONS = ("fp32", "bf16", "fp16")
@@ -90,10 +92,6 @@ def fine_tune(model: models.OptimizableModel, data: LabelledData, *, config: Fin
         raise UsageError("fp16 mixed precision with loss scaling needs a CUDA GPU, and none is available here.",
                          hint="Use --mixed-precision bf16 on a CPU.")
     if model.kind == models.KERAS:
-        if config.checkpoint_activations:
-            raise UsageError("Activation checkpointing is offered for PyTorch models; this one is Keras.",
-                             hint="Fine-tune without --checkpoint-activations, or with a smaller --batch-size "
-                                  "and --grad-accum to keep the effective batch.")
         if config.offload_optimizer is not None:
             raise UsageError("Optimizer-state offloading is offered for PyTorch models; this one is Keras.",
                              hint="Fine-tune without --offload-optimizer.")
@@ -119,11 +117,16 @@ def _gpu_available(model: models.OptimizableModel) -> bool:
 # --- Keras 3 -------------------------------------------------------------------------------------------------
 
 
-def _with_policy(net: Any, policy: str | None) -> Any:
+def _with_policy(net: Any, policy: str | None, *, remat: bool = False) -> Any:
     """A clone of ``net`` whose layers compute under ``policy`` (weights stay float32), weights copied.
 
-    Training always runs on a clone, so the model that is saved carries no optimizer state.
+    Training always runs on a clone, so the model that is saved carries no optimizer state. With ``remat`` the
+    clone's layers are built inside ``keras.RematScope(mode="activations")``: each layer's activation function
+    is recomputed in backward instead of its intermediates being kept (toolkit.optimization.memory says why
+    not ``mode="full"``).
     """
+    import contextlib
+
     import keras
 
     def clone(layer: Any) -> Any:
@@ -132,7 +135,8 @@ def _with_policy(net: Any, policy: str | None) -> Any:
             config["dtype"] = policy
         return layer.__class__.from_config(config)
 
-    clone_net = keras.models.clone_model(net, clone_function=clone)
+    with keras.RematScope(mode=KERAS_REMAT_MODE) if remat else contextlib.nullcontext():
+        clone_net = keras.models.clone_model(net, clone_function=clone)
     clone_net.set_weights(net.get_weights())
     return clone_net
 
@@ -148,7 +152,7 @@ def _fine_tune_keras(model: models.OptimizableModel, data: LabelledData, config:
                          f"{len(net.outputs)}.")
     keras.utils.set_random_seed(config.seed)
     policy = {"bf16": "mixed_bfloat16", "fp16": "mixed_float16"}.get(config.precision)
-    train_net = _with_policy(net, policy)
+    train_net = _with_policy(net, policy, remat=config.checkpoint_activations)
     temperature = distill.temperature if distill else 1.0
     alpha = distill.alpha if distill else 1.0
 
