@@ -273,6 +273,21 @@ def test_cold_warm_and_optimized_loads(device_env: DeviceEnv, inside_bundle: Pat
     assert ort["after"]["max_abs_diff_vs_original"] <= 1e-5
     xnn = [o for o in by_file["model.int8.tflite"]["loads"]["options"] if o["name"] == "xnnpack_weight_cache"][0]
     assert xnn["prepare"]["cache_bytes"] > 0 and xnn["after"]["cache_bytes"] == xnn["prepare"]["cache_bytes"]
+    # ONNX Runtime session options, each against the default session in interleaved rounds of fresh processes:
+    # load, first inference and peak RSS reported per side (median and range), for the host to judge
+    from toolkit.reporting.load_advice import paying_options
+
+    options = {o["name"]: o for o in by_file["model.fp32.onnx"]["loads"]["options"]}
+    tunings = ("session.use_env_allocators", "enable_cpu_mem_arena=False",
+               "session.use_device_allocator_for_initializers", "session.disable_prepacking")
+    for name in tunings:
+        for side in ("before", "after"):
+            entry = options[name][side]
+            assert entry.get("error") is None and entry["rounds"] == 3, (name, entry)
+            for key in ("load_ms", "first_inference_ms", "peak_rss_mb"):
+                low, high = entry[f"{key}_range"]
+                assert 0 < low <= entry[key] <= high, (name, side, key, entry)
+    assert all(a.option in tunings for a in paying_options(by_file["model.fp32.onnx"]["loads"]))
 
 
 def test_background_load_example_runs_on_the_device_env(device_env: DeviceEnv, inside_bundle: Path) -> None:

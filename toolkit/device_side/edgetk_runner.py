@@ -671,6 +671,23 @@ def select_providers(wanted, available, options=None):
     return providers, provider_options, missing
 
 
+def apply_ort_tuning(ort, options, variant):
+    # type: (Any, Any, str) -> None
+    """Set the session option that load variant ``variant`` (see ORT_TUNINGS) measures."""
+    if variant == "ort-env-allocators":
+        info = ort.OrtMemoryInfo("Cpu", ort.OrtAllocatorType.ORT_ARENA_ALLOCATOR, 0, ort.OrtMemType.DEFAULT)
+        ort.create_and_register_allocator(info, ort.OrtArenaCfg(0, -1, -1, -1))  # once per process: a fresh one
+        options.add_session_config_entry("session.use_env_allocators", "1")
+    elif variant == "ort-no-arena":
+        options.enable_cpu_mem_arena = False
+    elif variant == "ort-initializer-allocator":
+        options.add_session_config_entry("session.use_device_allocator_for_initializers", "1")
+    elif variant == "ort-no-prepacking":
+        options.add_session_config_entry("session.disable_prepacking", "1")
+    else:
+        raise RunnerError("usage", "Unknown ONNX Runtime load option {!r}.".format(variant))
+
+
 class OnnxModel(object):
     """One ONNX Runtime session. ``profile_prefix`` turns ORT's profiler on (a separate session from the timed
     one); ``optimized_out`` writes the graph-optimized model there while loading; ``optimization="disable"``
@@ -679,8 +696,8 @@ class OnnxModel(object):
     format = "onnx"
 
     def __init__(self, version, path, threads, wanted_providers, record, profile_prefix=None, optimized_out=None,
-                 optimization=None, cache_dir=None):
-        # type: (Any, str, int, list, dict, Any, Any, Any, Any) -> None
+                 optimization=None, cache_dir=None, tuning=None):
+        # type: (Any, str, int, list, dict, Any, Any, Any, Any, Any) -> None
         import onnxruntime as ort
 
         numpy = _import_numpy()
@@ -702,6 +719,8 @@ class OnnxModel(object):
             options.optimized_model_filepath = optimized_out
         if optimization == "disable":
             options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+        if tuning:
+            apply_ort_tuning(ort, options, tuning)
         self.session = ort.InferenceSession(
             path, sess_options=options, providers=providers, provider_options=provider_options)
         self.extra = {
@@ -1553,7 +1572,24 @@ def _match(worker, tensor):
 
 DEFAULT_PROFILE_TOP = 10
 DEFAULT_PROFILE_RUNS = 20
-LOAD_VARIANTS = ("default", "ort-optimized-write", "ort-optimized", "litert-compiled", "xnnpack-cache")
+# ONNX Runtime session options measured by --loads, each against the default session in the same rounds:
+# load variant -> (report name, what it does). OnnxModel applies them (``tuning``).
+ORT_TUNINGS = (
+    ("ort-env-allocators", "session.use_env_allocators",
+     "One CPU arena allocator registered on the environment (ort.create_and_register_allocator) and shared by "
+     "every session that sets session.use_env_allocators=1, instead of one arena per session."),
+    ("ort-no-arena", "enable_cpu_mem_arena=False",
+     "SessionOptions.enable_cpu_mem_arena = False: tensors come from plain malloc instead of a growing arena "
+     "that keeps its peak."),
+    ("ort-initializer-allocator", "session.use_device_allocator_for_initializers",
+     "Initializers (the weights) allocated with the device allocator directly instead of through the arena."),
+    ("ort-no-prepacking", "session.disable_prepacking",
+     "session.disable_prepacking=1: weights are not pre-packed for the kernels at load (a faster load, maybe a "
+     "slower run)."),
+)
+LOAD_ROUNDS = 3  # fresh processes per side for the session options, interleaved; medians are reported
+LOAD_VARIANTS = ("default", "ort-optimized-write", "ort-optimized", "litert-compiled", "xnnpack-cache") + tuple(
+    v for v, _, _ in ORT_TUNINGS)
 
 
 def onnx_session_options(opts, record, fmt):
@@ -1723,6 +1759,11 @@ def measure_load(numpy, path, fmt, record, threads, opts, golden_inputs):
         onnx_options = dict(onnx_options or {}, optimized_out=optimized)
     elif variant == "ort-optimized":
         onnx_options = dict(onnx_options or {}, optimization="disable")
+    elif variant in [v for v, _, _ in ORT_TUNINGS]:
+        if fmt != "onnx":
+            raise RunnerError("usage", "--load-variant {} is an ONNX Runtime option; {} is not an ONNX "
+                              "artifact.".format(variant, base))
+        onnx_options = dict(onnx_options or {}, tuning=variant)
     if variant in ("litert-compiled", "xnnpack-cache"):
         model = CompiledTFLite(path, threads, weights if variant == "xnnpack-cache" else None)  # type: Any
     else:
@@ -1753,7 +1794,38 @@ def measure_load(numpy, path, fmt, record, threads, opts, golden_inputs):
 
 
 LOAD_KEYS = ("load_ms", "first_inference_ms", "import_ms", "page_cache", "resident_before_load", "cache_bytes",
-             "max_abs_diff_vs_original", "error")
+             "max_abs_diff_vs_original", "peak_rss_mb", "error")
+MEDIAN_KEYS = ("load_ms", "first_inference_ms", "import_ms", "peak_rss_mb")
+
+
+def median_entry(entries):
+    # type: (list) -> dict
+    """The median and [min, max] of each of MEDIAN_KEYS over the rounds' entries (an error in any round is the
+    entry's)."""
+    failed = [e for e in entries if e.get("error")]
+    if failed:
+        return dict(failed[0])
+    out = {"rounds": len(entries)}  # type: dict
+    for key in MEDIAN_KEYS:
+        values = sorted(e[key] for e in entries if isinstance(e.get(key), (int, float)))
+        if values:
+            middle = len(values) // 2
+            out[key] = values[middle] if len(values) % 2 else round((values[middle - 1] + values[middle]) / 2.0, 3)
+            out[key + "_range"] = [values[0], values[-1]]
+    return out
+
+
+def measure_ort_tunings(one):
+    # type: (Any) -> list
+    """Each ONNX Runtime session option of ORT_TUNINGS against the default session: LOAD_ROUNDS rounds of fresh
+    processes (default, then each option), medians of load, first inference and peak RSS per side."""
+    runs = dict((v, []) for v in ["default"] + [v for v, _, _ in ORT_TUNINGS])  # type: dict
+    for _ in range(LOAD_ROUNDS):
+        for variant in runs:
+            runs[variant].append(one("--load-variant", variant))
+    before = median_entry(runs["default"])
+    return [{"name": name, "before": before, "after": median_entry(runs[variant]), "note": note}
+            for variant, name, note in ORT_TUNINGS]
 
 
 def measure_loads(bundle, name, opts, main_report, fmt):
@@ -1777,6 +1849,7 @@ def measure_loads(bundle, name, opts, main_report, fmt):
             "name": "ort_optimized_model", "before": loads["warm"], "prepare": prepare, "after": after,
             "note": "The graph optimized once on this device (SessionOptions.optimized_model_filepath), then loaded "
                     "with graph optimizations off; valid for this device's onnxruntime and providers only."})
+        loads["options"].extend(measure_ort_tunings(one))
     elif runtime == "litert":
         before = one("--load-variant", "litert-compiled")
         prepare = one("--load-variant", "xnnpack-cache", "--fresh-cache")

@@ -244,6 +244,13 @@ def loads_lines(loads: Mapping[str, Any] | None) -> list[str]:
             lines.append(f"  {option.get('name')}: {option.get('note')}")
             continue
         lines.append(f"  {option.get('name')}: before {one(option.get('before'))}; after {one(option.get('after'))}")
+    from toolkit.reporting.load_advice import paying_options
+
+    advice = paying_options(loads)
+    if advice:
+        lines.append("  pays here: " + "; ".join(a.words() for a in advice))
+    elif any("_range" in "".join((o.get("after") or {}).keys()) for o in loads.get("options") or []):
+        lines.append("  no ONNX Runtime session option paid here beyond the noise of its rounds")
     return lines
 
 
