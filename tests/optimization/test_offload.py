@@ -142,3 +142,27 @@ def test_disk_offload_lowers_measured_peak_memory() -> None:
     # for the largest parameter (2 x 4 MiB) is resident. Asked: at least half of the 96 MiB, measured.
     assert plain["peak_mb"] - offloaded["peak_mb"] > 48, (plain, offloaded)
     assert plain["loss"] == offloaded["loss"]  # the same steps, bitwise
+
+
+def test_edgetk_optimize_with_the_state_on_disk_trains_the_same_model(digits_torch, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    """Through the CLI a user runs: the trained digits CNN, pruned and fine-tuned one epoch, with Adam's state
+    in memory and on disk: the same accuracy and the same weights; ``cpu`` on this CPU-only host is refused with
+    the usage exit code and one plain message."""
+    torch = pytest.importorskip("torch")
+    from tests.fixtures.cli import run_edgetk
+
+    outputs = {}
+    for offload in (None, "disk"):
+        out = tmp_path / f"pruned-{offload or 'plain'}.pt"
+        args = ["optimize", digits_torch.factory, "--prune", "0.5", "--train-data", digits_torch.train, "--eval-data",
+                digits_torch.eval, "--epochs", "1", "--out", out, "--json"]
+        result = run_edgetk(*args, *(["--offload-optimizer", offload] if offload else []))
+        assert result.code == 0, result.stderr[-2000:]
+        outputs[offload] = (result.json(), torch.jit.load(str(out)).state_dict())
+    (plain, plain_weights), (disk, disk_weights) = outputs[None], outputs["disk"]
+    assert disk["final"]["accuracy"] == plain["final"]["accuracy"]
+    assert all(torch.equal(plain_weights[k], disk_weights[k]) for k in plain_weights)
+    refused = run_edgetk("optimize", digits_torch.factory, "--prune", "0.5", "--train-data", digits_torch.train, "--epochs", "1",
+                         "--offload-optimizer", "cpu", "--out", tmp_path / "cpu.pt")
+    assert refused.code == 2 and "trains on the CPU" in refused.stderr and "Traceback" not in refused.stderr
+    assert "--offload-optimizer disk" in refused.stderr and not (tmp_path / "cpu.pt").exists()
