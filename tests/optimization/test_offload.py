@@ -57,6 +57,34 @@ def test_offloaded_adam_is_bitwise_torch_adam(offload: str, weight_decay: float,
     assert not all(torch.equal(a, b) for a, b in zip(plain, _trained(None, steps=5)))  # the steps do move it
 
 
+@pytest.mark.parametrize("offload", ["cpu", "disk"])
+def test_offloaded_adam_under_fp16_loss_scaling_matches_torch_adam(offload: str) -> None:
+    """The fine-tune loop's fp16 path (the one that trains on a GPU) steps through ``torch.amp.GradScaler``:
+    unscale, skip a step whose gradients overflow, else step. Run here with the scaler on CPU tensors (no GPU
+    here): a good step, an overflowing one (skipped, scale halved), a good one again, as plain Adam does."""
+    torch = pytest.importorskip("torch")
+    from toolkit.optimization.offload import Offload
+    from toolkit.optimization.offloaded_adam import OffloadedAdam
+    from toolkit.optimization.training import backward, update
+
+    def run(kind: str | None) -> tuple[list, float]:  # type: ignore[type-arg]
+        torch.manual_seed(0)
+        net = torch.nn.Linear(6, 3)
+        optimizer = (torch.optim.Adam(net.parameters(), lr=1e-2) if kind is None
+                     else OffloadedAdam(net.parameters(), offload=Offload(kind), lr=1e-2))
+        scaler = torch.amp.GradScaler("cpu", init_scale=2.0**10)
+        x = torch.randn(4, 6, generator=torch.Generator().manual_seed(1))
+        for spike in (1.0, float("inf"), 1.0):
+            optimizer.zero_grad(set_to_none=True)
+            backward((net(x) * spike).pow(2).mean(), scaler)
+            update(optimizer, scaler)
+        return [p.detach().clone() for p in net.parameters()], float(scaler.get_scale())
+
+    (plain, plain_scale), (offloaded, scale) = run(None), run(offload)
+    assert scale == plain_scale == 2.0**9  # the overflow halved it once
+    assert all(torch.equal(a, b) for a, b in zip(plain, offloaded))
+
+
 def test_disk_state_is_one_unlinked_file_released_on_close(tmp_path: Path) -> None:
     torch = pytest.importorskip("torch")
     from toolkit.optimization.offload import Offload

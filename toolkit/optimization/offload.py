@@ -104,7 +104,8 @@ def make_adam(params: list[Any], *, learning_rate: float, offload: Offload | Non
         raise UsageError(
             "--offload-optimizer cpu moves the optimizer state off an accelerator, but this model trains on the "
             "CPU, where its state is in host memory already.",
-            hint="Use --offload-optimizer disk to keep the Adam state in a file instead of host memory.")
+            hint="Use --offload-optimizer disk to keep the Adam state in a file instead of host memory (cpu "
+                 "pays on a CUDA GPU, where the loop trains with --mixed-precision fp16).")
     from toolkit.optimization.offloaded_adam import OffloadedAdam
 
     if offload is Offload.DISK and directory is None:
