@@ -17,6 +17,7 @@ from tests.fixtures.deploy import build_bundle
 from toolkit.bundle import read_bundle
 from toolkit.errors import UsageError
 from toolkit.schemas.manifest import read_manifest
+from toolkit.types import MANIFEST_SCHEMA_VERSION
 
 
 @pytest.fixture(scope="module")
@@ -79,11 +80,26 @@ def test_a_malformed_manifest_names_the_file_the_key_and_the_fix(manifest: dict[
 
 
 def test_a_newer_schema_version_is_refused_before_its_keys(manifest: dict[str, Any]) -> None:
-    data = {**copy.deepcopy(manifest), "schema_version": 2, "a_key_from_the_future": 1}
+    newer = MANIFEST_SCHEMA_VERSION + 1
+    data = {**copy.deepcopy(manifest), "schema_version": newer, "a_key_from_the_future": 1}
     with pytest.raises(UsageError) as caught:
         read_manifest(data)
-    assert "schema_version 2 is newer" in caught.value.message
+    assert f"schema_version {newer} is newer" in caught.value.message
     assert "Upgrade edge-toolkit" in (caught.value.hint or "")
+
+
+def test_a_version_1_manifest_still_reads(manifest: dict[str, Any]) -> None:
+    """Version 2 only added optional keys (attempts[].workaround, artifacts[].float_io, artifacts[].batching):
+    a bundle written before them reads as it was."""
+    data = copy.deepcopy(manifest)
+    data["schema_version"] = 1
+    for attempt in data.get("attempts") or []:
+        attempt.pop("workaround", None)
+    for artifact in data["artifacts"]:
+        artifact.pop("float_io", None)
+        artifact.pop("batching", None)
+    read = read_manifest(data)
+    assert read.schema_version == 1 and len(read.artifacts) == len(data["artifacts"])
 
 
 def test_a_valid_manifest_reads_back_as_written(bundle: Path) -> None:
