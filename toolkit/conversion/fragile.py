@@ -15,7 +15,8 @@
 
 ``onnx_fragile_nodes`` returns ``(node name, why)`` pairs; ``onnx_quant`` adds them to ``nodes_to_exclude``
 and lists them in the artifact's ``float_nodes`` and notes. ``tflite_fragile_nodes`` applies the Concat rule, with
-the detection head's Sigmoid/Softmax/DFL post-processing behind it, and the integer-input rule to a calibrated
+the detection head's Sigmoid/Softmax/DFL post-processing behind it, the integer-input rule and the
+LayerNorm/GELU rule (RSQRT/SQRT/POW/SQUARED_DIFFERENCE and the elementwise ops next to them) to a calibrated
 Keras/SavedModel -> TFLite graph; ``tflite`` denylists the nodes and keeps the output the Concat writes float (recorded as ``FloatIO``).
 """
 
@@ -160,6 +161,10 @@ def onnx_fragile_nodes(model_path: Path, feeds: Sequence[Mapping[str, np.ndarray
 
 TFLITE_PASSTHROUGH = frozenset({"RESHAPE", "TRANSPOSE", "SQUEEZE", "EXPAND_DIMS"})
 TFLITE_INTEGER_READERS = frozenset({"GATHER", "GATHER_ND", "EMBEDDING_LOOKUP", "CAST", "ONE_HOT", "EQUAL"})
+# decomposed LayerNorm (MEAN, SQUARED_DIFFERENCE, RSQRT, MUL, NEG, ADD) and GELU (POW/TANH chains); a builtin GELU
+# op is one quantized kernel and is left alone
+TFLITE_STATISTICS = frozenset({"RSQRT", "SQRT", "POW", "SQUARED_DIFFERENCE"})
+TFLITE_ELEMENTWISE = frozenset({"ADD", "SUB", "MUL", "DIV", "NEG", "MEAN", "TANH"})
 # a detection head's post-processing between its last convolutions and the final Concat: Sigmoid/Softmax, the
 # box decoding arithmetic, the inner Concat of centres and sizes
 TFLITE_HEAD_OPS = frozenset({"LOGISTIC", "SOFTMAX", "MUL", "ADD", "SUB", "DIV", "CONCATENATION"})
@@ -272,7 +277,22 @@ def tflite_fragile_nodes(calibrated: bytes) -> tuple[list[tuple[str, str]], dict
         keep_outputs[current] = f"it is written by the final Concat {concat!r}, whose {why}"
         for start in live_inputs:
             _head_behind(start, ops, producer, found, concat)
+    for index, (kind, ins, outs) in enumerate(ops):  # decomposed LayerNorm / GELU, as on ONNX
+        if kind not in TFLITE_STATISTICS or not outs:
+            continue
+        found.setdefault(outs[0], f"{kind} of a decomposed LayerNorm/GELU")
+        neighbours = [producer[name] for name in ins if name in producer]
+        neighbours += [r for out in outs for r in readers.get(out, [])]
+        for other in neighbours:
+            other_kind, _other_ins, other_outs = ops[other]
+            if other_kind in TFLITE_ELEMENTWISE and other_outs:
+                found.setdefault(other_outs[0], f"{other_kind} next to {kind} {outs[0]!r}")
     return list(found.items()), keep_outputs
+
+
+def tflite_has_decomposition(model: bytes) -> bool:
+    """Whether the model has an op of a decomposed LayerNorm/GELU (``TFLITE_STATISTICS``)."""
+    return any(kind in TFLITE_STATISTICS for kind, _ins, _outs in _tflite_graph(model)[0])
 
 
 def _head_behind(start: str, ops: Sequence[tuple[str, list[str], list[str]]], producer: Mapping[str, int],

@@ -416,6 +416,13 @@ def _selective_int8(
     return bytes(model), nodes + types, stays, found
 
 
+def _has_decomposition(model: bytes) -> bool:
+    """Whether the model has a decomposed LayerNorm/GELU: the statistics rule's candidates."""
+    from toolkit.conversion import fragile
+
+    return fragile.tflite_has_decomposition(model)
+
+
 def _reads_integer_input(model: bytes) -> bool:
     """Whether the model has an integer input (token ids): the integer-input rule's candidates."""
     from toolkit.conversion import fragile
@@ -526,7 +533,8 @@ def convert(request: ConversionRequest, output: Path) -> BuiltArtifact:
         selective = _selective_int8(request)
     else:
         model = _run(_converter(request), recipe.precision)
-        if recipe.precision == "int8" and (_has_output_concat(model) or _reads_integer_input(model)):
+        if recipe.precision == "int8" and (_has_output_concat(model) or _reads_integer_input(model)
+                                           or _has_decomposition(model)):
             selective = _selective_int8(request, only_if_fragile=True)
     if selective is not None:
         model, resolved, float_io, found = selective
