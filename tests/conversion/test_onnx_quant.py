@@ -263,3 +263,50 @@ def test_key_line_picks_the_cause() -> None:
     line = onnx_quant.key_line(exc)
     assert line.endswith("Unrecognized attribute: axis for operator DequantizeLinear")
     assert "opset" in onnx_quant._hint_for(line)
+
+
+def _activation_scales(path: Path) -> dict[str, float]:
+    """The scale of every activation QuantizeLinear (its scale initializer), by tensor quantized."""
+    import onnx
+    from onnx import numpy_helper
+
+    model = onnx.load(str(path))
+    inits = {i.name: numpy_helper.to_array(i) for i in model.graph.initializer}
+    return {n.input[0]: float(inits[n.input[1]]) for n in model.graph.node
+            if n.op_type == "QuantizeLinear" and n.input[1] in inits and inits[n.input[1]].size == 1}
+
+
+def test_static_int8_builds_of_one_run_calibrate_once(digits_run, tmp_path: Path) -> None:
+    """The ranges of the first static INT8 build are kept (ORT's calibration cache) and the next build of the
+    same model and data loads them: proved by doubling the cached ranges, which doubles the next build's
+    activation scales, where a fresh calibration would give the first build's scales again."""
+    import dataclasses
+    import json
+
+    _source, request, base, _work = digits_run
+    req = dataclasses.replace(request("int8"), workdir=tmp_path)
+    first = onnx_quant.derive(req, base, tmp_path / "first.onnx")
+    caches = list(tmp_path.glob("*.calibration-minmax-*.json"))
+    assert len(caches) == 1
+    doc = json.loads(caches[0].read_text())
+
+    def doubled(value):  # type: ignore[no-untyped-def]
+        if isinstance(value, float):
+            return value * 2
+        if isinstance(value, list):
+            return [doubled(v) for v in value]
+        if isinstance(value, dict):
+            return {k: doubled(v) for k, v in value.items()}
+        return value
+
+    caches[0].write_text(json.dumps(doubled(doc)))
+    second = onnx_quant.derive(req, base, tmp_path / "second.onnx")
+    before, after = _activation_scales(first.path), _activation_scales(second.path)
+    assert before and before.keys() == after.keys()
+    ratios = sorted(round(after[k] / before[k], 3) for k in before)
+    # every calibrated range came from the cache; ORT fixes a few ranges whatever the data (a Softmax output's)
+    assert set(ratios) <= {1.0, 2.0} and ratios.count(2.0) >= 0.8 * len(ratios), ratios
+    # other calibration data is another cache: never the ranges of different samples
+    other = dataclasses.replace(req, calibration=req.calibration[:50])
+    onnx_quant.derive(other, base, tmp_path / "third.onnx")
+    assert len(list(tmp_path.glob("*.calibration-minmax-*.json"))) == 2

@@ -721,6 +721,28 @@ def preprocessed(request: ConversionRequest, base: BuiltArtifact, notes: list[st
     return target
 
 
+def calibration_cache(request: ConversionRequest, source: Path, method: str) -> Path | None:
+    """Where ``quantize_static`` keeps the activation ranges of this run's calibration pass, so that every
+    static INT8 build of the same model, data and method (the recipe, its selective retries, other
+    activation/weight types) calibrates once: ORT's ``calibration_cache_path`` loads the ranges instead of
+    running the augmented model over the data again. Keyed by the model file and a digest of the
+    calibration feeds (a run's scratch directory, so nothing outlives the run). MinMax only: the method the
+    profiles use and the one tested with the cache (tests/conversion/test_onnx_quant.py)."""
+    if method != "minmax":
+        return None
+    import hashlib
+
+    digest = hashlib.sha256()
+    stat = source.stat()
+    digest.update(f"{source.resolve()}|{stat.st_size}|{stat.st_mtime_ns}".encode())
+    for feed in request.calibration:
+        for name in sorted(feed):
+            value = np.ascontiguousarray(feed[name])
+            digest.update(f"{name}|{value.dtype}|{value.shape}".encode())
+            digest.update(value.tobytes())
+    return request.workdir / f"{source.stem}.calibration-{method}-{digest.hexdigest()[:16]}.json"
+
+
 def _int8(request: ConversionRequest, base: BuiltArtifact, tmp: Path) -> _Result:
     from onnxruntime.quantization import CalibrationMethod, QuantFormat, QuantType, quantize_static
 
@@ -766,6 +788,7 @@ def _int8(request: ConversionRequest, base: BuiltArtifact, tmp: Path) -> _Result
                 per_channel=per_channel,
                 calibrate_method=method,
                 nodes_to_exclude=exclude,
+                calibration_cache_path=calibration_cache(request, source, recipe.calibration_method),
             )
     except UsageError:
         raise
