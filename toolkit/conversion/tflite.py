@@ -23,6 +23,7 @@ from __future__ import annotations
 import csv
 import hashlib
 import io
+import logging
 import math
 import os
 import re
@@ -407,7 +408,14 @@ def _selective_int8(
         if recipe.io_dtype != "float32":
             model, stays = int8_borders(bytes(model), calibrated, keep_float=keep_float_io)
             io_type = tf.as_dtype(_IO_TYPES[recipe.io_dtype])
-            model = tf_util.modify_model_io_type(model, io_type, io_type)
+            # its warning that an I/O "will default to the original type" says what ``stays`` records
+            absl = logging.getLogger("absl")
+            level = absl.level
+            absl.setLevel(logging.ERROR)
+            try:
+                model = tf_util.modify_model_io_type(model, io_type, io_type)
+            finally:
+                absl.setLevel(level)
     except Exception as exc:  # noqa: BLE001 (frameworks raise any type; reported as one plain line)
         raise ConversionError(
             f"Selective int8 quantization failed: {_key_line(exc)}",
