@@ -348,6 +348,13 @@ class Golden:
         return out
 
 
+class TensorRole(_Word):
+    """Which side of a model a tensor is on."""
+
+    INPUT = "input"
+    OUTPUT = "output"
+
+
 class FloatIOReason(_Word):
     """Why an INT8 artifact's input or output stayed float although its recipe asks for integer I/O."""
 
@@ -361,12 +368,12 @@ class FloatIO:
     """An input or output of an INT8 artifact that is float32 where the recipe asked for int8/uint8 I/O."""
 
     name: str  # the source's input/output name
-    role: str  # "input" | "output"
+    role: TensorRole | str
     reason: FloatIOReason | str
     detail: str = ""  # the same in words, for people
 
     def __post_init__(self) -> None:
-        _coerce(self, reason=FloatIOReason)
+        _coerce(self, role=TensorRole, reason=FloatIOReason)
 
     def to_dict(self) -> dict[str, Any]:
         return {"name": self.name, "role": self.role, "reason": self.reason, "detail": self.detail}

@@ -40,6 +40,7 @@ from toolkit.types import (
     Quantization,
     RunnerRef,
     SourceRef,
+    TensorRole,
     TensorSpec,
     Verification,
 )
@@ -134,7 +135,7 @@ class GoldenM(Table):
 
 class FloatIOM(Table):
     name: Str
-    role: Annotated[Str, choice(("input", "output"), "role")]
+    role: Annotated[Str, choice(TensorRole.values(), "role")]
     reason: Annotated[Str, choice(FloatIOReason.values(), "reason")]
     detail: Str = ""
 
