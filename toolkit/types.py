@@ -361,6 +361,7 @@ class FloatIOReason(_Word):
     NO_RANGE = "no_range"  # the calibration recorded no range for it, so it has no int8 scale
     MIXED_RANGES = "mixed_ranges"  # it carries quantities of ranges far apart (boxes and scores): one scale flattens
     # the small ones, so the island of float ops that fixes them has to reach the output
+    FLOAT_NEIGHBOUR = "float_neighbour"  # the layer that reads or writes it is kept in float (no int8 tensor there)
 
 
 @dataclass(frozen=True)

@@ -117,6 +117,7 @@ def test_table_ranks_the_outlier_layer_first_and_only_its_group_repairs_tflite(
     built = torch_tflite.convert(_request(outlier_source, outlier_net, tmp_path, second.float_group),
                                  tmp_path / "second.tflite")
     assert built.float_nodes == ("linear_1",) and "kept in float: linear_1" in built.notes
+    assert built.float_io == ()  # the float layer writes the output, yet the int8 output is kept (island inside)
     assert _accuracy(built.path, outlier_net) < outlier_net.float_accuracy - 0.5
 
 

@@ -38,6 +38,7 @@ import numpy as np
 from toolkit.conversion.base import BuiltArtifact, ConversionRequest
 from toolkit.conversion import pt2e
 from toolkit.errors import ConversionError, MissingDependency, UsageError
+from toolkit.types import FloatIO, FloatIOReason, TensorRole
 from toolkit.sources.torch import TorchSource, first_line, import_torch, missing_shape_error
 
 _PURPOSE = "Converting a PyTorch model to TFLite"
@@ -129,26 +130,28 @@ def convert(request: ConversionRequest, output: Path) -> BuiltArtifact:
             hint="Run with --debug for the converter's traceback, or use --format onnx.",
         ) from exc
     os.replace(tmp, output)
-    if float_nodes:
-        notes.extend(_float_io(output, request))
+    float_io = _float_io(output, request) if float_nodes else ()
     return BuiltArtifact(
         path=output, float_nodes=float_nodes, notes=tuple(notes), exporter=f"litert-torch {_version(litert_torch)}",
-        layout=layout,
+        layout=layout, float_io=float_io,
     )
 
 
-def _float_io(path: Path, request: ConversionRequest) -> list[str]:
-    """What the artifact says when layers kept in float left an input or output float (int8 elsewhere): the
-    quantizer puts no quantize in front of a float layer, so the I/O next to it stays float32."""
+def _float_io(path: Path, request: ConversionRequest) -> tuple[FloatIO, ...]:
+    """The inputs/outputs that layers kept in float left float32 while the others are int8: the quantizer puts
+    no quantize in front of a float layer, so the I/O next to it stays float (the runner feeds it as float)."""
     from toolkit.inspection.tflite import inspect_tflite
 
     info = inspect_tflite(path)
-    floated = [f"{spec.name} is {spec.dtype}" for spec in (*info.inputs, *info.outputs) if spec.quantization is None]
-    quantized = [spec for spec in (*info.inputs, *info.outputs) if spec.quantization is not None]
-    if not floated or not quantized and request.recipe.io_dtype == "float32":
-        return []
-    return [f"I/O became float where it meets a layer kept in float ({', '.join(floated)}): no int8 tensor "
-            "feeds or leaves that layer; the runner feeds it as float"]
+    sides = [(TensorRole.INPUT, spec) for spec in info.inputs] + [(TensorRole.OUTPUT, spec) for spec in info.outputs]
+    if all(spec.quantization is None for _, spec in sides) and request.recipe.io_dtype == "float32":
+        return ()  # float I/O was asked for
+    return tuple(
+        FloatIO(name=spec.name, role=role, reason=FloatIOReason.FLOAT_NEIGHBOUR,
+                detail=f"{spec.name} is {spec.dtype}: the layer that {'reads' if role is TensorRole.INPUT else 'writes'}"
+                " it is kept in float, so no int8 tensor meets it there")
+        for role, spec in sides if spec.quantization is None
+    )
 
 
 def _import_litert_torch() -> Any:
