@@ -146,3 +146,59 @@ def test_float_island_at_the_borders_keeps_int8_io(conv_outlier_keras, digits, t
     assert plain_acc < float_acc - 0.5  # what the selective artifacts repair
     both = inspect_tflite(tmp_path / "both borders.tflite")
     assert both.outputs[0].quantization is not None and both.inputs[0].quantization is not None
+
+
+# --------------------------------------------------------------------------------------------- one calibration
+
+
+def _qparams(path: Path) -> tuple[list[tuple[str, int, tuple[int, ...]]], np.ndarray]:
+    """(tensor name, type, zero points) of every tensor of the main graph, and all their scales in order."""
+    from tensorflow.lite.python import util as tf_util
+
+    graph = tf_util._convert_model_from_bytearray_to_object(path.read_bytes()).subgraphs[0]
+    rows, scales = [], []
+    for tensor in graph.tensors:
+        q = tensor.quantization
+        quantized = q is not None and q.scale is not None
+        rows.append((tensor.name.decode(), int(tensor.type), tuple(int(z) for z in q.zeroPoint) if quantized else ()))
+        scales += [float(s) for s in q.scale] if quantized else []
+    return rows, np.array(scales)
+
+
+def test_one_calibration_serves_every_build_with_fresh_parameters(conv_outlier_keras, digits, tmp_path) -> None:
+    """A run calibrates once: the full INT8 artifact quantized from that calibration has the quantization
+    parameters of TFLiteConverter's own int8 conversion (which calibrates inside), and a selective rebuild from
+    it those of a build that calibrates afresh (equal samples in new objects miss the cache)."""
+    import dataclasses
+
+    import tensorflow as tf
+
+    from toolkit.conversion import tflite
+    from toolkit.sources import open_source
+
+    plain = digits_request(open_source(str(conv_outlier_keras)), digits, tmp_path / "w", precision="int8",
+                           io_dtype="int8")
+    mixed = dataclasses.replace(plain, recipe=dataclasses.replace(plain.recipe, nodes_to_exclude=("conv", "mid")))
+    tflite._CACHE.clear()
+    built = tflite.convert(plain, tmp_path / "plain.tflite")
+    assert len(tflite._CACHE) == 1
+    calibrated = tflite._CACHE[0].model
+    reused = tflite.convert(mixed, tmp_path / "reused.tflite")
+    assert len(tflite._CACHE) == 1 and tflite._calibrated(mixed) is calibrated  # no second calibration
+
+    converter = tf.lite.TFLiteConverter.from_saved_model(str(tflite.fixed_saved_model(plain)))
+    converter.optimizations = [tf.lite.Optimize.DEFAULT]
+    converter.representative_dataset = tflite._representative(plain)
+    converter.target_spec.supported_ops = [tf.lite.OpsSet.TFLITE_BUILTINS_INT8]
+    converter.inference_input_type = converter.inference_output_type = tf.int8
+    reference = tmp_path / "converter.tflite"
+    reference.write_bytes(converter.convert())
+
+    fresh_request = dataclasses.replace(mixed, calibration=tuple(dict(feed) for feed in mixed.calibration))
+    fresh = tflite.convert(fresh_request, tmp_path / "fresh.tflite")
+    assert len(tflite._CACHE) == 2  # it calibrated again
+    for ours, theirs in ((built.path, reference), (reused.path, fresh.path)):
+        (rows, scales), (want_rows, want_scales) = _qparams(ours), _qparams(theirs)
+        assert rows == want_rows, ours.name
+        assert len(scales) > 10 and np.allclose(scales, want_scales, rtol=1e-6, atol=0), ours.name
+    assert built.float_nodes == () and set(reused.float_nodes) == {"conv", "mid"}

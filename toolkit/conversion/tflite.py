@@ -14,6 +14,11 @@ names, or builtin op names such as ``FULLY_CONNECTED``) denylisted, so they stay
 ``float_groups`` orders candidate groups of layers by what keeping them in float does to the model's outputs
 (``toolkit.conversion.sensitivity``), so the pipeline can pick which to keep in float.
 
+A run calibrates once (``_calibrated``, kept per source, calibration set, per-channel and pinned shapes): the
+full int8 artifact, the layer table, the fragile-pattern pass and every selective rebuild quantize that one
+calibrated model, as the converter itself does after calibrating; the quantization parameters are those of a
+fresh calibration.
+
 Nothing is ever left half-written at ``output``: the model is written to a temporary file next to it and
 renamed only after the sanity run passed.
 """
@@ -21,6 +26,7 @@ renamed only after the sanity run passed.
 from __future__ import annotations
 
 import csv
+import dataclasses
 import hashlib
 import io
 import logging
@@ -115,7 +121,8 @@ def _require_calibration(request: ConversionRequest) -> None:
         )
 
 
-def _converter(request: ConversionRequest, *, int8_ops_only: bool = True) -> Any:
+def _converter(request: ConversionRequest) -> Any:
+    """The converter of ``request.recipe``; for int8 it calibrates (``_calibrated``), the quantizer runs apart."""
     tf = _tf()
     recipe = request.recipe
     converter = tf.lite.TFLiteConverter.from_saved_model(str(fixed_saved_model(request)))
@@ -128,14 +135,71 @@ def _converter(request: ConversionRequest, *, int8_ops_only: bool = True) -> Any
         _require_calibration(request)
         converter.optimizations = [tf.lite.Optimize.DEFAULT]
         converter.representative_dataset = _representative(request)
-        if int8_ops_only:
-            converter.target_spec.supported_ops = [tf.lite.OpsSet.TFLITE_BUILTINS_INT8]
-            if recipe.io_dtype != "float32":
-                converter.inference_input_type = tf.as_dtype(_IO_TYPES[recipe.io_dtype])
-                converter.inference_output_type = tf.as_dtype(_IO_TYPES[recipe.io_dtype])
         if not recipe.per_channel:
             converter._experimental_disable_per_channel = True
     return converter
+
+
+@dataclasses.dataclass(frozen=True)
+class _Calibration:
+    """One calibration of a source on one calibration set: the float model with the recorded tensor ranges."""
+
+    source: Any
+    calibration: Sequence[Mapping[str, np.ndarray]]
+    per_channel: bool
+    saved_model: str
+    model: bytes
+
+
+_CACHE: list[_Calibration] = []  # the calibrations of this process, newest last
+_CACHE_SIZE = 4  # recipes of one run differ in per_channel at most; each entry is a float model's size
+
+
+def _calibrated(request: ConversionRequest) -> bytes:
+    """The source calibrated on ``request.calibration`` (``_experimental_calibrate_only``), once per run.
+
+    The plain INT8 layer table, the fragile-pattern pass and every selective rebuild quantize from it with
+    ``mlir_quantize`` (what the quantization debugger does), so a run calibrates once, not once per build.
+    Calibration ignores the recipe's float nodes and I/O types: only the source, the calibration samples
+    (the same objects: requests of one run share them), per-channel and the pinned shapes (the SavedModel
+    export) decide it.
+    """
+    _require_calibration(request)
+    saved_model = str(fixed_saved_model(request))
+    per_channel = bool(request.recipe.per_channel)
+    for entry in _CACHE:
+        if (entry.source is request.source and entry.calibration is request.calibration
+                and entry.per_channel == per_channel and entry.saved_model == saved_model):
+            return entry.model
+    converter = _converter(request)
+    converter.experimental_mlir_quantizer = True  # what the debugger sets for its calibration
+    converter._experimental_calibrate_only = True
+    model = _run(converter, "int8 calibration")
+    _CACHE[:] = [*_CACHE[-(_CACHE_SIZE - 1):], _Calibration(request.source, request.calibration, per_channel,
+                                                           saved_model, model)]
+    return model
+
+
+def _full_int8(request: ConversionRequest, calibrated: bytes) -> bytes:
+    """Full INT8 from the run's calibration with the recipe's I/O type: what ``TFLiteConverter.convert()`` does
+    after calibrating (lite.py ``_quantize``: ``mlir_quantize`` with the I/O types, then the read-only buffers
+    deduplicated), so the artifact is the one the converter builds, without calibrating again."""
+    tf = _tf()
+    from tensorflow.lite.python import convert as tf_convert
+    from tensorflow.lite.python.lite import _deduplicate_readonly_buffers
+
+    recipe = request.recipe
+    io_type = tf.as_dtype(_IO_TYPES[recipe.io_dtype])
+    try:
+        model = tf_convert.mlir_quantize(calibrated, disable_per_channel=not recipe.per_channel,
+                                         input_data_type=io_type, output_data_type=io_type)
+        return bytes(_deduplicate_readonly_buffers(bytes(model)))
+    except Exception as exc:  # noqa: BLE001 (frameworks raise any type; reported as one plain line)
+        raise ConversionError(
+            f"TFLiteConverter failed (int8): {_key_line(exc)}",
+            hint="The model may use ops TFLite cannot express in int8; try another precision, or keep the "
+            "failing layers in float with nodes_to_exclude.",
+        ) from None
 
 
 def _run(converter: Any, what: str) -> bytes:
@@ -384,10 +448,7 @@ def _selective_int8(
     from tensorflow.lite.python import util as tf_util
 
     recipe = request.recipe
-    converter = _converter(request, int8_ops_only=False)
-    converter.experimental_mlir_quantizer = True
-    converter._experimental_calibrate_only = True
-    calibrated = _run(converter, "int8 calibration")
+    calibrated = _calibrated(request)
     found, float_outputs = fragile.tflite_fragile_nodes(calibrated)
     if only_if_fragile and not found:
         return None
@@ -539,11 +600,12 @@ def convert(request: ConversionRequest, output: Path) -> BuiltArtifact:
     if recipe.precision == "int8" and recipe.nodes_to_exclude:
         _require_calibration(request)
         selective = _selective_int8(request)
+    elif recipe.precision == "int8":
+        model = _full_int8(request, _calibrated(request))
+        if _has_output_concat(model) or _reads_integer_input(model) or _has_decomposition(model):
+            selective = _selective_int8(request, only_if_fragile=True)
     else:
         model = _run(_converter(request), recipe.precision)
-        if recipe.precision == "int8" and (_has_output_concat(model) or _reads_integer_input(model)
-                                           or _has_decomposition(model)):
-            selective = _selective_int8(request, only_if_fragile=True)
     if selective is not None:
         model, resolved, float_io, found = selective
         float_nodes = tuple(dict.fromkeys([*recipe.nodes_to_exclude, *(name for name, _ in found)]))
@@ -571,6 +633,8 @@ def convert(request: ConversionRequest, output: Path) -> BuiltArtifact:
     exporter = "TFLiteConverter.from_saved_model (keras.export.ExportArchive)"
     if float_nodes:
         exporter = "TFLiteConverter calibration + MLIR quantizer with denylisted nodes"
+    elif recipe.precision == "int8":
+        exporter += ", calibration + MLIR quantizer"
     return BuiltArtifact(path=output, float_nodes=float_nodes, notes=tuple(notes), exporter=exporter,
                          float_io=float_io)
 
@@ -596,15 +660,7 @@ def _debug_run(request: ConversionRequest) -> tuple[bytes, dict[str, float], dic
 
     from toolkit.conversion.sensitivity import DEBUG_SAMPLES, ChannelError
 
-    _require_calibration(request)
-    converter = tf.lite.TFLiteConverter.from_saved_model(str(fixed_saved_model(request)))
-    converter.optimizations = [tf.lite.Optimize.DEFAULT]
-    converter.representative_dataset = _representative(request)
-    if not request.recipe.per_channel:
-        converter._experimental_disable_per_channel = True
-    converter.experimental_mlir_quantizer = True  # what the debugger sets for its calibration
-    converter._experimental_calibrate_only = True
-    calibrated = _run(converter, "int8 calibration")
+    calibrated = _calibrated(request)
     source = _source(request)
     samples = list(request.calibration[:DEBUG_SAMPLES])
     holder: dict[str, Any] = {}
