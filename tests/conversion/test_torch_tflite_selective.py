@@ -100,10 +100,10 @@ def test_table_ranks_the_outlier_layer_first_and_only_its_group_repairs_tflite(
     """The PT2E table's worst layer is fc1 (its units are lost) with fc1 -> fc2 as its float group; the healthy
     conv layers score a few percent. Faithful: keeping the *second* row's group float (fc2 alone) leaves the
     TFLite artifact broken (the worst group repairing it is the pipeline test's)."""
-    from toolkit.conversion import pt2e, torch_tflite
+    from toolkit.conversion import layers, torch_tflite
 
     request = _request(outlier_source, outlier_net, tmp_path)
-    table = pt2e.layer_table(request)
+    table = layers.pt2e_table(request)
     print(json.dumps(table.to_dict(), indent=1))
     assert table.route == "tflite" and table.samples == 16
     worst, second = table.rows[0], table.rows[1]

@@ -104,7 +104,8 @@ def test_disk_state_is_one_unlinked_file_released_on_close(tmp_path: Path) -> No
 def test_cpu_offload_of_a_cpu_model_is_refused_by_name(tmp_path: Path) -> None:
     torch = pytest.importorskip("torch")
     from toolkit.errors import UsageError
-    from toolkit.optimization.offload import Offload, make_adam, parse_offload
+    from toolkit.optimization.offload import Offload, parse_offload
+    from toolkit.optimization.offloaded_adam import make_adam
 
     with pytest.raises(UsageError, match="trains on the CPU") as refused:
         make_adam([torch.nn.Parameter(torch.ones(2))], learning_rate=1e-3, offload=Offload.CPU, device="cpu")

@@ -36,6 +36,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from toolkit.conversion.base import BuiltArtifact, ConversionRequest
+from toolkit.conversion.sensitivity import Row
 from toolkit.errors import ConversionError, ToolkitError
 
 if TYPE_CHECKING:
@@ -126,8 +127,6 @@ def _matches(name: str, kept: set[str]) -> bool:
     return name in kept or any(extends(name, k) or extends(k, name) for k in kept if k)
 
 
-Row = tuple[str, str, float, float, "float | None", tuple[str, ...]]  # name, op, channel, range, sqnr, group
-
 
 def ranked(scores: Sequence[Row]) -> tuple[LayerError, ...]:
     """(name, op, channel_error, rmse_range, sqnr) rows, given in graph order, ordered worst first by channel
@@ -179,6 +178,14 @@ def tflite_table(request: ConversionRequest) -> LayerTable:
 
 
 # --------------------------------------------------------------------------------------------- ONNX
+
+
+def pt2e_table(request: ConversionRequest) -> LayerTable:
+    """The PyTorch -> TFLite route's table: PT2E's own measurement (``pt2e.layer_rows``, litert-torch)."""
+    from toolkit.conversion import pt2e
+
+    rows, samples = pt2e.layer_rows(request)
+    return LayerTable(route="tflite", method=pt2e.TABLE_METHOD, samples=samples, rows=ranked(rows))
 
 
 def onnx_table(request: ConversionRequest, int8: BuiltArtifact) -> LayerTable:
@@ -239,9 +246,7 @@ def table_for(run: ConvertRun, recipe: Recipe, built: BuiltArtifact) -> LayerTab
         return run.layer_tables[key]
     request = run.request(plain)
     if recipe.format == "tflite" and run.source.framework in ("torch_factory", "exported_program"):
-        from toolkit.conversion import pt2e
-
-        table = pt2e.layer_table(request)  # the PT2E route's own table (litert-torch)
+        table = pt2e_table(request)
     elif recipe.format == "tflite":
         if run.source.framework not in registry.TF_FRAMEWORKS:
             raise ConversionError(f"not available for {run.source.framework} sources (Keras/SavedModel/PyTorch only)")

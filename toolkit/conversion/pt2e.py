@@ -10,7 +10,7 @@ are removed, so no observer lands on that layer's weights, inputs or output. lit
 float island as float ops between ``DEQUANTIZE`` and ``QUANTIZE``. A name is an FX node name as the table
 shows it (``linear_1``) or a module's qualified name (``fc2``, ``layer1.0.conv1``: every node inside it).
 
-**Layer table** (``layer_table``): what TFLite's ``QuantizationDebugger`` does, in torch. The converted graph
+**Layer table** (``layer_rows``, ranked by ``layers.pt2e_table``): what TFLite's ``QuantizationDebugger`` does, in torch. The converted graph
 runs on a few calibration samples; for every quantized activation (a ``quantize`` whose input is not a
 weight) the nodes that produce it from the previous dequantized tensors (its *region*: ``conv2d`` + ``relu``,
 or one ``max_pool2d``) are run again with the *float* weights on the same dequantized inputs, and the result
@@ -32,16 +32,14 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
 from toolkit.conversion.base import ConversionRequest
+from toolkit.conversion.sensitivity import Row
 from toolkit.errors import ConversionError, UsageError
 from toolkit.sources.torch import TorchSource, first_line, import_torch
-
-if TYPE_CHECKING:
-    from toolkit.conversion.layers import LayerTable
 
 _PURPOSE = "Quantizing a PyTorch model with PT2E"
 
@@ -425,10 +423,13 @@ def _shadow(torch: Any, layer: _Layer, values: Mapping[Any, Any]) -> Any:
     return local[layer.output]
 
 
-def layer_table(request: ConversionRequest) -> LayerTable:
-    """The layer-wise error table of ``request``'s recipe quantized in full (PT2E, the TFLite route), on up to
-    ``DEBUG_SAMPLES`` calibration samples (fewer for big models: ``TABLE_ELEMENTS``)."""
-    from toolkit.conversion.layers import LayerTable, Row, ranked
+TABLE_METHOD = "PT2E: each quantized layer re-run with float weights on its dequantized inputs vs its int8 output"
+
+
+def layer_rows(request: ConversionRequest) -> tuple[list[Row], int]:
+    """The rows of the layer-wise error table of ``request``'s recipe quantized in full (PT2E, the TFLite route)
+    and the samples measured: up to ``DEBUG_SAMPLES`` calibration samples (fewer for big models:
+    ``TABLE_ELEMENTS``). ``layers.table_for`` ranks them into the bundle's table."""
     from toolkit.conversion.sensitivity import DEBUG_SAMPLES, ChannelError, float_group
 
     if not request.calibration:
@@ -472,11 +473,7 @@ def layer_table(request: ConversionRequest) -> LayerTable:
         rows.append((layer.name, layer.op_type, stats[layer.name].score(),
                      (rmse / span if span > 0 else 0.0) if seen else math.nan, None,
                      float_group(layer.name, consumers, passthrough)))
-    return LayerTable(
-        route="tflite",
-        method="PT2E: each quantized layer re-run with float weights on its dequantized inputs vs its int8 output",
-        samples=done, rows=ranked(rows),
-    )
+    return rows, done
 
 
 def _without_exclusions(request: ConversionRequest) -> ConversionRequest:

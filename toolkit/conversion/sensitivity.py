@@ -30,6 +30,8 @@ import numpy as np
 MAX_CULPRITS = 4  # layers shortlisted by the cheap measures, each tried alone and with its consumers
 SENSITIVITY_SAMPLES = 16  # calibration samples each candidate is run on
 DEBUG_SAMPLES = 16  # calibration samples of the per-layer debug run
+Row = tuple[str, str, float, float, "float | None", tuple[str, ...]]  # a layer table's row: name, op, channel error,
+# range error, sqnr, float group (ranked into layers.LayerError)
 SIGNAL_FLOOR = 1e-6  # a channel whose float RMS is below this fraction of the tensor's largest carries nothing
 
 Group = tuple[str, ...]

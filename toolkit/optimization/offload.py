@@ -28,7 +28,7 @@ from __future__ import annotations
 
 from enum import StrEnum
 from pathlib import Path
-from typing import Any, Protocol, runtime_checkable
+from typing import Protocol, runtime_checkable
 
 from toolkit.errors import UsageError
 
@@ -90,24 +90,3 @@ def state_directory() -> Path:
             "so it would save no memory.",
             hint="Set TMPDIR to a folder on a disk (for example TMPDIR=$HOME/.cache) and run again.")
     return directory
-
-
-def make_adam(params: list[Any], *, learning_rate: float, offload: Offload | None, device: str,
-              directory: Path | None = None) -> Any:
-    """The fine-tune loop's optimizer: plain ``torch.optim.Adam``, or ``OffloadedAdam``. ``Offload.CPU``
-    with a model that trains on the CPU is refused: its state is in host memory already."""
-    import torch
-
-    if offload is None:
-        return torch.optim.Adam(params, lr=learning_rate)
-    if offload is Offload.CPU and device == "cpu":
-        raise UsageError(
-            "--offload-optimizer cpu moves the optimizer state off an accelerator, but this model trains on the "
-            "CPU, where its state is in host memory already.",
-            hint="Use --offload-optimizer disk to keep the Adam state in a file instead of host memory (cpu "
-                 "pays on a CUDA GPU, where the loop trains with --mixed-precision fp16).")
-    from toolkit.optimization.offloaded_adam import OffloadedAdam
-
-    if offload is Offload.DISK and directory is None:
-        directory = state_directory()
-    return OffloadedAdam(params, offload=offload, lr=learning_rate, directory=directory)

@@ -1,17 +1,19 @@
-"""The offloaded Adam/AdamW itself (toolkit.optimization.offload says what and why); torch is imported at the top,
-so only the fine-tune loop imports this module, when it is asked to offload."""
+"""The offloaded Adam/AdamW itself and the fine-tune loop's optimizer choice (toolkit.optimization.offload says what
+and why); torch is imported at the top, so only the fine-tune loop imports this module."""
 
 from __future__ import annotations
 
 import os
 import tempfile
 from collections.abc import Callable, Iterable
+from typing import Any
 from pathlib import Path
 
 import torch
 from torch.optim.adam import adam
 
-from toolkit.optimization.offload import Offload
+from toolkit.errors import UsageError
+from toolkit.optimization.offload import Offload, state_directory
 
 
 class _DiskMoments:
@@ -141,3 +143,20 @@ class OffloadedAdam(torch.optim.Optimizer):
                 if not on_host:
                     param.copy_(master)  # back up to the accelerator
         return loss
+
+
+def make_adam(params: list[Any], *, learning_rate: float, offload: Offload | None, device: str,
+              directory: Path | None = None) -> Any:
+    """The fine-tune loop's optimizer: plain ``torch.optim.Adam``, or ``OffloadedAdam``. ``Offload.CPU``
+    with a model that trains on the CPU is refused: its state is in host memory already."""
+    if offload is None:
+        return torch.optim.Adam(params, lr=learning_rate)
+    if offload is Offload.CPU and device == "cpu":
+        raise UsageError(
+            "--offload-optimizer cpu moves the optimizer state off an accelerator, but this model trains on the "
+            "CPU, where its state is in host memory already.",
+            hint="Use --offload-optimizer disk to keep the Adam state in a file instead of host memory (cpu "
+                 "pays on a CUDA GPU, where the loop trains with --mixed-precision fp16).")
+    if offload is Offload.DISK and directory is None:
+        directory = state_directory()
+    return OffloadedAdam(params, offload=offload, lr=learning_rate, directory=directory)

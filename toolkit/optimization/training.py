@@ -24,7 +24,7 @@ from toolkit.errors import UsageError
 from toolkit.optimization import models
 from toolkit.optimization.data import LabelledData
 from toolkit.optimization.memory import KERAS_REMAT_MODE
-from toolkit.optimization.offload import Offload, OffloadedOptimizer, make_adam
+from toolkit.optimization.offload import Offload, OffloadedOptimizer
 
 PRECISIONS = ("fp32", "bf16", "fp16")
 AfterUpdate = Callable[[int], None]
@@ -241,6 +241,8 @@ def _fine_tune_torch(model: models.OptimizableModel, data: LabelledData, config:
     if model.kind != "exported_program":
         module.train()
     params = [p for p in module.parameters() if p.requires_grad]
+    from toolkit.optimization.offloaded_adam import make_adam
+
     optimizer = make_adam(params, learning_rate=config.learning_rate, offload=config.offload_optimizer,
                           device=device)
     scaler = loss_scaler(config.precision, device)
