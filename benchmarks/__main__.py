@@ -176,10 +176,11 @@ def summary(h: dict) -> str:
     for key, value in h.get("finetune_memory", {}).get("headline", {}).items():
         rows.append([key, str(value), ""])
     sel = h.get("selective", {})
-    if sel.get("resnet50_torch_tflite_s") is not None:
-        rows.append(["ResNet50 selective quantization, PyTorch -> TFLite, wall time (target < 180 s on 2 cores)",
-                     _fmt(sel.get("resnet50_torch_tflite_s"), " s"),
-                     f"{_fmt(sel.get('resnet50_torch_tflite_cpu_s'), ' s')} CPU; section selective"])
+    for key, route in (("resnet50_keras_tflite", "Keras"), ("resnet50_torch_tflite", "PyTorch")):
+        if sel.get(f"{key}_s") is not None:
+            rows.append([f"ResNet50 selective quantization, {route} -> TFLite, wall time (target < 180 s on 2 cores)",
+                         _fmt(sel.get(f"{key}_s"), " s"),
+                         f"{_fmt(sel.get(f'{key}_cpu_s'), ' s')} CPU; section selective"])
     if not rows:
         return "## Headline figures\n\nNo section has run yet."
     measured = [f"- {name}: {h[name].get('measured_on', 'an earlier run (before sections recorded their machine)')}"
