@@ -3,7 +3,7 @@ selective quantization runs: the plain INT8 artifact, the layer-wise table, the 
 the table picks (each verified), on the Keras -> TFLite route (keras.applications) and the PyTorch -> TFLite route (litert-torch PT2E; ResNet50
 from ``benchmarks/resnet.py``); random weights with BatchNorm statistics re-estimated: for time only.
 
-The profile asks for a cosine against float that no INT8 artifact of ResNet50 reaches (0.99999 for PyTorch, 1.0
+The profile asks for a cosine against float that no INT8 artifact of ResNet50 reaches (0.99999 for PyTorch, 0.9999999
 for Keras, whose softmax output's INT8 reaches 0.99999): every selective step runs (the worst case). Both the Keras
 route (where the issue's 303 s was measured) and the PyTorch route (litert-torch) are timed. Stage times come from the progress messages' timestamps, in one run.
 Target (issue 13): under 3 minutes on 2 cores; before the table it took 303 s (Keras ResNet50), when each
@@ -66,9 +66,14 @@ def convert_timed(source: str, root: Path, *, layout: str = "nchw", min_cosine: 
     profiles.mkdir(parents=True, exist_ok=True)
     (profiles / "selective-bench.toml").write_text(PROFILE.format(min_cosine=min_cosine))
     rng = np.random.default_rng(0)
-    shape = (3, 224, 224) if layout == "nchw" else (224, 224, 3)
-    np.savez(root / "calib.npz", x=rng.standard_normal((CALIB, *shape)).astype(np.float32))
-    np.savez(root / "eval.npz", x=rng.standard_normal((EVAL, *shape)).astype(np.float32))
+    def draw(count: int) -> np.ndarray:
+        if layout == "nchw":
+            return rng.standard_normal((count, 3, 224, 224))
+        # the distribution the Keras model's BatchNorm statistics came from (normal inputs saturate its softmax)
+        return rng.uniform(-1.0, 1.0, (count, 224, 224, 3))
+
+    np.savez(root / "calib.npz", x=draw(CALIB).astype(np.float32))
+    np.savez(root / "eval.npz", x=draw(EVAL).astype(np.float32))
     marks: list[tuple[str, float]] = []
     started, cpu = time.perf_counter(), time.process_time()
 
@@ -91,11 +96,11 @@ def run() -> tuple[str, dict[str, Any]]:
     if importlib.util.find_spec("litert_torch") is None:
         return "\n".join(parts + ["litert-torch is not installed: not measured (`pip install -e '.[all]'`)."]), {}
     figures: dict[str, Any] = {}
-    # Keras' INT8 ResNet50 reaches a cosine of 0.99999 (its softmax output): a cosine of 1.0, which no INT8
+    # Keras' INT8 ResNet50 reaches a cosine of 0.99999 (its softmax output): a cosine of 0.9999999, which no INT8
     # artifact reaches, makes every selective step run there too
     for route, key, source, layout, cosine in (
         ("Keras -> TFLite", "resnet50_keras_tflite", str(keras_resnet50(work_dir() / "selective-keras")), "nhwc",
-         1.0),
+         0.9999999),
         ("PyTorch -> TFLite", "resnet50_torch_tflite", f"{Path(__file__).with_name('resnet.py')}:resnet50", "nchw",
          0.99999),
     ):
