@@ -197,6 +197,9 @@ def _build_all(run: ConvertRun, plan: Plan) -> list[Candidate]:
             run.progress(f"dropped {recipe.label}: {'; '.join(result.problems)}")
             continue
         reason = "asked for" if item.explicit else "passed verification"
+        vacuous = result.record.verification.vacuous if result.record.verification else None
+        if vacuous:  # status unverified: nothing was proven, so it did not "pass"
+            reason = ("asked for; " if item.explicit else "") + f"shipped unverified: {vacuous}"
         if result.problems:
             reason = ("asked for; shipped but marked: " if item.explicit else "shipped, not preferred: ") + "; ".join(
                 result.problems

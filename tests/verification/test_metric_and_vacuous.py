@@ -62,6 +62,8 @@ def test_outputs_that_do_not_vary_are_not_verified(digits_eval: Path, tmp_path: 
     assert v["max_abs_error"] == 0.0 and v["cosine_similarity"] == pytest.approx(1.0)
     assert "same outputs for every eval input" in v["vacuous"]
     assert record["status"] == "unverified"
+    (attempt,) = json.loads((tmp_path / "bundle" / "manifest.json").read_text())["attempts"]
+    assert attempt["outcome"] == "kept" and attempt["reason"] == f"asked for; shipped unverified: {v['vacuous']}"
 
 
 def test_too_few_eval_samples_are_not_a_verdict(digits_keras: Path, tmp_path: Path) -> None:
