@@ -32,6 +32,7 @@ from toolkit import verify
 from toolkit.bundle import read_bundle, staging_dir
 from toolkit.conversion import cache
 from toolkit.conversion.candidate import (
+    FP32_OUT_OF_TOLERANCE_WORKAROUND,
     OUT_OF_TOLERANCE_WORKAROUND,
     Candidate,
     ConvertRun,
@@ -192,8 +193,8 @@ def _build_all(run: ConvertRun, plan: Plan) -> list[Candidate]:
                 continue
             result = mixed
         if result.failures and not item.explicit:
-            run.attempts.append(result.attempt("dropped", "; ".join(result.problems),
-                                               workaround=OUT_OF_TOLERANCE_WORKAROUND))
+            run.attempts.append(result.attempt("dropped", "; ".join(result.problems), workaround=(
+                FP32_OUT_OF_TOLERANCE_WORKAROUND if recipe.precision == "fp32" else OUT_OF_TOLERANCE_WORKAROUND)))
             run.progress(f"dropped {recipe.label}: {'; '.join(result.problems)}")
             continue
         reason = "asked for" if item.explicit else "passed verification"

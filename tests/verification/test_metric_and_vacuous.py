@@ -74,3 +74,21 @@ def test_too_few_eval_samples_are_not_a_verdict(digits_keras: Path, tmp_path: Pa
     record = _convert(digits_keras, tmp_path / "bundle", eval_data=tmp_path / "three.npz")
     assert "only 3 eval sample(s)" in record["verification"]["vacuous"]
     assert record["status"] == "unverified"
+
+
+def test_an_fp32_out_of_tolerance_gets_its_own_workaround(digits_keras: Path, digits_eval: Path,
+                                                          tmp_path: Path) -> None:
+    """A profile stricter than float rounding (cosine 1.0) drops even fp32: the error names an fp32 workaround,
+    not "the profile's next recipe ships instead" (nothing else can)."""
+    from toolkit.errors import ConversionError
+
+    profiles = tmp_path / "profiles"
+    profiles.mkdir()
+    (profiles / "strict.toml").write_text('extends = "generic-x86_64"\n[tolerance]\nmin_cosine = 1.0\n')
+    with pytest.raises(ConversionError) as caught:
+        api.convert(digits_keras, out=tmp_path / "bundle", target="strict", targets_dirs=[profiles],
+                    formats=["tflite"], eval_data=digits_eval, use_cache=False, progress=lambda message: None)
+    message = caught.value.message
+    assert "tflite fp32: cosine similarity" in message and "an fp32 artifact should match its source" in message
+    assert "next recipe ships instead" not in message.split("tflite fp32:")[1].split("\n")[0], message
+    assert not (tmp_path / "bundle").exists()

@@ -79,6 +79,10 @@ class Failure:
         return Attempt(self.recipe.to_dict(), outcome, self.reason, workaround=self.workaround)
 
 
+FP32_OUT_OF_TOLERANCE_WORKAROUND = (
+    "an fp32 artifact should match its source: check the eval data and --input-shape, try the other --format, or "
+    "loosen the profile's [tolerance] if it is stricter than float rounding allows"
+)
 OUT_OF_TOLERANCE_WORKAROUND = (
     "the profile's next recipe ships instead; to ship this one anyway (marked out_of_tolerance) ask for it with "
     "--precision/--format, or loosen the profile's [tolerance] in a --targets-dir profile"
