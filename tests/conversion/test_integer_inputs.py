@@ -51,6 +51,16 @@ def test_pytorch_embedding_int8_to_tflite_and_onnx(token_net: TokenModel, tmp_pa
         assert inspect_model(result.bundle_dir / record.file).quantized_ops > 0
     assert [s.dtype for s in onnx.inputs] == ["int64"]
     assert [s.dtype for s in tflite.inputs] == ["int32"]
+    # the first op after the integer input (the embedding lookup) stays float: its rows come out exact
+    from ai_edge_litert.interpreter import Interpreter
+
+    interpreter = Interpreter(model_path=str(result.bundle_dir / tflite.file))
+    details = {t["index"]: t for t in interpreter.get_tensor_details()}
+    lookups = [op for op in interpreter._get_ops_details() if op["op_name"] in ("GATHER", "EMBEDDING_LOOKUP")]
+    assert lookups, [op["op_name"] for op in interpreter._get_ops_details()]
+    for op in lookups:  # EMBEDDING_LOOKUP(ids, table), GATHER(table, ids)
+        table = details[op["inputs"][1 if op["op_name"] == "EMBEDDING_LOOKUP" else 0]]
+        assert table["dtype"] == np.float32, (op["op_name"], table["name"], table["dtype"])
     assert "input 'tokens' is int32 in the artifact (int64 in the source)" in tflite.notes
     golden = load_npz(result.bundle_dir / GOLDEN_INPUTS)
     assert all(v.dtype == np.int64 for v in golden.values())
