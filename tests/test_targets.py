@@ -125,8 +125,25 @@ def test_cpu_profiles_never_prefer_fp16_or_dynamic_onnx(shipped: dict[str, Targe
         for recipe in profile.recipes:
             assert recipe.precision != "fp16", (profile.name, recipe.label)
             assert not (recipe.format == "onnx" and recipe.precision == "dynamic"), profile.name
-            if recipe.format == "onnx" and recipe.precision == "int8":
+            if recipe.format == "onnx" and recipe.precision == "int8" and not recipe.a16w8:
                 assert (recipe.activation_type, recipe.weight_type, recipe.quant_format) == ("uint8", "int8", "qdq")
+
+
+def test_a16w8_comes_after_8bit_int8_on_cpu_profiles_only(shipped: dict[str, TargetProfile]) -> None:
+    """A16W8 (16-bit activations) is an accuracy fallback listed after an 8-bit INT8 recipe of its format, on the
+    CPU profiles that list INT8 ONNX; accelerator profiles (Edge TPU, TensorRT) cannot run int16 and do not
+    list it, nor does any profile list a TFLite A16W8 (reference kernels, no XNNPACK)."""
+    with_a16w8 = set()
+    for profile in shipped.values():
+        recipes = list(profile.recipes)
+        for i, recipe in enumerate(recipes):
+            if not recipe.a16w8:
+                continue
+            with_a16w8.add(profile.name)
+            assert recipe.format == "onnx" and not profile.accelerators, profile.name
+            assert any(r.format == recipe.format and r.precision == "int8" and not r.a16w8 for r in recipes[:i])
+            assert recipe.label == "onnx int8 (A16W8 qdq minmax)"
+    assert {"generic-x86_64", "generic-aarch64", "raspberry-pi-3b", "raspberry-pi-4", "raspberry-pi-5"} == with_a16w8
 
 
 def test_x86_prefers_onnx_static_u8s8(shipped: dict[str, TargetProfile]) -> None:
@@ -416,7 +433,9 @@ def test_host_profile_is_a_shipped_profile_of_this_arch(shipped: dict[str, Targe
     [
         ('quant_format = "qop"', "quant_format", "unknown quant_format 'qop'"),
         ('calibration_method = "mse"', "calibration_method", "unknown calibration_method 'mse'"),
-        ('activation_type = "int16"', "activation_type", "unknown activation_type 'int16'"),
+        ('activation_type = "int4"', "activation_type", "unknown activation_type 'int4'"),
+        ('weight_type = "int16"', "weight_type", "weight_type 'int16' is not offered"),
+        ('activation_type = "int16"\nquant_format = "qoperator"', "quant_format", "only as QDQ"),
         ("threads = 0", "threads", "threads must be at least 1"),
     ],
 )

@@ -166,7 +166,7 @@ def _build_all(run: ConvertRun, plan: Plan) -> list[Candidate]:
     quantized: set[str] = set()  # formats with a kept INT8 artifact (the dynamic fallback is for failed ones)
     for item in plan.recipes:
         recipe = item.recipe
-        if item.when is When.DYNAMIC_FALLBACK and recipe.format in quantized | done:
+        if item.when in (When.DYNAMIC_FALLBACK, When.A16W8_FALLBACK) and recipe.format in quantized | done:
             continue
         if not item.explicit and recipe.precision != "fp32" and recipe.format in done:
             run.attempts.append(Attempt(recipe.to_dict(), "dropped", f"skipped: an earlier {recipe.format} recipe was kept"))
@@ -183,7 +183,7 @@ def _build_all(run: ConvertRun, plan: Plan) -> list[Candidate]:
             run.attempts.append(result.attempt())
             run.progress(f"{recipe.label} failed: {result.reason}")
             continue
-        if result.failures and recipe.precision == "int8" and not item.explicit:
+        if result.failures and recipe.precision == "int8" and not recipe.a16w8 and not item.explicit:
             run.progress(f"{recipe.label} out of tolerance ({'; '.join(result.failures)}): "
                          "trying selective quantization")
             run.attempts.append(result.attempt("dropped", "; ".join(result.problems),

@@ -6,7 +6,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from toolkit.inspection import ModelInfo
-from toolkit.types import Manifest, TensorSpec
+from toolkit.types import Manifest, TensorSpec, is_a16w8
 
 
 def table(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
@@ -49,7 +49,7 @@ def convert_table(manifest: Manifest, *, bundle_dir: Path, cached: bool = False)
         elif v is not None and v.top1_agreement is not None:
             accuracy = f"agree {v.top1_agreement:.3f}"
         rows.append([
-            a.file,
+            a.file + (" (A16W8)" if is_a16w8(a.recipe) else ""),
             size,
             _num(v.max_abs_error if v else None, "{:.2e}"),
             _num(v.cosine_similarity if v else None),
@@ -70,7 +70,7 @@ def convert_table(manifest: Manifest, *, bundle_dir: Path, cached: bool = False)
         parts += ["", "not shipped:"]
         for attempt in dropped:
             recipe = attempt.recipe
-            label = f"{recipe.get('format')} {recipe.get('precision')}"
+            label = f"{recipe.get('format')} {recipe.get('precision')}" + (" A16W8" if is_a16w8(recipe) else "")
             if recipe.get("nodes_to_exclude"):
                 label += f" ({len(recipe['nodes_to_exclude'])} layers float)"
             parts.append(f"  {label}: {attempt.reason}")

@@ -86,10 +86,12 @@ class IoDtype(_Word):
 
 
 class QuantType(_Word):
-    """ONNX static int8: the type of activations and weights."""
+    """Static INT8: the type of activations and weights. ``int16`` is an activation type only: the A16W8
+    recipe (16-bit activations, 8-bit weights) for models whose activations 8 bits cannot hold."""
 
     INT8 = "int8"
     UINT8 = "uint8"
+    INT16 = "int16"
 
 
 class CalibrationMethod(_Word):
@@ -246,16 +248,46 @@ class Recipe:
                 f"io_dtype {self.io_dtype!r} needs a full-integer TFLite recipe (got {self.format} {self.precision}).",
                 hint="Only TFLite int8 artifacts take integer input/output; leave io_dtype at float32.",
             )
+        if self.activation_type == QuantType.INT16 or self.weight_type == QuantType.INT16:
+            self._check_a16w8()
         if self.threads is not None and self.threads < 1:
             raise RecipeError("threads", f"threads must be at least 1 (got {self.threads}).")
 
+    def _check_a16w8(self) -> None:
+        """int16 is the activation type of the A16W8 recipe only: an int8 recipe with int8 weights, QDQ in ONNX
+        (ONNX Runtime's only 16-bit format), float I/O in TFLite (the 16x8 converter's inputs stay float)."""
+        hint = ('For A16W8 write precision = "int8", activation_type = "int16", weight_type = "int8" '
+                '(quant_format = "qdq" in ONNX, io_dtype = "float32" in TFLite).')
+        if self.weight_type == QuantType.INT16:
+            raise RecipeError("weight_type", "weight_type 'int16' is not offered: 16 bits are for activations "
+                              "(A16W8).", hint=hint)
+        if self.precision != Precision.INT8:
+            raise RecipeError("activation_type", f"activation_type 'int16' needs precision int8 (got "
+                              f"{self.precision}).", hint=hint)
+        if self.weight_type != QuantType.INT8:
+            raise RecipeError("weight_type", f"A16W8 takes int8 weights (got {self.weight_type}).", hint=hint)
+        if self.format == Format.ONNX and self.quant_format != QuantFormat.QDQ:
+            raise RecipeError("quant_format", "16-bit activations exist in ONNX Runtime only as QDQ (got "
+                              f"{self.quant_format}).", hint=hint)
+        if self.format == Format.TFLITE and self.io_dtype != IoDtype.FLOAT32:
+            raise RecipeError("io_dtype", f"A16W8 TFLite takes float32 input/output (got {self.io_dtype}).",
+                              hint=hint)
+
+    @property
+    def a16w8(self) -> bool:
+        """16-bit activations, 8-bit weights: the accuracy fallback after plain INT8 (never preferred to it)."""
+        return self.precision == Precision.INT8 and self.activation_type == QuantType.INT16
+
     @property
     def label(self) -> str:
-        """A short human name: ``tflite int8 (int8 io)``, ``onnx int8 (U8S8 qdq minmax)``."""
+        """A short human name: ``tflite int8 (int8 io)``, ``onnx int8 (U8S8 qdq minmax)``, ``onnx int8 (A16W8 qdq
+        minmax)``, ``tflite int8 (A16W8, float32 io)``."""
         if self.precision != "int8":
             return f"{self.format} {self.precision}"
         if self.format == "tflite":
-            return f"tflite int8 ({self.io_dtype} io)"
+            return f"tflite int8 ({'A16W8, ' if self.a16w8 else ''}{self.io_dtype} io)"
+        if self.a16w8:
+            return f"onnx int8 (A16W8 {self.quant_format} {self.calibration_method})"
         act = "U" if self.activation_type == "uint8" else "S"
         wt = "U" if self.weight_type == "uint8" else "S"
         return f"onnx int8 ({act}8{wt}8 {self.quant_format} {self.calibration_method})"
@@ -276,6 +308,11 @@ class Recipe:
             "execution_providers": list(self.execution_providers),
             "layout": self.layout,
         }
+
+
+def is_a16w8(recipe: Mapping[str, Any]) -> bool:
+    """A written recipe (a manifest's ``recipe`` object) is the A16W8 recipe: 16-bit activations, 8-bit weights."""
+    return recipe.get("precision") == Precision.INT8 and recipe.get("activation_type") == QuantType.INT16
 
 
 _RECIPE_WORDS: Mapping[str, type[_Word]] = {

@@ -100,19 +100,26 @@ def test_blazeface_without_faces_is_not_verified(blazeface: dict[str, Any]) -> N
 
 @pytest.fixture(scope="module")
 def blazeface_photos(mediapipe_models: dict[str, Path], tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
-    """BlazeFace taken as it is (TFLite) and through tf2onnx's TFLite frontend to ONNX fp32 and INT8, calibrated
-    on 64 crops of the portrait and verified on 24 others with the labelled face as ``y``."""
+    """BlazeFace taken as it is (TFLite) and through tf2onnx's TFLite frontend to ONNX along the generic-x86_64
+    profile (fp32, INT8 U8S8 and its selective retries, then A16W8), calibrated on 64 crops of the portrait and
+    verified on 24 others with the labelled face as ``y``."""
     work = tmp_path_factory.mktemp("blazeface-photos")
     images, labels = face_photos(24, seed=1)
     np.savez(work / "eval.npz", input=images, y=labels)
     np.savez(work / "calib.npz", input=face_photos(64, seed=2)[0])
     out = work / "bundle"
     api.convert(mediapipe_models["face_detection"], calibration=work / "calib.npz", eval_data=work / "eval.npz",
-                precisions=["fp32", "int8"], formats=["tflite", "onnx"], out=out, use_cache=False,
+                target="generic-x86_64", formats=["tflite", "onnx"], out=out, use_cache=False,
                 progress=lambda message: None)
     manifest = json.loads((out / "manifest.json").read_text())
-    return {"work": work, "images": images, "labels": labels, "manifest": manifest,
+    return {"work": work, "images": images, "labels": labels, "manifest": manifest, "out": out,
             "by_file": {a["file"]: a for a in manifest["artifacts"]}}
+
+
+def _onnx_int8_attempts(bundle: dict[str, Any], activation_type: str) -> list[dict[str, Any]]:
+    return [a for a in bundle["manifest"]["attempts"]
+            if a["recipe"]["format"] == "onnx" and a["recipe"]["precision"] == "int8"
+            and a["recipe"]["activation_type"] == activation_type]
 
 
 def test_blazeface_finds_the_labelled_face_in_every_photo(mediapipe_models: dict[str, Path],
@@ -155,7 +162,8 @@ def test_blazeface_onnx_from_tflite_fp32_matches_and_int8_is_refused_on_labels(
         blazeface_photos: dict[str, Any]) -> None:
     """ONNX from the .tflite file: fp32 finds what the float model finds; plain static INT8 (the toolkit's
     U8S8 QDQ, per-channel, MinMax) shifts BlazeFace's face logits below 0 and loses the faces. Both the
-    recall vs float and the label gate (drop vs the float model's own score) refuse it."""
+    recall vs float and the label gate (drop vs the float model's own score) refuse it, and so they do its
+    selective retries."""
     fp32 = blazeface_photos["by_file"]["model.fp32.onnx"]
     assert any("from_tflite" in note for note in fp32["notes"])  # the route is recorded
     m = fp32["verification"]["task_metrics"]
@@ -163,16 +171,68 @@ def test_blazeface_onnx_from_tflite_fp32_matches_and_int8_is_refused_on_labels(
     assert m["recall"] == 1.0 and m["precision"] == 1.0
     assert m["label_recall"] == m["reference_label_recall"] == 1.0
     assert fp32["status"] in ("ok", "slower")
-    int8 = blazeface_photos["by_file"]["model.int8.onnx"]
-    assert any("from_tflite" in note for note in int8["notes"])
-    v = int8["verification"]
-    m = v["task_metrics"]
-    # measured 2026-12-01: recall vs float 0.00 (0 of 426 float anchor detections), label recall 0.00 vs 1.00
-    assert m["recall"] < 0.5, m
-    assert m["label_recall"] <= m["reference_label_recall"] - 0.5, m
-    assert int8["status"] == "out_of_tolerance"
-    reasons = " ".join(a["reason"] for a in blazeface_photos["manifest"]["attempts"] if a.get("file") == int8["file"])
-    assert "detection recall vs the labels" in reasons and "detection recall vs float" in reasons, reasons
+    int8 = _onnx_int8_attempts(blazeface_photos, "uint8")
+    assert len(int8) >= 2 and all(a["outcome"] == "dropped" for a in int8)  # full INT8, then selective retries
+    assert any(a["recipe"]["nodes_to_exclude"] for a in int8)
+    for attempt in int8:
+        m = attempt["metrics"]["verification"]["task_metrics"]
+        # measured 2026-12-01: recall vs float 0.00 (0 of 426 float anchor detections), label recall 0.00 vs
+        # 1.00, with 0, 3 and 10 layers in float alike
+        assert m["recall"] < 0.5, m
+        assert m["label_recall"] <= m["reference_label_recall"] - 0.5, m
+        assert "detection recall vs the labels" in attempt["reason"] and "detection recall vs float" in attempt["reason"]
+
+
+def test_blazeface_a16w8_onnx_keeps_the_faces_int8_lost(blazeface_photos: dict[str, Any]) -> None:
+    """Where every 8-bit INT8 try lost the faces, the profile's A16W8 recipe (16-bit activations, 8-bit
+    weights, int16 Q/DQ as ONNX Runtime contrib ops below opset 21) is built next and ships: it finds the
+    float model's faces and the labelled ones, at half the fp32 file size. Honestly marked: slower than fp32
+    on this CPU, or ok, never the cause of a refusal."""
+    import onnx
+
+    attempts = blazeface_photos["manifest"]["attempts"]
+    onnx_order = [(a["recipe"]["precision"], a["recipe"]["activation_type"], a["outcome"]) for a in attempts
+                  if a["recipe"]["format"] == "onnx" and a["recipe"]["precision"] == "int8"]
+    assert onnx_order[-1] == ("int8", "int16", "kept"), onnx_order  # tried after every U8S8 try was dropped
+    assert all(outcome == "dropped" for _, act, outcome in onnx_order[:-1] if act == "uint8")
+    record = blazeface_photos["by_file"]["model.int8.onnx"]
+    assert record["recipe"]["activation_type"] == "int16" and record["recipe"]["weight_type"] == "int8"
+    assert record["status"] in ("ok", "slower")
+    m = record["verification"]["task_metrics"]
+    # measured 2026-12-01: recall vs float 0.932 (397 of 426 anchor detections), label recall 1.00 (24 of 24)
+    assert m["recall"] >= 0.9, m
+    assert m["label_recall"] >= 0.9 and m["reference_label_recall"] == 1.0, m
+    assert record["bytes"] <= 0.6 * blazeface_photos["by_file"]["model.fp32.onnx"]["bytes"]
+    assert any("com.microsoft" in note for note in record["notes"])
+    model = onnx.load(str(blazeface_photos["out"] / "model.int8.onnx"))
+    qdq = [n for n in model.graph.node if n.op_type in ("QuantizeLinear", "DequantizeLinear")]
+    assert qdq and all(n.domain == "com.microsoft" for n in qdq)
+    opset = next(o.version for o in model.opset_import if o.domain in ("", "ai.onnx"))
+    assert opset <= 20  # what generic-x86_64's runtime loads (max_onnx_opset)
+    zero_points = {i.name: i for i in model.graph.initializer}
+    activation_types = {zero_points[n.input[2]].data_type for n in qdq
+                        if n.op_type == "QuantizeLinear" and len(n.input) > 2 and n.input[2] in zero_points}
+    assert activation_types == {onnx.TensorProto.INT16}
+    from toolkit.report import convert_table
+    from toolkit.schemas.manifest import read_manifest
+
+    text = convert_table(read_manifest(blazeface_photos["manifest"]), bundle_dir=blazeface_photos["out"])
+    assert "model.int8.onnx (A16W8)" in text and "onnx int8 (3 layers float)" in text, text
+
+
+def test_the_device_runner_runs_the_a16w8_onnx_artifact(blazeface_photos: dict[str, Any]) -> None:
+    """The single-file runner (unchanged) loads the contrib int16 Q/DQ artifact in ONNX Runtime and matches
+    its golden outputs, in a process of its own."""
+    import subprocess
+    import sys
+
+    out = blazeface_photos["out"]
+    proc = subprocess.run([sys.executable, str(out / "edgetk_runner.py"), "check", "--bundle", str(out), "--runs", "3"],
+                          capture_output=True, text=True, timeout=300, check=False)
+    assert proc.returncode == 0, (proc.stdout[-2000:], proc.stderr[-2000:])
+    report = {r["artifact"]: r for r in json.loads(proc.stdout)["reports"]}["model.int8.onnx"]
+    assert report["error"] is None and report["runtime"]["name"] == "onnxruntime", report
+    assert report["outputs_match"]["ok"] is True, report["outputs_match"]
 
 
 def test_selfie_segmentation_onnx_names_the_custom_op(mediapipe_models: dict[str, Path], tmp_path: Path) -> None:

@@ -46,6 +46,8 @@ if TYPE_CHECKING:
 QDQ_MIN_OPSET = 13  # per-axis QuantizeLinear/DequantizeLinear
 TARGET_OPSET = 17  # what prepare upgrades old models to (well supported by onnxruntime >= 1.11)
 FP16_MAX = 65504.0
+INT16_QDQ_OPSET = 21  # ai.onnx QuantizeLinear/DequantizeLinear take int16 from opset 21 (onnx/onnx#5737)
+CONTRIB_INT16_QDQ_ORT = "1.16"  # com.microsoft Q/DQ with int16 (microsoft/onnxruntime#17015, ORT 1.16)
 _MAX_DEBUG_SAMPLES = 4
 
 
@@ -452,6 +454,8 @@ def derive(request: ConversionRequest, base: BuiltArtifact, output: Path) -> Bui
         check_runs(tmp, request, f"{recipe.precision} ONNX")
         if recipe.precision in ("dynamic", "int8"):
             _require_quantized(tmp, recipe.precision)
+        if recipe.a16w8:  # the one recipe ORT's quantizer would move to a newer opset
+            _require_opset(tmp, request)
     return BuiltArtifact(
         path=output,
         float_nodes=tuple(float_nodes),
@@ -775,9 +779,16 @@ def _int8(request: ConversionRequest, base: BuiltArtifact, tmp: Path) -> _Result
         "entropy": CalibrationMethod.Entropy,
         "percentile": CalibrationMethod.Percentile,
     }[recipe.calibration_method]
-    qtype = {"int8": QuantType.QInt8, "uint8": QuantType.QUInt8}
+    qtype = {"int8": QuantType.QInt8, "uint8": QuantType.QUInt8, "int16": QuantType.QInt16}
+    contrib = recipe.a16w8 and opset < INT16_QDQ_OPSET
+    if contrib:
+        notes.append(
+            f"A16W8: int16 QuantizeLinear/DequantizeLinear in the com.microsoft domain (ONNX Runtime's contrib "
+            f"ops, ORT >= {CONTRIB_INT16_QDQ_ORT}) at the model's opset {opset}; ai.onnx takes int16 Q/DQ only "
+            f"from opset {INT16_QDQ_OPSET}" + (f", above the target's {request.max_opset}" if request.max_opset
+                                                 and request.max_opset < INT16_QDQ_OPSET else ""))
     try:
-        with _quiet():
+        with _quiet(), _opset_kept(contrib):
             quantize_static(
                 str(source.resolve()),
                 str(tmp.resolve()),
@@ -789,6 +800,7 @@ def _int8(request: ConversionRequest, base: BuiltArtifact, tmp: Path) -> _Result
                 calibrate_method=method,
                 nodes_to_exclude=exclude,
                 calibration_cache_path=calibration_cache(request, source, recipe.calibration_method),
+                extra_options={"UseQDQContribOps": True} if contrib else None,
             )
     except UsageError:
         raise
@@ -798,6 +810,45 @@ def _int8(request: ConversionRequest, base: BuiltArtifact, tmp: Path) -> _Result
             f"Static int8 quantization ({recipe.label}) failed: {line}", hint=_hint_for(line)
         ) from exc
     return exclude, notes
+
+
+@contextlib.contextmanager
+def _opset_kept(keep: bool) -> Iterator[None]:
+    """While ``keep``: ``quantize_static`` leaves the model's opset as it is for 16-bit types.
+
+    onnxruntime >= 1.20 raises a model below opset 21 to 21 before quantizing it to 16 bits (its
+    ``update_opset_version``), which the profiles' runtimes cannot load (Pi 4: opset <= 19, ORT 1.16). With the
+    opset kept, ORT's own QDQ quantizer takes its pre-21 path: the int16 Q/DQ nodes go to the com.microsoft
+    domain (``UseQDQContribOps``), which ORT runs since 1.16. The artifact's opset is checked after the build
+    (``_require_opset``)."""
+    import importlib
+
+    # the module, not the package's ``quantize`` function of the same name
+    ort_quantize = importlib.import_module("onnxruntime.quantization.quantize")
+    original = getattr(ort_quantize, "update_opset_version", None)
+    if not keep or original is None:
+        yield
+        return
+
+    def unchanged(model: Any, *args: Any, **kwargs: Any) -> Any:
+        return model
+
+    setattr(ort_quantize, "update_opset_version", unchanged)  # noqa: B010 (mypy: untyped module)
+    try:
+        yield
+    finally:
+        setattr(ort_quantize, "update_opset_version", original)  # noqa: B010
+
+
+def _require_opset(path: Path, request: ConversionRequest) -> None:
+    """The artifact loads on the target: its ai.onnx opset is at most ``request.max_opset``."""
+    opset = opset_of(_onnx().load(str(path), load_external_data=False))
+    if request.max_opset is not None and opset > request.max_opset:
+        raise ConversionError(
+            f"The {request.recipe.label} artifact is opset {opset}; the target loads at most opset "
+            f"{request.max_opset}.",
+            hint="Pick a target whose ONNX Runtime loads a newer opset, or another --precision.",
+        )
 
 
 def _require_quantized(path: Path, precision: str) -> None:

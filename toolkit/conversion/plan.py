@@ -12,6 +12,11 @@ it will not build and why (``Plan.skipped``), before any slow work starts:
   of that format failed or lost accuracy *and* the model is dominated by MatMul/Gemm/LSTM/GRU (transformers,
   recurrent models), where weight-only quantization is the right tool; on a Conv network it is skipped with
   that reason (ONNX Runtime runs ConvInteger up to 6x slower than fp32 on x86, findings.md 2).
+* A profile's A16W8 recipes (``activation_type = "int16"``: 16-bit activations, 8-bit weights) are conditional
+  too (``when=A16W8_FALLBACK``): built only when no 8-bit INT8 artifact of the format was kept (static INT8
+  and its selective retries lost accuracy or failed), after the dynamic fallback. They buy accuracy and 4x
+  smaller weights, not speed (on CPUs they run slower than fp32, docs/targets.md), so they are never
+  preferred to a passing 8-bit INT8 artifact, and ``--precision int8`` builds the profile's 8-bit recipe.
 """
 
 from __future__ import annotations
@@ -85,6 +90,7 @@ class When(StrEnum):
 
     ALWAYS = "always"
     DYNAMIC_FALLBACK = "dynamic_fallback"  # static INT8 of the format lost, and MatMul/Gemm/RNN dominate
+    A16W8_FALLBACK = "a16w8_fallback"  # no 8-bit INT8 artifact of the format was kept
 
 
 @dataclass(frozen=True)
@@ -141,7 +147,7 @@ def _io_default(fmt: str, precision: str) -> str:
 
 def _plain_recipe(fmt: str, precision: str, options: ConvertOptions, profile_recipes: Sequence[Recipe]) -> Recipe:
     """The profile's recipe for (format, precision) if it has one, else the toolkit's defaults."""
-    base = next((r for r in profile_recipes if r.format == fmt and r.precision == precision), None)
+    base = next((r for r in profile_recipes if r.format == fmt and r.precision == precision and not r.a16w8), None)
     if base is None:
         base = Recipe(format=fmt, precision=precision, io_dtype=_io_default(fmt, precision))
     return _apply_overrides(base, options)
@@ -149,7 +155,7 @@ def _plain_recipe(fmt: str, precision: str, options: ConvertOptions, profile_rec
 
 def _apply_overrides(recipe: Recipe, options: ConvertOptions) -> Recipe:
     changes: dict[str, Any] = {}
-    if options.io_dtype and recipe.format == "tflite" and recipe.precision == "int8":
+    if options.io_dtype and recipe.format == "tflite" and recipe.precision == "int8" and not recipe.a16w8:
         changes["io_dtype"] = options.io_dtype
     if options.calibration_method and recipe.precision == "int8":
         changes["calibration_method"] = options.calibration_method
@@ -199,7 +205,7 @@ def plan_recipes(options: ConvertOptions, policy: Policy, framework: str, *, has
             if recipe.precision == "int8" and not has_calibration:
                 skipped.append(_skip(recipe, "INT8 needs --calibration data"))
                 continue
-            planned.append(PlannedRecipe(recipe, False))
+            planned.append(PlannedRecipe(recipe, False, When.A16W8_FALLBACK if recipe.a16w8 else When.ALWAYS))
         planned = _with_dynamic_fallback(planned, framework, options)
         planned.extend(_fallback_recipes(planned, policy, options, has_calibration, skipped))
         for fmt in formats or tuple(dict.fromkeys(p.recipe.format for p in planned)) or default_formats(framework):
@@ -247,17 +253,18 @@ def _as_is_plan(planned: Sequence[PlannedRecipe], skipped: list[Attempt], has_ca
 def _with_dynamic_fallback(
     planned: Sequence[PlannedRecipe], framework: str, options: ConvertOptions
 ) -> list[PlannedRecipe]:
-    """A conditional dynamic INT8 recipe after the static INT8 recipes of each format that has them."""
+    """A conditional dynamic INT8 recipe after the static 8-bit INT8 recipes of each format that has them
+    (before its A16W8 recipes: where dynamic INT8 fits, MatMul-heavy models, it is the faster fallback)."""
     from toolkit.conversion.registry import supports_precision
 
     out = list(planned)
     for fmt in dict.fromkeys(p.recipe.format for p in planned):
         same = [i for i, p in enumerate(out) if p.recipe.format == fmt]
-        if not any(out[i].recipe.precision == "int8" for i in same):
+        if not any(out[i].recipe.precision == "int8" and not out[i].recipe.a16w8 for i in same):
             continue
         if any(out[i].recipe.precision == "dynamic" for i in same) or not supports_precision(framework, fmt, "dynamic"):
             continue
-        last_int8 = max(i for i in same if out[i].recipe.precision == "int8")
+        last_int8 = max(i for i in same if out[i].recipe.precision == "int8" and not out[i].recipe.a16w8)
         providers = out[last_int8].recipe.execution_providers
         recipe = dataclasses.replace(_plain_recipe(fmt, "dynamic", options, ()), execution_providers=providers)
         out.insert(last_int8 + 1, PlannedRecipe(recipe, False, When.DYNAMIC_FALLBACK))

@@ -127,8 +127,20 @@ def take_as_is(request: ConversionRequest, output: Path) -> BuiltArtifact:
     return BuiltArtifact(path=output, notes=("taken as it is (no conversion)",))
 
 
+# routes that build 8-bit activations only: an A16W8 recipe (16-bit activations) is refused, naming the route that can
+A16W8_REFUSED: Mapping[tuple[str, str], Refusal] = {
+    **{(fw, "tflite"): Refusal(
+        "PyTorch -> TFLite (litert-torch, PT2E) quantizes activations to 8 bits only: it cannot build A16W8.",
+        "Use --format onnx for A16W8 (16-bit activation QDQ through ONNX Runtime), or convert a Keras/SavedModel "
+        "model for an A16W8 TFLite artifact.") for fw in ("exported_program", "torch_factory")},
+}
+
+
 def build(request: ConversionRequest, output: Path) -> BuiltArtifact:
     """Build ``request.recipe``'s artifact at ``output`` through its route."""
     key = (request.source.framework, request.recipe.format)
     check_supported(*key)
+    refusal = A16W8_REFUSED.get(key) if request.recipe.a16w8 else None
+    if refusal is not None:
+        raise UsageError(refusal.message, hint=refusal.hint)
     return resolve(ROUTES[key])(request, output)

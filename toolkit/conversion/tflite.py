@@ -6,7 +6,11 @@ Route (findings.md): the source is exported once to a SavedModel with the reques
 every artifact therefore passes a sanity run (``sanity_check``) on one calibration sample before it is
 written, and a non-finite output stops the conversion with a :class:`ConversionError`.
 
-Full int8 takes ``request.recipe.io_dtype`` (int8 by default, uint8, or float32 I/O). Selective
+Full int8 takes ``request.recipe.io_dtype`` (int8 by default, uint8, or float32 I/O). A16W8 (``activation_type
+= "int16"``: 16-bit activations, 8-bit weights) is the converter's own
+``EXPERIMENTAL_TFLITE_BUILTINS_ACTIVATIONS_INT16_WEIGHTS_INT8`` build with float I/O (``_a16w8``): TF's
+converter quantizes 16x8 with its calibrate-and-quantize path, not the MLIR quantizer the cached calibration
+feeds, so it calibrates once more for itself. Selective
 quantization (``recipe.nodes_to_exclude``) goes through the MLIR quantizer the TFLite quantization debugger
 uses: the model is calibrated once, then quantized with those nodes (op output tensor names, Keras layer
 names, or builtin op names such as ``FULLY_CONNECTED``) denylisted, so they stay float.
@@ -42,7 +46,7 @@ import numpy as np
 
 from toolkit.conversion.base import BuiltArtifact, ConversionRequest, as_input_dtype
 from toolkit.errors import ConversionError, UsageError
-from toolkit.types import FloatIO, FloatIOReason
+from toolkit.types import FloatIO, FloatIOReason, TensorRole
 
 _IO_TYPES = {"int8": "int8", "uint8": "uint8", "float32": "float32"}
 INT8_LEVELS = 255.0  # an int8 tensor's range in quantization steps
@@ -200,6 +204,16 @@ def _full_int8(request: ConversionRequest, calibrated: bytes) -> bytes:
             hint="The model may use ops TFLite cannot express in int8; try another precision, or keep the "
             "failing layers in float with nodes_to_exclude.",
         ) from None
+
+
+def _a16w8(request: ConversionRequest) -> bytes:
+    """16-bit activations, 8-bit weights, float I/O: the converter's 16x8 ops set (reference kernels in LiteRT,
+    no XNNPACK: accuracy and 4x smaller weights, not speed). No builtin falls back to float (no
+    ``TFLITE_BUILTINS`` beside it): an op without a 16x8 kernel fails the build and says so."""
+    tf = _tf()
+    converter = _converter(request)
+    converter.target_spec.supported_ops = [tf.lite.OpsSet.EXPERIMENTAL_TFLITE_BUILTINS_ACTIVATIONS_INT16_WEIGHTS_INT8]
+    return _run(converter, "A16W8")
 
 
 def _run(converter: Any, what: str) -> bytes:
@@ -389,14 +403,14 @@ def int8_borders(
     stays: list[FloatIO] = []
     front: list[Any] = []
     back: list[Any] = []
-    for role, indices in (("input", list(graph.inputs)), ("output", list(graph.outputs))):
+    for role, indices in ((TensorRole.INPUT, list(graph.inputs)), (TensorRole.OUTPUT, list(graph.outputs))):
         for index in map(int, indices):
             tensor = tensors[index]
             name = public.get(index, _text(tensor.name))
             if tensor.type != fb.TensorType.FLOAT32:
                 continue
             readers = [op for op in graph.operators if index in list(op.inputs)]
-            if role == "input":
+            if role is TensorRole.INPUT:
                 floats = [op for op, k in zip(graph.operators, kind) if op in readers and k != quantize]
                 border = bool(floats)
             else:
@@ -411,7 +425,7 @@ def int8_borders(
                 stays.append(FloatIO(name=name, role=role, reason=why[0], detail=why[1]))
                 continue
             params = _int8_params(*ranges[_text(tensor.name)])
-            if role == "input":
+            if role is TensorRole.INPUT:
                 quantized = [op for op, k in zip(graph.operators, kind) if op in readers and k == quantize]
                 if quantized:  # the quantized readers' QUANTIZE gives the int8 tensor; move it first
                     graph.operators.remove(quantized[0])
@@ -597,9 +611,14 @@ def convert(request: ConversionRequest, output: Path) -> BuiltArtifact:
     float_nodes: tuple[str, ...] = ()
     float_io: tuple[FloatIO, ...] = ()
     selective = None
+    if recipe.a16w8 and recipe.nodes_to_exclude:
+        raise UsageError("A16W8 TFLite keeps no layers in float: the 16x8 converter takes no denylist.",
+                         hint="Leave nodes_to_exclude empty for the A16W8 recipe.")
     if recipe.precision == "int8" and recipe.nodes_to_exclude:
         _require_calibration(request)
         selective = _selective_int8(request)
+    elif recipe.a16w8:
+        model = _a16w8(request)
     elif recipe.precision == "int8":
         model = _full_int8(request, _calibrated(request))
         if _has_output_concat(model) or _reads_integer_input(model) or _has_decomposition(model):
@@ -633,6 +652,8 @@ def convert(request: ConversionRequest, output: Path) -> BuiltArtifact:
     exporter = "TFLiteConverter.from_saved_model (keras.export.ExportArchive)"
     if float_nodes:
         exporter = "TFLiteConverter calibration + MLIR quantizer with denylisted nodes"
+    elif recipe.a16w8:
+        exporter += ", 16x8 calibrate-and-quantize (int16 activations, int8 weights)"
     elif recipe.precision == "int8":
         exporter += ", calibration + MLIR quantizer"
     return BuiltArtifact(path=output, float_nodes=float_nodes, notes=tuple(notes), exporter=exporter,
