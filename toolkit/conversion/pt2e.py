@@ -37,6 +37,7 @@ from typing import Any
 import numpy as np
 
 from toolkit.conversion.base import ConversionRequest
+from toolkit.conversion.fragile import MixedOutput
 from toolkit.conversion.sensitivity import Row
 from toolkit.errors import ConversionError, UsageError
 from toolkit.sources.torch import TorchSource, first_line, import_torch
@@ -66,6 +67,8 @@ class Quantized:
     quantizer: Any  # the PT2EQuantizer that annotated it (litert-torch's QuantConfig takes it)
     kept_float: tuple[str, ...]  # FX node names whose quantization annotations were removed
     reused_ranges: bool = False  # the activation ranges came from the cached full calibration
+    fragile: tuple[tuple[str, str], ...] = ()  # (node, why) kept float up front (``fragile.pt2e_fragile_nodes``)
+    mixed_outputs: tuple[MixedOutput, ...] = ()  # outputs a mixed-range final cat writes: they stay float32
 
 
 @dataclass
@@ -75,6 +78,8 @@ class _Entry:
     per_channel: bool
     quantized: Quantized
     ranges: dict[str, dict[str, Any]]  # observed node name -> its activation observer's state (``_ranges``)
+    # the fragile nodes and mixed outputs of this source (``_fragile``), None until a build looked for them
+    fragile: tuple[tuple[tuple[str, str], ...], tuple[MixedOutput, ...]] | None = None
 
 
 _CACHE: list[_Entry] = []  # the full (nothing float) quantization of the current run: one entry
@@ -90,22 +95,46 @@ def inputs(torch: Any, request: ConversionRequest) -> tuple[tuple[Any, ...], lis
     return example_args(torch, source, request, shapes), [spec.name for spec in source.inputs]
 
 
-def quantize(torch: Any, module: Any, args: tuple[Any, ...], names: list[str], request: ConversionRequest) -> Quantized:
-    """Static PT2E int8 of ``module`` with ``request.recipe.nodes_to_exclude`` kept in float."""
+def quantize(
+    torch: Any, module: Any, args: tuple[Any, ...], names: list[str], request: ConversionRequest, *,
+    fragile: bool = False,
+) -> Quantized:
+    """Static PT2E int8 of ``module`` with ``request.recipe.nodes_to_exclude`` kept in float. With ``fragile``
+    the known-fragile nodes (``fragile.pt2e_fragile_nodes``: a mixed-range final cat and the detection head
+    behind it) are kept float too, and the outputs such a cat writes stay float32 even with int8 I/O. They are
+    looked for once per source (the structural test on the graph this build exports anyway; the float range
+    run only when a candidate cat exists); when found, the full quantization is calibrated first and the
+    build with them float reuses its ranges, as selective rebuilds do."""
     from torchao.quantization.pt2e import quantize_pt2e
 
     from toolkit.conversion.torch_onnx import quiet_export
 
     recipe = request.recipe
-    exclude = tuple(recipe.nodes_to_exclude)
     cached = _cached(request)
+    graph = None
+    found: tuple[tuple[str, str], ...] = ()
+    mixed: tuple[MixedOutput, ...] = ()
+    if fragile and cached is not None and cached.fragile is not None:
+        found, mixed = cached.fragile
+    elif fragile:
+        graph = _export(torch, module, args)
+        found, mixed = _fragile(torch, graph, request, names, args)
+        if cached is not None:
+            cached.fragile = (found, mixed)
+    exclude = tuple(dict.fromkeys((*recipe.nodes_to_exclude, *(name for name, _ in found))))
     if cached is not None and not exclude:
         return cached.quantized
-    quantizer = _quantizer(recipe.per_channel, exclude, keep_io=recipe.io_dtype != "float32")
+    if found and cached is None:  # the full calibration once: this build, the table and every rebuild reuse it
+        quantize(torch, module, args, names, _without_exclusions(request))
+        cached = _cached(request)
+        if cached is not None:
+            cached.fragile = (found, mixed)
+    writers = frozenset(m.writer for m in mixed)
+    quantizer = _quantizer(recipe.per_channel, exclude, keep_io=recipe.io_dtype != "float32", float_outputs=writers)
     try:
+        prepared_graph = graph if graph is not None else _export(torch, module, args)
         with quiet_export():
-            graph = torch.export.export(module, args).module()
-            prepared = quantize_pt2e.prepare_pt2e(graph, quantizer)
+            prepared = quantize_pt2e.prepare_pt2e(prepared_graph, quantizer)
             reused = cached is not None and _reuse_ranges(torch, prepared, cached.ranges)
             if not reused:
                 with torch.no_grad():
@@ -116,14 +145,56 @@ def quantize(torch: Any, module: Any, args: tuple[Any, ...], names: list[str], r
     except UsageError:
         raise
     except Exception as exc:
-        raise ConversionError(
-            f"PT2E int8 quantization failed: {type(exc).__name__}: {first_line(exc)}",
-            hint="Use --format onnx --precision int8 (static QDQ), or --precision fp32 for TFLite.",
-        ) from exc
-    result = Quantized(converted, quantizer, tuple(quantizer.kept_float), reused_ranges=reused)
+        raise _failed(exc) from exc
+    result = Quantized(converted, quantizer, tuple(quantizer.kept_float), reused_ranges=reused, fragile=found,
+                       mixed_outputs=mixed)
     if not exclude:
-        _CACHE[:] = [_Entry(request.source, request.calibration, recipe.per_channel, result, ranges)]
+        _CACHE[:] = [_Entry(request.source, request.calibration, recipe.per_channel, result, ranges,
+                            fragile=(found, mixed) if fragile else None)]
     return result
+
+
+def _failed(exc: BaseException) -> ConversionError:
+    return ConversionError(
+        f"PT2E int8 quantization failed: {type(exc).__name__}: {first_line(exc)}",
+        hint="Use --format onnx --precision int8 (static QDQ), or --precision fp32 for TFLite.",
+    )
+
+
+def _export(torch: Any, module: Any, args: tuple[Any, ...]) -> Any:
+    """The float FX graph PT2E annotates: ``torch.export.export(module, args).module()``."""
+    from toolkit.conversion.torch_onnx import quiet_export
+
+    try:
+        with quiet_export():
+            return torch.export.export(module, args).module()
+    except Exception as exc:
+        raise _failed(exc) from exc
+
+
+def _has_output_cat(graph: Any) -> bool:
+    """Whether a ``cat`` reaches a graph output through pass-through ops only (the fragile rule's candidates):
+    the cheap structural test that decides whether the float graph runs to measure the cat's input ranges.
+    The rule's one switch (a test turns it off here)."""
+    from toolkit.conversion import fragile
+
+    return bool(fragile.pt2e_output_cats(graph))
+
+
+def _fragile(
+    torch: Any, graph: Any, request: ConversionRequest, names: Sequence[str], args: Sequence[Any]
+) -> tuple[tuple[tuple[str, str], ...], tuple[MixedOutput, ...]]:
+    """The fragile nodes and mixed outputs of ``graph`` (a float export), measured on the calibration data."""
+    from toolkit.conversion import fragile
+
+    if not _has_output_cat(graph):
+        return (), ()
+    samples = [_feed(torch, sample, names, args) for sample in request.calibration[:fragile.RANGE_SAMPLES]]
+    try:
+        found, mixed = fragile.pt2e_fragile_nodes(torch, graph, samples)
+    except Exception as exc:
+        raise _failed(exc) from exc
+    return tuple(found), tuple(mixed)
 
 
 def _cached(request: ConversionRequest) -> _Entry | None:
@@ -184,10 +255,12 @@ def _attr(graph: Any, target: str) -> Any:
     return value
 
 
-def _quantizer(per_channel: bool, exclude: Sequence[str], *, keep_io: bool) -> Any:
+def _quantizer(per_channel: bool, exclude: Sequence[str], *, keep_io: bool,
+               float_outputs: frozenset[str] = frozenset()) -> Any:
     """litert-torch's PT2EQuantizer whose annotations skip the layers named in ``exclude``; with ``keep_io``
     an excluded layer next to a model input or output keeps that input's or output's quantization, so the
-    float island stays inside the graph and the artifact's I/O stays int8."""
+    float island stays inside the graph and the artifact's I/O stays int8, except the outputs written by the
+    nodes in ``float_outputs`` (a mixed-range cat: one int8 scale there would flatten the scores again)."""
     from litert_torch.quantize import pt2e_quantizer
     from litert_torch.quantize.pt2e_quantizer_utils import propagate_annotation
 
@@ -201,9 +274,10 @@ def _quantizer(per_channel: bool, exclude: Sequence[str], *, keep_io: bool) -> A
         def annotate(self, model: Any) -> Any:
             model = self._annotate_for_static_quantization_config(model)
             if exclude:
-                dropped = _drop_annotations(model, exclude, keep_io=keep_io)
+                dropped = _drop_annotations(model, exclude, keep_io=keep_io, float_outputs=float_outputs)
                 propagate_annotation(model)
-                dropped += _drop_annotations(model, exclude, fused=False, keep_io=keep_io)  # shared-range ops annotated just now
+                dropped += _drop_annotations(model, exclude, fused=False, keep_io=keep_io,  # shared-range ops
+                                             float_outputs=float_outputs)  # annotated just now
                 self.kept_float = list(dict.fromkeys(dropped))
             else:
                 propagate_annotation(model)
@@ -226,11 +300,13 @@ def _selected(node: Any, names: set[str]) -> bool:
     return bool(path) and any(path == n or path.startswith(n + ".") for n in names)
 
 
-def _drop_annotations(model: Any, exclude: Sequence[str], *, fused: bool = True, keep_io: bool = False) -> list[str]:
+def _drop_annotations(model: Any, exclude: Sequence[str], *, fused: bool = True, keep_io: bool = False,
+                      float_outputs: frozenset[str] = frozenset()) -> list[str]:
     """Remove the quantization annotations of the nodes ``exclude`` names (and, with ``fused``, of the nodes
     annotated in one pattern with them); returns the compute nodes made float. Unknown names are a
     UsageError. With ``keep_io`` the quantization of a model input read, or of a model output written, by
-    such a node stays (only that one edge: the node itself computes in float)."""
+    such a node stays (only that one edge: the node itself computes in float), except an output written by a
+    node in ``float_outputs``."""
     from torchao.quantization.pt2e.quantizer import QuantizationAnnotation
 
     names = set(exclude)
@@ -257,7 +333,8 @@ def _drop_annotations(model: Any, exclude: Sequence[str], *, fused: bool = True,
         if not keep_io:
             continue
         inputs = {a: spec for a, spec in annotation.input_qspec_map.items() if a.op == "placeholder"}
-        output = annotation.output_qspec if any(u.op == "output" for u in node.users) else None
+        writes_output = any(u.op == "output" for u in node.users) and node.name not in float_outputs
+        output = annotation.output_qspec if writes_output else None
         if inputs or output is not None:
             node.meta["quantization_annotation"] = QuantizationAnnotation(
                 input_qspec_map=inputs, output_qspec=output, _annotated=True)

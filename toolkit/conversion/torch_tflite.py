@@ -29,14 +29,15 @@ import contextlib
 import os
 import sys
 import warnings
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from toolkit.conversion.base import BuiltArtifact, ConversionRequest
-from toolkit.conversion import pt2e
+from toolkit.conversion import fragile, pt2e
+from toolkit.conversion.fragile import MixedOutput
 from toolkit.errors import ConversionError, MissingDependency, UsageError
 from toolkit.types import FloatIO, FloatIOReason, TensorRole
 from toolkit.sources.torch import TorchSource, first_line, import_torch, missing_shape_error
@@ -89,6 +90,7 @@ def convert(request: ConversionRequest, output: Path) -> BuiltArtifact:
     module = source.module
     notes: list[str] = []
     float_nodes: tuple[str, ...] = ()
+    mixed: tuple[MixedOutput, ...] = ()  # outputs a mixed-range final cat writes (kept float32)
     if precision == "int8":
         if not request.calibration:
             raise UsageError(
@@ -97,16 +99,20 @@ def convert(request: ConversionRequest, output: Path) -> BuiltArtifact:
             )
         from litert_torch.quantize import quant_config as litert_quant_config
 
-        quantized = pt2e.quantize(torch, module, args, names, request)
+        quantized = pt2e.quantize(torch, module, args, names, request, fragile=True)
         module, quant_config = quantized.graph, litert_quant_config.QuantConfig(pt2e_quantizer=quantized.quantizer)
         ranges = "activation ranges of the full calibration reused" if quantized.reused_ranges else (
             f"{len(request.calibration)} calibration samples")
         notes.append(
             f"PT2E static int8 ({'per-channel' if request.recipe.per_channel else 'per-tensor'} weights, {ranges})."
         )
+        found, mixed = quantized.fragile, quantized.mixed_outputs
+        float_nodes = tuple(dict.fromkeys([*request.recipe.nodes_to_exclude, *(name for name, _ in found)]))
+        if found:
+            notes.append(fragile.upfront_note(found))
         if request.recipe.nodes_to_exclude:
-            float_nodes = tuple(request.recipe.nodes_to_exclude)
-            notes.append(f"kept in float: {', '.join(quantized.kept_float)}")
+            upfront = {name for name, _ in found}
+            notes.append(f"kept in float: {', '.join(n for n in quantized.kept_float if n not in upfront)}")
     else:
         quant_config = None
     layout = None
@@ -130,28 +136,36 @@ def convert(request: ConversionRequest, output: Path) -> BuiltArtifact:
             hint="Run with --debug for the converter's traceback, or use --format onnx.",
         ) from exc
     os.replace(tmp, output)
-    float_io = _float_io(output, request) if float_nodes else ()
+    float_io = _float_io(output, request, mixed) if float_nodes else ()
+    notes += [f"{f.role} {f.name!r} stays float32 ({f.reason}): {f.detail}" for f in float_io
+              if f.reason == FloatIOReason.MIXED_RANGES]
     return BuiltArtifact(
         path=output, float_nodes=float_nodes, notes=tuple(notes), exporter=f"litert-torch {_version(litert_torch)}",
         layout=layout, float_io=float_io,
     )
 
 
-def _float_io(path: Path, request: ConversionRequest) -> tuple[FloatIO, ...]:
+def _float_io(path: Path, request: ConversionRequest, mixed: Sequence[MixedOutput] = ()) -> tuple[FloatIO, ...]:
     """The inputs/outputs that layers kept in float left float32 while the others are int8: the quantizer puts
-    no quantize in front of a float layer, so the I/O next to it stays float (the runner feeds it as float)."""
+    no quantize in front of a float layer, so the I/O next to it stays float (the runner feeds it as float).
+    An output a mixed-range final cat writes (``mixed``, by position) is float on purpose: ``MIXED_RANGES``."""
     from toolkit.inspection.tflite import inspect_tflite
 
     info = inspect_tflite(path)
     sides = [(TensorRole.INPUT, spec) for spec in info.inputs] + [(TensorRole.OUTPUT, spec) for spec in info.outputs]
     if all(spec.quantization is None for _, spec in sides) and request.recipe.io_dtype == "float32":
         return ()  # float I/O was asked for
-    return tuple(
-        FloatIO(name=spec.name, role=role, reason=FloatIOReason.FLOAT_NEIGHBOUR,
-                detail=f"{spec.name} is {spec.dtype}: the layer that {'reads' if role is TensorRole.INPUT else 'writes'}"
-                " it is kept in float, so no int8 tensor meets it there")
-        for role, spec in sides if spec.quantization is None
-    )
+    why = {info.outputs[m.index].name: m.why for m in mixed if m.index < len(info.outputs)}
+
+    def record(role: TensorRole, spec: Any) -> FloatIO:
+        if role is TensorRole.OUTPUT and spec.name in why:
+            return FloatIO(name=spec.name, role=role, reason=FloatIOReason.MIXED_RANGES, detail=why[spec.name])
+        side = "reads" if role is TensorRole.INPUT else "writes"
+        return FloatIO(name=spec.name, role=role, reason=FloatIOReason.FLOAT_NEIGHBOUR,
+                       detail=f"{spec.name} is {spec.dtype}: the layer that {side} it is kept in float, so no int8 "
+                       "tensor meets it there")
+
+    return tuple(record(role, spec) for role, spec in sides if spec.quantization is None)
 
 
 def _import_litert_torch() -> Any:
