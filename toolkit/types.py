@@ -94,6 +94,12 @@ class QuantType(_Word):
     INT16 = "int16"
 
 
+# The oldest onnxruntime that runs int16 Q/DQ (A16W8 ONNX: com.microsoft QuantizeLinear/DequantizeLinear below
+# opset 21): 1.17.3 loads and runs the BlazeFace A16W8 artifact with outputs identical to 1.31's; 1.16.3
+# refuses it ("Type 'tensor(int16)' of input parameter ... of operator (QuantizeLinear) ... is invalid").
+A16W8_MIN_ONNXRUNTIME = "1.17"
+
+
 class CalibrationMethod(_Word):
     MINMAX = "minmax"
     ENTROPY = "entropy"

@@ -310,3 +310,35 @@ def test_static_int8_builds_of_one_run_calibrate_once(digits_run, tmp_path: Path
     other = dataclasses.replace(req, calibration=req.calibration[:50])
     onnx_quant.derive(other, base, tmp_path / "third.onnx")
     assert len(list(tmp_path.glob("*.calibration-minmax-*.json"))) == 2
+
+
+def test_a16w8_keeps_the_opset_with_contrib_int16_qdq(digits_run, digits: Digits) -> None:
+    """A16W8 (int16 activations, int8 weights) below opset 21: onnxruntime's quantizer would raise the model
+    to opset 21, which a target capped at 19 cannot load; the build keeps the base's opset, the int16 Q/DQ are
+    com.microsoft contrib ops and the int8 weights' and int32 biases' DequantizeLinear stay ai.onnx (older
+    runtimes' contrib DequantizeLinear takes no int32). It agrees with the float model's top-1 on the 497
+    held-out digits."""
+    import dataclasses
+
+    import onnx
+
+    _source, request, base, work = digits_run
+    a16w8 = dataclasses.replace(request("int8", activation_type="int16"), max_opset=19)
+    built = onnx_quant.derive(a16w8, base, work / "int8.a16w8.onnx")
+    assert any("com.microsoft" in note and "opset" in note for note in built.notes)
+    model = onnx.load(str(built.path))
+    opset = onnx_quant.opset_of(model)
+    assert opset == onnx_quant.opset_of(onnx.load(str(base.path))) and opset <= 19
+    info = inspect_onnx(built.path)
+    assert info.precision == "int8" and info.extra["activation_type"] == "int16"
+    assert info.float_compute_ops == 0
+    inits = {t.name: t.data_type for t in model.graph.initializer}
+    qdq = [n for n in model.graph.node if n.op_type in ("QuantizeLinear", "DequantizeLinear")]
+    for node in qdq:
+        dtype = inits.get(node.input[2]) if len(node.input) > 2 else inits.get(node.input[0])
+        wide = dtype == onnx.TensorProto.INT16
+        assert (node.domain == "com.microsoft") == wide, (node.name, node.domain, dtype)
+    assert {n.domain for n in qdq} == {"", "com.microsoft"}
+    float_top1 = OnnxSession(base.path).run({"image": digits.x_heldout})[0].argmax(1)
+    ours = OnnxSession(built.path).run({"image": digits.x_heldout})[0].argmax(1)
+    assert np.mean(ours == float_top1) >= 0.99

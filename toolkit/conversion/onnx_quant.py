@@ -39,6 +39,7 @@ from toolkit.conversion.onnx_io import require_onnx as _onnx
 from toolkit.conversion.onnx_io import run_outputs as _run_outputs
 from toolkit.conversion.onnx_io import save_model
 from toolkit.errors import ConversionError, MissingDependency, UsageError
+from toolkit.types import A16W8_MIN_ONNXRUNTIME
 
 if TYPE_CHECKING:
     import onnx
@@ -47,7 +48,6 @@ QDQ_MIN_OPSET = 13  # per-axis QuantizeLinear/DequantizeLinear
 TARGET_OPSET = 17  # what prepare upgrades old models to (well supported by onnxruntime >= 1.11)
 FP16_MAX = 65504.0
 INT16_QDQ_OPSET = 21  # ai.onnx QuantizeLinear/DequantizeLinear take int16 from opset 21 (onnx/onnx#5737)
-CONTRIB_INT16_QDQ_ORT = "1.16"  # com.microsoft Q/DQ with int16 (microsoft/onnxruntime#17015, ORT 1.16)
 _MAX_DEBUG_SAMPLES = 4
 
 
@@ -783,10 +783,11 @@ def _int8(request: ConversionRequest, base: BuiltArtifact, tmp: Path) -> _Result
     contrib = recipe.a16w8 and opset < INT16_QDQ_OPSET
     if contrib:
         notes.append(
-            f"A16W8: int16 QuantizeLinear/DequantizeLinear in the com.microsoft domain (ONNX Runtime's contrib "
-            f"ops, ORT >= {CONTRIB_INT16_QDQ_ORT}) at the model's opset {opset}; ai.onnx takes int16 Q/DQ only "
-            f"from opset {INT16_QDQ_OPSET}" + (f", above the target's {request.max_opset}" if request.max_opset
-                                                 and request.max_opset < INT16_QDQ_OPSET else ""))
+            f"A16W8: int16 QuantizeLinear/DequantizeLinear in the com.microsoft domain (ONNX Runtime's "
+            f"contrib ops, onnxruntime >= {A16W8_MIN_ONNXRUNTIME}) at the model's opset {opset}; ai.onnx takes "
+            f"int16 Q/DQ only from opset {INT16_QDQ_OPSET}"
+            + (f", above the target's {request.max_opset}"
+               if request.max_opset and request.max_opset < INT16_QDQ_OPSET else ""))
     try:
         with _quiet(), _opset_kept(contrib):
             quantize_static(
@@ -809,7 +810,33 @@ def _int8(request: ConversionRequest, base: BuiltArtifact, tmp: Path) -> _Result
         raise ConversionError(
             f"Static int8 quantization ({recipe.label}) failed: {line}", hint=_hint_for(line)
         ) from exc
+    if contrib:
+        _contrib_only_for_16_bits(tmp)
     return exclude, notes
+
+
+def _contrib_only_for_16_bits(path: Path) -> None:
+    """Move the Q/DQ nodes of 8- and 32-bit tensors (int8 weights, int32 biases) back to the ai.onnx domain.
+
+    ORT's quantizer puts every Q/DQ node of a 16-bit model in the com.microsoft domain; older runtimes'
+    contrib DequantizeLinear takes no int32 (the quantized biases: ORT 1.16.3 refuses them), and only the
+    int16 activations need the contrib ops."""
+    onnx = _onnx()
+    from toolkit.inspection.onnx import iter_nodes
+
+    model = onnx.load(str(path))
+    inits = {t.name: t.data_type for t in model.graph.initializer}
+    wide = (onnx.TensorProto.INT16, onnx.TensorProto.UINT16)
+    for node in iter_nodes(model.graph):
+        if node.op_type not in ("QuantizeLinear", "DequantizeLinear") or node.domain != "com.microsoft":
+            continue
+        zero_point = node.input[2] if len(node.input) > 2 and node.input[2] else None
+        dtype = inits.get(zero_point) if zero_point else None
+        if dtype is None and node.op_type == "DequantizeLinear":
+            dtype = inits.get(node.input[0])
+        if dtype is not None and dtype not in wide:
+            node.domain = ""
+    onnx.save(model, str(path))
 
 
 @contextlib.contextmanager
@@ -819,8 +846,8 @@ def _opset_kept(keep: bool) -> Iterator[None]:
     onnxruntime >= 1.20 raises a model below opset 21 to 21 before quantizing it to 16 bits (its
     ``update_opset_version``), which the profiles' runtimes cannot load (Pi 4: opset <= 19, ORT 1.16). With the
     opset kept, ORT's own QDQ quantizer takes its pre-21 path: the int16 Q/DQ nodes go to the com.microsoft
-    domain (``UseQDQContribOps``), which ORT runs since 1.16. The artifact's opset is checked after the build
-    (``_require_opset``)."""
+    domain (``UseQDQContribOps``), which ORT runs from ``A16W8_MIN_ONNXRUNTIME``. The artifact's opset is
+    checked after the build (``_require_opset``)."""
     import importlib
 
     # the module, not the package's ``quantize`` function of the same name

@@ -33,7 +33,7 @@ from typing import TYPE_CHECKING, Any
 from toolkit import verify
 from toolkit.errors import UsageError
 from toolkit.policy import CheckPolicy, check_policy_from_profile
-from toolkit.types import FORMATS, Attempt, Recipe
+from toolkit.types import A16W8_MIN_ONNXRUNTIME, FORMATS, Attempt, Recipe
 
 if TYPE_CHECKING:
     from toolkit.options import ConvertOptions
@@ -57,6 +57,7 @@ class Policy:
     delegate: str | None = None  # the Edge TPU delegate library, for the compiled artifact's record
     provider_options: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
     check: CheckPolicy | None = None  # what check gates the bundle on, written into its manifest
+    onnxruntime_min: str | None = None  # the oldest onnxruntime the profile's devices may run
 
 
 def policy_for(profile: TargetProfile, *, threads: int | None = None) -> Policy:
@@ -82,6 +83,7 @@ def policy_for(profile: TargetProfile, *, threads: int | None = None) -> Policy:
         delegate=next((a.delegate for a in profile.accelerators if a.kind == "edgetpu" and a.delegate), None),
         provider_options={k: dict(v) for k, v in profile.provider_options.items()},
         check=check_policy_from_profile(profile),
+        onnxruntime_min=next((r.min_version for r in profile.runtimes if r.name == "onnxruntime"), None),
     )
 
 
@@ -168,6 +170,20 @@ def _skip(recipe: Recipe, reason: str) -> Attempt:
     return Attempt(recipe.to_dict(), "failed", f"skipped: {reason}")
 
 
+def a16w8_refusal(recipe: Recipe, policy: Policy) -> str | None:
+    """Why the profile's devices cannot load ``recipe``'s A16W8 ONNX artifact (None: they can): int16 Q/DQ run
+    in onnxruntime >= ``A16W8_MIN_ONNXRUNTIME`` only."""
+    from toolkit.targets import parse_version
+
+    if not (recipe.a16w8 and recipe.format == "onnx" and policy.onnxruntime_min):
+        return None
+    have, need = parse_version(policy.onnxruntime_min), parse_version(A16W8_MIN_ONNXRUNTIME)
+    if have is None or need is None or have >= need:
+        return None
+    return (f"A16W8 ONNX needs onnxruntime >= {A16W8_MIN_ONNXRUNTIME} on the device (int16 Q/DQ); the "
+            f"profile admits onnxruntime {policy.onnxruntime_min}")
+
+
 def plan_recipes(options: ConvertOptions, policy: Policy, framework: str, *, has_calibration: bool) -> Plan:
     """The recipes to build, in order, and the ones skipped before any work (with the reason)."""
     from toolkit.conversion.registry import check_supported, supports
@@ -204,6 +220,10 @@ def plan_recipes(options: ConvertOptions, policy: Policy, framework: str, *, has
                 continue
             if recipe.precision == "int8" and not has_calibration:
                 skipped.append(_skip(recipe, "INT8 needs --calibration data"))
+                continue
+            too_old = a16w8_refusal(recipe, policy)
+            if too_old is not None:
+                skipped.append(_skip(recipe, too_old))
                 continue
             planned.append(PlannedRecipe(recipe, False, When.A16W8_FALLBACK if recipe.a16w8 else When.ALWAYS))
         planned = _with_dynamic_fallback(planned, framework, options)
