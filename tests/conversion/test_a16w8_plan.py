@@ -58,3 +58,19 @@ def test_a16w8_recipes_the_converters_cannot_build_are_refused_by_key(changes, k
         Recipe(**fields)
     assert getattr(caught.value, "key", None) == key, caught.value.message
     assert "int16" in (caught.value.hint or "")
+
+
+def test_pytorch_to_tflite_refuses_a16w8_naming_the_onnx_route(torch_nets_file, tmp_path) -> None:
+    """litert-torch's PT2E path quantizes activations to 8 bits only: an A16W8 TFLite recipe of a PyTorch
+    source is refused before any export, with the route that builds A16W8 (ONNX) in the hint."""
+    from toolkit.conversion import registry
+    from toolkit.conversion.base import ConversionRequest
+    from toolkit.sources import open_source
+
+    source = open_source(f"{torch_nets_file}:make_digits_net")
+    request = ConversionRequest(source=source, recipe=Recipe("tflite", "int8", activation_type="int16"),
+                                input_shapes={}, calibration=(), workdir=tmp_path)
+    with pytest.raises(UsageError) as caught:
+        registry.build(request, tmp_path / "m.tflite")
+    assert "8 bits only" in caught.value.message and "--format onnx" in (caught.value.hint or "")
+    assert not (tmp_path / "m.tflite").exists()
