@@ -39,6 +39,9 @@ def _int8_record(detector: TorchDetector, out: Path) -> tuple[dict[str, Any], fl
                 progress=lambda message: None)
     seconds = time.perf_counter() - start
     manifest = json.loads((out / "manifest.json").read_text())
+    for attempt in manifest["attempts"]:
+        print(f"  {out.name}: {attempt['recipe']['precision']} {attempt['recipe']['nodes_to_exclude']} "
+              f"{attempt['outcome']}: {attempt['reason'][:160]}")
     (int8,) = [a for a in manifest["artifacts"] if a["precision"] == "int8"]
     return int8, seconds
 

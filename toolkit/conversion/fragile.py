@@ -319,11 +319,14 @@ def _head_behind(start: str, ops: Sequence[tuple[str, list[str], list[str]]], pr
 # --------------------------------------------------------------------------------------------- PT2E (PyTorch)
 # The Concat rule on the PyTorch -> TFLite route, applied to the float graph ``torch.export`` gives (the graph
 # ``pt2e.quantize`` annotates, so the node names are the ones its exclusion takes). The ranges cannot come from
-# PT2E's observers: litert-torch's ``cat`` annotation shares the cat's output observer with its first input
-# (``SharedQuantizationSpec``), so that observer sees all the inputs together (one int8 scale for boxes and
-# scores: what collapses them), and inputs that are not quantized on their own (the box arithmetic's ``add``, a
-# sigmoid's output on the trained detector of the tests) have no observer at all. They come from running the
-# float graph (a ``torch.fx.Interpreter``) on up to ``RANGE_SAMPLES`` calibration samples instead.
+# PT2E's observers. Where litert-torch's ``cat`` annotation applies, the cat's inputs and output share one
+# observer (``SharedQuantizationSpec`` with the first input), which sees them all together; on the trained
+# detector of the tests it did not match the exported cats at all, and their inputs were observed only where
+# an op before them is quantized (the box sizes' ``mul``, but not the box centres' ``add`` nor the scores'
+# sigmoid). The TFLite converter then gives the concatenations the scale of their one quantized input (its
+# same-scale rule for CONCATENATION): the int8 output got 0.53, the scores collapsed to {0, 0.53}. So the
+# ranges come from running the float graph (a ``torch.fx.Interpreter``) on up to ``RANGE_SAMPLES``
+# calibration samples.
 # The other two rules are not needed on this route: litert-torch's quantizer annotates no ``layer_norm``,
 # ``gelu`` or ``embedding`` node (they are converted as float ops; softmax and sigmoid get fixed [0, 1]
 # parameters), so a LayerNorm/GELU and the first op after an integer input already stay float.

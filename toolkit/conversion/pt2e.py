@@ -9,6 +9,9 @@ annotations of each named node, and of the nodes fused with it in one pattern (`
 are removed, so no observer lands on that layer's weights, inputs or output. litert-torch then converts the
 float island as float ops between ``DEQUANTIZE`` and ``QUANTIZE``. A name is an FX node name as the table
 shows it (``linear_1``) or a module's qualified name (``fc2``, ``layer1.0.conv1``: every node inside it).
+With ``fragile`` (the route's int8 builds) the known-fragile nodes of ``fragile.pt2e_fragile_nodes`` join
+them, found on the float graph the build exports anyway (the float range run only when a ``cat`` reaches an
+output: ``_has_output_cat``), and the output a mixed-range cat writes gets no int8 quantization.
 
 **Layer table** (``layer_rows``, ranked by ``layers.pt2e_table``): what TFLite's ``QuantizationDebugger`` does, in torch. The converted graph
 runs on a few calibration samples; for every quantized activation (a ``quantize`` whose input is not a

@@ -8,6 +8,11 @@ Precisions:
   their scale and zero point recorded in the file. ``recipe.nodes_to_exclude`` keeps layers in float
   (selective quantization, ``pt2e``: FX node names from the layer table, or module names); an excluded
   layer next to an input or output keeps that tensor int8, so the float island stays inside the graph.
+  Known-fragile nodes are kept float up front in every int8 build, selective rebuilds included
+  (``fragile.pt2e_fragile_nodes``: a final ``cat`` of inputs whose float ranges are more than 100x apart, a
+  detection head's boxes and scores, with the head's sigmoid/softmax/DFL and box arithmetic behind it), listed
+  in ``float_nodes`` and one "kept in float up front" note; the output that cat writes stays float32 even with
+  int8 I/O (``FloatIO`` reason ``MIXED_RANGES``: one int8 scale would collapse the scores again).
 - ``dynamic`` and ``fp16`` are refused here: PT2E dynamic quantization gave a broken model (accuracy 0.06 on
   digits, already wrong in the torch graph: findings.md), and litert-torch has no fp16 weight path of its own.
   The ONNX route builds both (``--format onnx``), and the TFLite converter builds them for Keras sources.
