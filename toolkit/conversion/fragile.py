@@ -276,7 +276,7 @@ def tflite_fragile_nodes(calibrated: bytes) -> tuple[list[tuple[str, str]], dict
         found.setdefault(concat, f"final Concat {concat!r}: {why}")
         for name in path:
             found.setdefault(name, f"between {concat!r} and the output")
-        keep_outputs[current] = f"it is written by the final Concat {concat!r}, whose {why}"
+        keep_outputs[current] = f"it is written by the final Concat {concat!r}: {why}"
         for start in live_inputs:
             _head_behind(start, ops, producer, found, concat)
     for index, (kind, ins, outs) in enumerate(ops):  # decomposed LayerNorm / GELU, as on ONNX
@@ -438,7 +438,7 @@ def pt2e_fragile_nodes(
         for node in path:
             found.setdefault(node.name, f"between {cat.name!r} and the output")
         writer = (path[-1] if path else cat).name
-        outputs.append(MixedOutput(index, writer, f"it is written by the final Concat {cat.name!r}, whose {why}"))
+        outputs.append(MixedOutput(index, writer, f"it is written by the final Concat {cat.name!r}: {why}"))
         for start in _cat_inputs(cat):
             _pt2e_head_behind(start, found, cat.name)
     return list(found.items()), outputs
