@@ -97,7 +97,8 @@ def _render(p: TargetProfile) -> str:
         f"  edge tpu:          {'yes (edgetpu_compiler)' if p.edgetpu else 'no'}",
         "  recipes (in order of preference):",
     ]
-    lines += [f"    {i}. {r.label}" for i, r in enumerate(p.recipes, 1)]
+    lines += [f"    {i}. {r.label}" + (" (only when 8-bit int8 loses accuracy)" if r.a16w8 else "")
+              for i, r in enumerate(p.recipes, 1)]
     if p.sources:
         lines.append("  sources:")
         lines += [f"    {s}" for s in p.sources]
