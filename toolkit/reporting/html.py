@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from toolkit.__about__ import __version__
-from toolkit.types import Manifest
+from toolkit.types import Manifest, is_a16w8
 
 
 @dataclass(frozen=True)
@@ -146,7 +146,8 @@ def _facts(data: ReportData) -> str:
     dropped = [a for a in m.attempts if a.outcome != "kept"]
     extra = ""
     if dropped:
-        rows = [(f"{a.recipe.get('format')} {a.recipe.get('precision')}", a.outcome, a.reason, a.workaround or "")
+        rows = [(f"{a.recipe.get('format')} {a.recipe.get('precision')}" + (" A16W8" if is_a16w8(a.recipe) else ""),
+                 a.outcome, a.reason, a.workaround or "")
                 for a in dropped]
         extra = "<h3>Recipes not shipped</h3>" + _table(("recipe", "outcome", "reason", "workaround"), rows,
                                                         css_id="not-shipped")
