@@ -97,6 +97,11 @@ def test_selective_quantization_keeps_named_nodes_float(digits, digits_source, t
     built = tflite.convert(by_layer, tmp_path / "by-layer.tflite")
     kept = float_op_outputs(built.path)
     assert len(kept) == 1 and "MatMul" in kept[0] and "Relu" not in kept[0], kept  # dense_1 is the last Dense
+    # every float op was asked for, so no "also float" note; the same artifact judged as if nothing had been
+    # asked names the float FULLY_CONNECTED (a mixed-mode build never leaves an op float silently)
+    assert not any(n.startswith("also float") for n in built.notes), built.notes
+    (unasked,) = tflite._unasked_float(built.path, ())
+    assert unasked.startswith("also float without being asked (1 op(s)") and "FULLY_CONNECTED x1" in unasked
 
     unknown = digits_request(
         digits_source, digits, tmp_path / "w", precision="int8", nodes_to_exclude=("no_such_layer",)

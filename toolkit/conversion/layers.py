@@ -291,7 +291,8 @@ def bundle_table(run: ConvertRun, item: Candidate, staging: Path) -> str | None:
     path.write_text(json.dumps(table.to_dict(), indent=1) + "\n")
     worst = table.worst
     summary = f" (worst: {worst.name} {worst.op_type}, channel error {worst.channel_error:.3g})" if worst else ""
-    return f"layer-wise int8 error table: {LAYERS_DIR}/{file}.json{summary}"
+    kind = "A16W8" if item.recipe.a16w8 else "int8"
+    return f"layer-wise {kind} error table: {LAYERS_DIR}/{file}.json{summary}"
 
 
 def read_table(bundle: Path, artifact_file: str) -> LayerTable | None:

@@ -759,13 +759,12 @@ def _int8(request: ConversionRequest, base: BuiltArtifact, tmp: Path) -> _Result
     notes: list[str] = []
     source = preprocessed(request, base, notes).resolve()
     exclude = _nodes_to_exclude(source, recipe.nodes_to_exclude)
-    from toolkit.conversion.fragile import onnx_fragile_nodes
+    from toolkit.conversion.fragile import onnx_fragile_nodes, upfront_note
 
     fragile = [(name, why) for name, why in onnx_fragile_nodes(source, request.calibration) if name not in exclude]
     if fragile:
         exclude += [name for name, _ in fragile]
-        notes.append(f"kept in float up front ({len(fragile)} node(s), known to break in int8): "
-                     + "; ".join(why for _, why in fragile[:6]) + ("; ..." if len(fragile) > 6 else ""))
+        notes.append(upfront_note(fragile))
     per_channel = recipe.per_channel
     fmt = QuantFormat.QDQ if recipe.quant_format == "qdq" else QuantFormat.QOperator
     opset = opset_of(_onnx().load(str(source), load_external_data=False))

@@ -44,6 +44,7 @@ from typing import Any
 
 import numpy as np
 
+from toolkit.conversion import fragile
 from toolkit.conversion.base import BuiltArtifact, ConversionRequest, as_input_dtype
 from toolkit.errors import ConversionError, UsageError
 from toolkit.types import FloatIO, FloatIOReason, TensorRole
@@ -456,7 +457,6 @@ def _selective_int8(
     (kept float); integer I/O stays integer through ``int8_borders`` except an output a mixed-range Concat
     writes. Returns (model, denylisted names, I/O left float with why, fragile (node, why)); None when
     ``only_if_fragile`` and no fragile pattern was found (the plain conversion stands)."""
-    from toolkit.conversion import fragile
     tf = _tf()
     from tensorflow.lite.python import convert as tf_convert  # the quantizer the debugger uses
     from tensorflow.lite.python import util as tf_util
@@ -501,14 +501,12 @@ def _selective_int8(
 
 def _has_decomposition(model: bytes) -> bool:
     """Whether the model has a decomposed LayerNorm/GELU: the statistics rule's candidates."""
-    from toolkit.conversion import fragile
 
     return fragile.tflite_has_decomposition(model)
 
 
 def _reads_integer_input(model: bytes) -> bool:
     """Whether the model has an integer input (token ids): the integer-input rule's candidates."""
-    from toolkit.conversion import fragile
 
     return bool(fragile.tflite_integer_inputs(model))
 
@@ -516,7 +514,6 @@ def _reads_integer_input(model: bytes) -> bool:
 def _has_output_concat(model: bytes) -> bool:
     """Whether a Concat reaches a graph output through pass-through ops only (the fragile rule's candidates):
     the cheap structural test that decides whether a calibration is spent on measuring its input ranges."""
-    from toolkit.conversion import fragile
 
     ops, outputs, _magnitude, _constants = fragile._tflite_graph(model)
     readers: dict[str, list[str]] = {}
@@ -576,6 +573,23 @@ def sanity_check(path: Path, request: ConversionRequest) -> None:
         )
 
 
+def _unasked_float(path: Path, asked: Sequence[str]) -> list[str]:
+    """A note naming the ops a mixed int8/float build left float without being asked (the MLIR quantizer in
+    mixed mode keeps an op float where it has no int8 kernel, and the pass-through ops between float ops), so
+    no op is float silently; none when every float op was asked for (by name or op type)."""
+    from collections import Counter
+
+    from toolkit.inspection.tflite import float_ops
+
+    wanted = set(asked)
+    unasked = Counter(kind for kind, name in float_ops(path) if name not in wanted and kind not in wanted)
+    if not unasked:
+        return []
+    kinds = ", ".join(f"{kind} x{count}" for kind, count in sorted(unasked.items()))
+    return [f"also float without being asked ({sum(unasked.values())} op(s): no int8 kernel in the quantizer's "
+            f"mixed mode, or between float ops): {kinds}"]
+
+
 def _check_int8(path: Path, io_dtype: str = "float32", float_io: Sequence[FloatIO] = ()) -> None:
     from toolkit.inspection.tflite import inspect_tflite
 
@@ -629,8 +643,7 @@ def convert(request: ConversionRequest, output: Path) -> BuiltArtifact:
         model, resolved, float_io, found = selective
         float_nodes = tuple(dict.fromkeys([*recipe.nodes_to_exclude, *(name for name, _ in found)]))
         if found:
-            notes.append(f"kept in float up front ({len(found)} node(s), known to break in int8): "
-                         + "; ".join(why for _, why in found[:6]) + ("; ..." if len(found) > 6 else ""))
+            notes.append(fragile.upfront_note(found))
         if recipe.nodes_to_exclude:
             notes.append(f"kept in float: {', '.join(resolved)}")
         notes += [f"{f.role} {f.name!r} stays float32 ({f.reason}): {f.detail}" for f in float_io]
@@ -643,6 +656,8 @@ def convert(request: ConversionRequest, output: Path) -> BuiltArtifact:
             handle.write(model)
         # LiteRT picks the format from the content, but TFLiteSession wants the real model file.
         sanity_check(tmp, request)
+        if selective is not None:
+            notes += _unasked_float(tmp, resolved)
         if recipe.precision == "int8":
             _check_int8(tmp, recipe.io_dtype if float_nodes else "float32", float_io)
         os.replace(tmp, output)

@@ -262,6 +262,12 @@ def inspect_tflite(path: Path) -> ModelInfo:
     )
 
 
+def float_ops(path: Path) -> list[tuple[str, str]]:
+    """``(op kind, output tensor name)`` of every operator that still computes in float (what selective
+    quantization kept, asked for or not)."""
+    return [(op.name, name) for op in parse_tflite(path).ops if _is_float_op(op) for name in op.output_names]
+
+
 def float_op_outputs(path: Path) -> list[str]:
     """Output tensor names of the operators that still compute in float (what selective quantization kept)."""
-    return [name for op in parse_tflite(path).ops if _is_float_op(op) for name in op.output_names]
+    return [name for _kind, name in float_ops(path)]
