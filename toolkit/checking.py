@@ -33,7 +33,7 @@ from toolkit.bundle import Bundle
 from toolkit.deployment import Device, installed_version, version_dir
 from toolkit.errors import DeviceError, UsageError
 from toolkit.policy import CheckPolicy, PlacementExpectation, RegressionPolicy
-from toolkit.regression import RegressionVerdict, decide
+from toolkit.regression import RegressionVerdict, confirmed, decide
 from toolkit.store import Store, StoredCheck
 from toolkit.types import CheckReport, GateResult, LatencyStats
 
@@ -234,7 +234,9 @@ def _regression_text(name: str, verdict: RegressionVerdict, policy: RegressionPo
     return (f"{name}: p50 {verdict.current_p50_ms:.3f} ms is {verdict.ratio:.2f}x {against} "
             f"({verdict.reference_ms:.3f} ms; {verdict.baseline_samples} baseline samples, Mann-Whitney "
             f"p={verdict.p_value:.2g}); a regression is more than +{policy.min_slowdown_pct:g}% and "
-            f"+{policy.min_slowdown_ms:g} ms")
+            f"+{policy.min_slowdown_ms:g} ms"
+            + (f"; a second runner process confirmed it (p50 {verdict.confirm_p50_ms:.3f} ms)"
+               if verdict.confirmed else ""))
 
 
 def gate(
@@ -277,6 +279,10 @@ def gate(
         details["regression"] = regression.to_dict()
         if regression.regressed:
             failures.append(_regression_text(name, regression, regression_policy, explicit_baseline))
+        elif regression.confirmed is False and regression.current_p50_ms is not None:
+            skipped.append(f"regression of {name}: not confirmed: p50 {regression.current_p50_ms:.3f} ms was "
+                           f"{regression.ratio:.2f}x the baseline, a second runner process measured "
+                           f"{regression.confirm_p50_ms:.3f} ms (one slow process, not a slower artifact)")
         elif regression.skip:
             skipped.append(f"regression of {name}: {regression.skip}")
     checked = []
@@ -398,6 +404,18 @@ def runner_flags(*, profile: bool = False, throughput: bool = False, loads: bool
                  if on)
 
 
+def _run_runner(device: Device, argv: Sequence[str], artifacts: Sequence[str], timeout: float) -> list[CheckReport]:
+    """One runner process on the device: its reports for ``artifacts``."""
+    result = device.conn.run(list(argv), timeout=timeout)
+    if not result.stdout.strip():
+        tail = (result.stderr.strip().splitlines() or ["no output"])[-1][:300]
+        raise DeviceError(
+            f"{device.spec.name}: the runner failed with exit code {result.returncode} and no report ({tail}).",
+            hint=f"Is {device.python!r} a working Python on the device? Set `python` in the inventory.",
+        )
+    return parse_runner_output(result.stdout, device=device.spec.name, artifacts=list(artifacts))
+
+
 def check(
     device: Device,
     bundle: Bundle,
@@ -430,26 +448,34 @@ def check(
             hint="Deploy it first: edgetk deploy BUNDLE --device ... (or deploy --check).",
         )
     runner = bundle.manifest.runner.file if bundle.manifest.runner else "edgetk_runner.py"
-    argv = [device.python, f"{vdir}/{runner}", "check", "--bundle", vdir, "--runs", str(runs), "--warmup", str(warmup),
-            *runner_args]
-    result = device.conn.run(argv, timeout=timeout)
+    latency_argv = [device.python, f"{vdir}/{runner}", "check", "--bundle", vdir, "--runs", str(runs), "--warmup",
+                    str(warmup)]
+    argv = [*latency_argv, *runner_args]
     artifacts = [a.file for a in bundle.manifest.artifacts]
-    if not result.stdout.strip():
-        tail = (result.stderr.strip().splitlines() or ["no output"])[-1][:300]
-        raise DeviceError(
-            f"{device.spec.name}: the runner failed with exit code {result.returncode} and no report ({tail}).",
-            hint=f"Is {device.python!r} a working Python on the device? Set `python` in the inventory.",
-        )
-    reports = parse_runner_output(result.stdout, device=device.spec.name, artifacts=artifacts)
+    reports = _run_runner(device, argv, artifacts, timeout)
     policy = bundle.manifest.check_policy
     budget = budget_for(policy, gates)
     regression_policy = regression_policy_for(policy, gates)
     formats = {a.file: str(a.format) for a in bundle.manifest.artifacts}
     notes = (NO_POLICY,) if policy is None else ()
+
+    def judged(report: CheckReport) -> tuple[RegressionVerdict | None, bool]:
+        return _regression(store, gates.baseline, report, regression_policy, bundle=name, device=device.spec.name,
+                           artifacts=len(artifacts))
+
+    verdicts = {report.artifact: judged(report) for report in reports}
+    suspects = [a for a, (verdict, _) in verdicts.items() if verdict is not None and verdict.regressed]
+    if suspects:  # measured again in a fresh runner process: a regression must show in both (``confirmed``)
+        extra = [flag for a in suspects for flag in ("--artifact", a)]
+        again = {r.artifact: r for r in _run_runner(device, [*latency_argv, *extra], suspects, timeout)}
+        for artifact in suspects:
+            first, explicit = verdicts[artifact]
+            second = again.get(artifact)
+            assert first is not None
+            verdicts[artifact] = (confirmed(first, judged(second)[0] if second is not None else None), explicit)
     gated = []
     for report in reports:
-        verdict, explicit = _regression(store, gates.baseline, report, regression_policy, bundle=name,
-                                        device=device.spec.name, artifacts=len(artifacts))
+        verdict, explicit = verdicts[report.artifact]
         result_gate = gate(
             report, budget=budget, regression=verdict, regression_policy=regression_policy,
             explicit_baseline=explicit, placement=policy.placement if policy else (),

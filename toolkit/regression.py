@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from toolkit.policy import RegressionPolicy
@@ -74,14 +74,29 @@ class RegressionVerdict:
     baseline_checks: tuple[str, ...] = ()
     baseline_samples: int = 0
     skip: str | None = None
+    # a suspected regression is measured again in a fresh runner process (``checking.check``): that run's p50
+    # and whether it regressed too (the check regresses only when both did); None when no second run was made
+    confirm_p50_ms: float | None = None
+    confirmed: bool | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return {
             "regressed": self.regressed, "current_p50_ms": self.current_p50_ms, "reference_ms": self.reference_ms,
             "pooled_p50_ms": self.pooled_p50_ms, "ratio": self.ratio, "p_value": self.p_value,
             "baseline_checks": list(self.baseline_checks), "baseline_samples": self.baseline_samples,
-            "skip": self.skip,
+            "skip": self.skip, "confirm_p50_ms": self.confirm_p50_ms, "confirmed": self.confirmed,
         }
+
+
+def confirmed(first: RegressionVerdict, second: RegressionVerdict | None) -> RegressionVerdict:
+    """``first`` (a regression) judged with the verdict of a second runner process on the same baseline: it
+    stays a regression only when the second run regressed too. One runner process's median can land on a
+    slower level of a shared or throttled device for its whole run (the module docstring: two levels up to
+    about 1.5x apart), so one slow process is not yet a regression; a real slowdown is slow in both."""
+    if second is None or second.regressed is None:  # no second measurement: the first verdict stands
+        return first
+    return replace(first, regressed=bool(second.regressed), confirm_p50_ms=second.current_p50_ms,
+                   confirmed=bool(second.regressed))
 
 
 def decide(
