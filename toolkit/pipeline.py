@@ -163,7 +163,8 @@ def _build_all(run: ConvertRun, plan: Plan) -> list[Candidate]:
     """Every planned recipe in order; the first passing non-fp32 artifact of a format ends that format."""
     kept: list[Candidate] = []
     done: set[str] = set()  # formats whose preferred artifact is built
-    quantized: set[str] = set()  # formats with a kept INT8 artifact (the dynamic fallback is for failed ones)
+    # formats with a kept INT8 or dynamic artifact: the dynamic and A16W8 fallbacks are for formats without one
+    quantized: set[str] = set()
     for item in plan.recipes:
         recipe = item.recipe
         if item.when in (When.DYNAMIC_FALLBACK, When.A16W8_FALLBACK) and recipe.format in quantized | done:
@@ -207,7 +208,7 @@ def _build_all(run: ConvertRun, plan: Plan) -> list[Candidate]:
             )
         run.attempts.append(result.attempt("kept", reason))
         kept.append(result)
-        if recipe.precision == "int8":
+        if recipe.precision in ("int8", "dynamic"):  # kept: accurate enough (a slower one is only marked)
             quantized.add(recipe.format)
         if recipe.precision != "fp32" and not result.problems:
             done.add(recipe.format)  # the preferred artifact of this format: later recipes are not needed
