@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from tests.fixtures.real_models import Detector
+from tests.fixtures.real_models import Detector, assert_rule_repairs
 from tests.fixtures.token_models import token_net  # noqa: F401 (fixture)
 from toolkit import api
 from toolkit.conversion import tflite
@@ -46,14 +46,7 @@ def detector_int8(yolo_detector: Detector, tmp_path_factory: pytest.TempPathFact
 
 
 def test_final_concat_rule_repairs_the_detector(detector_int8: dict[str, Any]) -> None:
-    plain, ruled = detector_int8["plain"], detector_int8["ruled"]
-    before = plain["verification"]["task_metrics"]
-    after = ruled["verification"]["task_metrics"]
-    assert before["layout"] == after["layout"] == "yolo"
-    assert before["recall"] < 0.8 and plain["status"] == "out_of_tolerance", before
-    assert after["recall"] >= 0.95 and after["precision"] >= 0.9, after
-    assert ruled["status"] in ("ok", "slower"), (ruled["status"], ruled["notes"])
-    assert plain["float_nodes"] == [] and plain["float_io"] == []
+    assert_rule_repairs(detector_int8["plain"], detector_int8["ruled"])
 
 
 def test_rule_records_which_nodes_and_why(detector_int8: dict[str, Any]) -> None:

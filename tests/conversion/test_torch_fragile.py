@@ -21,10 +21,9 @@ from typing import Any
 import numpy as np
 import pytest
 
-from tests.fixtures.real_models import FRAME
+from tests.fixtures.real_models import assert_detects_drawn_shapes, assert_rule_repairs
 from tests.fixtures.torch_detector import TorchDetector, torch_yolo_detector  # noqa: F401 (fixture)
 from toolkit import api
-from toolkit.verification import detection
 
 pytestmark = pytest.mark.skipif(
     importlib.util.find_spec("litert_torch") is None,
@@ -71,32 +70,12 @@ def test_the_float_torch_detector_is_trained(torch_yolo_detector: TorchDetector)
 
     source = open_source(torch_yolo_detector.factory, weights=torch_yolo_detector.weights)
     heads = source.predict({"image": np.load(torch_yolo_detector.eval_data)["image"]})[0]
-    matched = found = truth = 0
-    for head, boxes in zip(heads, torch_yolo_detector.eval_boxes):
-        rows = head.T  # [anchors, 4 + C]
-        dets = detection._detections(detection._xyxy(rows[:, :4]), rows[:, 4:], detection.YOLO_SCORE_THRESHOLD)
-        gt = [(int(c), detection._xyxy(np.array([cx, cy, w, h])), 1.0) for c, cx, cy, w, h in boxes]
-        matched += detection._match(gt, dets)
-        found += len(dets)
-        truth += len(gt)
-    print(f"float torch detector: recall {matched / truth:.3f}, precision {matched / max(found, 1):.3f}")
-    assert truth >= 80
-    assert matched / truth >= 0.75, (matched, truth)
-    assert matched / found >= 0.8, (matched, found)
-    assert 0 < heads[:, :4].min() and heads[:, :4].max() <= FRAME  # box coordinates span the 320 frame
-    assert heads[:, 4:].max() <= 1.0  # ... and the scores 0-1, in one tensor
+    recall, precision = assert_detects_drawn_shapes(heads, torch_yolo_detector.eval_boxes)
+    print(f"float torch detector: recall {recall:.3f}, precision {precision:.3f}")
 
 
 def test_final_cat_rule_repairs_the_torch_detector(detector_int8: dict[str, Any]) -> None:
-    plain, ruled = detector_int8["plain"], detector_int8["ruled"]
-    before = plain["verification"]["task_metrics"]
-    after = ruled["verification"]["task_metrics"]
-    assert before["layout"] == after["layout"] == "yolo"
-    assert before["float_detections"] >= 60
-    assert before["recall"] < 0.8 and plain["status"] == "out_of_tolerance", before
-    assert after["recall"] >= 0.95 and after["precision"] >= 0.9, after
-    assert ruled["status"] in ("ok", "slower"), (ruled["status"], ruled["notes"])
-    assert plain["float_nodes"] == [] and plain["float_io"] == []
+    assert_rule_repairs(detector_int8["plain"], detector_int8["ruled"])
 
 
 def test_rule_records_which_nodes_and_why(detector_int8: dict[str, Any]) -> None:

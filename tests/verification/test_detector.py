@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from tests.fixtures.real_models import FRAME, Detector
+from tests.fixtures.real_models import Detector, assert_detects_drawn_shapes
 from toolkit import api
 from toolkit.verification import detection
 
@@ -50,19 +50,7 @@ def test_the_float_detector_is_trained(yolo_detector: Detector) -> None:
 
     model = keras.saving.load_model(yolo_detector.model, compile=False)
     images = np.load(yolo_detector.eval_data)["x"]
-    heads = np.asarray(model.predict(images, verbose=0))
-    matched = found = truth = 0
-    for head, boxes in zip(heads, yolo_detector.eval_boxes):
-        rows = head.T  # [anchors, 4 + C]
-        dets = detection._detections(detection._xyxy(rows[:, :4]), rows[:, 4:], detection.YOLO_SCORE_THRESHOLD)
-        gt = [(int(c), detection._xyxy(np.array([cx, cy, w, h])), 1.0) for c, cx, cy, w, h in boxes]
-        matched += detection._match(gt, dets)
-        found += len(dets)
-        truth += len(gt)
-    assert truth >= 80
-    assert matched / truth >= 0.75, (matched, truth)
-    assert matched / found >= 0.8, (matched, found)
-    assert 0 < heads[:, :4].min() and heads[:, :4].max() <= FRAME  # box coordinates span the 320 frame
+    assert_detects_drawn_shapes(np.asarray(model.predict(images, verbose=0)), yolo_detector.eval_boxes)
 
 
 def test_collapsed_score_channel_is_caught_though_cosine_passes(detector_bundle: dict[str, Any]) -> None:
