@@ -132,6 +132,10 @@ def summary(h: dict) -> str:
                      "VNNI" if i8.get("vnni") else "no VNNI (AVX2 int8)"])
         rows.append(["MobileNetV2 toolkit INT8 recipe vs fp32, side by side (ONNX Runtime / LiteRT; target <= 0.45x)",
                      f"{_fmt(i8.get('toolkit_ort'))} / {_fmt(i8.get('toolkit_litert'))}", "section int8"])
+        a16w8 = i8.get("a16w8", {})
+        if a16w8:
+            rows.append(["MobileNetV2 A16W8 recipe (accuracy fallback) vs fp32 latency (ONNX Runtime / LiteRT)",
+                         f"{_fmt(a16w8.get('onnxruntime'))} / {_fmt(a16w8.get('litert'))}", "section int8"])
     ct = h.get("convert_time", {})
     if ct:
         rows.append(["MobileNetV2 `edgetk convert` (profile's recipes, verified) vs the plain paths, wall time "

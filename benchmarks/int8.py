@@ -16,6 +16,10 @@ ONNX Runtime session with ``session.intra_op.allow_spinning=0`` so an idle pool 
    ``EXTENDED`` and ``BASIC`` stop earlier).
 3. MobileNetV2 through LiteRT: full int8 (int8 I/O, no float op left: the graph is checked), per-channel (the
    converter's default, the toolkit's recipe) vs per-tensor.
+4. The A16W8 recipe (16-bit activations, 8-bit weights: the accuracy fallback after 8-bit INT8, never preferred)
+   in both runtimes: ONNX built by the toolkit's own route (``onnx_quant.derive``: int16 Q/DQ as contrib ops at
+   the model's opset), TFLite by the converter's 16x8 ops set (what ``tflite._a16w8`` runs). It is there for
+   accuracy and 4x smaller weights; these rows say what it costs in latency.
 
 The model is ``benchmarks.convert.mobilenet_source`` (random weights, BatchNorm statistics from data); 16
 calibration samples are enough for ranges whose only use here is speed.
@@ -176,6 +180,30 @@ def _ort_int8(fp32: Path, root: Path, samples: np.ndarray) -> dict[str, Path]:
     return out
 
 
+def _ort_a16w8(fp32: Path, root: Path, samples: np.ndarray) -> Path:
+    """MobileNetV2 A16W8 ONNX through the toolkit's own route (the generic-x86_64 A16W8 recipe, opset <= 19)."""
+    import dataclasses
+
+    from toolkit.conversion import onnx_quant
+    from toolkit.conversion.base import ConversionRequest
+    from toolkit.sources import open_source
+    from toolkit.types import Recipe
+
+    path = root / "mobilenetv2.a16w8.onnx"
+    if path.is_file():
+        return path
+    recipe = Recipe(format="onnx", precision="int8", activation_type="int16", weight_type="int8", quant_format="qdq",
+                    calibration_method="minmax", per_channel=True)
+    request = ConversionRequest(source=open_source(str(fp32)), recipe=recipe, input_shapes={"input": (1, 224, 224, 3)},
+                                calibration=tuple({"input": s[None]} for s in samples), workdir=root / "a16w8-work",
+                                max_opset=19)
+    log("int8: A16W8 ONNX through the toolkit's route")
+    base = onnx_quant.prepare(dataclasses.replace(request, recipe=Recipe(format="onnx", precision="fp32")),
+                              root / "mobilenetv2.a16w8-base.onnx")
+    onnx_quant.derive(request, base, path)
+    return path
+
+
 def _ort_with_level(path: Path, feed: np.ndarray, level: str) -> OrtRunner:
     import onnxruntime as ort
 
@@ -195,7 +223,8 @@ def _tflite(source: Path, root: Path, samples: np.ndarray) -> dict[str, Path]:
     import tensorflow as tf
 
     paths = {"fp32": root / "mobilenetv2.fp32.tflite", "int8 per-channel (toolkit recipe)":
-             root / "mobilenetv2.int8.tflite", "int8 per-tensor": root / "mobilenetv2.int8-pt.tflite"}
+             root / "mobilenetv2.int8.tflite", "int8 per-tensor": root / "mobilenetv2.int8-pt.tflite",
+             "A16W8 16x8 (toolkit A16W8 recipe)": root / "mobilenetv2.a16w8.tflite"}
     if all(p.is_file() for p in paths.values()):
         return paths
     model = keras.saving.load_model(source)
@@ -210,6 +239,12 @@ def _tflite(source: Path, root: Path, samples: np.ndarray) -> dict[str, Path]:
         converter._experimental_disable_per_channel = per_tensor
         log(f"int8: TFLite {name}")
         paths[name].write_bytes(converter.convert())
+    converter = tf.lite.TFLiteConverter.from_keras_model(model)  # the toolkit's A16W8 build (tflite._a16w8)
+    converter.optimizations = [tf.lite.Optimize.DEFAULT]
+    converter.representative_dataset = lambda: ([s[None]] for s in samples)
+    converter.target_spec.supported_ops = [tf.lite.OpsSet.EXPERIMENTAL_TFLITE_BUILTINS_ACTIVATIONS_INT16_WEIGHTS_INT8]
+    log("int8: TFLite A16W8 (16x8)")
+    paths["A16W8 16x8 (toolkit A16W8 recipe)"].write_bytes(converter.convert())
     return paths
 
 
@@ -243,6 +278,8 @@ def mobilenet(root: Path) -> tuple[list[list[Any]], dict[str, float], list[str]]
     variants: dict[str, Callable[[], object]] = {"onnxruntime fp32": OrtRunner(fp32, {"input": feed})}
     for name, path in ort_paths.items():
         variants[f"onnxruntime {name}"] = OrtRunner(path, {"input": feed})
+    variants["onnxruntime QDQ A16W8 per-channel (toolkit A16W8 recipe)"] = OrtRunner(_ort_a16w8(fp32, root, calib),
+                                                                                    {"input": feed})
     recipe = ort_paths["QDQ U8S8 per-channel (toolkit recipe)"]
     for level in ("ORT_ENABLE_EXTENDED", "ORT_ENABLE_BASIC"):
         variants[f"onnxruntime QDQ U8S8 per-channel, {level}"] = _ort_with_level(recipe, feed, level)
@@ -267,7 +304,10 @@ def run() -> tuple[str, dict[str, Any]]:
     rows, ratios, notes = mobilenet(root)
     ort = ratios["onnxruntime QDQ U8S8 per-channel (toolkit recipe)"]
     lite = ratios["litert int8 per-channel (toolkit recipe)"]
-    best_ort = min((v, k) for k, v in ratios.items() if k.startswith("onnxruntime") and "fp32" not in k)
+    best_ort = min((v, k) for k, v in ratios.items()
+                   if k.startswith("onnxruntime") and "fp32" not in k and "A16W8" not in k)
+    a16w8 = {rt: next(v for k, v in ratios.items() if k.startswith(rt) and "A16W8" in k)
+             for rt in ("onnxruntime", "litert")}
     cpu = machine()["CPU"]
     instructions = ("VNNI (vpdpbusd)" if vnni else
                     "no VNNI: AVX2's vpmaddubsw + vpmaddwd + vpaddd for every 32 u8 x s8 products (XNNPACK's "
@@ -281,6 +321,10 @@ def run() -> tuple[str, dict[str, Any]]:
         f"{'met' if lite <= TARGET else 'NOT met'}). Fastest ONNX Runtime setting here: {best_ort[1]} "
         f"({best_ort[0]:.2f}x).",
     ]
+    verdict.append(
+        f"- A16W8 (the accuracy fallback, never preferred): ONNX Runtime **{a16w8['onnxruntime']:.2f}x**, LiteRT "
+        f"**{a16w8['litert']:.2f}x** fp32 latency (ORT runs float kernels between the int16 Q/DQ; LiteRT's 16x8 "
+        "kernels are reference kernels, no XNNPACK): what a model pays when 8-bit activations lose it.")
     if not vnni:
         verdict.append(
             f"- What stops the target on this CPU: without VNNI its int8 GEMM ceiling is {gemm['onnxruntime']:.2f}x "
@@ -297,7 +341,7 @@ def run() -> tuple[str, dict[str, Any]]:
              table(["variant", "median ms", "vs fp32 (same runtime)", "runs"], rows), "",
              *[f"- {n}" for n in notes]]
     headline = {"gemm_int8_vs_fp32": gemm, "mobilenetv2": ratios, "vnni": vnni,
-                "toolkit_ort": ort, "toolkit_litert": lite}
+                "toolkit_ort": ort, "toolkit_litert": lite, "a16w8": a16w8}
     return "\n".join(parts), headline
 
 
