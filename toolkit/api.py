@@ -547,8 +547,8 @@ def remove(name: str, *, break_lock: bool = False, **options: Any) -> FleetRepor
 
 @with_option_keywords(DeviceOptions)
 def prune(name: str, *, keep: int = 2, break_lock: bool = False, **options: Any) -> FleetReport:
-    """``edgetk prune``: remove old versions of bundle ``name`` on every device, keeping the newest ``keep`` and
-    always the current version and the rollback target (``data``: removed, kept, freed_bytes)."""
+    """``edgetk prune``: remove old versions of bundle ``name`` on every device, keeping the current version and
+    the ``keep - 1`` installed before it, always the rollback target (``data``: removed, kept, freed_bytes)."""
     from toolkit.deployment import prune as do_prune
 
     if keep < 1:

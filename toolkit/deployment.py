@@ -594,8 +594,8 @@ def remove(device: Device, name: str, *, break_lock: bool = False) -> dict[str, 
 
 
 def prune(device: Device, name: str, *, keep: int = 2, break_lock: bool = False) -> dict[str, Any]:
-    """Remove old versions of ``name``: all but the newest ``keep``, never the current one or the rollback target
-    (``{"current", "rollback_target", "removed", "kept", "freed_bytes"}``)."""
+    """Remove old versions of ``name``: keep the current one and the ``keep - 1`` installed before it, always the
+    rollback target (``{"current", "rollback_target", "removed", "kept", "freed_bytes"}``)."""
     with DeviceLock(device, name, what="prune", break_lock=break_lock):
         return device.helper("prune", validate_name(name), str(int(keep)))
 

@@ -26,8 +26,8 @@ def _render(entry: Mapping[str, Any]) -> list[str]:
 @click.argument("name")
 @device_options
 @click.option("--keep", "keep", type=click.IntRange(min=1), default=2, show_default=True,
-              help="Installed versions to keep, newest first; the current one and the rollback target are kept "
-              "whatever this says.")
+              help="Versions to keep: the current one and those installed before it (what rollbacks return to); "
+              "the rollback target is kept whatever this says.")
 @break_lock_option
 @json_option
 def prune(name: str, as_json: bool, **values: Any) -> None:

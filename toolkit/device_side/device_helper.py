@@ -578,8 +578,9 @@ def is_version(entry):
 
 
 def prune_versions(name, keep, spare=()):
-    """Remove the installed versions older than the newest ``keep`` and every leftover of a failed push, but
-    never the current version, the rollback target (the version before it) or ``spare`` (a push in progress).
+    """Keep the current version and the ``keep - 1`` installed before it (what successive rollbacks return to),
+    and always the rollback target and ``spare`` (a push in progress); remove every other version: older ones,
+    ones newer than the current (rolled back from: no rollback reaches them) and leftovers of failed pushes.
     The caller holds the bundle's lock. Files shared by hard links with a kept version free nothing."""
     bdir = bundle_dir(name)
     if not os.path.isdir(bdir):
@@ -588,7 +589,9 @@ def prune_versions(name, keep, spare=()):
     history = load_history(name)
     versions = [h.get("version") for h in history]
     target = versions[versions.index(current) - 1] if current in versions and versions.index(current) > 0 else None
-    kept = set(versions[-max(1, int(keep)):]) | set(v for v in (current, target) + tuple(spare) if v)
+    at = versions.index(current) if current in versions else len(versions) - 1
+    kept = set(versions[max(0, at + 1 - max(1, int(keep))):at + 1])
+    kept |= set(v for v in (current, target) + tuple(spare) if v)
     before = free_bytes(bdir)
     removed = []
     for entry in sorted(os.listdir(bdir)):
