@@ -116,7 +116,7 @@ def acquire(device: Device, name: str, call: Callable[[float], dict[str, Any]], 
             answer = call(timeout - first)
         except HelperRefused as again:
             raise _held(device, name, again, timeout) if again.kind == "locked" else again from None
-    lock = answer.get("lock") if isinstance(answer.get("lock"), dict) else answer
+    lock: dict[str, Any] = answer["lock"] if isinstance(answer.get("lock"), dict) else answer
     note = LockNote.from_answer(lock, name, announced)
     if announced and note.waited_s < first:  # the first try's wait counts too
         note = LockNote(note.waited_s + first, note.waited_for, note.broke)

@@ -52,7 +52,8 @@ def test_add_key_on_openssh_with_a_password(fresh_ssh_device: Callable[..., SshD
     known = tmp_path / "known_hosts"
     secret = tmp_path / "password"
     secret.write_text(PASSWORD + "\n")
-    args = ["devices", "add-key", "--device", device.spec, "--key", f"{user_key}.pub", "--known-hosts", known]
+    args: list[str | os.PathLike[str]] = ["devices", "add-key", "--device", device.spec, "--key", f"{user_key}.pub",
+                                         "--known-hosts", known]
 
     # no terminal, no password source: how to give one, exit 2, before any connection
     missing = _edgetk(*args)
