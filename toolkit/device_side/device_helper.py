@@ -602,7 +602,8 @@ def prune_versions(name, keep, spare=()):
         removed.append(entry)
     save_history(name, [h for h in history if h.get("version") not in removed])
     return {"current": current, "rollback_target": target, "removed": removed,
-            "kept": [v for v in versions if v not in removed], "freed_bytes": max(0, free_bytes(bdir) - before)}
+            "kept": [v for v in versions if v not in removed],
+            "freed_bytes": max(0, free_bytes(bdir) - before) if removed else 0}
 
 
 def cmd_prune(name, keep):
