@@ -52,15 +52,19 @@ def remember_sftp(key: str, works: bool) -> None:
     """Record the answer (best effort: a read-only home only means asking again next time)."""
     path = facts_path()
     data = _load(path)
-    entry = data.get(key) if isinstance(data.get(key), dict) else {}
+    found = data.get(key)
+    entry: dict[str, Any] = found if isinstance(found, dict) else {}
     if entry.get("sftp") is works:
         return
     data[key] = {**entry, "sftp": works, "checked": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         fd, temp = tempfile.mkstemp(prefix=".hosts.", dir=path.parent)
+    except OSError:
+        return
+    try:
         with os.fdopen(fd, "w") as handle:
             json.dump(data, handle, indent=1, sort_keys=True)
         os.replace(temp, path)
     except OSError:
-        pass
+        Path(temp).unlink(missing_ok=True)
