@@ -73,11 +73,12 @@ def frames(files: Sequence[Outgoing]) -> Iterator[bytes]:
     yield b"[]\n"
 
 
-def send_files(device: Device, conn: Streams, name: str, version: str, token: str, files: Sequence[Outgoing], *,
-               progress: Progress | None) -> Mapping[str, Any]:
-    """Send ``files`` in one stream to the helper's ``receive`` (begin holds the lock ``token``); its answer,
-    or the error it says (a full disk, a wrong hash, a broken lock)."""
+def send_and_finish(device: Device, conn: Streams, name: str, version: str, token: str, files: Sequence[Outgoing],
+                    *, listing: str, keep: int, progress: Progress | None) -> Mapping[str, Any]:
+    """Send ``files`` in one stream to the helper's ``receive`` (begin holds the lock ``token``), which then
+    finishes the push (``finish``: verify, switch, keep, release the lock) in the same run; ``finish``'s
+    answer, or the error the run says (a full disk, a wrong hash, a broken lock)."""
     total = sum(item.length for item in files)
-    result = conn.stream(device.helper_argv("receive", name, version, token), frames(files), total=total,
-                         progress=progress)
+    argv = device.helper_argv("receive", name, version, token, listing, str(keep))
+    result = conn.stream(argv, frames(files), total=total, progress=progress)
     return device.answer("receive", result)

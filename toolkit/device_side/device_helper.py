@@ -952,7 +952,7 @@ def load_follow(name, token, version):
         time.sleep(0.003)
 
 
-def cmd_receive(name, version, token):
+def cmd_receive(name, version, token, files_json="", keep=""):
     """The files of a push on ONE channel: a framed stream on stdin, written, hashed as they arrive, checked.
 
     Each frame is a JSON header line ``[rel, offset, length, packed, sha256, size]`` and ``length`` bytes: the
@@ -960,7 +960,8 @@ def cmd_receive(name, version, token):
     data when ``packed`` (inflated as it arrives). ``[]`` ends the stream. A file whose sha256 or size is not the
     expected one is removed and refused (``integrity``); the others' digests and stats go where ``finish`` reads
     the follower's, so ``finish`` hashes nothing again. A stream cut short leaves the file being written in
-    place, for the next push to resume. Only the push holding the lock ``token`` may write."""
+    place, for the next push to resume. Only the push holding the lock ``token`` may write. With the push's
+    listing ``files_json`` and ``keep``, ``finish`` runs right after, in this same run (one Python less)."""
     import hashlib
 
     vdir = os.path.join(bundle_dir(name), check_version(version))
@@ -1024,6 +1025,8 @@ def cmd_receive(name, version, token):
     save_follow(name, token, version, {"pid": os.getpid(), "start": None, "done": True, "files": received})
     if bad:
         fail("integrity", "files do not match their sha256 on arrival: " + ", ".join(bad), bad=bad)
+    if files_json:
+        cmd_finish(name, version, files_json, keep, token)
     emit({"received": sorted(received)})
 
 
