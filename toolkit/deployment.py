@@ -53,6 +53,7 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from toolkit.bundle import Bundle
+from toolkit.deploy_stream import Outgoing, send_and_finish, streaming
 from toolkit.devices.connection import Connection
 from toolkit.devices.spec import DeviceSpec
 from toolkit import device_side
@@ -60,6 +61,7 @@ from toolkit import locks
 from toolkit.errors import DeviceDiskFull, DeviceError, DeviceShellNoise, LinkDropped, UsageError
 from toolkit.locks import LOCK_TIMEOUT_S, DeviceLock
 from toolkit.platform import accepted_arches, normalize_arch
+from toolkit.types import CommandResult
 
 BASE = ".edgetk"
 KEEP_VERSIONS = 3
@@ -226,7 +228,11 @@ class Device:
         if result.returncode == 3 and isinstance(data, dict) and data.get("kind") == "helper_missing":
             self.install_helper()  # once per device and helper version
             result = self.conn.run(self.helper_argv(command, *args), timeout=timeout)
-            data = _helper_json(result.stdout)
+        return self.answer(command, result)
+
+    def answer(self, command: str, result: CommandResult) -> dict[str, Any]:
+        """The helper's JSON answer to ``command``, or the error its run says (a refusal, no Python, noise)."""
+        data = _helper_json(result.stdout)
         if result.returncode == 3 and isinstance(data, dict):
             if data.get("kind") in ("not_installed", "no_previous", "usage"):
                 raise UsageError(
@@ -415,15 +421,18 @@ def push(
     files = bundle.files()  # hashed once per process while unchanged (toolkit.bundle.sha256_file)
     listing = json.dumps([[f.path, f.sha256, f.bytes] for f in files])
     sizes = {f.path: f.bytes for f in files}
+    digests = {f.path: f.sha256 for f in files}
     vdir = version_dir(name, bundle.version)
     token = uuid.uuid4().hex
     arches = [] if force else accepted_arches(bundle.manifest.target_arch)
+    streams = streaming(device.conn)  # no SFTP there: the files go as one stream that the device hashes itself
     asked = locks.request("deploy", version=bundle.version, break_lock=break_lock, prune=prune)
     try:
-        # follow: the device hashes files sent as they are while they arrive (not compressed ones)
+        # follow: the device hashes files sent as they are while they arrive (not compressed or streamed ones)
         plan, lock = locks.acquire(device, name, lambda wait: device.helper(
             "begin", name, bundle.version, listing, str(wait), asked, token, json.dumps(arches),
-            "0" if compress else "1", device.spec.python or (sys.executable if device.spec.is_local else ""),
+            "0" if compress or streams else "1",
+            device.spec.python or (sys.executable if device.spec.is_local else ""),
             timeout=wait + HELPER_TIMEOUT_S), timeout=lock_timeout, stream=progress_stream)
     except HelperRefused as refused:
         if refused.kind == "arch":
@@ -449,7 +458,19 @@ def push(
             wire = {m: packed[m].stat().st_size if m in packed else sizes[m] - offsets.get(m, 0) for m in missing}
             progress = UploadProgress(device.spec.name, sum(wire.values()), stream=progress_stream)
             sent = 0
-            for rel in missing:
+            if streams is not None:
+                outgoing = [Outgoing(rel, packed.get(rel, bundle.path / rel), offsets.get(rel, 0), rel in packed,
+                                     digests[rel], sizes[rel]) for rel in missing]
+                try:  # the device finishes the push in the same run: one Python start less
+                    done = send_and_finish(device, streams, name, bundle.version, token, outgoing, listing=listing,
+                                           keep=keep, progress=progress.file_progress(0))
+                except LinkDropped:
+                    raise
+                except DeviceError as exc:
+                    released = True
+                    _abort_after_write_error(device, name, bundle.version, token, exc)
+                released, sent = True, sum(wire.values())
+            for rel in missing if streams is None else []:
                 offset = offsets.get(rel, 0)
                 local, remote = (packed[rel], f"{vdir}/{rel}{GZ_SUFFIX}") if rel in packed else (
                     bundle.path / rel, f"{vdir}/{rel}")
@@ -463,8 +484,10 @@ def push(
                 sent += wire[rel]
             progress.done = sent
             progress.finish()
-        released = True  # finish releases the lock in a finally, whatever it answers
-        done = device.helper("finish", name, bundle.version, listing, str(keep), token, json.dumps(sorted(packed)))
+        if streams is None:
+            released = True  # finish releases the lock in a finally, whatever it answers
+            done = device.helper("finish", name, bundle.version, listing, str(keep), token,
+                                 json.dumps(sorted(packed)))
     except LinkDropped:
         raise  # no reconnect just to unlock: the lock's holder (that session) is gone, the next deploy breaks it
     except BaseException:
