@@ -109,6 +109,9 @@ def test_add_key_on_a_busybox_dropbear_first_boot(fresh_dropbear_device: Callabl
     secret.write_text(PASSWORD)
     inventory = tmp_path / "inventory.toml"
     inventory.write_text(device.inventory_entry(identity_file=str(user_key), python=device.python))
+    # before: a key login is refused, and the message names the way in
+    before = _edgetk("status", "--inventory", inventory, "--known-hosts", known, "--trust-new-host")
+    assert before.code == 4 and f"edgetk devices add-key --device {device.name}" in before.stderr
     done = _edgetk("--debug", "devices", "add-key", "--inventory", inventory, "--key", user_key, "--known-hosts",
                    known, "--trust-new-host", "--password-file", secret, "--json")
     assert done.code == 0, done.stderr
