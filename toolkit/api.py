@@ -724,6 +724,7 @@ def run(
     source: PathLike,
     *,
     deploy_force: bool = False,
+    break_lock: bool = False,
     progress: Progress | None = None,
     progress_stream: TextSink | None = sys.stderr,
     config: Mapping[str, Any] | None = None,
@@ -748,7 +749,7 @@ def run(
     names = ", ".join(s.name for s in selection.specs)
     _enter(progress, "deploy", f"deploying {converted.manifest.name} to {names}")
     deployed = _bundle_task(converted.bundle_dir, selection, checking, install=True, check=False,
-                            force=deploy_force, progress_stream=progress_stream)
+                            force=deploy_force, progress_stream=progress_stream, break_lock=break_lock)
     if not deployed.passed:
         return RunResult(converted, deployed, None, dict(config or {}))
     _enter(progress, "check", f"checking {converted.manifest.name} on {names}")
