@@ -163,7 +163,7 @@ def test_broken_layer_is_named_on_local(eval_bundle: ConvertResult, local: Devic
 @pytest.mark.ssh
 def test_eval_and_divergence_over_ssh(eval_bundle: ConvertResult, ssh_devices, ssh_client_key,  # type: ignore[no-untyped-def]
                                       device_python: str, tmp_path: Path) -> None:
-    from toolkit.devices.ssh import open_connection
+    from toolkit.devices import open_connection
 
     (dev,) = ssh_devices(1)
     base = parse_spec(dev.spec)
