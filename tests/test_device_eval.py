@@ -24,6 +24,9 @@ from toolkit.deployment import Device, push, version_dir
 from toolkit.devices.local import LocalConnection
 from toolkit.devices.spec import DeviceSpec, parse_spec
 from toolkit.pipeline import ConvertOptions, ConvertResult, convert_bundle
+from toolkit.reporting.html import collect, render_html
+from toolkit.reporting.terminal import bundle_table
+from toolkit.store import Store
 
 BROKEN_ONNX_LAYER = "digits_1/conv2d_1_2/BiasAdd"  # the second Conv node of the INT8 ONNX
 BROKEN_TFLITE_LAYER = ("digits_1/conv2d_1_2/Relu;digits_1/conv2d_1_2/BiasAdd;digits_1/conv2d_1_2/convolution;"
@@ -91,11 +94,14 @@ def _break_tflite(bundle_dir: Path) -> None:
     _rehash(bundle_dir, "model.int8.tflite")
 
 
-def test_eval_set_runs_on_the_device_and_matches_the_host(eval_bundle: ConvertResult, local: Device) -> None:
+def test_eval_set_runs_on_the_device_and_matches_the_host(eval_bundle: ConvertResult, local: Device,
+                                                          tmp_path: Path) -> None:
     bundle = read_bundle(eval_bundle.bundle_dir)
     assert not any(f.path.startswith("eval/") or f.path.startswith("layers/") for f in bundle.files())  # deploy stays small
     push(local, bundle)
-    reports = check(local, bundle, runs=3, warmup=0, gates=GateOptions(baseline="none"), evaluate=True)
+    store = Store(tmp_path / "history.sqlite")
+    reports = check(local, bundle, runs=3, warmup=0, gates=GateOptions(baseline="none"), evaluate=True,
+                    store=store)
     records = {a.file: a for a in bundle.manifest.artifacts}
     assert len(reports) == 4
     for report in reports:
@@ -110,6 +116,12 @@ def test_eval_set_runs_on_the_device_and_matches_the_host(eval_bundle: ConvertRe
         assert result["vs_float"]["top1_agreement"] == pytest.approx(host.top1_agreement, abs=1e-9)
         assert result["vs_labels"]["device_accuracy"] > 0.9  # a trained model
         assert report.to_dict()["evaluation"] == result
+    # side by side in the terminal table and in the HTML report read back from the history
+    text = bundle_table(bundle.manifest, reports)
+    assert "the eval set on the device (--eval):" in text
+    assert "eval set on the device (497 samples" in text and "vs the float model" in text, text
+    page = render_html(collect(eval_bundle.bundle_dir, store=tmp_path / "history.sqlite"))
+    assert "The eval set on the device" in page and 'id="evaluation"' in page
     # a chunk smaller than the set: the same outputs, read and written chunk by chunk
     vdir = Path(local.conn._path(version_dir(bundle.name, bundle.version)))  # type: ignore[attr-defined]
     runner = [sys.executable, str(vdir / "edgetk_runner.py"), "eval", "--bundle", str(vdir), "--artifact",

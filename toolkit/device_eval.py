@@ -177,5 +177,18 @@ def text(artifact: str, result: Mapping[str, Any]) -> str:
     return line + (f" ({result['note']})" if result.get("note") else "")
 
 
+def table_row(report: Mapping[str, Any]) -> list[Any]:
+    """artifact, device, samples, device vs labels, float vs labels, device vs float (top-1 agreement, else
+    cosine), note: one row of the report's table."""
+    result = report.get("evaluation") or {}
+    labels = result.get("vs_labels") or {}
+    vs_float = result.get("vs_float") or {}
+    agreement = vs_float.get("top1_agreement")
+    return [report.get("artifact"), report.get("device"), result.get("samples", "-"),
+            _pct(labels.get("device_accuracy")), _pct(labels.get("float_accuracy")),
+            f"top-1 {_pct(agreement)}" if agreement is not None else f"cosine {vs_float.get('cosine_similarity')}",
+            result.get("note") or ""]
+
+
 def _pct(value: Any) -> str:
     return "-" if value is None else f"{100.0 * float(value):.1f}%"

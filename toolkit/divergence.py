@@ -73,9 +73,13 @@ def tensors(path: Path, fmt: str, names: Sequence[str], feeds: Sequence[Mapping[
         with tempfile.TemporaryDirectory() as scratch:
             values = run_outputs(model, present, Path(scratch), renamed)
         return {n: np.stack([np.asarray(v, dtype=np.float32) for v in values[n]]) for n in present}
+    import warnings
+
     from ai_edge_litert.interpreter import Interpreter
 
-    interpreter = Interpreter(model_path=str(path), experimental_preserve_all_tensors=True)
+    with warnings.catch_warnings():  # "intended for debugging purposes only": that is what it is for here
+        warnings.simplefilter("ignore", UserWarning)
+        interpreter = Interpreter(model_path=str(path), experimental_preserve_all_tensors=True)
     interpreter.allocate_tensors()
     details = {d["name"]: d for d in interpreter.get_tensor_details()}
     out: dict[str, list[np.ndarray]] = {n: [] for n in names if n in details}
@@ -130,7 +134,8 @@ def record(staging: Path, artifact: str, fmt: str, float_artifact: Path | None,
     names = [t for _, t in order]
     floats = tensors(float_artifact, fmt, names, samples, input_names)
     quantized = tensors(staging / artifact, fmt, names, samples, input_names)
-    layers, arrays = [], {}
+    layers: list[dict[str, Any]] = []
+    arrays: dict[str, np.ndarray] = {}
     for row, tensor in order:
         if tensor not in floats or tensor not in quantized or floats[tensor].size != quantized[tensor].size:
             continue
