@@ -11,17 +11,16 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
 import pytest
 
 from tests.fixtures.bundles import copy_bundle
+from tests.test_gates_device import local  # noqa: F401 - the `local` device fixture (a private HOME)
 from toolkit.bundle import read_bundle, sha256_file
 from toolkit.checking import GateOptions, check
 from toolkit.deployment import Device, push, version_dir
-from toolkit.devices.local import LocalConnection
 from toolkit.devices.spec import DeviceSpec, parse_spec
 from toolkit.pipeline import ConvertOptions, ConvertResult, convert_bundle
 from toolkit.reporting.html import collect, render_html
@@ -42,16 +41,6 @@ def eval_bundle(digits_keras: Path, digits_calibration: Path, digits_eval: Path,
                        out=tmp_path_factory.mktemp("eval") / "digits", use_cache=False),
         progress=lambda message: None,
     )
-
-
-@pytest.fixture
-def local(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Device]:
-    home = tmp_path / "home"
-    home.mkdir()
-    monkeypatch.setenv("HOME", str(home))
-    spec = parse_spec("local")
-    with LocalConnection(spec) as conn:
-        yield Device(spec=spec, conn=conn)
 
 
 def _rehash(bundle_dir: Path, artifact: str) -> None:
@@ -197,4 +186,6 @@ def test_eval_and_divergence_over_ssh(eval_bundle: ConvertResult, ssh_devices, s
     assert good is not None and good["available"] and good["vs_labels"]["device_accuracy"] > 0.9, good
     bad = broken.evaluation
     assert bad is not None and bad["available"]
-    assert bad["vs_labels"]["device_accuracy"] < good["vs_labels"]["device_accuracy"]  # the task sees it too
+    host = next(a for a in bundle.manifest.artifacts if a.file == "model.int8.onnx").verification
+    assert host is not None  # the eval set sees the broken layer too: further from the float model than convert
+    assert bad["vs_float"]["max_abs_error"] > 2 * host.max_abs_error, (bad, host)

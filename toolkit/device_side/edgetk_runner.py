@@ -2120,11 +2120,10 @@ def _eval_inputs(numpy, bundle):
         raise RunnerError("bad_bundle", "Cannot read the eval set ({}).".format(exc), REDEPLOY_HINT)
 
 
-def run_eval(opts):
-    # type: (argparse.Namespace) -> dict
-    """Every eval sample through one artifact, in chunks sized to this device's memory; the raw outputs (in the
-    artifact's own dtype: int8 outputs stay one byte a value) go to ``--out``/output_<k>.npy, their scale and
-    zero point to the JSON, so the host dequantizes and scores them."""
+def _artifact_command(opts, what, body):
+    # type: (argparse.Namespace, str, Any) -> dict
+    """One artifact of the bundle, verified, handed to ``body(numpy, bundle, manifest, record, fmt, doc)``,
+    which fills ``doc``; errors become the document's ``error``."""
     bundle = os.path.abspath(os.path.expanduser(opts.bundle))
     name = opts.artifact[0]
     doc = {"runner_version": RUNNER_VERSION, "ok": False, "artifact": name, "error": None}  # type: Any
@@ -2132,8 +2131,25 @@ def run_eval(opts):
         manifest = read_manifest(bundle)
         record = _find_record(manifest, name)
         verify_artifact(bundle, record)
-        numpy = _import_numpy()
-        fmt = _artifact_format(record)
+        body(_import_numpy(), bundle, manifest, record, _artifact_format(record), doc)
+        doc["ok"] = doc["error"] is None
+    except RunnerError as exc:
+        doc["error"] = exc.to_dict()
+    except Exception as exc:
+        doc["error"] = RunnerError("crash", "{} {} failed ({}: {}).".format(
+            what, name, type(exc).__name__, str(exc)[:300]), None,
+            detail="".join(traceback.format_exc(limit=8))[-2000:]).to_dict()
+    return doc
+
+
+def run_eval(opts):
+    # type: (argparse.Namespace) -> dict
+    """Every eval sample through one artifact, in chunks sized to this device's memory; the raw outputs (in the
+    artifact's own dtype: int8 outputs stay one byte a value) go to ``--out``/output_<k>.npy, their scale and
+    zero point to the JSON, so the host dequantizes and scores them."""
+    def body(numpy, bundle, manifest, record, fmt, doc):
+        # type: (Any, str, dict, dict, str, dict) -> None
+        name = record["file"]
         threads = opts.threads or _default_threads(manifest, record)
         data = _eval_inputs(numpy, bundle)
         model = open_model(os.path.join(bundle, name), fmt, record, threads, opts.runtime)
@@ -2172,20 +2188,15 @@ def run_eval(opts):
         for w in writers:
             w.flush()
         doc.update({
-            "ok": True, "samples": total, "chunk": chunk, "chunks": chunks,
+            "samples": total, "chunk": chunk, "chunks": chunks,
             "seconds": round(time.perf_counter() - t0, 3),
             "runtime": {"name": model.runtime, "version": model.version},
             "outputs": [{"file": "output_{}.npy".format(k), "name": t.name, "dtype": str(numpy.dtype(t.dtype)),
                          "scale": t.scale if t.quantized else None,
                          "zero_point": t.zero_point if t.quantized else None} for k, t in enumerate(outputs)],
         })
-    except RunnerError as exc:
-        doc["error"] = exc.to_dict()
-    except Exception as exc:
-        doc["error"] = RunnerError("crash", "Evaluating {} failed ({}: {}).".format(
-            name, type(exc).__name__, str(exc)[:300]), None,
-            detail="".join(traceback.format_exc(limit=8))[-2000:]).to_dict()
-    return doc
+
+    return _artifact_command(opts, "Evaluating", body)
 
 
 def _tflite_with_tensors(path, threads, forced):
@@ -2211,15 +2222,9 @@ def run_layers(opts):
 
     ONNX: ``--model`` is a copy of the artifact with those tensors added as graph outputs (the host writes it:
     the device needs no onnx package)."""
-    bundle = os.path.abspath(os.path.expanduser(opts.bundle))
-    name = opts.artifact[0]
-    doc = {"runner_version": RUNNER_VERSION, "ok": False, "artifact": name, "error": None}  # type: Any
-    try:
-        manifest = read_manifest(bundle)
-        record = _find_record(manifest, name)
-        verify_artifact(bundle, record)
-        numpy = _import_numpy()
-        fmt = _artifact_format(record)
+    def body(numpy, bundle, manifest, record, fmt, doc):
+        # type: (Any, str, dict, dict, str, dict) -> None
+        name = record["file"]
         with open(os.path.expanduser(opts.tensors)) as handle:
             wanted = [str(n) for n in json.load(handle)]
         golden = _load_npz(numpy, os.path.join(bundle, manifest.get("golden_inputs") or "golden/inputs.npz"),
@@ -2263,15 +2268,10 @@ def run_layers(opts):
             os.makedirs(os.path.dirname(out))
         with open(out, "wb") as handle:
             numpy.savez(handle, **arrays)
-        doc.update({"ok": True, "samples": samples, "runtime": runtime,
+        doc.update({"samples": samples, "runtime": runtime,
                     "found": ["t_{}".format(j) in arrays for j in range(len(wanted))]})
-    except RunnerError as exc:
-        doc["error"] = exc.to_dict()
-    except Exception as exc:
-        doc["error"] = RunnerError("crash", "Reading the layers of {} failed ({}: {}).".format(
-            name, type(exc).__name__, str(exc)[:300]), None,
-            detail="".join(traceback.format_exc(limit=8))[-2000:]).to_dict()
-    return doc
+
+    return _artifact_command(opts, "Reading the layers of", body)
 
 
 # ------------------------------------------------------------------------------------------ CLI
