@@ -2388,7 +2388,7 @@ def main(argv=None):
     try:
         opts = build_parser().parse_args(argv)
         if opts.command is None:
-            raise UsageFailure("a command is required: probe, check or run-one")
+            raise UsageFailure("a command is required: probe, check, run-one, eval or layers")
         if getattr(opts, "runs", 1) == 0 and getattr(opts, "min_time", 0.0) == 0:
             raise UsageFailure("--runs must be at least 1 (or give --min-time)")
     except UsageFailure as exc:
