@@ -189,3 +189,20 @@ def test_eval_and_divergence_over_ssh(eval_bundle: ConvertResult, ssh_devices, s
     host = next(a for a in bundle.manifest.artifacts if a.file == "model.int8.onnx").verification
     assert host is not None  # the eval set sees the broken layer too: further from the float model than convert
     assert bad["vs_float"]["max_abs_error"] > 2 * host.max_abs_error, (bad, host)
+
+
+def test_cli_check_eval(eval_bundle: ConvertResult, tiny_deploy_bundle: Path, tmp_path: Path) -> None:
+    """`edgetk deploy --check --eval` through the option machinery; --eval on a bundle without an eval set is
+    refused before any device is contacted (exit 2, one JSON document with --json)."""
+    from tests.fixtures.cli import assert_clean_error, run_edgetk
+
+    env = {"HOME": str(tmp_path), "EDGETK_STORE": str(tmp_path / "history.sqlite")}
+    refused = run_edgetk("check", tiny_deploy_bundle, "--device", "local", "--eval", "--json", env=env)
+    assert_clean_error(refused, 2, "carries no eval set", "--device-eval")
+    assert "carries no eval set" in json.dumps(refused.json())
+    done = run_edgetk("deploy", eval_bundle.bundle_dir, "--device", "local", "--check", "--eval", "--runs", "2",
+                      "--baseline", "none", "--json", env=env)
+    assert done.code in (0, 1), done.stderr  # 1: a gate of the profile (placement) may fail; not our business
+    reports = done.json()["devices"][0]["reports"]
+    assert len(reports) == 4 and all(r["evaluation"]["available"] for r in reports), reports
+    assert all(r["evaluation"]["vs_labels"]["device_accuracy"] > 0.9 for r in reports)

@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from toolkit.bundle import Bundle, load_npz, save_npz
-from toolkit.errors import DeviceError
+from toolkit.errors import DeviceError, UsageError
 
 if TYPE_CHECKING:
     from toolkit.deployment import Device
@@ -44,6 +44,13 @@ def input_files(bundle: Path) -> list[str]:
     folder = bundle / EVAL_DIR
     names = sorted(folder.glob("input_*.npy"), key=lambda p: int(p.stem.split("_")[1])) if folder.is_dir() else []
     return [f"{EVAL_DIR}/{p.name}" for p in names]
+
+
+def require_eval_set(bundle: Bundle) -> None:
+    """Refuse ``--eval`` for a bundle that carries no eval set, before any device is contacted."""
+    if not input_files(bundle.path) or not (bundle.path / EVAL_REFERENCE).is_file():
+        raise UsageError(f"--eval: the bundle {bundle.path} carries no eval set.",
+                         hint="Convert it with --device-eval N (N held-out samples go into its eval/ folder).")
 
 
 def write_eval_set(staging: Path, *, feeds: Sequence[Mapping[str, np.ndarray]], input_names: Sequence[str],

@@ -104,6 +104,10 @@ def prepare_job(
 
     bundle = read_bundle(Path(bundle_path))
     validate_name(bundle.name)
+    if evaluate and check:
+        from toolkit.device_eval import require_eval_set
+
+        require_eval_set(bundle)
     history = GuardedStore(store, fallback=store_fallback) if check else None
     if history is not None and history.probe() and baseline not in ("last", "none") and not history.exists(baseline):
         raise UsageError(
