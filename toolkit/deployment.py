@@ -29,6 +29,10 @@ upload
      changed). Like any stat check, a same-size rewrite by another process within one filesystem timestamp
      tick of the hashing would not show; the upload itself writes each byte once, before it is hashed.
 
+On a device where SFTP does not start (Dropbear without sftp-server), steps 4 and 5 are one helper run on one
+exec channel: ``receive`` takes every missing file as a framed stream, hashes each as it arrives, then finishes
+(``toolkit.deploy_stream``).
+
 Any other failure on the host between the two (an exception, Ctrl-C) releases the lock with ``unlock``; a link
 that drops cannot, and the next deploy breaks that lock at once because its holder (the dead session's sshd
 process) is gone. The partial version stays for the next push to complete; ``current`` is switched only after

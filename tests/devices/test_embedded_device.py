@@ -150,7 +150,7 @@ def test_probe_setup_deploy_check_status_rollback_over_ipv4_and_ipv6(
     probe = run_edgetk("devices", "probe", "--device", device.spec, "--json", env=env)
     assert probe.code == 0, probe.stderr
     found = probe.json()["devices"][0]["probe"]
-    assert found["environment"]["numpy"] if "numpy" in found.get("environment", {}) else True
+    assert found["sftp"] is False and found["runtimes"]["numpy"]
 
     setup = run_edgetk("devices", "setup", "--inventory", inventory, "--offline", "--runtime", "onnxruntime",
                        "--json", env=env)

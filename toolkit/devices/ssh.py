@@ -27,7 +27,12 @@ deadline on top (:class:`~toolkit.errors.DeviceTimeout`).
 Shells that talk: a login shell that prints on start-up (a ``~/.bashrc`` echo) prefixes every command's stdout
 and breaks the SFTP stream. Each command prints a marker first and whatever precedes it is dropped (and
 reported once, naming the device and the fix); when SFTP cannot start, files go over exec channels
-(``cat``), which that noise cannot corrupt.
+(``cat``, or one framed stream per push: ``toolkit.deploy_stream``), which that noise cannot corrupt.
+
+Dropbear without an sftp-server (findings.md section 6): whether SFTP starts is asked once per device and
+remembered (:mod:`toolkit.devices.host_facts`); a connection whose SFTP start failed is closed at once and never
+used again, and a session channel that is refused, or whose connection closes while it opens, is tried once
+more on a fresh connection (the command has not started then) before it counts as a failure.
 
 Throughput: SFTP is opened with a large window so a 50 MB push is not window-bound; writes are pipelined, and
 each write request carries 64 KiB instead of paramiko's 32 KiB (``SFTP_WRITE_SIZE``). AES-GCM is offered first
