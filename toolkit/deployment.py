@@ -606,7 +606,7 @@ def _abort_after_write_error(device: Device, name: str, version: str, token: str
 
 def rollback(device: Device, name: str, *, break_lock: bool = False) -> dict[str, Any]:
     """``current`` back to the previous installed version, after verifying that version's files."""
-    with DeviceLock(device, name, what="rollback", break_lock=break_lock):
+    with DeviceLock(device, validate_name(name), what="rollback", break_lock=break_lock):
         return device.helper("rollback", validate_name(name))
 
 
@@ -616,14 +616,14 @@ def status(device: Device) -> dict[str, Any]:
 
 
 def remove(device: Device, name: str, *, break_lock: bool = False) -> dict[str, Any]:
-    with DeviceLock(device, name, what="remove", break_lock=break_lock):
+    with DeviceLock(device, validate_name(name), what="remove", break_lock=break_lock):
         return device.helper("remove", validate_name(name))
 
 
 def prune(device: Device, name: str, *, keep: int = 2, break_lock: bool = False) -> dict[str, Any]:
     """Remove old versions of ``name``: keep the current one and the ``keep - 1`` installed before it, always the
     rollback target (``{"current", "rollback_target", "removed", "kept", "freed_bytes"}``)."""
-    with DeviceLock(device, name, what="prune", break_lock=break_lock):
+    with DeviceLock(device, validate_name(name), what="prune", break_lock=break_lock):
         return device.helper("prune", validate_name(name), str(int(keep)))
 
 

@@ -23,12 +23,23 @@ import sys
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, TextIO
+from typing import Any, Protocol, TextIO
 
+from toolkit.devices.spec import DeviceSpec
 from toolkit.errors import DeviceError
 
-if TYPE_CHECKING:
-    from toolkit.deployment import Device
+
+class Device(Protocol):
+    """What this module needs of ``toolkit.deployment.Device`` (imported by it, so not importable here)."""
+
+    spec: DeviceSpec
+
+    def helper(self, command: str, *args: str, timeout: float = ...) -> dict[str, Any]: ...
+
+
+def _locked(exc: DeviceError) -> bool:
+    """A helper refusal of kind ``locked`` (``toolkit.deployment.HelperRefused``: ``kind`` and ``data``)."""
+    return getattr(exc, "kind", None) == "locked" and isinstance(getattr(exc, "data", None), dict)
 
 FIRST_WAIT_S = 1.0  # the first try's wait: long enough for a lock about to be released, short enough to tell
 LOCK_TIMEOUT_S = 300.0
@@ -98,24 +109,23 @@ def acquire(device: Device, name: str, call: Callable[[float], dict[str, Any]], 
             stream: TextIO | None = None) -> tuple[dict[str, Any], LockNote]:
     """``call(wait_s)`` is one helper run that takes the lock (waiting up to ``wait_s`` on the device) and answers
     with ``{"lock": {...}}`` or the lock's own answer; a held lock is announced on ``stream`` and waited for."""
-    from toolkit.deployment import HelperRefused
-
     first = min(timeout, FIRST_WAIT_S)
     announced = None
     try:
         answer = call(first)
-    except HelperRefused as refused:
-        if refused.kind != "locked" or timeout <= first:
-            raise _held(device, name, refused, timeout) if refused.kind == "locked" else refused from None
-        announced = describe(refused.data.get("owner"), name)
-        held = refused.data.get("held_s")
+    except DeviceError as refused:
+        if not _locked(refused) or timeout <= first:
+            raise _held(device, name, refused, timeout) if _locked(refused) else refused from None
+        data: dict[str, Any] = getattr(refused, "data")
+        announced = describe(data.get("owner"), name)
+        held = data.get("held_s")
         since = f", which has held it for {held:.0f} s" if isinstance(held, (int, float)) else ""
         print(f"{device.spec.name}: waiting for {announced}{since} ...",
               file=stream if stream is not None else sys.stderr, flush=True)
         try:
             answer = call(timeout - first)
-        except HelperRefused as again:
-            raise _held(device, name, again, timeout) if again.kind == "locked" else again from None
+        except DeviceError as again:
+            raise _held(device, name, again, timeout) if _locked(again) else again from None
     lock: dict[str, Any] = answer["lock"] if isinstance(answer.get("lock"), dict) else answer
     note = LockNote.from_answer(lock, name, announced)
     if announced and note.waited_s < first:  # the first try's wait counts too
@@ -141,9 +151,7 @@ def _held(device: Device, name: str, refused: Any, timeout: float) -> LockHeld:
 def replaced_note(device: Device, name: str, version: str) -> str | None:
     """When ``version`` of ``name`` is no longer current on the device (another controller deployed after this
     one switched it, while this command went on, e.g. checking): who replaced it with what."""
-    from toolkit.deployment import status
-
-    entry = status(device).get("bundles", {}).get(name) or {}
+    entry = device.helper("status").get("bundles", {}).get(name) or {}
     current = entry.get("current")
     if current == version:
         return None
@@ -158,10 +166,9 @@ class DeviceLock:
 
     def __init__(self, device: Device, name: str, *, what: str = "deploy", timeout: float = LOCK_TIMEOUT_S,
                  break_lock: bool = False, stream: TextIO | None = None) -> None:
-        from toolkit.deployment import validate_name
-
         self.device = device
-        self.name = validate_name(name)
+        self.name = name  # a bundle name the caller validated (toolkit.deployment.validate_name); the device
+        # helper refuses any other
         self.what = what
         self.timeout = timeout
         self.break_lock = break_lock
