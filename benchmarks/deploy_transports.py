@@ -161,7 +161,8 @@ def measure(openssh: Any, openssh_key: Path, openssh_known: Path) -> tuple[list[
                "authenticates (that is in the time). A ratio above 1 means the push is faster. Targets: a push over "
                "exec (Dropbear) at least 0.8x `ssh cat`, a push over SFTP (OpenSSH) at least 0.8x `scp`. The push "
                "also sends the rest of the bundle (about 100 kB), takes the device lock, checks every file's "
-               "sha256 on the device and switches `current`: at 2 MB that fixed cost (three device-side Python "
-               "runs on the Dropbear device, two on the OpenSSH one) is most of the time. Dropbear's receive "
+               "sha256 on the device and switches `current`: at 2 MB that fixed cost (two device-side Python runs: "
+               "`begin`, then `receive` with `finish` on the Dropbear device or `finish` after the SFTP upload on "
+               "the OpenSSH one) is most of the time. Dropbear's receive "
                "window (24 KiB, its default) bounds every copy on that device alike."), ""]
     return parts, headline

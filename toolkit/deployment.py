@@ -58,6 +58,7 @@ from typing import Any, TextIO
 
 from toolkit.bundle import Bundle
 from toolkit.deploy_stream import Outgoing, send_and_finish, streaming
+from toolkit.deploy_wire import compress_files, resume_offsets
 from toolkit.devices.connection import Connection
 from toolkit.devices.spec import DeviceSpec
 from toolkit import device_side
@@ -71,9 +72,6 @@ BASE = ".edgetk"
 KEEP_VERSIONS = 3
 HELPER_TIMEOUT_S = 120.0
 GZ_SUFFIX = ".edgetk-gz"  # the device helper's name for a compressed upload, inflated by its `inflate`
-COMPRESS_LEVEL = 6  # zlib level: most of level 9's ratio on model files at a fraction of its CPU time
-COMPRESS_MIN_SAVING = 0.10  # send compressed only when that saves at least 10% of the file
-COMPRESS_MIN_BYTES = 4096  # smaller files: not worth a round of inflate
 
 @lru_cache(maxsize=1)
 def helper_source() -> str:
@@ -414,7 +412,7 @@ def push(
 ) -> PushResult:
     """Install ``bundle`` on the device and make it current (see the module docstring for the steps).
 
-    With ``compress``, a file is sent gzip-compressed when that saves at least ``COMPRESS_MIN_SAVING`` of it
+    With ``compress``, a file is sent gzip-compressed when that saves at least ``deploy_wire.COMPRESS_MIN_SAVING`` of it
     (and the device's Python has zlib); the device inflates it and ``finish`` verifies the sha256 of the
     inflated file, as for any other. ``bytes_sent`` then counts the compressed bytes that crossed the link.
     ``break_lock`` breaks the bundle's lock whoever holds it; ``prune`` removes old versions (never the current
@@ -453,12 +451,12 @@ def push(
     released = False  # the lock is the device's to release once finish or abort ran there
     try:
         missing = [str(m) for m in plan.get("missing", [])]
-        offsets = _resume_offsets(bundle, plan.get("partial") or {}, sizes)
+        offsets = resume_offsets(bundle, plan.get("partial") or {}, sizes)
         with tempfile.TemporaryDirectory(prefix="edgetk-gz-") as packed_dir:
             packed: dict[str, Path] = {}
             if compress and device.info().get("zlib", False):
                 # a cut-short raw upload is resumed as it is; everything else may go compressed
-                packed = _compress_files(bundle, [m for m in missing if m not in offsets], Path(packed_dir))
+                packed = compress_files(bundle, [m for m in missing if m not in offsets], Path(packed_dir))
             wire = {m: packed[m].stat().st_size if m in packed else sizes[m] - offsets.get(m, 0) for m in missing}
             progress = UploadProgress(device.spec.name, sum(wire.values()), stream=progress_stream)
             sent = 0
@@ -528,55 +526,6 @@ def _release_quietly(device: Device, name: str, token: str) -> None:
         device.helper("unlock", name, token)
     except DeviceError:
         pass
-
-
-def _compress_files(bundle: Bundle, rels: list[str], folder: Path) -> dict[str, Path]:
-    """gzip each file (level ``COMPRESS_LEVEL``) into ``folder``; keep those where it saves enough."""
-    import zlib
-
-    packed: dict[str, Path] = {}
-    for index, rel in enumerate(rels):
-        source = bundle.path / rel
-        size = source.stat().st_size
-        if size < COMPRESS_MIN_BYTES:
-            continue
-        target = folder / f"{index}.gz"
-        compressor = zlib.compressobj(COMPRESS_LEVEL, zlib.DEFLATED, 31)  # 31: gzip container
-        with open(source, "rb") as src, open(target, "wb") as dst:
-            while block := src.read(1 << 20):
-                dst.write(compressor.compress(block))
-            dst.write(compressor.flush())
-        if target.stat().st_size <= size * (1.0 - COMPRESS_MIN_SAVING):
-            packed[rel] = target
-        else:
-            target.unlink()
-    return packed
-
-
-def _resume_offsets(bundle: Bundle, partial: dict[str, Any], sizes: dict[str, int]) -> dict[str, int]:
-    """For each cut-short file on the device: resume at its size when its bytes are a prefix of ours."""
-    import hashlib
-
-    offsets: dict[str, int] = {}
-    for rel, entry in partial.items():
-        try:
-            have, digest = int(entry[0]), str(entry[1])
-        except (TypeError, ValueError, IndexError):
-            continue
-        if rel not in sizes or not 0 < have < sizes[rel]:
-            continue
-        prefix = hashlib.sha256()
-        with open(bundle.path / rel, "rb") as handle:
-            left = have
-            while left > 0:
-                block = handle.read(min(left, 1 << 20))
-                if not block:
-                    break
-                prefix.update(block)
-                left -= len(block)
-        if prefix.hexdigest() == digest:
-            offsets[rel] = have
-    return offsets
 
 
 def _abort_after_write_error(device: Device, name: str, version: str, token: str, exc: DeviceError) -> None:

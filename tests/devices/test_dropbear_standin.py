@@ -73,3 +73,14 @@ def test_clock_shift(fresh_dropbear_device: Callable[..., DropbearDevice], dropb
     filler = device.fill_home(1)
     assert device.free_mb() < 2
     filler.unlink()
+
+
+def test_password_login_for_a_first_boot_board(fresh_dropbear_device: Callable[..., DropbearDevice]) -> None:
+    device = fresh_dropbear_device(password="first-boot-pw", home_mb=8)
+    transport = paramiko.Transport(("127.0.0.1", device.port))
+    try:
+        transport.connect(username=device.user, password="first-boot-pw")
+        assert transport.is_authenticated()
+    finally:
+        transport.close()
+    assert (device.home / ".ssh" / "authorized_keys").read_text() == ""  # no key yet

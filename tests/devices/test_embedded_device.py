@@ -199,3 +199,34 @@ def test_a_device_that_refuses_sessions_is_not_called_a_dropped_link(fresh_ssh_d
         conn.close()
     assert not isinstance(caught.value, LinkDropped)
     assert "refused a session for true on two connections" in caught.value.message
+
+
+def test_a_disk_that_fills_during_the_stream_is_told_and_cleaned_up(
+        fresh_dropbear_device: Callable[..., DropbearDevice], dropbear_client_key: Path,
+        dropbear_known_hosts: Callable[..., Path], deploy_bundle_factory: Any,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Something else fills the small flash after ``begin`` found room: the device refuses the rest of the stream
+    at once (the host stops sending), the partial version is removed, the current one stays, and the message
+    says the disk is full (not a dropped link)."""
+    from toolkit import deploy_stream
+    from toolkit.errors import DeviceDiskFull
+
+    device = fresh_dropbear_device(home_mb=12)
+    spec = _spec(device, dropbear_client_key, dropbear_known_hosts(device))
+    first = read_bundle(deploy_bundle_factory(name="full", seed=51))
+    _push(spec, first)
+    second = read_bundle(deploy_bundle_factory(name="full", seed=52, pad_mb=4))
+    real_frames = deploy_stream.frames
+
+    def fill_first(files: Any) -> Any:
+        device.fill_home(0.2)  # another process took the space between begin and the upload
+        yield from real_frames(files)
+
+    monkeypatch.setattr(deploy_stream, "frames", fill_first)
+    with pytest.raises(DeviceDiskFull) as caught:
+        _push(spec, second)
+    assert "disk is full" in caught.value.message and "current version is untouched" in caught.value.message
+    bundles = device.home / ".edgetk" / "bundles" / "full"
+    assert os.readlink(bundles / "current") == first.version
+    assert not (bundles / second.version).exists()
+    assert not (device.home / ".edgetk" / "locks" / "full").exists()
