@@ -605,26 +605,15 @@ def add_key(*, public_key: PathLike | None = None, password_file: PathLike | Non
     for the whole fleet, comes from ``password_file`` (its first line), else the environment variable named
     ``password_env``, else ``ask()`` (a terminal prompt); it is never logged or stored (``data["add_key"]``).
     """
-    from toolkit.devices.first_boot import add_key as install, default_public_key, read_password, read_public_key
+    from toolkit.devices.first_boot import add_keys
 
     (device_values,) = split_keywords("add_key", options, DeviceOptions)
-    device_options = build(DeviceOptions, device_values)
-    selection = _select(device_options)
-    key = read_public_key(Path(public_key)) if public_key else None
-    for spec in selection.specs:
-        key = key or default_public_key(spec)
-    password = read_password(password_file, password_env, ask)
-    known = str(device_options.known_hosts) if device_options.known_hosts else None
-
-    def one(spec: DeviceSpec) -> Mapping[str, Any]:
-        assert key is not None
-        return {"add_key": install(spec, key, password, trust_new_host=device_options.trust_new_host,
-                                   known_hosts=known or spec.known_hosts)}
-
-    from toolkit.devices.fleet import run_fleet
-
-    outcomes = run_fleet(selection.specs, one, parallel=device_options.parallel).outcomes
-    return FleetReport(tuple(_result(s, o, gated=False) for s, o in zip(selection.specs, outcomes)))
+    chosen = build(DeviceOptions, device_values)
+    specs = _select(chosen).specs
+    outcomes = add_keys(specs, public_key=public_key, password_file=password_file, password_env=password_env,
+                        ask=ask, trust_new_host=chosen.trust_new_host, known_hosts=chosen.known_hosts,
+                        parallel=chosen.parallel)
+    return FleetReport(tuple(_result(s, o, gated=False) for s, o in zip(specs, outcomes)))
 
 
 def _venv_path(text: str) -> str:

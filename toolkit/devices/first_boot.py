@@ -17,13 +17,14 @@ from __future__ import annotations
 import base64
 import binascii
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 import paramiko
 
+from toolkit.devices.fleet import DeviceOutcome, run_fleet
 from toolkit.devices.spec import DeviceSpec
 from toolkit.devices.ssh import SshConnection, _home_relative
 from toolkit.devices.ssh_config import resolve
@@ -179,3 +180,21 @@ def add_key(spec: DeviceSpec, key: PublicKey, password: str, *, trust_new_host: 
     return {"key": key.fingerprint, "key_file": _home_relative(key.path),
             "added": [f for what, f in results if what == "added"],
             "present": [f for what, f in results if what == "present"], "key_login": proof.returncode == 0}
+
+
+def add_keys(specs: Sequence[DeviceSpec], *, public_key: str | os.PathLike[str] | None,
+             password_file: str | os.PathLike[str] | None, password_env: str | None,
+             ask: Callable[[], str] | None, trust_new_host: bool, known_hosts: str | os.PathLike[str] | None,
+             parallel: int) -> tuple[DeviceOutcome[dict[str, Any]], ...]:
+    """``add_key`` on every device (``{"add_key": ...}`` each): the key and the password are read once, before
+    any device is contacted, so a missing key or password source fails at once (exit 2)."""
+    key = read_public_key(Path(public_key)) if public_key else default_public_key(specs[0]) if specs else None
+    password = read_password(password_file, password_env, ask)
+    known = str(known_hosts) if known_hosts else None
+
+    def one(spec: DeviceSpec) -> dict[str, Any]:
+        assert key is not None
+        return {"add_key": add_key(spec, key, password, trust_new_host=trust_new_host,
+                                   known_hosts=known or spec.known_hosts)}
+
+    return run_fleet(specs, one, parallel=parallel).outcomes
