@@ -70,6 +70,20 @@ def test_holder_rules_without_clocks(monkeypatch: pytest.MonkeyPatch) -> None:
     assert helper.holder_gone({"holder": {"pid": os.getpid(), "start": None}})[0] in (False, None)
 
 
+def test_a_lock_taken_again_since_it_was_judged_is_put_back(tmp_path: Path) -> None:
+    """Two waiters judge the same dead holder; the first breaks it and takes the lock; the second's break must
+    not remove that fresh lock (it finds another owner after its rename and puts it back)."""
+    helper = _helper()
+    lock = tmp_path / "locks" / "name"
+    lock.mkdir(parents=True)
+    (lock / "owner.json").write_text(json.dumps({"token": "fresh"}))
+    assert helper.break_lock(str(lock), "second", {"token": "dead"}) is False
+    assert json.loads((lock / "owner.json").read_text())["token"] == "fresh"
+    assert helper.break_lock(str(lock), "second", None) is False  # judged without a record: it has one now
+    assert helper.break_lock(str(lock), "second", {"token": "fresh"}) is True and not lock.exists()
+    assert not list((tmp_path / "locks").iterdir())
+
+
 def _plant_lock(home: Path, name: str, owner: dict[str, Any], *, ancient: bool = True) -> Path:
     lock = home / ".edgetk" / "locks" / name
     lock.mkdir(parents=True)

@@ -768,13 +768,28 @@ def held_for(owner):
     return round(max(0.0, now - float(owner["uptime"])), 1)
 
 
-def break_lock(path, token):
-    """Move the lock away (atomic: one rename, so two breakers cannot both win) and delete it."""
+def break_lock(path, token, judged=None, check=True):
+    """Move the lock away (atomic: one rename, so two breakers cannot both win) and delete it. With ``check``,
+    only the lock that was judged (its owner record ``judged``, None for one without a record): when another
+    taker replaced it since it was read, it is put back and nothing is broken."""
     stale_path = "%s.broken.%s" % (path, token)
     try:
         os.rename(path, stale_path)
     except OSError:
         return False
+    if check:
+        try:
+            with open(os.path.join(stale_path, "owner.json")) as handle:
+                found = json.load(handle)
+        except (OSError, ValueError):
+            found = None
+        found = found if isinstance(found, dict) else {}
+        if found.get("token") != (judged or {}).get("token"):
+            try:
+                os.rename(stale_path, path)  # a fresh lock, not the one judged: put it back
+                return False
+            except OSError:
+                pass
     shutil.rmtree(stale_path, ignore_errors=True)
     return True
 
@@ -796,7 +811,7 @@ def acquire_lock(name, timeout, request, token):
     while True:
         if request.get("break") and broke is None and os.path.isdir(path):
             owner = lock_owner(name)
-            if break_lock(path, token):
+            if break_lock(path, token, check=False):
                 broke = {"owner": owner, "why": "broken on request (--break-lock)"}
         try:
             os.mkdir(path, 0o755)
@@ -811,7 +826,7 @@ def acquire_lock(name, timeout, request, token):
                 ownerless_since = None
                 gone, why = holder_gone(owner)
                 waited_for = owner if not gone else waited_for
-            if gone and break_lock(path, token):
+            if gone and break_lock(path, token, owner):
                 broke = {"owner": owner, "why": why}
                 continue
             if time.monotonic() - started >= float(timeout):
