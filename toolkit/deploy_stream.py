@@ -13,12 +13,13 @@ partial; a compressed file (``--compress``) is inflated as it arrives, so nothin
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
 from toolkit.devices.connection import Progress
+from toolkit.errors import DeviceError, LinkDropped
 from toolkit.types import CommandResult
 
 BLOCK = 1 << 18
@@ -31,14 +32,17 @@ class Device(Protocol):
 
     def answer(self, command: str, result: CommandResult) -> dict[str, Any]: ...
 
+    def install_helper(self) -> None: ...
+
 
 class Streams(Protocol):
     """A connection that can run one command with a stream of bytes as its stdin (``SshConnection``)."""
 
     def sftp_available(self) -> bool: ...
 
-    def stream(self, argv: Sequence[str], blocks: Iterator[bytes], *, total: int, progress: Progress | None = None,
-               timeout: float | None = None) -> CommandResult: ...
+    def stream(self, argv: Sequence[str], blocks: Iterable[bytes] | Callable[[str], Iterable[bytes] | None], *,
+               total: int, progress: Progress | None = None, timeout: float | None = None,
+               reply_end: str = "") -> CommandResult: ...
 
 
 def streaming(conn: Any) -> Streams | None:
@@ -78,12 +82,67 @@ def frames(files: Sequence[Outgoing]) -> Iterator[bytes]:
     yield b"[]\n"
 
 
-def send_and_finish(device: Device, conn: Streams, name: str, version: str, token: str, files: Sequence[Outgoing],
-                    *, listing: str, keep: int, progress: Progress | None) -> Mapping[str, Any]:
-    """Send ``files`` in one stream to the helper's ``receive`` (begin holds the lock ``token``), which then
-    finishes the push (``finish``: verify, switch, keep, release the lock) in the same run; ``finish``'s
-    answer, or the error the run says (a full disk, a wrong hash, a broken lock)."""
-    total = sum(item.length for item in files)
-    argv = device.helper_argv("receive", name, version, token, listing, str(keep))
-    result = conn.stream(argv, frames(files), total=total, progress=progress)
-    return device.answer("receive", result)
+def counted(blocks: Iterable[bytes], total: int, progress: Progress | None) -> Iterator[bytes]:
+    """``blocks``, calling ``progress(sent, total)`` after each."""
+    sent = 0
+    for block in blocks:
+        yield block
+        sent += len(block)
+        if progress is not None:
+            progress(sent, total)
+
+
+class StreamedPush:
+    """A whole push on ONE channel and one device-side run (the helper's ``push``): the helper answers
+    ``begin``'s plan on stdout (the lock taken, what is missing or cut short), ``plan(answer)`` turns it into the
+    files to send (and the progress to show), those go on the same stdin, and the helper receives, hashes and
+    finishes them. Against a separate ``begin`` run, that saves a Python start, a channel and a round trip per
+    push, most of a small push's fixed cost on a slow device."""
+
+    def __init__(self, device: Device, conn: Streams, args: Callable[[float], list[str]], *, reply_end: str,
+                 plan: Callable[[dict[str, Any]], tuple[Sequence[Outgoing], Progress | None]],
+                 timeout: float) -> None:
+        self.device, self.conn, self.args, self.reply_end = device, conn, args, reply_end
+        self.plan, self.timeout = plan, timeout
+        self.begun: dict[str, Any] | None = None
+        self.result: CommandResult | None = None
+        self.error: DeviceError | None = None
+
+    def begin(self, wait: float) -> dict[str, Any]:
+        """Run the push, waiting up to ``wait`` s on the device for the lock: begin's plan, or its refusal
+        raised. What the rest of the run said is read with ``finished``."""
+        for attempt in (1, 2):
+            self.begun = None
+            try:
+                result = self.conn.stream(self.device.helper_argv("push", *self.args(wait)), self._send, total=0,
+                                          timeout=wait + self.timeout, reply_end=self.reply_end)
+            except LinkDropped:
+                raise  # no clean-up can get through
+            except DeviceError as exc:
+                if self.begun is None:
+                    raise
+                self.error = exc  # the lock is taken: the push's caller cleans up, as after a refused file
+                return self.begun
+            if self.begun is not None:
+                self.result = result
+                return self.begun
+            if attempt == 1 and result.returncode == 3 and "helper_missing" in result.stdout:
+                self.device.install_helper()  # once per device and helper version
+                continue
+            return self.device.answer("begin", result)  # raises the refusal (a held lock, a foreign arch)
+        raise AssertionError("unreachable")
+
+    def _send(self, head: str) -> Iterable[bytes] | None:
+        answer = self.device.answer("begin", CommandResult(0, head, ""))
+        if "error" in answer and "kind" in answer:
+            return None  # refused: the run ends with that answer
+        self.begun = answer
+        files, progress = self.plan(answer)
+        return counted(frames(files), sum(item.length for item in files), progress)
+
+    def finished(self) -> Mapping[str, Any]:
+        """``finish``'s answer, or the error the receiving part said (a full disk, a wrong hash, a broken lock)."""
+        if self.error is not None:
+            raise self.error
+        assert self.result is not None, "begin first"
+        return self.device.answer("receive", self.result)

@@ -57,9 +57,9 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from toolkit.bundle import Bundle
-from toolkit.deploy_stream import Outgoing, send_and_finish, streaming
+from toolkit.deploy_stream import Outgoing, StreamedPush, streaming
 from toolkit.deploy_wire import compress_files, resume_offsets
-from toolkit.devices.connection import Connection
+from toolkit.devices.connection import Connection, Progress
 from toolkit.devices.spec import DeviceSpec
 from toolkit import device_side
 from toolkit import locks
@@ -427,52 +427,71 @@ def push(
     vdir = version_dir(name, bundle.version)
     token = uuid.uuid4().hex
     arches = [] if force else accepted_arches(bundle.manifest.target_arch)
-    streams = streaming(device.conn)  # no SFTP there: the files go as one stream that the device hashes itself
+    streams = streaming(device.conn)  # no SFTP there: begin, the files and finish go as one run on one channel
     asked = locks.request("deploy", version=bundle.version, break_lock=break_lock, prune=prune)
-    try:
-        # follow: the device hashes files sent as they are while they arrive (not compressed or streamed ones)
-        plan, lock = locks.acquire(device, name, lambda wait: device.helper(
-            "begin", name, bundle.version, listing, str(wait), asked, token, json.dumps(arches),
-            "0" if compress or streams else "1",
-            device.spec.python or (sys.executable if device.spec.is_local else ""),
-            timeout=wait + HELPER_TIMEOUT_S), timeout=lock_timeout, stream=progress_stream)
-    except HelperRefused as refused:
-        if refused.kind == "arch":
-            raise _arch_refused(bundle, device, str(refused.data.get("arch"))) from None
-        raise
-    info = plan.get("info")
-    if isinstance(info, dict):
-        device._info = info  # the probe of this push, reused by whatever follows on this device (check)
-    warnings = _setup_warnings(device, info if isinstance(info, dict) else {})
-    for warning in warnings:
-        print(f"warning: {warning}", file=progress_stream if progress_stream is not None else sys.stderr,
-              flush=True)
-    arch = str(device.info().get("arch"))
-    released = False  # the lock is the device's to release once finish or abort ran there
-    try:
-        missing = [str(m) for m in plan.get("missing", [])]
-        offsets = resume_offsets(bundle, plan.get("partial") or {}, sizes)
-        with tempfile.TemporaryDirectory(prefix="edgetk-gz-") as packed_dir:
-            packed: dict[str, Path] = {}
-            if compress and device.info().get("zlib", False):
-                # a cut-short raw upload is resumed as it is; everything else may go compressed
-                packed = compress_files(bundle, [m for m in missing if m not in offsets], Path(packed_dir))
-            wire = {m: packed[m].stat().st_size if m in packed else sizes[m] - offsets.get(m, 0) for m in missing}
-            progress = UploadProgress(device.spec.name, sum(wire.values()), stream=progress_stream)
+    runner_python = device.spec.python or (sys.executable if device.spec.is_local else "")
+    with tempfile.TemporaryDirectory(prefix="edgetk-gz-") as packed_dir:
+        sending: dict[str, Any] = {}
+
+        def plan_files(plan: dict[str, Any]) -> dict[str, Any]:
+            """What to send, from begin's plan (told once: the probe reused, the setup warnings printed)."""
+            if not sending:
+                info = plan.get("info")
+                if isinstance(info, dict):
+                    device._info = info  # the probe of this push, reused by whatever follows on this device (check)
+                sending["warnings"] = _setup_warnings(device, info if isinstance(info, dict) else {})
+                for warning in sending["warnings"]:
+                    print(f"warning: {warning}", file=progress_stream if progress_stream is not None else sys.stderr,
+                          flush=True)
+                missing = [str(m) for m in plan.get("missing", [])]
+                offsets = resume_offsets(bundle, plan.get("partial") or {}, sizes)
+                packed: dict[str, Path] = {}
+                if compress and device.info().get("zlib", False):
+                    # a cut-short raw upload is resumed as it is; everything else may go compressed
+                    packed = compress_files(bundle, [m for m in missing if m not in offsets], Path(packed_dir))
+                wire = {m: packed[m].stat().st_size if m in packed else sizes[m] - offsets.get(m, 0) for m in missing}
+                sending.update(missing=missing, offsets=offsets, packed=packed, wire=wire,
+                               progress=UploadProgress(device.spec.name, sum(wire.values()), stream=progress_stream))
+            return sending
+
+        def outgoing(plan: dict[str, Any]) -> tuple[list[Outgoing], Progress | None]:
+            plan_files(plan)
+            packed, offsets = sending["packed"], sending["offsets"]
+            return [Outgoing(rel, packed.get(rel, bundle.path / rel), offsets.get(rel, 0), rel in packed,
+                             digests[rel], sizes[rel]) for rel in sending["missing"]], \
+                sending["progress"].file_progress(0)
+
+        streamed = None if streams is None else StreamedPush(
+            device, streams, lambda wait: [name, bundle.version, listing, str(wait), asked, token, json.dumps(arches),
+                                           runner_python, str(keep)],
+            reply_end=FRAME_END, plan=outgoing, timeout=HELPER_TIMEOUT_S)
+        try:
+            # follow: the device hashes files sent as they are while they arrive (not compressed ones)
+            plan, lock = locks.acquire(device, name, streamed.begin if streamed is not None else lambda wait: device.helper(
+                "begin", name, bundle.version, listing, str(wait), asked, token, json.dumps(arches),
+                "0" if compress else "1", runner_python, timeout=wait + HELPER_TIMEOUT_S),
+                timeout=lock_timeout, stream=progress_stream)
+        except HelperRefused as refused:
+            if refused.kind == "arch":
+                raise _arch_refused(bundle, device, str(refused.data.get("arch"))) from None
+            raise
+        arch = str(device.info().get("arch"))
+        released = False  # the lock is the device's to release once finish or abort ran there
+        try:
+            plan_files(plan)
+            missing, offsets, packed, wire = (sending[k] for k in ("missing", "offsets", "packed", "wire"))
+            progress = sending["progress"]
             sent = 0
-            if streams is not None:
-                outgoing = [Outgoing(rel, packed.get(rel, bundle.path / rel), offsets.get(rel, 0), rel in packed,
-                                     digests[rel], sizes[rel]) for rel in missing]
-                try:  # the device finishes the push in the same run: one Python start less
-                    done = send_and_finish(device, streams, name, bundle.version, token, outgoing, listing=listing,
-                                           keep=keep, progress=progress.file_progress(0))
+            if streamed is not None:
+                try:  # the device received and finished the push in the same run as begin
+                    done = streamed.finished()
                 except LinkDropped:
                     raise
                 except DeviceError as exc:
                     released = True
                     _abort_after_write_error(device, name, bundle.version, token, exc)
                 released, sent = True, sum(wire.values())
-            for rel in missing if streams is None else []:
+            for rel in missing if streamed is None else []:
                 offset = offsets.get(rel, 0)
                 local, remote = (packed[rel], f"{vdir}/{rel}{GZ_SUFFIX}") if rel in packed else (
                     bundle.path / rel, f"{vdir}/{rel}")
@@ -486,16 +505,17 @@ def push(
                 sent += wire[rel]
             progress.done = sent
             progress.finish()
-        if streams is None:
-            released = True  # finish releases the lock in a finally, whatever it answers
-            done = device.helper("finish", name, bundle.version, listing, str(keep), token,
-                                 json.dumps(sorted(packed)))
-    except LinkDropped:
-        raise  # no reconnect just to unlock: the lock's holder (that session) is gone, the next deploy breaks it
-    except BaseException:
-        if not released:
-            _release_quietly(device, name, token)
-        raise
+            if streamed is None:
+                released = True  # finish releases the lock in a finally, whatever it answers
+                done = device.helper("finish", name, bundle.version, listing, str(keep), token,
+                                     json.dumps(sorted(packed)))
+        except LinkDropped:
+            raise  # no reconnect just to unlock: the lock's holder (that session) is gone, the next deploy breaks it
+        except BaseException:
+            if not released:
+                _release_quietly(device, name, token)
+            raise
+    warnings = sending["warnings"]
     return PushResult(
         device=device.spec.name, name=name, version=bundle.version, arch=arch, files_total=len(files),
         files_sent=len(missing), files_reused=len(plan.get("reused", [])), bytes_total=sum(sizes.values()),

@@ -212,9 +212,14 @@ FRAME_END = "\n\x1eedgetk-end\n"
 
 
 def emit(obj, code=0):
+    reply(obj)
+    sys.exit(code)
+
+
+def reply(obj):
+    """An answer the host reads while this run goes on (``push``: begin's plan before the files arrive)."""
     sys.stdout.write(FRAME_BEGIN + json.dumps(obj) + FRAME_END)
     sys.stdout.flush()
-    sys.exit(code)
 
 
 def fail(kind, message, **extra):
@@ -950,6 +955,18 @@ def finish_numpy_check(started):
 
 
 def cmd_begin(name, version, files_json, timeout, request, token, arches_json="[]", follow="0", runner_python=""):
+    emit(begin(name, version, files_json, timeout, request, token, arches_json, follow, runner_python))
+
+
+def cmd_push(name, version, files_json, timeout, request, token, arches_json, runner_python, keep):
+    """A whole streamed push in one run and one channel: ``begin`` (its plan answered at once on stdout), then
+    ``receive`` of the missing files the host sends on stdin after reading that plan, then ``finish``. A
+    refusal of ``begin`` (a held lock, a foreign arch) ends the run before any file is read."""
+    reply(begin(name, version, files_json, timeout, request, token, arches_json, "0", runner_python))
+    cmd_receive(name, version, token, files_json, keep)
+
+
+def begin(name, version, files_json, timeout, request, token, arches_json="[]", follow="0", runner_python=""):
     """The first half of a push in one run: refuse a foreign arch, probe, lock, prepare.
 
     ``arches_json`` lists the ``uname -m`` names the bundle's target accepts (empty: any, ``--force``); a
@@ -977,7 +994,7 @@ def cmd_begin(name, version, files_json, timeout, request, token, arches_json="[
         raise
     info.update(finish_numpy_check(numpy_check))
     plan.update({"info": info, "lock": lock})
-    emit(plan)
+    return plan
 
 
 FOLLOW_IDLE_S = 30.0  # a follower whose upload makes no progress for this long gives up (finish hashes)
@@ -1179,6 +1196,7 @@ COMMANDS = {
     "info": cmd_info, "prepare": cmd_prepare, "abort": cmd_abort, "finish": cmd_finish,
     "rollback": cmd_rollback, "status": cmd_status, "remove": cmd_remove, "lock": cmd_lock,
     "unlock": cmd_unlock, "inflate": cmd_inflate, "begin": cmd_begin, "receive": cmd_receive, "prune": cmd_prune,
+    "push": cmd_push,
 }
 
 

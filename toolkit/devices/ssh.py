@@ -48,7 +48,7 @@ import os
 import select
 import socket
 import time
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
 from types import TracebackType
 from typing import Any
@@ -561,12 +561,22 @@ class SshConnection:
                               hint="Its SSH server may limit sessions (MaxSessions, MaxStartups) or be out of memory.")
         raise self._dropped(f"the connection closed while opening a session for {what}, twice: {failure}")
 
-    def _exec(self, command: str, *, timeout: float | None, what: str, stdin: Iterable[bytes] | None = None,
-              total: int = 0, progress: Progress | None = None) -> tuple[int, bytes, bytes]:
+    def _exec(self, command: str, *, timeout: float | None, what: str,
+              stdin: Iterable[bytes] | Callable[[bytes], Iterable[bytes]] | None = None, total: int = 0,
+              progress: Progress | None = None, reply_end: bytes = b"") -> tuple[int, bytes, bytes]:
         """Run ``command`` through the login shell (stdout after the marker); stream the blocks of ``stdin`` to it
         (``progress(sent, total)`` after each). A command that ends before taking all its input (it refused it)
-        keeps its answer: the rest is not sent."""
+        keeps its answer: the rest is not sent. A callable ``stdin`` is a conversation: it is called with the
+        command's first answer (its stdout up to ``reply_end``, within ``timeout``) and gives the blocks to send
+        then; it is not called when the command ends before answering."""
         transport, chan = self._open_command(command, what)
+        out: list[bytes] = []
+        err: list[bytes] = []
+        if callable(stdin):
+            if not self._collect(chan, transport, out, err, timeout, what, until=reply_end):
+                return self._ended(chan, transport, out, err, what)
+            stdin = stdin(self._strip_noise(b"".join(out)))
+            timeout = None  # the files take what they take; a stalled device is caught per block below
         try:
             if stdin is not None:
                 chan.settimeout(UPLOAD_STALL_S)  # sendall waits for window space at most this long
@@ -589,9 +599,15 @@ class SshConnection:
                         progress(sent, total)
             chan.shutdown_write()
         except (paramiko.SSHException, EOFError, OSError) as exc:
+            chan.close()
             raise self._dropped(f"{what}: {type(exc).__name__}: {exc}") from None
-        out: list[bytes] = []
-        err: list[bytes] = []
+        self._collect(chan, transport, out, err, timeout, what)
+        return self._ended(chan, transport, out, err, what)
+
+    def _collect(self, chan: paramiko.Channel, transport: paramiko.Transport, out: list[bytes], err: list[bytes],
+                 timeout: float | None, what: str, *, until: bytes = b"") -> bool:
+        """Read the command's stdout and stderr into ``out``/``err`` until it ends (False), or, with ``until``,
+        until its stdout holds ``until`` (True); ``timeout`` seconds at most."""
         deadline = None if timeout is None else time.monotonic() + timeout
         try:
             while True:
@@ -602,10 +618,12 @@ class SshConnection:
                 while chan.recv_stderr_ready():
                     err.append(chan.recv_stderr(1 << 16))
                     got = True
+                if until and got and until in b"".join(out):
+                    return True
                 # sshd may send the exit status before the last output: done at EOF, not at the status
                 if chan.exit_status_ready() and (chan.eof_received or chan.closed) and not chan.recv_ready() \
                         and not chan.recv_stderr_ready():
-                    break
+                    return False
                 if deadline is not None and time.monotonic() > deadline:
                     chan.close()
                     raise DeviceTimeout(
@@ -613,9 +631,18 @@ class SshConnection:
                         hint="Raise the timeout, or look at what hangs on the device.",
                     )
                 if not transport.is_active():
+                    chan.close()
                     raise self._dropped(f"no answer from the device during {what}")
                 if not got:
                     select.select([chan], [], [], 0.05)
+        except (paramiko.SSHException, EOFError, OSError) as exc:
+            chan.close()
+            raise self._dropped(f"{what}: {type(exc).__name__}: {exc}") from None
+
+    def _ended(self, chan: paramiko.Channel, transport: paramiko.Transport, out: list[bytes], err: list[bytes],
+               what: str) -> tuple[int, bytes, bytes]:
+        """The ended command's exit status and output (the channel closed)."""
+        try:
             status = chan.recv_exit_status()
         except (paramiko.SSHException, EOFError, OSError) as exc:
             raise self._dropped(f"{what}: {type(exc).__name__}: {exc}") from None
@@ -625,11 +652,18 @@ class SshConnection:
             raise self._dropped(f"the connection closed during {what}")
         return status, self._strip_noise(b"".join(out)), b"".join(err)
 
-    def stream(self, argv: Sequence[str], blocks: Iterable[bytes], *, total: int, progress: Progress | None = None,
-               timeout: float | None = None) -> CommandResult:
-        """Run ``argv`` with ``blocks`` as its standard input, on one channel (a push's framed stream of files)."""
+    def stream(self, argv: Sequence[str], blocks: Iterable[bytes] | Callable[[str], Iterable[bytes] | None], *,
+               total: int, progress: Progress | None = None, timeout: float | None = None,
+               reply_end: str = "") -> CommandResult:
+        """Run ``argv`` with ``blocks`` as its standard input, on one channel (a push's framed stream of files).
+        A callable ``blocks`` holds a conversation: it gets the command's first answer (its stdout up to
+        ``reply_end``, within ``timeout``) and gives the blocks to send then (None: nothing, stdin is closed)."""
+        stdin: Iterable[bytes] | Callable[[bytes], Iterable[bytes]] = blocks  # type: ignore[assignment]
+        if callable(blocks):
+            answer = blocks
+            stdin = lambda head: answer(head.decode("utf-8", "replace")) or ()  # noqa: E731
         status, out, err = self._exec("exec " + quote_argv(argv), timeout=timeout, what="sending the files",
-                                      stdin=blocks, total=total, progress=progress)
+                                      stdin=stdin, total=total, progress=progress, reply_end=reply_end.encode())
         return CommandResult(status, out.decode("utf-8", "replace"), err.decode("utf-8", "replace"))
 
     def run(self, argv: Sequence[str], *, timeout: float | None = None) -> CommandResult:
