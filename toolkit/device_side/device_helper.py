@@ -915,14 +915,14 @@ def start_numpy_check(python):
     """Whether the runner's Python has numpy, asked in a child started now and read at the end of begin (so it
     overlaps the lock and the hashing); None when that Python does not start. A Python once seen with numpy is
     not asked again (a Python that lacks it is asked every time, so a later `edgetk devices setup` shows)."""
-    import subprocess
-
     python = python or read_config_python() or "python3"
     found = shutil.which(python) if os.sep not in python else python
     # the path as named, not resolved: a venv's python is a link to the base interpreter, with other packages
     key = os.path.abspath(found) if found else None
     if key and key in _numpy_ok_list():
         return python, key, None
+    import subprocess  # only now: importing it costs a slow board tens of ms, and most pushes need no child
+
     try:
         null = open(os.devnull, "wb")
         return python, key, subprocess.Popen([python, "-c", NUMPY_CHECK], stdout=null, stderr=null)

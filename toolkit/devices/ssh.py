@@ -633,7 +633,9 @@ class SshConnection:
                 if not transport.is_active():
                     chan.close()
                     raise self._dropped(f"no answer from the device during {what}")
-                if not got:
+                if not got and chan.eof_received:
+                    chan.status_event.wait(0.05)  # the output is complete; its pipe stays readable, so no select
+                elif not got:
                     select.select([chan], [], [], 0.05)
         except (paramiko.SSHException, EOFError, OSError) as exc:
             chan.close()
