@@ -29,9 +29,9 @@ upload
      changed). Like any stat check, a same-size rewrite by another process within one filesystem timestamp
      tick of the hashing would not show; the upload itself writes each byte once, before it is hashed.
 
-On a device where SFTP does not start (Dropbear without sftp-server), steps 4 and 5 are one helper run on one
-exec channel: ``receive`` takes every missing file as a framed stream, hashes each as it arrives, then finishes
-(``toolkit.deploy_stream``).
+On a device where SFTP does not start (Dropbear without sftp-server), the whole push is ONE helper run on one
+exec channel (``push``): it answers ``begin``'s plan on stdout, then takes every missing file the host sends on
+the same stdin as a framed stream, hashes each as it arrives, and finishes (``toolkit.deploy_stream``).
 
 Any other failure on the host between the two (an exception, Ctrl-C) releases the lock with ``unlock``; a link
 that drops cannot, and the next deploy breaks that lock at once because its holder (the dead session's sshd
@@ -475,10 +475,10 @@ def push(
             if refused.kind == "arch":
                 raise _arch_refused(bundle, device, str(refused.data.get("arch"))) from None
             raise
-        arch = str(device.info().get("arch"))
         released = False  # the lock is the device's to release once finish or abort ran there
         try:
             plan_files(plan)
+            arch = str(device.info().get("arch"))  # begin's probe (plan_files keeps it)
             missing, offsets, packed, wire = (sending[k] for k in ("missing", "offsets", "packed", "wire"))
             progress = sending["progress"]
             sent = 0
