@@ -136,18 +136,19 @@ def test_eval_set_runs_on_the_device_and_matches_the_host(eval_bundle: Path, loc
 
 def test_eval_without_labels_reports_float_agreement_only(eval_bundle: Path, local: Device,
                                                           tmp_path: Path) -> None:
-    bundle_dir = copy_bundle(eval_bundle, tmp_path / "nolabels")
+    bundle_dir = subset_bundle(eval_bundle, tmp_path / "nolabels", ("model.int8.tflite",))
     (bundle_dir / "eval" / "labels.npy").unlink()  # as converted from eval data without labels
     manifest = json.loads((bundle_dir / "manifest.json").read_text())
     manifest["on_demand"] = [f for f in manifest["on_demand"] if f["file"] != "eval/labels.npy"]
     (bundle_dir / "manifest.json").write_text(json.dumps(manifest, indent=2) + "\n")
     bundle = read_bundle(bundle_dir)
     push(local, bundle)
-    (report, *_) = check(local, bundle, runs=2, warmup=0, gates=GateOptions(baseline="none"), evaluate=True)
+    (report,) = check(local, bundle, runs=2, warmup=0, gates=GateOptions(baseline="none"), evaluate=True)
     result = report.evaluation
     assert result is not None and result["available"] and result["labels"] is False
     assert result["vs_labels"] is None and "no labels" in result["note"]
-    assert result["vs_float"]["top1_agreement"] is not None
+    host = bundle.manifest.artifact("model.int8.tflite").verification
+    assert host is not None and result["vs_float"]["top1_agreement"] == pytest.approx(host.top1_agreement, abs=1e-9)
 
 
 def test_broken_layer_is_named_on_local(eval_bundle: Path, local: Device, tmp_path: Path) -> None:
@@ -174,7 +175,7 @@ def test_broken_layer_is_named_on_local(eval_bundle: Path, local: Device, tmp_pa
 
 
 @contextmanager
-def _ssh_device(ssh_devices, ssh_client_key, device_python: str,  # type: ignore[no-untyped-def]
+def _ssh_device(ssh_devices, ssh_client_key, device_python: str,
                 tmp_path: Path) -> Iterator[Device]:
     """The first loopback OpenSSH device, connected (its host key known, nothing else trusted)."""
     from toolkit.devices import open_connection
@@ -190,9 +191,9 @@ def _ssh_device(ssh_devices, ssh_client_key, device_python: str,  # type: ignore
 
 
 @pytest.mark.ssh
-def test_eval_and_divergence_over_ssh(eval_bundle: Path, ssh_devices, ssh_client_key,  # type: ignore[no-untyped-def]
+def test_eval_and_divergence_over_ssh(eval_bundle: Path, ssh_devices, ssh_client_key,
                                       device_python: str, tmp_path: Path) -> None:
-    bundle_dir = copy_bundle(eval_bundle, tmp_path / "broken")
+    bundle_dir = subset_bundle(eval_bundle, tmp_path / "broken", ("model.int8.tflite", "model.int8.onnx"))
     _break_onnx(bundle_dir)
     bundle = read_bundle(bundle_dir)
     with _ssh_device(ssh_devices, ssh_client_key, device_python, tmp_path) as device:
@@ -211,7 +212,7 @@ def test_eval_and_divergence_over_ssh(eval_bundle: Path, ssh_devices, ssh_client
 
 
 @pytest.mark.ssh
-def test_eval_input_and_layer_probe_changed_on_the_device_are_refused_there(  # type: ignore[no-untyped-def]
+def test_eval_input_and_layer_probe_changed_on_the_device_are_refused_there(
         eval_bundle: Path, ssh_devices, ssh_client_key, device_python: str, tmp_path: Path) -> None:
     """Files changed on the device after the host pushed them (a bad card, another hand) are refused by the
     device's runner against its manifest, in plain words; the check fails; removing them (the hint) lets the
