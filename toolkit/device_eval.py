@@ -61,10 +61,10 @@ def missing_note(bundle: Bundle) -> str | None:
 def require_eval_set(bundle: Bundle) -> None:
     """Refuse ``--eval`` for a bundle without a usable eval set, or whose eval files do not match their
     sha256, before any device is contacted."""
-    if missing_note(bundle) is not None and (bundle.path / EVAL_DIR).is_dir():
-        raise UsageError(f"--eval: the eval set of the bundle {bundle.path} {on_demand.UNRECORDED}.",
-                         hint=on_demand.CONVERT_AGAIN)
     if missing_note(bundle) is not None:
+        if (bundle.path / EVAL_DIR).is_dir():
+            raise UsageError(f"--eval: the eval set of the bundle {bundle.path} {on_demand.UNRECORDED}.",
+                             hint=on_demand.CONVERT_AGAIN)
         raise UsageError(f"--eval: the bundle {bundle.path} carries no eval set.",
                          hint="Convert it with --device-eval N (N held-out samples go into its eval/ folder).")
     for ref in bundle.manifest.on_demand:
