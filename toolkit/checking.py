@@ -406,7 +406,7 @@ def on_device_accuracy(device: Device, bundle: Bundle, vdir: str, reports: list[
             results = device_eval.evaluate(device, bundle, vdir, ran) if ran else {}
         except ToolkitError as exc:
             results = {a: {"available": False, "note": exc.message} for a in ran}
-        out = [replace(r, evaluation=results.get(r.artifact)) for r in out]
+        out = [device_eval.attach(r, results.get(r.artifact)) for r in out]
     return out
 
 
