@@ -112,6 +112,37 @@ def test_streamed_push_resumes_compresses_and_checks_on_arrival(
     assert not list(new_dir.rglob("*.edgetk-gz"))
 
 
+def test_a_push_without_sftp_is_one_channel_and_one_device_side_run(
+        dropbear_device: DropbearDevice, dropbear_client_key: Path, dropbear_known_hosts: Callable[..., Path],
+        deploy_bundle_factory: Any) -> None:
+    """begin's plan, the files and finish go over ONE session channel to ONE helper run (``push``): the fixed
+    cost of a small push is one Python start on the device. A second push of the same bundle sends no file and
+    is one run too; the version installed is the bundle's, hashed on the device."""
+    spec = _spec(dropbear_device, dropbear_client_key, dropbear_known_hosts(dropbear_device))
+    bundle = read_bundle(deploy_bundle_factory(name="onerun", seed=31))
+    _push(spec, read_bundle(deploy_bundle_factory(name="onerun-warm", seed=32)))  # helper installed, SFTP known
+    for expect_sent in (len(bundle.files()), 0):
+        conn = open_connection(spec)
+        commands: list[str] = []
+        real_open = conn._open_command  # type: ignore[attr-defined]
+
+        def recording(command: str, what: str) -> Any:
+            commands.append(command)
+            return real_open(command, what)
+
+        conn._open_command = recording  # type: ignore[attr-defined]
+        try:
+            result = deployment.push(deployment.Device(spec, conn), bundle, progress_stream=io.StringIO())
+        finally:
+            conn.close()
+        assert result.files_sent == expect_sent
+        assert len(commands) == 1 and " push " in commands[0], commands
+    current = dropbear_device.home / ".edgetk" / "bundles" / "onerun" / "current"
+    for file in bundle.files():
+        assert (current / file.path).read_bytes() == (bundle.path / file.path).read_bytes()
+    assert not (dropbear_device.home / ".edgetk" / "locks" / "onerun").exists()
+
+
 def test_a_file_damaged_on_the_way_is_refused_on_arrival(dropbear_device: DropbearDevice,
                                                          dropbear_client_key: Path,
                                                          dropbear_known_hosts: Callable[..., Path],
