@@ -73,9 +73,9 @@ class ArtifactStatus(_Word):
     """Why an artifact is (not) the preferred one: within tolerance and faster, or what it failed."""
 
     OK = "ok"
-    SLOWER = "slower"  # ships, never preferred: slower than fp32 on this host
+    SLOWER = "slower"  # ships, never preferred: measurably slower than fp32, paired, on a profile that IS this host
     OUT_OF_TOLERANCE = "out_of_tolerance"
-    NO_SPEEDUP_MEASURED = "no_speedup_measured"
+    NO_SPEEDUP_MEASURED = "no_speedup_measured"  # inside the noise of fp32, or timed on a CPU it will not run on
     UNVERIFIED = "unverified"  # ships; verification proved nothing (Verification.vacuous says why)
 
 
@@ -438,6 +438,7 @@ class ArtifactRecord:
     golden: Golden | None = None
     host_latency_ms: float | None = None  # median on this host, in `runtime`
     fp32_latency_ms: float | None = None  # the fp32 artifact of the same format, same runtime, same run
+    host_cpu: str | None = None  # the CPU the host latencies were measured on (they inform only that CPU)
     runtime: str | None = None
     status: ArtifactStatus | str = ArtifactStatus.OK
     recipe: Mapping[str, Any] = field(default_factory=dict)
@@ -472,6 +473,7 @@ class ArtifactRecord:
             "golden": self.golden.to_dict() if self.golden else None,
             "host_latency_ms": _finite_or_none(self.host_latency_ms),
             "fp32_latency_ms": _finite_or_none(self.fp32_latency_ms),
+            "host_cpu": self.host_cpu,
             "runtime": self.runtime,
             "status": self.status,
             "recipe": dict(self.recipe),
