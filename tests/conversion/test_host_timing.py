@@ -9,6 +9,7 @@ preferred. Everything else in that conversion is real.
 from __future__ import annotations
 
 import platform
+import random
 import time
 
 import pytest

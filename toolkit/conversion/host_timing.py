@@ -27,7 +27,7 @@ from functools import lru_cache
 import numpy as np
 
 from toolkit.policy import RegressionPolicy
-from toolkit.regression import mann_whitney_greater, median
+from toolkit.regression import Difference, compare, median
 
 Infer = Callable[[Mapping[str, np.ndarray]], object]
 HOST_PROFILES = ("local",)  # profile names that mean "this machine" besides the one matching it
@@ -98,19 +98,13 @@ class PairedTiming:
                 f"p={min(self.p_slower, self.p_faster):.2g})")
 
 
-def judge(candidate: Sequence[float], fp32: Sequence[float], policy: RegressionPolicy = PAIRED) -> PairedTiming:
-    """Faster, slower, or inside the noise: a one-sided rank test each way plus the minimum effects."""
-    p_slower = mann_whitney_greater(candidate, fp32)
-    p_faster = mann_whitney_greater(fp32, candidate)
-    a, b = median(candidate), median(fp32)
-
-    def beyond(slow: float, fast: float, p: float) -> bool:
-        return (p < policy.alpha and slow > fast * (1.0 + policy.min_slowdown_pct / 100.0)
-                and slow - fast > policy.min_slowdown_ms)
-
-    speed = (Speed.SLOWER if beyond(a, b, p_slower) else Speed.FASTER if beyond(b, a, p_faster)
-             else Speed.NO_SPEEDUP)
-    return PairedTiming(tuple(candidate), tuple(fp32), speed, p_slower, p_faster)
+def judge(candidate: Sequence[float], fp32: Sequence[float], policy: RegressionPolicy | None = None) -> PairedTiming:
+    """Faster, slower, or inside the noise: the regression gate's test both ways (:func:`regression.compare`)."""
+    policy = policy or PAIRED
+    difference, p_slower, p_faster = compare(candidate, fp32, alpha=policy.alpha, min_pct=policy.min_slowdown_pct,
+                                             min_ms=policy.min_slowdown_ms)
+    speed = {Difference.SLOWER: Speed.SLOWER, Difference.FASTER: Speed.FASTER, Difference.SAME: Speed.NO_SPEEDUP}
+    return PairedTiming(tuple(candidate), tuple(fp32), speed[difference], p_slower, p_faster)
 
 
 def paired(candidate: Infer, fp32: Infer, feed: Mapping[str, np.ndarray], *, rounds: int = ROUNDS,
