@@ -707,6 +707,7 @@ class CheckReport:
     profile: Mapping[str, Any] | None = None  # per-operator times per op type and top nodes, profiler overhead
     throughput: Mapping[str, Any] | None = None  # the latency-throughput curve (batch sizes or requests in flight)
     loads: Mapping[str, Any] | None = None  # cold / warm loads with the first inference, load options before/after
+    throttled: str | None = None  # why the device was throttling during the run (toolkit.selection.throttled)
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -730,6 +731,7 @@ class CheckReport:
             "profile": dict(self.profile) if self.profile is not None else None,
             "throughput": dict(self.throughput) if self.throughput is not None else None,
             "loads": dict(self.loads) if self.loads is not None else None,
+            "throttled": self.throttled,
         }
 
 

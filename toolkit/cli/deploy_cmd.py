@@ -24,7 +24,7 @@ from toolkit.cli.options import PathType, check_options, device_options, json_op
 
 
 def _render(entry: Mapping[str, Any]) -> list[str]:
-    from toolkit.reporting.terminal import inside_lines  # not at module level: `edgetk --help` stays light
+    from toolkit.reporting.terminal import inside_lines, selection_lines  # here: `edgetk --help` stays light
 
     lines = []
     push = entry.get("deploy")
@@ -54,6 +54,9 @@ def _render(entry: Mapping[str, Any]) -> list[str]:
         for note in r["gates"].get("skipped", []):
             lines.append(f"  skipped: {note}")
         lines.extend(inside_lines(r))
+        if r.get("throttled"):
+            lines.append(f"  throttled: {r['throttled']} (this run decides no selection or regression)")
+    lines.extend(selection_lines(entry.get("selected")))
     return lines
 
 
@@ -78,6 +81,8 @@ def deploy(bundle: Any, as_json: bool, **values: Any) -> None:
 @click.argument("bundle", type=PathType())
 @device_options
 @check_options
+@click.option("--select", "select", default=None, metavar="FILE",
+              help="Pin the artifact FILE as the one each device runs (instead of the fastest that passes there).")
 @json_option
 def check(bundle: Any, as_json: bool, **values: Any) -> None:
     """Run the deployed BUNDLE on devices: latency, memory, outputs; gate on budget and regression."""
@@ -111,6 +116,15 @@ def _render_status(entry: Mapping[str, Any]) -> list[str]:
         for v in info["versions"]:
             mark = "*" if v["version"] == info["current"] else " "
             lines.append(f"{mark} {bname} {v['version'][:12]} installed {v['installed_at']}")
+        chosen = info.get("selected") or {}
+        if chosen and chosen.get("version") == info["current"]:
+            p50 = chosen.get("p50_ms")
+            lines.append(f"  selected: {chosen.get('artifact') or 'nothing'}"
+                         + (f" (p50 {p50:.3f} ms)" if isinstance(p50, (int, float)) else "")
+                         + (" [pinned]" if chosen.get("pinned") else "") + f" {chosen.get('decided_at', '')}")
+        elif chosen:
+            lines.append(f"  selected: none for the current version (the last selection was for "
+                         f"{str(chosen.get('version'))[:12]}; run edgetk check)")
     return lines
 
 
