@@ -122,13 +122,17 @@ def _contender(report: CheckReport | None, record: Any) -> Contender:
     why = throttled(report.environment or {})
     if why:
         return Contender(record.file, size, p50, f"measured while the device throttled: {why}")
-    if p50 is None or len(report.latency_samples_ms) < MIN_SAMPLES:
-        return Contender(record.file, size, p50, f"fewer than {MIN_SAMPLES} latency samples (--runs)")
+    if p50 is None:
+        return Contender(record.file, size, p50, "no latency was measured")
     return Contender(record.file, size, p50)
 
 
 def _faster(a: CheckReport, b: CheckReport) -> bool:
-    """``a`` measurably faster than ``b`` on the device (rank test + minimum effects)."""
+    """``a`` measurably faster than ``b`` on the device (rank test + minimum effects); with fewer than
+    MIN_SAMPLES samples a side (``--runs 3``) no rank test can say anything: the minimum effects alone decide."""
+    if min(len(a.latency_samples_ms), len(b.latency_samples_ms)) < MIN_SAMPLES:
+        pa, pb = a.latency_ms.p50, b.latency_ms.p50  # type: ignore[union-attr]
+        return pb > pa * (1.0 + MIN_PCT / 100.0) and pb - pa > MIN_MS
     difference, _, _ = compare(a.latency_samples_ms, b.latency_samples_ms, alpha=ALPHA, min_pct=MIN_PCT,
                                min_ms=MIN_MS)
     return difference is Difference.FASTER
@@ -174,7 +178,7 @@ def choose(reports: Sequence[CheckReport], manifest: Manifest, *, device: str, v
     else:
         reason = f"the fastest that passes here (p50 {p50[winner]:.3f} ms)"
     kept = previous.get("artifact") if previous and same and previous.get("runtimes") == runtimes else None
-    if kept in running and kept != winner and not _faster(running[winner], running[kept]):  # type: ignore[index]
+    if kept in running and kept != winner and not _faster(running[winner], running[kept]):
         return Selection(artifact=kept, reason=note + f"kept: no artifact is measurably faster here (p50 "
                          f"{p50[kept]:.3f} ms; {reason.split(' (')[0]} was {winner})", changed=False,
                          **base)  # type: ignore[arg-type]
