@@ -3,7 +3,8 @@
 The manifest's ``preferred`` artifact is the profile's proposal (its recipe order and the accuracy proven at
 convert time); host latency cannot rank artifacts for another CPU (toolkit.conversion.host_timing). Each check
 measures every artifact the bundle ships; :func:`choose` then selects, for that device, the fastest artifact
-that passed verification at convert time and passes its gates there (budget, correctness, placement, ...).
+that passed verification at convert time (an ``unverified`` one only where no verified one passes, as for the
+manifest's preference) and passes its gates there (budget, correctness, placement, ...).
 When the fastest and others are inside each other's noise (the regression gate's test both ways:
 :func:`toolkit.regression.compare`), the smallest file wins.
 
@@ -17,6 +18,7 @@ with the reason per artifact. The selection is written on the device as ``select
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as _dt
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -28,6 +30,7 @@ from toolkit.types import CheckReport, Manifest
 
 SELECTED_FILE = "selected.json"  # in ~/.edgetk/bundles/<name>/, beside ``current``
 SELECTABLE = ("ok", "no_speedup_measured", "slower")  # statuses that passed verification at convert time
+UNVERIFIED = "unverified"  # verification proved nothing: in the running only where no verified artifact is
 HOT_C = 80.0  # Raspberry Pi firmware starts to cap the clock at 80 C; most SoCs throttle in 80-95 C
 CAPPED_SHARE = 0.85  # a performance governor running below this share of the maximum clock is capped
 # the same test as the host-profile comparison: a rank test at alpha plus minimum effects
@@ -109,7 +112,7 @@ def runtimes_seen(reports: Sequence[CheckReport]) -> dict[str, str]:
 
 def _contender(report: CheckReport | None, record: Any) -> Contender:
     size = int(record.bytes)
-    if str(record.status) not in SELECTABLE:
+    if str(record.status) not in (*SELECTABLE, UNVERIFIED):
         return Contender(record.file, size, None, f"did not pass verification at convert time ({record.status})")
     if report is None:
         return Contender(record.file, size, None, "not measured by this check")
@@ -149,6 +152,11 @@ def choose(reports: Sequence[CheckReport], manifest: Manifest, *, device: str, v
                          hint=f"Pick one of: {', '.join(files)}.")
     by_file = {r.artifact: r for r in reports}
     contenders = tuple(_contender(by_file.get(a.file), a) for a in manifest.artifacts)
+    statuses = {a.file: str(a.status) for a in manifest.artifacts}
+    if any(c.excluded is None and statuses[c.artifact] != UNVERIFIED for c in contenders):
+        contenders = tuple(dataclasses.replace(c, excluded="unverified at convert time, and a verified artifact "
+                                               "passes here") if c.excluded is None and
+                           statuses[c.artifact] == UNVERIFIED else c for c in contenders)
     running = {c.artifact: by_file[c.artifact] for c in contenders if c.excluded is None}
     runtimes = runtimes_seen(reports)
     proposed = next((a.file for a in manifest.artifacts if a.preferred), None)

@@ -101,3 +101,11 @@ def test_a_pin_holds_until_its_artifact_cannot_run_or_the_version_changes() -> N
     assert dropped.artifact == "model.int8.tflite" and "pin on model.fp32.onnx was dropped" in dropped.reason
     with pytest.raises(UsageError, match="no artifact of that name"):
         choose(reports, MANIFEST, device="d", version="v", pin="model.fp16.tflite")
+
+
+def test_an_unverified_artifact_is_selected_only_where_no_verified_one_passes() -> None:
+    manifest = _manifest(("model.fp32.tflite", 4000, "ok"), ("model.int8.tflite", 1000, "unverified"))
+    reports = [_report("model.fp32.tflite", 2.0), _report("model.int8.tflite", 1.0)]
+    assert choose(reports, manifest, device="d", version="v").artifact == "model.fp32.tflite"
+    alone = _manifest(("model.fp32.tflite", 4000, "unverified"), ("model.int8.tflite", 1000, "unverified"))
+    assert choose(reports, alone, device="d", version="v").artifact == "model.int8.tflite"
