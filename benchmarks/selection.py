@@ -44,6 +44,9 @@ def _spin() -> None:
 @contextlib.contextmanager
 def hogged(processes: int) -> Iterator[None]:
     """``processes`` busy-looping processes for the duration."""
+    import signal
+
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # a killed bench still ends its hogs (finally)
     ctx = multiprocessing.get_context("fork")
     hogs = [ctx.Process(target=_spin, daemon=True) for _ in range(processes)]
     for hog in hogs:
