@@ -143,7 +143,7 @@ def check_locally(bundle: Path, home: Path) -> Any:
 def _sources(root: Path) -> list[tuple[str, Path, Path, Path | None]]:
     from benchmarks.convert import mobilenet_source
     from tests.fixtures.models import load_digits, train_digits_cnn
-    from tests.fixtures.real_models import DETECTOR_RECIPE, cache_root, shapes_images, train_detector
+    from tests.fixtures.real_models import trained_detector
 
     mnv2, mnv2_calib, _ = mobilenet_source(root / "mobilenetv2")
     digits = load_digits()
@@ -151,22 +151,10 @@ def _sources(root: Path) -> list[tuple[str, Path, Path, Path | None]]:
     digits_model = train_digits_cnn(digits, cache / "models" / "digits.keras", sequential=False)
     np.savez(root / "digits_calib.npz", image=digits.x_calib)
     np.savez(root / "digits_eval.npz", image=digits.x_heldout, y=digits.y_heldout)
-    import hashlib
-    import json
-
-    # the trained detector of tests/fixtures/real_models.py (its cache key and files, trained there once)
-    key = hashlib.sha256(json.dumps(DETECTOR_RECIPE, sort_keys=True).encode()).hexdigest()[:10]
-    det_root = cache_root() / f"shapes-yolo-{key}"
-    det_root.mkdir(parents=True, exist_ok=True)
-    detector = det_root / "shapes_yolo.keras"
-    if not detector.is_file():
-        train_detector(det_root / "partial.keras")
-        os.replace(det_root / "partial.keras", detector)
-    np.savez(root / "shapes_calib.npz", x=shapes_images(200, seed=2)[0])
-    np.savez(root / "shapes_eval.npz", x=shapes_images(60, seed=3)[0])
+    detector = trained_detector()  # the test suite's trained detector (cached there)
     return [("MobileNetV2 (BN re-estimated)", mnv2, mnv2_calib, None),
             ("digits CNN (trained)", digits_model, root / "digits_calib.npz", root / "digits_eval.npz"),
-            ("shapes detector (trained)", detector, root / "shapes_calib.npz", root / "shapes_eval.npz")]
+            ("shapes detector (trained)", detector.model, detector.calibration, detector.eval_data)]
 
 
 def run() -> tuple[str, dict[str, Any]]:
