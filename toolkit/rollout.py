@@ -49,6 +49,7 @@ class BundleJob:
     store: GuardedStore | None
     runner_args: tuple[str, ...] = ()  # --profile / --throughput / --loads for the runner
     pin: str | None = None  # check --select FILE: the artifact every device runs (toolkit.selection)
+    evaluate: bool = False  # --eval: the bundle's eval set on the device
     # devices this job switched to the bundle's version -> the version they ran before (for a rollback)
     switched: dict[str, str | None] = field(default_factory=dict, compare=False, repr=False)
     _lock: threading.Lock = field(default_factory=threading.Lock, compare=False, repr=False)
@@ -70,7 +71,7 @@ class BundleJob:
                 self.switched[device.spec.name] = pushed.previous
         reports = (
             run_check(device, self.bundle, runs=self.runs, warmup=self.warmup, gates=self.gates, store=self.store,
-                      runner_args=self.runner_args)
+                      runner_args=self.runner_args, evaluate=self.evaluate)
             if self.check
             else []
         )
@@ -100,6 +101,7 @@ def prepare_job(
     throughput: bool = False,
     loads: bool = False,
     pin: str | None = None,
+    evaluate: bool = False,
 ) -> BundleJob:
     """Read and validate the bundle and the gate options once, before any device is contacted; open the history
     (migrating it if needed). A history that is down does not stop the job: its status says so afterwards."""
@@ -111,6 +113,10 @@ def prepare_job(
     if pin is not None and pin not in files:
         raise UsageError(f"--select {pin}: the bundle {bundle.name!r} has no artifact of that name.",
                          hint=f"Pick one of: {', '.join(files)}.")
+    if evaluate and check:
+        from toolkit.device_eval import require_eval_set
+
+        require_eval_set(bundle)
     history = GuardedStore(store, fallback=store_fallback) if check else None
     if history is not None and history.probe() and baseline not in ("last", "none") and not history.exists(baseline):
         raise UsageError(
@@ -129,6 +135,7 @@ def prepare_job(
         store=history,
         runner_args=runner_flags(profile=profile, throughput=throughput, loads=loads),
         pin=pin,
+        evaluate=evaluate,
     )
 
 

@@ -708,6 +708,8 @@ class CheckReport:
     throughput: Mapping[str, Any] | None = None  # the latency-throughput curve (batch sizes or requests in flight)
     loads: Mapping[str, Any] | None = None  # cold / warm loads with the first inference, load options before/after
     throttled: str | None = None  # why the device was throttling during the run (toolkit.selection.throttled)
+    # check --eval: the eval set on the device, scored against the labels and the float model (toolkit.device_eval)
+    evaluation: Mapping[str, Any] | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -732,6 +734,7 @@ class CheckReport:
             "throughput": dict(self.throughput) if self.throughput is not None else None,
             "loads": dict(self.loads) if self.loads is not None else None,
             "throttled": self.throttled,
+            "evaluation": dict(self.evaluation) if self.evaluation is not None else None,
         }
 
 
