@@ -17,6 +17,7 @@ connection per device at a time, closed after its task):
 from __future__ import annotations
 
 import math
+import sys
 import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -48,6 +49,8 @@ class BundleJob:
     gates: GateOptions
     store: GuardedStore | None
     runner_args: tuple[str, ...] = ()  # --profile / --throughput / --loads for the runner
+    break_lock: bool = False  # deploy --break-lock
+    prune: bool = False  # deploy --prune: old versions go when the disk is short
     pin: str | None = None  # check --select FILE: the artifact every device runs (toolkit.selection)
     evaluate: bool = False  # --eval: the bundle's eval set on the device
     # devices this job switched to the bundle's version -> the version they ran before (for a rollback)
@@ -62,7 +65,8 @@ class BundleJob:
         from toolkit.selection import apply as select
 
         pushed = (
-            push(device, self.bundle, force=self.force, progress_stream=progress_stream, compress=self.compress)
+            push(device, self.bundle, force=self.force, progress_stream=progress_stream, compress=self.compress,
+                 break_lock=self.break_lock, prune=self.prune)
             if self.install
             else None
         )
@@ -75,6 +79,15 @@ class BundleJob:
             if self.check
             else []
         )
+        if pushed is not None and self.check:  # another controller may have deployed while this one checked
+            from dataclasses import replace
+
+            from toolkit.locks import replaced_note
+
+            note = replaced_note(device, self.bundle.name, pushed.version)
+            if note:
+                print(f"warning: {note}", file=progress_stream or sys.stderr, flush=True)
+                pushed = replace(pushed, warnings=(*pushed.warnings, note))
         selection = select(device, self.bundle, reports, pin=self.pin, store=self.store) if self.check else None
         return pushed, list(reports), selection
 
@@ -90,6 +103,8 @@ def prepare_job(
     check: bool,
     force: bool = False,
     compress: bool = False,
+    break_lock: bool = False,
+    prune: bool = False,
     runs: int,
     warmup: int,
     budget_ms: float | None,
@@ -134,6 +149,8 @@ def prepare_job(
         gates=GateOptions(budget_ms=budget_ms, baseline=baseline, regression_pct=regression_pct),
         store=history,
         runner_args=runner_flags(profile=profile, throughput=throughput, loads=loads),
+        break_lock=break_lock,
+        prune=prune,
         pin=pin,
         evaluate=evaluate,
     )
