@@ -192,7 +192,9 @@ def run() -> tuple[str, dict[str, Any]]:
         rows.append([label, chosen or "nothing", f"{p50.get(chosen, float('nan')):.3f}" if chosen else "-",
                      ", ".join(f"{f} {p50.get(f, float('nan')):.3f} ms" for f in old.values()),
                      ", ".join(proposed), ", ".join(f"{r:.2f}x" for r in ratios.values()),
-                     selected.get("reason", device.error)])
+                     "; ".join([str(selected.get("reason", device.error))]
+                               + [f"{c['artifact']} out: {c['excluded'][:120]}"
+                                  for c in selected.get("contenders", []) if c.get("excluded")])])
         headline_models[slug] = {"selected": chosen, "selected_p50_ms": p50.get(chosen) if chosen else None,
                                  "old_preferred": old, "proposed": proposed, "p50_ms": p50,
                                  "selected_vs_old": ratios, "convert_s": seconds}

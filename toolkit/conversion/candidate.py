@@ -261,7 +261,8 @@ def _paired(run: ConvertRun, recipe: Recipe, infer: Callable[[Mapping[str, np.nd
             or _device_only(recipe, run.policy)):
         return None
     return paired_with_fp32(fp32.built.path, threads=recipe.threads or run.policy.threads,
-                            source_inputs=run.source.inputs, candidate=infer, feed=run.data.heldout.feeds[0])
+                            source_inputs=run.source.inputs, candidate=infer, feed=run.data.heldout.feeds[0],
+                            align=align)
 
 
 def build_and_verify(run: ConvertRun, recipe: Recipe, *, explicit: bool) -> Candidate | Failure:

@@ -130,12 +130,12 @@ def paired(candidate: Infer, fp32: Infer, feed: Mapping[str, np.ndarray], *, rou
 
 
 def paired_with_fp32(fp32_path: object, *, threads: int, source_inputs: Sequence[object], candidate: Infer,
-                     feed: Mapping[str, np.ndarray]) -> PairedTiming | None:
-    """:func:`paired` against the fp32 artifact at ``fp32_path`` (opened again here, in this process); None
-    when it cannot be opened (then nothing is compared)."""
+                     feed: Mapping[str, np.ndarray], align: Callable[..., list[int]]) -> PairedTiming | None:
+    """:func:`paired` against the fp32 artifact at ``fp32_path`` (opened again here, in this process; ``align``
+    maps the source's inputs onto its inputs: ``candidate.align``); None when it cannot be opened (then nothing
+    is compared)."""
     from pathlib import Path
 
-    from toolkit.conversion.candidate import align
     from toolkit.execution import open_session
 
     try:
@@ -143,7 +143,7 @@ def paired_with_fp32(fp32_path: object, *, threads: int, source_inputs: Sequence
     except Exception:  # noqa: BLE001 - no fp32 to pair with: the artifact is simply not compared
         return None
     try:
-        order = align(source_inputs, session.inputs, what="input")  # type: ignore[arg-type]
+        order = align(source_inputs, session.inputs, what="input")
 
         def fp32(values: Mapping[str, np.ndarray]) -> object:
             return session.run({session.inputs[j].name: values[spec.name]  # type: ignore[attr-defined]
