@@ -18,6 +18,7 @@ from typing import Any
 import pytest
 
 from tests.fixtures.arm import ArmPi
+from tests.fixtures.bundles import subset_bundle
 from tests.fixtures.cli import CliResult, assert_clean_error, run_edgetk
 
 pytestmark = pytest.mark.arm
@@ -199,3 +200,29 @@ def test_the_emulated_pi_selects_by_its_own_measurements(arm_pi: ArmPi, pi_setup
     assert selected["artifact"] == min(p50, key=p50.__getitem__) == "model.fp32.onnx", selected
     on_device = arm_pi.home(arm_pi.pi) / ".edgetk" / "bundles" / "choose-pi" / "selected.json"
     assert json.loads(on_device.read_text())["artifact"] == "model.fp32.onnx"
+
+
+def test_check_eval_on_the_pi_reports_what_local_reports(arm_pi: ArmPi, pi_setup: dict[str, Any],
+                                                         pi_inventory: Path, eval_bundle: Path,
+                                                         env: dict[str, str], tmp_path: Path) -> None:
+    """``check --eval`` of one INT8 TFLite artifact on the emulated Pi: the eval set (497 held-out digits,
+    pushed and verified by sha256 on the device) scores the same accuracy there as on the local device."""
+    one = subset_bundle(eval_bundle, tmp_path / "one", ("model.int8.tflite",))
+    here = run_edgetk("deploy", one, "--device", "local", "--check", "--eval", *EMULATED, "--json", env=env)
+    bundle = _retarget(one, tmp_path / "pi", name="digits-eval-raspberry-pi-4")
+    there = run_edgetk("deploy", bundle, "--inventory", pi_inventory, "--check", "--eval", *EMULATED, "--json",
+                       env=env, timeout=1800)
+    assert here.code == 0, here.stdout + here.stderr
+    assert there.code == 0, there.stdout + there.stderr
+    (local,) = here.json()["devices"][0]["reports"]
+    (pi,) = there.json()["devices"][0]["reports"]
+    assert pi["environment"]["arch"] == "aarch64" and local["environment"]["arch"] == "x86_64"
+    on_pi, on_local = pi["evaluation"], local["evaluation"]
+    assert on_pi["available"] and on_local["available"], (on_pi, on_local)
+    assert on_pi["samples"] == on_local["samples"] == 497
+    assert on_pi["vs_labels"]["device_accuracy"] > 0.9  # a trained model, run by the Pi's own aarch64 kernels
+    assert on_pi["vs_labels"] == on_local["vs_labels"], (on_pi, on_local)
+    assert on_pi["vs_float"]["top1_agreement"] == on_local["vs_float"]["top1_agreement"]
+    print(f"\n[arm] check --eval model.int8.tflite: Pi {on_pi['vs_labels']}, max abs error vs float "
+          f"{on_pi['vs_float']['max_abs_error']} (local {on_local['vs_float']['max_abs_error']}), "
+          f"{on_pi['seconds']} s on the Pi for {on_pi['chunks']} chunks", file=sys.stderr)
