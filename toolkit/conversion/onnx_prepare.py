@@ -61,7 +61,7 @@ def apply_checked(model: onnx.ModelProto, transforms: Sequence[Transform], reque
             "stage.", hint="Check that the model loads and runs in onnxruntime; re-export it if it does not.")
     current = model
     for transform in transforms:
-        attempt, step_notes = _copy(current), []
+        attempt, step_notes = _copy(current), list[str]()
         try:
             transform.apply(attempt, step_notes)
         except ConversionError as exc:
