@@ -212,6 +212,8 @@ def _build_all(run: ConvertRun, plan: Plan) -> list[Candidate]:
             )
         run.attempts.append(result.attempt("kept", reason))
         kept.append(result)
+        if result.record.quantized is not None and result.record.quantized.mixed and not item.explicit:
+            continue  # mostly float: the format's fallbacks (dynamic, fp16) are still built beside it
         if recipe.precision in ("int8", "dynamic"):  # kept: accurate enough (a slower one is only marked)
             quantized.add(recipe.format)
         if recipe.precision != "fp32" and not result.problems:

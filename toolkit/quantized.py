@@ -82,9 +82,9 @@ def _pct(value: float) -> str:
 
 
 def precision_label(precision: str, recipe: Mapping[str, Any], share: QuantizedShare | None) -> str:
-    """How every table names an artifact's precision: ``int8``, ``int8 A16W8``, ``int8 mixed (31% int)``."""
+    """How every table names an artifact's precision: ``int8``, ``int8 A16W8``, ``int8 mixed: 31% of weights int``."""
     a16w8 = precision == "int8" and recipe.get("activation_type") == "int16"
     label = f"{precision} A16W8" if a16w8 else str(precision)
     if share is not None and share.mixed and precision in ("int8", "dynamic"):
-        label += f" mixed ({_pct(share.weights)} of weights int)"
+        label += f" mixed: {_pct(share.weights)} of weights int"
     return label
