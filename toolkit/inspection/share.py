@@ -201,13 +201,18 @@ def reasons(float_nodes: Sequence[str], asked: Sequence[str], retried: Mapping[s
     rules), else the converter."""
     from toolkit.conversion.layers import _matches
 
+    def named(name: str, nodes: Sequence[str]) -> bool:
+        # TFLite fuses op names with ";" and may append an index: any shared part names the same op
+        parts = {p for p in name.split(";") if "/" in p}
+        return _matches(name, set(nodes)) or any(parts & set(node.split(";")) for node in nodes)
+
     def why(name: str) -> str:
         for node, reason in (retried or {}).items():
-            if _matches(name, {node}):
+            if named(name, (node,)):
                 return reason
-        if _matches(name, set(asked)):
+        if named(name, asked):
             return "kept float as asked (nodes_to_exclude)"
-        if _matches(name, set(float_nodes)):
+        if named(name, float_nodes):
             return "kept float up front (fragile-op rule)"
         return "left float by the converter"
 
