@@ -143,11 +143,12 @@ def test_selective_quantization_rescues_int8(fmt, culprit, request) -> None:
     assert record.verification is not None and record.verification.accuracy is not None
     assert record.verification.accuracy >= record.verification.reference_accuracy - 0.01
     assert record.verification.cosine_similarity >= 0.99
-    # ... but the culprit feeds the hidden layer that holds ~92% of the weights: kept float, the artifact is
-    # int8 in name only. It is labelled mixed and says so; it neither ends its format nor is preferred over
-    # the fallback built after it (before, it shipped preferred as plain INT8).
+    # ... but the culprit is the hidden layer that holds 86% of the weights, and its consumer the head (the
+    # rest): kept float, no weight of this "int8" computes in integer. It is labelled mixed and says so; it
+    # neither ends its format nor is preferred over the fallback built after it (before, it shipped preferred
+    # as plain INT8).
     share = record.quantized
-    assert share is not None and share.mixed and share.float_layers[0].weights > 0.9, share
+    assert share is not None and share.mixed and share.weights < 0.05 and share.float_layers[0].weights > 0.8, share
     assert share.float_layers[0].why.startswith("selective retry"), share.float_layers[0]
     assert any("most of the model stays float" in n for n in record.notes), record.notes
     preferred = [r for r in manifest.artifacts if r.preferred]
