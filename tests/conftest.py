@@ -17,6 +17,7 @@ pytest_plugins = [
     "tests.fixtures.ppocr",
     "tests.fixtures.real_models",
     "tests.fixtures.sshd",
+    "tests.fixtures.dropbear",
     "tests.fixtures.deploy",
     "tests.fixtures.arm",
     "tests.fixtures.runs",
