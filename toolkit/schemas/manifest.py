@@ -22,6 +22,7 @@ from toolkit.errors import UsageError
 from toolkit.policy import CheckPolicy, PlacementExpectation, RegressionPolicy
 from toolkit.schemas.fields import Bool, Int, Number, Str, Table, choice
 from toolkit.schemas.problems import problems
+from toolkit.schemas.quantized import QuantizedM, read_quantized
 from toolkit.types import (
     MANIFEST_SCHEMA_VERSION,
     ArtifactRecord,
@@ -180,6 +181,7 @@ class ArtifactM(Table):
     delegate: Str | None = None
     float_io: list[FloatIOM] | None = None
     batching: BatchingM | None = None
+    quantized: QuantizedM | None = None
 
 
 class AttemptM(Table):
@@ -388,7 +390,9 @@ def _artifact(a: ArtifactM) -> ArtifactRecord:
         preferred=bool(a.preferred), provider_options=a.provider_options or {}, delegate=a.delegate,
         float_io=tuple(FloatIO(f.name, f.role, f.reason, f.detail) for f in a.float_io or ()),
         batching=_batching(a.batching) if a.batching is not None else None,
+        quantized=read_quantized(a.quantized),
     )
+
 
 
 def _batching(b: BatchingM) -> BatchVerification:
