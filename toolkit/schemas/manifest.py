@@ -22,6 +22,7 @@ from toolkit.errors import UsageError
 from toolkit.policy import CheckPolicy, PlacementExpectation, RegressionPolicy
 from toolkit.schemas.fields import Bool, Int, Number, Str, Table, choice
 from toolkit.schemas.problems import problems
+from toolkit.schemas.quantized import QuantizedM, read_quantized
 from toolkit.types import (
     MANIFEST_SCHEMA_VERSION,
     ArtifactRecord,
@@ -167,6 +168,7 @@ class ArtifactM(Table):
     golden: GoldenM | None = None
     host_latency_ms: Real = None
     fp32_latency_ms: Real = None
+    host_cpu: Str | None = None
     runtime: Str | None = None
     status: Annotated[Str, choice(ArtifactStatus.values(), "status")] | None = None
     recipe: Free | None = None
@@ -179,6 +181,7 @@ class ArtifactM(Table):
     delegate: Str | None = None
     float_io: list[FloatIOM] | None = None
     batching: BatchingM | None = None
+    quantized: QuantizedM | None = None
 
 
 class AttemptM(Table):
@@ -380,14 +383,16 @@ def _artifact(a: ArtifactM) -> ArtifactRecord:
         inputs=tuple(_tensor(t) for t in a.inputs), outputs=tuple(_tensor(t) for t in a.outputs),
         verification=_verification(a.verification) if a.verification is not None else None,
         golden=_golden(a.golden) if a.golden is not None else None,
-        host_latency_ms=_float(a.host_latency_ms), fp32_latency_ms=_float(a.fp32_latency_ms),
+        host_latency_ms=_float(a.host_latency_ms), fp32_latency_ms=_float(a.fp32_latency_ms), host_cpu=a.host_cpu,
         runtime=a.runtime,
         status=a.status or ArtifactStatus.OK, recipe=a.recipe or {}, float_nodes=tuple(a.float_nodes or ()),
         execution_providers=tuple(a.execution_providers or ()), layout=a.layout, notes=tuple(a.notes or ()),
         preferred=bool(a.preferred), provider_options=a.provider_options or {}, delegate=a.delegate,
         float_io=tuple(FloatIO(f.name, f.role, f.reason, f.detail) for f in a.float_io or ()),
         batching=_batching(a.batching) if a.batching is not None else None,
+        quantized=read_quantized(a.quantized),
     )
+
 
 
 def _batching(b: BatchingM) -> BatchVerification:
