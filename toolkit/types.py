@@ -129,7 +129,8 @@ TFLITE_RUNTIMES: tuple[str, ...] = tuple(r.value for r in (Runtime.LITERT, Runti
 FRAMEWORKS: tuple[str, ...] = Framework.values()
 FORMAT_SUFFIX: Mapping[str, str] = {fmt: f".{fmt}" for fmt in Format}
 
-MANIFEST_SCHEMA_VERSION = 2  # 2: attempts[].workaround, artifacts[].float_io and .batching (1 still reads)
+MANIFEST_SCHEMA_VERSION = 3  # 2: attempts[].workaround, artifacts[].float_io and .batching; 3: a role per
+# verified output (verification.outputs[].role, role_source, metrics); 1 and 2 still read
 
 
 def artifact_file_name(precision: str, fmt: str) -> str:
