@@ -131,15 +131,17 @@ def test_ctc_recognizer_is_a_sequence_with_an_evident_blank_and_its_int8_is_kept
 
 def test_ctc_output_was_read_as_a_one_class_map_over_the_batch_axis(ctc_recognizer: RoleModel,
                                                                    ctc_bundle: tuple[Path, dict[str, Any]]) -> None:
-    """The old reading took [1, T, C]'s batch axis for a class axis: a one-class map, IoU vacuous, nothing
-    about the characters. The batch axis is never a class axis now."""
+    """The old reading took [1, T, C]'s batch axis for its one class channel: a binary mask over the T x C
+    cells (probability > 0.5), scored by mask IoU, which says nothing of the characters read. The batch axis
+    is never a class axis now: the record is a sequence judged on its decoded strings."""
     bundle, manifest = ctc_bundle
     record = _artifact(manifest, "tflite")
     reference = np.stack([s[0] for s in float_outputs(ctc_recognizer.model, ctc_recognizer.x_eval)])
     actual = np.stack([s[0] for s in run_artifact(bundle / record["file"], ctc_recognizer.x_eval, record)])
     assert segmentation.class_axis(reference.shape[1:]) is None
     old = segmentation.segmentation_metrics(reference, actual, axis=0)
-    assert old.classes == 2 and old.foreground_fraction == 0.0  # one channel: "one class everywhere"
+    assert old.classes == 2  # one channel (the batch axis) read as a mask, not 11 classes per step
+    assert record["verification"]["task"] == "sequence" and "string_agreement" in _metrics(record, "chars")
 
 
 @pytest.mark.parametrize("fmt", FORMATS)
