@@ -204,8 +204,6 @@ def infer_role(stacked: np.ndarray, name: str = "", *, alone: bool = True) -> Ou
         if named in (Role.BOXES, Role.LANDMARKS, Role.EMBEDDING):
             return OutputRole(named, f"inferred: {n} values named {name!r}")
         if alone:
-            if n >= 16 and not probs and named is Role.EMBEDDING:
-                return OutputRole(Role.EMBEDDING, f"inferred: a vector of {n} values named {name!r}")
             return OutputRole(Role.CLASSIFICATION, f"inferred: one vector of {n} values per sample")
         if n == 4:
             return OutputRole(Role.BOXES, "inferred: 4 values beside other outputs (a box or its offsets)")
