@@ -143,9 +143,12 @@ def verify_outputs(
         detector: detection.SsdLayout | int | None = 0 if detection.yolo_layout(ref[0]) is not None \
             else detection.ssd_layout(ref, names)
         output_roles = roles.assign(ref, names, declared, detector=detector, state=state)
-    elif choice.task is Task.SEQUENCE and count and names[0] not in {d.output for d in declared}:
-        output_roles = roles.assign(ref, names, (*declared, roles.OutputDeclaration(
-            names[0], roles.Role.SEQUENCE, choice.source)), state=state)
+    elif not choice.source.startswith("inferred") and choice.task in _TASK_ROLE:  # the user's task: its role
+        role, first_only = _TASK_ROLE[choice.task]
+        named = {d.output for d in declared}
+        covered = [n for n in (names[:1] if first_only else names) if n not in named]
+        output_roles = roles.assign(ref, names, (*declared, *(roles.OutputDeclaration(n, role, choice.source)
+                                                               for n in covered)), state=state)
     per_output = [_output(ref[k], act[k], names[k], k, output_roles[k]) for k in range(count)]
     vacuous: list[str] = []
     task_metrics: dict[str, Any] = {}
@@ -266,6 +269,10 @@ def _output(ref: np.ndarray, act: np.ndarray, name: str, index: int, role: roles
                                metrics=role_metrics.score(role, ref, act))
 
 
+# a declared task's role for the outputs it covers (True: the first output only)
+_TASK_ROLE = {Task.CLASSIFICATION: (roles.Role.CLASSIFICATION, True), Task.SEGMENTATION: (roles.Role.DENSE, True),
+              Task.SEQUENCE: (roles.Role.SEQUENCE, True), Task.EMBEDDING: (roles.Role.EMBEDDING, False),
+              Task.REGRESSION: (roles.Role.REGRESSION, False)}
 # the model-level metric that already judges an output of this role (its failure is not said twice)
 _SAME_KIND = {Task.CLASSIFICATION: ("classification", (0,)), Task.SEGMENTATION: ("dense", (0,)),
               Task.EMBEDDING: ("embedding", None),

@@ -232,11 +232,13 @@ def infer_role(stacked: np.ndarray, name: str = "", *, alone: bool = True) -> Ou
         return OutputRole(Role.BOXES, f"inferred: {width} values per each of {steps} anchors")
     if named is Role.LANDMARKS or (width in (2, 3) and steps >= 2 and not alone):
         return OutputRole(Role.LANDMARKS, f"inferred: {steps} points of {width} coordinates")
-    if named is Role.SEQUENCE or evident_blank(core) is not None:
-        blank = evident_blank(core)
-        return OutputRole(Role.SEQUENCE, f"inferred: {steps} steps of {width} class scores"
+    blank = evident_blank(core) if named in (Role.SEQUENCE, Role.CLASSIFICATION) else None
+    if named is Role.SEQUENCE or blank is not None:  # unbounded steps: only a name says they are class scores
+        return OutputRole(Role.SEQUENCE, f"inferred: {steps} steps of {width} class scores named {name!r}"
                                          + (f"; class {blank} is the argmax at most steps (a CTC blank)"
-                                            if blank is not None else f" named {name!r}"), blank=blank)
+                                            if blank is not None else ""), blank=blank)
+    if alone and width >= 16:
+        return OutputRole(Role.EMBEDDING, f"inferred: {steps} vectors of {width} unbounded values")
     return OutputRole(Role.DENSE, f"inferred: a {steps} x {width} map of unbounded values")
 
 
