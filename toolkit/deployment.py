@@ -8,12 +8,13 @@ of milliseconds each), so a push makes exactly two, with the SFTP upload between
 ``begin``
   1. probes the device (arch, free disk; kept as ``Device.info()`` for the rest of the session) and refuses a
      bundle built for another arch (exit 2) unless ``force``, before anything is locked or written;
-  2. takes the device-side lock ``~/.edgetk/locks/<name>`` (atomic mkdir; a lock whose holder process is gone,
-     or older than ``stale_lock_s``, is broken), so two deploys of one bundle to one device run one after the
-     other; any failure after this point releases the lock before the helper exits;
+  2. takes the device-side lock ``~/.edgetk/locks/<name>`` (atomic mkdir; broken only when its holder is
+     provably gone, never by age: :mod:`toolkit.locks`), so two deploys of one bundle to one device run one
+     after the other, the waiting one saying whom it waits for; any failure after this point releases the lock
+     before the helper exits;
   3. prepares ``~/.edgetk/bundles/<name>/<version>/``: files already there with the right sha256, or found
      with that sha256 in another installed version (hard-linked), are not sent; refuses early when the disk
-     cannot hold what is left.
+     cannot hold what is left (with ``prune``, old versions go first, never the current or rollback target).
 upload
   4. the rest, with progress on stderr; a file whose upload was cut short is resumed from where it stopped
      when the bytes already there are a prefix of it (the device hashes them, the host compares); a failed
@@ -27,6 +28,10 @@ upload
      as when it was hashed, and hashes every other file itself (compressed or resumed uploads, a file that
      changed). Like any stat check, a same-size rewrite by another process within one filesystem timestamp
      tick of the hashing would not show; the upload itself writes each byte once, before it is hashed.
+
+On a device where SFTP does not start (Dropbear without sftp-server), steps 4 and 5 are one helper run on one
+exec channel: ``receive`` takes every missing file as a framed stream, hashes each as it arrives, then finishes
+(``toolkit.deploy_stream``).
 
 Any other failure on the host between the two (an exception, Ctrl-C) releases the lock with ``unlock``; a link
 that drops cannot, and the next deploy breaks that lock at once because its holder (the dead session's sshd
@@ -52,19 +57,21 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from toolkit.bundle import Bundle
+from toolkit.deploy_stream import Outgoing, send_and_finish, streaming
+from toolkit.deploy_wire import compress_files, resume_offsets
 from toolkit.devices.connection import Connection
 from toolkit.devices.spec import DeviceSpec
 from toolkit import device_side
+from toolkit import locks
 from toolkit.errors import DeviceDiskFull, DeviceError, DeviceShellNoise, LinkDropped, UsageError
+from toolkit.locks import LOCK_TIMEOUT_S, DeviceLock
 from toolkit.platform import accepted_arches, normalize_arch
+from toolkit.types import CommandResult
 
 BASE = ".edgetk"
 KEEP_VERSIONS = 3
 HELPER_TIMEOUT_S = 120.0
 GZ_SUFFIX = ".edgetk-gz"  # the device helper's name for a compressed upload, inflated by its `inflate`
-COMPRESS_LEVEL = 6  # zlib level: most of level 9's ratio on model files at a fraction of its CPU time
-COMPRESS_MIN_SAVING = 0.10  # send compressed only when that saves at least 10% of the file
-COMPRESS_MIN_BYTES = 4096  # smaller files: not worth a round of inflate
 
 @lru_cache(maxsize=1)
 def helper_source() -> str:
@@ -223,7 +230,11 @@ class Device:
         if result.returncode == 3 and isinstance(data, dict) and data.get("kind") == "helper_missing":
             self.install_helper()  # once per device and helper version
             result = self.conn.run(self.helper_argv(command, *args), timeout=timeout)
-            data = _helper_json(result.stdout)
+        return self.answer(command, result)
+
+    def answer(self, command: str, result: CommandResult) -> dict[str, Any]:
+        """The helper's JSON answer to ``command``, or the error its run says (a refusal, no Python, noise)."""
+        data = _helper_json(result.stdout)
         if result.returncode == 3 and isinstance(data, dict):
             if data.get("kind") in ("not_installed", "no_previous", "usage"):
                 raise UsageError(
@@ -281,10 +292,9 @@ class HelperRefused(DeviceError):
         self.data = data
         message = f"{device}: {str(data.get('error')).rstrip('.')}."
         hints = {
-            "disk_full": "Free space on the device (or remove old bundles with `edgetk remove`), then re-run.",
+            "disk_full": f"Remove old versions and keep the current one: edgetk prune {data.get('name') or 'NAME'} "
+            f"--device {device} (or re-run the deploy with --prune); `edgetk status` lists what is installed.",
             "integrity": "Re-run the deploy: files with a wrong hash are sent again.",
-            "locked": "Another deploy is running; wait for it, or remove ~/.edgetk/locks/<name> on the device "
-            "if that deploy died.",
         }
         super().__init__(message, hint=hints.get(self.kind))
 
@@ -356,6 +366,9 @@ class PushResult:
     files_compressed: int = 0  # files sent gzip-compressed (compress=True, where it paid)
     bytes_uncompressed: int = 0  # what the sent files hold once inflated (== bytes_sent without compression)
     warnings: tuple[str, ...] = ()  # told at once on stderr too (e.g. the device's python has no numpy)
+    lock: locks.LockNote = locks.LockNote()  # whom this push waited for, which dead holder's lock it broke
+    previous_by: str | None = None  # who installed the version this push replaced ("host (pid N)")
+    pruned: tuple[str, ...] = ()  # old versions deploy --prune removed to make room
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -364,7 +377,8 @@ class PushResult:
             "bytes_sent": self.bytes_sent, "seconds": round(self.seconds, 3), "previous": self.previous,
             "removed": list(self.removed), "bytes_resumed": self.bytes_resumed,
             "files_compressed": self.files_compressed, "bytes_uncompressed": self.bytes_uncompressed,
-            "warnings": list(self.warnings),
+            "warnings": list(self.warnings), "lock": self.lock.to_dict(), "previous_by": self.previous_by,
+            "pruned": list(self.pruned),
         }
 
 
@@ -384,60 +398,44 @@ def _arch_refused(bundle: Bundle, device: Device, arch: str) -> UsageError:
     )
 
 
-class DeviceLock:
-    """``~/.edgetk/locks/<name>`` on the device, taken with an atomic mkdir, released by its token."""
-
-    def __init__(self, device: Device, name: str, *, timeout: float = 300.0, stale_after: float = 900.0) -> None:
-        self.device = device
-        self.name = validate_name(name)
-        self.timeout = timeout
-        self.stale_after = stale_after
-        self.token = uuid.uuid4().hex
-
-    def __enter__(self) -> DeviceLock:
-        self.device.helper(
-            "lock", self.name, str(self.timeout), str(self.stale_after), self.token, timeout=self.timeout + 60
-        )
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        try:
-            self.device.helper("unlock", self.name, self.token)
-        except DeviceError:
-            pass  # a dead link: the lock goes stale and the next deploy breaks it
-
-
 def push(
     device: Device,
     bundle: Bundle,
     *,
     force: bool = False,
     keep: int = KEEP_VERSIONS,
-    lock_timeout: float = 300.0,
-    stale_lock_s: float = 900.0,
+    lock_timeout: float = LOCK_TIMEOUT_S,
+    break_lock: bool = False,
+    prune: bool = False,
     progress_stream: TextIO | None = None,
     compress: bool = False,
 ) -> PushResult:
     """Install ``bundle`` on the device and make it current (see the module docstring for the steps).
 
-    With ``compress``, a file is sent gzip-compressed when that saves at least ``COMPRESS_MIN_SAVING`` of it
+    With ``compress``, a file is sent gzip-compressed when that saves at least ``deploy_wire.COMPRESS_MIN_SAVING`` of it
     (and the device's Python has zlib); the device inflates it and ``finish`` verifies the sha256 of the
     inflated file, as for any other. ``bytes_sent`` then counts the compressed bytes that crossed the link.
+    ``break_lock`` breaks the bundle's lock whoever holds it; ``prune`` removes old versions (never the current
+    one or the rollback target) when the disk cannot hold the new one (see :mod:`toolkit.locks`).
     """
     name = validate_name(bundle.name)
     started = time.perf_counter()
     files = bundle.files()  # hashed once per process while unchanged (toolkit.bundle.sha256_file)
     listing = json.dumps([[f.path, f.sha256, f.bytes] for f in files])
     sizes = {f.path: f.bytes for f in files}
+    digests = {f.path: f.sha256 for f in files}
     vdir = version_dir(name, bundle.version)
     token = uuid.uuid4().hex
     arches = [] if force else accepted_arches(bundle.manifest.target_arch)
+    streams = streaming(device.conn)  # no SFTP there: the files go as one stream that the device hashes itself
+    asked = locks.request("deploy", version=bundle.version, break_lock=break_lock, prune=prune)
     try:
-        # follow: the device hashes files sent as they are while they arrive (not compressed ones)
-        plan = device.helper("begin", name, bundle.version, listing, str(lock_timeout), str(stale_lock_s), token,
-                             json.dumps(arches), "0" if compress else "1",
-                             device.spec.python or (sys.executable if device.spec.is_local else ""),
-                             timeout=lock_timeout + HELPER_TIMEOUT_S)
+        # follow: the device hashes files sent as they are while they arrive (not compressed or streamed ones)
+        plan, lock = locks.acquire(device, name, lambda wait: device.helper(
+            "begin", name, bundle.version, listing, str(wait), asked, token, json.dumps(arches),
+            "0" if compress or streams else "1",
+            device.spec.python or (sys.executable if device.spec.is_local else ""),
+            timeout=wait + HELPER_TIMEOUT_S), timeout=lock_timeout, stream=progress_stream)
     except HelperRefused as refused:
         if refused.kind == "arch":
             raise _arch_refused(bundle, device, str(refused.data.get("arch"))) from None
@@ -453,16 +451,28 @@ def push(
     released = False  # the lock is the device's to release once finish or abort ran there
     try:
         missing = [str(m) for m in plan.get("missing", [])]
-        offsets = _resume_offsets(bundle, plan.get("partial") or {}, sizes)
+        offsets = resume_offsets(bundle, plan.get("partial") or {}, sizes)
         with tempfile.TemporaryDirectory(prefix="edgetk-gz-") as packed_dir:
             packed: dict[str, Path] = {}
             if compress and device.info().get("zlib", False):
                 # a cut-short raw upload is resumed as it is; everything else may go compressed
-                packed = _compress_files(bundle, [m for m in missing if m not in offsets], Path(packed_dir))
+                packed = compress_files(bundle, [m for m in missing if m not in offsets], Path(packed_dir))
             wire = {m: packed[m].stat().st_size if m in packed else sizes[m] - offsets.get(m, 0) for m in missing}
             progress = UploadProgress(device.spec.name, sum(wire.values()), stream=progress_stream)
             sent = 0
-            for rel in missing:
+            if streams is not None:
+                outgoing = [Outgoing(rel, packed.get(rel, bundle.path / rel), offsets.get(rel, 0), rel in packed,
+                                     digests[rel], sizes[rel]) for rel in missing]
+                try:  # the device finishes the push in the same run: one Python start less
+                    done = send_and_finish(device, streams, name, bundle.version, token, outgoing, listing=listing,
+                                           keep=keep, progress=progress.file_progress(0))
+                except LinkDropped:
+                    raise
+                except DeviceError as exc:
+                    released = True
+                    _abort_after_write_error(device, name, bundle.version, token, exc)
+                released, sent = True, sum(wire.values())
+            for rel in missing if streams is None else []:
                 offset = offsets.get(rel, 0)
                 local, remote = (packed[rel], f"{vdir}/{rel}{GZ_SUFFIX}") if rel in packed else (
                     bundle.path / rel, f"{vdir}/{rel}")
@@ -476,8 +486,10 @@ def push(
                 sent += wire[rel]
             progress.done = sent
             progress.finish()
-        released = True  # finish releases the lock in a finally, whatever it answers
-        done = device.helper("finish", name, bundle.version, listing, str(keep), token, json.dumps(sorted(packed)))
+        if streams is None:
+            released = True  # finish releases the lock in a finally, whatever it answers
+            done = device.helper("finish", name, bundle.version, listing, str(keep), token,
+                                 json.dumps(sorted(packed)))
     except LinkDropped:
         raise  # no reconnect just to unlock: the lock's holder (that session) is gone, the next deploy breaks it
     except BaseException:
@@ -490,7 +502,8 @@ def push(
         bytes_sent=sent, seconds=time.perf_counter() - started, previous=done.get("previous"),
         removed=tuple(done.get("removed", [])), bytes_resumed=sum(offsets.values()),
         files_compressed=len(packed), bytes_uncompressed=sum(sizes[m] - offsets.get(m, 0) for m in missing),
-        warnings=tuple(warnings),
+        warnings=tuple(warnings), lock=lock, previous_by=_by(done.get("previous_by")),
+        pruned=tuple((plan.get("pruned") or {}).get("removed", [])),
     )
 
 
@@ -515,55 +528,6 @@ def _release_quietly(device: Device, name: str, token: str) -> None:
         pass
 
 
-def _compress_files(bundle: Bundle, rels: list[str], folder: Path) -> dict[str, Path]:
-    """gzip each file (level ``COMPRESS_LEVEL``) into ``folder``; keep those where it saves enough."""
-    import zlib
-
-    packed: dict[str, Path] = {}
-    for index, rel in enumerate(rels):
-        source = bundle.path / rel
-        size = source.stat().st_size
-        if size < COMPRESS_MIN_BYTES:
-            continue
-        target = folder / f"{index}.gz"
-        compressor = zlib.compressobj(COMPRESS_LEVEL, zlib.DEFLATED, 31)  # 31: gzip container
-        with open(source, "rb") as src, open(target, "wb") as dst:
-            while block := src.read(1 << 20):
-                dst.write(compressor.compress(block))
-            dst.write(compressor.flush())
-        if target.stat().st_size <= size * (1.0 - COMPRESS_MIN_SAVING):
-            packed[rel] = target
-        else:
-            target.unlink()
-    return packed
-
-
-def _resume_offsets(bundle: Bundle, partial: dict[str, Any], sizes: dict[str, int]) -> dict[str, int]:
-    """For each cut-short file on the device: resume at its size when its bytes are a prefix of ours."""
-    import hashlib
-
-    offsets: dict[str, int] = {}
-    for rel, entry in partial.items():
-        try:
-            have, digest = int(entry[0]), str(entry[1])
-        except (TypeError, ValueError, IndexError):
-            continue
-        if rel not in sizes or not 0 < have < sizes[rel]:
-            continue
-        prefix = hashlib.sha256()
-        with open(bundle.path / rel, "rb") as handle:
-            left = have
-            while left > 0:
-                block = handle.read(min(left, 1 << 20))
-                if not block:
-                    break
-                prefix.update(block)
-                left -= len(block)
-        if prefix.hexdigest() == digest:
-            offsets[rel] = have
-    return offsets
-
-
 def _abort_after_write_error(device: Device, name: str, version: str, token: str, exc: DeviceError) -> None:
     """A write failed on a live link (typically a full disk): remove the partial version and release the lock
     (one helper call), say why."""
@@ -578,7 +542,8 @@ def _abort_after_write_error(device: Device, name: str, version: str, token: str
         raise DeviceDiskFull(
             f"{device.spec.name}: the device's disk is full ({int(free) / 1e6:.1f} MB free); the partial upload was "
             "removed and the current version is untouched.",
-            hint="Free space on the device (or `edgetk remove` old bundles), then re-run the deploy.",
+            hint=f"Remove old versions and keep the current one: edgetk prune {name} --device {device.spec.name}, "
+            "then re-run the deploy (or deploy --prune).",
         ) from None
     raise DeviceError(
         f"{exc.message} The partial upload was removed; the current version is untouched.", hint=exc.hint
@@ -588,20 +553,31 @@ def _abort_after_write_error(device: Device, name: str, version: str, token: str
 # --------------------------------------------------------------------------------------------- the rest
 
 
-def rollback(device: Device, name: str) -> dict[str, Any]:
+def rollback(device: Device, name: str, *, break_lock: bool = False) -> dict[str, Any]:
     """``current`` back to the previous installed version, after verifying that version's files."""
-    with DeviceLock(device, name):
+    with DeviceLock(device, validate_name(name), what="rollback", break_lock=break_lock):
         return device.helper("rollback", validate_name(name))
 
 
 def status(device: Device) -> dict[str, Any]:
-    """``{"bundles": {name: {"current": version, "versions": [{"version", "installed_at"}]}}}``."""
+    """``{"bundles": {name: {"current": version, "versions": [{"version", "installed_at", "by"}]}}}``."""
     return device.helper("status")
 
 
-def remove(device: Device, name: str) -> dict[str, Any]:
-    with DeviceLock(device, name):
+def remove(device: Device, name: str, *, break_lock: bool = False) -> dict[str, Any]:
+    with DeviceLock(device, validate_name(name), what="remove", break_lock=break_lock):
         return device.helper("remove", validate_name(name))
+
+
+def prune(device: Device, name: str, *, keep: int = 2, break_lock: bool = False) -> dict[str, Any]:
+    """Remove old versions of ``name``: keep the current one and the ``keep - 1`` installed before it, always the
+    rollback target (``{"current", "rollback_target", "removed", "kept", "freed_bytes"}``)."""
+    with DeviceLock(device, validate_name(name), what="prune", break_lock=break_lock):
+        return device.helper("prune", validate_name(name), str(int(keep)))
+
+
+def _by(by: Any) -> str | None:
+    return f"{by.get('host')} (pid {by.get('pid')})" if isinstance(by, dict) and by.get("host") else None
 
 
 def installed_version(device: Device, name: str) -> str | None:

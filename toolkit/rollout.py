@@ -17,6 +17,7 @@ connection per device at a time, closed after its task):
 from __future__ import annotations
 
 import math
+import sys
 import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -48,6 +49,8 @@ class BundleJob:
     gates: GateOptions
     store: GuardedStore | None
     runner_args: tuple[str, ...] = ()  # --profile / --throughput / --loads for the runner
+    break_lock: bool = False  # deploy --break-lock
+    prune: bool = False  # deploy --prune: old versions go when the disk is short
     evaluate: bool = False  # --eval: the bundle's eval set on the device
     # devices this job switched to the bundle's version -> the version they ran before (for a rollback)
     switched: dict[str, str | None] = field(default_factory=dict, compare=False, repr=False)
@@ -59,7 +62,8 @@ class BundleJob:
         from toolkit.deployment import push
 
         pushed = (
-            push(device, self.bundle, force=self.force, progress_stream=progress_stream, compress=self.compress)
+            push(device, self.bundle, force=self.force, progress_stream=progress_stream, compress=self.compress,
+                 break_lock=self.break_lock, prune=self.prune)
             if self.install
             else None
         )
@@ -72,6 +76,15 @@ class BundleJob:
             if self.check
             else []
         )
+        if pushed is not None and self.check:  # another controller may have deployed while this one checked
+            from dataclasses import replace
+
+            from toolkit.locks import replaced_note
+
+            note = replaced_note(device, self.bundle.name, pushed.version)
+            if note:
+                print(f"warning: {note}", file=progress_stream or sys.stderr, flush=True)
+                pushed = replace(pushed, warnings=(*pushed.warnings, note))
         return pushed, list(reports)
 
     def store_status(self) -> StoreStatus | None:
@@ -86,6 +99,8 @@ def prepare_job(
     check: bool,
     force: bool = False,
     compress: bool = False,
+    break_lock: bool = False,
+    prune: bool = False,
     runs: int,
     warmup: int,
     budget_ms: float | None,
@@ -125,6 +140,8 @@ def prepare_job(
         gates=GateOptions(budget_ms=budget_ms, baseline=baseline, regression_pct=regression_pct),
         store=history,
         runner_args=runner_flags(profile=profile, throughput=throughput, loads=loads),
+        break_lock=break_lock,
+        prune=prune,
         evaluate=evaluate,
     )
 
