@@ -7,7 +7,6 @@ that head's output collapses while the artifact still runs) is refused by that o
 
 from __future__ import annotations
 
-import importlib.util
 import json
 from pathlib import Path
 from typing import Any
@@ -15,7 +14,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from tests.fixtures.role_models import RoleModel, TorchRoleModel, collapse_head, float_outputs, run_artifact
+from tests.fixtures.role_models import RoleModel, collapse_head, float_outputs, run_artifact
 from toolkit import api
 from toolkit.verification import detection, segmentation
 from toolkit.verification.outputs import verify_outputs
@@ -188,32 +187,3 @@ def test_transcriber_int8_with_collapsed_onsets_is_refused_by_the_onsets(
         verdict.failures
     assert not any(f.startswith(("notes (", "contour (")) for f in verdict.failures), verdict.failures
 
-
-# ------------------------------------------------------------------------------------------------ PyTorch -> TFLite
-
-
-@pytest.mark.skipif(importlib.util.find_spec("litert_torch") is None,
-                    reason="litert-torch is not installed: pip install -e '.[litert-torch]' (CI gets it through '.[all]')")
-def test_pytorch_face_stage_int8_is_kept_and_a_collapsed_landmarks_head_refused(
-        torch_face_stage: TorchRoleModel, tmp_path: Path) -> None:
-    """The PyTorch route names its outputs output_0..2: the roles come from the values alone."""
-    from toolkit.sources.detect import open_source
-
-    out = tmp_path / "bundle"
-    api.convert(torch_face_stage.factory, weights=torch_face_stage.weights, calibration=torch_face_stage.calibration,
-                eval_data=torch_face_stage.eval, precisions=["int8"], formats=["tflite"], out=out, use_cache=False,
-                input_shapes={"image": (1, 1, 24, 24)}, progress=lambda message: None)
-    record = _artifact(json.loads((out / "manifest.json").read_text()), "tflite")
-    _kept(record)
-    assert _roles(record) == {"output_0": "boxes", "output_1": "landmarks", "output_2": "classification"}
-    assert _metrics(record, "output_1")["error_to_spread"] < 0.15
-    assert _metrics(record, "output_2")["top1_agreement"] >= 0.99
-
-    source = open_source(torch_face_stage.factory, weights=torch_face_stage.weights)
-    heads = source.predict({"image": torch_face_stage.x_eval})
-    reference = [[np.asarray(h[i:i + 1]) for h in heads] for i in range(len(torch_face_stage.x_eval))]
-    broken = collapse_head(out / record["file"], "landmarks", tmp_path / "broken.tflite", shape=(10, 64))
-    verdict = verify_outputs(reference, run_artifact(broken, torch_face_stage.x_eval, record),
-                             tolerance=Tolerance(), output_names=["output_0", "output_1", "output_2"])
-    assert any(f.startswith("output_1 (landmarks): RMS error against their spread") for f in verdict.failures)
-    assert not any(f.startswith(("output_0 (", "output_2 (")) for f in verdict.failures), verdict.failures
