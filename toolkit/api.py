@@ -470,7 +470,8 @@ def _bundle_task(
     stream = progress_stream if progress_stream is not None else _Null()
     if rollout is not None and rollout.waves:
         from toolkit.devices.fleet import FleetResult
-        from toolkit.rollout import FailureLimit, WavePlan, deploy_in_waves
+        from toolkit.rollout import deploy_in_waves
+        from toolkit.waves import FailureLimit, WavePlan
 
         def run_on(batch: Sequence[DeviceSpec], task: Callable[[Any, DeviceSpec], Any]) -> FleetResult[Any]:
             return FleetResult(tuple(o for _, o in _Selection(tuple(batch), selection.options).run(task)))

@@ -19,6 +19,7 @@ from toolkit.errors import UsageError
 from toolkit.verification.batching import BatchVerification
 from toolkit.verification.records import OutputMetrics, SliceCheck
 from toolkit.policy import CheckPolicy
+from toolkit.quantized import QuantizedShare
 
 # --------------------------------------------------------------------------------------------- vocabularies
 
@@ -129,8 +130,9 @@ TFLITE_RUNTIMES: tuple[str, ...] = tuple(r.value for r in (Runtime.LITERT, Runti
 FRAMEWORKS: tuple[str, ...] = Framework.values()
 FORMAT_SUFFIX: Mapping[str, str] = {fmt: f".{fmt}" for fmt in Format}
 
-MANIFEST_SCHEMA_VERSION = 3  # 2: attempts[].workaround, artifacts[].float_io and .batching; 3: a role per
-# verified output (verification.outputs[].role, role_source, metrics); 1 and 2 still read
+MANIFEST_SCHEMA_VERSION = 4  # 2: attempts[].workaround, artifacts[].float_io and .batching; 3: on_demand (the
+# eval set and layer probes, hashed); 4: a role per verified output (verification.outputs[].role, role_source,
+# metrics); 1 to 3 still read
 
 
 def artifact_file_name(precision: str, fmt: str) -> str:
@@ -456,6 +458,9 @@ class ArtifactRecord:
     float_io: tuple[FloatIO, ...] = ()
     # A dynamic-batch artifact's outputs per sample at batch 4 and 8 against batch 1 (None: batch not dynamic)
     batching: BatchVerification | None = None
+    # An int8/dynamic artifact's share of weights and MACs computed in integer, read from the file (None:
+    # not quantized, or written before it was recorded); below half of the weights it is labelled mixed
+    quantized: QuantizedShare | None = None
 
     def __post_init__(self) -> None:
         _coerce(self, format=Format, precision=Precision, status=ArtifactStatus)
@@ -485,6 +490,7 @@ class ArtifactRecord:
             "delegate": self.delegate,
             "float_io": [f.to_dict() for f in self.float_io],
             "batching": self.batching.to_dict() if self.batching else None,
+            "quantized": self.quantized.to_dict() if self.quantized else None,
         }
 
 
@@ -573,6 +579,18 @@ class RunnerRef:
 
 
 @dataclass(frozen=True)
+class FileRef:
+    """A bundle file with its hash and size (``on_demand``: pushed only when a check asks, verified where read)."""
+
+    file: str
+    sha256: str
+    bytes: int
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"file": self.file, "sha256": self.sha256, "bytes": self.bytes}
+
+
+@dataclass(frozen=True)
 class Manifest:
     """``manifest.json``: the contract between convert, deploy and check (architecture.md)."""
 
@@ -593,6 +611,7 @@ class Manifest:
     config: Mapping[str, Any] = field(default_factory=dict)  # the effective options, replayable
     schema_version: int = MANIFEST_SCHEMA_VERSION
     check_policy: CheckPolicy | None = None  # what check gates on (budget, regression, placement); None: old bundle
+    on_demand: tuple[FileRef, ...] = ()  # eval/ and layers/: deploy leaves them out (toolkit.on_demand)
 
     def preferred_artifacts(self) -> tuple[ArtifactRecord, ...]:
         """The artifacts marked preferred (at most one per format), in manifest order."""
@@ -622,6 +641,7 @@ class Manifest:
             "runner": self.runner.to_dict() if self.runner else None,
             "config": dict(self.config),
             "check_policy": self.check_policy.to_dict() if self.check_policy else None,
+            "on_demand": [f.to_dict() for f in self.on_demand],
         }
 
 

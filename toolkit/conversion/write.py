@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from toolkit import verify
+from toolkit import on_demand, verify
 from toolkit.__about__ import __version__
 from toolkit.bundle import GOLDEN_INPUTS, GOLDEN_REFERENCE, golden_outputs_name, install_runner, save_npz, write_manifest
 from toolkit.conversion.cache import source_hash
@@ -94,6 +94,7 @@ def write_bundle(run: ConvertRun, options: ConvertOptions, name: str, kept: Sequ
         runtime_preferences=policy.preferences,
         config=options.to_config(),
         check_policy=policy.check,
+        on_demand=on_demand.record(staging),  # eval/ and layers/: hashed, pushed only when a check asks
     )
     write_manifest(staging, manifest)
     return manifest
@@ -123,7 +124,8 @@ def preferred(kept: Sequence[Candidate], options: ConvertOptions) -> list[Candid
     def rank(item: Candidate) -> int:
         if item.explicit and item.recipe.precision in options.precisions:
             return options.precisions.index(item.recipe.precision)
-        return 1 if item.recipe.precision == "fp32" else 0
+        mixed = item.record.quantized is not None and item.record.quantized.mixed  # after a quantized one
+        return 1 if item.recipe.precision == "fp32" or mixed else 0
 
     # a vacuous verification (status unverified) proves nothing: such an artifact is preferred only where no
     # verified one of its format passed

@@ -22,6 +22,7 @@ from toolkit.errors import UsageError
 from toolkit.policy import CheckPolicy, PlacementExpectation, RegressionPolicy
 from toolkit.schemas.fields import Bool, Int, Number, Str, Table, choice
 from toolkit.schemas.problems import problems
+from toolkit.schemas.quantized import QuantizedM, read_quantized
 from toolkit.types import (
     MANIFEST_SCHEMA_VERSION,
     ArtifactRecord,
@@ -34,6 +35,7 @@ from toolkit.types import (
     Format,
     Framework,
     Golden,
+    FileRef,
     Manifest,
     Precision,
     Preprocessing,
@@ -98,7 +100,7 @@ class OutputMetricsM(Table):
     float_range: Real = None
     max_error_ratio: Real = None  # derived when written; not read back
     slices: list[SliceMetricsM] = []
-    role: Str | None = None  # schema 3: the output's role, how it was chosen, its role's metrics
+    role: Str | None = None  # schema 4: the output's role, how it was chosen, its role's metrics
     role_source: Str | None = None
     metrics: Free | None = None
 
@@ -181,6 +183,7 @@ class ArtifactM(Table):
     delegate: Str | None = None
     float_io: list[FloatIOM] | None = None
     batching: BatchingM | None = None
+    quantized: QuantizedM | None = None
 
 
 class AttemptM(Table):
@@ -222,6 +225,12 @@ class CalibrationM(Table):
 class RunnerM(Table):
     file: Str
     sha256: Str
+
+
+class FileRefM(Table):
+    file: Str
+    sha256: Str
+    bytes: Int
 
 
 _REGRESSION = RegressionPolicy()
@@ -268,6 +277,7 @@ class ManifestM(Table):
     runner: RunnerM | None = None
     config: Free | None = None
     check_policy: CheckPolicyM | None = None
+    on_demand: list[FileRefM] | None = None  # schema 3
 
 
 # ------------------------------------------------------------------------------------------- reading
@@ -329,6 +339,7 @@ def _manifest(m: ManifestM) -> Manifest:
         runner=RunnerRef(file=m.runner.file, sha256=m.runner.sha256) if m.runner else None,
         config=m.config or {},
         check_policy=_check_policy(m.check_policy) if m.check_policy is not None else None,
+        on_demand=tuple(FileRef(file=f.file, sha256=f.sha256, bytes=f.bytes) for f in m.on_demand or ()),
     )
 
 
@@ -382,7 +393,9 @@ def _artifact(a: ArtifactM) -> ArtifactRecord:
         preferred=bool(a.preferred), provider_options=a.provider_options or {}, delegate=a.delegate,
         float_io=tuple(FloatIO(f.name, f.role, f.reason, f.detail) for f in a.float_io or ()),
         batching=_batching(a.batching) if a.batching is not None else None,
+        quantized=read_quantized(a.quantized),
     )
+
 
 
 def _batching(b: BatchingM) -> BatchVerification:
