@@ -140,9 +140,12 @@ def verify_outputs(
             choice = infer_task(ref, names, output_roles)
     assert choice.task is not None  # declared or inferred by now
     if choice.task is Task.DETECTION:  # the outputs that decode as boxes and scores are judged together
-        detector: detection.SsdLayout | int | None = 0 if detection.yolo_layout(ref[0]) is not None \
-            else detection.ssd_layout(ref, names)
-        output_roles = roles.assign(ref, names, declared, detector=detector, state=state)
+        if detection.yolo_layout(ref[0]) is not None:
+            decoded: tuple[int, ...] = (0,)
+        else:
+            ssd = detection.ssd_layout(ref, names)
+            decoded = (ssd.boxes, ssd.scores) if ssd is not None else ()
+        output_roles = roles.assign(ref, names, declared, decoded=decoded, state=state)
     elif not choice.source.startswith("inferred") and choice.task in _TASK_ROLE:  # the user's task: its role
         role, first_only = _TASK_ROLE[choice.task]
         named = {d.output for d in declared}

@@ -10,7 +10,7 @@ name; the reason is recorded beside the role. The metrics are in :mod:`.role_met
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import TYPE_CHECKING, Any
@@ -19,8 +19,6 @@ from toolkit.errors import UsageError
 
 if TYPE_CHECKING:  # pragma: no cover - the vocabulary is read by the CLI's option table, numpy is not
     import numpy as np
-
-    from toolkit.verification.detection import SsdLayout
 
 
 class Role(StrEnum):
@@ -243,17 +241,11 @@ def infer_role(stacked: np.ndarray, name: str = "", *, alone: bool = True) -> Ou
 
 
 def assign(stacked: Sequence[np.ndarray], names: Sequence[str], declared: Sequence[OutputDeclaration] = (),
-           *, detector: SsdLayout | int | None = None, state: Sequence[int] = ()) -> list[OutputRole]:
-    """Every output's role: declared first, then a detector's decoded outputs and a step model's state,
-    then inferred from the float values."""
+           *, decoded: Collection[int] = (), state: Sequence[int] = ()) -> list[OutputRole]:
+    """Every output's role: declared first, then a detector's ``decoded`` outputs (their indices) and a step
+    model's state, then inferred from the float values."""
     by_name = {d.output: d for d in declared}
     roles: list[OutputRole] = []
-    if isinstance(detector, int):
-        decoded = {0}
-    elif detector is not None:
-        decoded = {detector.boxes, detector.scores}
-    else:
-        decoded = set()
     for k, ref in enumerate(stacked):
         name = names[k] if k < len(names) else f"output_{k}"
         d = by_name.get(name)
