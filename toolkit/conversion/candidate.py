@@ -351,6 +351,7 @@ def build_and_verify(run: ConvertRun, recipe: Recipe, *, explicit: bool) -> Cand
         layout=built.layout,
         batching=batching,
         float_io=built.float_io,
+        pte=built.pte,
         notes=notes + tuple(built.notes) + tuple(io_notes)
         + ((f"exported with {built.exporter}",) if built.exporter else ())
         + ((FIXED_BATCH_NOTE,) if run.dynamic_batch and batching is None else ())

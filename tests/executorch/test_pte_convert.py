@@ -1,0 +1,101 @@
+"""PyTorch -> ExecuTorch (.pte, XNNPACK): the trained digits CNN and the trained transformer encoder converted at
+fp32 and INT8 through the whole convert stage (``api.convert``), each artifact verified against eager PyTorch
+and the held-out labels, the delegated share and the bundled program in the manifest, and the bundled program
+checked by ExecuTorch's own verifier (right and wrong expectations). Needs the ``executorch`` extra."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from tests.fixtures.torch_models import TorchModel
+from toolkit import api
+from toolkit.errors import UsageError
+
+pytestmark = pytest.mark.skipif(
+    importlib.util.find_spec("executorch") is None,
+    reason="executorch is not installed: pip install -e '.[executorch]' (CI gets it through '.[all]')",
+)
+
+
+def convert_pte(model: TorchModel, out: Path, precisions: list[str]) -> dict[str, Any]:
+    """``model`` converted to .pte at ``precisions`` (eval = the held-out digits with labels); the manifest."""
+    data = out.parent / f"{out.name}-eval.npz"
+    np.savez(data, **{model.input_name: model.x_heldout, "labels": model.y_heldout})
+    calib = out.parent / f"{out.name}-calib.npz"
+    np.savez(calib, **{model.input_name: model.x_calib[:100]})
+    api.convert(model.factory, weights=model.weights, calibration=calib, eval_data=data, precisions=precisions,
+                formats=["pte"], out=out, use_cache=False, progress=lambda message: None)
+    return json.loads((out / "manifest.json").read_text())
+
+
+@pytest.fixture(scope="module")
+def digits_bundle(torch_digits_net: TorchModel, tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, Any]]:
+    out = tmp_path_factory.mktemp("pte") / "digits"
+    return out, convert_pte(torch_digits_net, out, ["fp32", "int8"])
+
+
+def _artifact(manifest: dict[str, Any], precision: str) -> dict[str, Any]:
+    (record,) = [a for a in manifest["artifacts"] if a["precision"] == precision]
+    return record
+
+
+@pytest.mark.parametrize("precision", ["fp32", "int8"])
+def test_digits_pte_verified_against_eager_and_labels(digits_bundle: tuple[Path, dict[str, Any]],
+                                                      torch_digits_net: TorchModel, precision: str) -> None:
+    out, manifest = digits_bundle
+    record = _artifact(manifest, precision)
+    assert record["file"] == f"model.{precision}.pte" and record["format"] == "pte"
+    assert record["runtime"] == "executorch" and record["status"] in ("ok", "slower")
+    verification = record["verification"]
+    assert verification["accuracy"] >= torch_digits_net.float_accuracy - (0.0 if precision == "fp32" else 0.02)
+    assert verification["top1_agreement"] >= (1.0 if precision == "fp32" else 0.97)
+    if precision == "fp32":
+        assert verification["max_abs_error"] < 1e-4
+    pte = record["pte"]
+    assert pte["total_nodes"] > 0 and pte["delegated_share"] == 1.0  # a CNN XNNPACK takes whole
+    assert (out / pte["bundled"]).is_file() and pte["bundled_atol"] > 0
+    assert (out / record["file"]).read_bytes()[4:8] == b"ET12"  # a plain program any ExecuTorch runner loads
+
+
+def test_bundled_program_checks_its_numbers(digits_bundle: tuple[Path, dict[str, Any]]) -> None:
+    from executorch.extension.pybindings import portable_lib
+
+    out, manifest = digits_bundle
+    for precision in ("fp32", "int8"):
+        pte = _artifact(manifest, precision)["pte"]
+        bundled = portable_lib._load_bundled_program_from_buffer((out / pte["bundled"]).read_bytes())
+        for case in range(4):
+            bundled.verify_result_with_bundled_expected_output("forward", case, 0.0, pte["bundled_atol"])
+        if precision == "int8":  # INT8 differs from the float outputs: an exact check must fail (not vacuous)
+            with pytest.raises(RuntimeError):
+                bundled.verify_result_with_bundled_expected_output("forward", 0, 0.0, 1e-7)
+
+
+def test_transformer_pte_int8(torch_digits_encoder: TorchModel, tmp_path: Path) -> None:
+    manifest = convert_pte(torch_digits_encoder, tmp_path / "encoder", ["fp32", "int8"])
+    for precision in ("fp32", "int8"):
+        record = _artifact(manifest, precision)
+        accuracy = record["verification"]["accuracy"]
+        print(f"encoder {precision}: accuracy {accuracy:.3f} (float {torch_digits_encoder.float_accuracy:.3f}), "
+              f"delegated {record['pte']['delegated_share']:.2f}, status {record['status']}")
+        assert accuracy >= torch_digits_encoder.float_accuracy - (0.001 if precision == "fp32" else 0.03)
+        assert 0 < record["pte"]["delegated_share"] <= 1.0
+
+
+def test_non_torch_source_refused_naming_the_route(tmp_path: Path) -> None:
+    import onnx
+    from onnx import TensorProto, helper
+
+    graph = helper.make_graph([helper.make_node("Relu", ["x"], ["y"])], "g",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4])])
+    onnx.save(helper.make_model(graph), tmp_path / "relu.onnx")
+    with pytest.raises(UsageError, match="PyTorch models only") as info:
+        api.convert(str(tmp_path / "relu.onnx"), formats=["pte"], out=tmp_path / "b", progress=lambda m: None)
+    assert "--format tflite / onnx" in (info.value.hint or "")
