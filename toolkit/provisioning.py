@@ -54,6 +54,9 @@ DISTRIBUTIONS: dict[str, tuple[str, str]] = {
     "tflite-runtime": ("tflite-runtime", "tflite_runtime.interpreter"),
     "tensorflow": ("tensorflow", "tensorflow"),
     "onnxruntime": ("onnxruntime", "onnxruntime"),
+    # ExecuTorch's Python runtime imports torch: pip pulls torch with it (on x86_64 PyPI's torch is the CUDA
+    # build; aarch64 wheels are CPU-only)
+    "executorch": ("executorch", "executorch.runtime"),
 }
 # Extra requirements a runtime needs but does not declare: tflite-runtime 2.14 was built against numpy 1.x,
 # declares only numpy>=1.23.2 and fails to import under numpy 2.
@@ -192,14 +195,13 @@ def specifier_for(min_version: str | None, max_version: str | None) -> str:
 
 
 def default_runtimes(profile: Any | None) -> tuple[str, ...]:
-    """The profile's first TFLite runtime plus onnxruntime when listed (installing two TFLite runtimes side by
-    side pulls conflicting numpy versions); litert + onnxruntime without a profile."""
+    """The profile's first TFLite runtime plus onnxruntime and executorch when listed (installing two TFLite
+    runtimes side by side pulls conflicting numpy versions); litert + onnxruntime without a profile."""
     if profile is None:
         return FALLBACK_RUNTIMES
     names = list(profile.runtime_names)
     chosen = [n for n in names if n in TFLITE_RUNTIMES][:1]
-    if "onnxruntime" in names:
-        chosen.append("onnxruntime")
+    chosen.extend(n for n in ("onnxruntime", "executorch") if n in names)
     return tuple(chosen) or FALLBACK_RUNTIMES
 
 
