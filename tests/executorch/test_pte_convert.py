@@ -5,7 +5,6 @@ checked by ExecuTorch's own verifier (right and wrong expectations). Needs the `
 
 from __future__ import annotations
 
-import importlib.util
 import json
 from pathlib import Path
 from typing import Any
@@ -13,42 +12,23 @@ from typing import Any
 import numpy as np
 import pytest
 
+from tests.executorch.conftest import convert_pte, needs_executorch
 from tests.fixtures.torch_models import TorchModel
 from toolkit import api
 from toolkit.errors import UsageError
 
-pytestmark = pytest.mark.skipif(
-    importlib.util.find_spec("executorch") is None,
-    reason="executorch is not installed: pip install -e '.[executorch]' (CI gets it through '.[all]')",
-)
-
-
-def convert_pte(model: TorchModel, out: Path, precisions: list[str]) -> dict[str, Any]:
-    """``model`` converted to .pte at ``precisions`` (eval = the held-out digits with labels); the manifest."""
-    data = out.parent / f"{out.name}-eval.npz"
-    np.savez(data, **{model.input_name: model.x_heldout, "y": model.y_heldout})
-    calib = out.parent / f"{out.name}-calib.npz"
-    np.savez(calib, **{model.input_name: model.x_calib[:100]})
-    api.convert(model.factory, weights=model.weights, calibration=calib, eval_data=data, precisions=precisions,
-                formats=["pte"], out=out, use_cache=False, progress=lambda message: None)
-    return json.loads((out / "manifest.json").read_text())
-
-
-@pytest.fixture(scope="module")
-def digits_bundle(torch_digits_net: TorchModel, tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, Any]]:
-    out = tmp_path_factory.mktemp("pte") / "digits"
-    return out, convert_pte(torch_digits_net, out, ["fp32", "int8"])
+pytestmark = needs_executorch
 
 
 def _artifact(manifest: dict[str, Any], precision: str) -> dict[str, Any]:
-    (record,) = [a for a in manifest["artifacts"] if a["precision"] == precision]
+    (record,) = [a for a in manifest["artifacts"] if a["precision"] == precision and a["format"] == "pte"]
     return record
 
 
 @pytest.mark.parametrize("precision", ["fp32", "int8"])
-def test_digits_pte_verified_against_eager_and_labels(digits_bundle: tuple[Path, dict[str, Any]],
+def test_digits_pte_verified_against_eager_and_labels(pte_digits_bundle: tuple[Path, dict[str, Any]],
                                                       torch_digits_net: TorchModel, precision: str) -> None:
-    out, manifest = digits_bundle
+    out, manifest = pte_digits_bundle
     record = _artifact(manifest, precision)
     assert record["file"] == f"model.{precision}.pte" and record["format"] == "pte"
     assert record["runtime"] == "executorch" and record["status"] in ("ok", "slower")
@@ -65,10 +45,10 @@ def test_digits_pte_verified_against_eager_and_labels(digits_bundle: tuple[Path,
     assert (out / record["file"]).read_bytes()[4:8] == b"ET12"  # a plain program any ExecuTorch runner loads
 
 
-def test_bundled_program_checks_its_numbers(digits_bundle: tuple[Path, dict[str, Any]]) -> None:
+def test_bundled_program_checks_its_numbers(pte_digits_bundle: tuple[Path, dict[str, Any]]) -> None:
     from executorch.extension.pybindings import portable_lib
 
-    out, manifest = digits_bundle
+    out, manifest = pte_digits_bundle
     for precision in ("fp32", "int8"):
         pte = _artifact(manifest, precision)["pte"]
         bundled = portable_lib._load_bundled_program_from_buffer((out / pte["bundled"]).read_bytes())
