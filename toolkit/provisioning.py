@@ -43,6 +43,7 @@ from typing import Any
 from toolkit.errors import DeviceError, UsageError
 from toolkit.platform import DevicePlatform, match_environment
 from toolkit.types import RUNTIMES, TFLITE_RUNTIMES
+from toolkit.wheel_markers import MARKER_DISTS, requires_for_device
 
 DEFAULT_VENV = ".edgetk/venv"
 CONFIG_FILE = ".edgetk/config.json"
@@ -60,7 +61,8 @@ DISTRIBUTIONS: dict[str, tuple[str, str]] = {
 }
 # Extra requirements a runtime needs but does not declare: tflite-runtime 2.14 was built against numpy 1.x,
 # declares only numpy>=1.23.2 and fails to import under numpy 2.
-EXTRA_REQUIREMENTS: dict[str, tuple[str, ...]] = {"tflite-runtime": ("numpy<2",)}
+# ExecuTorch's Python runtime imports torch, which executorch does not declare.
+EXTRA_REQUIREMENTS: dict[str, tuple[str, ...]] = {"tflite-runtime": ("numpy<2",), "executorch": ("torch",)}
 FALLBACK_RUNTIMES = ("litert", "onnxruntime")
 
 
@@ -221,6 +223,7 @@ def plan_requirements(runtimes: Sequence[str], profile: Any | None) -> tuple[lis
         reqs.append(Requirement(name, DISTRIBUTIONS[name][0], spec))
         extras.extend(EXTRA_REQUIREMENTS.get(name, ()))
     numpy_spec = ",".join(e[len("numpy"):] for e in extras if e.startswith("numpy"))
+    reqs += [Requirement(e, e, "") for e in dict.fromkeys(extras) if not e.startswith("numpy")]
     return [Requirement("numpy", "numpy", numpy_spec), *reqs], notes
 
 
@@ -337,10 +340,11 @@ def download_wheels(
         raise _no_wheel_error(platform, requirements, "")
     directory = (cache_root or wheel_cache_root()) / platform.key
     directory.mkdir(parents=True, exist_ok=True)
-    specs = ["pip", *(r.pip for r in requirements)]
-    base = ["download", *_pip_platform_args(platform), "-d", str(directory), *specs]
     if log:
         log(f"downloading wheels for {platform.describe()} into {directory}")
+    marked, deps = _marker_wheels(platform, requirements, directory)
+    specs = ["pip", *(r.pip for r in requirements if r.dist not in MARKER_DISTS), *deps]
+    base = ["download", *_pip_platform_args(platform), "-d", str(directory), *specs]
     proc = _run_pip(base, cwd=directory)
     cache_only = False
     if proc.returncode:
@@ -364,12 +368,32 @@ def download_wheels(
         if match:
             path = Path(match.group(1))
             files.append(path if path.is_absolute() else directory / path.name)
-    files = sorted({f.resolve() for f in files})
+    files = sorted({f.resolve() for f in [*files, *marked]})
     pip_wheels = [f for f in files if f.name.startswith("pip-")]
     if not files or not pip_wheels:
         raise DeviceError(f"pip download reported no wheels for {platform.describe()}.",
                           hint="Run with --debug and check this machine's pip configuration.")
     return WheelSet(platform, directory, tuple(files), pip_wheels[0], cache_only)
+
+
+def _marker_wheels(platform: DevicePlatform, requirements: Sequence[Requirement], directory: Path
+                   ) -> tuple[list[Path], list[str]]:
+    """The wheels of ``MARKER_DISTS`` requirements, downloaded without dependencies, and their dependencies as
+    they apply on the device (toolkit/wheel_markers.py says why)."""
+    wheels: list[Path] = []
+    deps: list[str] = []
+    for requirement in (r for r in requirements if r.dist in MARKER_DISTS):
+        args = ["download", *_pip_platform_args(platform), "--no-deps", "-d", str(directory), requirement.pip]
+        proc = _run_pip(args, cwd=directory)
+        if proc.returncode:
+            proc = _run_pip([*args[:1], "--no-index", "--find-links", str(directory), *args[1:]], cwd=directory)
+        saved = [Path(m.group(1)) for m in map(_SAVED.match, proc.stdout.splitlines()) if m]
+        if proc.returncode or not saved:
+            raise _no_wheel_error(platform, [requirement], proc.stdout + proc.stderr)
+        wheel = saved[0] if saved[0].is_absolute() else directory / saved[0].name
+        wheels.append(wheel)
+        deps += requires_for_device(wheel, platform)
+    return wheels, list(dict.fromkeys(deps))
 
 
 # ------------------------------------------------------------------------------------------- setup

@@ -294,6 +294,8 @@ class Recipe:
             return f"{self.format} {self.precision}"
         if self.format == "tflite":
             return f"tflite int8 ({'A16W8, ' if self.a16w8 else ''}{self.io_dtype} io)"
+        if self.format == "pte":
+            return f"pte int8 (XNNPACK, {'per-channel' if self.per_channel else 'per-tensor'} weights)"
         if self.a16w8:
             return f"onnx int8 (A16W8 {self.quant_format} {self.calibration_method})"
         act = "U" if self.activation_type == "uint8" else "S"
@@ -430,7 +432,7 @@ class PteRecord:
     """What an ExecuTorch artifact carries beside its file: how much of its graph the XNNPACK delegate took
     (edge-dialect operator nodes, counted before lowering) and the bundled program (``model.<p>.bpte``: a few
     held-out inputs with the float model's outputs) the device checks its own numbers with, at ``bundled_atol``
-    (twice the error measured here on those inputs plus the device drift a golden check allows)."""
+    (twice the error measured here on those inputs plus float rounding: ``conversion.pte_bundled``)."""
 
     delegated_nodes: int
     total_nodes: int

@@ -12,7 +12,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from tests.executorch.conftest import convert_pte, needs_executorch
+from tests.fixtures.pte import convert_pte, needs_executorch
 from tests.fixtures.torch_models import TorchModel
 from toolkit import api
 from toolkit.errors import UsageError

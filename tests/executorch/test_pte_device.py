@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from tests.executorch.conftest import needs_executorch
+from tests.fixtures.pte import needs_executorch
 from tests.fixtures.cli import run_edgetk
 from tests.fixtures.deploy_helpers import write_inventory
 from tests.fixtures.device_envs import DeviceEnv

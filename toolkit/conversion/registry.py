@@ -142,20 +142,7 @@ def take_as_is(request: ConversionRequest, output: Path) -> BuiltArtifact:
 
 
 # routes that build 8-bit activations only: an A16W8 recipe (16-bit activations) is refused, naming the route that can
-A16W8__PTE_ONLY_TORCH = Refusal(
-    "ExecuTorch (.pte) artifacts are built from PyTorch models only: the route is torch.export -> ExecuTorch "
-    "(XNNPACK), and this source is not a PyTorch module.",
-    "Pass the PyTorch factory (file.py:make_model) or an ExportedProgram (.pt2) for --format pte, or use "
-    "--format tflite / onnx for this source.",
-)
-
-REFUSED: Mapping[tuple[str, str], Refusal] = {
-    **{(fw, "pte"): _PTE_ONLY_TORCH for fw in (*TF_FRAMEWORKS, "onnx", "tflite")},
-    ("torchscript", "pte"): Refusal(
-        "TorchScript cannot go to ExecuTorch (.pte): the route traces with torch.export, which does not take "
-        "ScriptModules.",
-        "Pass the factory (file.py:make_model) or an ExportedProgram (.pt2) for --format pte, or use --format onnx.",
-    ),
+A16W8_REFUSED: Mapping[tuple[str, str], Refusal] = {
     **{(fw, "tflite"): Refusal(
         "PyTorch -> TFLite (litert-torch, PT2E) quantizes activations to 8 bits only: it cannot build A16W8.",
         "Use --format onnx for A16W8 (16-bit activation QDQ through ONNX Runtime), or convert a Keras/SavedModel "

@@ -74,8 +74,8 @@ def convert(request: ConversionRequest, output: Path) -> BuiltArtifact:
         if not request.calibration:
             raise UsageError("INT8 .pte needs calibration data.", hint="Pass --calibration FILE.npz or a folder.")
         quantized = pt2e.quantize(torch, module, args, names, request, fragile=True)
-        module = quantized.graph
-        quantized_tensors = pt2e.quantized_tensors(module)
+        module = _folded(torch, quantized.graph)
+        quantized_tensors = pt2e.quantized_tensors(quantized.graph)
         ranges = "activation ranges of the full calibration reused" if quantized.reused_ranges else (
             f"{len(request.calibration)} calibration samples")
         notes.append(f"PT2E static int8, XNNPACK quantizer "
@@ -103,6 +103,20 @@ def convert(request: ConversionRequest, output: Path) -> BuiltArtifact:
                  f"({delegation.delegated_share:.0%}); the rest runs on ExecuTorch's portable kernels.")
     return BuiltArtifact(path=output, float_nodes=float_nodes, notes=tuple(notes),
                          exporter=f"executorch {_version()} (XNNPACK)", pte=delegation)
+
+
+def _folded(torch: Any, graph: Any) -> Any:
+    """A copy of the converted PT2E graph with each weight's ``quantize`` folded into an int8 constant (what
+    ``convert_pt2e(fold_quantize=True)`` does): XNNPACK takes only folded weights, and an unfolded per-channel
+    quantize has no ExecuTorch kernel. ``pt2e.quantize`` keeps them unfolded for its layer table and the cache."""
+    import copy
+
+    from torchao.quantization.pt2e.constant_fold import constant_fold
+    from torchao.quantization.pt2e.quantize_pt2e import _quant_node_constraint
+
+    folded = copy.deepcopy(graph)
+    constant_fold(folded, _quant_node_constraint)
+    return folded
 
 
 # A constant method in every .pte: how many tensors PT2E quantized (the delegate's payload hides its ops, so
