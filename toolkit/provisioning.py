@@ -43,7 +43,6 @@ from typing import Any
 from toolkit.errors import DeviceError, UsageError
 from toolkit.platform import DevicePlatform, match_environment
 from toolkit.types import RUNTIMES, TFLITE_RUNTIMES
-from toolkit.wheel_markers import MARKER_DISTS, requires_for_device
 
 DEFAULT_VENV = ".edgetk/venv"
 CONFIG_FILE = ".edgetk/config.json"
@@ -61,8 +60,16 @@ DISTRIBUTIONS: dict[str, tuple[str, str]] = {
 }
 # Extra requirements a runtime needs but does not declare: tflite-runtime 2.14 was built against numpy 1.x,
 # declares only numpy>=1.23.2 and fails to import under numpy 2.
-# ExecuTorch's Python runtime imports torch, which executorch does not declare.
-EXTRA_REQUIREMENTS: dict[str, tuple[str, ...]] = {"tflite-runtime": ("numpy<2",), "executorch": ("torch",)}
+# ExecuTorch is installed without its declared dependencies (NO_DEPS_DISTS): they are the exporter's tooling
+# (hydra-core needs antlr4-python3-runtime, which has no wheel; coremltools has no aarch64 wheel and pip, asked
+# from an x86_64 host with --platform, evaluates its x86_64 marker for this host), while its Python runtime
+# imports torch (undeclared), ruamel.yaml, flatbuffers, and for ETDump profiles tabulate and pandas: measured in
+# a bare venv, those are what executorch.runtime, the bundled-program check and devtools' Inspector import.
+EXTRA_REQUIREMENTS: dict[str, tuple[str, ...]] = {
+    "tflite-runtime": ("numpy<2",),
+    "executorch": ("torch", "ruamel.yaml", "flatbuffers", "tabulate", "pandas"),
+}
+NO_DEPS_DISTS = frozenset({"executorch"})
 FALLBACK_RUNTIMES = ("litert", "onnxruntime")
 
 
@@ -342,8 +349,8 @@ def download_wheels(
     directory.mkdir(parents=True, exist_ok=True)
     if log:
         log(f"downloading wheels for {platform.describe()} into {directory}")
-    marked, deps = _marker_wheels(platform, requirements, directory)
-    specs = ["pip", *(r.pip for r in requirements if r.dist not in MARKER_DISTS), *deps]
+    bare = _no_deps_wheels(platform, requirements, directory)
+    specs = ["pip", *(r.pip for r in requirements if r.dist not in NO_DEPS_DISTS)]
     base = ["download", *_pip_platform_args(platform), "-d", str(directory), *specs]
     proc = _run_pip(base, cwd=directory)
     cache_only = False
@@ -368,7 +375,7 @@ def download_wheels(
         if match:
             path = Path(match.group(1))
             files.append(path if path.is_absolute() else directory / path.name)
-    files = sorted({f.resolve() for f in [*files, *marked]})
+    files = sorted({f.resolve() for f in [*files, *bare]})
     pip_wheels = [f for f in files if f.name.startswith("pip-")]
     if not files or not pip_wheels:
         raise DeviceError(f"pip download reported no wheels for {platform.describe()}.",
@@ -376,13 +383,11 @@ def download_wheels(
     return WheelSet(platform, directory, tuple(files), pip_wheels[0], cache_only)
 
 
-def _marker_wheels(platform: DevicePlatform, requirements: Sequence[Requirement], directory: Path
-                   ) -> tuple[list[Path], list[str]]:
-    """The wheels of ``MARKER_DISTS`` requirements, downloaded without dependencies, and their dependencies as
-    they apply on the device (toolkit/wheel_markers.py says why)."""
-    wheels: list[Path] = []
-    deps: list[str] = []
-    for requirement in (r for r in requirements if r.dist in MARKER_DISTS):
+def _no_deps_wheels(platform: DevicePlatform, requirements: Sequence[Requirement], directory: Path) -> list[Path]:
+    """The wheels of the ``NO_DEPS_DISTS`` requirements alone (``--no-deps``; their runtime needs are listed in
+    ``EXTRA_REQUIREMENTS``)."""
+    wheels = []
+    for requirement in (r for r in requirements if r.dist in NO_DEPS_DISTS):
         args = ["download", *_pip_platform_args(platform), "--no-deps", "-d", str(directory), requirement.pip]
         proc = _run_pip(args, cwd=directory)
         if proc.returncode:
@@ -390,10 +395,8 @@ def _marker_wheels(platform: DevicePlatform, requirements: Sequence[Requirement]
         saved = [Path(m.group(1)) for m in map(_SAVED.match, proc.stdout.splitlines()) if m]
         if proc.returncode or not saved:
             raise _no_wheel_error(platform, [requirement], proc.stdout + proc.stderr)
-        wheel = saved[0] if saved[0].is_absolute() else directory / saved[0].name
-        wheels.append(wheel)
-        deps += requires_for_device(wheel, platform)
-    return wheels, list(dict.fromkeys(deps))
+        wheels.append(saved[0] if saved[0].is_absolute() else directory / saved[0].name)
+    return wheels
 
 
 # ------------------------------------------------------------------------------------------- setup
@@ -544,16 +547,21 @@ def setup_device(device: Any, options: SetupOptions, *, log: Log | None = None) 
             _make_venv(device, base, venv, with_pip=False)
         remote_dir, sent, sent_bytes = _push_wheels(device, base, wheels, log)
         pip = [venv_python, f"{remote_dir}/{wheels.pip_wheel.name}/pip"]
-        argv = [*pip, "install", "--no-index", "--find-links", remote_dir, "--only-binary=:all:",
-                "--disable-pip-version-check", "--no-input", "-q", "pip", *(r.pip for r in requirements)]
+        install = [*pip, "install", "--no-index", "--find-links", remote_dir, "--only-binary=:all:",
+                   "--disable-pip-version-check", "--no-input", "-q"]
+        argv = [*install, "pip"]
     else:
         if not reused:
             _make_venv(device, base, venv, with_pip=True)
-        argv = [venv_python, "-m", "pip", "install", "--only-binary=:all:", "--disable-pip-version-check",
-                "--no-input", "-q", *(r.pip for r in requirements)]
+        install = [venv_python, "-m", "pip", "install", "--only-binary=:all:", "--disable-pip-version-check",
+                   "--no-input", "-q"]
+        argv = list(install)
     if log:
         log(f"installing {' '.join(r.pip for r in requirements)} into {state['venv']}")
-    result = device.conn.run(argv, timeout=1800)
+    result = device.conn.run([*argv, *(r.pip for r in requirements if r.dist not in NO_DEPS_DISTS)], timeout=1800)
+    bare = [r.pip for r in requirements if r.dist in NO_DEPS_DISTS]
+    if result.ok and bare:
+        result = device.conn.run([*install, "--no-deps", *bare], timeout=1800)
     if not result.ok:
         raise _pip_failure(device, result, requirements, platform)
     checks = [f"{DISTRIBUTIONS[r.name][1] if r.name in DISTRIBUTIONS else r.name}={r.dist}" for r in requirements]
