@@ -15,7 +15,7 @@ from tests.fixtures.pte import needs_executorch
 from tests.fixtures.cli import run_edgetk
 from tests.fixtures.deploy_helpers import write_inventory
 from tests.fixtures.device_envs import DeviceEnv
-from tests.runner.test_runner import check, reports
+from tests.runner.test_runner import check, reports, run_runner
 
 pytestmark = needs_executorch
 NO_GATES = ("--budget-ms", "100000", "--baseline", "none")
@@ -50,7 +50,8 @@ def test_runner_measures_pte_and_checks_itself(pte_digits_bundle: tuple[Path, di
         assert profile["available"] is True and profile["source"] == "etdump", profile
         assert any(op["name"] == "DELEGATE_CALL" for op in profile["top"]), profile
         print(name, found[name]["latency_ms"]["p50"], "ms p50;", [op["name"] for op in profile["top"][:4]])
-    assert doc["environment"]["runtimes"]["executorch"] == "1.5.1"
+    probe = run_runner(executorch_env.python, "probe")
+    assert probe["runtimes"]["executorch"] == "1.5.1" and probe["runtimes"]["litert"] is None
 
 
 def test_local_device_check(pte_digits_bundle: tuple[Path, dict[str, Any]], executorch_env: DeviceEnv,
