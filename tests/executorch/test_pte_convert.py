@@ -81,3 +81,39 @@ def test_non_torch_source_refused_naming_the_route(tmp_path: Path) -> None:
     with pytest.raises(UsageError, match="PyTorch models only") as info:
         api.convert(str(tmp_path / "relu.onnx"), formats=["pte"], out=tmp_path / "b", progress=lambda m: None)
     assert "--format tflite / onnx" in (info.value.hint or "")
+
+
+def test_exported_program_to_pte_int8(torch_digits_net: TorchModel, tmp_path: Path) -> None:
+    """An ExportedProgram (.pt2) through the route itself: INT8 with the user's calibration, run in ExecuTorch
+    against eager PyTorch on the held-out digits; fp16 and dynamic refused naming the route that builds them."""
+    import torch
+
+    from tests.sources.test_torch_source import _eager
+    from toolkit.conversion import torch_pte
+    from toolkit.conversion.base import ConversionRequest
+    from toolkit.execution import open_session
+    from toolkit.sources.detect import open_source
+    from toolkit.types import Recipe
+
+    path = tmp_path / "digits.pt2"
+    eager = _eager(torch_digits_net)
+    torch.export.save(torch.export.export(eager, (torch.zeros(1, 1, 8, 8),)), str(path))
+    source = open_source(str(path))
+
+    def request(precision: str) -> ConversionRequest:
+        return ConversionRequest(source=source, recipe=Recipe(format="pte", precision=precision),
+                                 input_shapes={torch_digits_net.input_name: torch_digits_net.input_shape},
+                                 calibration=torch_digits_net.calibration(64), workdir=tmp_path)
+
+    built = torch_pte.convert(request("int8"), tmp_path / "model.int8.pte")
+    assert built.pte is not None and built.pte.delegated_share >= 0.8
+    session = open_session(built.path, threads=1)
+    x = torch_digits_net.x_heldout[:100]
+    got = np.concatenate([session.run({"input_0": x[i:i + 1]})[0] for i in range(len(x))])
+    with torch.no_grad():
+        want = eager(torch.from_numpy(x)).numpy()
+    assert float(np.mean(got.argmax(1) == want.argmax(1))) >= 0.97
+    for precision in ("fp16", "dynamic"):
+        with pytest.raises(UsageError) as info:
+            torch_pte.convert(request(precision), tmp_path / f"model.{precision}.pte")
+        assert f"does not build {precision}" in info.value.message and "--format onnx" in (info.value.hint or "")
