@@ -420,6 +420,25 @@ def _weight_dq(node: Any) -> Any | None:
     return None
 
 
+def describe(quantized: Quantized, request: ConversionRequest, quantizer: str) -> tuple[list[str], tuple[str, ...]]:
+    """The notes an int8 build of either route reports (how it was calibrated, what was kept float up front and
+    by request) and its float nodes (requested exclusions, then the fragile ones)."""
+    from toolkit.conversion import fragile
+
+    ranges = "activation ranges of the full calibration reused" if quantized.reused_ranges else (
+        f"{len(request.calibration)} calibration samples")
+    notes = [f"PT2E static int8, {quantizer} "
+             f"({'per-channel' if request.recipe.per_channel else 'per-tensor'} weights, {ranges})."]
+    found = quantized.fragile
+    float_nodes = tuple(dict.fromkeys([*request.recipe.nodes_to_exclude, *(name for name, _ in found)]))
+    if found:
+        notes.append(fragile.upfront_note(found))
+    if request.recipe.nodes_to_exclude:
+        upfront = {name for name, _ in found}
+        notes.append(f"kept in float: {', '.join(n for n in quantized.kept_float if n not in upfront)}")
+    return notes, float_nodes
+
+
 def quantized_tensors(graph: Any) -> int:
     """How many tensors a converted PT2E graph quantizes (its ``quantize`` nodes: weights and activations)."""
     return sum(1 for node in graph.graph.nodes if _is(node, _Q))

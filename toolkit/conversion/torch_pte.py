@@ -28,7 +28,7 @@ import warnings
 from pathlib import Path
 from typing import Any
 
-from toolkit.conversion import fragile, pt2e
+from toolkit.conversion import pt2e
 from toolkit.conversion.base import BuiltArtifact, ConversionRequest
 from toolkit.errors import ConversionError, MissingDependency, UsageError
 from toolkit.sources.torch import TorchSource, first_line, import_torch, missing_shape_error
@@ -76,17 +76,7 @@ def convert(request: ConversionRequest, output: Path) -> BuiltArtifact:
         quantized = pt2e.quantize(torch, module, args, names, request, fragile=True)
         module = _folded(torch, quantized.graph)
         quantized_tensors = pt2e.quantized_tensors(quantized.graph)
-        ranges = "activation ranges of the full calibration reused" if quantized.reused_ranges else (
-            f"{len(request.calibration)} calibration samples")
-        notes.append(f"PT2E static int8, XNNPACK quantizer "
-                     f"({'per-channel' if request.recipe.per_channel else 'per-tensor'} weights, {ranges}).")
-        found = quantized.fragile
-        float_nodes = tuple(dict.fromkeys([*request.recipe.nodes_to_exclude, *(name for name, _ in found)]))
-        if found:
-            notes.append(fragile.upfront_note(found))
-        if request.recipe.nodes_to_exclude:
-            upfront = {name for name, _ in found}
-            notes.append(f"kept in float: {', '.join(n for n in quantized.kept_float if n not in upfront)}")
+        notes, float_nodes = pt2e.describe(quantized, request, "XNNPACK quantizer")
     output.parent.mkdir(parents=True, exist_ok=True)
     tmp = output.with_name(output.stem + ".partial.pte")
     try:
