@@ -162,6 +162,11 @@ def summary(h: dict) -> str:
     if dp:
         rows.append(["Push 50 MB over SSH vs the faster of SFTP/scp (target >= 0.8x)", _fmt(dp.get("push_vs_best")),
                      f"{_fmt(dp.get('push_mb_s'), ' MB/s')} vs {_fmt(dp.get('best_mb_s'), ' MB/s')}"])
+        for size in (2, 50):
+            if f"dropbear_{size}mb_push_vs_ssh_cat" in dp:
+                rows.append([f"Push {size} MB to Dropbear (no SFTP) vs `ssh cat` (speed, target >= 0.8x)",
+                             _fmt(dp.get(f"dropbear_{size}mb_push_vs_ssh_cat")),
+                             f"OpenSSH push vs scp: {_fmt(dp.get(f'openssh_{size}mb_push_vs_scp'))}"])
         rows.append(["8 devices in parallel vs one after another (wall time)", _fmt(dp.get("fleet_ratio")),
                      f"{_fmt(dp.get('parallel_s'), ' s')} vs {_fmt(dp.get('serial_s'), ' s')}"])
     rn = h.get("runner", {}).get("ratios", {})

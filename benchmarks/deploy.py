@@ -1,4 +1,5 @@
-"""Section ``deploy`` (issue 5): pushing a 50 MB bundle to real loopback sshd devices.
+"""Section ``deploy`` (issues 5 and 24): pushing a 50 MB bundle to real loopback sshd devices; then push speed vs
+``ssh cat``/``scp -O``/``scp`` on an OpenSSH and a Dropbear device (benchmarks/deploy_transports.py).
 
 Three ways of moving the same 50 MB ONNX artifact, each including its own connection and authentication,
 timed interleaved: ``toolkit.deployment.push`` (begin: lock and prepare, SFTP upload, sha256 verified on the
@@ -23,6 +24,7 @@ from typing import Any
 
 import numpy as np
 
+from benchmarks import deploy_transports
 from benchmarks.common import log, table, work_dir
 
 TITLE = "Deploy: pushing bundles over SSH (issue 5)"
@@ -62,7 +64,9 @@ def run() -> tuple[str, dict[str, Any]]:
         known_hosts = root / "known_hosts"
         known_hosts.write_text("".join(d.known_hosts_line() for d in devices))
         bundle_dir = _bundle(work_dir() / "deploy")
-        return _measure(parts, devices, key, known_hosts, bundle_dir)
+        text, headline = _measure(parts, devices, key, known_hosts, bundle_dir)
+        extra, figures = deploy_transports.measure(devices[0], key, known_hosts)
+        return text + "\n\n" + "\n".join(extra), {**headline, **figures}
     finally:
         farm.close()
 

@@ -18,6 +18,7 @@ pytest_plugins = [
     "tests.fixtures.real_models",
     "tests.fixtures.pte",
     "tests.fixtures.sshd",
+    "tests.fixtures.dropbear",
     "tests.fixtures.deploy",
     "tests.fixtures.arm",
     "tests.fixtures.runs",

@@ -31,7 +31,7 @@ from typing import Any
 
 from toolkit.bundle import Bundle
 from toolkit.deployment import Device, installed_version, version_dir
-from toolkit.errors import DeviceError, UsageError
+from toolkit.errors import DeviceError, ToolkitError, UsageError
 from toolkit.policy import CheckPolicy, PlacementExpectation, RegressionPolicy
 from toolkit.regression import RegressionVerdict, confirmed, decide
 from toolkit.store import Store, StoredCheck
@@ -398,6 +398,37 @@ def _regression(
 # --------------------------------------------------------------------------------------------- check
 
 
+def on_device_accuracy(device: Device, bundle: Bundle, vdir: str, reports: list[CheckReport], *,
+                       evaluate: bool) -> list[CheckReport]:
+    """Outputs that differ from the golden ones get the first diverging layer named (:mod:`toolkit.divergence`);
+    with ``evaluate`` every artifact that ran gets the eval set scored (:mod:`toolkit.device_eval`)."""
+    from toolkit import device_eval, divergence
+
+    out = []
+    for report in reports:
+        match = report.outputs_match
+        if not report.error and match is not None and not match.get("ok"):
+            try:
+                found = divergence.locate(device, bundle, vdir, report.artifact)
+            except ToolkitError as exc:
+                found = {"available": False, "note": exc.message}
+            failures = tuple(f + divergence.text(found) if "outputs differ" in f else f
+                             for f in report.gates.failures)
+            report = replace(report, gates=replace(report.gates, failures=failures,
+                                                   details={**report.gates.details, "divergence": found}))
+        out.append(report)
+    if evaluate:
+        ran = [r.artifact for r in out if not r.error]
+        try:
+            results = device_eval.evaluate(device, bundle, vdir, ran) if ran else {}
+        except ToolkitError as exc:
+            results = {a: {"available": False, "note": exc.message} for a in ran}
+        out = [replace(r, evaluation=results.get(r.artifact)) for r in out]
+    return out
+
+
+
+
 def runner_flags(*, profile: bool = False, throughput: bool = False, loads: bool = False) -> tuple[str, ...]:
     """The runner's flags for what a check measures beyond latency (each adds its own key to the report)."""
     return tuple(f"--{name}" for name, on in (("profile", profile), ("throughput", throughput), ("loads", loads))
@@ -426,6 +457,7 @@ def check(
     store: Store | None = None,
     timeout: float = CHECK_TIMEOUT_S,
     runner_args: Sequence[str] = (),
+    evaluate: bool = False,
 ) -> list[CheckReport]:
     """Run every artifact of ``bundle`` (which must be installed on the device), gate, store; return reports.
 
@@ -483,6 +515,7 @@ def check(
             artifact_format=formats.get(report.artifact), notes=notes,
         )
         gated.append(replace(report, gates=result_gate))
+    gated = on_device_accuracy(device, bundle, vdir, gated, evaluate=evaluate)
     if store is not None:
         run_id = store.new_run_id()
         ids = store.record(gated, bundle=name, version=bundle.version, run_id=run_id)

@@ -28,6 +28,10 @@ upload
      changed). Like any stat check, a same-size rewrite by another process within one filesystem timestamp
      tick of the hashing would not show; the upload itself writes each byte once, before it is hashed.
 
+On a device where SFTP does not start (Dropbear without sftp-server), steps 4 and 5 are one helper run on one
+exec channel: ``receive`` takes every missing file as a framed stream, hashes each as it arrives, then finishes
+(``toolkit.deploy_stream``).
+
 Any other failure on the host between the two (an exception, Ctrl-C) releases the lock with ``unlock``; a link
 that drops cannot, and the next deploy breaks that lock at once because its holder (the dead session's sshd
 process) is gone. The partial version stays for the next push to complete; ``current`` is switched only after
@@ -52,19 +56,19 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from toolkit.bundle import Bundle
+from toolkit.deploy_stream import Outgoing, send_and_finish, streaming
+from toolkit.deploy_wire import compress_files, resume_offsets
 from toolkit.devices.connection import Connection
 from toolkit.devices.spec import DeviceSpec
 from toolkit import device_side
 from toolkit.errors import DeviceDiskFull, DeviceError, DeviceShellNoise, LinkDropped, UsageError
 from toolkit.platform import accepted_arches, normalize_arch
+from toolkit.types import CommandResult
 
 BASE = ".edgetk"
 KEEP_VERSIONS = 3
 HELPER_TIMEOUT_S = 120.0
 GZ_SUFFIX = ".edgetk-gz"  # the device helper's name for a compressed upload, inflated by its `inflate`
-COMPRESS_LEVEL = 6  # zlib level: most of level 9's ratio on model files at a fraction of its CPU time
-COMPRESS_MIN_SAVING = 0.10  # send compressed only when that saves at least 10% of the file
-COMPRESS_MIN_BYTES = 4096  # smaller files: not worth a round of inflate
 
 @lru_cache(maxsize=1)
 def helper_source() -> str:
@@ -223,7 +227,11 @@ class Device:
         if result.returncode == 3 and isinstance(data, dict) and data.get("kind") == "helper_missing":
             self.install_helper()  # once per device and helper version
             result = self.conn.run(self.helper_argv(command, *args), timeout=timeout)
-            data = _helper_json(result.stdout)
+        return self.answer(command, result)
+
+    def answer(self, command: str, result: CommandResult) -> dict[str, Any]:
+        """The helper's JSON answer to ``command``, or the error its run says (a refusal, no Python, noise)."""
+        data = _helper_json(result.stdout)
         if result.returncode == 3 and isinstance(data, dict):
             if data.get("kind") in ("not_installed", "no_previous", "usage"):
                 raise UsageError(
@@ -420,7 +428,7 @@ def push(
 ) -> PushResult:
     """Install ``bundle`` on the device and make it current (see the module docstring for the steps).
 
-    With ``compress``, a file is sent gzip-compressed when that saves at least ``COMPRESS_MIN_SAVING`` of it
+    With ``compress``, a file is sent gzip-compressed when that saves at least ``deploy_wire.COMPRESS_MIN_SAVING`` of it
     (and the device's Python has zlib); the device inflates it and ``finish`` verifies the sha256 of the
     inflated file, as for any other. ``bytes_sent`` then counts the compressed bytes that crossed the link.
     """
@@ -429,13 +437,15 @@ def push(
     files = bundle.files()  # hashed once per process while unchanged (toolkit.bundle.sha256_file)
     listing = json.dumps([[f.path, f.sha256, f.bytes] for f in files])
     sizes = {f.path: f.bytes for f in files}
+    digests = {f.path: f.sha256 for f in files}
     vdir = version_dir(name, bundle.version)
     token = uuid.uuid4().hex
     arches = [] if force else accepted_arches(bundle.manifest.target_arch)
+    streams = streaming(device.conn)  # no SFTP there: the files go as one stream that the device hashes itself
     try:
-        # follow: the device hashes files sent as they are while they arrive (not compressed ones)
+        # follow: the device hashes files sent as they are while they arrive (not compressed or streamed ones)
         plan = device.helper("begin", name, bundle.version, listing, str(lock_timeout), str(stale_lock_s), token,
-                             json.dumps(arches), "0" if compress else "1",
+                             json.dumps(arches), "0" if compress or streams else "1",
                              device.spec.python or (sys.executable if device.spec.is_local else ""),
                              timeout=lock_timeout + HELPER_TIMEOUT_S)
     except HelperRefused as refused:
@@ -453,16 +463,28 @@ def push(
     released = False  # the lock is the device's to release once finish or abort ran there
     try:
         missing = [str(m) for m in plan.get("missing", [])]
-        offsets = _resume_offsets(bundle, plan.get("partial") or {}, sizes)
+        offsets = resume_offsets(bundle, plan.get("partial") or {}, sizes)
         with tempfile.TemporaryDirectory(prefix="edgetk-gz-") as packed_dir:
             packed: dict[str, Path] = {}
             if compress and device.info().get("zlib", False):
                 # a cut-short raw upload is resumed as it is; everything else may go compressed
-                packed = _compress_files(bundle, [m for m in missing if m not in offsets], Path(packed_dir))
+                packed = compress_files(bundle, [m for m in missing if m not in offsets], Path(packed_dir))
             wire = {m: packed[m].stat().st_size if m in packed else sizes[m] - offsets.get(m, 0) for m in missing}
             progress = UploadProgress(device.spec.name, sum(wire.values()), stream=progress_stream)
             sent = 0
-            for rel in missing:
+            if streams is not None:
+                outgoing = [Outgoing(rel, packed.get(rel, bundle.path / rel), offsets.get(rel, 0), rel in packed,
+                                     digests[rel], sizes[rel]) for rel in missing]
+                try:  # the device finishes the push in the same run: one Python start less
+                    done = send_and_finish(device, streams, name, bundle.version, token, outgoing, listing=listing,
+                                           keep=keep, progress=progress.file_progress(0))
+                except LinkDropped:
+                    raise
+                except DeviceError as exc:
+                    released = True
+                    _abort_after_write_error(device, name, bundle.version, token, exc)
+                released, sent = True, sum(wire.values())
+            for rel in missing if streams is None else []:
                 offset = offsets.get(rel, 0)
                 local, remote = (packed[rel], f"{vdir}/{rel}{GZ_SUFFIX}") if rel in packed else (
                     bundle.path / rel, f"{vdir}/{rel}")
@@ -476,8 +498,10 @@ def push(
                 sent += wire[rel]
             progress.done = sent
             progress.finish()
-        released = True  # finish releases the lock in a finally, whatever it answers
-        done = device.helper("finish", name, bundle.version, listing, str(keep), token, json.dumps(sorted(packed)))
+        if streams is None:
+            released = True  # finish releases the lock in a finally, whatever it answers
+            done = device.helper("finish", name, bundle.version, listing, str(keep), token,
+                                 json.dumps(sorted(packed)))
     except LinkDropped:
         raise  # no reconnect just to unlock: the lock's holder (that session) is gone, the next deploy breaks it
     except BaseException:
@@ -513,55 +537,6 @@ def _release_quietly(device: Device, name: str, token: str) -> None:
         device.helper("unlock", name, token)
     except DeviceError:
         pass
-
-
-def _compress_files(bundle: Bundle, rels: list[str], folder: Path) -> dict[str, Path]:
-    """gzip each file (level ``COMPRESS_LEVEL``) into ``folder``; keep those where it saves enough."""
-    import zlib
-
-    packed: dict[str, Path] = {}
-    for index, rel in enumerate(rels):
-        source = bundle.path / rel
-        size = source.stat().st_size
-        if size < COMPRESS_MIN_BYTES:
-            continue
-        target = folder / f"{index}.gz"
-        compressor = zlib.compressobj(COMPRESS_LEVEL, zlib.DEFLATED, 31)  # 31: gzip container
-        with open(source, "rb") as src, open(target, "wb") as dst:
-            while block := src.read(1 << 20):
-                dst.write(compressor.compress(block))
-            dst.write(compressor.flush())
-        if target.stat().st_size <= size * (1.0 - COMPRESS_MIN_SAVING):
-            packed[rel] = target
-        else:
-            target.unlink()
-    return packed
-
-
-def _resume_offsets(bundle: Bundle, partial: dict[str, Any], sizes: dict[str, int]) -> dict[str, int]:
-    """For each cut-short file on the device: resume at its size when its bytes are a prefix of ours."""
-    import hashlib
-
-    offsets: dict[str, int] = {}
-    for rel, entry in partial.items():
-        try:
-            have, digest = int(entry[0]), str(entry[1])
-        except (TypeError, ValueError, IndexError):
-            continue
-        if rel not in sizes or not 0 < have < sizes[rel]:
-            continue
-        prefix = hashlib.sha256()
-        with open(bundle.path / rel, "rb") as handle:
-            left = have
-            while left > 0:
-                block = handle.read(min(left, 1 << 20))
-                if not block:
-                    break
-                prefix.update(block)
-                left -= len(block)
-        if prefix.hexdigest() == digest:
-            offsets[rel] = have
-    return offsets
 
 
 def _abort_after_write_error(device: Device, name: str, version: str, token: str, exc: DeviceError) -> None:

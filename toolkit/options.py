@@ -256,6 +256,9 @@ class ConvertOptions:
     calibration_samples: int | None = field(default=None, metadata=flag(
         "Use a deterministic subset of N samples.", kind=Kind.INT, minimum=1, metavar="N"))
     labels: Path | None = field(default=None, metadata=flag("Class names, one a line.", kind=Kind.PATH))
+    device_eval: int | None = field(default=None, metadata=flag(
+        "Carry the first N held-out samples (inputs, labels, the float model's outputs) for `edgetk check --eval`; "
+        "they reach a device only when a check asks.", kind=Kind.INT, minimum=1, metavar="N"))
     weights: Path | None = field(default=None, metadata=flag(
         "State dict for a PyTorch factory source.", kind=Kind.PATH))
     targets_dirs: tuple[Path, ...] = field(default=(), metadata=flag(
@@ -355,6 +358,9 @@ class CheckOptions:
     loads: bool = field(default=False, metadata=flag(
         "Also measure cold, warm and optimized loads (ORT optimized model, XNNPACK weight cache), each with its "
         "first inference.", kind=Kind.SWITCH))
+    evaluate: bool = field(default=False, metadata=flag(
+        "Also run the bundle's eval set (convert --device-eval) on the device and score it against the labels and "
+        "the float model.", kind=Kind.SWITCH, name="--eval"))
 
     def __post_init__(self) -> None:
         if self.runs < 1 or self.warmup < 0:

@@ -48,6 +48,7 @@ class BundleJob:
     gates: GateOptions
     store: GuardedStore | None
     runner_args: tuple[str, ...] = ()  # --profile / --throughput / --loads for the runner
+    evaluate: bool = False  # --eval: the bundle's eval set on the device
     # devices this job switched to the bundle's version -> the version they ran before (for a rollback)
     switched: dict[str, str | None] = field(default_factory=dict, compare=False, repr=False)
     _lock: threading.Lock = field(default_factory=threading.Lock, compare=False, repr=False)
@@ -67,7 +68,7 @@ class BundleJob:
                 self.switched[device.spec.name] = pushed.previous
         reports = (
             run_check(device, self.bundle, runs=self.runs, warmup=self.warmup, gates=self.gates, store=self.store,
-                      runner_args=self.runner_args)
+                      runner_args=self.runner_args, evaluate=self.evaluate)
             if self.check
             else []
         )
@@ -95,6 +96,7 @@ def prepare_job(
     profile: bool = False,
     throughput: bool = False,
     loads: bool = False,
+    evaluate: bool = False,
 ) -> BundleJob:
     """Read and validate the bundle and the gate options once, before any device is contacted; open the history
     (migrating it if needed). A history that is down does not stop the job: its status says so afterwards."""
@@ -102,6 +104,10 @@ def prepare_job(
 
     bundle = read_bundle(Path(bundle_path))
     validate_name(bundle.name)
+    if evaluate and check:
+        from toolkit.device_eval import require_eval_set
+
+        require_eval_set(bundle)
     history = GuardedStore(store, fallback=store_fallback) if check else None
     if history is not None and history.probe() and baseline not in ("last", "none") and not history.exists(baseline):
         raise UsageError(
@@ -119,6 +125,7 @@ def prepare_job(
         gates=GateOptions(budget_ms=budget_ms, baseline=baseline, regression_pct=regression_pct),
         store=history,
         runner_args=runner_flags(profile=profile, throughput=throughput, loads=loads),
+        evaluate=evaluate,
     )
 
 

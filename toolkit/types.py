@@ -733,6 +733,8 @@ class CheckReport:
     profile: Mapping[str, Any] | None = None  # per-operator times per op type and top nodes, profiler overhead
     throughput: Mapping[str, Any] | None = None  # the latency-throughput curve (batch sizes or requests in flight)
     loads: Mapping[str, Any] | None = None  # cold / warm loads with the first inference, load options before/after
+    # check --eval: the eval set on the device, scored against the labels and the float model (toolkit.device_eval)
+    evaluation: Mapping[str, Any] | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -756,6 +758,7 @@ class CheckReport:
             "profile": dict(self.profile) if self.profile is not None else None,
             "throughput": dict(self.throughput) if self.throughput is not None else None,
             "loads": dict(self.loads) if self.loads is not None else None,
+            "evaluation": dict(self.evaluation) if self.evaluation is not None else None,
         }
 
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 import dataclasses
 import datetime as _dt
 import shutil
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -67,10 +67,19 @@ def write_bundle(run: ConvertRun, options: ConvertOptions, name: str, kept: Sequ
         layer_note = bundle_table(run, item, staging)  # INT8: layers/<file>.json, the layer-wise error table
         if layer_note:
             record = dataclasses.replace(record, notes=record.notes + (layer_note,))
+            probe_note = _layer_probe(run, item, staging, golden_feeds)
+            if probe_note:
+                record = dataclasses.replace(record, notes=record.notes + (probe_note,))
         records.append(record)
     if policy.edgetpu:
         records.extend(compile_for_edgetpu(records, policy, attempts, staging))
     labels = _read_labels(options.labels) if options.labels else None
+    if options.device_eval:
+        from toolkit.device_eval import write_eval_set
+
+        eval_note = write_eval_set(staging, feeds=data.heldout.feeds, input_names=[s.name for s in source.inputs],
+                                   reference=reference, labels=data.heldout.labels, limit=options.device_eval)
+        records = [dataclasses.replace(r, notes=r.notes + (eval_note,)) for r in records]
     runner = install_runner(staging)
     manifest = Manifest(
         name=name,
@@ -92,6 +101,21 @@ def write_bundle(run: ConvertRun, options: ConvertOptions, name: str, kept: Sequ
     )
     write_manifest(staging, manifest)
     return manifest
+
+
+def _layer_probe(run: ConvertRun, item: Candidate, staging: Path, feeds: Sequence[Mapping[str, np.ndarray]]
+                 ) -> str | None:
+    """The float layers a failed device check compares with (:mod:`toolkit.divergence`); never costs the
+    artifact: a failure becomes the note."""
+    from toolkit import divergence
+
+    fp32 = run.fp32.get(item.recipe.format)
+    float_path = fp32.built.path if isinstance(fp32, Candidate) else None
+    try:
+        return divergence.record(staging, item.record.file, item.recipe.format, float_path, feeds,
+                                 [s.name for s in run.source.inputs])
+    except Exception as exc:  # noqa: BLE001 - a runtime's own error: the artifact stays, the probe is missing
+        return f"no layer probe: {type(exc).__name__}: {str(exc)[:200]}"
 
 
 def preferred(kept: Sequence[Candidate], options: ConvertOptions) -> list[Candidate]:

@@ -18,7 +18,8 @@ once instead of after ``stale`` seconds, so a re-run after a link cut does not w
 Every bundle-relative path from the host is checked again here (no absolute paths, no ``..``, no symlinked
 directories on the way), so even a hand-crafted listing cannot write outside ``.edgetk/bundles/<name>/``.
 
-A push costs two helper runs (each a fresh Python on the device, so each one counts): ``begin`` (refuse a
+A push costs two helper runs (each a fresh Python on the device, so each one counts), three when the files go as
+one framed stream (``receive``, on devices without SFTP): ``begin`` (refuse a
 foreign arch, probe, take the lock, prepare) and ``finish`` (inflate compressed uploads, verify, switch, keep,
 release the lock, in a ``finally``); a failed write calls ``abort`` (remove the partial version, release the
 lock). ``begin`` records the files it found already in place with the right sha256 (and their stat) in the
@@ -951,10 +952,88 @@ def load_follow(name, token, version):
         time.sleep(0.003)
 
 
+def cmd_receive(name, version, token, files_json="", keep=""):
+    """The files of a push on ONE channel: a framed stream on stdin, written, hashed as they arrive, checked.
+
+    Each frame is a JSON header line ``[rel, offset, length, packed, sha256, size]`` and ``length`` bytes: the
+    file from ``offset`` on (a cut-short upload is resumed where it stopped, its prefix hashed from disk), gzip
+    data when ``packed`` (inflated as it arrives). ``[]`` ends the stream. A file whose sha256 or size is not the
+    expected one is removed and refused (``integrity``); the others' digests and stats go where ``finish`` reads
+    the follower's, so ``finish`` hashes nothing again. A stream cut short leaves the file being written in
+    place, for the next push to resume. Only the push holding the lock ``token`` may write. With the push's
+    listing ``files_json`` and ``keep``, ``finish`` runs right after, in this same run (one Python less)."""
+    import hashlib
+
+    vdir = os.path.join(bundle_dir(name), check_version(version))
+    owner = lock_owner(name)
+    if owner is None or owner.get("token") != token:
+        fail("locked", "this push no longer holds the lock of %r (it was broken)" % name)
+    stdin = sys.stdin.buffer
+    received, bad = {}, []
+    while True:
+        line = stdin.readline()
+        if not line.endswith(b"\n"):
+            fail("cut", "the stream of files ended early")
+        head = json.loads(line.decode("utf-8"))
+        if not head:
+            break
+        rel, offset, length, packed, digest, size = head
+        path = os.path.join(vdir, safe_rel(rel))
+        check_inside(vdir, path)
+        hasher = hashlib.sha256()
+        if offset:
+            with open(path, "rb") as handle:
+                left = offset
+                while left:
+                    block = handle.read(min(left, 1 << 20))
+                    if not block:
+                        fail("usage", "cannot resume %s at %d: the file is shorter" % (rel, offset))
+                    hasher.update(block)
+                    left -= len(block)
+            out = open(path, "r+b")
+            out.seek(offset)
+            out.truncate()
+        else:
+            out = open(path, "wb")
+        inflater = None
+        if packed:
+            import zlib
+
+            inflater = zlib.decompressobj(31)
+        with out:
+            left = length
+            while left:
+                block = stdin.read(min(left, 1 << 20))
+                if not block:
+                    fail("cut", "the stream of files ended early (in %s)" % rel)
+                left -= len(block)
+                if inflater is not None:
+                    block = inflater.decompress(block)
+                out.write(block)
+                hasher.update(block)
+            if inflater is not None:
+                block = inflater.flush()
+                out.write(block)
+                hasher.update(block)
+            out.flush()
+            st = os.fstat(out.fileno())
+        if hasher.hexdigest() != digest or st.st_size != size:
+            os.remove(path)
+            bad.append(rel)
+            continue
+        received[rel] = [digest, [st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns]]
+    save_follow(name, token, version, {"pid": os.getpid(), "start": None, "done": True, "files": received})
+    if bad:
+        fail("integrity", "files do not match their sha256 on arrival: " + ", ".join(bad), bad=bad)
+    if files_json:
+        cmd_finish(name, version, files_json, keep, token)
+    emit({"received": sorted(received)})
+
+
 COMMANDS = {
     "info": cmd_info, "prepare": cmd_prepare, "abort": cmd_abort, "finish": cmd_finish,
     "rollback": cmd_rollback, "status": cmd_status, "remove": cmd_remove, "lock": cmd_lock,
-    "unlock": cmd_unlock, "inflate": cmd_inflate, "begin": cmd_begin,
+    "unlock": cmd_unlock, "inflate": cmd_inflate, "begin": cmd_begin, "receive": cmd_receive,
 }
 
 

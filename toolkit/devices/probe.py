@@ -53,6 +53,9 @@ def probe_device(device: Any) -> dict[str, Any]:
         raise DeviceError(f"{device.spec.name}: the probe printed no JSON ({result.stderr.strip()[-200:]}).") from None
     profile, why = _best_profile(doc.get("environment") or {})
     doc["profile"] = profile
+    sftp = getattr(device.conn, "sftp_available", None)
+    if callable(sftp):  # asked once per device and remembered (toolkit.devices.host_facts)
+        doc["sftp"] = bool(sftp())
     if why:
         doc["profile_note"] = why
     return dict(doc)

@@ -27,7 +27,12 @@ deadline on top (:class:`~toolkit.errors.DeviceTimeout`).
 Shells that talk: a login shell that prints on start-up (a ``~/.bashrc`` echo) prefixes every command's stdout
 and breaks the SFTP stream. Each command prints a marker first and whatever precedes it is dropped (and
 reported once, naming the device and the fix); when SFTP cannot start, files go over exec channels
-(``cat``), which that noise cannot corrupt.
+(``cat``, or one framed stream per push: ``toolkit.deploy_stream``), which that noise cannot corrupt.
+
+Dropbear without an sftp-server (findings.md section 6): whether SFTP starts is asked once per device and
+remembered (:mod:`toolkit.devices.host_facts`); a connection whose SFTP start failed is closed at once and never
+used again, and a session channel that is refused, or whose connection closes while it opens, is tried once
+more on a fresh connection (the command has not started then) before it counts as a failure.
 
 Throughput: SFTP is opened with a large window so a 50 MB push is not window-bound; writes are pipelined, and
 each write request carries 64 KiB instead of paramiko's 32 KiB (``SFTP_WRITE_SIZE``). AES-GCM is offered first
@@ -42,10 +47,8 @@ import logging
 import os
 import select
 import socket
-import struct
-import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 from types import TracebackType
 from typing import Any
@@ -53,8 +56,10 @@ from typing import Any
 import paramiko
 
 from toolkit.devices.connection import Progress, quote_argv
+from toolkit.devices.host_facts import host_id, remember_sftp, sftp_known
 from toolkit.devices.spec import DeviceSpec, parse_spec
 from toolkit.devices.ssh_config import SshOptions, resolve
+from toolkit.devices.ssh_watch import _Watchdog, _WatchedSocket
 from toolkit.errors import (
     AuthRefused,
     DeviceError,
@@ -85,6 +90,14 @@ OUT_MARK = "__edgetk_out_8c1e__"  # printed before each command's own output: wh
 DEFAULT_KEYS = ("id_ed25519", "id_ecdsa", "id_ecdsa_sk", "id_ed25519_sk", "id_rsa", "id_dsa")
 
 
+def read_blocks(path: Path, offset: int = 0, size: int = 1 << 18) -> Iterator[bytes]:
+    """The bytes of ``path`` from ``offset`` on, in blocks of ``size``."""
+    with open(path, "rb") as handle:
+        handle.seek(offset)
+        while block := handle.read(size):
+            yield block
+
+
 class _Transport(paramiko.Transport):
     """paramiko's transport with the AES-GCM ciphers first (see the module docstring)."""
 
@@ -108,99 +121,6 @@ def _home_relative(path: str | os.PathLike[str]) -> str:
     text = str(path)
     home = str(Path.home())
     return "~" + text[len(home):] if text.startswith(home + os.sep) else text
-
-
-class _WatchedSocket:
-    """The transport's byte stream (a socket, a ProxyJump channel or a ProxyCommand) with the time of the last
-    byte received: the watchdog's clock."""
-
-    def __init__(self, inner: Any) -> None:
-        self.inner = inner
-        self.last_recv = time.monotonic()
-
-    def recv(self, n: int) -> bytes:
-        data: bytes = self.inner.recv(n)
-        if data:
-            self.last_recv = time.monotonic()
-        return data
-
-    def send(self, data: bytes) -> int:
-        return int(self.inner.send(data))
-
-    def settimeout(self, value: float | None) -> None:
-        self.inner.settimeout(value)
-
-    def close(self) -> None:
-        self.inner.close()
-
-    def peer_acks_within(self, seconds: float) -> bool | None:
-        """Whether the peer's kernel acknowledged TCP data within ``seconds`` (None: cannot tell, not a TCP
-        socket of ours). A frozen device's kernel still ACKs (zero-window probes, keepalives); a dead link not."""
-        if not isinstance(self.inner, socket.socket) or not hasattr(socket, "TCP_INFO"):
-            return None
-        try:
-            info = self.inner.getsockopt(socket.IPPROTO_TCP, socket.TCP_INFO, 104)
-        except OSError:
-            return None
-        if len(info) < 60:
-            return None
-        last_ack_recv_ms = struct.unpack_from("I", info, 56)[0]  # struct tcp_info.tcpi_last_ack_recv
-        return bool(last_ack_recv_ms < max(seconds, 0.5) * 1000)
-
-    def cut(self) -> None:
-        """Unblock every reader and writer at once (a blocked send on a full buffer included)."""
-        if isinstance(self.inner, socket.socket):
-            try:
-                self.inner.shutdown(socket.SHUT_RDWR)
-            except OSError:
-                pass
-        try:
-            self.inner.close()
-        except Exception:  # closing a dead stream must never raise
-            pass
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self.inner, name)
-
-
-class _Watchdog(threading.Thread):
-    """Keepalives with a bounded number of missed replies (see the module docstring)."""
-
-    def __init__(self, conn: SshConnection, transport: paramiko.Transport, stream: _WatchedSocket,
-                 interval: float, count_max: int) -> None:
-        super().__init__(name=f"edgetk-watchdog-{conn.name}", daemon=True)
-        self.conn = conn
-        self.transport = transport
-        self.stream = stream
-        self.interval = interval
-        self.count_max = count_max
-        self.done = threading.Event()
-        self._pinger: threading.Thread | None = None
-
-    def _ping(self) -> None:
-        try:  # any reply (OpenSSH answers "request failure") is a byte from the server
-            self.transport.global_request("keepalive@openssh.com", wait=True)
-        except Exception:  # a dying transport: the watchdog or the caller notices
-            pass
-
-    def run(self) -> None:
-        tick = min(1.0, self.interval / 2)
-        while not self.done.wait(tick):
-            if not self.transport.is_active():
-                return
-            silent = time.monotonic() - self.stream.last_recv
-            if silent >= self.interval * self.count_max:
-                what = f"no reply to {self.count_max} keepalives in {self.interval * self.count_max:.0f} s"
-                if self.stream.peer_acks_within(silent - 1.0) is False:
-                    self.conn._silent = what  # nothing acknowledged either: the link itself is gone
-                else:
-                    self.conn._stopped = what
-                self.stream.cut()
-                threading.Thread(target=self.transport.close, daemon=True).start()
-                return
-            if silent >= self.interval and (self._pinger is None or not self._pinger.is_alive()):
-                self._pinger = threading.Thread(target=self._ping, name="edgetk-keepalive", daemon=True)
-                self._pinger.start()
 
 
 class SshConnection:
@@ -617,35 +537,58 @@ class SshConnection:
 
     # ----------------------------------------------------------------------------------------- commands
 
-    def _exec(self, command: str, *, timeout: float | None, what: str, source: Path | None = None,
-              offset: int = 0, progress: Progress | None = None) -> tuple[int, bytes, bytes]:
-        """Run ``command`` through the login shell (stdout after the marker); stream ``source`` to its stdin."""
-        transport = self._transport()
+    def _open_command(self, command: str, what: str) -> tuple[paramiko.Transport, paramiko.Channel]:
+        """A session channel running ``command``. A channel the device refuses, or a connection that closes while
+        the channel opens, is tried once more on a fresh connection before it counts as a failure: the command
+        has not started then, and Dropbear sometimes ends a connection just when a channel opens (findings.md 6)."""
+        for attempt in (1, 2):
+            transport = self._transport()
+            try:
+                chan = transport.open_session(window_size=SFTP_WINDOW, max_packet_size=SFTP_MAX_PACKET,
+                                              timeout=self._timeout(self._resolve()))
+                chan.exec_command(f"printf %s {OUT_MARK}; {command}")
+                return transport, chan
+            except (paramiko.SSHException, EOFError, OSError) as exc:
+                failure = f"{type(exc).__name__}: {exc}".rstrip(".")
+                alive = transport.is_active()
+                if self._stopped or self._silent:
+                    raise self._dropped(f"opening a session for {what}: {failure}") from None
+                log.debug("%s: opening a session for %s failed (%s, attempt %d)", self.name, what, failure, attempt)
+                self.close()  # this connection only: the next attempt opens a fresh one
+        if alive:
+            raise DeviceError(f"{self.name}: the device refused a session for {what} on two connections ({failure}).",
+                              hint="Its SSH server may limit sessions (MaxSessions, MaxStartups) or be out of memory.")
+        raise self._dropped(f"the connection closed while opening a session for {what}, twice: {failure}")
+
+    def _exec(self, command: str, *, timeout: float | None, what: str, stdin: Iterable[bytes] | None = None,
+              total: int = 0, progress: Progress | None = None) -> tuple[int, bytes, bytes]:
+        """Run ``command`` through the login shell (stdout after the marker); stream the blocks of ``stdin`` to it
+        (``progress(sent, total)`` after each). A command that ends before taking all its input (it refused it)
+        keeps its answer: the rest is not sent."""
+        transport, chan = self._open_command(command, what)
         try:
-            chan = transport.open_session(window_size=SFTP_WINDOW, max_packet_size=SFTP_MAX_PACKET,
-                                          timeout=self._timeout(self._resolve()))
-            chan.exec_command(f"printf %s {OUT_MARK}; {command}")
-            if source is not None:
+            if stdin is not None:
                 chan.settimeout(UPLOAD_STALL_S)  # sendall waits for window space at most this long
-                total = source.stat().st_size - offset
                 sent = 0
-                with open(source, "rb") as handle:
-                    handle.seek(offset)
-                    while block := handle.read(1 << 18):
-                        try:
-                            chan.sendall(block)
-                        except TimeoutError:
-                            chan.close()
-                            raise DeviceTimeout(
-                                f"{self.name}: the device took no data for {UPLOAD_STALL_S:.0f} s ({what}).",
-                                hint="Its disk may be hung or very slow (an SD card failing?); check `dmesg`.",
-                            ) from None
-                        sent += len(block)
-                        if progress:
-                            progress(sent, total)
+                for block in stdin:
+                    try:
+                        chan.sendall(block)
+                    except TimeoutError:
+                        chan.close()
+                        raise DeviceTimeout(
+                            f"{self.name}: the device took no data for {UPLOAD_STALL_S:.0f} s ({what}).",
+                            hint="Its disk may be hung or very slow (an SD card failing?); check `dmesg`.",
+                        ) from None
+                    except (paramiko.SSHException, OSError):
+                        if transport.is_active() and (chan.closed or chan.eof_received or chan.exit_status_ready()):
+                            break  # the command ended early: its answer says why
+                        raise
+                    sent += len(block)
+                    if progress:
+                        progress(sent, total)
             chan.shutdown_write()
         except (paramiko.SSHException, EOFError, OSError) as exc:
-            raise self._dropped(f"{type(exc).__name__}: {exc}") from None
+            raise self._dropped(f"{what}: {type(exc).__name__}: {exc}") from None
         out: list[bytes] = []
         err: list[bytes] = []
         deadline = None if timeout is None else time.monotonic() + timeout
@@ -669,17 +612,24 @@ class SshConnection:
                         hint="Raise the timeout, or look at what hangs on the device.",
                     )
                 if not transport.is_active():
-                    raise self._dropped("no answer from the device")
+                    raise self._dropped(f"no answer from the device during {what}")
                 if not got:
                     select.select([chan], [], [], 0.05)
             status = chan.recv_exit_status()
         except (paramiko.SSHException, EOFError, OSError) as exc:
-            raise self._dropped(f"{type(exc).__name__}: {exc}") from None
+            raise self._dropped(f"{what}: {type(exc).__name__}: {exc}") from None
         finally:
             chan.close()
         if status == -1 and not transport.is_active():
-            raise self._dropped("the connection closed during a command")
+            raise self._dropped(f"the connection closed during {what}")
         return status, self._strip_noise(b"".join(out)), b"".join(err)
+
+    def stream(self, argv: Sequence[str], blocks: Iterable[bytes], *, total: int, progress: Progress | None = None,
+               timeout: float | None = None) -> CommandResult:
+        """Run ``argv`` with ``blocks`` as its standard input, on one channel (a push's framed stream of files)."""
+        status, out, err = self._exec("exec " + quote_argv(argv), timeout=timeout, what="sending the files",
+                                      stdin=blocks, total=total, progress=progress)
+        return CommandResult(status, out.decode("utf-8", "replace"), err.decode("utf-8", "replace"))
 
     def run(self, argv: Sequence[str], *, timeout: float | None = None) -> CommandResult:
         status, out, err = self._exec("exec " + quote_argv(argv), timeout=timeout,
@@ -688,26 +638,45 @@ class SshConnection:
 
     # ----------------------------------------------------------------------------------------- files
 
+    def _facts_key(self, transport: paramiko.Transport) -> str:
+        opts = self._resolve()
+        return host_id(opts.user, opts.hostname, opts.port, fingerprint(transport.get_remote_server_key()))
+
     def _sftp_client(self) -> paramiko.SFTPClient | None:
-        """SFTP, or None when it cannot start (a talking login shell corrupts its stream): use exec then."""
+        """SFTP, or None when it cannot start (no sftp-server, as with Dropbear; a talking login shell corrupts
+        its stream): files go over exec channels then. Whether it starts is asked once per device and remembered
+        (:mod:`toolkit.devices.host_facts`); after a failed start this connection is dropped and the next call
+        opens a fresh one, because Dropbear may end a connection whose SFTP request failed when the next channel
+        opens (findings.md section 6)."""
         if self._sftp is None and self._sftp_broken is None:
             transport = self._transport()
+            key = self._facts_key(transport)
+            if sftp_known(key) is False:
+                self._sftp_broken = "no SFTP server on the device (remembered)"
+                return None
             try:
                 sftp = paramiko.SFTPClient.from_transport(
                     transport, window_size=SFTP_WINDOW, max_packet_size=SFTP_MAX_PACKET
                 )
+                if sftp is None:
+                    raise paramiko.SSHException("no sftp subsystem")
             except (paramiko.SFTPError, paramiko.SSHException, EOFError, OSError) as exc:
-                if not transport.is_active():
-                    raise self._dropped(f"{type(exc).__name__}: {exc}") from None
+                if self._stopped or self._silent:
+                    raise self._dropped(f"starting SFTP: {type(exc).__name__}: {exc}") from None
                 self._sftp_broken = f"{type(exc).__name__}: {exc}"
+                if transport.is_active():
+                    remember_sftp(key, False)
                 log.debug("%s: SFTP cannot start (%s); files go over exec channels", self.name, exc)
+                self.close()  # never another channel on this connection: the next call opens a fresh one
                 return None
-            if sftp is None:
-                self._sftp_broken = "no sftp subsystem"
-                return None
+            remember_sftp(key, True)
             sftp.get_channel().settimeout(UPLOAD_STALL_S)  # per request and per window wait: a stalled write
             self._sftp = sftp
         return self._sftp
+
+    def sftp_available(self) -> bool:
+        """Whether files go over SFTP on this device (asked once per device, see ``_sftp_client``)."""
+        return self._sftp_client() is not None
 
     def put(self, local: Path, remote: str, *, progress: Progress | None = None, offset: int = 0) -> None:
         size = Path(local).stat().st_size
@@ -751,7 +720,8 @@ class SshConnection:
         script = ('umask 022; if [ "$2" -gt 0 ]; then cat >> "$1"; else cat > "$1"; fi && chmod 644 "$1" && '
                   'wc -c < "$1"')
         status, out, err = self._exec(quote_argv(["sh", "-c", script, "sh", remote, str(offset)]), timeout=None,
-                                      what=f"writing {remote}", source=local, offset=offset, progress=progress)
+                                      what=f"writing {remote}", stdin=read_blocks(local, offset), total=size - offset,
+                                      progress=progress)
         if status != 0:
             raise DeviceError(f"{self.name}: writing {remote} failed "
                               f"({err.decode('utf-8', 'replace').strip()[-200:] or f'exit {status}'}).")

@@ -216,6 +216,13 @@ def _inside(data: ReportData) -> str:
         parts.append("<h2>Loads (load + first inference)</h2>")
         parts.append(_table(("artifact", "device", "cold", "warm", "option", "before -> after"), rows,
                             css_id="loads"))
+    evaluated = plots.newest_with(checks, "evaluation")
+    if evaluated:
+        from toolkit.device_eval import table_row
+
+        parts.append("<h2>The eval set on the device</h2>")
+        parts.append(_table(("artifact", "device", "samples", "device vs labels", "float vs labels",
+                             "device vs float", "note"), [table_row(c) for c in evaluated], css_id="evaluation"))
     return "".join(parts)
 
 

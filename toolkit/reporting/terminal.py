@@ -140,6 +140,12 @@ def bundle_table(manifest: Manifest, reports: Sequence[CheckReport | Mapping[str
             inside += [f"  {data.get('artifact')} on {data.get('device')}:", *(f"  {line}" for line in extra)]
     if inside:
         lines += ["", "inside the runs (--profile / --throughput / --loads):", *inside]
+    evaluated = [_report_dict(r) for r in reports if _report_dict(r).get("evaluation")]
+    if evaluated:
+        from toolkit.device_eval import text as eval_text
+
+        lines += ["", "the eval set on the device (--eval):",
+                  *(f"  {d.get('device')}: {eval_text(str(d.get('artifact')), d['evaluation'])}" for d in evaluated)]
     return "\n".join(lines)
 
 

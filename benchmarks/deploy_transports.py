@@ -1,0 +1,168 @@
+"""Part of section ``deploy`` (issue 24): push speed against the plain copies a user would compare it with, on an
+OpenSSH device (SFTP) and on an embedded stand-in (Dropbear 2022.83, no sftp-server, busybox: pushes go as one
+framed stream on an exec channel), with 2 MB and 50 MB bundles.
+
+Per device and size, timed interleaved, each opening its own connection: ``edgetk push`` (all files missing:
+the version is removed before each round), ``ssh host 'cat > f' < f``, ``scp -O`` (the old SCP protocol, over an
+exec channel) and ``scp`` (SFTP; impossible on the Dropbear device). On the OpenSSH device the push is also
+timed with SFTP turned off (the stream Dropbear devices get). The raw copies move the artifact only; the push
+moves the whole bundle (the artifact plus about 100 kB: manifest, runner, golden data), takes the lock, hashes
+on the device and switches ``current``.
+"""
+
+from __future__ import annotations
+
+import io
+import shutil
+import statistics
+import subprocess
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from benchmarks.common import log, table, work_dir
+
+SIZES_MB = (2, 50)
+ROUNDS = 3
+PUSH = "edgetk push"
+STREAM = "edgetk push, SFTP off (one exec stream)"
+CAT = "ssh host 'cat > f' < f"
+SCP_O = "scp -O"
+SCP = "scp (SFTP)"
+
+
+def _bundle(size_mb: int) -> Path:
+    from tests.fixtures.bundles import make_big_onnx, write_bundle
+
+    path = work_dir() / "deploy" / f"transport-{size_mb}mb"
+    if not (path / "manifest.json").is_file():
+        shutil.rmtree(path, ignore_errors=True)
+        x = np.random.default_rng(1).standard_normal((4, 1, 16), dtype=np.float32)
+        write_bundle(path, files=[("model.fp32.onnx", make_big_onnx(size_mb, seed=size_mb))], golden_inputs=[x],
+                     name=f"transport-{size_mb}mb")
+    return path
+
+
+def _variants(device: Any, key: Path, known_hosts: Path, bundle_dir: Path, *, sftp: bool) -> dict[str, Callable[[], Any]]:
+    from toolkit import deployment
+    from toolkit.bundle import read_bundle
+    from toolkit.devices import open_connection
+    from toolkit.devices.spec import DeviceSpec
+
+    bundle = read_bundle(bundle_dir)
+    artifact = bundle_dir / "model.fp32.onnx"
+    spec = DeviceSpec(name=device.name, host="127.0.0.1", port=device.port, user=device.user,
+                      identity_file=str(key), known_hosts=str(known_hosts))
+    ssh_opts = ["-i", str(key), "-o", f"UserKnownHostsFile={known_hosts}", "-o", "StrictHostKeyChecking=yes",
+                "-o", "BatchMode=yes", "-o", "IdentitiesOnly=yes"]
+
+    def push(*, stream: bool) -> Any:
+        conn = open_connection(spec)
+        try:
+            device_ = deployment.Device(spec, conn)
+            try:
+                deployment.remove(device_, bundle.name)  # every file missing again
+            except Exception:  # noqa: BLE001, S110 - nothing installed yet
+                pass
+        finally:
+            conn.close()
+        conn = open_connection(spec)
+        if stream:
+            conn._sftp_broken = "turned off for the benchmark"  # type: ignore[attr-defined]
+        try:
+            begin = time.perf_counter()
+            deployment.push(deployment.Device(spec, conn), bundle, progress_stream=io.StringIO())
+            return time.perf_counter() - begin
+        finally:
+            conn.close()
+
+    def timed(argv: list[str], **kwargs: Any) -> float:
+        begin = time.perf_counter()
+        subprocess.run(argv, check=True, capture_output=True, **kwargs)
+        return time.perf_counter() - begin
+
+    def cat() -> float:
+        with open(artifact, "rb") as handle:
+            return timed(["ssh", "-p", str(device.port), *ssh_opts, f"{device.user}@127.0.0.1", "cat > raw_cat.bin"],
+                         stdin=handle)
+
+    def scp(legacy: bool) -> float:
+        return timed(["scp", *(["-O"] if legacy else []), "-q", "-P", str(device.port), *ssh_opts, str(artifact),
+                      f"{device.user}@127.0.0.1:raw_scp.bin"])
+
+    variants: dict[str, Callable[[], Any]] = {PUSH: lambda: push(stream=False)}
+    if sftp:
+        variants[STREAM] = lambda: push(stream=True)
+    variants[CAT] = cat
+    variants[SCP_O] = lambda: scp(True)
+    if sftp:
+        variants[SCP] = lambda: scp(False)
+    return variants
+
+
+def measure(openssh: Any, openssh_key: Path, openssh_known: Path) -> tuple[list[str], dict[str, Any]]:
+    """The subsection's markdown lines and headline figures (Dropbear skipped, and said so, without the packages)."""
+    from tests.fixtures.device_envs import DEVICE_REQUIREMENTS, ensure_env
+    from tests.fixtures.dropbear import BUSYBOX, DROPBEAR, _Farm
+    from tests.fixtures.sshd import _keygen
+
+    parts = ["### Push speed vs plain copies, OpenSSH and Dropbear devices (issue 24)", ""]
+    devices: list[tuple[str, Any, Path, Path, bool]] = [("OpenSSH (SFTP)", openssh, openssh_key, openssh_known, True)]
+    farm = None
+    if DROPBEAR.exists() and BUSYBOX.exists():
+        root = Path(tempfile.mkdtemp(prefix="edgetk-bench-dropbear-"))
+        root.chmod(0o755)
+        key = root / "client_key"
+        _keygen(key)
+        farm = _Farm(root, key, ensure_env("device", DEVICE_REQUIREMENTS))
+        dropbear = farm.make("dropbear", home_mb=400)
+        known = root / "known_hosts"
+        known.write_text(dropbear.known_hosts_line())
+        devices.append(("Dropbear 2022.83, no SFTP, busybox", dropbear, key, known, False))
+    else:
+        parts += ["Dropbear not measured: dropbear-bin and busybox-static are not installed.", ""]
+    headline: dict[str, Any] = {}
+    rows = []
+    try:
+        for size in SIZES_MB:
+            bundle_dir = _bundle(size)
+            artifact_mb = (bundle_dir / "model.fp32.onnx").stat().st_size / 1e6
+            for label, device, key, known, sftp in devices:
+                variants = _variants(device, key, known, bundle_dir, sftp=sftp)
+                log(f"transport: {label}, {size} MB, {ROUNDS} interleaved rounds of {', '.join(variants)}")
+                times: dict[str, list[float]] = {k: [] for k in variants}
+                for fn in variants.values():  # warm-up: page cache, the helper installed, the SFTP fact known
+                    fn()
+                for _ in range(ROUNDS):
+                    for name, fn in variants.items():
+                        times[name].append(float(fn()))
+                medians = {k: statistics.median(v) for k, v in times.items()}
+                reference = CAT if not sftp else SCP
+                for name, value in medians.items():
+                    rows.append([label, f"{artifact_mb:.0f} MB", name, f"{value:.2f} s",
+                                 f"{artifact_mb / value:.0f} MB/s", f"{medians[CAT] / value:.2f}x",
+                                 f"{medians[SCP_O] / value:.2f}x",
+                                 f"{medians[SCP] / value:.2f}x" if SCP in medians else "n/a"])
+                kind = "openssh" if sftp else "dropbear"
+                headline[f"{kind}_{size}mb_push_vs_{'scp' if sftp else 'ssh_cat'}"] = medians[reference] / medians[PUSH]
+                headline[f"{kind}_{size}mb_push_vs_scp_O"] = medians[SCP_O] / medians[PUSH]
+                if sftp:
+                    headline[f"{kind}_{size}mb_stream_vs_ssh_cat"] = medians[CAT] / medians[STREAM]
+    finally:
+        if farm is not None:
+            farm.close()
+    parts += [table(["device", "artifact", "how", "median wall time", "MB/s", "speed vs ssh cat",
+                     "vs scp -O", "vs scp (SFTP)"], rows), "",
+              (f"{ROUNDS} interleaved rounds after one warm-up round; every row opens its own connection and "
+               "authenticates (that is in the time). A ratio above 1 means the push is faster. Targets: a push over "
+               "exec (Dropbear) at least 0.8x `ssh cat`, a push over SFTP (OpenSSH) at least 0.8x `scp`. The push "
+               "also sends the rest of the bundle (about 100 kB), takes the device lock, checks every file's "
+               "sha256 on the device and switches `current`: at 2 MB that fixed cost (two device-side Python runs: "
+               "`begin`, then `receive` with `finish` on the Dropbear device or `finish` after the SFTP upload on "
+               "the OpenSSH one) is most of the time. Dropbear's receive "
+               "window (24 KiB, its default) bounds every copy on that device alike."), ""]
+    return parts, headline
