@@ -204,13 +204,16 @@ def specifier_for(min_version: str | None, max_version: str | None) -> str:
 
 
 def default_runtimes(profile: Any | None) -> tuple[str, ...]:
-    """The profile's first TFLite runtime plus onnxruntime and executorch when listed (installing two TFLite
-    runtimes side by side pulls conflicting numpy versions); litert + onnxruntime without a profile."""
+    """The profile's first TFLite runtime plus onnxruntime when listed (installing two TFLite runtimes side by
+    side pulls conflicting numpy versions); litert + onnxruntime without a profile. ``executorch`` only when asked
+    (``--runtime executorch``): it brings torch, and PyPI's aarch64 torch (2.14.1) pulls CUDA libraries, 3.2 GB
+    of wheels for an aarch64 device in all (measured), where a Pi needs the CPU build."""
     if profile is None:
         return FALLBACK_RUNTIMES
     names = list(profile.runtime_names)
     chosen = [n for n in names if n in TFLITE_RUNTIMES][:1]
-    chosen.extend(n for n in ("onnxruntime", "executorch") if n in names)
+    if "onnxruntime" in names:
+        chosen.append("onnxruntime")
     return tuple(chosen) or FALLBACK_RUNTIMES
 
 
