@@ -16,7 +16,7 @@ from tests.fixtures.cli import run_edgetk
 from tests.fixtures.runs import NO_GATES, private_home
 
 VERBS = ("convert", "deploy", "check", "run", "inspect", "rollback", "status", "remove", "probe", "setup", "optimize",
-         "quickstart", "history", "make_report", "list_targets", "show_target")
+         "quickstart", "history", "make_report", "list_targets", "show_target", "prune", "add_key")
 
 
 @pytest.mark.fast
@@ -37,11 +37,11 @@ def test_verbs_stay_functions_after_every_submodule_is_imported():
 def test_api_functions_are_keyword_only_after_their_subject():
     from toolkit import api
 
-    for name in ("convert", "deploy", "check", "run", "inspect", "rollback", "remove"):
+    for name in ("convert", "deploy", "check", "run", "inspect", "rollback", "remove", "prune"):
         params = list(pyinspect.signature(getattr(api, name)).parameters.values())
         positional = [p for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
         assert len(positional) <= 1, (name, positional)
-    for name in ("status", "probe"):
+    for name in ("status", "probe", "add_key"):
         params = pyinspect.signature(getattr(api, name)).parameters.values()
         assert all(p.kind == p.KEYWORD_ONLY for p in params), name
 
@@ -172,6 +172,7 @@ def test_json_of_the_api_equals_the_cli_for_every_verb(checked_bundle, deploy_bu
         (["status"], lambda inv, st: api.status(inventory=inv)),
         (["rollback", "front-door"], lambda inv, st: api.rollback("front-door", inventory=inv)),
         (["devices", "probe"], lambda inv, st: api.probe(inventory=inv)),
+        (["prune", "front-door"], lambda inv, st: api.prune("front-door", inventory=inv)),
         (["remove", "front-door"], lambda inv, st: api.remove("front-door", inventory=inv)),
     ]
     for argv, call in steps:

@@ -13,6 +13,7 @@ from toolkit.bundle import read_bundle
 from toolkit.deployment import Device, DeviceLock, push, remove, rollback, status, validate_name
 from toolkit.devices import DeviceSpec, open_connection, parse_spec
 from toolkit.errors import DeviceError, UsageError
+from toolkit.locks import LockHeld
 
 
 def _ssh_spec(dev, key, python=None):  # type: ignore[no-untyped-def]
@@ -111,22 +112,19 @@ def test_lock_serialises_deploys(local_home, deploy_bundle_factory):  # type: ig
     spec = DeviceSpec(name="local")
     with open_connection(spec) as conn:
         device = Device(spec, conn)
-        with DeviceLock(device, "locked"):
-            with pytest.raises(DeviceError, match="holds the lock"):
+        with DeviceLock(device, "locked", what="rollback"):
+            with pytest.raises(LockHeld, match=r"a rollback of locked from .* \(pid \d+\) has held the lock") as held:
                 push(device, bundle, lock_timeout=0.5)
+            assert "--break-lock" in (held.value.hint or "") and held.value.exit_code == 4
             results = []
             waiter = threading.Thread(target=lambda: results.append(push(device, bundle, lock_timeout=30)))
             waiter.start()
-            waiter.join(1.0)
+            waiter.join(1.5)
             assert waiter.is_alive()  # waiting for our lock
         waiter.join(30)
         assert results and results[0].version == bundle.version
-        # a stale lock (its deploy died) is broken after stale_lock_s
-        (local_home / ".edgetk" / "locks" / "locked").mkdir()
-        os.utime(local_home / ".edgetk" / "locks" / "locked", (0, 0))
-        assert push(device, bundle, stale_lock_s=60).version == bundle.version
-
-
+        assert results[0].lock.waited_for and "a rollback of locked" in results[0].lock.waited_for
+        assert results[0].lock.broke is None
 @pytest.mark.parametrize("name", ["", ".", "..", "a/b", "../x", ".hidden", "-rf", "a\nb"])
 def test_bad_bundle_names_refused(name):  # type: ignore[no-untyped-def]
     with pytest.raises(UsageError):

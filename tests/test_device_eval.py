@@ -1,9 +1,14 @@
 """The device proves accuracy (check --eval) and names the first diverging layer when its outputs differ.
 
-Real parts only: the trained digits CNN converted by the real pipeline (fp32 + INT8, TFLite and ONNX) with
-``--device-eval``, deployed to the ``local`` device and to a loopback OpenSSH device, run by the bundle's own
-runner. The broken artifacts are real INT8 artifacts whose second convolution's weight scale was multiplied by
-three (and the manifest re-hashed, as a faulty re-quantization would ship them).
+Real parts only: the trained digits CNN converted by the real pipeline with ``--device-eval`` (the shared
+``digits_bundle``; ``eval_bundle`` keeps its fp32 + INT8 artifacts, TFLite and ONNX), deployed to the ``local``
+device and to a loopback OpenSSH device, run by the bundle's own runner. The broken artifacts are real INT8
+artifacts whose second convolution's weight scale was multiplied by three (and the manifest re-hashed, as a
+faulty re-quantization would ship them, the ONNX copy with the layers exposed included).
+
+The eval set and the layer probes are verified by sha256 where they are read: a file changed on the device
+after the host pushed it is refused there, one changed in the bundle is refused on the host before any device
+is contacted, and a bundle whose manifest predates their record (schema 2) does not use them.
 """
 
 from __future__ import annotations
@@ -11,18 +16,20 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import numpy as np
 import pytest
 
-from tests.fixtures.bundles import copy_bundle
+from tests.fixtures.bundles import copy_bundle, subset_bundle
 from tests.test_gates_device import local  # noqa: F401 - the `local` device fixture (a private HOME)
+from toolkit import divergence
 from toolkit.bundle import read_bundle, sha256_file
 from toolkit.checking import GateOptions, check
 from toolkit.deployment import Device, push, version_dir
 from toolkit.devices.spec import DeviceSpec, parse_spec
-from toolkit.pipeline import ConvertOptions, ConvertResult, convert_bundle
 from toolkit.reporting.html import collect, render_html
 from toolkit.reporting.terminal import bundle_table
 from toolkit.store import Store
@@ -32,23 +39,13 @@ BROKEN_TFLITE_LAYER = ("digits_1/conv2d_1_2/Relu;digits_1/conv2d_1_2/BiasAdd;dig
                        "digits_1/conv2d_1_2/Squeeze1")
 
 
-@pytest.fixture(scope="session")
-def eval_bundle(digits_keras: Path, digits_calibration: Path, digits_eval: Path,
-                tmp_path_factory: pytest.TempPathFactory) -> ConvertResult:
-    return convert_bundle(
-        ConvertOptions(source=str(digits_keras), calibration=digits_calibration, eval_data=digits_eval,
-                       precisions=("fp32", "int8"), formats=("tflite", "onnx"), device_eval=497,
-                       out=tmp_path_factory.mktemp("eval") / "digits", use_cache=False),
-        progress=lambda message: None,
-    )
-
-
-def _rehash(bundle_dir: Path, artifact: str) -> None:
+def _rehash(bundle_dir: Path, name: str) -> None:
+    """Record ``name``'s new sha256 and size in the manifest (an artifact or an on-demand file)."""
     manifest = json.loads((bundle_dir / "manifest.json").read_text())
-    for record in manifest["artifacts"]:
-        if record["file"] == artifact:
-            record["sha256"] = sha256_file(bundle_dir / artifact)
-            record["bytes"] = (bundle_dir / artifact).stat().st_size
+    for record in [*manifest["artifacts"], *manifest["on_demand"]]:
+        if record["file"] == name:
+            record["sha256"] = sha256_file(bundle_dir / name)
+            record["bytes"] = (bundle_dir / name).stat().st_size
     (bundle_dir / "manifest.json").write_text(json.dumps(manifest, indent=2) + "\n")
 
 
@@ -65,6 +62,10 @@ def _break_onnx(bundle_dir: Path) -> None:
     init.CopyFrom(numpy_helper.from_array(numpy_helper.to_array(init) * np.float32(3.0), init.name))
     onnx.save(model, str(path))
     _rehash(bundle_dir, "model.int8.onnx")
+    probe = json.loads((bundle_dir / divergence.probe_name(path.name)).read_text())
+    divergence.with_outputs(path, [layer["tensor"] for layer in probe["layers"]],
+                            bundle_dir / divergence.debug_name(path.name))
+    _rehash(bundle_dir, divergence.debug_name(path.name))
 
 
 def _break_tflite(bundle_dir: Path) -> None:
@@ -83,10 +84,18 @@ def _break_tflite(bundle_dir: Path) -> None:
     _rehash(bundle_dir, "model.int8.tflite")
 
 
-def test_eval_set_runs_on_the_device_and_matches_the_host(eval_bundle: ConvertResult, local: Device,
+def test_eval_set_runs_on_the_device_and_matches_the_host(eval_bundle: Path, local: Device,
                                                           tmp_path: Path) -> None:
-    bundle = read_bundle(eval_bundle.bundle_dir)
+    bundle = read_bundle(eval_bundle)
     assert not any(f.path.startswith("eval/") or f.path.startswith("layers/") for f in bundle.files())  # deploy stays small
+    # ... but the manifest records every file of eval/ and layers/ with its sha256 and size
+    written = {p.relative_to(eval_bundle).as_posix(): p for d in ("eval", "layers")
+               for p in (eval_bundle / d).rglob("*") if p.is_file()}
+    assert {"eval/input_0.npy", "eval/reference.npz", "eval/labels.npy", "layers/model.int8.onnx.probe.json",
+            "layers/model.int8.onnx.float.npz", "layers/model.int8.onnx.debug.onnx",
+            "layers/model.int8.tflite.probe.json"} <= set(written)
+    assert {f.file: (f.sha256, f.bytes) for f in bundle.manifest.on_demand} == {
+        name: (sha256_file(path), path.stat().st_size) for name, path in written.items()}
     push(local, bundle)
     store = Store(tmp_path / "history.sqlite")
     reports = check(local, bundle, runs=3, warmup=0, gates=GateOptions(baseline="none"), evaluate=True,
@@ -109,7 +118,7 @@ def test_eval_set_runs_on_the_device_and_matches_the_host(eval_bundle: ConvertRe
     text = bundle_table(bundle.manifest, reports)
     assert "the eval set on the device (--eval):" in text
     assert "eval set on the device (497 samples" in text and "vs the float model" in text, text
-    page = render_html(collect(eval_bundle.bundle_dir, store=tmp_path / "history.sqlite"))
+    page = render_html(collect(eval_bundle, store=tmp_path / "history.sqlite"))
     assert "The eval set on the device" in page and 'id="evaluation"' in page
     # a chunk smaller than the set: the same outputs, read and written chunk by chunk
     vdir = Path(local.conn._path(version_dir(bundle.name, bundle.version)))  # type: ignore[attr-defined]
@@ -125,21 +134,25 @@ def test_eval_set_runs_on_the_device_and_matches_the_host(eval_bundle: ConvertRe
     assert np.array_equal(np.load(vdir / "a" / "output_0.npy"), np.load(vdir / "b" / "output_0.npy"))
 
 
-def test_eval_without_labels_reports_float_agreement_only(eval_bundle: ConvertResult, local: Device,
+def test_eval_without_labels_reports_float_agreement_only(eval_bundle: Path, local: Device,
                                                           tmp_path: Path) -> None:
-    bundle_dir = copy_bundle(eval_bundle.bundle_dir, tmp_path / "nolabels")
-    (bundle_dir / "eval" / "labels.npy").unlink()
+    bundle_dir = subset_bundle(eval_bundle, tmp_path / "nolabels", ("model.int8.tflite",))
+    (bundle_dir / "eval" / "labels.npy").unlink()  # as converted from eval data without labels
+    manifest = json.loads((bundle_dir / "manifest.json").read_text())
+    manifest["on_demand"] = [f for f in manifest["on_demand"] if f["file"] != "eval/labels.npy"]
+    (bundle_dir / "manifest.json").write_text(json.dumps(manifest, indent=2) + "\n")
     bundle = read_bundle(bundle_dir)
     push(local, bundle)
-    (report, *_) = check(local, bundle, runs=2, warmup=0, gates=GateOptions(baseline="none"), evaluate=True)
+    (report,) = check(local, bundle, runs=2, warmup=0, gates=GateOptions(baseline="none"), evaluate=True)
     result = report.evaluation
     assert result is not None and result["available"] and result["labels"] is False
     assert result["vs_labels"] is None and "no labels" in result["note"]
-    assert result["vs_float"]["top1_agreement"] is not None
+    host = bundle.manifest.artifact("model.int8.tflite").verification
+    assert host is not None and result["vs_float"]["top1_agreement"] == pytest.approx(host.top1_agreement, abs=1e-9)
 
 
-def test_broken_layer_is_named_on_local(eval_bundle: ConvertResult, local: Device, tmp_path: Path) -> None:
-    bundle_dir = copy_bundle(eval_bundle.bundle_dir, tmp_path / "broken")
+def test_broken_layer_is_named_on_local(eval_bundle: Path, local: Device, tmp_path: Path) -> None:
+    bundle_dir = copy_bundle(eval_bundle, tmp_path / "broken")
     _break_onnx(bundle_dir)
     _break_tflite(bundle_dir)
     bundle = read_bundle(bundle_dir)
@@ -161,9 +174,10 @@ def test_broken_layer_is_named_on_local(eval_bundle: ConvertResult, local: Devic
         assert "divergence" not in reports[artifact].gates.details
 
 
-@pytest.mark.ssh
-def test_eval_and_divergence_over_ssh(eval_bundle: ConvertResult, ssh_devices, ssh_client_key,  # type: ignore[no-untyped-def]
-                                      device_python: str, tmp_path: Path) -> None:
+@contextmanager
+def _ssh_device(ssh_devices, ssh_client_key, device_python: str,
+                tmp_path: Path) -> Iterator[Device]:
+    """The first loopback OpenSSH device, connected (its host key known, nothing else trusted)."""
     from toolkit.devices import open_connection
 
     (dev,) = ssh_devices(1)
@@ -172,11 +186,17 @@ def test_eval_and_divergence_over_ssh(eval_bundle: ConvertResult, ssh_devices, s
                       identity_file=str(ssh_client_key), python=device_python)
     known = tmp_path / "known_hosts"
     known.write_text(dev.known_hosts_line())
-    bundle_dir = copy_bundle(eval_bundle.bundle_dir, tmp_path / "broken")
+    with open_connection(spec, known_hosts=str(known)) as conn:
+        yield Device(spec, conn)
+
+
+@pytest.mark.ssh
+def test_eval_and_divergence_over_ssh(eval_bundle: Path, ssh_devices, ssh_client_key,
+                                      device_python: str, tmp_path: Path) -> None:
+    bundle_dir = subset_bundle(eval_bundle, tmp_path / "broken", ("model.int8.tflite", "model.int8.onnx"))
     _break_onnx(bundle_dir)
     bundle = read_bundle(bundle_dir)
-    with open_connection(spec, known_hosts=str(known)) as conn:
-        device = Device(spec, conn)
+    with _ssh_device(ssh_devices, ssh_client_key, device_python, tmp_path) as device:
         push(device, bundle)
         reports = {r.artifact: r for r in check(device, bundle, runs=2, warmup=0, gates=GateOptions(baseline="none"),
                                                  evaluate=True)}
@@ -191,7 +211,49 @@ def test_eval_and_divergence_over_ssh(eval_bundle: ConvertResult, ssh_devices, s
     assert bad["vs_float"]["max_abs_error"] > 2 * host.max_abs_error, (bad, host)
 
 
-def test_cli_check_eval(eval_bundle: ConvertResult, tiny_deploy_bundle: Path, tmp_path: Path) -> None:
+@pytest.mark.ssh
+def test_eval_input_and_layer_probe_changed_on_the_device_are_refused_there(
+        eval_bundle: Path, ssh_devices, ssh_client_key, device_python: str, tmp_path: Path) -> None:
+    """Files changed on the device after the host pushed them (a bad card, another hand) are refused by the
+    device's runner against its manifest, in plain words; the check fails; removing them (the hint) lets the
+    next check push the bundle's copy again."""
+    bundle_dir = subset_bundle(eval_bundle, tmp_path / "one", ("model.int8.onnx",))
+    _break_onnx(bundle_dir)  # its outputs differ: the check asks the device for the layers too
+    bundle = read_bundle(bundle_dir)
+    vdir = version_dir(bundle.name, bundle.version)
+    changed = ("eval/input_0.npy", divergence.debug_name("model.int8.onnx"))
+    with _ssh_device(ssh_devices, ssh_client_key, device_python, tmp_path) as device:
+        push(device, bundle)
+        for name in changed:
+            data = bytearray((bundle_dir / name).read_bytes())
+            data[-1] ^= 0x01  # one bit: still a loadable file
+            (tmp_path / "changed").write_bytes(bytes(data))
+            assert device.conn.run(["mkdir", "-p", f"{vdir}/{Path(name).parent}"]).ok
+            device.conn.put(tmp_path / "changed", f"{vdir}/{name}")
+        (report,) = check(device, bundle, runs=1, warmup=0, gates=GateOptions(baseline="none"), evaluate=True)
+        for name in changed:
+            assert device.conn.run(["rm", "-f", f"{vdir}/{name}"]).ok
+        (again,) = check(device, bundle, runs=1, warmup=0, gates=GateOptions(baseline="none"), evaluate=True)
+    evaluation = report.evaluation
+    assert evaluation is not None and evaluation["available"] is False and evaluation["refused"] is True
+    assert evaluation["note"].startswith("the device refused the eval set: eval/input_0.npy does not match its "
+                                         "sha256 in manifest.json"), evaluation
+    assert "Remove the file on the device" in evaluation["note"]
+    assert not report.gates.passed
+    assert any(f.startswith(f"model.int8.onnx: eval set refused on {report.device}: the device refused the eval "
+                            "set: eval/input_0.npy") for f in report.gates.failures), report.gates.failures
+    found = report.gates.details["divergence"]
+    assert found["available"] is False
+    assert found["note"].startswith("the device refused the layer probe: layers/model.int8.onnx.debug.onnx does not "
+                                    "match its sha256 in manifest.json"), found
+    # pushed again from the bundle's (verified) copy: the eval set runs, the layer is named
+    assert again.evaluation is not None and again.evaluation["available"], again.evaluation
+    assert again.evaluation["vs_labels"]["float_accuracy"] > 0.9
+    assert again.gates.details["divergence"]["first"]["layer"] == BROKEN_ONNX_LAYER
+    assert not any("eval set refused" in f for f in again.gates.failures)
+
+
+def test_cli_check_eval(eval_bundle: Path, tiny_deploy_bundle: Path, tmp_path: Path) -> None:
     """`edgetk deploy --check --eval` through the option machinery; --eval on a bundle without an eval set is
     refused before any device is contacted (exit 2, one JSON document with --json)."""
     from tests.fixtures.cli import assert_clean_error, run_edgetk
@@ -200,7 +262,20 @@ def test_cli_check_eval(eval_bundle: ConvertResult, tiny_deploy_bundle: Path, tm
     refused = run_edgetk("check", tiny_deploy_bundle, "--device", "local", "--eval", "--json", env=env)
     assert_clean_error(refused, 2, "carries no eval set", "--device-eval")
     assert "carries no eval set" in json.dumps(refused.json())
-    done = run_edgetk("deploy", eval_bundle.bundle_dir, "--device", "local", "--check", "--eval", "--runs", "2",
+    # an eval file changed in the bundle after conversion: refused on the host, before any device is contacted
+    changed = copy_bundle(eval_bundle, tmp_path / "changed")
+    np.save(changed / "eval" / "labels.npy", np.zeros(497, dtype=np.int64))
+    refused = run_edgetk("check", changed, "--device", "local", "--eval", env=env)
+    assert_clean_error(refused, 2, "eval/labels.npy", "does not match its sha256 in manifest.json", "edgetk convert")
+    # a bundle whose manifest predates the record (schema 2, no on_demand): its eval set is not used
+    old = copy_bundle(eval_bundle, tmp_path / "old")
+    manifest = json.loads((old / "manifest.json").read_text())
+    manifest["schema_version"] = 2
+    del manifest["on_demand"]
+    (old / "manifest.json").write_text(json.dumps(manifest, indent=2) + "\n")
+    refused = run_edgetk("check", old, "--device", "local", "--eval", env=env)
+    assert_clean_error(refused, 2, "eval set", "older edgetk", "Convert the bundle again")
+    done = run_edgetk("deploy", eval_bundle, "--device", "local", "--check", "--eval", "--runs", "2",
                       "--baseline", "none", "--json", env=env)
     assert done.code in (0, 1), done.stderr  # 1: a gate of the profile (placement) may fail; not our business
     reports = done.json()["devices"][0]["reports"]

@@ -13,24 +13,7 @@ from toolkit.errors import UsageError
 from toolkit.inspection import inspect_model
 from toolkit.pipeline import ConvertOptions, ConvertResult, bundle_name, convert_bundle
 
-ALL = ("fp32", "fp16", "dynamic", "int8")
-
-
-@pytest.fixture(scope="session")
-def digits_bundle(digits_keras, digits_calibration, digits_eval, tmp_path_factory) -> ConvertResult:
-    out = tmp_path_factory.mktemp("bundles") / "digits"
-    return convert_bundle(
-        ConvertOptions(
-            source=str(digits_keras),
-            calibration=digits_calibration,
-            eval_data=digits_eval,
-            precisions=ALL,
-            formats=("tflite", "onnx"),
-            out=out,
-            use_cache=False,
-        ),
-        progress=lambda message: None,
-    )
+ALL = ("fp32", "fp16", "dynamic", "int8")  # what digits_bundle (tests/fixtures/bundles.py) converts, both formats
 
 
 def test_manifest_follows_the_contract(digits_bundle: ConvertResult) -> None:

@@ -460,15 +460,18 @@ def _bundle_task(
     compress: bool = False,
     progress_stream: TextSink | None,
     rollout: RolloutOptions | None = None,
+    break_lock: bool = False,
+    prune: bool = False,
 ) -> FleetReport:
     from toolkit.rollout import prepare_job
 
     job = prepare_job(bundle_path, install=install, check=check, force=force, compress=compress,
-                      **as_keywords(checking))
+                      break_lock=break_lock, prune=prune, **as_keywords(checking))
     stream = progress_stream if progress_stream is not None else _Null()
     if rollout is not None and rollout.waves:
         from toolkit.devices.fleet import FleetResult
-        from toolkit.rollout import FailureLimit, WavePlan, deploy_in_waves
+        from toolkit.rollout import deploy_in_waves
+        from toolkit.waves import FailureLimit, WavePlan
 
         def run_on(batch: Sequence[DeviceSpec], task: Callable[[Any, DeviceSpec], Any]) -> FleetResult[Any]:
             return FleetResult(tuple(o for _, o in _Selection(tuple(batch), selection.options).run(task)))
@@ -485,18 +488,21 @@ def _bundle_task(
 
 @with_option_keywords(DeviceOptions, CheckOptions, RolloutOptions)
 def deploy(bundle: PathLike, *, check: bool = False, force: bool = False, compress: bool = False,
-           progress_stream: TextSink | None = sys.stderr, **options: Any) -> FleetReport:
+           break_lock: bool = False, prune: bool = False, progress_stream: TextSink | None = sys.stderr,
+           **options: Any) -> FleetReport:
     """``edgetk deploy``: push the bundle to every device, verify it there, make it current; ``check=True``
     checks it right after; ``compress=True`` sends files gzip-compressed where that pays; ``force=True``
-    deploys to a device of another arch than the bundle's target. Upload progress goes to ``progress_stream``
-    (None: quiet). ``options``: the device selection and check options (:mod:`toolkit.options`)."""
+    deploys to a device of another arch than the bundle's target; ``break_lock=True`` breaks the bundle's lock
+    whoever holds it; ``prune=True`` removes old versions (never the current or rollback target) when the
+    disk is short. Upload progress goes to ``progress_stream`` (None: quiet). ``options``: the device selection
+    and check options (:mod:`toolkit.options`)."""
     device_values, check_values, rollout_values = split_keywords("deploy", options, DeviceOptions, CheckOptions,
                                                                  RolloutOptions)
     checking = build(CheckOptions, check_values)
     rollout = build(RolloutOptions, rollout_values)
     selection = _select(build(DeviceOptions, device_values))
     return _bundle_task(bundle, selection, checking, install=True, check=check, force=force, compress=compress,
-                        progress_stream=progress_stream, rollout=rollout)
+                        progress_stream=progress_stream, rollout=rollout, break_lock=break_lock, prune=prune)
 
 
 @with_option_keywords(DeviceOptions, CheckOptions)
@@ -517,11 +523,11 @@ def _simple(caller: str, options: Mapping[str, Any], action: Callable[[Any], Map
 
 
 @with_option_keywords(DeviceOptions)
-def rollback(name: str, **options: Any) -> FleetReport:
+def rollback(name: str, *, break_lock: bool = False, **options: Any) -> FleetReport:
     """``edgetk rollback``: bundle ``name``'s ``current`` back to the previous version on every device."""
     from toolkit.deployment import rollback as do_rollback
 
-    return _simple("rollback", options, lambda device: do_rollback(device, name))
+    return _simple("rollback", options, lambda device: do_rollback(device, name, break_lock=break_lock))
 
 
 @with_option_keywords(DeviceOptions)
@@ -533,11 +539,22 @@ def status(**options: Any) -> FleetReport:
 
 
 @with_option_keywords(DeviceOptions)
-def remove(name: str, **options: Any) -> FleetReport:
+def remove(name: str, *, break_lock: bool = False, **options: Any) -> FleetReport:
     """``edgetk remove``: delete bundle ``name`` (every version) from every device."""
     from toolkit.deployment import remove as do_remove
 
-    return _simple("remove", options, lambda device: do_remove(device, name))
+    return _simple("remove", options, lambda device: do_remove(device, name, break_lock=break_lock))
+
+
+@with_option_keywords(DeviceOptions)
+def prune(name: str, *, keep: int = 2, break_lock: bool = False, **options: Any) -> FleetReport:
+    """``edgetk prune``: remove old versions of bundle ``name`` on every device, keeping the current version and
+    the ``keep - 1`` installed before it, always the rollback target (``data``: removed, kept, freed_bytes)."""
+    from toolkit.deployment import prune as do_prune
+
+    if keep < 1:
+        raise UsageError(f"--keep must be at least 1, got {keep}.", hint="The current version is always kept.")
+    return _simple("prune", options, lambda device: do_prune(device, name, keep=keep, break_lock=break_lock))
 
 
 @with_option_keywords(DeviceOptions)
@@ -577,6 +594,27 @@ def setup(*, runtimes: Sequence[str] = (), offline: bool = False, venv: str | No
 
     outcomes = selection.run(task)
     return FleetReport(tuple(_result(s, o, gated=False) for s, o in outcomes))
+
+
+@with_option_keywords(DeviceOptions)
+def add_key(*, public_key: PathLike | None = None, password_file: PathLike | None = None,
+            password_env: str | None = None, ask: Callable[[], str] | None = None, **options: Any) -> FleetReport:
+    """``edgetk devices add-key``: install the user's public key on every device over a password login, then prove
+    a key login works; host keys are checked and recorded as ``devices probe --trust-new-host`` does.
+
+    ``public_key``: the .pub file (default: the device's IdentityFile, else ~/.ssh/id_*.pub). The password, one
+    for the whole fleet, comes from ``password_file`` (its first line), else the environment variable named
+    ``password_env``, else ``ask()`` (a terminal prompt); it is never logged or stored (``data["add_key"]``).
+    """
+    from toolkit.devices.first_boot import add_keys
+
+    (device_values,) = split_keywords("add_key", options, DeviceOptions)
+    chosen = build(DeviceOptions, device_values)
+    specs = _select(chosen).specs
+    outcomes = add_keys(specs, public_key=public_key, password_file=password_file, password_env=password_env,
+                        ask=ask, trust_new_host=chosen.trust_new_host, known_hosts=chosen.known_hosts,
+                        parallel=chosen.parallel)
+    return FleetReport(tuple(_result(s, o, gated=False) for s, o in zip(specs, outcomes)))
 
 
 def _venv_path(text: str) -> str:
@@ -676,6 +714,7 @@ def run(
     source: PathLike,
     *,
     deploy_force: bool = False,
+    break_lock: bool = False,
     progress: Progress | None = None,
     progress_stream: TextSink | None = sys.stderr,
     config: Mapping[str, Any] | None = None,
@@ -700,7 +739,7 @@ def run(
     names = ", ".join(s.name for s in selection.specs)
     _enter(progress, "deploy", f"deploying {converted.manifest.name} to {names}")
     deployed = _bundle_task(converted.bundle_dir, selection, checking, install=True, check=False,
-                            force=deploy_force, progress_stream=progress_stream)
+                            force=deploy_force, progress_stream=progress_stream, break_lock=break_lock)
     if not deployed.passed:
         return RunResult(converted, deployed, None, dict(config or {}))
     _enter(progress, "check", f"checking {converted.manifest.name} on {names}")

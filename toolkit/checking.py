@@ -32,7 +32,7 @@ from typing import Any
 from toolkit.bundle import Bundle
 from toolkit.deployment import Device, installed_version, version_dir
 from toolkit.errors import DeviceError, ToolkitError, UsageError
-from toolkit.policy import CheckPolicy, PlacementExpectation, RegressionPolicy
+from toolkit.policy import CheckPolicy, GateOptions, PlacementExpectation, RegressionPolicy
 from toolkit.regression import RegressionVerdict, confirmed, decide
 from toolkit.store import Store, StoredCheck
 from toolkit.types import CheckReport, GateResult, LatencyStats
@@ -42,23 +42,6 @@ CHECK_TIMEOUT_S = 900.0
 NO_POLICY = ("the bundle carries no check policy (built by an older edgetk): its target's latency budget and "
              "placement expectations are unknown and the regression gate uses the default thresholds; rebuild it "
              "with `edgetk convert`, or pass --budget-ms")
-
-
-@dataclass(frozen=True)
-class GateOptions:
-    """The user's overrides of the bundle's check policy (``--budget-ms``, ``--baseline``, ``--regression-pct``)."""
-
-    budget_ms: float | None = None
-    baseline: str = "last"  # "last" | "none" | CHECK_ID
-    regression_pct: float | None = None  # replaces the policy's regression.min_slowdown_pct
-
-    def __post_init__(self) -> None:
-        if self.budget_ms is not None and self.budget_ms <= 0:
-            raise UsageError(f"--budget-ms must be positive, got {self.budget_ms}.")
-        if self.regression_pct is not None and self.regression_pct < 0:
-            raise UsageError(f"--regression-pct must be 0 or more, got {self.regression_pct}.")
-        if not self.baseline:
-            raise UsageError("--baseline needs a value: last, none or a CHECK_ID.")
 
 
 @dataclass(frozen=True)
@@ -423,7 +406,7 @@ def on_device_accuracy(device: Device, bundle: Bundle, vdir: str, reports: list[
             results = device_eval.evaluate(device, bundle, vdir, ran) if ran else {}
         except ToolkitError as exc:
             results = {a: {"available": False, "note": exc.message} for a in ran}
-        out = [replace(r, evaluation=results.get(r.artifact)) for r in out]
+        out = [device_eval.attach(r, results.get(r.artifact)) for r in out]
     return out
 
 

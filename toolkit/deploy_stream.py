@@ -16,15 +16,20 @@ import json
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import Any, Protocol
 
 from toolkit.devices.connection import Progress
 from toolkit.types import CommandResult
 
-if TYPE_CHECKING:
-    from toolkit.deployment import Device
-
 BLOCK = 1 << 18
+
+
+class Device(Protocol):
+    """What a push needs of ``toolkit.deployment.Device``: the helper's command line and its answer."""
+
+    def helper_argv(self, command: str, *args: str) -> list[str]: ...
+
+    def answer(self, command: str, result: CommandResult) -> dict[str, Any]: ...
 
 
 class Streams(Protocol):

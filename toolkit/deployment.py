@@ -8,12 +8,13 @@ of milliseconds each), so a push makes exactly two, with the SFTP upload between
 ``begin``
   1. probes the device (arch, free disk; kept as ``Device.info()`` for the rest of the session) and refuses a
      bundle built for another arch (exit 2) unless ``force``, before anything is locked or written;
-  2. takes the device-side lock ``~/.edgetk/locks/<name>`` (atomic mkdir; a lock whose holder process is gone,
-     or older than ``stale_lock_s``, is broken), so two deploys of one bundle to one device run one after the
-     other; any failure after this point releases the lock before the helper exits;
+  2. takes the device-side lock ``~/.edgetk/locks/<name>`` (atomic mkdir; broken only when its holder is
+     provably gone, never by age: :mod:`toolkit.locks`), so two deploys of one bundle to one device run one
+     after the other, the waiting one saying whom it waits for; any failure after this point releases the lock
+     before the helper exits;
   3. prepares ``~/.edgetk/bundles/<name>/<version>/``: files already there with the right sha256, or found
      with that sha256 in another installed version (hard-linked), are not sent; refuses early when the disk
-     cannot hold what is left.
+     cannot hold what is left (with ``prune``, old versions go first, never the current or rollback target).
 upload
   4. the rest, with progress on stderr; a file whose upload was cut short is resumed from where it stopped
      when the bytes already there are a prefix of it (the device hashes them, the host compares); a failed
@@ -61,7 +62,9 @@ from toolkit.deploy_wire import compress_files, resume_offsets
 from toolkit.devices.connection import Connection
 from toolkit.devices.spec import DeviceSpec
 from toolkit import device_side
+from toolkit import locks
 from toolkit.errors import DeviceDiskFull, DeviceError, DeviceShellNoise, LinkDropped, UsageError
+from toolkit.locks import LOCK_TIMEOUT_S, DeviceLock
 from toolkit.platform import accepted_arches, normalize_arch
 from toolkit.types import CommandResult
 
@@ -289,10 +292,9 @@ class HelperRefused(DeviceError):
         self.data = data
         message = f"{device}: {str(data.get('error')).rstrip('.')}."
         hints = {
-            "disk_full": "Free space on the device (or remove old bundles with `edgetk remove`), then re-run.",
+            "disk_full": f"Remove old versions and keep the current one: edgetk prune {data.get('name') or 'NAME'} "
+            f"--device {device} (or re-run the deploy with --prune); `edgetk status` lists what is installed.",
             "integrity": "Re-run the deploy: files with a wrong hash are sent again.",
-            "locked": "Another deploy is running; wait for it, or remove ~/.edgetk/locks/<name> on the device "
-            "if that deploy died.",
         }
         super().__init__(message, hint=hints.get(self.kind))
 
@@ -364,6 +366,9 @@ class PushResult:
     files_compressed: int = 0  # files sent gzip-compressed (compress=True, where it paid)
     bytes_uncompressed: int = 0  # what the sent files hold once inflated (== bytes_sent without compression)
     warnings: tuple[str, ...] = ()  # told at once on stderr too (e.g. the device's python has no numpy)
+    lock: locks.LockNote = locks.LockNote()  # whom this push waited for, which dead holder's lock it broke
+    previous_by: str | None = None  # who installed the version this push replaced ("host (pid N)")
+    pruned: tuple[str, ...] = ()  # old versions deploy --prune removed to make room
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -372,7 +377,8 @@ class PushResult:
             "bytes_sent": self.bytes_sent, "seconds": round(self.seconds, 3), "previous": self.previous,
             "removed": list(self.removed), "bytes_resumed": self.bytes_resumed,
             "files_compressed": self.files_compressed, "bytes_uncompressed": self.bytes_uncompressed,
-            "warnings": list(self.warnings),
+            "warnings": list(self.warnings), "lock": self.lock.to_dict(), "previous_by": self.previous_by,
+            "pruned": list(self.pruned),
         }
 
 
@@ -392,37 +398,15 @@ def _arch_refused(bundle: Bundle, device: Device, arch: str) -> UsageError:
     )
 
 
-class DeviceLock:
-    """``~/.edgetk/locks/<name>`` on the device, taken with an atomic mkdir, released by its token."""
-
-    def __init__(self, device: Device, name: str, *, timeout: float = 300.0, stale_after: float = 900.0) -> None:
-        self.device = device
-        self.name = validate_name(name)
-        self.timeout = timeout
-        self.stale_after = stale_after
-        self.token = uuid.uuid4().hex
-
-    def __enter__(self) -> DeviceLock:
-        self.device.helper(
-            "lock", self.name, str(self.timeout), str(self.stale_after), self.token, timeout=self.timeout + 60
-        )
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        try:
-            self.device.helper("unlock", self.name, self.token)
-        except DeviceError:
-            pass  # a dead link: the lock goes stale and the next deploy breaks it
-
-
 def push(
     device: Device,
     bundle: Bundle,
     *,
     force: bool = False,
     keep: int = KEEP_VERSIONS,
-    lock_timeout: float = 300.0,
-    stale_lock_s: float = 900.0,
+    lock_timeout: float = LOCK_TIMEOUT_S,
+    break_lock: bool = False,
+    prune: bool = False,
     progress_stream: TextIO | None = None,
     compress: bool = False,
 ) -> PushResult:
@@ -431,6 +415,8 @@ def push(
     With ``compress``, a file is sent gzip-compressed when that saves at least ``deploy_wire.COMPRESS_MIN_SAVING`` of it
     (and the device's Python has zlib); the device inflates it and ``finish`` verifies the sha256 of the
     inflated file, as for any other. ``bytes_sent`` then counts the compressed bytes that crossed the link.
+    ``break_lock`` breaks the bundle's lock whoever holds it; ``prune`` removes old versions (never the current
+    one or the rollback target) when the disk cannot hold the new one (see :mod:`toolkit.locks`).
     """
     name = validate_name(bundle.name)
     started = time.perf_counter()
@@ -442,12 +428,14 @@ def push(
     token = uuid.uuid4().hex
     arches = [] if force else accepted_arches(bundle.manifest.target_arch)
     streams = streaming(device.conn)  # no SFTP there: the files go as one stream that the device hashes itself
+    asked = locks.request("deploy", version=bundle.version, break_lock=break_lock, prune=prune)
     try:
         # follow: the device hashes files sent as they are while they arrive (not compressed or streamed ones)
-        plan = device.helper("begin", name, bundle.version, listing, str(lock_timeout), str(stale_lock_s), token,
-                             json.dumps(arches), "0" if compress or streams else "1",
-                             device.spec.python or (sys.executable if device.spec.is_local else ""),
-                             timeout=lock_timeout + HELPER_TIMEOUT_S)
+        plan, lock = locks.acquire(device, name, lambda wait: device.helper(
+            "begin", name, bundle.version, listing, str(wait), asked, token, json.dumps(arches),
+            "0" if compress or streams else "1",
+            device.spec.python or (sys.executable if device.spec.is_local else ""),
+            timeout=wait + HELPER_TIMEOUT_S), timeout=lock_timeout, stream=progress_stream)
     except HelperRefused as refused:
         if refused.kind == "arch":
             raise _arch_refused(bundle, device, str(refused.data.get("arch"))) from None
@@ -514,7 +502,8 @@ def push(
         bytes_sent=sent, seconds=time.perf_counter() - started, previous=done.get("previous"),
         removed=tuple(done.get("removed", [])), bytes_resumed=sum(offsets.values()),
         files_compressed=len(packed), bytes_uncompressed=sum(sizes[m] - offsets.get(m, 0) for m in missing),
-        warnings=tuple(warnings),
+        warnings=tuple(warnings), lock=lock, previous_by=_by(done.get("previous_by")),
+        pruned=tuple((plan.get("pruned") or {}).get("removed", [])),
     )
 
 
@@ -553,7 +542,8 @@ def _abort_after_write_error(device: Device, name: str, version: str, token: str
         raise DeviceDiskFull(
             f"{device.spec.name}: the device's disk is full ({int(free) / 1e6:.1f} MB free); the partial upload was "
             "removed and the current version is untouched.",
-            hint="Free space on the device (or `edgetk remove` old bundles), then re-run the deploy.",
+            hint=f"Remove old versions and keep the current one: edgetk prune {name} --device {device.spec.name}, "
+            "then re-run the deploy (or deploy --prune).",
         ) from None
     raise DeviceError(
         f"{exc.message} The partial upload was removed; the current version is untouched.", hint=exc.hint
@@ -563,20 +553,31 @@ def _abort_after_write_error(device: Device, name: str, version: str, token: str
 # --------------------------------------------------------------------------------------------- the rest
 
 
-def rollback(device: Device, name: str) -> dict[str, Any]:
+def rollback(device: Device, name: str, *, break_lock: bool = False) -> dict[str, Any]:
     """``current`` back to the previous installed version, after verifying that version's files."""
-    with DeviceLock(device, name):
+    with DeviceLock(device, validate_name(name), what="rollback", break_lock=break_lock):
         return device.helper("rollback", validate_name(name))
 
 
 def status(device: Device) -> dict[str, Any]:
-    """``{"bundles": {name: {"current": version, "versions": [{"version", "installed_at"}]}}}``."""
+    """``{"bundles": {name: {"current": version, "versions": [{"version", "installed_at", "by"}]}}}``."""
     return device.helper("status")
 
 
-def remove(device: Device, name: str) -> dict[str, Any]:
-    with DeviceLock(device, name):
+def remove(device: Device, name: str, *, break_lock: bool = False) -> dict[str, Any]:
+    with DeviceLock(device, validate_name(name), what="remove", break_lock=break_lock):
         return device.helper("remove", validate_name(name))
+
+
+def prune(device: Device, name: str, *, keep: int = 2, break_lock: bool = False) -> dict[str, Any]:
+    """Remove old versions of ``name``: keep the current one and the ``keep - 1`` installed before it, always the
+    rollback target (``{"current", "rollback_target", "removed", "kept", "freed_bytes"}``)."""
+    with DeviceLock(device, validate_name(name), what="prune", break_lock=break_lock):
+        return device.helper("prune", validate_name(name), str(int(keep)))
+
+
+def _by(by: Any) -> str | None:
+    return f"{by.get('host')} (pid {by.get('pid')})" if isinstance(by, dict) and by.get("host") else None
 
 
 def installed_version(device: Device, name: str) -> str | None:

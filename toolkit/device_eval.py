@@ -17,7 +17,9 @@ reported, and the result says so.
 
 from __future__ import annotations
 
+import dataclasses
 import json
+import re
 import tempfile
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -25,32 +27,49 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from toolkit import on_demand
 from toolkit.bundle import Bundle, load_npz, save_npz
-from toolkit.errors import DeviceError, UsageError
+from toolkit.errors import UsageError
 
 if TYPE_CHECKING:
     from toolkit.deployment import Device
-    from toolkit.types import ArtifactRecord, Verification
+    from toolkit.types import ArtifactRecord, CheckReport, Verification
 
 EVAL_DIR = "eval"
 EVAL_REFERENCE = f"{EVAL_DIR}/reference.npz"
 EVAL_LABELS = f"{EVAL_DIR}/labels.npy"
+INPUT = re.compile(rf"{EVAL_DIR}/input_(\d+)\.npy")
 EVAL_TIMEOUT_S = 1800.0
 NO_LABELS = "the eval data has no labels (key y): reported is the agreement with the float model only"
 
 
-def input_files(bundle: Path) -> list[str]:
-    """The bundle's eval inputs (bundle-relative), in input order; empty when it carries no eval set."""
-    folder = bundle / EVAL_DIR
-    names = sorted(folder.glob("input_*.npy"), key=lambda p: int(p.stem.split("_")[1])) if folder.is_dir() else []
-    return [f"{EVAL_DIR}/{p.name}" for p in names]
+def input_files(bundle: Bundle) -> list[str]:
+    """The eval inputs the manifest records (bundle-relative), in input order; empty when it records none."""
+    indexed = [(int(m.group(1)), f.file) for f in bundle.manifest.on_demand if (m := INPUT.fullmatch(f.file))]
+    return [name for _, name in sorted(indexed)]
+
+
+def missing_note(bundle: Bundle) -> str | None:
+    """Why the bundle's eval set cannot be used (None: it can): there is none, or its manifest predates it."""
+    if input_files(bundle) and on_demand.recorded(bundle, EVAL_REFERENCE):
+        return None
+    if (bundle.path / EVAL_DIR).is_dir():
+        return f"the bundle's eval set {on_demand.UNRECORDED}: convert again to check it on a device"
+    return "the bundle carries no eval set: convert with --device-eval N to add one"
 
 
 def require_eval_set(bundle: Bundle) -> None:
-    """Refuse ``--eval`` for a bundle that carries no eval set, before any device is contacted."""
-    if not input_files(bundle.path) or not (bundle.path / EVAL_REFERENCE).is_file():
+    """Refuse ``--eval`` for a bundle without a usable eval set, or whose eval files do not match their
+    sha256, before any device is contacted."""
+    if missing_note(bundle) is not None:
+        if (bundle.path / EVAL_DIR).is_dir():
+            raise UsageError(f"--eval: the eval set of the bundle {bundle.path} {on_demand.UNRECORDED}.",
+                             hint=on_demand.CONVERT_AGAIN)
         raise UsageError(f"--eval: the bundle {bundle.path} carries no eval set.",
                          hint="Convert it with --device-eval N (N held-out samples go into its eval/ folder).")
+    for ref in bundle.manifest.on_demand:
+        if ref.file.startswith(f"{EVAL_DIR}/"):
+            on_demand.verified(bundle, ref.file)
 
 
 def write_eval_set(staging: Path, *, feeds: Sequence[Mapping[str, np.ndarray]], input_names: Sequence[str],
@@ -109,33 +128,18 @@ def summary(verification: Verification, *, labels: bool) -> dict[str, Any]:
     }
 
 
-def push_inputs(device: Device, bundle: Bundle, vdir: str) -> list[str]:
-    """Put the bundle's eval inputs into the installed version's folder (once); their bundle paths."""
-    names = input_files(bundle.path)
-    missing = [n for n in names if not device.conn.exists(f"{vdir}/{n}")]
-    if missing:
-        made = device.conn.run(["mkdir", "-p", f"{vdir}/{EVAL_DIR}"], timeout=60)
-        if not made.ok:
-            raise DeviceError(f"{device.spec.name}: cannot create {vdir}/{EVAL_DIR} ({made.stderr.strip()[-200:]}).")
-        for name in missing:  # a temp name, then a rename: an interrupted push leaves no short file behind
-            device.conn.put(bundle.path / name, f"{vdir}/{name}.part")
-            moved = device.conn.run(["mv", "-f", f"{vdir}/{name}.part", f"{vdir}/{name}"], timeout=60)
-            if not moved.ok:
-                raise DeviceError(f"{device.spec.name}: cannot write {vdir}/{name} ({moved.stderr.strip()[-200:]}).")
-    return names
-
-
 def evaluate(device: Device, bundle: Bundle, vdir: str, artifacts: Sequence[str], *,
              timeout: float = EVAL_TIMEOUT_S) -> dict[str, dict[str, Any]]:
     """Per artifact: the eval set run on the device and scored here (``{"available": False, "note"}`` when the
-    bundle carries no eval set or the artifact could not run it)."""
-    if not input_files(bundle.path) or not (bundle.path / EVAL_REFERENCE).is_file():
-        note = "the bundle carries no eval set: convert with --device-eval N to add one"
+    bundle has no usable eval set or the artifact could not run it; ``"refused": True`` as well when the device
+    refused an eval input whose sha256 is not the manifest's)."""
+    note = missing_note(bundle)
+    if note is not None:
         return {a: {"available": False, "note": note} for a in artifacts}
-    push_inputs(device, bundle, vdir)
-    reference = load_npz(bundle.path / EVAL_REFERENCE)
-    labels_path = bundle.path / EVAL_LABELS
-    labels = np.load(labels_path, allow_pickle=False) if labels_path.is_file() else None
+    on_demand.push(device, bundle, vdir, input_files(bundle))
+    reference = load_npz(on_demand.verified(bundle, EVAL_REFERENCE))
+    labels = (np.load(on_demand.verified(bundle, EVAL_LABELS), allow_pickle=False)
+              if on_demand.recorded(bundle, EVAL_LABELS) else None)
     runner = bundle.manifest.runner.file if bundle.manifest.runner else "edgetk_runner.py"
     records = {a.file: a for a in bundle.manifest.artifacts}
     results: dict[str, dict[str, Any]] = {}
@@ -149,8 +153,12 @@ def evaluate(device: Device, bundle: Bundle, vdir: str, artifacts: Sequence[str]
             doc = None
         if not isinstance(doc, dict) or doc.get("error") or not doc.get("ok"):
             error = (doc or {}).get("error") or {"message": (done.stderr.strip().splitlines() or ["no output"])[-1]}
-            results[artifact] = {"available": False, "note": f"the device could not run the eval set: "
-                                 f"{error.get('message')}"}
+            refused = error.get("kind") == "integrity"
+            results[artifact] = {"available": False, "note": (
+                f"the device refused the eval set: {error.get('message')} {error.get('hint') or ''}".rstrip()
+                if refused else f"the device could not run the eval set: {error.get('message')}")}
+            if refused:
+                results[artifact]["refused"] = True
             continue
         with tempfile.TemporaryDirectory(prefix="edgetk-eval-") as scratch:
             outputs = []
@@ -163,6 +171,17 @@ def evaluate(device: Device, bundle: Bundle, vdir: str, artifacts: Sequence[str]
                       runtime=doc.get("runtime"))
         results[artifact] = result
     return results
+
+
+def attach(report: CheckReport, result: Mapping[str, Any] | None) -> CheckReport:
+    """The report with its eval result; an eval input the device refused (its sha256 is not the manifest's)
+    fails the check, as a tampered artifact does: the accuracy asked for was not proven."""
+    report = dataclasses.replace(report, evaluation=result)
+    if not (result or {}).get("refused"):
+        return report
+    failure = f"{report.artifact}: eval set refused on {report.device}: {(result or {}).get('note')}"
+    return dataclasses.replace(report, gates=dataclasses.replace(
+        report.gates, passed=False, failures=(*report.gates.failures, failure)))
 
 
 def text(artifact: str, result: Mapping[str, Any]) -> str:

@@ -6,11 +6,14 @@ At convert time, for each INT8 artifact with a layer table (``layers/<artifact>.
 same format and through the INT8 artifact, with their intermediate tensors exposed, and keeps, for the table's
 layers in graph order, the float values (float16, ``layers/<artifact>.float.npz``) and the INT8 artifact's own
 error there (``layers/<artifact>.probe.json``; error = RMS error over the float tensor's range, as the table's
-``rmse_range``). Neither file goes to a device with ``deploy``.
+``rmse_range``); for an ONNX artifact also a copy of it with those tensors added as graph outputs
+(``layers/<artifact>.debug.onnx``). The manifest records each file's sha256 (``on_demand``,
+:mod:`toolkit.on_demand`); none goes to a device with ``deploy``.
 
-When a check finds outputs that differ from the golden outputs, the device runs the same samples with those
-tensors exposed (the runner's ``layers`` command: TFLite's ``experimental_preserve_all_tensors``; for ONNX the
-host pushes a copy of the artifact with the tensors added as graph outputs), and the host names the first layer
+When a check finds outputs that differ from the golden outputs, the host pushes the probe (and the ONNX copy)
+and the device runs the same samples with those tensors exposed (the runner's ``layers`` command: TFLite's
+``experimental_preserve_all_tensors``; ONNX: the copy), after checking each file it reads against its
+manifest's sha256. The host names the first layer
 whose error exceeds its expected error: ``2 x`` the host's own INT8 error there plus ``2 x`` the table's own
 error of that layer, plus 0.005 of the range.
 """
@@ -26,6 +29,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from toolkit import on_demand
 from toolkit.bundle import load_npz, save_npz
 
 if TYPE_CHECKING:
@@ -38,12 +42,19 @@ FLOOR = 0.005  # of the float range: below this no layer counts as diverged
 TIMEOUT_S = 600.0
 
 
-def probe_path(bundle: Path, artifact: str) -> Path:
-    return bundle / LAYERS_DIR / f"{artifact}.probe.json"
+def probe_name(artifact: str) -> str:
+    """The probe (bundle-relative): the layers in graph order, their tensors and the host's INT8 error there."""
+    return f"{LAYERS_DIR}/{artifact}.probe.json"
 
 
-def float_path(bundle: Path, artifact: str) -> Path:
-    return bundle / LAYERS_DIR / f"{artifact}.float.npz"
+def float_name(artifact: str) -> str:
+    """The float model's values of the probed tensors (bundle-relative), float16, ``t_<j>``."""
+    return f"{LAYERS_DIR}/{artifact}.float.npz"
+
+
+def debug_name(artifact: str) -> str:
+    """ONNX: the artifact with the probed tensors added as graph outputs (the device needs no onnx package)."""
+    return f"{LAYERS_DIR}/{artifact}.debug.onnx"
 
 
 def relative_error(actual: np.ndarray, want: np.ndarray) -> float:
@@ -147,8 +158,11 @@ def record(staging: Path, artifact: str, fmt: str, float_artifact: Path | None,
                        "host_error": relative_error(quantized[tensor], floats[tensor]), "table_error": table_error})
     if not layers:
         return "no layer probe: the float artifact has none of the table's layer tensors"
-    save_npz(float_path(staging, artifact), arrays)
-    probe_path(staging, artifact).write_text(json.dumps({"samples": len(samples), "layers": layers}, indent=1) + "\n")
+    if fmt == "onnx":
+        with_outputs(staging / artifact, [str(layer["tensor"]) for layer in layers], staging / debug_name(artifact))
+    save_npz(staging / float_name(artifact), arrays)
+    probe = {"samples": len(samples), "layers": layers}
+    (staging / probe_name(artifact)).write_text(json.dumps(probe, indent=1) + "\n")  # last: a probe is complete
     return f"layer probe for a failed device check: {len(layers)} layers, {LAYERS_DIR}/{artifact}.probe.json"
 
 
@@ -184,7 +198,8 @@ def _num(value: float) -> float | None:
     return round(value, 6) if math.isfinite(value) else None
 
 
-def _onnx_copy(source: Path, names: Sequence[str], target: Path) -> None:
+def with_outputs(source: Path, names: Sequence[str], target: Path) -> None:
+    """Write to ``target`` the ONNX model at ``source`` with the tensors ``names`` added as graph outputs."""
     from toolkit.conversion.onnx_io import require_onnx
 
     onnx = require_onnx()
@@ -198,40 +213,32 @@ def _onnx_copy(source: Path, names: Sequence[str], target: Path) -> None:
 
 def locate(device: Device, bundle: Bundle, vdir: str, artifact: str) -> dict[str, Any]:
     """Run the probe on the device; ``{"available": False, "note"}`` when the bundle has none or it fails."""
-    probe = probe_path(bundle.path, artifact)
-    if not probe.is_file() or not float_path(bundle.path, artifact).is_file():
-        return {"available": False, "note": "the bundle carries no layer probe for this artifact (INT8 artifacts "
-                "with a layer table get one at convert time)"}
-    layers = json.loads(probe.read_text())["layers"]
-    names = [str(layer["tensor"]) for layer in layers]
+    probe, floats = probe_name(artifact), float_name(artifact)
+    if not on_demand.recorded(bundle, probe) or not on_demand.recorded(bundle, floats):
+        return {"available": False, "note": f"the layer probe of this artifact {on_demand.UNRECORDED}"
+                if (bundle.path / probe).is_file() else "the bundle carries no layer probe for this "
+                "artifact (INT8 artifacts with a layer table get one at convert time)"}
+    doc = json.loads(on_demand.verified(bundle, probe).read_text())
     fmt = next(str(a.format) for a in bundle.manifest.artifacts if a.file == artifact)
+    pushed = [probe, debug_name(artifact)] if fmt == "onnx" else [probe]
+    on_demand.push(device, bundle, vdir, pushed)
     runner = bundle.manifest.runner.file if bundle.manifest.runner else "edgetk_runner.py"
-    remote = f"{vdir}/{LAYERS_DIR}"
-    made = device.conn.run(["mkdir", "-p", remote], timeout=60)
-    if not made.ok:
-        return {"available": False, "note": f"cannot create {remote} on the device"}
+    out = f"{vdir}/{LAYERS_DIR}/out/{artifact}.npz"
+    argv = [device.python, f"{vdir}/{runner}", "layers", "--bundle", vdir, "--artifact", artifact, "--out", out,
+            "--samples", str(doc.get("samples") or PROBE_SAMPLES)]
+    done = device.conn.run(argv, timeout=TIMEOUT_S)
+    try:
+        answer = json.loads(done.stdout.strip().splitlines()[-1])
+    except (ValueError, IndexError):
+        answer = {"error": {"message": (done.stderr.strip().splitlines() or ["no output"])[-1]}}
+    if answer.get("error") or not answer.get("ok"):
+        error = answer.get("error") or {}
+        refused = "refused the layer probe" if error.get("kind") == "integrity" else "could not expose the layers"
+        return {"available": False, "note": f"the device {refused}: {error.get('message')}"}
     with tempfile.TemporaryDirectory(prefix="edgetk-layers-") as scratch:
-        local = Path(scratch)
-        (local / "tensors.json").write_text(json.dumps(names))
-        device.conn.put(local / "tensors.json", f"{remote}/{artifact}.tensors.json")
-        argv = [device.python, f"{vdir}/{runner}", "layers", "--bundle", vdir, "--artifact", artifact,
-                "--tensors", f"{remote}/{artifact}.tensors.json", "--out", f"{remote}/{artifact}.device.npz",
-                "--samples", str(json.loads(probe.read_text()).get("samples") or PROBE_SAMPLES)]
-        if fmt == "onnx":
-            _onnx_copy(bundle.path / artifact, names, local / "debug.onnx")
-            device.conn.put(local / "debug.onnx", f"{remote}/{artifact}.debug.onnx")
-            argv += ["--model", f"{remote}/{artifact}.debug.onnx"]
-        done = device.conn.run(argv, timeout=TIMEOUT_S)
-        try:
-            doc = json.loads(done.stdout.strip().splitlines()[-1])
-        except (ValueError, IndexError):
-            doc = {"error": {"message": (done.stderr.strip().splitlines() or ["no output"])[-1]}}
-        if doc.get("error") or not doc.get("ok"):
-            return {"available": False, "note": f"the device could not expose the layers: "
-                    f"{(doc.get('error') or {}).get('message')}"}
-        device.conn.get(f"{remote}/{artifact}.device.npz", local / "device.npz")
-        values = load_npz(local / "device.npz")
-    return first_divergence(layers, values, load_npz(float_path(bundle.path, artifact)))
+        device.conn.get(out, Path(scratch) / "device.npz")
+        values = load_npz(Path(scratch) / "device.npz")
+    return first_divergence(doc["layers"], values, load_npz(on_demand.verified(bundle, floats)))
 
 
 def text(found: Mapping[str, Any]) -> str:

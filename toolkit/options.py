@@ -366,7 +366,7 @@ class CheckOptions:
         if self.runs < 1 or self.warmup < 0:
             raise UsageError(f"--runs must be at least 1 and --warmup at least 0 (got {self.runs} and "
                              f"{self.warmup}).")
-        from toolkit.checking import GateOptions
+        from toolkit.policy import GateOptions
 
         GateOptions(budget_ms=self.budget_ms, baseline=self.baseline, regression_pct=self.regression_pct)
 
@@ -386,7 +386,7 @@ class RolloutOptions:
         "When the rollout stops, switch the devices it updated back to their previous version.", kind=Kind.SWITCH))
 
     def __post_init__(self) -> None:
-        from toolkit.rollout import FailureLimit, WavePlan
+        from toolkit.waves import FailureLimit, WavePlan
 
         if self.waves is not None:
             WavePlan.parse(self.waves)

@@ -203,3 +203,20 @@ def check_policy_from_profile(profile: Any) -> CheckPolicy:
         tolerance={"max_top1_drop": float(tolerance.max_top1_drop), "min_cosine": float(tolerance.min_cosine)},
         min_throughput_ips=getattr(profile, "min_throughput_ips", None),
     )
+
+
+@dataclass(frozen=True)
+class GateOptions:
+    """The user's overrides of the bundle's check policy (``--budget-ms``, ``--baseline``, ``--regression-pct``)."""
+
+    budget_ms: float | None = None
+    baseline: str = "last"  # "last" | "none" | CHECK_ID
+    regression_pct: float | None = None  # replaces the policy's regression.min_slowdown_pct
+
+    def __post_init__(self) -> None:
+        if self.budget_ms is not None and self.budget_ms <= 0:
+            raise UsageError(f"--budget-ms must be positive, got {self.budget_ms}.")
+        if self.regression_pct is not None and self.regression_pct < 0:
+            raise UsageError(f"--regression-pct must be 0 or more, got {self.regression_pct}.")
+        if not self.baseline:
+            raise UsageError("--baseline needs a value: last, none or a CHECK_ID.")

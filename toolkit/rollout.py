@@ -16,7 +16,7 @@ connection per device at a time, closed after its task):
 
 from __future__ import annotations
 
-import math
+import sys
 import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -29,6 +29,7 @@ from toolkit.devices.fleet import DeviceOutcome, FleetResult
 from toolkit.devices.spec import DeviceSpec
 from toolkit.errors import UsageError
 from toolkit.store.guard import GuardedStore, StoreStatus
+from toolkit.waves import FailureLimit, WavePlan
 from toolkit.types import CheckReport
 
 T = TypeVar("T")
@@ -48,6 +49,8 @@ class BundleJob:
     gates: GateOptions
     store: GuardedStore | None
     runner_args: tuple[str, ...] = ()  # --profile / --throughput / --loads for the runner
+    break_lock: bool = False  # deploy --break-lock
+    prune: bool = False  # deploy --prune: old versions go when the disk is short
     evaluate: bool = False  # --eval: the bundle's eval set on the device
     # devices this job switched to the bundle's version -> the version they ran before (for a rollback)
     switched: dict[str, str | None] = field(default_factory=dict, compare=False, repr=False)
@@ -59,7 +62,8 @@ class BundleJob:
         from toolkit.deployment import push
 
         pushed = (
-            push(device, self.bundle, force=self.force, progress_stream=progress_stream, compress=self.compress)
+            push(device, self.bundle, force=self.force, progress_stream=progress_stream, compress=self.compress,
+                 break_lock=self.break_lock, prune=self.prune)
             if self.install
             else None
         )
@@ -72,6 +76,15 @@ class BundleJob:
             if self.check
             else []
         )
+        if pushed is not None and self.check:  # another controller may have deployed while this one checked
+            from dataclasses import replace
+
+            from toolkit.locks import replaced_note
+
+            note = replaced_note(device, self.bundle.name, pushed.version)
+            if note:
+                print(f"warning: {note}", file=progress_stream or sys.stderr, flush=True)
+                pushed = replace(pushed, warnings=(*pushed.warnings, note))
         return pushed, list(reports)
 
     def store_status(self) -> StoreStatus | None:
@@ -86,6 +99,8 @@ def prepare_job(
     check: bool,
     force: bool = False,
     compress: bool = False,
+    break_lock: bool = False,
+    prune: bool = False,
     runs: int,
     warmup: int,
     budget_ms: float | None,
@@ -125,80 +140,13 @@ def prepare_job(
         gates=GateOptions(budget_ms=budget_ms, baseline=baseline, regression_pct=regression_pct),
         store=history,
         runner_args=runner_flags(profile=profile, throughput=throughput, loads=loads),
+        break_lock=break_lock,
+        prune=prune,
         evaluate=evaluate,
     )
 
 
 # ------------------------------------------------------------------------------------------ staged rollouts
-
-
-def _size(text: str, what: str) -> tuple[int | None, float | None]:
-    """'5' -> (5, None); '10%' -> (None, 10.0)."""
-    raw = text.strip()
-    try:
-        if raw.endswith("%"):
-            pct = float(raw[:-1])
-            if not 0 <= pct <= 100:
-                raise ValueError
-            return None, pct
-        count = int(raw)
-        if count < 0:
-            raise ValueError
-        return count, None
-    except ValueError:
-        raise UsageError(f"{what}: {text!r} is neither a device count nor a percentage from 0% to 100%.",
-                         hint="Examples: --waves 1,10%,100%  --max-failures 5%  --max-failures 2") from None
-
-
-@dataclass(frozen=True)
-class WavePlan:
-    """Batch sizes as given (``("1", "10%", "100%")``); the last repeats until the fleet is done."""
-
-    sizes: tuple[str, ...]
-
-    @classmethod
-    def parse(cls, text: str) -> WavePlan:
-        sizes = tuple(s.strip() for s in text.split(",") if s.strip())
-        if not sizes:
-            raise UsageError("--waves needs at least one size, e.g. --waves 1,10%,100%.")
-        for s in sizes:
-            count, pct = _size(s, "--waves")
-            if count == 0 or pct == 0:
-                raise UsageError(f"--waves: a wave of {s} devices would never finish the rollout.")
-        return cls(sizes)
-
-    def batches(self, total: int) -> list[int]:
-        """The wave sizes for a fleet of ``total`` devices (they add up to ``total``)."""
-        out: list[int] = []
-        left, index = total, 0
-        while left > 0:
-            count, pct = _size(self.sizes[min(index, len(self.sizes) - 1)], "--waves")
-            size = count if count is not None else max(1, math.ceil(total * (pct or 0) / 100.0))
-            out.append(min(size, left))
-            left -= out[-1]
-            index += 1
-        return out
-
-
-@dataclass(frozen=True)
-class FailureLimit:
-    """``--max-failures``: a count or a percentage of a wave; exceeded when MORE devices than that failed."""
-
-    count: int | None = 0
-    percent: float | None = None
-
-    @classmethod
-    def parse(cls, text: str) -> FailureLimit:
-        count, pct = _size(text, "--max-failures")
-        return cls(count, pct)
-
-    def exceeded(self, failed: int, size: int) -> bool:
-        if self.percent is not None:
-            return size > 0 and 100.0 * failed / size > self.percent
-        return failed > (self.count or 0)
-
-    def __str__(self) -> str:
-        return f"{self.percent:g}%" if self.percent is not None else str(self.count)
 
 
 @dataclass(frozen=True)

@@ -131,7 +131,8 @@ TFLITE_RUNTIMES: tuple[str, ...] = tuple(r.value for r in (Runtime.LITERT, Runti
 FRAMEWORKS: tuple[str, ...] = Framework.values()
 FORMAT_SUFFIX: Mapping[str, str] = {fmt: f".{fmt}" for fmt in Format}
 
-MANIFEST_SCHEMA_VERSION = 2  # 2: attempts[].workaround, artifacts[].float_io and .batching (1 still reads)
+MANIFEST_SCHEMA_VERSION = 3  # 2: attempts[].workaround, artifacts[].float_io and .batching; 3: on_demand (the
+# eval set and layer probes, hashed); 1 and 2 still read
 
 
 def artifact_file_name(precision: str, fmt: str) -> str:
@@ -600,6 +601,18 @@ class RunnerRef:
 
 
 @dataclass(frozen=True)
+class FileRef:
+    """A bundle file with its hash and size (``on_demand``: pushed only when a check asks, verified where read)."""
+
+    file: str
+    sha256: str
+    bytes: int
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"file": self.file, "sha256": self.sha256, "bytes": self.bytes}
+
+
+@dataclass(frozen=True)
 class Manifest:
     """``manifest.json``: the contract between convert, deploy and check (architecture.md)."""
 
@@ -620,6 +633,7 @@ class Manifest:
     config: Mapping[str, Any] = field(default_factory=dict)  # the effective options, replayable
     schema_version: int = MANIFEST_SCHEMA_VERSION
     check_policy: CheckPolicy | None = None  # what check gates on (budget, regression, placement); None: old bundle
+    on_demand: tuple[FileRef, ...] = ()  # eval/ and layers/: deploy leaves them out (toolkit.on_demand)
 
     def preferred_artifacts(self) -> tuple[ArtifactRecord, ...]:
         """The artifacts marked preferred (at most one per format), in manifest order."""
@@ -649,6 +663,7 @@ class Manifest:
             "runner": self.runner.to_dict() if self.runner else None,
             "config": dict(self.config),
             "check_policy": self.check_policy.to_dict() if self.check_policy else None,
+            "on_demand": [f.to_dict() for f in self.on_demand],
         }
 
 

@@ -18,6 +18,7 @@ from typing import Any
 import pytest
 
 from tests.fixtures.arm import ArmPi
+from tests.fixtures.bundles import subset_bundle
 from tests.fixtures.cli import CliResult, assert_clean_error, run_edgetk
 
 pytestmark = pytest.mark.arm
@@ -178,3 +179,29 @@ def test_legacy_pi_with_tflite_runtime(arm_pi: ArmPi, legacy_inventory: Path, ti
         assert report["runtime"]["version"] == setup["installed"]["tflite-runtime"]
         assert report["environment"]["arch"] == "aarch64"
         assert report["outputs_match"]["ok"] is True
+
+
+def test_check_eval_on_the_pi_reports_what_local_reports(arm_pi: ArmPi, pi_setup: dict[str, Any],
+                                                         pi_inventory: Path, eval_bundle: Path,
+                                                         env: dict[str, str], tmp_path: Path) -> None:
+    """``check --eval`` of one INT8 TFLite artifact on the emulated Pi: the eval set (497 held-out digits,
+    pushed and verified by sha256 on the device) scores the same accuracy there as on the local device."""
+    one = subset_bundle(eval_bundle, tmp_path / "one", ("model.int8.tflite",))
+    here = run_edgetk("deploy", one, "--device", "local", "--check", "--eval", *EMULATED, "--json", env=env)
+    bundle = _retarget(one, tmp_path / "pi", name="digits-eval-raspberry-pi-4")
+    there = run_edgetk("deploy", bundle, "--inventory", pi_inventory, "--check", "--eval", *EMULATED, "--json",
+                       env=env, timeout=1800)
+    assert here.code == 0, here.stdout + here.stderr
+    assert there.code == 0, there.stdout + there.stderr
+    (local,) = here.json()["devices"][0]["reports"]
+    (pi,) = there.json()["devices"][0]["reports"]
+    assert pi["environment"]["arch"] == "aarch64" and local["environment"]["arch"] == "x86_64"
+    on_pi, on_local = pi["evaluation"], local["evaluation"]
+    assert on_pi["available"] and on_local["available"], (on_pi, on_local)
+    assert on_pi["samples"] == on_local["samples"] == 497
+    assert on_pi["vs_labels"]["device_accuracy"] > 0.9  # a trained model, run by the Pi's own aarch64 kernels
+    assert on_pi["vs_labels"] == on_local["vs_labels"], (on_pi, on_local)
+    assert on_pi["vs_float"]["top1_agreement"] == on_local["vs_float"]["top1_agreement"]
+    print(f"\n[arm] check --eval model.int8.tflite: Pi {on_pi['vs_labels']}, max abs error vs float "
+          f"{on_pi['vs_float']['max_abs_error']} (local {on_local['vs_float']['max_abs_error']}), "
+          f"{on_pi['seconds']} s on the Pi for {on_pi['chunks']} chunks", file=sys.stderr)

@@ -32,6 +32,8 @@ FRONT_DOOR: dict[tuple[str, ...], tuple[str, dict[str, str | None]]] = {
     ("rollback",): ("rollback", {}),
     ("status",): ("status", {}),
     ("remove",): ("remove", {}),
+    ("prune",): ("prune", {}),
+    ("devices", "add-key"): ("add_key", {}),
     ("devices", "probe"): ("probe", {}),
     ("devices", "setup"): ("setup", {}),
     ("history",): ("history", {}),

@@ -84,7 +84,7 @@ def test_disk_full_during_push_removes_partial_and_keeps_current(field: Field, d
         # still full: refused before anything is sent, with what it needs
         lab.rate(None)
         refused = lab.cli("deploy", v2, "--inventory", field.inventory, env=field.env)
-        assert_clean_error(refused, 4, "needs 4.0 MB free", "free space on the device")
+        assert_clean_error(refused, 4, "needs 4.0 MB free", "edgetk prune disk --device")  # not `edgetk remove`
         assert not (base / "bundles" / "disk" / b2.version).exists()
 
         filler.unlink()

@@ -39,6 +39,8 @@ COMMANDS: tuple[tuple[str, str, str], ...] = (
     ("deploy_cmd", "rollback", "Switch bundle NAME back to its previous installed version (verified first)."),
     ("deploy_cmd", "status", "Which bundles and versions are installed on each device, and which version is current."),
     ("deploy_cmd", "remove", "Delete bundle NAME (every version) from devices."),
+    ("prune_cmd", "prune", "Remove old versions of bundle NAME from devices, never the current one or the one a "
+                           "rollback returns to."),
     ("devices_cmd", "devices", "Inspect devices and set up their runtimes."),
     ("history_cmd", "history", "List stored checks (who ran them, where), and the p50 trend per device, bundle and "
                                "artifact."),

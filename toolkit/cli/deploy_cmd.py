@@ -1,5 +1,5 @@
 """``edgetk deploy | check | rollback | status | remove``: bundles on devices (``toolkit.api.deploy``, ``check``,
-``rollback``, ``status``, ``remove``).
+``rollback``, ``status``, ``remove``; ``edgetk prune`` is in ``prune_cmd``).
 
 Each command resolves its devices (``--device`` / ``--inventory`` / ``--group``), runs one task per device in
 parallel (``--parallel``), and prints a per-device table or, with ``--json``, one document::
@@ -23,6 +23,12 @@ from toolkit.cli._fleet import finish
 from toolkit.cli.options import PathType, check_options, device_options, json_option, rollout_options
 
 
+break_lock_option = click.option(
+    "--break-lock", "break_lock", is_flag=True,
+    help="Break the bundle's lock on the device whoever holds it (for a holder that is stuck; a lock whose holder "
+    "is gone is broken without it).")
+
+
 def _render(entry: Mapping[str, Any]) -> list[str]:
     from toolkit.reporting.terminal import inside_lines  # not at module level: `edgetk --help` stays light
 
@@ -33,6 +39,17 @@ def _render(entry: Mapping[str, Any]) -> list[str]:
             f"{push['name']} {push['version'][:12]} is current: sent {push['files_sent']}/{push['files_total']} files "
             f"({push['bytes_sent'] / 1e6:.2f} MB), reused {push['files_reused']}, {push['seconds']:.2f} s"
         )
+        lock = push.get("lock") or {}
+        if lock.get("broke"):
+            lines.append(f"broke the lock of {lock['broke']}")
+        if lock.get("waited_for"):
+            replaced = f"; replaced {str(push['previous'])[:12]}" if push.get("previous") else ""
+            lines.append(f"waited {lock['waited_s']:.1f} s for {lock['waited_for']}{replaced}"
+                         + (f" (installed from {push['previous_by']})" if push.get("previous_by") else ""))
+        if push.get("pruned"):
+            lines.append(f"removed {len(push['pruned'])} old version(s) to make room: "
+                         + ", ".join(v[:12] for v in push["pruned"]))
+        lines.extend(f"warning: {w}" for w in push.get("warnings") or [])
     for r in entry["reports"]:
         lat = r.get("latency_ms") or {}
         match = r.get("outputs_match") or {}
@@ -65,6 +82,10 @@ def _render(entry: Mapping[str, Any]) -> list[str]:
 @click.option("--force", is_flag=True, help="Deploy even if the bundle's target arch differs from the device's.")
 @click.option("--compress", is_flag=True,
               help="Send files gzip-compressed where that saves >= 10% (the device inflates and verifies them).")
+@click.option("--prune", "prune", is_flag=True,
+              help="When the device's disk cannot hold the new version, remove old versions first (never the current "
+              "one or the rollback target).")
+@break_lock_option
 @rollout_options
 @json_option
 def deploy(bundle: Any, as_json: bool, **values: Any) -> None:
@@ -89,6 +110,7 @@ def check(bundle: Any, as_json: bool, **values: Any) -> None:
 @click.command()
 @click.argument("name")
 @device_options
+@break_lock_option
 @json_option
 def rollback(name: str, as_json: bool, **values: Any) -> None:
     """Switch bundle NAME back to its previous installed version (verified first)."""
@@ -110,7 +132,9 @@ def _render_status(entry: Mapping[str, Any]) -> list[str]:
     for bname, info in bundles.items():
         for v in info["versions"]:
             mark = "*" if v["version"] == info["current"] else " "
-            lines.append(f"{mark} {bname} {v['version'][:12]} installed {v['installed_at']}")
+            by = v.get("by") or {}
+            lines.append(f"{mark} {bname} {v['version'][:12]} installed {v['installed_at']}"
+                         + (f" from {by['host']}" if by.get("host") else ""))
     return lines
 
 
@@ -127,6 +151,7 @@ def status(as_json: bool, **values: Any) -> None:
 @click.command()
 @click.argument("name")
 @device_options
+@break_lock_option
 @json_option
 def remove(name: str, as_json: bool, **values: Any) -> None:
     """Delete bundle NAME (every version) from devices."""

@@ -1,5 +1,5 @@
-"""``edgetk devices probe|setup``: what a device is and what it can run, and a venv with its runtimes
-(``toolkit.api.probe`` / ``toolkit.api.setup``).
+"""``edgetk devices probe|setup|add-key``: what a device is and what it can run, a venv with its runtimes, and
+the user's key on a first-boot device (``toolkit.api.probe`` / ``toolkit.api.setup`` / ``toolkit.api.add_key``).
 
 The probe copies the runner to ``~/.edgetk/runner/edgetk_runner.py`` (only when its hash differs) and runs
 ``edgetk_runner.py probe`` with the device's Python (stdlib only, so it works before numpy is installed). It
@@ -14,7 +14,7 @@ from typing import Any
 import click
 
 from toolkit.cli._fleet import finish
-from toolkit.cli.options import LazyChoice, device_options, json_option
+from toolkit.cli.options import LazyChoice, PathType, device_options, json_option
 from toolkit.options import vocabulary
 
 
@@ -87,3 +87,43 @@ def setup(as_json: bool, **values: Any) -> None:
 
     report = api.setup(progress=lambda line: click.echo(line, err=True), **values)
     finish(report, as_json=as_json, render=_render_setup)
+
+
+def _render_add_key(entry: Mapping[str, Any]) -> list[str]:
+    doc = entry.get("add_key")
+    if not doc:
+        return []
+    lines = [f"key {doc['key']} ({doc['key_file']})"]
+    lines += [f"added to {f}" for f in doc["added"]] + [f"already in {f}" for f in doc["present"]]
+    lines.append("key login works" if doc["key_login"] else "key login FAILED")
+    return lines
+
+
+def _prompt() -> str:
+    import getpass
+
+    return getpass.getpass("Device login password (asked once for every device; not stored): ")
+
+
+@devices.command("add-key")
+@device_options
+@click.option("--key", "public_key", type=PathType(), default=None, metavar="FILE.pub",
+              help="Public key to install (default: the device's IdentityFile, else ~/.ssh/id_ed25519.pub, ...).")
+@click.option("--password-file", "password_file", type=PathType(), default=None, metavar="FILE",
+              help="Read the login password from this file's first line (for fleets and scripts).")
+@click.option("--password-env", "password_env", default=None, metavar="VAR",
+              help="Read the login password from this environment variable.")
+@json_option
+def add_key(as_json: bool, **values: Any) -> None:
+    """Install your public key on first-boot devices over a password login, then check that key login works.
+
+    The password is asked once on a terminal (or read from --password-file / --password-env), used for every
+    device, and never logged or stored. Host keys are checked as always: a new one needs --trust-new-host.
+    """
+    import sys
+
+    from toolkit import api
+
+    ask = _prompt if sys.stdin.isatty() and not values.get("password_file") and not values.get("password_env") \
+        else None
+    finish(api.add_key(ask=ask, **values), as_json=as_json, render=_render_add_key)

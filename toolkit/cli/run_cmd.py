@@ -14,13 +14,14 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from toolkit.cli._output import done, emit
+from toolkit.cli.deploy_cmd import break_lock_option
 from toolkit.cli.options import PathType, check_options, convert_options, device_options
 
 if TYPE_CHECKING:  # pragma: no cover
     from pathlib import Path
 
 # Options that are not part of a replayable run.
-_NOT_RECORDED = {"as_json", "config"}
+_NOT_RECORDED = {"as_json", "config", "break_lock"}  # --break-lock is for one stuck run, never replayed
 
 
 def _flag_names(command: click.Command) -> dict[str, click.Parameter]:
@@ -110,6 +111,7 @@ def _finish(result: Any, as_json: bool, *, next_hint: bool = True) -> None:
 @check_options
 @click.option("--force-deploy", is_flag=True,
               help="Deploy even if the bundle's target arch differs from the device's.")
+@break_lock_option
 @click.option("--config", "config", type=PathType(), default=None,
               help="Replay a run: a run.toml (or a bundle made by `edgetk run`); flags given beside it win.")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON document on stdout (docs/schemas/run.md).")
@@ -132,7 +134,7 @@ def run(ctx: click.Context, **values: Any) -> None:
         raise UsageError("No SOURCE given.", hint="Pass a model path, or --config FILE to replay a run.")
     progress = StageProgress()
     result = api.run(
-        source, deploy_force=values["force_deploy"], progress=progress, progress_stream=progress.stream("deploy"),
+        source, deploy_force=values["force_deploy"], break_lock=values["break_lock"], progress=progress, progress_stream=progress.stream("deploy"),
         config=_record(ctx, values), **keywords_from_params(values, ConvertOptions, DeviceOptions, CheckOptions),
     )
     _finish(result, values["as_json"])

@@ -22,7 +22,7 @@ from toolkit import calibration as cal
 from toolkit.__about__ import __version__
 from toolkit.conversion.base import BuiltArtifact
 from toolkit.conversion.plan import Policy, detect_is_factory
-from toolkit.types import FloatIO, Recipe
+from toolkit.types import MANIFEST_SCHEMA_VERSION, FloatIO, Recipe
 
 if TYPE_CHECKING:
     from toolkit.conversion.data import RunData
@@ -78,6 +78,7 @@ def bundle_key(options: ConvertOptions, policy: Policy, name: str) -> str:
         "target": policy.name,
         "name": name,
         "versions": tool_versions(),
+        "manifest": MANIFEST_SCHEMA_VERSION,  # a bundle cached under an older schema lacks what this one records
     }
     return _digest(material, 32)
 

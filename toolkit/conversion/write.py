@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from toolkit import verify
+from toolkit import on_demand, verify
 from toolkit.__about__ import __version__
 from toolkit.bundle import GOLDEN_INPUTS, GOLDEN_REFERENCE, golden_outputs_name, install_runner, save_npz, write_manifest
 from toolkit.conversion.cache import source_hash
@@ -98,6 +98,7 @@ def write_bundle(run: ConvertRun, options: ConvertOptions, name: str, kept: Sequ
         runtime_preferences=policy.preferences,
         config=options.to_config(),
         check_policy=policy.check,
+        on_demand=on_demand.record(staging),  # eval/ and layers/: hashed, pushed only when a check asks
     )
     write_manifest(staging, manifest)
     return manifest

@@ -10,10 +10,13 @@ object between frame markers (so that other text on stdout cannot be taken for i
 Layout: ``.edgetk/bundles/<name>/<version>/`` (files mirror the bundle), ``.edgetk/bundles/<name>/current`` ->
 ``<version>`` (switched with rename(2) over a fresh symlink: atomic), ``.edgetk/bundles/<name>/.history.json``
 (installed versions, oldest first, with every file's sha256, so rollback can verify what it switches to),
-``.edgetk/locks/<name>/`` (mkdir is atomic: the deploy lock). The lock records its holder: the first
-non-shell ancestor of the helper (the per-connection sshd process over SSH, the edgetk process on ``local``)
-with its start time; a lock whose holder is gone (a deploy whose link was cut, or that was killed) is broken at
-once instead of after ``stale`` seconds, so a re-run after a link cut does not wait for it.
+``.edgetk/locks/<name>/`` (mkdir is atomic: the deploy lock). The lock records the device's boot id and its
+holder: the first non-shell ancestor of the helper (the per-connection sshd or dropbear process over SSH, the
+edgetk process on ``local``) with its start time from /proc, plus who asked (the controller's host and pid,
+what and which version, for the waiting side's message). A lock is broken only when its holder is provably gone
+(another boot id, or the same boot and that process dead or its pid reused), at once, so a re-run after a link
+cut does not wait; never by its age, which a device clock that jumps (no RTC, NTP after boot) would fake; and on
+request (``--break-lock``) for the stuck case.
 
 Every bundle-relative path from the host is checked again here (no absolute paths, no ``..``, no symlinked
 directories on the way), so even a hand-crafted listing cannot write outside ``.edgetk/bundles/<name>/``.
@@ -276,7 +279,10 @@ def proc_stat(pid):
 
 
 def lock_holder():
-    """The process whose life is the deploy's: the first ancestor that is not a shell."""
+    """The process whose life is the deploy's: the first ancestor that is not a shell (the connection's sshd
+    or dropbear process over SSH, edgetk itself on ``local``). Without /proc: our parent, start unknown."""
+    if not os.path.isdir("/proc/self"):
+        return {"pid": os.getppid(), "start": None}
     pid = os.getppid()
     for _ in range(6):
         stat = proc_stat(pid)
@@ -290,12 +296,48 @@ def lock_holder():
     return None
 
 
-def holder_alive(owner):
+def boot_id():
+    """This boot's id (/proc/sys/kernel/random/boot_id), or None where the kernel has none to give."""
+    text = (probe_read("/proc/sys/kernel/random/boot_id") or "").strip()
+    return text or None
+
+
+def uptime_s():
+    """Seconds since boot from /proc/uptime: a clock that NTP, a missing RTC or libfaketime cannot move."""
+    try:
+        return float((probe_read("/proc/uptime") or "").split()[0])
+    except (ValueError, IndexError):
+        return None
+
+
+def holder_gone(owner):
+    """(gone, why) for a lock's recorded owner, told without wall clocks: True when its holder is provably gone
+    (another boot, or the same boot and its process dead or reused), False while it lives, None when this device
+    cannot tell (no holder recorded, no /proc and no signal answer): such a lock is never broken by itself.
+
+    A device without a boot id: the holder is judged by its pid and start time alone; a reboot that gives a new
+    process the same pid and start tick would keep the lock (until --break-lock), never break a live one."""
     holder = owner.get("holder") if isinstance(owner, dict) else None
-    if not isinstance(holder, dict) or not os.path.isdir("/proc/self"):
-        return None  # unknown: fall back to the lock's age
-    stat = proc_stat(int(holder.get("pid", 0)))
-    return stat is not None and stat[2] == holder.get("start")
+    recorded, now = owner.get("boot_id") if isinstance(owner, dict) else None, boot_id()
+    if recorded and now and recorded != now:
+        return True, "the device rebooted since it was taken"
+    if not isinstance(holder, dict) or not holder.get("pid"):
+        return None, "its holder is not recorded"
+    pid = int(holder["pid"])
+    if os.path.isdir("/proc/self"):
+        stat = proc_stat(pid)
+        if stat is None:
+            return True, "its holder (process %d) is gone" % pid
+        if holder.get("start") is not None and stat[2] != holder.get("start"):
+            return True, "its holder (process %d) is gone (the pid belongs to another process now)" % pid
+        return False, "its holder (process %d) is running" % pid
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True, "its holder (process %d) is gone" % pid
+    except OSError:
+        pass  # EPERM: a process of another user has that pid: alive, as far as we can tell
+    return None, "process %d exists, and without /proc this device cannot tell whether it is the holder" % pid
 
 
 def makedirs(path):
@@ -464,11 +506,13 @@ def stat_key(path, hashed_at):
     return [st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns]
 
 
-def prepare(name, version, files):
+def prepare(name, version, files, prune=False):
     """Create the version dir; reuse files already there or in another version; list what must be sent.
 
     ``files`` is ``[[rel, sha256, bytes], ...]``; ``verified`` in the answer maps each file found (or linked)
-    in place with the right sha256 to its ``stat_key``."""
+    in place with the right sha256 to its ``stat_key``. When the disk cannot hold what is left to send and
+    ``prune`` (deploy --prune), old versions go first (``prune_versions``: never the current one or the
+    rollback target); the answer's ``pruned`` says what went."""
     bdir = bundle_dir(name)
     vdir = os.path.join(bdir, check_version(version))
     for rel, _, _ in files:
@@ -517,12 +561,56 @@ def prepare(name, version, files):
                 os.remove(path)  # a wrong or empty leftover: sent afresh, as a new file (see follow)
             need += size
     free = free_bytes(vdir)
+    pruned = None
+    if need + (1 << 20) > free and prune:
+        pruned = prune_versions(name, 1, spare=(version,))
+        free = free_bytes(vdir)
     if need + (1 << 20) > free:
         abort(name, version)
-        fail("disk_full", "needs %.1f MB free for the bundle, the device has %.1f MB" % (need / 1e6, free / 1e6),
-             need_bytes=need, free_bytes=free)
+        fail("disk_full", "needs %.1f MB free for the bundle, the device has %.1f MB%s" % (
+            need / 1e6, free / 1e6, " after removing %d old version(s)" % len(pruned["removed"]) if pruned else ""),
+             need_bytes=need, free_bytes=free, name=name, pruned=pruned)
     return {"missing": missing, "reused": reused, "present": present, "free_bytes": free, "partial": partial,
-            "verified": verified}
+            "verified": verified, "pruned": pruned}
+
+
+def is_version(entry):
+    return 0 < len(entry) <= 128 and all(c in "0123456789abcdef" for c in entry)
+
+
+def prune_versions(name, keep, spare=()):
+    """Keep the current version and the ``keep - 1`` installed before it (what successive rollbacks return to),
+    and always the rollback target and ``spare`` (a push in progress); remove every other version: older ones,
+    ones newer than the current (rolled back from: no rollback reaches them) and leftovers of failed pushes.
+    The caller holds the bundle's lock. Files shared by hard links with a kept version free nothing."""
+    bdir = bundle_dir(name)
+    if not os.path.isdir(bdir):
+        fail("not_installed", "the bundle %r is not installed" % name)
+    current = read_current(name)
+    history = load_history(name)
+    versions = [h.get("version") for h in history]
+    target = versions[versions.index(current) - 1] if current in versions and versions.index(current) > 0 else None
+    at = versions.index(current) if current in versions else len(versions) - 1
+    kept = set(versions[max(0, at + 1 - max(1, int(keep))):at + 1])
+    kept |= set(v for v in (current, target) + tuple(spare) if v)
+    before = free_bytes(bdir)
+    removed = []
+    for entry in sorted(os.listdir(bdir)):
+        full = os.path.join(bdir, entry)
+        if not is_version(entry) or entry in kept or os.path.islink(full) or not os.path.isdir(full):
+            continue
+        shutil.rmtree(full)
+        removed.append(entry)
+    save_history(name, [h for h in history if h.get("version") not in removed])
+    return {"current": current, "rollback_target": target, "removed": removed,
+            "kept": [v for v in versions if v not in removed],
+            "freed_bytes": max(0, free_bytes(bdir) - before) if removed else 0}
+
+
+def cmd_prune(name, keep):
+    """``edgetk prune``: old versions away, the current one and the rollback target kept (the host holds the
+    bundle's lock around this call)."""
+    emit(prune_versions(name, keep))
 
 
 def abort(name, version):
@@ -592,9 +680,12 @@ def finish(name, version, files_json, keep, token, packed):
     tidy_permissions(vdir)
     previous = read_current(name)
     switch_current(name, version)
-    history = [h for h in load_history(name) if h.get("version") != version]
+    old = load_history(name)
+    previous_by = next((h.get("by") for h in old if h.get("version") == previous), None)
+    history = [h for h in old if h.get("version") != version]
+    owner = lock_owner(name) if token else None
     history.append({"version": version, "installed_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-                    "files": files})
+                    "files": files, "by": owner.get("by") if owner and owner.get("token") == token else None})
     dropped, history = history[:-keep], history[-keep:]
     save_history(name, history)
     kept = set(h["version"] for h in history)
@@ -607,7 +698,8 @@ def finish(name, version, files_json, keep, token, packed):
         removed.append(entry)
     for path in (BASE, os.path.join(BASE, "bundles"), bdir):
         os.chmod(path, 0o755)
-    emit({"current": version, "previous": previous, "removed": removed, "dropped": [h["version"] for h in dropped],
+    emit({"current": version, "previous": previous, "previous_by": previous_by, "removed": removed,
+          "dropped": [h["version"] for h in dropped],
           "hashed": len(files) - len(unchanged), "follow_wait_s": round(waited, 3)})
 
 
@@ -638,7 +730,8 @@ def cmd_status():
             history = load_history(name)
             out[name] = {
                 "current": read_current(name),
-                "versions": [{"version": h.get("version"), "installed_at": h.get("installed_at")} for h in history],
+                "versions": [{"version": h.get("version"), "installed_at": h.get("installed_at"), "by": h.get("by")}
+                             for h in history],
             }
     emit({"bundles": out})
 
@@ -651,54 +744,106 @@ def cmd_remove(name):
     emit({"removed": name})
 
 
-def cmd_lock(name, timeout, stale, token):
-    emit(acquire_lock(name, timeout, stale, token))
+def cmd_lock(name, timeout, request, token):
+    emit(acquire_lock(name, timeout, request, token))
 
 
-def acquire_lock(name, timeout, stale, token):
+OWNERLESS_S = 30.0  # a lock directory with no owner record for this long (its taker died at once) is broken
+
+
+def read_request(request):
+    """The host's lock request (JSON): {"break": bool, "by": {"host", "pid", "user"}, "what", "version"}."""
+    try:
+        data = json.loads(request) if request else {}
+    except ValueError:
+        data = {}
+    return data if isinstance(data, dict) else {}
+
+
+def held_for(owner):
+    """Seconds the lock has been held, from /proc/uptime (same boot only), else None: never the wall clock."""
+    now = uptime_s()
+    if not isinstance(owner, dict) or now is None or owner.get("uptime") is None or owner.get("boot_id") != boot_id():
+        return None
+    return round(max(0.0, now - float(owner["uptime"])), 1)
+
+
+def break_lock(path, token, judged=None, check=True):
+    """Move the lock away (atomic: one rename, so two breakers cannot both win) and delete it. With ``check``,
+    only the lock that was judged (its owner record ``judged``, None for one without a record): when another
+    taker replaced it since it was read, it is put back and nothing is broken."""
+    stale_path = "%s.broken.%s" % (path, token)
+    try:
+        os.rename(path, stale_path)
+    except OSError:
+        return False
+    if check:
+        try:
+            with open(os.path.join(stale_path, "owner.json")) as handle:
+                found = json.load(handle)
+        except (OSError, ValueError):
+            found = None
+        found = found if isinstance(found, dict) else {}
+        if found.get("token") != (judged or {}).get("token"):
+            try:
+                os.rename(stale_path, path)  # a fresh lock, not the one judged: put it back
+                return False
+            except OSError:
+                pass
+    shutil.rmtree(stale_path, ignore_errors=True)
+    return True
+
+
+def acquire_lock(name, timeout, request, token):
+    """Take ``.edgetk/locks/<name>`` (atomic mkdir), waiting up to ``timeout`` seconds for its holder.
+
+    A lock is broken only when its holder is provably gone (``holder_gone``), or on request (``--break-lock``),
+    never by its age: a device clock that jumps (no RTC, NTP syncing after boot) cannot make a live lock look
+    old. The waiting is timed with ``time.monotonic`` of this process, which a clock jump does not move. The
+    refusal after ``timeout`` names the holder (``owner``) so that the host can say whom it waits for."""
     bundle_dir(name)  # validates the name
+    request = read_request(request)
     locks = os.path.join(BASE, "locks")
     makedirs(locks)
     path = os.path.join(locks, name)
-    started = time.time()
-    broke = None
+    started = time.monotonic()
+    broke, waited_for, ownerless_since = None, None, None
     while True:
+        if request.get("break") and broke is None and os.path.isdir(path):
+            owner = lock_owner(name)
+            if break_lock(path, token, check=False):
+                broke = {"owner": owner, "why": "broken on request (--break-lock)"}
         try:
             os.mkdir(path, 0o755)
         except FileExistsError:
-            try:
-                age = time.time() - os.stat(path).st_mtime
-            except OSError:
+            owner = lock_owner(name)
+            if owner is None:
+                now = time.monotonic()
+                ownerless_since = now if ownerless_since is None else ownerless_since
+                gone, why = (True, "no owner was recorded in %.0f s" % OWNERLESS_S) \
+                    if now - ownerless_since > OWNERLESS_S else (None, "no owner recorded yet")
+            else:
+                ownerless_since = None
+                gone, why = holder_gone(owner)
+                waited_for = owner if not gone else waited_for
+            if gone and break_lock(path, token, owner):
+                broke = {"owner": owner, "why": why}
                 continue
-            owner = None
-            try:
-                with open(os.path.join(path, "owner.json")) as handle:
-                    owner = json.load(handle)
-            except (OSError, ValueError):
-                pass
-            if holder_alive(owner) is False or age > float(stale):
-                stale_path = "%s.stale.%s" % (path, token)
-                try:
-                    os.rename(path, stale_path)
-                    shutil.rmtree(stale_path, ignore_errors=True)
-                    broke = age
-                except OSError:
-                    pass
-                continue
-            if time.time() - started > float(timeout):
-                owner = None
-                try:
-                    with open(os.path.join(path, "owner.json")) as handle:
-                        owner = json.load(handle)
-                except (OSError, ValueError):
-                    pass
-                fail("locked", "another deploy of %r holds the lock for %.0f s" % (name, age), owner=owner)
+            if time.monotonic() - started >= float(timeout):
+                fail("locked", "another %s of %r holds the lock (%s)" % ((owner or {}).get("what") or "deploy", name,
+                                                                         why),
+                     owner=owner, held_s=held_for(owner), alive=gone is False, why=why)
             time.sleep(0.1)
             continue
-        with open(os.path.join(path, "owner.json"), "w") as handle:
-            json.dump({"token": token, "pid": os.getpid(), "host": os.uname()[1], "time": time.time(),
-                       "holder": lock_holder()}, handle)
-        return {"acquired": True, "waited_s": round(time.time() - started, 3), "broke_stale_s": broke}
+        record = {"token": token, "pid": os.getpid(), "host": os.uname()[1], "time": time.time(),
+                  "boot_id": boot_id(), "uptime": uptime_s(), "holder": lock_holder(), "by": request.get("by"),
+                  "what": request.get("what") or "deploy", "version": request.get("version")}
+        tmp = os.path.join(path, "owner.json.tmp")
+        with open(tmp, "w") as handle:
+            json.dump(record, handle)
+        os.replace(tmp, os.path.join(path, "owner.json"))  # readers see a whole record or none
+        return {"acquired": True, "waited_s": round(time.monotonic() - started, 3), "broke": broke,
+                "waited_for": waited_for}
 
 
 def lock_owner(name):
@@ -804,7 +949,7 @@ def finish_numpy_check(started):
     return {"runner_python": python, "numpy": None if code is None else code == 0}
 
 
-def cmd_begin(name, version, files_json, timeout, stale, token, arches_json="[]", follow="0", runner_python=""):
+def cmd_begin(name, version, files_json, timeout, request, token, arches_json="[]", follow="0", runner_python=""):
     """The first half of a push in one run: refuse a foreign arch, probe, lock, prepare.
 
     ``arches_json`` lists the ``uname -m`` names the bundle's target accepts (empty: any, ``--force``); a
@@ -819,9 +964,9 @@ def cmd_begin(name, version, files_json, timeout, stale, token, arches_json="[]"
     if arches and info["arch"].strip().lower() not in arches:
         fail("arch", "the device is %s" % info["arch"], arch=info["arch"])
     numpy_check = start_numpy_check(runner_python)
-    lock = acquire_lock(name, timeout, stale, token)
+    lock = acquire_lock(name, timeout, request, token)
     try:
-        plan = prepare(name, version, files)
+        plan = prepare(name, version, files, prune=read_request(request).get("prune"))
         save_verified(name, token, version, plan.pop("verified"))
         sizes = dict((rel, size) for rel, _, size in files)
         fresh = [[rel, sizes[rel]] for rel in plan["missing"] if rel not in plan["partial"]]
@@ -1033,7 +1178,7 @@ def cmd_receive(name, version, token, files_json="", keep=""):
 COMMANDS = {
     "info": cmd_info, "prepare": cmd_prepare, "abort": cmd_abort, "finish": cmd_finish,
     "rollback": cmd_rollback, "status": cmd_status, "remove": cmd_remove, "lock": cmd_lock,
-    "unlock": cmd_unlock, "inflate": cmd_inflate, "begin": cmd_begin, "receive": cmd_receive,
+    "unlock": cmd_unlock, "inflate": cmd_inflate, "begin": cmd_begin, "receive": cmd_receive, "prune": cmd_prune,
 }
 
 

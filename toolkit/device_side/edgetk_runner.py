@@ -438,6 +438,31 @@ def verify_artifact(bundle, record):
         )
 
 
+ON_DEMAND_HINT = ("Remove the file on the device (the next `edgetk check` pushes the bundle's copy again, checked "
+                  "on the host first).")
+
+
+def on_demand_file(bundle, manifest, name):
+    # type: (str, dict, str) -> str
+    """The path of ``name``, a file the host pushes only when a check asks (the eval set, a layer probe), after
+    checking it against its sha256 in manifest.json's ``on_demand``; refused when missing, unrecorded or
+    different, like an artifact."""
+    entry = [e for e in manifest.get("on_demand") or [] if isinstance(e, dict) and e.get("file") == name]
+    if not entry or not _safe_name(name):
+        raise RunnerError("bad_bundle", "{} is not recorded in manifest.json (a bundle from an older edgetk); "
+                          "not used.".format(name), "Convert the bundle again, then deploy it.")
+    path = os.path.join(bundle, name)
+    if not os.path.isfile(path) or os.path.islink(path):
+        raise RunnerError("bad_bundle", "{} is missing on the device.".format(name),
+                          "Run the check again: the host pushes it when a check asks for it.")
+    expected = entry[0].get("sha256")
+    actual = sha256_file(path)
+    if not isinstance(expected, str) or actual != expected.lower():
+        raise RunnerError("integrity", "{} does not match its sha256 in manifest.json (expected {}, found {}); "
+                          "not used.".format(name, expected, actual), ON_DEMAND_HINT)
+    return path
+
+
 def _artifact_format(record):
     # type: (dict) -> str
     fmt = record.get("format")
@@ -2292,17 +2317,19 @@ def eval_chunk(sample_bytes, total, requested=None):
     return max(1, min(total, EVAL_MAX_CHUNK, int(free * EVAL_MEMORY_SHARE) // max(1, sample_bytes)))
 
 
-def _eval_inputs(numpy, bundle):
-    # type: (Any, str) -> list
-    """The pushed eval inputs, memory-mapped (``eval/input_<i>.npy``)."""
-    folder = os.path.join(bundle, EVAL_DIR)
-    names = sorted((n for n in os.listdir(folder) if re.match(r"^input_\d+\.npy$", n)) if os.path.isdir(folder)
-                   else [], key=lambda n: int(n[6:-4]))
+def _eval_inputs(numpy, bundle, manifest):
+    # type: (Any, str, dict) -> list
+    """The pushed eval inputs (``eval/input_<i>.npy`` as manifest.json records them), each checked against its
+    sha256, memory-mapped."""
+    found = [re.match(r"^" + EVAL_DIR + r"/input_(\d+)\.npy$", str(e.get("file")))
+             for e in manifest.get("on_demand") or [] if isinstance(e, dict)]
+    names = [m.group(0) for m in sorted((m for m in found if m), key=lambda m: int(m.group(1)))]
     if not names:
-        raise RunnerError("bad_bundle", "No eval set in {} (eval/input_<i>.npy).".format(bundle),
-                          "Convert with --device-eval N, then run `edgetk check --eval` (it pushes the eval set).")
+        raise RunnerError("bad_bundle", "manifest.json in {} records no eval set (eval/input_<i>.npy).".format(
+            bundle), "Convert with --device-eval N, then run `edgetk check --eval` (it pushes the eval set).")
+    paths = [on_demand_file(bundle, manifest, n) for n in names]
     try:
-        return [numpy.load(os.path.join(folder, n), mmap_mode="r", allow_pickle=False) for n in names]
+        return [numpy.load(p, mmap_mode="r", allow_pickle=False) for p in paths]
     except (OSError, IOError, ValueError) as exc:
         raise RunnerError("bad_bundle", "Cannot read the eval set ({}).".format(exc), REDEPLOY_HINT)
 
@@ -2338,7 +2365,7 @@ def run_eval(opts):
         # type: (Any, str, dict, dict, str, dict) -> None
         name = record["file"]
         threads = opts.threads or _default_threads(manifest, record)
-        data = _eval_inputs(numpy, bundle)
+        data = _eval_inputs(numpy, bundle, manifest)
         model = open_model(os.path.join(bundle, name), fmt, record, threads, opts.runtime)
         inputs = _order(model.inputs, record.get("inputs"))
         outputs = _order(model.outputs, record.get("outputs"))
@@ -2404,23 +2431,28 @@ def _tflite_with_tensors(path, threads, forced):
 
 def run_layers(opts):
     # type: (argparse.Namespace) -> dict
-    """The golden samples through one artifact with its intermediate tensors exposed; the tensors listed in
-    ``--tensors`` (a JSON list of names) go, dequantized to float16, to the ``--out`` .npz as ``t_<j>``.
+    """The golden samples through one artifact with its intermediate tensors exposed; the tensors of its layer
+    probe (``layers/<artifact>.probe.json``, pushed by the host) go, dequantized to float16, to the ``--out``
+    .npz as ``t_<j>``.
 
-    ONNX: ``--model`` is a copy of the artifact with those tensors added as graph outputs (the host writes it:
-    the device needs no onnx package)."""
+    ONNX: ``layers/<artifact>.debug.onnx`` is a copy of the artifact with those tensors added as graph outputs
+    (written at convert time: the device needs no onnx package). Both are checked against manifest.json."""
     def body(numpy, bundle, manifest, record, fmt, doc):
         # type: (Any, str, dict, dict, str, dict) -> None
         name = record["file"]
-        with open(os.path.expanduser(opts.tensors)) as handle:
-            wanted = [str(n) for n in json.load(handle)]
+        try:
+            with open(on_demand_file(bundle, manifest, "layers/{}.probe.json".format(name))) as handle:
+                wanted = [str(layer["tensor"]) for layer in json.load(handle)["layers"]]
+        except (ValueError, KeyError, TypeError) as exc:
+            raise RunnerError("bad_bundle", "The layer probe of {} is malformed ({}).".format(name, exc),
+                              "Convert the bundle again.")
         golden = _load_npz(numpy, os.path.join(bundle, manifest.get("golden_inputs") or "golden/inputs.npz"),
                            "input_")
         samples = min([opts.samples] + [len(g) for g in golden])
         values = dict((j, []) for j in range(len(wanted)))  # type: dict
         if fmt == "onnx":
-            model = OnnxModel(_version_of("onnxruntime"), os.path.expanduser(opts.model or os.path.join(bundle, name)),
-                              1, [], record)
+            model = OnnxModel(_version_of("onnxruntime"),
+                              on_demand_file(bundle, manifest, "layers/{}.debug.onnx".format(name)), 1, [], record)
             known = set(o.name for o in model.session.get_outputs())
             present = [n for n in wanted if n in known]
             inputs = _order(model.inputs, record.get("inputs"))
@@ -2554,8 +2586,6 @@ def build_parser():
         if command == "eval":
             p.add_argument("--chunk", type=_positive_int, default=None, help="samples per chunk (default: by memory)")
         else:
-            p.add_argument("--tensors", required=True, help="a JSON list of tensor names")
-            p.add_argument("--model", default=None, help="ONNX: the artifact with those tensors as outputs")
             p.add_argument("--samples", type=_positive_int, default=2)
     return parser
 

@@ -427,6 +427,7 @@ class SshConnection:
         copy_id = f"ssh-copy-id {'-p ' + str(opts.port) + ' ' if opts.port != 22 else ''}" \
                   f"-i {_home_relative(opts.identity_files[0]) if opts.identity_files else '~/.ssh/id_ed25519'}.pub " \
                   f"{opts.user}@{opts.hostname}"
+        copy_id = f"edgetk devices add-key --device {self.name} (or {copy_id})"  # a password login is enough
         try:
             transport.auth_none(opts.user)
             return  # the server lets us in without credentials

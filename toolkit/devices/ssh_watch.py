@@ -11,12 +11,17 @@ import socket
 import struct
 import threading
 import time
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import paramiko
 
-if TYPE_CHECKING:
-    from toolkit.devices.ssh import SshConnection
+
+class Watched(Protocol):
+    """What the watchdog reads and marks on ``toolkit.devices.ssh.SshConnection``."""
+
+    name: str
+    _stopped: str | None  # the device stopped answering (TCP still acknowledged)
+    _silent: str | None  # silence and no TCP acknowledgements: the link itself is gone
 
 
 class _WatchedSocket:
@@ -75,7 +80,7 @@ class _WatchedSocket:
 class _Watchdog(threading.Thread):
     """Keepalives with a bounded number of missed replies (see the module docstring)."""
 
-    def __init__(self, conn: SshConnection, transport: paramiko.Transport, stream: _WatchedSocket,
+    def __init__(self, conn: Watched, transport: paramiko.Transport, stream: _WatchedSocket,
                  interval: float, count_max: int) -> None:
         super().__init__(name=f"edgetk-watchdog-{conn.name}", daemon=True)
         self.conn = conn

@@ -35,6 +35,7 @@ from toolkit.types import (
     Format,
     Framework,
     Golden,
+    FileRef,
     Manifest,
     Precision,
     Preprocessing,
@@ -231,6 +232,12 @@ class RunnerM(Table):
     sha256: Str
 
 
+class FileRefM(Table):
+    file: Str
+    sha256: Str
+    bytes: Int
+
+
 _REGRESSION = RegressionPolicy()
 
 
@@ -275,6 +282,7 @@ class ManifestM(Table):
     runner: RunnerM | None = None
     config: Free | None = None
     check_policy: CheckPolicyM | None = None
+    on_demand: list[FileRefM] | None = None  # schema 3
 
 
 # ------------------------------------------------------------------------------------------- reading
@@ -336,6 +344,7 @@ def _manifest(m: ManifestM) -> Manifest:
         runner=RunnerRef(file=m.runner.file, sha256=m.runner.sha256) if m.runner else None,
         config=m.config or {},
         check_policy=_check_policy(m.check_policy) if m.check_policy is not None else None,
+        on_demand=tuple(FileRef(file=f.file, sha256=f.sha256, bytes=f.bytes) for f in m.on_demand or ()),
     )
 
 
