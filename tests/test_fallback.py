@@ -132,20 +132,28 @@ def test_selective_quantization_rescues_int8(fmt, culprit, request) -> None:
     kept = [a for a in mixed if a.outcome == "kept"]
     assert len(kept) == 1, [(a.recipe["nodes_to_exclude"], a.outcome, a.reason) for a in mixed]
     assert _accuracy(kept[0]) >= float_acc - 0.01
-    # The first group tried already rescues it: the layer carrying the outlier and its consumer.
-    assert mixed[0] is kept[0]
+    # Cheapest first (toolkit/conversion/selective.py): the weightless and small options are tried before the
+    # one that passes, the layer carrying the outlier and its consumer.
+    assert mixed[-1] is kept[0] and 2 <= len(mixed) <= 5
     record = manifest.artifact(f"model.int8.{fmt}")
-    assert record.precision == "int8" and record.preferred  # the label stays int8 and it beats the fallback
+    assert record.precision == "int8"
     assert any(culprit in node for node in record.float_nodes), record.float_nodes
     assert any("head_1/MatMul" in node for node in record.float_nodes), record.float_nodes
     assert len(record.float_nodes) <= 3
     assert record.verification is not None and record.verification.accuracy is not None
     assert record.verification.accuracy >= record.verification.reference_accuracy - 0.01
     assert record.verification.cosine_similarity >= 0.99
-    # ... and it is still mostly an int8 model: the other layers stay quantized, the fp16 fallback is not built.
-    assert [a.reason for a in manifest.attempts if a.recipe["precision"] == "fp16"] == [
-        f"skipped: an earlier {fmt} recipe was kept"]
-    assert [r.precision for r in manifest.artifacts if r.preferred] == ["int8"]
+    # ... but the culprit is the hidden layer that holds 86% of the weights, and its consumer the head (the
+    # rest): kept float, no weight of this "int8" computes in integer. It is labelled mixed and says so; it
+    # neither ends its format nor is preferred over the fallback built after it (before, it shipped preferred
+    # as plain INT8).
+    share = record.quantized
+    assert share is not None and share.mixed and share.weights < 0.05 and share.float_layers[0].weights > 0.8, share
+    assert share.float_layers[0].why.startswith("selective retry"), share.float_layers[0]
+    assert any("most of the model stays float" in n for n in record.notes), record.notes
+    preferred = [r for r in manifest.artifacts if r.preferred]
+    assert len(preferred) == 1 and preferred[0].precision in ("dynamic", "fp16", "fp32") and not record.preferred
+    assert preferred[0].quantized is None or not preferred[0].quantized.mixed
 
 
 # --------------------------------------------------------------------------------------------- rankings
@@ -236,8 +244,8 @@ def test_fp16_fallback_when_no_layer_can_be_kept_float(input_outlier_bundle: Con
         else:
             assert attempt.outcome == "dropped" and ("top-1" in attempt.reason or "cosine" in attempt.reason)
             assert _accuracy(attempt) < 0.5
-    assert mixed[0].outcome == "dropped"  # the best group is the input's reader: int8 input, still lost
-    assert len(mixed) == 2  # one group, then the union of three
+    assert mixed[0].outcome == "dropped"  # the cheapest option: int8 input, still lost
+    assert 2 <= len(mixed) <= 5  # the cheap sets growing, then the worst group and the union of three
     assert "model.int8.tflite" not in [r.file for r in manifest.artifacts]
     fp16 = [a for a in manifest.attempts if a.recipe["precision"] == "fp16"]
     assert len(fp16) == 1 and fp16[0].outcome == "kept", fp16

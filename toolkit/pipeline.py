@@ -53,6 +53,7 @@ from toolkit.conversion.plan import (
     policy_for,
     validate_name,
 )
+from toolkit.conversion.runtime_retry import retry as runtime_retry
 from toolkit.conversion.selective import selective
 from toolkit.conversion.write import write_bundle
 from toolkit.errors import ConversionError, ToolkitError, UsageError
@@ -183,7 +184,10 @@ def _build_all(run: ConvertRun, plan: Plan) -> list[Candidate]:
         if isinstance(result, Failure):
             run.attempts.append(result.attempt())
             run.progress(f"{recipe.label} failed: {result.reason}")
-            continue
+            retried = runtime_retry(run, result) if not item.explicit and not recipe.a16w8 else None
+            if retried is None:
+                continue
+            result = retried
         if result.failures and recipe.precision == "int8" and not recipe.a16w8 and not item.explicit:
             run.progress(f"{recipe.label} out of tolerance ({'; '.join(result.failures)}): "
                          "trying selective quantization")
@@ -208,6 +212,8 @@ def _build_all(run: ConvertRun, plan: Plan) -> list[Candidate]:
             )
         run.attempts.append(result.attempt("kept", reason))
         kept.append(result)
+        if result.record.quantized is not None and result.record.quantized.mixed and not item.explicit:
+            continue  # mostly float: the format's fallbacks (dynamic, fp16) are still built beside it
         if recipe.precision in ("int8", "dynamic"):  # kept: accurate enough (a slower one is only marked)
             quantized.add(recipe.format)
         if recipe.precision != "fp32" and not result.problems:

@@ -6,6 +6,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from toolkit.inspection import ModelInfo
+from toolkit.quantized import QuantizedShare, precision_label
 from toolkit.types import Manifest, TensorSpec, is_a16w8
 
 
@@ -49,7 +50,8 @@ def convert_table(manifest: Manifest, *, bundle_dir: Path, cached: bool = False)
         elif v is not None and v.top1_agreement is not None:
             accuracy = f"agree {v.top1_agreement:.3f}"
         rows.append([
-            a.file + (" (A16W8)" if is_a16w8(a.recipe) else ""),
+            a.file + (f" ({label})" if (label := precision_label(a.precision, a.recipe, a.quantized)) != a.precision
+                      else ""),
             size,
             _num(v.max_abs_error if v else None, "{:.2e}"),
             _num(v.cosine_similarity if v else None),
@@ -65,6 +67,9 @@ def convert_table(manifest: Manifest, *, bundle_dir: Path, cached: bool = False)
         "",
         table(["artifact", "size", "max err", "cosine", "top-1", "host latency", "runtime", "status"], rows),
     ]
+    shares = [(a.file, a.quantized) for a in manifest.artifacts if a.quantized is not None]
+    if shares:
+        parts += ["", "quantized in substance:"] + [f"  {file}: {share.summary()}" for file, share in shares]
     dropped = [a for a in manifest.attempts if a.outcome != "kept"]
     if dropped:
         parts += ["", "not shipped:"]
@@ -92,9 +97,11 @@ def _spec_line(spec: TensorSpec) -> str:
 
 
 def inspect_text(info: ModelInfo) -> str:
+    share = QuantizedShare.from_dict(info.extra["quantized"]) if info.extra.get("quantized") else None
     lines = [
         f"{info.path}",
-        f"  format {info.format}  precision {info.precision}  size {human_bytes(info.bytes)}"
+        f"  format {info.format}  precision {precision_label(info.precision, info.extra.get('recipe', {}), share)}"
+        f"  size {human_bytes(info.bytes)}"
         + (f"  opset {info.opset}" if info.opset else ""),
         "inputs:",
         *(_spec_line(s) for s in info.inputs),
@@ -104,4 +111,6 @@ def inspect_text(info: ModelInfo) -> str:
         f"{info.float_compute_ops} float compute):",
     ]
     lines += [f"  {name:<28} {count}" for name, count in sorted(info.op_counts.items(), key=lambda kv: -kv[1])]
+    if share is not None:
+        lines.append(f"quantized in substance: {share.summary()}")
     return "\n".join(lines)

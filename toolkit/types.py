@@ -19,6 +19,7 @@ from toolkit.errors import UsageError
 from toolkit.verification.batching import BatchVerification
 from toolkit.verification.records import OutputMetrics, SliceCheck
 from toolkit.policy import CheckPolicy
+from toolkit.quantized import QuantizedShare
 
 # --------------------------------------------------------------------------------------------- vocabularies
 
@@ -482,6 +483,9 @@ class ArtifactRecord:
     float_io: tuple[FloatIO, ...] = ()
     # A dynamic-batch artifact's outputs per sample at batch 4 and 8 against batch 1 (None: batch not dynamic)
     batching: BatchVerification | None = None
+    # An int8/dynamic artifact's share of weights and MACs computed in integer, read from the file (None:
+    # not quantized, or written before it was recorded); below half of the weights it is labelled mixed
+    quantized: QuantizedShare | None = None
     pte: PteRecord | None = None  # ExecuTorch artifacts: delegated share and bundled self-check
 
     def __post_init__(self) -> None:
@@ -512,6 +516,7 @@ class ArtifactRecord:
             "delegate": self.delegate,
             "float_io": [f.to_dict() for f in self.float_io],
             "batching": self.batching.to_dict() if self.batching else None,
+            "quantized": self.quantized.to_dict() if self.quantized else None,
             **({"pte": self.pte.to_dict()} if self.pte else {}),
         }
 

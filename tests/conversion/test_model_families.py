@@ -223,3 +223,57 @@ def test_final_concat_of_boxes_and_scores_stays_float(tmp_path) -> None:
     plain_error, kept_error = score_error(plain), score_error(built.path)
     assert plain_error > 0.3  # one 0-300 scale: the scores collapse to a level or two (step 300/255)
     assert kept_error < 0.1 and kept_error < plain_error / 4  # the scores keep their own scale
+
+
+def test_a_base_transform_that_breaks_the_if_lstm_is_skipped_and_named(if_lstm_onnx: Path, tmp_path,
+                                                                       monkeypatch) -> None:
+    """FAULT INJECTED: turning Constants into initializers here also feeds the LSTM inside the If branch its
+    rank-2 input (onnxruntime: "First input tensor must have rank 3"), the way a transform damages a subgraph
+    while the source loads. The stage skips that transform, ships the base, and its notes name the transform;
+    nothing blames the user's model."""
+    real = onnx_quant._constants_to_initializers
+
+    def breaking(model):  # type: ignore[no-untyped-def]
+        moved = real(model)
+        branch = next(n for n in model.graph.node if n.op_type == "If")
+        then = next(a.g for a in branch.attribute if a.name == "then_branch")
+        transpose = next(n for n in then.node if n.op_type == "Transpose")
+        lstm = next(n for n in then.node if n.op_type == "LSTM")
+        import onnx
+
+        shape = onnx.helper.make_node("Constant", [], ["broken_shape"],
+                                      value=onnx.numpy_helper.from_array(np.array([6, 4], np.int64)))
+        reshape = onnx.helper.make_node("Reshape", [transpose.output[0], "broken_shape"], ["broken_out"],
+                                        name="broken")
+        nodes = list(then.node)
+        at = nodes.index(transpose) + 1
+        del then.node[:]
+        then.node.extend(nodes[:at] + [shape, reshape] + nodes[at:])
+        lstm = next(n for n in then.node if n.op_type == "LSTM")
+        lstm.input[0] = "broken_out"
+        return moved
+
+    monkeypatch.setattr(onnx_quant, "_constants_to_initializers", breaking)
+    request = _request(if_lstm_onnx, "fp32", tmp_path)
+    built = onnx_quant.prepare(request, tmp_path / "base.onnx")
+    skipped = [n for n in built.notes if n.startswith("turning Constant nodes into initializers skipped")]
+    assert skipped and "this stage's transformed model does not load" in skipped[0], built.notes
+    assert "rank 3" in skipped[0], skipped
+    assert any("opset upgraded 11 -> 17" in n for n in built.notes), built.notes  # the other transforms stay
+    assert onnx_quant.transform_problem(built.path, request) is None
+
+
+def test_a_source_that_fails_itself_is_named_as_the_source(if_lstm_onnx: Path, tmp_path) -> None:
+    """The untransformed model fails too (its If branch damaged in the file): then the message names the
+    source model, before any transform of this stage."""
+    import onnx
+
+    model = onnx.load(str(if_lstm_onnx))
+    branch = next(n for n in model.graph.node if n.op_type == "If")
+    then = next(a.g for a in branch.attribute if a.name == "then_branch")
+    lstm = next(n for n in then.node if n.op_type == "LSTM")
+    lstm.attribute.append(onnx.helper.make_attribute("hidden_size_bogus", 1))
+    broken = tmp_path / "broken.onnx"
+    onnx.save(model, str(broken))
+    with pytest.raises(ConversionError, match=r"The source model broken\.onnx itself"):
+        onnx_quant.prepare(_request(broken, "fp32", tmp_path), tmp_path / "base.onnx")

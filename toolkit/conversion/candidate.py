@@ -28,6 +28,7 @@ from toolkit.conversion.base import BuiltArtifact, ConversionRequest
 from toolkit.conversion.data import RunData
 from toolkit.conversion.plan import Policy
 from toolkit.errors import ConversionError, ToolkitError, UsageError
+from toolkit.inspection.share import artifact_share
 from toolkit.quiet import native_stderr_silenced
 from toolkit.sources import SourceModel
 from toolkit.types import ArtifactRecord, Attempt, Recipe, TensorSpec, artifact_file_name
@@ -351,6 +352,7 @@ def build_and_verify(run: ConvertRun, recipe: Recipe, *, explicit: bool) -> Cand
         layout=built.layout,
         batching=batching,
         float_io=built.float_io,
+        quantized=artifact_share(built.path, recipe.precision, built.float_nodes, recipe.nodes_to_exclude),
         pte=built.pte,
         notes=notes + tuple(built.notes) + tuple(io_notes)
         + ((f"exported with {built.exporter}",) if built.exporter else ())

@@ -38,6 +38,7 @@ from toolkit.conversion.base import BuiltArtifact, ConversionRequest, as_input_d
 from toolkit.conversion.onnx_io import require_onnx as _onnx
 from toolkit.conversion.onnx_io import run_outputs as _run_outputs
 from toolkit.conversion.onnx_io import save_model
+from toolkit.conversion.onnx_prepare import Transform, apply_checked, fill_output_shapes
 from toolkit.errors import ConversionError, MissingDependency, UsageError
 from toolkit.types import A16W8_MIN_ONNXRUNTIME
 
@@ -374,6 +375,30 @@ def _fill_output_shapes(model: onnx.ModelProto, path: Path) -> None:
                 dim.dim_param = d
 
 
+def _base_transforms(request: ConversionRequest) -> list[Transform]:
+    """The base's transforms in order (``onnx_prepare.apply_checked`` skips one that breaks the model)."""
+
+    def initializers(model: onnx.ModelProto, notes: list[str]) -> None:
+        if moved := _constants_to_initializers(model):
+            notes.append(f"{moved} Constant nodes turned into initializers")
+
+    def names(model: onnx.ModelProto, notes: list[str]) -> None:
+        if named := _name_nodes(model):
+            notes.append(f"{named} unnamed nodes named")
+
+    def shapes(model: onnx.ModelProto, notes: list[str]) -> None:
+        model.CopyFrom(_shape_inference(model, notes))
+
+    return [
+        Transform("pinning the input shapes",
+                  lambda m, n: _fix_inputs(m, request.input_shapes, request.dynamic_batch, n)),
+        Transform("turning Constant nodes into initializers", initializers),
+        Transform("naming nodes", names),
+        Transform("ONNX shape inference", shapes),
+        Transform("writing the outputs' shapes", fill_output_shapes(_fill_output_shapes)),
+    ]
+
+
 def prepare(request: ConversionRequest, output: Path) -> BuiltArtifact:
     """The fp32 base for an ONNX source: inputs pinned to ``request.input_shapes`` (batch kept dynamic only
     with ``request.dynamic_batch``), Constant weights turned into initializers, nodes named, opset raised to
@@ -404,22 +429,7 @@ def prepare(request: ConversionRequest, output: Path) -> BuiltArtifact:
                 f"opset {current} kept (target allows at most {ceiling}); int8 will be per-tensor, not per-channel"
             )
 
-    _fix_inputs(model, request.input_shapes, request.dynamic_batch, notes)
-    moved = _constants_to_initializers(model)
-    if moved:
-        notes.append(f"{moved} Constant nodes turned into initializers")
-    named = _name_nodes(model)
-    if named:
-        notes.append(f"{named} unnamed nodes named")
-    before = onnx.ModelProto()
-    before.CopyFrom(model)
-    inferred = _shape_inference(model, notes)
-    problem = _model_problem(inferred, request)
-    if problem is None:
-        model = inferred
-    else:
-        model = before
-        notes.append(f"ONNX shape inference skipped: the model it wrote {problem}")
+    model = apply_checked(model, _base_transforms(request), request, notes)
     had_external = any(
         init.data_location == onnx.TensorProto.EXTERNAL
         for init in onnx.load(str(request.source.path), load_external_data=False).graph.initializer
@@ -429,9 +439,7 @@ def prepare(request: ConversionRequest, output: Path) -> BuiltArtifact:
 
     with staged_file(output) as tmp:
         save_model(model, tmp, final_name=output.name)
-        _fill_output_shapes(model, tmp)
-        save_model(model, tmp, final_name=output.name)
-        check_runs(tmp, request, "fp32 ONNX")
+        check_runs(tmp, request, "prepared fp32 ONNX (this stage's copy of the source)")
     return BuiltArtifact(path=output, notes=tuple(notes), exporter=f"onnx {onnx.__version__} (source model)")
 
 

@@ -1,49 +1,95 @@
-"""Selective quantization: when full INT8 breaks the tolerance, keep the layers that hurt most in float.
+"""Selective quantization: when full INT8 breaks the tolerance, keep the cheapest sensitive layers in float.
 
-The layers come from the one layer-wise error analysis of the full INT8 quantization (``layers.table_for``:
-each quantized layer's output against float on calibration samples, worst first), the table the bundle
-ships: the worst layer's ``float_group`` (the layer and the layers that read its output) is tried, then the
-union of the groups of the worst ``SELECTIVE_STEPS[-1]``. No candidate is converted just to rank (the
-output-sensitivity ranking, each route's ``float_groups``, stays available for analysis). A result that
-passes keeps the label int8 with its float layers in ``float_nodes``, and is preferred over the fp16/fp32
-fallback.
+The sensitive layers come from the one layer-wise error analysis of the full INT8 quantization
+(``layers.table_for``: each quantized layer's output against float on calibration samples, worst first), the
+table the bundle ships. Each of the worst ``CANDIDATE_ROWS`` layers is an option alone and with the layers that
+read its output (its ``float_group``: a consumer would re-quantize the tensor). The options are ordered by what
+keeping them float costs, their share of the model's weights (``inspection.share``), per unit of their error:
+a weightless op (a DIV, a Concat, an activation) or a small layer is tried before a large one, so a dense layer
+holding most of the weights stays int8 unless nothing cheaper passes (findings.md 6: an "int8" TFLite kept 75%
+of its weights float, 0.91x the fp32 file, 1.9x its latency). The float set grows along that order (after 1, 2,
+4, 8 options: at most ``len(SELECTIVE_STEPS)`` builds) and the first set that passes is kept; when it holds
+most of the weights the artifact's notes say so and its record is labelled mixed.
+
+A result that passes keeps the label int8 with its float layers in ``float_nodes`` and their reason in its
+``quantized`` record, and is preferred over the fp16/fp32 fallback. No candidate is converted just to rank.
 
 Every INT8 route has its table: Keras/SavedModel -> TFLite (the quantization debugger), PyTorch -> TFLite
-(``pt2e.layer_table``: PT2E's quantize/dequantize pairs, float weights re-run on the dequantized inputs;
-the rebuild reuses the full calibration's ranges) and ONNX (Q/DQ activation matching).
+(``pt2e.layer_table``; its FX node names do not name the artifact's tensors, so there the order is by error
+alone) and ONNX (Q/DQ activation matching).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import math
+from collections.abc import Callable, Sequence
+from pathlib import Path
 
 from toolkit.conversion.candidate import Candidate, ConvertRun, Failure, build_and_verify
 from toolkit.errors import ToolkitError
 from toolkit.quiet import native_stderr_silenced
 
-SELECTIVE_STEPS = (1, 3)  # how many of the best float groups (a culprit layer, maybe with its consumers) to try
+SELECTIVE_STEPS = (1, 2, 4)  # how many of the cheapest options the float set holds at each try
+LAST_RESORT = 3  # then the worst layers' groups by error alone: the worst one, then the worst three
+CANDIDATE_ROWS = 4  # the worst layers of the table that are options (each alone and with its consumers)
+COST_FLOOR = 1e-3  # a weightless op still costs something: among them the worse error goes first
+MOST_OF_THE_MODEL = 0.5  # a passing float set above this share of the weights is reported as most of the model
+
+Group = tuple[str, ...]
 
 
-def worst_nodes(run: ConvertRun, failed: Candidate) -> list[tuple[tuple[str, ...], float]]:
-    """Groups of layers to keep in float, worst layer first, with that layer's per-channel error (the
-    layer-wise table of ``failed``'s recipe)."""
+def weight_cost(path: Path) -> Callable[[Sequence[str]], float]:
+    """The share of the model's weights that the layers named by a group hold (0 when unreadable)."""
+    from toolkit.conversion.layers import _matches
+    from toolkit.inspection.share import onnx_layers, tflite_layers
+
+    try:
+        layers = tflite_layers(path) if path.suffix == ".tflite" else onnx_layers(path)
+    except Exception:  # noqa: BLE001 - no weights known: every option costs the floor, order by error
+        layers = []
+    total = sum(layer.params for layer in layers) or 1
+
+    def cost(group: Sequence[str]) -> float:
+        names = set(group)
+        return sum(layer.params for layer in layers if _matches(layer.name, names)) / total
+
+    return cost
+
+
+def options(run: ConvertRun, failed: Candidate) -> tuple[list[tuple[Group, float, float]], list[Group]]:
+    """(group to keep float, its layer's channel error, its share of the weights), cheapest per error first;
+    and the float groups of the worst rows by error alone, worst first (the last resort)."""
     from toolkit.conversion.layers import table_for
 
-    limit = 2 * max(SELECTIVE_STEPS)  # groups inside a better one add nothing to the union: take a few more
     table = table_for(run, failed.recipe, failed.built)
-    rows = [r for r in table.rows if not math.isnan(r.channel_error)]
-    return [(r.float_group or (r.name,), r.channel_error) for r in rows[:limit]]
+    rows = [r for r in table.rows if not math.isnan(r.channel_error)][:CANDIDATE_ROWS]
+    cost = weight_cost(failed.built.path)
+    found: list[tuple[Group, float, float]] = []
+    for row in rows:
+        group = row.float_group or (row.name,)
+        for option in (group[:1], group):
+            if option not in [f[0] for f in found]:
+                found.append((option, row.channel_error, cost(option)))
+    found.sort(key=lambda o: max(o[2], COST_FLOOR) / max(o[1], 1e-6))  # stable: worst first among equals
+    return found, [r.float_group or (r.name,) for r in rows]
+
+
+def _tries(cheap: Sequence[tuple[Group, float, float]], worst: Sequence[Group]) -> list[Group]:
+    """The float sets to try in order: the cheapest options growing (``SELECTIVE_STEPS``), then the worst
+    layers' groups whatever their size (1, then ``LAST_RESORT``), each set once."""
+    sets = [tuple(dict.fromkeys(n for group, _, _ in cheap[:count] for n in group)) for count in SELECTIVE_STEPS]
+    sets += [tuple(dict.fromkeys(n for group in worst[:count] for n in group)) for count in (1, LAST_RESORT)]
+    return [s for i, s in enumerate(sets) if s and s not in sets[:i]]
 
 
 def selective(run: ConvertRun, failed: Candidate) -> Candidate | None:
-    """The int8 recipe of ``failed`` retried with its worst layers in float; None when that does not help.
-
-    Every try that does not pass is appended to ``run.attempts``."""
+    """The int8 recipe of ``failed`` retried with its cheapest sensitive layers in float; None when that does
+    not help. Every try that does not pass is appended to ``run.attempts``."""
     recipe = failed.recipe
     try:
         with native_stderr_silenced():
-            ranked = worst_nodes(run, failed)
+            ranked = options(run, failed)
     except ToolkitError as exc:
         run.attempts.append(failed.attempt("failed", f"selective quantization unavailable: {exc.message}"))
         return None
@@ -51,28 +97,32 @@ def selective(run: ConvertRun, failed: Candidate) -> Candidate | None:
         run.attempts.append(failed.attempt(
             "failed", f"selective quantization unavailable: {type(exc).__name__}: {str(exc)[:200]}"))
         return None
-    if not ranked:
-        return None
-    tried: set[tuple[str, ...]] = set()
-    for count in SELECTIVE_STEPS:
-        # the union of the first ``count`` groups that each add a node (a group inside a better one adds none)
-        union: list[str] = []
-        added = 0
-        for group, _ in ranked:
-            if added < count and any(node not in union for node in group):
-                union.extend(node for node in group if node not in union)
-                added += 1
-        nodes = tuple(union)
-        if nodes in tried:
-            break
-        tried.add(nodes)
-        mixed = dataclasses.replace(recipe, nodes_to_exclude=tuple(dict.fromkeys(recipe.nodes_to_exclude + nodes)))
-        run.progress(f"retrying {recipe.label} with {len(mixed.nodes_to_exclude)} layer(s) in float")
+    cost = weight_cost(failed.built.path)
+    for union in _tries(*ranked):
+        mixed = dataclasses.replace(recipe, nodes_to_exclude=tuple(dict.fromkeys(recipe.nodes_to_exclude + union)))
+        run.progress(f"retrying {recipe.label} with {len(mixed.nodes_to_exclude)} layer(s) in float "
+                     f"({100 * cost(union):.0f}% of the weights)")
         result = build_and_verify(run, mixed, explicit=False)
         if isinstance(result, Failure):
             run.attempts.append(result.attempt())
             continue
         if not result.failures:
-            return result
+            return _explained(result, failed, union, cost(union))
         run.attempts.append(result.attempt("dropped", "; ".join(result.problems)))
     return None
+
+
+def _explained(result: Candidate, failed: Candidate, union: Group, share: float) -> Candidate:
+    """``result`` with its float layers' reason (the selective retry) and, when the float set holds most of the
+    weights, a note saying so."""
+    from toolkit.inspection.share import artifact_share
+
+    why = f"selective retry: full INT8 out of tolerance ({'; '.join(failed.failures)[:160]})"
+    notes = result.record.notes
+    if share > MOST_OF_THE_MODEL:
+        notes += (f"selective quantization: the only passing float set found holds {100 * share:.0f}% of the "
+                  "weights; most of the model stays float",)
+    record = dataclasses.replace(result.record, notes=notes, quantized=artifact_share(
+        result.built.path, result.recipe.precision, result.built.float_nodes, failed.recipe.nodes_to_exclude,
+        dict.fromkeys(union, why)))
+    return dataclasses.replace(result, record=record)

@@ -128,7 +128,8 @@ def preferred(kept: Sequence[Candidate], options: ConvertOptions) -> list[Candid
     def rank(item: Candidate) -> int:
         if item.explicit and item.recipe.precision in options.precisions:
             return options.precisions.index(item.recipe.precision)
-        return 1 if item.recipe.precision == "fp32" else 0
+        mixed = item.record.quantized is not None and item.record.quantized.mixed  # after a quantized one
+        return 1 if item.recipe.precision == "fp32" or mixed else 0
 
     # a vacuous verification (status unverified) proves nothing: such an artifact is preferred only where no
     # verified one of its format passed

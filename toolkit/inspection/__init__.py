@@ -53,13 +53,23 @@ def inspect_model(path: Path) -> ModelInfo:
     if suffix == ".tflite":
         from toolkit.inspection.tflite import inspect_tflite
 
-        return inspect_tflite(path)
+        return _with_share(inspect_tflite(path))
     if suffix == ".onnx":
         from toolkit.inspection.onnx import inspect_onnx
 
-        return inspect_onnx(path)
+        return _with_share(inspect_onnx(path))
     if suffix == ".pte":
         from toolkit.inspection.pte import inspect_pte
 
         return inspect_pte(path)
     raise UsageError(f"{path} is not a .tflite, .onnx or .pte file.", hint="Pass an artifact or a bundle directory.")
+
+
+def _with_share(info: ModelInfo) -> ModelInfo:
+    """A quantized model's info with ``extra["quantized"]``: its share of weights/MACs in integer."""
+    import dataclasses
+
+    from toolkit.inspection.share import artifact_share
+
+    share = artifact_share(Path(info.path), info.precision, (), ())
+    return dataclasses.replace(info, extra={**info.extra, "quantized": share.to_dict()}) if share else info

@@ -15,6 +15,7 @@ from datetime import datetime
 from typing import Any
 
 from toolkit.errors import MissingDependency
+from toolkit.quantized import precision_label
 from toolkit.types import Manifest
 
 PRECISION_COLOURS = {"fp32": "#4c72b0", "fp16": "#55a868", "dynamic": "#dd8452", "int8": "#c44e52"}
@@ -93,7 +94,7 @@ def tradeoff_plot(manifest: Manifest, reports: Sequence[Mapping[str, Any]]) -> b
     for a, size, y, _metric, latency, where in points:
         marker = "o" if a.format == "tflite" else "s"
         ax.scatter(size, y, s=90, marker=marker, color=PRECISION_COLOURS.get(a.precision, "#8172b3"),
-                   edgecolors="black", linewidths=0.5, label=f"{a.precision} {a.format}", alpha=0.85)
+                   edgecolors="black", linewidths=0.5, label=f"{precision_label(a.precision, a.recipe, a.quantized)} {a.format}", alpha=0.85)
         text = a.file if latency is None else f"{a.file}: {latency:.3f} ms ({where})"
         anchor = next((k for k in labels_at if abs(k[0] - size) < 0.08 * span and abs(k[1] - y) < 1e-3), (size, y))
         labels_at.setdefault(anchor, []).append(text)

@@ -13,7 +13,8 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from toolkit.types import CheckReport, Manifest, is_a16w8
+from toolkit.quantized import precision_label
+from toolkit.types import CheckReport, Manifest
 
 HEADERS = ("artifact", "precision", "size", "accuracy (float)", "host p50", "device", "p50", "p90", "load",
            "peak mem", "gate")
@@ -77,7 +78,7 @@ def bundle_rows(manifest: Manifest, reports: Sequence[CheckReport | Mapping[str,
         size = human_bytes(a.bytes)
         if a.precision != "fp32" and fp32.get(a.format):
             size += f" ({a.bytes / fp32[a.format]:.2f}x)"
-        precision = f"{a.precision} A16W8" if is_a16w8(a.recipe) else a.precision
+        precision = precision_label(a.precision, a.recipe, a.quantized)
         base = [a.file, precision, size, accuracy_text(a.verification), _ms(a.host_latency_ms)]
         checked = by_artifact.get(a.file) or []
         if not checked:

@@ -22,6 +22,7 @@ from toolkit.errors import UsageError
 from toolkit.policy import CheckPolicy, PlacementExpectation, RegressionPolicy
 from toolkit.schemas.fields import Bool, Int, Number, Str, Table, choice
 from toolkit.schemas.problems import problems
+from toolkit.schemas.quantized import QuantizedM, read_quantized
 from toolkit.types import (
     MANIFEST_SCHEMA_VERSION,
     ArtifactRecord,
@@ -188,6 +189,7 @@ class ArtifactM(Table):
     delegate: Str | None = None
     float_io: list[FloatIOM] | None = None
     batching: BatchingM | None = None
+    quantized: QuantizedM | None = None
     pte: PteM | None = None
 
 
@@ -397,9 +399,11 @@ def _artifact(a: ArtifactM) -> ArtifactRecord:
         preferred=bool(a.preferred), provider_options=a.provider_options or {}, delegate=a.delegate,
         float_io=tuple(FloatIO(f.name, f.role, f.reason, f.detail) for f in a.float_io or ()),
         batching=_batching(a.batching) if a.batching is not None else None,
+        quantized=read_quantized(a.quantized),
         pte=PteRecord(a.pte.delegated_nodes, a.pte.total_nodes, a.pte.bundled, _float(a.pte.bundled_atol))
         if a.pte is not None else None,
     )
+
 
 
 def _batching(b: BatchingM) -> BatchVerification:

@@ -258,10 +258,10 @@ class SavedModelSource(TensorFlowSource):
         try:
             loaded = tf.saved_model.load(str(path))
         except Exception as exc:  # noqa: BLE001 (frameworks raise any type; reported as one plain line)
-            raise UsageError(
-                f"Cannot load the SavedModel {path}: {_first_line(exc)}",
-                hint="The directory may be incomplete or corrupt (saved_model.pb, variables/); export it again.",
-            ) from None
+            # Restore-only objects (a v1 optimizer's slot variables: "'_UserObject' object has no attribute
+            # 'add_slot'") break the object-graph loader, not the serving graph: read the signatures the way
+            # the TFLite converter does (the v1 loader in a session), frozen.
+            loaded = _frozen_signatures(tf, path, exc)
         signatures = dict(getattr(loaded, "signatures", {}) or {})
         if "serving_default" in signatures:
             key = "serving_default"
@@ -300,9 +300,61 @@ class SavedModelSource(TensorFlowSource):
     def _write_saved_model(self, directory: Path, shapes: Shapes | None) -> None:
         tf = _tf()
         module = tf.Module()
-        module.loaded = self._loaded  # tracked, so its variables are saved with their values
+        if not isinstance(self._loaded, _FrozenModel):  # frozen: constants, nothing to track
+            module.loaded = self._loaded  # tracked, so its variables are saved with their values
         module.serve = self.serving_function(shapes)
         tf.saved_model.save(module, str(directory), signatures={"serving_default": module.serve})
+
+
+class _FrozenSignature:
+    """One serving signature read by the v1 loader with its variables folded into constants: called with
+    keyword tensors like a loaded signature, with the same ``structured_*`` description."""
+
+    def __init__(self, function: Any, inputs: Mapping[str, Any], outputs: Mapping[str, Any]) -> None:
+        self._function = function
+        self.structured_input_signature = ((), dict(inputs))
+        self.structured_outputs = dict(outputs)
+
+    def __call__(self, **kwargs: Any) -> dict[str, Any]:
+        return dict(self._function(*[kwargs[name] for name in self.structured_input_signature[1]]))
+
+
+def _frozen_signatures(tf: Any, path: Path, error: BaseException) -> Any:
+    """A stand-in for ``tf.saved_model.load(path)`` when the object graph cannot be revived (``error``): a
+    variable-free module whose ``signatures`` are the serving signatures, loaded by the v1 loader (what
+    ``tf.compat.v1.lite.TFLiteConverter.from_saved_model`` does) and frozen. Refuses with ``error``'s line
+    when that fails too."""
+    try:
+        graph = tf.Graph()
+        signatures: dict[str, _FrozenSignature] = {}
+        with graph.as_default(), tf.compat.v1.Session(graph=graph) as session:
+            meta = tf.compat.v1.saved_model.loader.load(session, [tf.saved_model.SERVING], str(path))
+            defs = {k: v for k, v in meta.signature_def.items() if not k.startswith("__")}
+            fetches = sorted({t.name.split(":")[0] for d in defs.values() for t in d.outputs.values()})
+            frozen = tf.compat.v1.graph_util.convert_variables_to_constants(session, graph.as_graph_def(), fetches)
+        wrapped = tf.compat.v1.wrap_function(lambda: tf.compat.v1.import_graph_def(frozen, name=""), [])
+        for key, sig in defs.items():
+            tensor = wrapped.graph.get_tensor_by_name
+            function = wrapped.prune([tensor(t.name) for t in sig.inputs.values()],
+                                     {name: tensor(t.name) for name, t in sig.outputs.items()})
+            specs = {name: tf.TensorSpec(tf.TensorShape(t.tensor_shape), tf.as_dtype(t.dtype), name=name)
+                     for name, t in sig.inputs.items()}
+            outs = {name: tf.TensorSpec(tf.TensorShape(t.tensor_shape), tf.as_dtype(t.dtype))
+                    for name, t in sig.outputs.items()}
+            signatures[key] = _FrozenSignature(function, specs, outs)
+    except Exception:  # noqa: BLE001 - the v1 loader fails too: the directory itself is the problem
+        raise UsageError(
+            f"Cannot load the SavedModel {path}: {_first_line(error)}",
+            hint="The directory may be incomplete or corrupt (saved_model.pb, variables/); export it again.",
+        ) from None
+    return _FrozenModel(signatures)
+
+
+class _FrozenModel:
+    """What ``_frozen_signatures`` loads: signatures only, no variables to track when exporting."""
+
+    def __init__(self, signatures: Mapping[str, _FrozenSignature]) -> None:
+        self.signatures = dict(signatures)
 
 
 __all__ = ["KerasSource", "SavedModelSource", "TensorFlowSource", "open_tensorflow"]

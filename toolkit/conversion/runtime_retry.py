@@ -1,0 +1,70 @@
+"""An INT8 artifact that its runtime cannot load or run gets the selective retry too: the failing op in float.
+
+Selective quantization (``selective``) answers an artifact that loses accuracy; an artifact that does not load
+in the target's runtime (an op version the profile's bounded runtime does not know: ``FailureKind.INCOMPATIBLE``)
+or that the runtime refuses or crashes on while running (``FailureKind.DOES_NOT_RUN``) names the op that
+failed, and keeping that op in float is the fix (findings.md 6: a TFLite INT8 with a DIV whose divisor is
+quantized crashes at run time). The op is read from the runtime's own message:
+
+* TFLite: ``LOG version 2 (tflite-runtime 2.14 knows up to 1)`` (the compatibility check), ``Node number 7 (DIV)
+  failed to invoke`` (the interpreter); the op type goes into ``nodes_to_exclude`` (the Keras/SavedModel route
+  denylists that op type; PyTorch -> TFLite names FX nodes, so it gets no retry here);
+* ONNX Runtime: ``... running Div node. Name:'div_3'``; the node name goes into ``nodes_to_exclude``.
+
+The rebuilt artifact is verified like any other; when it loses accuracy, ``selective`` continues from it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+
+from toolkit.conversion.candidate import Candidate, ConvertRun, Failure, FailureKind, build_and_verify
+from toolkit.inspection.share import artifact_share
+
+RETRIED = (FailureKind.INCOMPATIBLE, FailureKind.DOES_NOT_RUN)
+ROUNDS = 3  # each round keeps the ops the last failure named in float: a second op may fail next
+
+_TFLITE_VERSION = re.compile(r"\b([A-Z][A-Z0-9_]+) version \d+ \(")
+_TFLITE_NODE = re.compile(r"Node number \d+ \(([A-Z][A-Z0-9_]+)\)")
+_ONNX_NODE = re.compile(r"Name:\s*'([^']+)'")
+
+
+def failing_ops(failure: Failure, framework: str) -> tuple[str, ...]:
+    """The ops ``failure``'s message names, as ``nodes_to_exclude`` entries of its route; () when none."""
+    recipe, text = failure.recipe, failure.reason
+    if recipe.format == "tflite":
+        if framework not in ("keras", "savedmodel"):
+            return ()
+        found = _TFLITE_VERSION.findall(text) + _TFLITE_NODE.findall(text)
+    else:
+        found = _ONNX_NODE.findall(text)
+    return tuple(dict.fromkeys(op for op in found if op not in recipe.nodes_to_exclude))
+
+
+def retry(run: ConvertRun, failed: Failure) -> Candidate | None:
+    """``failed``'s recipe rebuilt with the ops its runtime failed on in float; None when no op is named or
+    the rebuilt artifact fails too (every try is appended to ``run.attempts``)."""
+    current = failed
+    for _ in range(ROUNDS):
+        if current.recipe.precision != "int8" or current.kind not in RETRIED:
+            return None
+        ops = failing_ops(current, run.source.framework)
+        if not ops:
+            return None
+        recipe = dataclasses.replace(current.recipe, nodes_to_exclude=current.recipe.nodes_to_exclude + ops)
+        run.progress(f"{recipe.label}: the runtime failed on {', '.join(ops)}; retrying with it in float")
+        result = build_and_verify(run, recipe, explicit=False)
+        if isinstance(result, Failure):
+            run.attempts.append(result.attempt())
+            current = result
+            continue
+        added = recipe.nodes_to_exclude[len(failed.recipe.nodes_to_exclude):]
+        how = "did not load" if failed.kind is FailureKind.INCOMPATIBLE else "failed"
+        why = f"runtime retry: the full INT8 artifact {how} in its runtime ({failed.reason[:160]})"
+        record = dataclasses.replace(
+            result.record, notes=result.record.notes + (f"{', '.join(added)} kept float: {why}",),
+            quantized=artifact_share(result.built.path, recipe.precision, result.built.float_nodes,
+                                     failed.recipe.nodes_to_exclude, dict.fromkeys(added, why)))
+        return dataclasses.replace(result, record=record)
+    return None
