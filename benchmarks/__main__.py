@@ -21,7 +21,7 @@ from typing import Any
 from benchmarks.common import DOC, log, machine, table, update_doc
 
 SECTIONS = ("convert", "int8", "convert_time", "torch_routes", "deploy", "runner", "loads", "optimize", "startup",
-            "finetune_memory", "fleet", "selective", "pte")
+            "finetune_memory", "fleet", "selective", "selection", "pte")
 HEADLINES = DOC.with_suffix(".json")
 
 
@@ -192,6 +192,16 @@ def summary(h: dict) -> str:
             rows.append([f"ResNet50 selective quantization, {route} -> TFLite, wall time (target < 180 s on 2 cores)",
                          _fmt(sel.get(f"{key}_s"), " s"),
                          f"{_fmt(sel.get(f'{key}_cpu_s'), ' s')} CPU; section selective"])
+    sn = h.get("selection", {})
+    for slug, entry in sn.get("models", {}).items():
+        ratios = list((entry.get("selected_vs_old") or {}).values())
+        rows.append([f"{slug}: p50 of the artifact `local` selected vs the old preference (issue 23)",
+                     f"{_fmt(min(ratios, default=float('nan')))} to {_fmt(max(ratios, default=float('nan')))}",
+                     f"selected {entry.get('selected')}; section selection"])
+    if sn.get("stability"):
+        st2 = sn["stability"]
+        rows.append([f"Distinct preferred artifacts in 10 generic-x86_64 conversions under {st2.get('hogs')} CPU hogs "
+                     "(target 1)", str(st2.get("new_distinct")), f"old rule: {st2.get('old_distinct')}"])
     if not rows:
         return "## Headline figures\n\nNo section has run yet."
     measured = [f"- {name}: {h[name].get('measured_on', 'an earlier run (before sections recorded their machine)')}"

@@ -13,7 +13,7 @@ The input-outlier model: the same digits MLP, but the data carry a junk pixel of
 ignores (its weights are zero). Full int8 with int8 I/O quantizes the *input* with a scale set by that pixel
 before any layer runs, so no layer kept in float can help: the fp16 fallback must take over.
 
-The speed rule (an artifact slower than fp32 is not preferred) is switched off in these bundles: on a
+The speed rule (an artifact measurably slower than fp32 on a host profile is not preferred) is off here: on a
 64-unit model the timings are noise, and the rule is covered by the pipeline tests.
 """
 
@@ -78,7 +78,7 @@ def _bundle(source: Path, fmt: str, calibration: Path, eval_data: Path, folder: 
         + f'[[recipes]]\nformat = "{fmt}"\nprecision = "fp32"\n'
     )
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(candidate, "SLOWER_FACTOR", 1e9)  # timings of a 64-unit model are noise (module docstring)
+        patch.setattr(candidate, "is_this_host", lambda name: False)  # timings of a 64-unit model: no speed verdict
         return convert_bundle(
             ConvertOptions(source=str(source), target=f"pi4-{fmt}-fallback", targets_dirs=(profiles,),
                            calibration=calibration, eval_data=eval_data, out=folder / "b", use_cache=False),

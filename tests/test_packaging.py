@@ -52,6 +52,7 @@ def test_wheel_carries_targets_and_calibration(wheel: Path) -> None:
     assert "toolkit/device_side/mender_module.py" in names  # written next to every Mender artifact
     assert "toolkit/store/migrations/env.py" in names  # the history's Alembic migrations run from the wheel
     assert "toolkit/store/migrations/versions/0002_shared_history.py" in names
+    assert "toolkit/store/migrations/versions/0003_selections.py" in names
     assert not any(name.startswith("tests/") for name in names)
 
 

@@ -164,8 +164,10 @@ def test_history_html_and_json(checked_bundle, tmp_path):  # type: ignore[no-unt
     assert dom.returncode == 0 and 'id="plot-trend"' in dom.stdout
 
     doc = run_edgetk("report", checked_bundle.bundle, "--store", checked_bundle.store, "--json").json()
-    assert set(doc) == {"bundle", "version", "store", "manifest", "latest", "history", "trends"}
+    assert set(doc) == {"bundle", "version", "store", "manifest", "latest", "history", "trends", "selected"}
     assert len(doc["latest"]) == 2 and len(doc["history"]) == 4
+    files = {a["file"] for a in doc["manifest"]["artifacts"]}
+    assert doc["selected"] and all(s["artifact"] in files and s["version"] == doc["version"] for s in doc["selected"])
     assert {r["run_id"] for r in doc["latest"]} == {doc["history"][-1]["run_id"]}  # the newest run only
 
 

@@ -86,8 +86,15 @@ def test_a_history_written_before_migrations_is_upgraded_without_losing_a_row(tm
     again = Store(path).history(device="pi")
     assert [r.check_id for r in again][-1] == new_id and again[-1].checked_by and again[-1].controller
     with sqlite3.connect(path) as db:
-        assert db.execute("SELECT version_num FROM alembic_version").fetchall() == [("0002",)]
+        assert db.execute("SELECT version_num FROM alembic_version").fetchall() == [("0003",)]
         assert db.execute("SELECT count(*) FROM checks").fetchone() == (5,)
+        assert db.execute("SELECT count(*) FROM selections").fetchone() == (0,)  # 0003: the devices' selections
+    from toolkit.store.selections import latest_selections, record_selection
+
+    record_selection(store, {"artifact": "model.fp32.onnx", "version": "v3", "pinned": False, "p50_ms": 9.0},
+                     device="pi", bundle="digits", run_id="r9")
+    assert [(s["device"], s["artifact"]) for s in latest_selections(Store(path), bundle="digits")] == [
+        ("pi", "model.fp32.onnx")]
 
 
 def test_head_constant_is_alembics_head() -> None:

@@ -51,6 +51,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from toolkit.pipeline import ConvertResult
     from toolkit.reporting.html import ReportData
     from toolkit.rollout import RolloutResult
+    from toolkit.selection import Selection
     from toolkit.export.mender import MenderExport
     from toolkit.store.guard import StoreStatus, SyncResult
     from toolkit.store.imports import ImportResult
@@ -115,6 +116,7 @@ class DeviceResult:
     push: PushResult | None = None
     reports: tuple[CheckReport, ...] = ()
     data: Mapping[str, Any] = field(default_factory=dict)  # rollback/status/remove/probe answers
+    selected: Selection | None = None  # the artifact this device selected by its check (toolkit.selection)
 
     def to_dict(self) -> dict[str, Any]:
         """The device's entry of the CLI's ``--json`` document (docs/schemas/deploy.md)."""
@@ -126,6 +128,8 @@ class DeviceResult:
         }
         if self.push is not None:
             out["deploy"] = self.push.to_dict()
+        if self.selected is not None:
+            out["selected"] = self.selected.to_dict()
         out.update(self.data)
         return out
 
@@ -434,19 +438,21 @@ def _select(options: DeviceOptions) -> _Selection:
 def _result(spec: DeviceSpec, outcome: Any, *, gated: bool) -> DeviceResult:
     """A fleet outcome -> DeviceResult; a failed gate makes the device not ok with exit code 1."""
     value = outcome.value
-    push = reports = None
+    push = reports = selected = None
     data: Mapping[str, Any] = {}
     if isinstance(value, tuple):
-        push, reports = value
+        push, reports, selected = value
     elif isinstance(value, Mapping):
         data = value
     reports = tuple(reports or ())
     failed = [r for r in reports if not r.gates.passed] if gated else []
-    code = outcome.exit_code or (1 if failed else 0)
+    nothing = gated and selected is not None and selected.artifact is None  # nothing passes: exit 1, say why
+    code = outcome.exit_code or (1 if failed or nothing else 0)
     error = outcome.error
-    if error is None and failed:
-        error = "; ".join(failure for r in failed for failure in r.gates.failures)
-    return DeviceResult(outcome.device, code == 0, error, code, push, reports, data)
+    if error is None and (failed or nothing):
+        error = "; ".join([failure for r in failed for failure in r.gates.failures]
+                          + ([f"nothing selected: {selected.reason}"] if nothing and selected else []))
+    return DeviceResult(outcome.device, code == 0, error, code, push, reports, data, selected)
 
 
 def _bundle_task(
@@ -462,11 +468,12 @@ def _bundle_task(
     rollout: RolloutOptions | None = None,
     break_lock: bool = False,
     prune: bool = False,
+    pin: str | None = None,
 ) -> FleetReport:
     from toolkit.rollout import prepare_job
 
     job = prepare_job(bundle_path, install=install, check=check, force=force, compress=compress,
-                      break_lock=break_lock, prune=prune, **as_keywords(checking))
+                      break_lock=break_lock, prune=prune, pin=pin, **as_keywords(checking))
     stream = progress_stream if progress_stream is not None else _Null()
     if rollout is not None and rollout.waves:
         from toolkit.devices.fleet import FleetResult
@@ -506,13 +513,15 @@ def deploy(bundle: PathLike, *, check: bool = False, force: bool = False, compre
 
 
 @with_option_keywords(DeviceOptions, CheckOptions)
-def check(bundle: PathLike, *, progress_stream: TextSink | None = None, **options: Any) -> FleetReport:
-    """``edgetk check``: run the deployed bundle on every device, gate the reports, record them in the store."""
+def check(bundle: PathLike, *, select: str | None = None, progress_stream: TextSink | None = None,
+          **options: Any) -> FleetReport:
+    """``edgetk check``: run the deployed bundle on every device, gate the reports, record them in the store;
+    each device then selects the artifact it runs (toolkit.selection); ``select=FILE`` pins that one."""
     device_values, check_values = split_keywords("check", options, DeviceOptions, CheckOptions)
     checking = build(CheckOptions, check_values)
     selection = _select(build(DeviceOptions, device_values))
     return _bundle_task(bundle, selection, checking, install=False, check=True, force=False,
-                        progress_stream=progress_stream)
+                        progress_stream=progress_stream, pin=select)
 
 
 def _simple(caller: str, options: Mapping[str, Any], action: Callable[[Any], Mapping[str, Any]]) -> FleetReport:

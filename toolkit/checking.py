@@ -34,6 +34,7 @@ from toolkit.deployment import Device, installed_version, version_dir
 from toolkit.errors import DeviceError, ToolkitError, UsageError
 from toolkit.policy import CheckPolicy, GateOptions, PlacementExpectation, RegressionPolicy
 from toolkit.regression import RegressionVerdict, confirmed, decide
+from toolkit.selection import throttled
 from toolkit.store import Store, StoredCheck
 from toolkit.types import CheckReport, GateResult, LatencyStats
 
@@ -120,6 +121,7 @@ def parse_runner_output(stdout: str, *, device: str, artifacts: Sequence[str]) -
                 environment=environment,
                 gates=GateResult(True),
                 error=item.get("error"),
+                throttled=throttled(environment),
                 latency_samples_ms=_samples(item.get("latency_samples_ms")),
                 placement=placement if isinstance(placement, dict) else None,
                 **{key: item.get(key) if isinstance(item.get(key), dict) else None
@@ -338,12 +340,14 @@ def baseline_samples(
     store: Store, *, bundle: str, device: str, artifact: str, checks: int, artifacts: int = 1
 ) -> list[tuple[str, list[float]]]:
     """[(check_id, samples)] of the newest ``checks`` checks of this bundle name, device and artifact that
-    measured something and were not regressions themselves, oldest first."""
+    measured something, were not regressions themselves and not taken while the device throttled, oldest
+    first."""
     rows = store.history(device=device, bundle=bundle, limit=max(50, 4 * checks * artifacts))
     eligible = [
         (row.check_id, _stored_samples(row))
         for row in rows
         if row.artifact == artifact and not row.report.get("error") and not _was_regression(row)
+        and not row.report.get("throttled")  # a throttled run is no baseline either
     ]
     return [item for item in eligible if item[1]][-checks:]
 
@@ -475,6 +479,8 @@ def check(
     notes = (NO_POLICY,) if policy is None else ()
 
     def judged(report: CheckReport) -> tuple[RegressionVerdict | None, bool]:
+        if report.throttled:  # a throttled run decides no regression (nor a selection: toolkit.selection)
+            return RegressionVerdict(None, skip=f"measured while the device throttled: {report.throttled}"), False
         return _regression(store, gates.baseline, report, regression_policy, bundle=name, device=device.spec.name,
                            artifacts=len(artifacts))
 

@@ -88,3 +88,13 @@ def precision_label(precision: str, recipe: Mapping[str, Any], share: QuantizedS
     if share is not None and share.mixed and precision in ("int8", "dynamic"):
         label += f" mixed: {_pct(share.weights)} of weights int"
     return label
+
+
+def names_layer(name: str, kept: set[str]) -> bool:
+    """A row's layer is kept float when a float node names it (TFLite's float nodes are op names that the
+    tensor name extends, or the reverse)."""
+    def extends(longer: str, shorter: str) -> bool:  # "linear_1" does not extend "linear": another layer
+        rest = longer[len(shorter):]
+        return longer.startswith(shorter) and not (rest[:1] == "_" and rest[1:].isdigit())
+
+    return name in kept or any(extends(name, k) or extends(k, name) for k in kept if k)

@@ -14,6 +14,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
+from enum import StrEnum
 from typing import Any
 
 from toolkit.policy import RegressionPolicy
@@ -136,3 +137,28 @@ def decide(
         regressed=regressed, current_p50_ms=now, reference_ms=reference, pooled_p50_ms=median(pooled),
         ratio=ratio, p_value=p_value, baseline_checks=ids, baseline_samples=len(pooled),
     )
+
+
+class Difference(StrEnum):
+    """Two sets of latency samples compared: the first is faster, slower, or inside the noise of the second."""
+
+    FASTER = "faster"
+    SLOWER = "slower"
+    SAME = "same"  # inside the noise: no speedup measured either way
+
+
+def compare(a: Sequence[float], b: Sequence[float], *, alpha: float, min_pct: float,
+            min_ms: float) -> tuple[Difference, float, float]:
+    """``a`` against ``b`` (ms): (difference, p that a is slower, p that a is faster). A difference counts only
+    when a one-sided Mann-Whitney U test says so at ``alpha`` AND the medians differ by more than ``min_pct``
+    percent and ``min_ms`` milliseconds (the regression gate's rule, both ways)."""
+    p_slower = mann_whitney_greater(a, b)
+    p_faster = mann_whitney_greater(b, a)
+    ma, mb = median(a), median(b)
+
+    def beyond(slow: float, fast: float, p: float) -> bool:
+        return p < alpha and slow > fast * (1.0 + min_pct / 100.0) and slow - fast > min_ms
+
+    difference = (Difference.SLOWER if beyond(ma, mb, p_slower) else Difference.FASTER if beyond(mb, ma, p_faster)
+                  else Difference.SAME)
+    return difference, p_slower, p_faster

@@ -51,15 +51,18 @@ class BundleJob:
     runner_args: tuple[str, ...] = ()  # --profile / --throughput / --loads for the runner
     break_lock: bool = False  # deploy --break-lock
     prune: bool = False  # deploy --prune: old versions go when the disk is short
+    pin: str | None = None  # check --select FILE: the artifact every device runs (toolkit.selection)
     evaluate: bool = False  # --eval: the bundle's eval set on the device
     # devices this job switched to the bundle's version -> the version they ran before (for a rollback)
     switched: dict[str, str | None] = field(default_factory=dict, compare=False, repr=False)
     _lock: threading.Lock = field(default_factory=threading.Lock, compare=False, repr=False)
 
-    def run(self, device: Any, *, progress_stream: TextIO | Any | None) -> tuple[Any, list[CheckReport]]:
-        """(push result or None, check reports) for one connected ``toolkit.deployment.Device``."""
+    def run(self, device: Any, *, progress_stream: TextIO | Any | None) -> tuple[Any, list[CheckReport], Any]:
+        """(push result or None, check reports, the device's Selection or None) for one connected
+        ``toolkit.deployment.Device``."""
         from toolkit.checking import check as run_check
         from toolkit.deployment import push
+        from toolkit.selection import apply as select
 
         pushed = (
             push(device, self.bundle, force=self.force, progress_stream=progress_stream, compress=self.compress,
@@ -85,7 +88,8 @@ class BundleJob:
             if note:
                 print(f"warning: {note}", file=progress_stream or sys.stderr, flush=True)
                 pushed = replace(pushed, warnings=(*pushed.warnings, note))
-        return pushed, list(reports)
+        selection = select(device, self.bundle, reports, pin=self.pin, store=self.store) if self.check else None
+        return pushed, list(reports), selection
 
     def store_status(self) -> StoreStatus | None:
         """Where the check reports went (None when the job checks nothing)."""
@@ -111,6 +115,7 @@ def prepare_job(
     profile: bool = False,
     throughput: bool = False,
     loads: bool = False,
+    pin: str | None = None,
     evaluate: bool = False,
 ) -> BundleJob:
     """Read and validate the bundle and the gate options once, before any device is contacted; open the history
@@ -119,6 +124,10 @@ def prepare_job(
 
     bundle = read_bundle(Path(bundle_path))
     validate_name(bundle.name)
+    files = [a.file for a in bundle.manifest.artifacts]
+    if pin is not None and pin not in files:
+        raise UsageError(f"--select {pin}: the bundle {bundle.name!r} has no artifact of that name.",
+                         hint=f"Pick one of: {', '.join(files)}.")
     if evaluate and check:
         from toolkit.device_eval import require_eval_set
 
@@ -142,6 +151,7 @@ def prepare_job(
         runner_args=runner_flags(profile=profile, throughput=throughput, loads=loads),
         break_lock=break_lock,
         prune=prune,
+        pin=pin,
         evaluate=evaluate,
     )
 
@@ -214,10 +224,11 @@ def staged_rollout(
     return RolloutResult(tuple(waves), tuple(outcomes), stopped, not_started, rolled)
 
 
-def _check_failed(outcome: DeviceOutcome[tuple[Any, list[CheckReport]]]) -> bool:
+def _check_failed(outcome: DeviceOutcome[tuple[Any, list[CheckReport], Any]]) -> bool:
     if not outcome.ok or outcome.value is None:
         return True
-    return any(not r.gates.passed for r in outcome.value[1])
+    selection = outcome.value[2]
+    return any(not r.gates.passed for r in outcome.value[1]) or (selection is not None and selection.artifact is None)
 
 
 RunOn = Callable[[Sequence[DeviceSpec], Callable[[Any, DeviceSpec], Any]], FleetResult[Any]]

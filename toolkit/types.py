@@ -76,9 +76,9 @@ class ArtifactStatus(_Word):
     """Why an artifact is (not) the preferred one: within tolerance and faster, or what it failed."""
 
     OK = "ok"
-    SLOWER = "slower"  # ships, never preferred: slower than fp32 on this host
+    SLOWER = "slower"  # ships, never preferred: measurably slower than fp32, paired, on a profile that IS this host
     OUT_OF_TOLERANCE = "out_of_tolerance"
-    NO_SPEEDUP_MEASURED = "no_speedup_measured"
+    NO_SPEEDUP_MEASURED = "no_speedup_measured"  # inside the noise of fp32, or timed on a CPU it will not run on
     UNVERIFIED = "unverified"  # ships; verification proved nothing (Verification.vacuous says why)
 
 
@@ -466,6 +466,7 @@ class ArtifactRecord:
     golden: Golden | None = None
     host_latency_ms: float | None = None  # median on this host, in `runtime`
     fp32_latency_ms: float | None = None  # the fp32 artifact of the same format, same runtime, same run
+    host_cpu: str | None = None  # the CPU the host latencies were measured on (they inform only that CPU)
     runtime: str | None = None
     status: ArtifactStatus | str = ArtifactStatus.OK
     recipe: Mapping[str, Any] = field(default_factory=dict)
@@ -504,6 +505,7 @@ class ArtifactRecord:
             "golden": self.golden.to_dict() if self.golden else None,
             "host_latency_ms": _finite_or_none(self.host_latency_ms),
             "fp32_latency_ms": _finite_or_none(self.fp32_latency_ms),
+            "host_cpu": self.host_cpu,
             "runtime": self.runtime,
             "status": self.status,
             "recipe": dict(self.recipe),
@@ -753,6 +755,7 @@ class CheckReport:
     profile: Mapping[str, Any] | None = None  # per-operator times per op type and top nodes, profiler overhead
     throughput: Mapping[str, Any] | None = None  # the latency-throughput curve (batch sizes or requests in flight)
     loads: Mapping[str, Any] | None = None  # cold / warm loads with the first inference, load options before/after
+    throttled: str | None = None  # why the device was throttling during the run (toolkit.selection.throttled)
     # check --eval: the eval set on the device, scored against the labels and the float model (toolkit.device_eval)
     evaluation: Mapping[str, Any] | None = None
 
@@ -778,6 +781,7 @@ class CheckReport:
             "profile": dict(self.profile) if self.profile is not None else None,
             "throughput": dict(self.throughput) if self.throughput is not None else None,
             "loads": dict(self.loads) if self.loads is not None else None,
+            "throttled": self.throttled,
             "evaluation": dict(self.evaluation) if self.evaluation is not None else None,
         }
 

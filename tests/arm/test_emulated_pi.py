@@ -181,6 +181,27 @@ def test_legacy_pi_with_tflite_runtime(arm_pi: ArmPi, legacy_inventory: Path, ti
         assert report["outputs_match"]["ok"] is True
 
 
+def test_the_emulated_pi_selects_by_its_own_measurements(arm_pi: ArmPi, pi_setup: dict[str, Any],
+                                                         pi_inventory: Path, env: dict[str, str],
+                                                         tmp_path: Path) -> None:
+    """The device chooses (toolkit/selection.py): the bundle proposes its slow TFLite; the Pi's check measures
+    both artifacts and selects the fastest by its own p50s. Emulated latencies: this shows only that the decision
+    follows the device's numbers (tests/selection/test_device_selection.py does the same on x86 devices)."""
+    from tests.fixtures.selection import selection_bundle
+
+    bundle = selection_bundle(tmp_path / "choose", name="choose-pi")
+    result = run_edgetk("deploy", bundle, "--inventory", pi_inventory, "--check", "--budget-ms", "600000",
+                        "--baseline", "none", "--runs", "6", "--warmup", "1", "--json", env=env, timeout=1800)
+    assert result.code == 0, result.stdout + result.stderr
+    selected = result.json()["devices"][0]["selected"]
+    p50 = {c["artifact"]: c["p50_ms"] for c in selected["contenders"]}
+    print(f"\n[arm] selection p50s {p50}: selected {selected['artifact']}", file=sys.stderr)
+    assert selected["proposed"] == "model.fp32.tflite"
+    assert selected["artifact"] == min(p50, key=p50.__getitem__) == "model.fp32.onnx", selected
+    on_device = arm_pi.home(arm_pi.pi) / ".edgetk" / "bundles" / "choose-pi" / "selected.json"
+    assert json.loads(on_device.read_text())["artifact"] == "model.fp32.onnx"
+
+
 def test_check_eval_on_the_pi_reports_what_local_reports(arm_pi: ArmPi, pi_setup: dict[str, Any],
                                                          pi_inventory: Path, eval_bundle: Path,
                                                          env: dict[str, str], tmp_path: Path) -> None:

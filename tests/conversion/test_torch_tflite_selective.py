@@ -174,7 +174,7 @@ def test_pipeline_keeps_the_worst_group_float_and_ships_int8(
     np.savez(folder / "calib.npz", image=outlier_net.x_calib)
     np.savez(folder / "eval.npz", image=outlier_net.x_heldout, y=outlier_net.y_heldout)
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(candidate, "SLOWER_FACTOR", 1e9)  # timings of an 8x8 net are noise: accuracy is under test
+        patch.setattr(candidate, "is_this_host", lambda name: False)  # timings of an 8x8 net: no speed verdict
         result = convert_bundle(
             ConvertOptions(source=outlier_net.factory, weights=outlier_net.weights, target="pi4-torch-tflite",
                            targets_dirs=(folder / "profiles",), calibration=folder / "calib.npz",

@@ -30,7 +30,7 @@ break_lock_option = click.option(
 
 
 def _render(entry: Mapping[str, Any]) -> list[str]:
-    from toolkit.reporting.terminal import inside_lines  # not at module level: `edgetk --help` stays light
+    from toolkit.reporting.terminal import inside_lines, selection_lines  # here: `edgetk --help` stays light
 
     lines = []
     push = entry.get("deploy")
@@ -71,6 +71,9 @@ def _render(entry: Mapping[str, Any]) -> list[str]:
         for note in r["gates"].get("skipped", []):
             lines.append(f"  skipped: {note}")
         lines.extend(inside_lines(r))
+        if r.get("throttled"):
+            lines.append(f"  throttled: {r['throttled']} (this run decides no selection or regression)")
+    lines.extend(selection_lines(entry.get("selected")))
     return lines
 
 
@@ -99,6 +102,8 @@ def deploy(bundle: Any, as_json: bool, **values: Any) -> None:
 @click.argument("bundle", type=PathType())
 @device_options
 @check_options
+@click.option("--select", "select", default=None, metavar="FILE",
+              help="Pin the artifact FILE as the one each device runs (instead of the fastest that passes there).")
 @json_option
 def check(bundle: Any, as_json: bool, **values: Any) -> None:
     """Run the deployed BUNDLE on devices: latency, memory, outputs; gate on budget and regression."""
@@ -135,6 +140,15 @@ def _render_status(entry: Mapping[str, Any]) -> list[str]:
             by = v.get("by") or {}
             lines.append(f"{mark} {bname} {v['version'][:12]} installed {v['installed_at']}"
                          + (f" from {by['host']}" if by.get("host") else ""))
+        chosen = info.get("selected") or {}
+        if chosen and chosen.get("version") == info["current"]:
+            p50 = chosen.get("p50_ms")
+            lines.append(f"  selected: {chosen.get('artifact') or 'nothing'}"
+                         + (f" (p50 {p50:.3f} ms)" if isinstance(p50, (int, float)) else "")
+                         + (" [pinned]" if chosen.get("pinned") else "") + f" {chosen.get('decided_at', '')}")
+        elif chosen:
+            lines.append(f"  selected: none for the current version (the last selection was for "
+                         f"{str(chosen.get('version'))[:12]}; run edgetk check)")
     return lines
 
 

@@ -36,6 +36,13 @@ def report(as_json: bool, **values: Any) -> None:
         emit(data.to_dict())
         return
     colour = stdout_is_terminal()
+    if data.selected:
+        from toolkit.reporting.html import selection_rows
+
+        click.echo(render_table(("device", "bundle", "selected", "p50 ms", "pinned", "why", "proposed"),
+                                [[str(c) for c in row] for row in selection_rows(data.selected)], colour=colour),
+                   color=colour)
+        click.echo("")
     if data.manifest is not None:
         click.echo(bundle_table(data.manifest, data.latest, colour=colour, bundle_dir=data.bundle_dir), color=colour)
         if not data.latest:

@@ -26,6 +26,7 @@ from toolkit.bundle import sha256_file
 from toolkit.conversion import cache
 from toolkit.conversion.base import BuiltArtifact, ConversionRequest
 from toolkit.conversion.data import RunData
+from toolkit.conversion.host_timing import PairedTiming, Speed, host_cpu, is_this_host, paired_with_fp32
 from toolkit.conversion.plan import Policy
 from toolkit.errors import ConversionError, ToolkitError, UsageError
 from toolkit.inspection.share import artifact_share
@@ -35,7 +36,6 @@ from toolkit.types import ArtifactRecord, Attempt, Recipe, TensorSpec, artifact_
 from toolkit.verification.batching import FIXED_BATCH_NOTE, batch_is_dynamic, output_step, verify_batches
 
 Progress = Callable[[str], None]
-SLOWER_FACTOR = 1.10  # an artifact more than 10% slower than fp32 (and 0.02 ms) counts as slower
 MATMUL_OPS = frozenset({
     "MatMul", "Gemm", "LSTM", "GRU", "RNN", "Attention", "MultiHeadAttention", "Einsum", "MatMulInteger",
     "FULLY_CONNECTED", "BATCH_MATMUL", "UNIDIRECTIONAL_SEQUENCE_LSTM", "BIDIRECTIONAL_SEQUENCE_LSTM",
@@ -246,6 +246,26 @@ def _io_notes(source: Sequence[TensorSpec], artifact: Sequence[TensorSpec], orde
     return notes
 
 
+def _device_only(recipe: Recipe, policy: Policy) -> list[str]:
+    """Where the device runs ``recipe`` on an accelerator this host lacks (its CPU timings say nothing)."""
+    device_only = list(_device_only_providers(recipe))
+    if policy.edgetpu and recipe.format == "tflite" and recipe.precision == "int8":
+        device_only.append("the Edge TPU (once compiled by edgetpu_compiler)")
+    return device_only
+
+
+def _paired(run: ConvertRun, recipe: Recipe, infer: Callable[[Mapping[str, np.ndarray]], object]) -> PairedTiming | None:
+    """The paired, interleaved comparison with the fp32 artifact of the format, made only when the profile is
+    this host and the recipe runs on this host's CPU (toolkit.conversion.host_timing)."""
+    fp32 = run.fp32.get(recipe.format)
+    if (recipe.precision == "fp32" or not isinstance(fp32, Candidate) or not is_this_host(run.policy.name)
+            or _device_only(recipe, run.policy)):
+        return None
+    return paired_with_fp32(fp32.built.path, threads=recipe.threads or run.policy.threads,
+                            source_inputs=run.source.inputs, candidate=infer, feed=run.data.heldout.feeds[0],
+                            align=align)
+
+
 def build_and_verify(run: ConvertRun, recipe: Recipe, *, explicit: bool) -> Candidate | Failure:
     """Build ``recipe``, check its label, load it in its runtime, verify it on the held-out samples, time it."""
     from toolkit.execution import open_session
@@ -300,6 +320,7 @@ def build_and_verify(run: ConvertRun, recipe: Recipe, *, explicit: bool) -> Cand
             )
             latency = verify.median_latency_ms(infer, data.heldout.feeds[0])
             runtime = session.runtime
+            timing = _paired(run, recipe, infer)  # only where the profile is this host
             batching = (verify_batches(infer, data.heldout.feeds, outputs,
                                        output_names=[s.name for s in source.outputs],
                                        steps=[output_step(session.outputs[j]) for j in out_order])
@@ -319,18 +340,22 @@ def build_and_verify(run: ConvertRun, recipe: Recipe, *, explicit: bool) -> Cand
         run.fp32_latency.setdefault(recipe.format, latency)
     base = run.fp32_latency.get(recipe.format)
     slower = None
-    device_only = list(_device_only_providers(recipe))
-    if policy.edgetpu and recipe.format == "tflite" and recipe.precision == "int8":
-        device_only.append("the Edge TPU (once compiled by edgetpu_compiler)")
+    device_only = _device_only(recipe, policy)
     notes: tuple[str, ...] = ()
     if device_only:
         # The device runs it on an accelerator this host lacks: CPU timings say nothing about that speed.
         notes = (f"timed on this host's CPU only; the device runs it on {', '.join(device_only)} "
                  "(not available here), so it is not compared with fp32",)
         status = status if status != "ok" else "no_speedup_measured"
-    elif base is not None and recipe.precision != "fp32" and latency > base * SLOWER_FACTOR and latency - base > 0.02:
-        slower = f"slower than fp32 in {runtime} ({latency:.3f} ms vs {base:.3f} ms)"
-        status = status if status != "ok" else "slower"
+    elif timing is not None:  # the profile is this host: the paired comparison decides
+        notes = (timing.describe(runtime),)
+        if timing.speed is Speed.SLOWER:
+            slower = timing.describe(runtime)
+        status = status if status != "ok" or timing.speed is Speed.FASTER else str(timing.speed)
+        latency, base = timing.candidate_p50, timing.fp32_p50
+    elif recipe.precision != "fp32" and not is_this_host(policy.name):
+        notes = (f"host latency measured on {host_cpu()}, not the {policy.name} CPU: it decides nothing; "
+                 "the device measures and selects (edgetk check)",)
     record = ArtifactRecord(
         file=artifact_file_name(recipe.precision, recipe.format),
         format=recipe.format,
@@ -342,6 +367,7 @@ def build_and_verify(run: ConvertRun, recipe: Recipe, *, explicit: bool) -> Cand
         verification=verification,
         host_latency_ms=latency,
         fp32_latency_ms=base,
+        host_cpu=host_cpu(),
         runtime=runtime,
         status=status,
         recipe=recipe.to_dict(),

@@ -37,6 +37,7 @@ import numpy as np
 
 from toolkit.conversion.base import BuiltArtifact, ConversionRequest
 from toolkit.conversion.sensitivity import Row
+from toolkit.quantized import names_layer
 from toolkit.errors import ConversionError, ToolkitError
 
 if TYPE_CHECKING:
@@ -100,7 +101,7 @@ class LayerTable:
     def with_float(self, float_nodes: Sequence[str]) -> LayerTable:
         """The table with ``kept_float`` set on the rows an artifact keeps in float."""
         kept = set(float_nodes)
-        rows = tuple(dataclasses.replace(r, kept_float=_matches(r.name, kept)) for r in self.rows)
+        rows = tuple(dataclasses.replace(r, kept_float=names_layer(r.name, kept)) for r in self.rows)
         return dataclasses.replace(self, rows=rows)
 
     def to_dict(self) -> dict[str, Any]:
@@ -115,16 +116,6 @@ class LayerTable:
 
 def _finite(value: float | None) -> float | None:
     return None if value is None or not math.isfinite(value) else float(value)
-
-
-def _matches(name: str, kept: set[str]) -> bool:
-    """A row's layer is kept float when a float node names it (TFLite's float nodes are op names that the
-    tensor name extends, or the reverse)."""
-    def extends(longer: str, shorter: str) -> bool:  # "linear_1" does not extend "linear": another layer
-        rest = longer[len(shorter):]
-        return longer.startswith(shorter) and not (rest[:1] == "_" and rest[1:].isdigit())
-
-    return name in kept or any(extends(name, k) or extends(k, name) for k in kept if k)
 
 
 

@@ -41,20 +41,20 @@ def _copy(model: onnx.ModelProto) -> onnx.ModelProto:
 
 
 def apply_checked(model: onnx.ModelProto, transforms: Sequence[Transform], request: ConversionRequest,
-                  notes: list[str]) -> onnx.ModelProto:
+                  notes: list[str], *,
+                  problem_of: Callable[[onnx.ModelProto, ConversionRequest], str | None]) -> onnx.ModelProto:
     """``model`` with every transform that keeps it computing what the source does (``notes`` say which were
-    skipped and why). Raises :class:`ConversionError` naming the source when even the untransformed model
-    fails: then the problem is the user's model, not a transform."""
-    from toolkit.conversion.onnx_quant import _model_problem
-
+    skipped and why; ``problem_of`` is the check: ``onnx_quant``'s model-vs-source comparison). Raises
+    :class:`ConversionError` naming the source when even the untransformed model fails: then the problem is the
+    user's model, not a transform."""
     together = _copy(model)
     local: list[str] = []
     for transform in transforms:
         transform.apply(together, local)
-    if _model_problem(together, request) is None:
+    if problem_of(together, request) is None:
         notes.extend(local)
         return together
-    problem = _model_problem(model, request)
+    problem = problem_of(model, request)
     if problem is not None:
         raise ConversionError(
             f"The source model {Path(request.source.path).name} itself {problem}, before any transform of this "
@@ -67,7 +67,7 @@ def apply_checked(model: onnx.ModelProto, transforms: Sequence[Transform], reque
         except ConversionError as exc:
             notes.append(f"{transform.name} skipped: {exc.message}")
             continue
-        problem = _model_problem(attempt, request)
+        problem = problem_of(attempt, request)
         if problem is None:
             current = attempt
             notes.extend(step_notes)

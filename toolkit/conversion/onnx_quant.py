@@ -429,7 +429,7 @@ def prepare(request: ConversionRequest, output: Path) -> BuiltArtifact:
                 f"opset {current} kept (target allows at most {ceiling}); int8 will be per-tensor, not per-channel"
             )
 
-    model = apply_checked(model, _base_transforms(request), request, notes)
+    model = apply_checked(model, _base_transforms(request), request, notes, problem_of=_model_problem)
     had_external = any(
         init.data_location == onnx.TensorProto.EXTERNAL
         for init in onnx.load(str(request.source.path), load_external_data=False).graph.initializer

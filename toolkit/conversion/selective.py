@@ -41,7 +41,7 @@ Group = tuple[str, ...]
 
 def weight_cost(path: Path) -> Callable[[Sequence[str]], float]:
     """The share of the model's weights that the layers named by a group hold (0 when unreadable)."""
-    from toolkit.conversion.layers import _matches
+    from toolkit.quantized import names_layer
     from toolkit.inspection.share import onnx_layers, tflite_layers
 
     try:
@@ -52,7 +52,7 @@ def weight_cost(path: Path) -> Callable[[Sequence[str]], float]:
 
     def cost(group: Sequence[str]) -> float:
         names = set(group)
-        return sum(layer.params for layer in layers if _matches(layer.name, names)) / total
+        return sum(layer.params for layer in layers if names_layer(layer.name, names)) / total
 
     return cost
 

@@ -1,7 +1,9 @@
 """Writing a bundle: the kept artifacts, their golden outputs, the runner and ``manifest.json``.
 
-Per format one artifact is marked ``preferred`` (``preferred``): the first, in order of preference, within
-the tolerance and not slower than fp32. Golden inputs are the first held-out samples, each in the model's own
+Per format one artifact is marked ``preferred``: the profile's proposal, the first in order of preference
+within the tolerance (and not measurably slower than fp32, a verdict only a profile that is this host can
+reach: toolkit.conversion.host_timing). The device measures every verified artifact and selects the one it
+runs (toolkit.selection). Golden inputs are the first held-out samples, each in the model's own
 dtype; each artifact's golden outputs are what it gave on this host, with the drift a device may show.
 """
 

@@ -720,6 +720,47 @@ def cmd_rollback(name):
     emit({"current": entry["version"], "previous": current})
 
 
+SELECTED = "selected.json"  # beside ``current``: the artifact the last check selected (toolkit/selection.py)
+
+
+def read_selected(name):
+    try:
+        with open(os.path.join(bundle_dir(name), SELECTED)) as handle:
+            data = json.load(handle)
+        return data if isinstance(data, dict) else None
+    except (OSError, ValueError):
+        return None
+
+
+def cmd_select(name, doc_json):
+    """Write the selection of the installed version atomically (the host decided it from this device's check)."""
+    bdir = bundle_dir(name)
+    if not os.path.isdir(bdir):
+        fail("not_installed", "the bundle %r is not installed" % name)
+    try:
+        doc = json.loads(doc_json)
+    except ValueError:
+        fail("usage", "the selection is not JSON")
+    current = read_current(name)
+    if not isinstance(doc, dict) or doc.get("version") != current:
+        fail("not_current", "the selection is for version %s, but %s is installed"
+             % (str(doc.get("version") if isinstance(doc, dict) else None)[:12], (current or "none")[:12]))
+    artifact = doc.get("artifact")
+    if artifact is not None and not os.path.isfile(os.path.join(bdir, current, safe_rel(artifact))):
+        fail("usage", "the selected artifact %r is not in version %s" % (artifact, current[:12]))
+    path = os.path.join(bdir, SELECTED)
+    tmp = path + ".tmp.%d" % os.getpid()
+    with open(tmp, "w") as handle:
+        json.dump(doc, handle, indent=1, sort_keys=True)
+    os.chmod(tmp, 0o644)
+    os.replace(tmp, path)
+    emit({"selected": artifact})
+
+
+def cmd_selected(name):
+    emit({"selected": read_selected(name)})
+
+
 def cmd_status():
     root = os.path.join(BASE, "bundles")
     out = {}
@@ -730,6 +771,7 @@ def cmd_status():
             history = load_history(name)
             out[name] = {
                 "current": read_current(name),
+                "selected": read_selected(name),
                 "versions": [{"version": h.get("version"), "installed_at": h.get("installed_at"), "by": h.get("by")}
                              for h in history],
             }
@@ -1179,6 +1221,7 @@ COMMANDS = {
     "info": cmd_info, "prepare": cmd_prepare, "abort": cmd_abort, "finish": cmd_finish,
     "rollback": cmd_rollback, "status": cmd_status, "remove": cmd_remove, "lock": cmd_lock,
     "unlock": cmd_unlock, "inflate": cmd_inflate, "begin": cmd_begin, "receive": cmd_receive, "prune": cmd_prune,
+    "select": cmd_select, "selected": cmd_selected,
 }
 
 

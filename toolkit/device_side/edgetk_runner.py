@@ -2541,11 +2541,40 @@ def _non_negative_float(text):
     return value
 
 
+def selected_model(name, root=None):
+    # type: (str, Any) -> str
+    """The path of the model file a device should run for the installed bundle ``name``: the artifact the last
+    ``edgetk check`` selected on this device (``~/.edgetk/bundles/NAME/selected.json``), or, when that
+    selection is for another version than the installed one or there is none, the manifest's preferred
+    artifact (the profile's proposal). In an application: ``path = edgetk_runner.selected_model("NAME")``."""
+    bdir = os.path.join(os.path.expanduser(root or os.path.join("~", ".edgetk")), "bundles", name)
+    link = os.path.join(bdir, "current")
+    if not os.path.islink(link):
+        raise RunnerError("bad_bundle", "the bundle %r is not installed here" % name, "edgetk deploy it first")
+    version = os.readlink(link).rstrip("/")
+    try:
+        with open(os.path.join(bdir, "selected.json")) as handle:
+            doc = json.load(handle)
+    except (OSError, ValueError):
+        doc = {}
+    if isinstance(doc, dict) and doc.get("version") == version and doc.get("artifact"):
+        return os.path.join(bdir, version, doc["artifact"])
+    with open(os.path.join(bdir, version, "manifest.json")) as handle:
+        artifacts = json.load(handle).get("artifacts") or []
+    chosen = next((a for a in artifacts if a.get("preferred")), artifacts[0] if artifacts else None)
+    if chosen is None:
+        raise RunnerError("bad_bundle", "the bundle %r has no artifacts" % name, "convert it again")
+    return os.path.join(bdir, version, chosen["file"])
+
+
 def build_parser():
     # type: () -> argparse.ArgumentParser
     parser = _Parser(prog="edgetk_runner.py", description="edgetk on-device runner (prints one JSON document)")
     sub = parser.add_subparsers(dest="command")
     sub.add_parser("probe", help="describe this device and its runtimes")
+    p = sub.add_parser("selected", help="the path of the model file the last check selected for a bundle")
+    p.add_argument("--name", required=True)
+    p.add_argument("--root", default=None, help="default ~/.edgetk")
     for command in ("check", "run-one"):
         p = sub.add_parser(command, help="measure a bundle's artifacts" if command == "check" else
                            "measure one artifact in this process")
@@ -2616,6 +2645,12 @@ def main(argv=None):
         return 2
     if opts.command == "probe":
         emit(probe())
+    elif opts.command == "selected":
+        try:
+            emit({"runner_version": RUNNER_VERSION, "ok": True, "path": selected_model(opts.name, opts.root)})
+        except RunnerError as exc:
+            emit({"runner_version": RUNNER_VERSION, "ok": False, "path": None, "error": exc.to_dict()})
+            return 1
     elif opts.command == "check":
         doc = check(opts)
         emit(doc)

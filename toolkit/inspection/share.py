@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from toolkit.quantized import LARGE_LAYER, FloatLayer, QuantizedShare
+from toolkit.quantized import LARGE_LAYER, FloatLayer, QuantizedShare, names_layer
 
 TFLITE_WEIGHTED = frozenset({
     "CONV_2D", "DEPTHWISE_CONV_2D", "FULLY_CONNECTED", "BATCH_MATMUL", "TRANSPOSE_CONV", "CONV_3D",
@@ -199,12 +199,11 @@ def reasons(float_nodes: Sequence[str], asked: Sequence[str], retried: Mapping[s
     """Why a float layer stayed float, by the names the build kept float: ``retried`` (selective quantization,
     name -> why), ``asked`` (the recipe's nodes_to_exclude: the user's), other ``float_nodes`` (the fragile-op
     rules), else the converter."""
-    from toolkit.conversion.layers import _matches
 
     def named(name: str, nodes: Sequence[str]) -> bool:
         # TFLite fuses op names with ";" and may append an index: any shared part names the same op
         parts = {p for p in name.split(";") if "/" in p}
-        return _matches(name, set(nodes)) or any(parts & set(node.split(";")) for node in nodes)
+        return names_layer(name, set(nodes)) or any(parts & set(node.split(";")) for node in nodes)
 
     def why(name: str) -> str:
         for node, reason in (retried or {}).items():

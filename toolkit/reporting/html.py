@@ -33,6 +33,7 @@ class ReportData:
     history: tuple[Mapping[str, Any], ...] = ()  # stored checks, oldest first
     trends: tuple[Mapping[str, Any], ...] = ()
     extra: Mapping[str, Any] = field(default_factory=dict)
+    selected: tuple[Mapping[str, Any], ...] = ()  # the newest selection per device (toolkit.selection)
 
     @property
     def title(self) -> str:
@@ -48,6 +49,7 @@ class ReportData:
             "latest": [dict(r) for r in self.latest],
             "history": [dict(r) for r in self.history],
             "trends": [dict(t) for t in self.trends],
+            "selected": [dict(s) for s in self.selected],
         }
 
 
@@ -61,6 +63,7 @@ def _latest_per_device(checks: Sequence[Mapping[str, Any]]) -> list[Mapping[str,
 def collect(bundle: Path | None, *, store: Path | str | None = None, device: str | None = None) -> ReportData:
     """Read the bundle (if any) and its stored checks; without a bundle, the whole history."""
     from toolkit.store import Store, trends
+    from toolkit.store.selections import latest_selections
 
     history_store = Store(store)
     if bundle is None:
@@ -68,6 +71,7 @@ def collect(bundle: Path | None, *, store: Path | str | None = None, device: str
         return ReportData(
             store=history_store.path, history=tuple(c.to_dict() for c in checks),
             trends=tuple(t.to_dict() for t in trends(checks)),
+            selected=tuple(latest_selections(history_store, device=device)),
         )
     from toolkit.bundle import read_bundle
 
@@ -78,6 +82,8 @@ def collect(bundle: Path | None, *, store: Path | str | None = None, device: str
         store=history_store.path, bundle_dir=Path(bundle), manifest=opened.manifest, version=opened.version,
         latest=tuple(_latest_per_device(this_version)), history=tuple(c.to_dict() for c in checks),
         trends=tuple(t.to_dict() for t in trends(checks)),
+        selected=tuple(s for s in latest_selections(history_store, bundle=opened.name, device=device)
+                       if s.get("version") == opened.version),
     )
 
 
@@ -226,6 +232,13 @@ def _inside(data: ReportData) -> str:
     return "".join(parts)
 
 
+def selection_rows(selected: Sequence[Mapping[str, Any]]) -> list[list[Any]]:
+    """One row per device's newest selection: the artifact, its p50 there, pinned, why, the proposal."""
+    return [[s.get("device"), s.get("bundle"), s.get("artifact") or "nothing",
+             f"{s['p50_ms']:.3f}" if isinstance(s.get("p50_ms"), (int, float)) else "-",
+             "yes" if s.get("pinned") else "no", s.get("reason"), s.get("proposed")] for s in selected]
+
+
 def render_html(data: ReportData) -> str:
     """The whole page as one string."""
     from toolkit.reporting import plots
@@ -245,6 +258,11 @@ def render_html(data: ReportData) -> str:
             parts.append('<p class="meta">No check of this bundle version is stored yet: run '
                          "<code>edgetk check</code> or <code>edgetk run</code> to add device measurements.</p>")
         parts.append(_table(HEADERS, rows, css_id="artifacts", verdict_col=len(HEADERS) - 1, numeric=(4, 6, 7, 8, 9)))
+    if data.selected:
+        parts.append("<h2>Selected on each device</h2>")
+        parts.append(_table(("device", "bundle", "selected", "p50 ms", "pinned", "why", "proposed by the manifest"),
+                            selection_rows(data.selected), css_id="selected", numeric=(3,)))
+    if data.manifest is not None:
         parts.append("<h2>Latency on the devices</h2>")
         parts.append(_img(plots.latency_plot(data.latest), "latency distribution per artifact and device",
                           "plot-latency"))

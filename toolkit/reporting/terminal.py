@@ -157,6 +157,8 @@ def run_summary(result: Any, *, colour: bool = False) -> str:
     reports = [r for d in result.devices for r in d.reports]
     parts = [bundle_table(result.manifest, reports, colour=colour, bundle_dir=result.bundle_dir), ""]
     for device in result.devices:
+        if device.selected is not None:
+            parts.extend(f"{device.device}: {line}" for line in selection_lines(device.selected.to_dict()))
         if device.error:
             parts.append(f"{device.device}: {device.error}")
     if result.passed:
@@ -168,6 +170,25 @@ def run_summary(result: Any, *, colour: bool = False) -> str:
         parts.append(click.style(line, fg="red", bold=True) if colour else line)
     parts.append(f"bundle: {Path(result.bundle_dir).resolve()}")
     return "\n".join(parts)
+
+
+def selection_lines(selected: Mapping[str, Any] | None) -> list[str]:
+    """``selected: model.int8.tflite (p50 1.234 ms): the fastest that passes here``, the proposal when it
+    differs, and each artifact that was not in the running with why."""
+    if not selected:
+        return []
+    artifact = selected.get("artifact")
+    if artifact is None:
+        return [f"selected: nothing: {selected.get('reason')}"]
+    p50 = selected.get("p50_ms")
+    head = f"selected: {artifact}" + (f" (p50 {p50:.3f} ms)" if isinstance(p50, (int, float)) else "")
+    lines = [f"{head}{' [pinned]' if selected.get('pinned') else ''}: {selected.get('reason')}"]
+    if selected.get("proposed") and selected.get("proposed") != artifact:
+        lines.append(f"  the manifest proposed {selected['proposed']}; this device's measurements decided")
+    for c in selected.get("contenders") or ():
+        if c.get("excluded"):
+            lines.append(f"  not selectable: {c['artifact']}: {c['excluded']}")
+    return lines
 
 
 # ------------------------------------------------------------------------------------------ inside a run

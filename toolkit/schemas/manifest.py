@@ -177,6 +177,7 @@ class ArtifactM(Table):
     golden: GoldenM | None = None
     host_latency_ms: Real = None
     fp32_latency_ms: Real = None
+    host_cpu: Str | None = None
     runtime: Str | None = None
     status: Annotated[Str, choice(ArtifactStatus.values(), "status")] | None = None
     recipe: Free | None = None
@@ -392,7 +393,7 @@ def _artifact(a: ArtifactM) -> ArtifactRecord:
         inputs=tuple(_tensor(t) for t in a.inputs), outputs=tuple(_tensor(t) for t in a.outputs),
         verification=_verification(a.verification) if a.verification is not None else None,
         golden=_golden(a.golden) if a.golden is not None else None,
-        host_latency_ms=_float(a.host_latency_ms), fp32_latency_ms=_float(a.fp32_latency_ms),
+        host_latency_ms=_float(a.host_latency_ms), fp32_latency_ms=_float(a.fp32_latency_ms), host_cpu=a.host_cpu,
         runtime=a.runtime,
         status=a.status or ArtifactStatus.OK, recipe=a.recipe or {}, float_nodes=tuple(a.float_nodes or ()),
         execution_providers=tuple(a.execution_providers or ()), layout=a.layout, notes=tuple(a.notes or ()),
