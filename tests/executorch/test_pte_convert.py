@@ -31,7 +31,7 @@ def test_digits_pte_verified_against_eager_and_labels(pte_digits_bundle: tuple[P
     out, manifest = pte_digits_bundle
     record = _artifact(manifest, precision)
     assert record["file"] == f"model.{precision}.pte" and record["format"] == "pte"
-    assert record["runtime"] == "executorch" and record["status"] in ("ok", "slower")
+    assert record["runtime"] == "executorch" and record["status"] in ("ok", "slower", "no_speedup_measured")
     verification = record["verification"]
     assert verification["accuracy"] >= torch_digits_net.float_accuracy - (0.0 if precision == "fp32" else 0.02)
     assert verification["top1_agreement"] >= (1.0 if precision == "fp32" else 0.97)
