@@ -16,6 +16,7 @@ pytest_plugins = [
     "tests.fixtures.tflite",
     "tests.fixtures.ppocr",
     "tests.fixtures.real_models",
+    "tests.fixtures.role_models",
     "tests.fixtures.pte",
     "tests.fixtures.sshd",
     "tests.fixtures.dropbear",

@@ -26,6 +26,7 @@ import numpy as np
 
 from toolkit.errors import UsageError
 from toolkit.types import Preprocessing, TensorSpec
+from toolkit.verification.roles import OutputDeclaration
 
 IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".bmp", ".gif", ".webp")
 MIN_CALIBRATION_SAMPLES = 50  # below this, INT8 ranges are poorly estimated: warn
@@ -43,6 +44,7 @@ class DataFile:
     labels: np.ndarray | None = None
     preprocessing: Preprocessing | None = None
     task: str | None = None  # dataset.toml's task (an image folder only)
+    outputs: tuple[OutputDeclaration, ...] = ()  # dataset.toml's [outputs.NAME] roles
     anchors: np.ndarray | None = None  # an .npz's ``anchors`` [N, 4]: SSD boxes decoded to match labels
 
     @property
@@ -194,8 +196,10 @@ def _read_image_folder(path: Path, inputs: Sequence[TensorSpec], what: str) -> D
         batch = batch.transpose(0, 3, 1, 2)
     batch = batch.astype(preprocessing.dtype or "float32")
     task = config.get("task")
+    from toolkit.verification.roles import dataset_outputs  # noqa: PLC0415 - with the other verification words
+
     return DataFile(path, hash_path(path), {target: batch}, preprocessing=preprocessing,
-                    task=str(task) if task else None)
+                    task=str(task) if task else None, outputs=dataset_outputs(config.get("outputs")))
 
 
 def _preprocessing_from(config: Mapping[str, object], where: Path) -> Preprocessing:

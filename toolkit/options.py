@@ -275,6 +275,10 @@ class ConvertOptions:
     task: str | None = field(default=None, metadata=flag(
         "What the model does; picks the verification metrics (default: the eval data's dataset.toml, else "
         "inferred from the outputs; the manifest says which).", kind=Kind.CHOICE, choices=_task_names))
+    output_tasks: tuple[str, ...] = field(default=(), metadata=flag(
+        "What one output carries, judged by its own metrics (repeatable; default: the eval data's dataset.toml "
+        "[outputs.NAME], else inferred per output; a CTC sequence takes ,blank=N).", name="--output-task",
+        multiple=True, metavar="NAME=TASK"))
     metric: str | None = field(default=None, metadata=flag(
         "Your own verification metric: fn(reference, artifact, labels) -> {name: value, 'ok': bool}; its "
         "verdict gates like the built-in ones.", metavar="FILE.py:FN"))

@@ -155,7 +155,9 @@ def _start(options: ConvertOptions, policy: Policy, source: SourceModel, plan: P
     return ConvertRun(
         source=source, data=data, reference=reference, policy=policy, scratch=scratch,
         dynamic_batch=options.dynamic_batch, builds=cache.build_dir(options, policy, data), progress=progress,
-        task=verify.choose_task(options.task, data.task), metric=verify.load_metric(options.metric) if options.metric else None,
+        task=verify.choose_task(options.task, data.task, verify.declared_outputs(
+            options.output_tasks, data.outputs, [s.name for s in source.outputs])),
+        metric=verify.load_metric(options.metric) if options.metric else None,
         recurrent=recurrent, attempts=list(plan.skipped),
     )
 

@@ -132,8 +132,9 @@ TFLITE_RUNTIMES: tuple[str, ...] = tuple(r.value for r in (Runtime.LITERT, Runti
 FRAMEWORKS: tuple[str, ...] = Framework.values()
 FORMAT_SUFFIX: Mapping[str, str] = {fmt: f".{fmt}" for fmt in Format}
 
-MANIFEST_SCHEMA_VERSION = 3  # 2: attempts[].workaround, artifacts[].float_io and .batching; 3: on_demand (the
-# eval set and layer probes, hashed); 1 and 2 still read
+MANIFEST_SCHEMA_VERSION = 4  # 2: attempts[].workaround, artifacts[].float_io and .batching; 3: on_demand (the
+# eval set and layer probes, hashed); 4: a role per verified output (verification.outputs[].role, role_source,
+# metrics); 1 to 3 still read
 
 
 def artifact_file_name(precision: str, fmt: str) -> str:

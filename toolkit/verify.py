@@ -20,6 +20,7 @@ import numpy as np
 from toolkit.types import Verification
 from toolkit.verification.outputs import VerificationResult, failures_of, verify_outputs
 from toolkit.verification.records import SliceCheck
+from toolkit.verification.roles import OutputDeclaration, check_names, parse_output_tasks
 from toolkit.verification.sequence import RecurrentRun, StatePair, recurrent_run, run_steps, state_pairs
 from toolkit.verification.tasks import Task, TaskChoice, choose_task, parse_task
 from toolkit.verification.tolerance import Tolerance
@@ -27,7 +28,7 @@ from toolkit.verification.user_metric import UserMetric
 from toolkit.verification.user_metric import load as load_metric
 
 __all__ = ["Outputs", "RecurrentRun", "StatePair", "Task", "TaskChoice", "Tolerance", "UserMetric",
-           "VerificationResult", "choose_task", "compare", "failures_of", "golden_slices", "is_classifier",
+           "VerificationResult", "choose_task", "compare", "declared_outputs", "failures_of", "golden_slices", "is_classifier",
            "load_metric", "median_latency_ms", "parse_task", "recurrent_run", "run_all", "run_steps",
            "state_pairs", "tolerance_failures", "verify_outputs"]
 
@@ -59,6 +60,17 @@ def tolerance_failures(verification: Verification, tolerance: Tolerance) -> list
     ``--metric``), in plain words; empty when it passes. A vacuous record (``verification.vacuous``) has no
     failures but is not ``ok`` either: the stage marks it ``unverified``."""
     return failures_of(verification, tolerance)
+
+
+def declared_outputs(flags: Sequence[str], dataset: Sequence[OutputDeclaration],
+                     names: Sequence[str]) -> tuple[OutputDeclaration, ...]:
+    """The roles declared per output: ``--output-task`` first, then the data's dataset.toml for the rest;
+    a name the model's outputs (``names``) lack is refused with the nearest one."""
+    given = parse_output_tasks(flags)
+    named = {d.output for d in given}
+    declared = given + tuple(d for d in dataset if d.output not in named)
+    check_names(declared, names)
+    return declared
 
 
 def run_all(run: Callable[[Mapping[str, np.ndarray]], Outputs], feeds: Sequence[Mapping[str, np.ndarray]]) -> list[Outputs]:

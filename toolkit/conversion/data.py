@@ -17,6 +17,7 @@ import numpy as np
 from toolkit import calibration as cal
 from toolkit.sources import SourceModel
 from toolkit.types import CalibrationRef, Preprocessing
+from toolkit.verification.roles import OutputDeclaration
 
 if TYPE_CHECKING:
     from toolkit.options import ConvertOptions
@@ -33,6 +34,7 @@ class RunData:
     calibration_ref: CalibrationRef | None
     preprocessing: Preprocessing | None
     task: str | None = None  # from the eval (else calibration) data's dataset.toml
+    outputs: tuple[OutputDeclaration, ...] = ()  # its [outputs.NAME] roles
     anchors: np.ndarray | None = None  # the eval data's SSD anchor table (toolkit.verification.detection)
 
 
@@ -79,5 +81,6 @@ def prepare_data(options: ConvertOptions, source: SourceModel, progress: Callabl
         else None,
         preprocessing=(cal_file.preprocessing if cal_file else None) or (eval_file.preprocessing if eval_file else None),
         task=(eval_file.task if eval_file else None) or (cal_file.task if cal_file else None),
+        outputs=(eval_file.outputs if eval_file else ()) or (cal_file.outputs if cal_file else ()),
         anchors=next((f.anchors for f in (eval_file, cal_file) if f is not None and f.anchors is not None), None),
     )

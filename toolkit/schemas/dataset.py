@@ -9,6 +9,7 @@ from typing import Annotated, Any
 from pydantic import BeforeValidator
 
 from toolkit.schemas.fields import Int, Number, Str, Table, above, checked, choice
+from toolkit.verification.roles import DECLARABLE
 from toolkit.verification.tasks import Task
 
 TASKS = tuple(t.value for t in Task)
@@ -27,6 +28,15 @@ def _as_list(value: Any) -> Any:
 Numbers = Annotated[list[Number], BeforeValidator(_as_list)]
 
 
+class OutputTask(Table):
+    """``[outputs.NAME]``: what one output carries (docs/verification.md, "Per-output roles")."""
+
+    task: Annotated[Str, BeforeValidator(lambda v: v.lower() if isinstance(v, str) else v),
+                    choice(DECLARABLE, "task")]
+    blank: Annotated[Int, checked(lambda v: v >= 0, lambda v: f"a class index must be >= 0 (got {v})",
+                                  "blank = 0 (the CTC blank's class index).")] | None = None
+
+
 class Dataset(Table):
     size: Annotated[list[Annotated[Int, checked(lambda v: v > 0, lambda v: f"a size must be positive (got {v})",
                                                  "size = [height, width] in pixels.")]],
@@ -42,3 +52,5 @@ class Dataset(Table):
     input: Str | None = None  # which model input the images feed (needed when the model has several)
     # what the model does: picks the verification metrics (docs/verification.md); --task wins over it
     task: Annotated[Str, choice(TASKS, "task")] | None = None
+    # per output, what it carries (its role); --output-task wins over it
+    outputs: dict[str, OutputTask] | None = None

@@ -101,6 +101,9 @@ class OutputMetricsM(Table):
     float_range: Real = None
     max_error_ratio: Real = None  # derived when written; not read back
     slices: list[SliceMetricsM] = []
+    role: Str | None = None  # schema 4: the output's role, how it was chosen, its role's metrics
+    role_source: Str | None = None
+    metrics: Free | None = None
 
 
 class VerificationM(Table):
@@ -365,7 +368,8 @@ def _slice_metrics(s: SliceMetricsM) -> SliceMetrics:
 def _output_metrics(o: OutputMetricsM) -> OutputMetrics:
     return OutputMetrics(name=o.name, index=o.index, max_abs_error=_nan(o.max_abs_error),
                          mean_abs_error=_nan(o.mean_abs_error), cosine_similarity=_nan(o.cosine_similarity),
-                         float_range=_nan(o.float_range), slices=tuple(_slice_metrics(s) for s in o.slices))
+                         float_range=_nan(o.float_range), slices=tuple(_slice_metrics(s) for s in o.slices),
+                         role=o.role, role_source=o.role_source, metrics=o.metrics or {})
 
 
 def _verification(v: VerificationM) -> Verification:

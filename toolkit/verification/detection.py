@@ -30,6 +30,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from toolkit.errors import UsageError
+from toolkit.verification.roles import MAX_BOX_VALUES
 
 IOU = 0.5
 YOLO_SCORE_THRESHOLD = 0.25  # Ultralytics' default conf
@@ -89,8 +90,22 @@ def yolo_layout(stacked: np.ndarray) -> int | None:
     return None
 
 
+def _box_output(view: np.ndarray, named: bool) -> bool:
+    """Box coordinates per anchor: 4 values (or 4 plus x, y key points, offsets outside [0, 1]) per anchor.
+    A map of probabilities over the same axis as another is a dense map, not boxes."""
+    width = view.shape[2]
+    if width == 4:
+        return True
+    if not 4 < width <= MAX_BOX_VALUES or width % 2:
+        return False
+    bounded = bool(np.all(np.isfinite(view)) and view.min() >= -1e-3 and view.max() <= 1 + 1e-3)
+    return named or not bounded
+
+
 def ssd_layout(stacked: Sequence[np.ndarray], names: Sequence[str] = ()) -> SsdLayout | None:
-    """Two outputs over the same anchors: boxes (the wider one, or the one named box/regress/loc) and scores."""
+    """Two outputs over the same anchors that decode: boxes (4 coordinates per anchor, maybe followed by key
+    points; the wider output, or the one named box/regress/loc) and scores (probabilities or logits per
+    anchor, narrower, or named score/class/conf/logit)."""
     views = [_sample_matrix(s) for s in stacked]
     candidates = [i for i, v in enumerate(views) if v.ndim == 3 and v.shape[1] >= 16]
     for i in candidates:
@@ -102,7 +117,7 @@ def ssd_layout(stacked: Sequence[np.ndarray], names: Sequence[str] = ()) -> SsdL
             name_j = names[j].lower() if j < len(names) else ""
             named = any(k in name_i for k in ("box", "regress", "loc")) and any(
                 k in name_j for k in ("score", "class", "conf", "logit"))
-            if wide >= 4 and (named or (wide > narrow and narrow >= 1)):
+            if _box_output(views[i], named) and (named or (wide > narrow and narrow >= 1)):
                 return SsdLayout(boxes=i, scores=j, anchors=views[i].shape[1])
     return None
 

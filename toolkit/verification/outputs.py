@@ -9,6 +9,7 @@ vacuous verdict (float outputs that do not vary, too few samples or detections),
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -17,7 +18,7 @@ from typing import Any
 import numpy as np
 
 from toolkit.types import Verification
-from toolkit.verification import dense, detection, segmentation, slices
+from toolkit.verification import dense, detection, role_metrics, roles, segmentation, slices
 from toolkit.verification.records import OutputMetrics, SliceMetrics
 from toolkit.verification.sequence import RecurrentRun
 from toolkit.verification.tasks import Task, TaskChoice, infer_task, parse_task
@@ -113,7 +114,6 @@ def verify_outputs(
         if ref[k].shape != act[k].shape:
             raise ValueError(f"output {_name(output_names, k)} sizes differ: {act[k].shape[1:]} vs {ref[k].shape[1:]}")
     names = [_name(output_names, k) for k in range(count)]
-    per_output = [slices.output_metrics(ref[k], act[k], name=names[k], index=k) for k in range(count)]
 
     ref_flat = np.concatenate([r.reshape(-1) for r in ref]) if ref else np.zeros(0)
     act_flat = np.concatenate([a.reshape(-1) for a in act]) if act else np.zeros(0)
@@ -123,17 +123,36 @@ def verify_outputs(
     mean_abs = (float(diff.mean()) if diff.size else 0.0) if finite else math.nan
     cosine = slices.cosine(ref_flat, act_flat)
 
-    if isinstance(task, TaskChoice):
+    declared = task.outputs if isinstance(task, TaskChoice) else ()
+    roles.check_names(declared, names)
+    state = [p.output for p in recurrent.pairs] if recurrent is not None else []
+    output_roles = roles.assign(ref, names, declared, state=state)
+    if isinstance(task, TaskChoice) and task.task is not None:
         choice = task
     else:
-        chosen = parse_task(task)
+        chosen = parse_task(task) if not isinstance(task, TaskChoice) else None
         if chosen is not None:
             choice = TaskChoice(chosen, task_source or "--task")
         elif recurrent is not None:
             choice = TaskChoice(Task.RECURRENT, "inferred: state fed back ("
                                 + ", ".join(p.label(names) for p in recurrent.pairs) + ")")
         else:
-            choice = infer_task(ref, names)
+            choice = infer_task(ref, names, output_roles)
+    assert choice.task is not None  # declared or inferred by now
+    if choice.task is Task.DETECTION:  # the outputs that decode as boxes and scores are judged together
+        if detection.yolo_layout(ref[0]) is not None:
+            decoded: tuple[int, ...] = (0,)
+        else:
+            ssd = detection.ssd_layout(ref, names)
+            decoded = (ssd.boxes, ssd.scores) if ssd is not None else ()
+        output_roles = roles.assign(ref, names, declared, decoded=decoded, state=state)
+    elif not choice.source.startswith("inferred") and choice.task in _TASK_ROLE:  # the user's task: its role
+        role, first_only = _TASK_ROLE[choice.task]
+        named = {d.output for d in declared}
+        covered = [n for n in (names[:1] if first_only else names) if n not in named]
+        output_roles = roles.assign(ref, names, (*declared, *(roles.OutputDeclaration(n, role, choice.source)
+                                                               for n in covered)), state=state)
+    per_output = [_output(ref[k], act[k], names[k], k, output_roles[k]) for k in range(count)]
     vacuous: list[str] = []
     task_metrics: dict[str, Any] = {}
     top1 = accuracy = reference_accuracy = None
@@ -233,6 +252,8 @@ def failures_of(verification: Verification, tolerance: Tolerance) -> list[str]:
                     and value > tolerance.max_relative_error:
                 reasons.append(f"{key.replace('_', ' ')} {value:.4f} > {tolerance.max_relative_error}")
     for out in v.outputs:
+        if out.role and out.metrics and not _judged_by_task(v.task, out):
+            reasons += role_metrics.failures(out.name, out.role, out.metrics, tolerance)
         for part in out.slices:
             if part.max_error_ratio > tolerance.max_slice_error:
                 reasons.append(f"{part.name}: max error {part.max_abs_error:.4g} is {part.max_error_ratio:.0%} of its "
@@ -242,6 +263,31 @@ def failures_of(verification: Verification, tolerance: Tolerance) -> list[str]:
         shown = ", ".join(f"{k} {val:.4g}" for k, val in values.items() if isinstance(val, (int, float)))
         reasons.append(f"--metric {v.user_metric.get('metric')} says not ok ({shown or 'no values'})")
     return reasons
+
+
+def _output(ref: np.ndarray, act: np.ndarray, name: str, index: int, role: roles.OutputRole) -> OutputMetrics:
+    """One output's error (whole and per slice) with its role, how it was chosen, and its role's metrics."""
+    whole = slices.output_metrics(ref, act, name=name, index=index)
+    return dataclasses.replace(whole, role=role.role.value, role_source=role.source,
+                               metrics=role_metrics.score(role, ref, act))
+
+
+# a declared task's role for the outputs it covers (True: the first output only)
+_TASK_ROLE = {Task.CLASSIFICATION: (roles.Role.CLASSIFICATION, True), Task.SEGMENTATION: (roles.Role.DENSE, True),
+              Task.SEQUENCE: (roles.Role.SEQUENCE, True), Task.EMBEDDING: (roles.Role.EMBEDDING, False),
+              Task.REGRESSION: (roles.Role.REGRESSION, False)}
+# the model-level metric that already judges an output of this role (its failure is not said twice)
+_SAME_KIND = {Task.CLASSIFICATION: ("classification", (0,)), Task.SEGMENTATION: ("dense", (0,)),
+              Task.EMBEDDING: ("embedding", None),
+              Task.REGRESSION: ("regression", None)}
+
+
+def _judged_by_task(task: str | None, out: OutputMetrics) -> bool:
+    try:
+        role, indices = _SAME_KIND[Task(task)] if task else ("", ())
+    except (KeyError, ValueError):
+        return False
+    return out.role == role and (indices is None or out.index in indices)
 
 
 def _worst(per_output: Sequence[OutputMetrics]) -> str | None:

@@ -9,7 +9,8 @@ error relative to its own float range, so a score channel drowned by box coordin
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from typing import Any
 
 
@@ -79,6 +80,9 @@ class OutputMetrics:
     cosine_similarity: float
     float_range: float
     slices: tuple[SliceMetrics, ...] = ()  # empty: the output is verified whole
+    role: str | None = None  # what the output carries (toolkit.verification.roles.Role)
+    role_source: str | None = None  # declared where, or inferred: why
+    metrics: Mapping[str, Any] = field(default_factory=dict, hash=False)  # its role's metrics (role_metrics)
 
     @property
     def max_error_ratio(self) -> float:
@@ -93,8 +97,8 @@ class OutputMetrics:
         return {"name": self.name, "index": self.index, "max_abs_error": _num(self.max_abs_error),
                 "mean_abs_error": _num(self.mean_abs_error), "cosine_similarity": _num(self.cosine_similarity),
                 "float_range": _num(self.float_range), "max_error_ratio": _num(self.max_error_ratio),
-                "slices": [s.to_dict() for s in self.slices]}
-
+                "slices": [s.to_dict() for s in self.slices], "role": self.role, "role_source": self.role_source,
+                "metrics": {k: _num(v) if isinstance(v, float) else v for k, v in self.metrics.items()}}
 
 
 @dataclass(frozen=True)

@@ -30,11 +30,14 @@ class SegmentationMetrics:
 
 
 def class_axis(shape: Sequence[int]) -> int | None:
-    """The class axis of one sample's map ``[1, C, H, W]`` / ``[1, H, W, C]`` (or without the batch), else None."""
+    """The class axis of one sample's map ``[1, C, H, W]`` / ``[1, H, W, C]`` (or ``[C, H, W]`` without the
+    batch), else None; a leading 1 of three axes is the batch."""
     dims = list(shape)
     offset = 0
     if len(dims) == 4 and dims[0] == 1:
         dims, offset = dims[1:], 1
+    elif len(dims) == 3 and dims[0] == 1:
+        return None  # [1, T, C]: the leading 1 is the batch axis, never a class axis (a CTC sequence)
     if len(dims) != 3:
         return None
     first, last = dims[0], dims[2]

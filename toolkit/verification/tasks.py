@@ -12,6 +12,7 @@ from enum import StrEnum
 from typing import TYPE_CHECKING
 
 from toolkit.errors import UsageError
+from toolkit.verification.roles import OutputDeclaration, OutputRole, Role
 
 if TYPE_CHECKING:  # pragma: no cover - the vocabulary is imported by the CLI's option table, numpy is not
     import numpy as np
@@ -24,13 +25,16 @@ class Task(StrEnum):
     EMBEDDING = "embedding"
     REGRESSION = "regression"
     RECURRENT = "recurrent"  # a step model whose state outputs feed its state inputs
+    SEQUENCE = "sequence"  # one [T, C] output of per-step classes (a CTC recognizer)
+    PER_OUTPUT = "per-output"  # several outputs, each judged by its own role (toolkit.verification.roles)
     GENERIC = "generic"  # unknown: error, cosine and per-slice metrics only
 
 
 @dataclass(frozen=True)
 class TaskChoice:
-    task: Task
+    task: Task | None  # None: inferred from the float outputs (only ``outputs`` declared)
     source: str  # "--task", "dataset.toml" or "inferred: <why>"
+    outputs: tuple[OutputDeclaration, ...] = ()  # roles declared per output (dataset.toml, --output-task)
 
 
 def parse_task(value: str | Task | None, *, where: str = "--task") -> Task | None:
@@ -44,19 +48,24 @@ def parse_task(value: str | Task | None, *, where: str = "--task") -> Task | Non
                          hint=f"Use one of: {', '.join(t.value for t in Task)}.") from None
 
 
-def choose_task(flag: str | None, dataset: str | None) -> TaskChoice | None:
-    """The task the user named: ``--task`` first, else the eval (or calibration) data's dataset.toml; None
-    when neither names one (then it is inferred from the float outputs)."""
+def choose_task(flag: str | None, dataset: str | None,
+                outputs: Sequence[OutputDeclaration] = ()) -> TaskChoice | None:
+    """The task the user named: ``--task`` first, else the eval (or calibration) data's dataset.toml, with the
+    roles declared per output (``--output-task`` over dataset.toml's ``[outputs.NAME]``); None when nothing
+    is declared (then all is inferred from the float outputs)."""
     for value, where in ((flag, "--task"), (dataset, "dataset.toml")):
         task = parse_task(value, where=where)
         if task is not None:
-            return TaskChoice(task, where)
-    return None
+            return TaskChoice(task, where, tuple(outputs))
+    return TaskChoice(None, "", tuple(outputs)) if outputs else None
 
 
-def infer_task(stacked: Sequence[np.ndarray], names: Sequence[str] = ()) -> TaskChoice:
-    """The task the float outputs look like (``stacked[k]``: output k of every sample, ``[samples, ...]``)."""
-    from toolkit.verification import detection, segmentation
+def infer_task(stacked: Sequence[np.ndarray], names: Sequence[str] = (),
+               roles: Sequence[OutputRole] = ()) -> TaskChoice:
+    """The task the float outputs look like (``stacked[k]``: output k of every sample, ``[samples, ...]``):
+    a detector when boxes and scores decode, else the one output's role, else each output by its own
+    (``roles``: from :func:`toolkit.verification.roles.assign`)."""
+    from toolkit.verification import detection
 
     if not stacked:
         return TaskChoice(Task.GENERIC, "inferred: the model has no outputs")
@@ -68,9 +77,16 @@ def infer_task(stacked: Sequence[np.ndarray], names: Sequence[str] = ()) -> Task
     if ssd is not None:
         return TaskChoice(Task.DETECTION, f"inferred: separate box ({_name(names, ssd.boxes)}) and score "
                                           f"({_name(names, ssd.scores)}) outputs over the same {ssd.anchors} anchors")
+    if len(stacked) > 1 or not roles:
+        return TaskChoice(Task.PER_OUTPUT, f"inferred: {len(stacked)} outputs, each judged by its own role")
     shape = stacked[0].shape[1:]
-    if segmentation.class_axis(shape) is not None:
+    role = roles[0]
+    if role.role is Role.DENSE and role.classes_axis is not None:
         return TaskChoice(Task.SEGMENTATION, f"inferred: a dense map {list(shape)} (classes x height x width)")
+    if role.role is Role.SEQUENCE:
+        return TaskChoice(Task.SEQUENCE, role.source)
+    if role.role in (Role.DENSE, Role.BOXES, Role.LANDMARKS):
+        return TaskChoice(Task.PER_OUTPUT, f"inferred: its one output is {role.role.value} ({role.source})")
     squeezed = [d for d in shape if d != 1]
     if len(squeezed) == 1 and squeezed[0] > 1 and len(shape) <= 2:
         return TaskChoice(Task.CLASSIFICATION, f"inferred: one vector of {squeezed[0]} values per sample")

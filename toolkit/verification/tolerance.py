@@ -28,7 +28,8 @@ class Tolerance:
     ``min_precision``: detections matched against the float model's (score threshold, IoU 0.5).
     ``max_label_recall_drop`` / ``max_label_precision_drop``: with labelled boxes, how far (a fraction: 0.05 =
     five points) the artifact's recall / precision against the labels may fall below the float model's own.
-    ``min_mask_iou``: mean IoU of the segmentation map. ``max_relative_error``: ``||a - r|| / ||r||`` for
+    ``min_mask_iou``: mean IoU of the segmentation map (and of an output's dense map). ``min_box_iou``: mean IoU
+    of an output's boxes against the float ones, where its four coordinates decode as boxes. ``max_relative_error``: ``||a - r|| / ||r||`` for
     embeddings and regression outputs. ``min_samples``: the fewest eval samples a verdict is drawn from.
     """
 
@@ -40,12 +41,13 @@ class Tolerance:
     max_label_recall_drop: float = 0.05
     max_label_precision_drop: float = 0.05
     min_mask_iou: float = 0.9
+    min_box_iou: float = 0.9
     max_relative_error: float = 0.15
     min_samples: int = 5
 
     def __post_init__(self) -> None:
         for name in ("max_top1_drop", "max_slice_error", "min_recall", "min_precision", "max_label_recall_drop",
-                     "max_label_precision_drop", "min_mask_iou"):
+                     "max_label_precision_drop", "min_mask_iou", "min_box_iou"):
             value = getattr(self, name)
             if not isinstance(value, (int, float)) or not 0.0 <= float(value) <= 1.0 or math.isnan(value):
                 raise UsageError(f"tolerance.{name} must be a fraction in [0, 1] (got {value!r}).",
