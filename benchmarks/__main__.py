@@ -21,7 +21,7 @@ from typing import Any
 from benchmarks.common import DOC, log, machine, table, update_doc
 
 SECTIONS = ("convert", "int8", "convert_time", "torch_routes", "deploy", "runner", "loads", "optimize", "startup",
-            "finetune_memory", "fleet", "selective", "selection")
+            "finetune_memory", "fleet", "selective", "selection", "pte")
 HEADLINES = DOC.with_suffix(".json")
 
 
@@ -156,6 +156,8 @@ def summary(h: dict) -> str:
         if "toolkit int8 tflite" in ratios:
             rows.append([f"PyTorch {model} INT8 TFLite (litert-torch) latency vs fp32",
                          _fmt(ratios["toolkit int8 tflite"]), ""])
+    for key, value in h.get("pte", {}).get("int8_vs_fp32", {}).items():
+        rows.append([f"PyTorch {key}: INT8 latency vs fp32", _fmt(value), "section pte"])
     dp = h.get("deploy", {})
     if dp:
         rows.append(["Push 50 MB over SSH vs the faster of SFTP/scp (target >= 0.8x)", _fmt(dp.get("push_vs_best")),

@@ -17,6 +17,7 @@ pytest_plugins = [
     "tests.fixtures.ppocr",
     "tests.fixtures.real_models",
     "tests.fixtures.role_models",
+    "tests.fixtures.pte",
     "tests.fixtures.sshd",
     "tests.fixtures.dropbear",
     "tests.fixtures.deploy",

@@ -56,7 +56,7 @@ def test_requirements_follow_the_profile_bounds() -> None:
     assert specifier_for("2.14", "2.14") == ">=2.14,<2.15"
     assert specifier_for("1.16", None) == ">=1.16"
     pi4 = get_profile("raspberry-pi-4")
-    assert default_runtimes(pi4) == ("litert", "onnxruntime")  # one TFLite runtime, not both
+    assert default_runtimes(pi4) == ("litert", "onnxruntime")  # one TFLite runtime, not both; executorch on request
     reqs, notes = plan_requirements(("tflite-runtime",), pi4)
     assert reqs == [Requirement("numpy", "numpy", "<2"), Requirement("tflite-runtime", "tflite-runtime", ">=2.14,<2.15")]
     assert notes == []

@@ -9,6 +9,8 @@ Layout (architecture.md)::
     <bundle>/golden/<artifact>.npz       what that artifact returned for them on the host, dequantized to
                                          float32: key ``output_<i>``, shape ``(samples, *output_shape)``
     <bundle>/golden/reference.npz        what the float source model returned for them (same keys)
+    <bundle>/model.<precision>.bpte      beside each .pte: its ExecuTorch bundled program (the device's
+                                         self-check: a few held-out inputs and the float outputs)
 
 Keys are positional because tensor names (``serving_default_image:0``) are not safe file names inside an
 ``.npz``; every artifact of a bundle has the same inputs and outputs in the same order.
@@ -119,6 +121,7 @@ class Bundle:
         if self.manifest.golden_inputs:
             names.append(self.manifest.golden_inputs)
         names.extend(a.golden.outputs for a in self.manifest.artifacts if a.golden)
+        names.extend(a.pte.bundled for a in self.manifest.artifacts if a.pte and a.pte.bundled)
         if (self.path / GOLDEN_REFERENCE).is_file():
             names.append(GOLDEN_REFERENCE)
         if self.manifest.runner:

@@ -138,6 +138,8 @@ def record(staging: Path, artifact: str, fmt: str, float_artifact: Path | None,
     table = read_table(staging, artifact)
     if table is None or not table.rows:
         return None
+    if fmt == "pte":  # the XNNPACK delegate runs the whole graph as one call: no layer tensor to read
+        return "no layer probe: an ExecuTorch program shows the runner no intermediate tensors"
     if float_artifact is None:
         return f"no layer probe: no fp32 {fmt} artifact to take the float layers from"
     samples = list(feeds[:PROBE_SAMPLES])

@@ -54,10 +54,22 @@ DISTRIBUTIONS: dict[str, tuple[str, str]] = {
     "tflite-runtime": ("tflite-runtime", "tflite_runtime.interpreter"),
     "tensorflow": ("tensorflow", "tensorflow"),
     "onnxruntime": ("onnxruntime", "onnxruntime"),
+    # ExecuTorch's Python runtime imports torch: pip pulls torch with it (on x86_64 PyPI's torch is the CUDA
+    # build; aarch64 wheels are CPU-only)
+    "executorch": ("executorch", "executorch.runtime"),
 }
 # Extra requirements a runtime needs but does not declare: tflite-runtime 2.14 was built against numpy 1.x,
 # declares only numpy>=1.23.2 and fails to import under numpy 2.
-EXTRA_REQUIREMENTS: dict[str, tuple[str, ...]] = {"tflite-runtime": ("numpy<2",)}
+# ExecuTorch is installed without its declared dependencies (NO_DEPS_DISTS): they are the exporter's tooling
+# (hydra-core needs antlr4-python3-runtime, which has no wheel; coremltools has no aarch64 wheel and pip, asked
+# from an x86_64 host with --platform, evaluates its x86_64 marker for this host), while its Python runtime
+# imports torch (undeclared), ruamel.yaml, flatbuffers, and for ETDump profiles tabulate and pandas: measured in
+# a bare venv, those are what executorch.runtime, the bundled-program check and devtools' Inspector import.
+EXTRA_REQUIREMENTS: dict[str, tuple[str, ...]] = {
+    "tflite-runtime": ("numpy<2",),
+    "executorch": ("torch", "ruamel.yaml", "flatbuffers", "tabulate", "pandas"),
+}
+NO_DEPS_DISTS = frozenset({"executorch"})
 FALLBACK_RUNTIMES = ("litert", "onnxruntime")
 
 
@@ -193,7 +205,9 @@ def specifier_for(min_version: str | None, max_version: str | None) -> str:
 
 def default_runtimes(profile: Any | None) -> tuple[str, ...]:
     """The profile's first TFLite runtime plus onnxruntime when listed (installing two TFLite runtimes side by
-    side pulls conflicting numpy versions); litert + onnxruntime without a profile."""
+    side pulls conflicting numpy versions); litert + onnxruntime without a profile. ``executorch`` only when asked
+    (``--runtime executorch``): it brings torch, and PyPI's aarch64 torch (2.14.1) pulls CUDA libraries, 3.2 GB
+    of wheels for an aarch64 device in all (measured), where a Pi needs the CPU build."""
     if profile is None:
         return FALLBACK_RUNTIMES
     names = list(profile.runtime_names)
@@ -219,6 +233,7 @@ def plan_requirements(runtimes: Sequence[str], profile: Any | None) -> tuple[lis
         reqs.append(Requirement(name, DISTRIBUTIONS[name][0], spec))
         extras.extend(EXTRA_REQUIREMENTS.get(name, ()))
     numpy_spec = ",".join(e[len("numpy"):] for e in extras if e.startswith("numpy"))
+    reqs += [Requirement(e, e, "") for e in dict.fromkeys(extras) if not e.startswith("numpy")]
     return [Requirement("numpy", "numpy", numpy_spec), *reqs], notes
 
 
@@ -335,10 +350,11 @@ def download_wheels(
         raise _no_wheel_error(platform, requirements, "")
     directory = (cache_root or wheel_cache_root()) / platform.key
     directory.mkdir(parents=True, exist_ok=True)
-    specs = ["pip", *(r.pip for r in requirements)]
-    base = ["download", *_pip_platform_args(platform), "-d", str(directory), *specs]
     if log:
         log(f"downloading wheels for {platform.describe()} into {directory}")
+    bare = _no_deps_wheels(platform, requirements, directory)
+    specs = ["pip", *(r.pip for r in requirements if r.dist not in NO_DEPS_DISTS)]
+    base = ["download", *_pip_platform_args(platform), "-d", str(directory), *specs]
     proc = _run_pip(base, cwd=directory)
     cache_only = False
     if proc.returncode:
@@ -362,12 +378,28 @@ def download_wheels(
         if match:
             path = Path(match.group(1))
             files.append(path if path.is_absolute() else directory / path.name)
-    files = sorted({f.resolve() for f in files})
+    files = sorted({f.resolve() for f in [*files, *bare]})
     pip_wheels = [f for f in files if f.name.startswith("pip-")]
     if not files or not pip_wheels:
         raise DeviceError(f"pip download reported no wheels for {platform.describe()}.",
                           hint="Run with --debug and check this machine's pip configuration.")
     return WheelSet(platform, directory, tuple(files), pip_wheels[0], cache_only)
+
+
+def _no_deps_wheels(platform: DevicePlatform, requirements: Sequence[Requirement], directory: Path) -> list[Path]:
+    """The wheels of the ``NO_DEPS_DISTS`` requirements alone (``--no-deps``; their runtime needs are listed in
+    ``EXTRA_REQUIREMENTS``)."""
+    wheels = []
+    for requirement in (r for r in requirements if r.dist in NO_DEPS_DISTS):
+        args = ["download", *_pip_platform_args(platform), "--no-deps", "-d", str(directory), requirement.pip]
+        proc = _run_pip(args, cwd=directory)
+        if proc.returncode:
+            proc = _run_pip([*args[:1], "--no-index", "--find-links", str(directory), *args[1:]], cwd=directory)
+        saved = [Path(m.group(1)) for m in map(_SAVED.match, proc.stdout.splitlines()) if m]
+        if proc.returncode or not saved:
+            raise _no_wheel_error(platform, [requirement], proc.stdout + proc.stderr)
+        wheels.append(saved[0] if saved[0].is_absolute() else directory / saved[0].name)
+    return wheels
 
 
 # ------------------------------------------------------------------------------------------- setup
@@ -518,16 +550,21 @@ def setup_device(device: Any, options: SetupOptions, *, log: Log | None = None) 
             _make_venv(device, base, venv, with_pip=False)
         remote_dir, sent, sent_bytes = _push_wheels(device, base, wheels, log)
         pip = [venv_python, f"{remote_dir}/{wheels.pip_wheel.name}/pip"]
-        argv = [*pip, "install", "--no-index", "--find-links", remote_dir, "--only-binary=:all:",
-                "--disable-pip-version-check", "--no-input", "-q", "pip", *(r.pip for r in requirements)]
+        install = [*pip, "install", "--no-index", "--find-links", remote_dir, "--only-binary=:all:",
+                   "--disable-pip-version-check", "--no-input", "-q"]
+        argv = [*install, "pip"]
     else:
         if not reused:
             _make_venv(device, base, venv, with_pip=True)
-        argv = [venv_python, "-m", "pip", "install", "--only-binary=:all:", "--disable-pip-version-check",
-                "--no-input", "-q", *(r.pip for r in requirements)]
+        install = [venv_python, "-m", "pip", "install", "--only-binary=:all:", "--disable-pip-version-check",
+                   "--no-input", "-q"]
+        argv = list(install)
     if log:
         log(f"installing {' '.join(r.pip for r in requirements)} into {state['venv']}")
-    result = device.conn.run(argv, timeout=1800)
+    result = device.conn.run([*argv, *(r.pip for r in requirements if r.dist not in NO_DEPS_DISTS)], timeout=1800)
+    bare = [r.pip for r in requirements if r.dist in NO_DEPS_DISTS]
+    if result.ok and bare:
+        result = device.conn.run([*install, "--no-deps", *bare], timeout=1800)
     if not result.ok:
         raise _pip_failure(device, result, requirements, platform)
     checks = [f"{DISTRIBUTIONS[r.name][1] if r.name in DISTRIBUTIONS else r.name}={r.dist}" for r in requirements]

@@ -371,6 +371,10 @@ def _build(data: Mapping[str, Any], lineage: tuple[_Raw, ...]) -> TargetProfile:
             if recipe.opset is not None and recipe.opset > max_opset:
                 raise _fail(path, f"{where}.opset", f"{recipe.opset} is above max_onnx_opset {max_opset}.",
                             f"Use opset {max_opset} or lower.")
+        elif recipe.format == "pte":
+            if "executorch" not in runtime_names:
+                raise _fail(path, where, "an ExecuTorch (.pte) recipe, but executorch is not among the runtimes.",
+                            "Add a [[runtimes]] table with name = \"executorch\", or drop the recipe.")
         elif not runtime_names & set(TFLITE_RUNTIMES):
             raise _fail(path, where, "a TFLite recipe, but no TFLite runtime is among the runtimes.",
                         f"Add one of {', '.join(TFLITE_RUNTIMES)} to runtimes, or drop the recipe.")

@@ -47,6 +47,7 @@ class Precision(_Word):
 class Format(_Word):
     TFLITE = "tflite"
     ONNX = "onnx"
+    PTE = "pte"  # an ExecuTorch program (PyTorch sources only), XNNPACK-delegated
 
 
 class Runtime(_Word):
@@ -56,6 +57,7 @@ class Runtime(_Word):
     TFLITE_RUNTIME = "tflite-runtime"  # tflite_runtime
     TENSORFLOW = "tensorflow"  # tensorflow.lite
     ONNXRUNTIME = "onnxruntime"
+    EXECUTORCH = "executorch"  # executorch (its Python runtime imports torch)
 
 
 class Framework(_Word):
@@ -136,7 +138,7 @@ MANIFEST_SCHEMA_VERSION = 4  # 2: attempts[].workaround, artifacts[].float_io an
 
 
 def artifact_file_name(precision: str, fmt: str) -> str:
-    """The contract's artifact name: ``model.<precision>.<tflite|onnx>``."""
+    """The contract's artifact name: ``model.<precision>.<tflite|onnx|pte>``."""
     return f"model.{precision}.{fmt}"
 
 
@@ -295,6 +297,8 @@ class Recipe:
             return f"{self.format} {self.precision}"
         if self.format == "tflite":
             return f"tflite int8 ({'A16W8, ' if self.a16w8 else ''}{self.io_dtype} io)"
+        if self.format == "pte":
+            return f"pte int8 (XNNPACK, {'per-channel' if self.per_channel else 'per-tensor'} weights)"
         if self.a16w8:
             return f"onnx int8 (A16W8 {self.quant_format} {self.calibration_method})"
         act = "U" if self.activation_type == "uint8" else "S"
@@ -427,6 +431,28 @@ class FloatIO:
 
 
 @dataclass(frozen=True)
+class PteRecord:
+    """What an ExecuTorch artifact carries beside its file: how much of its graph the XNNPACK delegate took
+    (edge-dialect operator nodes, counted before lowering) and the bundled program (``model.<p>.bpte``: a few
+    held-out inputs with the float model's outputs) the device checks its own numbers with, at ``bundled_atol``
+    (twice the error measured here on those inputs plus float rounding: ``conversion.pte_bundled``)."""
+
+    delegated_nodes: int
+    total_nodes: int
+    bundled: str | None = None
+    bundled_atol: float | None = None
+
+    @property
+    def delegated_share(self) -> float:
+        return self.delegated_nodes / self.total_nodes if self.total_nodes else 0.0
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"delegated_nodes": self.delegated_nodes, "total_nodes": self.total_nodes,
+                "delegated_share": round(self.delegated_share, 4), "bundled": self.bundled,
+                "bundled_atol": self.bundled_atol}
+
+
+@dataclass(frozen=True)
 class ArtifactRecord:
     """One converted (or taken as-is) model file inside a bundle, with everything proven about it."""
 
@@ -462,6 +488,7 @@ class ArtifactRecord:
     # An int8/dynamic artifact's share of weights and MACs computed in integer, read from the file (None:
     # not quantized, or written before it was recorded); below half of the weights it is labelled mixed
     quantized: QuantizedShare | None = None
+    pte: PteRecord | None = None  # ExecuTorch artifacts: delegated share and bundled self-check
 
     def __post_init__(self) -> None:
         _coerce(self, format=Format, precision=Precision, status=ArtifactStatus)
@@ -493,6 +520,7 @@ class ArtifactRecord:
             "float_io": [f.to_dict() for f in self.float_io],
             "batching": self.batching.to_dict() if self.batching else None,
             "quantized": self.quantized.to_dict() if self.quantized else None,
+            **({"pte": self.pte.to_dict()} if self.pte else {}),
         }
 
 

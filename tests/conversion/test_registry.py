@@ -21,6 +21,8 @@ ROUTE_TESTS: dict[tuple[str, str], str] = {
     ("savedmodel", "tflite"): "conversion/test_tflite.py::test_sequential_and_savedmodel_sources",
     ("torch_factory", "tflite"): "conversion/test_torch_tflite.py::test_conv_net_fp32_matches_eager",
     ("exported_program", "tflite"): "conversion/test_torch_tflite.py::test_exported_program_to_tflite",
+    ("torch_factory", "pte"): "executorch/test_pte_convert.py::test_digits_pte_verified_against_eager_and_labels",
+    ("exported_program", "pte"): "executorch/test_pte_convert.py::test_exported_program_to_pte_int8",
     ("tflite", "tflite"): "test_pipeline.py::test_tflite_source_is_taken_as_it_is",
     ("tflite", "onnx"): "verification/test_shipped_models.py::"
                         "test_blazeface_onnx_from_tflite_fp32_matches_and_int8_is_refused_on_labels",

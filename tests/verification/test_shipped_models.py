@@ -176,11 +176,15 @@ def test_blazeface_onnx_from_tflite_fp32_matches_and_int8_is_refused_on_labels(
     assert any(a["recipe"]["nodes_to_exclude"] for a in int8)
     for attempt in int8:
         m = attempt["metrics"]["verification"]["task_metrics"]
-        # measured 2026-12-01: recall vs float 0.00 (0 of 426 float anchor detections), label recall 0.00 vs
-        # 1.00, with 0, 3 and 10 layers in float alike
+        # measured 2026-12-01: recall vs float 0.00 (0 of 426 float anchor detections) with 0, 3 and 10 layers
+        # in float alike; every try is refused by its recall vs float
         assert m["recall"] < 0.5, m
-        assert m["label_recall"] <= m["reference_label_recall"] - 0.5, m
-        assert "detection recall vs the labels" in attempt["reason"] and "detection recall vs float" in attempt["reason"]
+        assert "detection recall vs float" in attempt["reason"]
+        if not attempt["recipe"]["nodes_to_exclude"]:  # full INT8 loses the labelled faces too (0.00 vs 1.00)
+            assert m["label_recall"] <= m["reference_label_recall"] - 0.5, m
+            assert "detection recall vs the labels" in attempt["reason"]
+    # the cheapest-first selective retries (weights per unit of error) can find the labelled faces again while
+    # they still miss the float model's own detections: refused all the same, by the recall vs float
 
 
 def test_blazeface_a16w8_onnx_keeps_the_faces_int8_lost(blazeface_photos: dict[str, Any]) -> None:

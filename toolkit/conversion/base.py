@@ -10,7 +10,7 @@ from typing import Mapping
 import numpy as np
 
 from toolkit.sources.base import SourceModel
-from toolkit.types import FloatIO, Recipe
+from toolkit.types import FloatIO, PteRecord, Recipe
 
 
 @dataclass(frozen=True)
@@ -41,6 +41,7 @@ class BuiltArtifact:
     exporter: str | None = None  # e.g. "tf2onnx 1.17 (from_function)", "torch.onnx (legacy TorchScript)"
     layout: str | None = None  # the artifact's image layout when it differs from the source's
     float_io: tuple[FloatIO, ...] = ()  # integer I/O asked for that stayed float, and why
+    pte: PteRecord | None = None  # ExecuTorch: the share of the graph the XNNPACK delegate took
 
 
 def as_input_dtype(value: np.ndarray, dtype: str | np.dtype) -> np.ndarray:

@@ -379,6 +379,7 @@ def build_and_verify(run: ConvertRun, recipe: Recipe, *, explicit: bool) -> Cand
         batching=batching,
         float_io=built.float_io,
         quantized=artifact_share(built.path, recipe.precision, built.float_nodes, recipe.nodes_to_exclude),
+        pte=built.pte,
         notes=notes + tuple(built.notes) + tuple(io_notes)
         + ((f"exported with {built.exporter}",) if built.exporter else ())
         + ((FIXED_BATCH_NOTE,) if run.dynamic_batch and batching is None else ())

@@ -89,7 +89,7 @@ class LayerError:
 class LayerTable:
     """The layer-wise analysis of one INT8 recipe: rows worst first."""
 
-    route: str  # "tflite" | "onnx"
+    route: str  # "tflite" | "onnx" | "pte"
     method: str  # how the rows were measured (one line)
     samples: int  # calibration samples measured
     rows: tuple[LayerError, ...]
@@ -172,11 +172,12 @@ def tflite_table(request: ConversionRequest) -> LayerTable:
 
 
 def pt2e_table(request: ConversionRequest) -> LayerTable:
-    """The PyTorch -> TFLite route's table: PT2E's own measurement (``pt2e.layer_rows``, litert-torch)."""
+    """The PyTorch -> TFLite and -> ExecuTorch routes' table: PT2E's own measurement (``pt2e.layer_rows``, with
+    the route's quantizer: litert-torch's or XNNPACK's)."""
     from toolkit.conversion import pt2e
 
     rows, samples = pt2e.layer_rows(request)
-    return LayerTable(route="tflite", method=pt2e.TABLE_METHOD, samples=samples, rows=ranked(rows))
+    return LayerTable(route=str(request.recipe.format), method=pt2e.TABLE_METHOD, samples=samples, rows=ranked(rows))
 
 
 def onnx_table(request: ConversionRequest, int8: BuiltArtifact) -> LayerTable:
@@ -236,7 +237,7 @@ def table_for(run: ConvertRun, recipe: Recipe, built: BuiltArtifact) -> LayerTab
     if key in run.layer_tables:
         return run.layer_tables[key]
     request = run.request(plain)
-    if recipe.format == "tflite" and run.source.framework in ("torch_factory", "exported_program"):
+    if recipe.format in ("tflite", "pte") and run.source.framework in ("torch_factory", "exported_program"):
         table = pt2e_table(request)
     elif recipe.format == "tflite":
         if run.source.framework not in registry.TF_FRAMEWORKS:

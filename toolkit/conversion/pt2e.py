@@ -1,4 +1,4 @@
-"""PT2E static INT8 for the PyTorch -> TFLite route: quantize (optionally with layers kept in float), and the
+"""PT2E static INT8 for the PyTorch -> TFLite and -> ExecuTorch routes: quantize (optionally with layers kept in float), and the
 layer-wise error table of the full quantization.
 
 **Quantization.** ``torch.export`` of the module, ``prepare_pt2e`` with litert-torch's ``PT2EQuantizer``
@@ -12,6 +12,10 @@ shows it (``linear_1``) or a module's qualified name (``fc2``, ``layer1.0.conv1`
 With ``fragile`` (the route's int8 builds) the known-fragile nodes of ``fragile.pt2e_fragile_nodes`` join
 them, found on the float graph the build exports anyway (the float range run only when a ``cat`` reaches an
 output: ``_has_output_cat``), and the output a mixed-range cat writes gets no int8 quantization.
+
+**Quantizer per route** (``_BACKENDS``, by the recipe's format): litert-torch's ``PT2EQuantizer`` for TFLite,
+ExecuTorch's ``XNNPACKQuantizer`` for ``.pte``. Both annotate the same way (patterns, then shared-range ops
+propagated), so exclusion, the fragile rule, the range cache and the layer table are the same code.
 
 **Layer table** (``layer_rows``, ranked by ``layers.pt2e_table``): what TFLite's ``QuantizationDebugger`` does, in torch. The converted graph
 runs on a few calibration samples; for every quantized activation (a ``quantize`` whose input is not a
@@ -79,6 +83,7 @@ class _Entry:
     source: Any
     calibration: Any
     per_channel: bool
+    fmt: str  # the route (its quantizer): "tflite" | "pte"
     quantized: Quantized
     ranges: dict[str, dict[str, Any]]  # observed node name -> its activation observer's state (``_ranges``)
     # the fragile nodes and mixed outputs of this source (``_fragile``), None until a build looked for them
@@ -133,7 +138,8 @@ def quantize(
         if cached is not None:
             cached.fragile = (found, mixed)
     writers = frozenset(m.writer for m in mixed)
-    quantizer = _quantizer(recipe.per_channel, exclude, keep_io=recipe.io_dtype != "float32", float_outputs=writers)
+    quantizer = _quantizer(recipe.per_channel, exclude, keep_io=recipe.io_dtype != "float32", float_outputs=writers,
+                           fmt=str(recipe.format))
     try:
         prepared_graph = graph if graph is not None else _export(torch, module, args)
         with quiet_export():
@@ -152,7 +158,7 @@ def quantize(
     result = Quantized(converted, quantizer, tuple(quantizer.kept_float), reused_ranges=reused, fragile=found,
                        mixed_outputs=mixed)
     if not exclude:
-        _CACHE[:] = [_Entry(request.source, request.calibration, recipe.per_channel, result, ranges,
+        _CACHE[:] = [_Entry(request.source, request.calibration, recipe.per_channel, str(recipe.format), result, ranges,
                             fragile=(found, mixed) if fragile else None)]
     return result
 
@@ -203,7 +209,7 @@ def _fragile(
 def _cached(request: ConversionRequest) -> _Entry | None:
     for entry in _CACHE:
         if (entry.source is request.source and entry.calibration is request.calibration
-                and entry.per_channel == request.recipe.per_channel):
+                and entry.per_channel == request.recipe.per_channel and entry.fmt == request.recipe.format):
             return entry
     return None
 
@@ -258,16 +264,28 @@ def _attr(graph: Any, target: str) -> Any:
     return value
 
 
-def _quantizer(per_channel: bool, exclude: Sequence[str], *, keep_io: bool,
-               float_outputs: frozenset[str] = frozenset()) -> Any:
-    """litert-torch's PT2EQuantizer whose annotations skip the layers named in ``exclude``; with ``keep_io``
-    an excluded layer next to a model input or output keeps that input's or output's quantization, so the
-    float island stays inside the graph and the artifact's I/O stays int8, except the outputs written by the
-    nodes in ``float_outputs`` (a mixed-range cat: one int8 scale there would flatten the scores again)."""
+def _backend(fmt: str) -> tuple[Any, Any, Any]:
+    """(quantizer class, its symmetric config getter, its propagate_annotation) for the route ``fmt``."""
+    if fmt == "pte":
+        from executorch.backends.xnnpack.quantizer import xnnpack_quantizer as xnn
+        from executorch.backends.xnnpack.quantizer.xnnpack_quantizer_utils import propagate_annotation as propagate
+
+        return xnn.XNNPACKQuantizer, xnn.get_symmetric_quantization_config, propagate
     from litert_torch.quantize import pt2e_quantizer
     from litert_torch.quantize.pt2e_quantizer_utils import propagate_annotation
 
-    class Excluding(pt2e_quantizer.PT2EQuantizer):
+    return pt2e_quantizer.PT2EQuantizer, pt2e_quantizer.get_symmetric_quantization_config, propagate_annotation
+
+
+def _quantizer(per_channel: bool, exclude: Sequence[str], *, keep_io: bool,
+               float_outputs: frozenset[str] = frozenset(), fmt: str = "tflite") -> Any:
+    """The route's PT2E quantizer (``_backend``) whose annotations skip the layers named in ``exclude``; with
+    ``keep_io`` an excluded layer next to a model input or output keeps that input's or output's quantization,
+    so the float island stays inside the graph and the artifact's I/O stays int8, except the outputs written by
+    the nodes in ``float_outputs`` (a mixed-range cat: one int8 scale there would flatten the scores again)."""
+    base, config, propagate_annotation = _backend(fmt)
+
+    class Excluding(base):  # type: ignore[misc,valid-type]
         """Annotates as the base class, then drops the annotations of the excluded layers."""
 
         def __init__(self) -> None:
@@ -275,7 +293,9 @@ def _quantizer(per_channel: bool, exclude: Sequence[str], *, keep_io: bool,
             self.kept_float: list[str] = []
 
         def annotate(self, model: Any) -> Any:
-            model = self._annotate_for_static_quantization_config(model)
+            first = getattr(self, "_annotate_for_static_quantization_config", None) or getattr(
+                self, "_annotate_for_quantization_config")
+            model = first(model)
             if exclude:
                 dropped = _drop_annotations(model, exclude, keep_io=keep_io, float_outputs=float_outputs)
                 propagate_annotation(model)
@@ -287,7 +307,7 @@ def _quantizer(per_channel: bool, exclude: Sequence[str], *, keep_io: bool,
             return model
 
     quantizer = Excluding()
-    quantizer.set_global(pt2e_quantizer.get_symmetric_quantization_config(is_per_channel=per_channel, is_dynamic=False))
+    quantizer.set_global(config(is_per_channel=per_channel, is_dynamic=False))
     return quantizer
 
 
@@ -398,6 +418,30 @@ def _weight_dq(node: Any) -> Any | None:
     if getattr(q, "op", None) == "call_function" and _is(q, _Q) and getattr(q.args[0], "op", None) == "get_attr":
         return q.args[0]
     return None
+
+
+def describe(quantized: Quantized, request: ConversionRequest, quantizer: str) -> tuple[list[str], tuple[str, ...]]:
+    """The notes an int8 build of either route reports (how it was calibrated, what was kept float up front and
+    by request) and its float nodes (requested exclusions, then the fragile ones)."""
+    from toolkit.conversion import fragile
+
+    ranges = "activation ranges of the full calibration reused" if quantized.reused_ranges else (
+        f"{len(request.calibration)} calibration samples")
+    notes = [f"PT2E static int8, {quantizer} "
+             f"({'per-channel' if request.recipe.per_channel else 'per-tensor'} weights, {ranges})."]
+    found = quantized.fragile
+    float_nodes = tuple(dict.fromkeys([*request.recipe.nodes_to_exclude, *(name for name, _ in found)]))
+    if found:
+        notes.append(fragile.upfront_note(found))
+    if request.recipe.nodes_to_exclude:
+        upfront = {name for name, _ in found}
+        notes.append(f"kept in float: {', '.join(n for n in quantized.kept_float if n not in upfront)}")
+    return notes, float_nodes
+
+
+def quantized_tensors(graph: Any) -> int:
+    """How many tensors a converted PT2E graph quantizes (its ``quantize`` nodes: weights and activations)."""
+    return sum(1 for node in graph.graph.nodes if _is(node, _Q))
 
 
 @dataclass(frozen=True)

@@ -27,6 +27,7 @@ ROUTES: Mapping[tuple[str, str], str] = {
     **{(fw, "tflite"): "toolkit.conversion.tflite:convert" for fw in TF_FRAMEWORKS},
     **{(fw, "tflite"): "toolkit.conversion.torch_tflite:convert" for fw in ("exported_program", "torch_factory")},
     ("tflite", "tflite"): "toolkit.conversion.registry:take_as_is",
+    **{(fw, "pte"): "toolkit.conversion.torch_pte:convert" for fw in ("exported_program", "torch_factory")},
     **{(fw, "onnx"): "toolkit.conversion.registry:derive_onnx"
        for fw in (*TF_FRAMEWORKS, *TORCH_FRAMEWORKS, "onnx", "tflite")},
 }
@@ -42,7 +43,7 @@ FLOAT_EXPORTS: Mapping[str, str] = {
 
 # precisions a route refuses by design (the route module raises a UsageError saying why and what to use)
 UNBUILT_PRECISIONS: Mapping[tuple[str, str], tuple[str, ...]] = {
-    **{(fw, "tflite"): ("fp16", "dynamic") for fw in ("exported_program", "torch_factory")},
+    **{(fw, fmt): ("fp16", "dynamic") for fw in ("exported_program", "torch_factory") for fmt in ("tflite", "pte")},
 }
 
 
@@ -52,7 +53,20 @@ class Refusal:
     hint: str
 
 
+_PTE_ONLY_TORCH = Refusal(
+    "ExecuTorch (.pte) artifacts are built from PyTorch models only: the route is torch.export -> ExecuTorch "
+    "(XNNPACK), and this source is not a PyTorch module.",
+    "Pass the PyTorch factory (file.py:make_model) or an ExportedProgram (.pt2) for --format pte, or use "
+    "--format tflite / onnx for this source.",
+)
+
 REFUSED: Mapping[tuple[str, str], Refusal] = {
+    **{(fw, "pte"): _PTE_ONLY_TORCH for fw in (*TF_FRAMEWORKS, "onnx", "tflite")},
+    ("torchscript", "pte"): Refusal(
+        "TorchScript cannot go to ExecuTorch (.pte): the route traces with torch.export, which does not take "
+        "ScriptModules.",
+        "Pass the factory (file.py:make_model) or an ExportedProgram (.pt2) for --format pte, or use --format onnx.",
+    ),
     ("onnx", "tflite"): Refusal(
         "Converting ONNX to TFLite is not offered: the available tools (onnx2tf) pin an old TensorFlow and "
         "rewrite the graph in ways that cannot be verified well.",
@@ -133,6 +147,10 @@ A16W8_REFUSED: Mapping[tuple[str, str], Refusal] = {
         "PyTorch -> TFLite (litert-torch, PT2E) quantizes activations to 8 bits only: it cannot build A16W8.",
         "Use --format onnx for A16W8 (16-bit activation QDQ through ONNX Runtime), or convert a Keras/SavedModel "
         "model for an A16W8 TFLite artifact.") for fw in ("exported_program", "torch_factory")},
+    **{(fw, "pte"): Refusal(
+        "PyTorch -> ExecuTorch (XNNPACK quantizer) quantizes activations to 8 bits only: it cannot build A16W8.",
+        "Use --format onnx for A16W8 (16-bit activation QDQ through ONNX Runtime).")
+       for fw in ("exported_program", "torch_factory")},
 }
 
 

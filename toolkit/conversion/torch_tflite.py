@@ -41,7 +41,7 @@ from typing import Any
 import numpy as np
 
 from toolkit.conversion.base import BuiltArtifact, ConversionRequest
-from toolkit.conversion import fragile, pt2e
+from toolkit.conversion import pt2e
 from toolkit.conversion.fragile import MixedOutput
 from toolkit.errors import ConversionError, MissingDependency, UsageError
 from toolkit.types import FloatIO, FloatIOReason, TensorRole
@@ -106,18 +106,8 @@ def convert(request: ConversionRequest, output: Path) -> BuiltArtifact:
 
         quantized = pt2e.quantize(torch, module, args, names, request, fragile=True)
         module, quant_config = quantized.graph, litert_quant_config.QuantConfig(pt2e_quantizer=quantized.quantizer)
-        ranges = "activation ranges of the full calibration reused" if quantized.reused_ranges else (
-            f"{len(request.calibration)} calibration samples")
-        notes.append(
-            f"PT2E static int8 ({'per-channel' if request.recipe.per_channel else 'per-tensor'} weights, {ranges})."
-        )
-        found, mixed = quantized.fragile, quantized.mixed_outputs
-        float_nodes = tuple(dict.fromkeys([*request.recipe.nodes_to_exclude, *(name for name, _ in found)]))
-        if found:
-            notes.append(fragile.upfront_note(found))
-        if request.recipe.nodes_to_exclude:
-            upfront = {name for name, _ in found}
-            notes.append(f"kept in float: {', '.join(n for n in quantized.kept_float if n not in upfront)}")
+        notes, float_nodes = pt2e.describe(quantized, request, "litert-torch quantizer")
+        mixed = quantized.mixed_outputs
     else:
         quant_config = None
     layout = None

@@ -62,6 +62,10 @@ def write_bundle(run: ConvertRun, options: ConvertOptions, name: str, kept: Sequ
         golden = Golden(golden_name, _golden_atol(record, outputs), slices=slices,
                         reference=GOLDEN_REFERENCE if slices else None)
         record = dataclasses.replace(record, golden=golden, preferred=any(item is p for p in chosen))
+        if record.format == "pte":  # the device checks itself: model.<p>.bpte, float outputs at a limit
+            from toolkit.conversion.pte_bundled import attach
+
+            record = attach(record, staging, source.inputs, golden_feeds, reference[:golden_count], outputs)
         layer_note = bundle_table(run, item, staging)  # INT8: layers/<file>.json, the layer-wise error table
         if layer_note:
             record = dataclasses.replace(record, notes=record.notes + (layer_note,))

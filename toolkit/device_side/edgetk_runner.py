@@ -73,6 +73,7 @@ ERROR_KINDS = (
 )
 TFLITE_RUNTIMES = ("litert", "tflite-runtime", "tensorflow")
 ONNX_RUNTIMES = ("onnxruntime",)
+PTE_RUNTIMES = ("executorch",)
 DEFAULT_RUNS = 100
 DEFAULT_WARMUP = 10
 DEFAULT_TIMEOUT = 600.0
@@ -90,6 +91,7 @@ _PACKAGES = {
         "onnxruntime",
         ("onnxruntime", "onnxruntime-gpu", "onnxruntime-openvino", "onnxruntime-directml", "onnxruntime-qnn"),
     ),
+    "executorch": ("executorch", ("executorch",)),
     "numpy": ("numpy", ("numpy",)),
 }
 
@@ -98,6 +100,8 @@ INSTALL_HINTS = {
     "tflite-runtime": "pip install tflite-runtime",
     "tensorflow": "pip install tensorflow",
     "onnxruntime": "pip install onnxruntime",
+    # its Python runtime imports torch: the CPU wheel (https://download.pytorch.org/whl/cpu) keeps it small
+    "executorch": "pip install executorch (it pulls torch; on a small device take torch's CPU wheel)",
     # Debian 12 refuses a plain `pip install numpy` (externally managed): setup makes a venv on the device.
     "numpy": "Run `edgetk devices setup --device DEVICE` on the host (numpy and a runtime, in a venv on the device)",
 }
@@ -462,9 +466,12 @@ def on_demand_file(bundle, manifest, name):
 def _artifact_format(record):
     # type: (dict) -> str
     fmt = record.get("format")
-    if fmt in ("tflite", "onnx"):
+    if fmt in ("tflite", "onnx", "pte"):
         return fmt
-    return "onnx" if str(record["file"]).endswith(".onnx") else "tflite"
+    for suffix in ("onnx", "pte"):
+        if str(record["file"]).endswith("." + suffix):
+            return suffix
+    return "tflite"
 
 
 def _default_threads(manifest, record):
@@ -672,6 +679,169 @@ class TFLiteModel(object):
         return times
 
 
+# ExecuTorch ScalarType codes -> numpy dtype names
+PTE_SCALAR_TYPES = {0: "uint8", 1: "int8", 2: "int16", 3: "int32", 4: "int64", 5: "float16", 6: "float32",
+                    7: "float64", 11: "bool"}
+
+
+class PteModel(object):
+    """An ExecuTorch program's ``forward`` through the Python bindings (``executorch.runtime``), which take and
+    return torch tensors. Tensors are named ``input_<i>`` / ``output_<i>`` as the manifest records them (a .pte
+    carries no names). ``etdump`` loads it with ExecuTorch's event tracer on (per-operator times)."""
+
+    format = "pte"
+
+    def __init__(self, version, path, threads, etdump=False):
+        # type: (Any, str, int, bool) -> None
+        import torch
+        from executorch.runtime import Runtime
+
+        numpy = _import_numpy()
+        self.runtime = "executorch"
+        self.version = version
+        self.torch = torch
+        runtime = Runtime.get()
+        try:
+            from executorch.extension.pybindings import portable_lib
+
+            portable_lib._unsafe_reset_threadpool(int(threads))
+        except Exception:  # an older binding without it: ExecuTorch's own default pool
+            pass
+        if etdump:
+            self.program = runtime.load_program(path, enable_etdump=True, debug_buffer_size=0)
+        else:
+            self.program = runtime.load_program(path)
+        self.method = self.program.load_method("forward")
+        meta = self.program.metadata("forward")
+        self.inputs = [self._tensor(numpy, "input", i, meta.input_tensor_meta(i)) for i in range(meta.num_inputs())]
+        self.outputs = [self._tensor(numpy, "output", i, meta.output_tensor_meta(i))
+                        for i in range(meta.num_outputs())]
+        self.backends = sorted(runtime.backend_registry.registered_backend_names)
+        self.extra = {"backends": self.backends}
+        self.args = []  # type: list
+
+    @staticmethod
+    def _tensor(numpy, what, index, info):
+        # type: (Any, str, int, Any) -> Tensor
+        dtype = numpy.dtype(PTE_SCALAR_TYPES.get(int(info.dtype()), "float32"))
+        return Tensor("{}_{}".format(what, index), [int(d) for d in info.sizes()], dtype, 0.0, 0, index)
+
+    def dynamic_batch(self):
+        # type: () -> bool
+        return False
+
+    def resize_batch(self, batch):
+        # type: (int) -> None
+        """A .pte runs the batch it was exported with."""
+
+    def set_inputs(self, pairs):
+        # type: (list) -> None
+        numpy = _import_numpy()
+        args = [None] * len(self.inputs)  # type: list
+        for tensor, array in pairs:
+            args[tensor.key] = self.torch.from_numpy(numpy.ascontiguousarray(array))
+        self.args = args
+
+    def invoke(self):
+        # type: () -> list
+        return [out.numpy() for out in self.method.execute(self.args)]
+
+    def timed_loop(self, runs, min_time):
+        # type: (int, float) -> list
+        execute = self.method.execute
+        args = self.args
+        clock = time.perf_counter
+        times = []  # type: list
+        append = times.append
+        start = clock()
+        while len(times) < runs or (clock() - start < min_time and len(times) < MAX_TIMED_RUNS):
+            t0 = clock()
+            execute(args)
+            append(clock() - t0)
+        return times
+
+
+def pte_bundled_check(bundle, record):
+    # type: (str, dict) -> Any
+    """The artifact's ExecuTorch bundled program (``model.<p>.bpte``) run by ExecuTorch's own verifier: every
+    bundled input against the float model's outputs at the manifest's ``bundled_atol``. None when the bundle has
+    none; ``{"ok", "cases", "failed", "atol"}`` otherwise (this device checked its own numbers)."""
+    info = record.get("pte")
+    name = info.get("bundled") if isinstance(info, dict) else None
+    if not _safe_name(name) or not os.path.isfile(os.path.join(bundle, name)):
+        return None
+    from executorch.extension.pybindings import portable_lib
+
+    atol = float(info.get("bundled_atol") or 0.0)
+    with open(os.path.join(bundle, name), "rb") as handle:
+        bundled = portable_lib._load_bundled_program_from_buffer(handle.read())
+    cases, failed = 0, []  # type: (int, list)
+    while True:
+        try:
+            bundled.verify_result_with_bundled_expected_output("forward", cases, 0.0, atol)
+        except (IndexError, ValueError):
+            break
+        except RuntimeError as exc:
+            text = str(exc)
+            if "0x12" in text or "status 18" in text:  # InvalidArgument: past the last case
+                break
+            failed.append(cases)
+        cases += 1
+        if cases >= 64:
+            break
+    return {"ok": bool(cases) and not failed, "cases": cases, "failed": failed, "atol": atol, "file": name}
+
+
+def pte_placement(record):
+    # type: (dict) -> dict
+    """What the convert stage counted: the XNNPACK delegate's share of the program's operator nodes."""
+    info = record.get("pte") if isinstance(record.get("pte"), dict) else {}
+    total, on = info.get("total_nodes"), info.get("delegated_nodes")
+    share = float(on) / total if isinstance(total, int) and isinstance(on, int) and total else None
+    return placement_record(XNNPACK, total, on, None, [], "graph" if total else "none",
+                            "XNNPACK delegated {} of {} operator nodes at convert time ({:.0%}); the rest runs on "
+                            "ExecuTorch's portable kernels.".format(on, total, share or 0.0) if total else
+                            "the manifest records no delegation count")
+
+
+def pte_profile(model, path, record, threads, first, top):
+    # type: (Any, str, dict, int, list, int) -> Any
+    """Per-operator times from ExecuTorch's ETDump: a second program loaded with the event tracer, run
+    ``DEFAULT_PROFILE_RUNS`` times, its ETDump read by ``executorch.devtools.Inspector`` (delegate calls and
+    portable operators by name). The Python wheel's runtime may be built without the tracer: then it says so."""
+    import tempfile
+
+    traced = PteModel(model.version, path, threads, etdump=True)
+    if not traced.program._program.has_etdump():
+        return {"available": False, "error": "this ExecuTorch build has no event tracer (ETDump)"}
+    traced.set_inputs(first)
+    for _ in range(DEFAULT_PROFILE_RUNS):
+        traced.invoke()
+    folder = tempfile.mkdtemp(prefix="edgetk-etdump-")
+    dump = os.path.join(folder, "run.etdp")
+    traced.program.write_etdump_result_to_file(dump, os.path.join(folder, "debug.bin"))
+    from executorch.devtools import Inspector
+
+    inspector = Inspector(etdump_path=dump)
+    per_op = {}  # type: dict
+    for block in inspector.event_blocks:
+        if block.name != "Execute":  # "Default" holds the load (Program::load_method, Method::init)
+            continue
+        for event in block.events:
+            times = [t for t in (event.perf_data.raw if event.perf_data else [])]
+            if not times or event.name == "Method::execute":
+                continue
+            entry = per_op.setdefault(event.name, {"name": event.name, "calls": 0, "total_ms": 0.0})
+            entry["calls"] += len(times)
+            entry["total_ms"] += sum(times)
+    ops = sorted(per_op.values(), key=lambda e: -e["total_ms"])
+    for entry in ops:
+        entry["mean_ms"] = round(entry["total_ms"] / entry["calls"], 5)
+        entry["total_ms"] = round(entry["total_ms"], 4)
+    # XNNPACK's own operators (``Convolution (NHWC, QC8) IGEMM #1``) run inside DELEGATE_CALL: both are listed
+    return {"available": True, "source": "etdump", "runs": DEFAULT_PROFILE_RUNS, "top": ops[:top]}
+
+
 def select_providers(wanted, available, options=None):
     # type: (list, list, Any) -> tuple
     """The providers (and their options) an ONNX session is opened with: the artifact's ``wanted`` ones this
@@ -810,7 +980,7 @@ def open_model(path, fmt, record, threads, forced, onnx_options=None):
     A TFLite artifact that needs a delegate (Edge TPU) gets it through the runtime's ``load_delegate``; the
     delegate's load time is part of ``load_ms``. ``onnx_options`` go to :class:`OnnxModel` (profiling, caches).
     """
-    candidates = ONNX_RUNTIMES if fmt == "onnx" else TFLITE_RUNTIMES  # type: tuple
+    candidates = {"onnx": ONNX_RUNTIMES, "pte": PTE_RUNTIMES}.get(fmt, TFLITE_RUNTIMES)  # type: tuple
     if forced:
         if forced not in candidates:
             raise RunnerError("usage", "--runtime {} cannot run a .{} artifact (use one of: {}).".format(
@@ -823,6 +993,9 @@ def open_model(path, fmt, record, threads, forced, onnx_options=None):
         try:
             if fmt == "onnx":
                 import onnxruntime  # noqa: F401
+                interpreter_cls = None
+            elif fmt == "pte":
+                import executorch.runtime  # noqa: F401 (imports torch too: part of import_ms)
                 interpreter_cls = None
             else:
                 interpreter_cls = _load_tflite_interpreter(runtime)
@@ -841,6 +1014,8 @@ def open_model(path, fmt, record, threads, forced, onnx_options=None):
             if fmt == "onnx":
                 providers = [p for p in record.get("execution_providers") or [] if isinstance(p, str)]
                 model = OnnxModel(version, path, threads, providers, record, **(onnx_options or {}))  # type: Any
+            elif fmt == "pte":
+                model = PteModel(version, path, threads)
             else:
                 model = TFLiteModel(runtime, version, interpreter_cls, path, threads, delegates)
                 if library:
@@ -854,6 +1029,8 @@ def open_model(path, fmt, record, threads, forced, onnx_options=None):
             raise classify_load_error(exc, runtime, version)
     if fmt == "onnx":
         hint = INSTALL_HINTS["onnxruntime"] + " (on Jetson: NVIDIA's onnxruntime-gpu wheel for your JetPack)"
+    elif fmt == "pte":
+        hint = INSTALL_HINTS["executorch"]
     elif forced:
         hint = INSTALL_HINTS[forced]
     else:
@@ -896,6 +1073,8 @@ def tflite_delegate_library(record):
 def intended_placement(record, fmt):
     # type: (dict, str) -> str
     """Where the artifact is meant to run: a delegate (edgetpu, a library name), XNNPACK, or an ORT provider."""
+    if fmt == "pte":
+        return XNNPACK
     if fmt == "onnx":
         for name in record.get("execution_providers") or []:
             if isinstance(name, str):
@@ -1643,6 +1822,10 @@ def inspect_artifact(numpy, model, path, fmt, record, threads, opts, first, time
     try:
         if fmt == "tflite":
             placement, profile = tflite_graph_profile(model.interpreter, intended, model.runtime, model.version, top)
+        elif fmt == "pte":
+            placement = pte_placement(record)
+            profile = pte_profile(model, path, record, threads, first, top) if getattr(opts, "profile", False) \
+                else None
         elif getattr(opts, "profile", False) or intended != CPU_PROVIDER:
             placement, profile = ort_profile(model, path, record, threads, opts, intended, first, times, top)
         else:
@@ -1676,7 +1859,7 @@ def _workers(model, path, record, threads, opts, level):
     each = max(1, threads // level)
     workers = []
     for _ in range(level):
-        workers.append(open_model(path, "tflite", record, each, model.runtime))
+        workers.append(open_model(path, model.format, record, each, model.runtime))
     return workers
 
 
@@ -1954,6 +2137,10 @@ def run_one(bundle, name, opts, verify=True):
         report["runs"] = len(times)
         if golden_inputs:
             report["outputs_match"] = compare_outputs(numpy, model, bundle, manifest, record, golden_inputs)
+        if fmt == "pte":  # its own numbers, from its bundled program: a failure fails the outputs check too
+            report["bundled_check"] = pte_bundled_check(bundle, record)
+            if report["bundled_check"] and not report["bundled_check"]["ok"] and report.get("outputs_match"):
+                report["outputs_match"]["ok"] = False
         report["peak_rss_mb"] = _peak_rss_mb()  # before profiling and throughput open sessions of their own
         inspect_artifact(numpy, model, path, fmt, record, threads, opts, first, times, golden_inputs, report)
     except RunnerError as exc:
@@ -2397,7 +2584,7 @@ def build_parser():
         p.add_argument("--warmup", type=_positive_int, default=DEFAULT_WARMUP)
         p.add_argument("--min-time", type=_non_negative_float, default=0.0, dest="min_time")
         p.add_argument("--threads", type=_positive_int, default=None)
-        p.add_argument("--runtime", choices=TFLITE_RUNTIMES + ONNX_RUNTIMES, default=None)
+        p.add_argument("--runtime", choices=TFLITE_RUNTIMES + ONNX_RUNTIMES + PTE_RUNTIMES, default=None)
         p.add_argument("--timeout", type=_non_negative_float, default=DEFAULT_TIMEOUT)
         p.add_argument("--cold", action="store_true",
                        help="drop the artifact from the page cache before loading it (a load as after a reboot)")

@@ -1,4 +1,5 @@
-"""Run an artifact on this host in its real runtime (ai-edge-litert for .tflite, onnxruntime for .onnx).
+"""Run an artifact on this host in its real runtime (ai-edge-litert for .tflite, onnxruntime for .onnx,
+ExecuTorch for .pte).
 
 Used by verification and host timing. (The device side has its own single-file runner, which imports
 nothing from here.)
@@ -76,4 +77,8 @@ def open_session(path: Path, *, threads: int | None = None) -> HostSession:
         from toolkit.execution.onnx import OnnxSession
 
         return OnnxSession(path, threads=threads)
-    raise UsageError(f"{path} is neither a .tflite nor an .onnx file.", hint="Pass a converted artifact.")
+    if suffix == ".pte":
+        from toolkit.execution.pte import PteSession
+
+        return PteSession(path, threads=threads)
+    raise UsageError(f"{path} is not a .tflite, .onnx or .pte file.", hint="Pass a converted artifact.")

@@ -48,7 +48,7 @@ class ModelInfo:
 
 
 def inspect_model(path: Path) -> ModelInfo:
-    """Inspect a .tflite or .onnx file."""
+    """Inspect a .tflite, .onnx or .pte file."""
     suffix = path.suffix.lower()
     if suffix == ".tflite":
         from toolkit.inspection.tflite import inspect_tflite
@@ -58,7 +58,11 @@ def inspect_model(path: Path) -> ModelInfo:
         from toolkit.inspection.onnx import inspect_onnx
 
         return _with_share(inspect_onnx(path))
-    raise UsageError(f"{path} is neither a .tflite nor an .onnx file.", hint="Pass an artifact or a bundle directory.")
+    if suffix == ".pte":
+        from toolkit.inspection.pte import inspect_pte
+
+        return inspect_pte(path)
+    raise UsageError(f"{path} is not a .tflite, .onnx or .pte file.", hint="Pass an artifact or a bundle directory.")
 
 
 def _with_share(info: ModelInfo) -> ModelInfo:

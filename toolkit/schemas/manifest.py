@@ -32,6 +32,7 @@ from toolkit.types import (
     CalibrationRef,
     FloatIO,
     FloatIOReason,
+    PteRecord,
     Format,
     Framework,
     Golden,
@@ -159,6 +160,14 @@ class BatchingM(Table):
     ok: Bool | None = None  # derived when read
 
 
+class PteM(Table):
+    delegated_nodes: Int
+    total_nodes: Int
+    delegated_share: Real = None  # derived when read
+    bundled: Str | None = None
+    bundled_atol: Real = None
+
+
 class ArtifactM(Table):
     file: Str
     format: Annotated[Str, choice(Format.values(), "format")]
@@ -185,6 +194,7 @@ class ArtifactM(Table):
     float_io: list[FloatIOM] | None = None
     batching: BatchingM | None = None
     quantized: QuantizedM | None = None
+    pte: PteM | None = None
 
 
 class AttemptM(Table):
@@ -395,6 +405,8 @@ def _artifact(a: ArtifactM) -> ArtifactRecord:
         float_io=tuple(FloatIO(f.name, f.role, f.reason, f.detail) for f in a.float_io or ()),
         batching=_batching(a.batching) if a.batching is not None else None,
         quantized=read_quantized(a.quantized),
+        pte=PteRecord(a.pte.delegated_nodes, a.pte.total_nodes, a.pte.bundled, _float(a.pte.bundled_atol))
+        if a.pte is not None else None,
     )
 
 

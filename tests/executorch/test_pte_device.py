@@ -1,0 +1,125 @@
+"""The .pte artifacts on a device: the runner (a device env's python, no toolkit) loads them through ExecuTorch's
+Python runtime, measures them like the other formats and checks their numbers twice: against the bundle's
+golden outputs and with their own bundled program. A device without ExecuTorch reports ``missing_runtime`` for
+the .pte while its ONNX artifacts are measured. Then ``deploy --check`` over a loopback SSH device."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.fixtures.pte import needs_executorch
+from tests.fixtures.cli import run_edgetk
+from tests.fixtures.deploy_helpers import write_inventory
+from tests.fixtures.device_envs import DeviceEnv
+from tests.runner.test_runner import check, reports, run_runner
+
+pytestmark = needs_executorch
+NO_GATES = ("--budget-ms", "100000", "--baseline", "none")
+PTE = ("model.fp32.pte", "model.int8.pte")
+
+
+def assert_pte_measured(report: dict[str, Any], runs: int) -> None:
+    assert report["error"] is None, report["error"]
+    assert report["runtime"]["name"] == "executorch" and report["runtime"]["version"] == "1.5.1"
+    assert "XnnpackBackend" in report["runtime"]["backends"]
+    assert report["runs"] == runs and report["load_ms"] > 0 and report["first_inference_ms"] > 0
+    latency = report["latency_ms"]
+    assert 0 < latency["min"] <= latency["p50"] <= latency["p90"] <= latency["p99"] <= latency["max"]
+    assert 10 < report["peak_rss_mb"] < 4000
+    match = report["outputs_match"]
+    assert match["ok"] is True and match["top1_agreement"] == 1.0, match
+    bundled = report["bundled_check"]  # the device's own numbers, from the artifact's bundled program
+    assert bundled["ok"] is True and bundled["cases"] == 4 and not bundled["failed"], bundled
+    placement = report["placement"]
+    assert placement["intended"] == "XNNPACK" and placement["nodes_total"] >= placement["nodes_on_intended"] > 0
+
+
+def test_runner_measures_pte_and_checks_itself(pte_digits_bundle: tuple[Path, dict[str, Any]],
+                                               executorch_env: DeviceEnv) -> None:
+    bundle, _ = pte_digits_bundle
+    doc = check(executorch_env, bundle, "--runs", "20", *(a for name in PTE for a in ("--artifact", name)),
+                "--profile")
+    found = reports(doc)
+    for name in PTE:
+        assert_pte_measured(found[name], 20)
+        profile = found[name]["profile"]
+        assert profile["available"] is True and profile["source"] == "etdump", profile
+        assert any(op["name"] == "DELEGATE_CALL" for op in profile["top"]), profile
+        print(name, found[name]["latency_ms"]["p50"], "ms p50;", [op["name"] for op in profile["top"][:4]])
+    probe = run_runner(executorch_env.python, "probe")
+    assert probe["runtimes"]["executorch"] == "1.5.1" and probe["runtimes"]["litert"] is None
+
+
+def test_local_device_check(pte_digits_bundle: tuple[Path, dict[str, Any]], executorch_env: DeviceEnv,
+                            tmp_path: Path) -> None:
+    """``edgetk check --device``-style over the `local` connection (the host itself, the env's python)."""
+    bundle, _ = pte_digits_bundle
+    home = tmp_path / "home"
+    home.mkdir()
+    inventory = tmp_path / "inv.toml"
+    inventory.write_text(f'[devices.here]\nhost = "local"\npython = "{executorch_env.python}"\n')
+    env = {"HOME": str(home), "EDGETK_STORE": str(home / "history.sqlite")}
+    result = run_edgetk("deploy", bundle, "--inventory", inventory, "--check", *NO_GATES, "--runs", "10", "--json",
+                        env=env)
+    assert result.code == 0, result.stdout[-2000:] + result.stderr[-2000:]
+    found = {r["artifact"]: r for r in result.json()["devices"][0]["reports"]}
+    for name in PTE:
+        assert found[name]["error"] is None and found[name]["outputs_match"]["ok"] is True, found[name]
+
+
+def test_a_wrong_expectation_fails_the_bundled_check(pte_digits_bundle: tuple[Path, dict[str, Any]],
+                                                     executorch_env: DeviceEnv, tmp_path: Path) -> None:
+    """Not vacuous: the same bundled program at a limit below the artifact's own INT8 error fails."""
+    import shutil
+
+    from toolkit.bundle import sha256_file
+
+    source, _ = pte_digits_bundle
+    bundle = tmp_path / "b"
+    shutil.copytree(source, bundle)
+    manifest = json.loads((bundle / "manifest.json").read_text())
+    for record in manifest["artifacts"]:
+        if record["file"] == "model.int8.pte":
+            record["pte"]["bundled_atol"] = 1e-7
+    (bundle / "manifest.json").write_text(json.dumps(manifest))
+    assert sha256_file(bundle / "model.int8.pte") == next(
+        a["sha256"] for a in manifest["artifacts"] if a["file"] == "model.int8.pte")
+    report = reports(check(executorch_env, bundle, "--runs", "3", "--artifact", "model.int8.pte"))["model.int8.pte"]
+    assert report["bundled_check"]["ok"] is False and report["bundled_check"]["failed"]
+    assert report["outputs_match"]["ok"] is False
+
+
+def test_device_without_executorch_measures_the_rest(pte_digits_bundle: tuple[Path, dict[str, Any]],
+                                                     device_env: DeviceEnv) -> None:
+    bundle, manifest = pte_digits_bundle
+    found = reports(check(device_env, bundle, "--runs", "5"))
+    assert set(found) == {a["file"] for a in manifest["artifacts"]}
+    for name in PTE:
+        error = found[name]["error"]
+        assert error["kind"] == "missing_runtime" and "pip install executorch" in error["hint"], error
+    for name in ("model.fp32.onnx", "model.int8.onnx"):
+        assert found[name]["error"] is None and found[name]["outputs_match"]["ok"] is True
+
+
+@pytest.mark.ssh
+def test_deploy_check_over_ssh(pte_digits_bundle: tuple[Path, dict[str, Any]], executorch_env: DeviceEnv,
+                               ssh_devices, ssh_client_key, ssh_known_hosts, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    bundle, _ = pte_digits_bundle
+    (dev,) = ssh_devices(1)
+    inventory = write_inventory(tmp_path / "inv.toml", [dev], python=str(executorch_env.python), key=ssh_client_key,
+                                known_hosts=ssh_known_hosts(dev), names=["pt-1"])
+    home = tmp_path / "home"
+    home.mkdir()
+    env = {"HOME": str(home), "EDGETK_STORE": str(home / "history.sqlite")}
+    result = run_edgetk("deploy", bundle, "--inventory", inventory, "--check", *NO_GATES, "--runs", "10",
+                        "--json", env=env)
+    assert result.code == 0, result.stdout[-2000:] + result.stderr[-2000:]
+    found = {r["artifact"]: r for r in result.json()["devices"][0]["reports"]}
+    assert set(found) == {*PTE, "model.fp32.onnx", "model.int8.onnx"}  # measured side by side
+    for name, report in found.items():
+        assert report["error"] is None and report["outputs_match"]["ok"] is True, report
+        assert report["runtime"]["name"] == ("executorch" if name.endswith(".pte") else "onnxruntime")

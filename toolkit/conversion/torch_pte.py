@@ -1,0 +1,142 @@
+"""PyTorch -> ExecuTorch (``.pte``), XNNPACK-delegated: PyTorch's own on-device runtime.
+
+``torch.export`` of the module (or the ExportedProgram's module) -> ``to_edge_transform_and_lower`` with the
+``XnnpackPartitioner`` -> ``to_executorch()`` -> the program's bytes. The share of the edge graph's operator
+nodes the XNNPACK delegate took is counted by ExecuTorch's ``get_delegation_info`` and recorded per artifact
+(``BuiltArtifact.pte``); what is left runs on ExecuTorch's portable kernels.
+
+Precisions:
+
+- ``fp32``: the float module as it is.
+- ``int8``: PT2E static quantization with ExecuTorch's ``XNNPACKQuantizer`` (symmetric, per-channel weights as
+  the recipe says) calibrated on ``request.calibration`` through ``pt2e.quantize`` (the TFLite route's
+  machinery: layers kept float by ``recipe.nodes_to_exclude``, the fragile rule, the range cache, the layer
+  table). Inputs and outputs stay float32: the delegate quantizes at its boundary.
+- ``fp16`` and ``dynamic`` are refused here (``registry.UNBUILT_PRECISIONS``): XNNPACK runs fp16 only on a
+  model cast to half, with float16 inputs and outputs, and with fp16 arithmetic only on ARMv8.2+ cores (a
+  Raspberry Pi 4's Cortex-A72 has none); PT2E dynamic quantization broke digits in our measurements. The ONNX
+  route builds both.
+
+The bundled program the device checks itself with is written with the bundle (``conversion.pte_bundled``).
+ExecuTorch is optional (the ``executorch`` extra); without it the route raises MissingDependency.
+"""
+
+from __future__ import annotations
+
+import os
+import warnings
+from pathlib import Path
+from typing import Any
+
+from toolkit.conversion import pt2e
+from toolkit.conversion.base import BuiltArtifact, ConversionRequest
+from toolkit.errors import ConversionError, MissingDependency, UsageError
+from toolkit.sources.torch import TorchSource, first_line, import_torch, missing_shape_error
+from toolkit.types import PteRecord
+
+_PURPOSE = "Converting a PyTorch model to ExecuTorch (.pte)"
+
+
+def import_executorch(purpose: str = _PURPOSE) -> Any:
+    """The ``executorch`` package, or MissingDependency naming the extra."""
+    try:
+        import executorch
+    except ImportError as exc:
+        raise MissingDependency("executorch", extra="executorch", purpose=purpose) from exc
+    return executorch
+
+
+def convert(request: ConversionRequest, output: Path) -> BuiltArtifact:
+    """Build ``request.recipe`` (fp32 or int8) as a .pte file at ``output``."""
+    source = request.source
+    if not isinstance(source, TorchSource):
+        raise UsageError(f"The PyTorch ExecuTorch route got a {source.framework} source.")
+    precision = request.recipe.precision
+    if precision in ("fp16", "dynamic"):
+        why = ("XNNPACK runs fp16 only on a model cast to half (float16 I/O) and only on ARMv8.2+ cores"
+               if precision == "fp16" else "PT2E dynamic quantization broke a trained model in our measurements")
+        raise UsageError(f"The PyTorch -> ExecuTorch route does not build {precision} artifacts: {why}.",
+                         hint=f"Use --format onnx for {precision}, or --precision int8 / fp32 for .pte.")
+    if request.dynamic_batch:
+        raise UsageError("A dynamic batch is not offered for .pte artifacts; they run batch 1 here.",
+                         hint="Drop the dynamic batch for --format pte, or use --format onnx.")
+    import_executorch()
+    torch = import_torch(_PURPOSE)
+    missing = [spec.name for spec in source.inputs if spec.name not in request.input_shapes]
+    if missing:
+        raise missing_shape_error(source, missing)
+    args, names = pt2e.inputs(torch, request)
+    module = source.module
+    notes: list[str] = []
+    float_nodes: tuple[str, ...] = ()
+    quantized_tensors = 0
+    if precision == "int8":
+        if not request.calibration:
+            raise UsageError("INT8 .pte needs calibration data.", hint="Pass --calibration FILE.npz or a folder.")
+        quantized = pt2e.quantize(torch, module, args, names, request, fragile=True)
+        module = _folded(torch, quantized.graph)
+        quantized_tensors = pt2e.quantized_tensors(quantized.graph)
+        notes, float_nodes = pt2e.describe(quantized, request, "XNNPACK quantizer")
+    output.parent.mkdir(parents=True, exist_ok=True)
+    tmp = output.with_name(output.stem + ".partial.pte")
+    try:
+        program, delegation = _lower(torch, module, args, quantized_tensors)
+        tmp.write_bytes(program.buffer)
+    except Exception as exc:
+        tmp.unlink(missing_ok=True)
+        raise ConversionError(
+            f"ExecuTorch could not lower {str(source.path)!r} ({precision}): {type(exc).__name__}: {first_line(exc)}",
+            hint="Run with --debug for the traceback, or use --format onnx / tflite.",
+        ) from exc
+    os.replace(tmp, output)
+    notes.append(f"XNNPACK took {delegation.delegated_nodes} of {delegation.total_nodes} operator nodes "
+                 f"({delegation.delegated_share:.0%}); the rest runs on ExecuTorch's portable kernels.")
+    return BuiltArtifact(path=output, float_nodes=float_nodes, notes=tuple(notes),
+                         exporter=f"executorch {_version()} (XNNPACK)", pte=delegation)
+
+
+def _folded(torch: Any, graph: Any) -> Any:
+    """A copy of the converted PT2E graph with each weight's ``quantize`` folded into an int8 constant (what
+    ``convert_pt2e(fold_quantize=True)`` does): XNNPACK takes only folded weights, and an unfolded per-channel
+    quantize has no ExecuTorch kernel. ``pt2e.quantize`` keeps them unfolded for its layer table and the cache."""
+    import copy
+
+    from torchao.quantization.pt2e.constant_fold import constant_fold
+    from torchao.quantization.pt2e.quantize_pt2e import _quant_node_constraint
+
+    folded = copy.deepcopy(graph)
+    constant_fold(folded, _quant_node_constraint)
+    return folded
+
+
+# A constant method in every .pte: how many tensors PT2E quantized (the delegate's payload hides its ops, so
+# ``inspection.pte`` reads this to prove an int8 label, as it counts quantized ops in TFLite and ONNX files).
+QUANTIZED_METHOD = "edgetk_quantized_tensors"
+
+
+def _lower(torch: Any, module: Any, args: tuple[Any, ...], quantized_tensors: int) -> tuple[Any, PteRecord]:
+    """``module`` exported, lowered to XNNPACK and serialized; and how many nodes the delegate took."""
+    from executorch.backends.xnnpack.partition.xnnpack_partitioner import XnnpackPartitioner
+    from executorch.devtools.backend_debug import get_delegation_info
+    from executorch.exir import to_edge_transform_and_lower
+
+    from toolkit.conversion.torch_onnx import quiet_export
+
+    with quiet_export(), warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        exported = torch.export.export(module, args)
+        edge = to_edge_transform_and_lower(exported, partitioner=[XnnpackPartitioner()],
+                                           constant_methods={QUANTIZED_METHOD: quantized_tensors})
+        info = get_delegation_info(edge.exported_program().graph_module)
+        program = edge.to_executorch()
+    delegated, other = int(info.num_delegated_nodes), int(info.num_non_delegated_nodes)
+    return program, PteRecord(delegated_nodes=delegated, total_nodes=delegated + other)
+
+
+def _version() -> str:
+    from importlib import metadata
+
+    try:
+        return metadata.version("executorch")
+    except metadata.PackageNotFoundError:  # pragma: no cover
+        return "?"
