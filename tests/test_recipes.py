@@ -26,6 +26,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.fixtures.pte import needs_executorch
 from toolkit.bundle import read_bundle
 from toolkit.compat import tflite_incompatibilities
 from toolkit.conversion.tf_onnx import DEFAULT_OPSET
@@ -69,6 +70,8 @@ def _groups() -> list[tuple[str, tuple[Recipe, ...], tuple[str, ...]]]:
     for profile in PROFILES.values():
         pending: dict[str, list[Recipe]] = {"tflite": [], "onnx": []}
         for recipe in profile.recipes:
+            if recipe.format == "pte":  # PyTorch sources only: test_pte_recipes_are_built_from_a_torch_model
+                continue
             key = _key(profile, recipe)
             if key not in seen:
                 seen.add(key)
@@ -149,8 +152,29 @@ def test_every_shipped_profile_loads_and_each_distinct_recipe_is_exercised() -> 
     for profile in PROFILES.values():
         assert profile.recipes
         for recipe in profile.recipes:
+            if recipe.format == "pte":  # built from a PyTorch model: the test below
+                continue
             assert (profile.name, json.dumps(recipe.to_dict(), sort_keys=True)) in covered, (profile.name, recipe)
     assert len(GROUPS) < sum(len(p.recipes) for p in PROFILES.values())  # shared recipes are built once
+
+
+@needs_executorch
+def test_pte_recipes_are_built_from_a_torch_model(pte_digits_bundle) -> None:
+    """A .pte recipe needs a PyTorch source (a Keras one skips it), so the Keras digits CNN above cannot build
+    it: every shipped profile's .pte recipe is the one the trained PyTorch digits net is built, verified and
+    kept with in tests/executorch (its accuracy and the device's self-check are asserted there)."""
+    _, manifest = pte_digits_bundle
+    kept = [a for a in manifest["attempts"] if a["recipe"]["format"] == "pte" and a["recipe"]["precision"] == "int8"
+            and a["outcome"] == "kept"]
+    assert kept, [(a["recipe"]["format"], a["outcome"], a["reason"]) for a in manifest["attempts"]]
+
+    def settings(recipe: dict) -> dict:
+        return {k: v for k, v in recipe.items() if k != "nodes_to_exclude"}
+
+    pte = [(p.name, r) for p in PROFILES.values() for r in p.recipes if r.format == "pte"]
+    assert pte  # the Pi 4/5, generic-aarch64 and generic-x86_64 profiles list one
+    for name, recipe in pte:
+        assert settings(json.loads(json.dumps(recipe.to_dict()))) == settings(kept[0]["recipe"]), name
 
 
 @pytest.mark.parametrize(
