@@ -281,3 +281,33 @@ def test_cli_check_eval(eval_bundle: Path, tiny_deploy_bundle: Path, tmp_path: P
     reports = done.json()["devices"][0]["reports"]
     assert len(reports) == 4 and all(r["evaluation"]["available"] for r in reports), reports
     assert all(r["evaluation"]["vs_labels"]["device_accuracy"] > 0.9 for r in reports)
+
+
+def test_device_outputs_are_scored_by_the_roles_declared_at_convert_time(eval_bundle: Path) -> None:
+    """check --eval scores the device's outputs with the task and per-output roles convert used: a role the user
+    declared (``--output-task``) is kept, not re-inferred from the outputs; without one the role is inferred as
+    at convert time. The device's outputs here are the host INT8 TFLite's own, on the bundle's eval set."""
+    from dataclasses import replace
+
+    from toolkit import device_eval
+    from toolkit.bundle import load_npz
+    from toolkit.execution import open_session
+
+    bundle = read_bundle(eval_bundle)
+    record = bundle.manifest.artifact("model.int8.tflite")
+    assert record.verification is not None and record.verification.outputs
+    reference = load_npz(eval_bundle / device_eval.EVAL_REFERENCE)
+    inputs = [np.load(eval_bundle / name) for name in device_eval.input_files(bundle)]
+    session = open_session(eval_bundle / record.file)
+    names = [spec.name for spec in session.inputs]
+    outputs = [session.run({names[0]: x}) for x in inputs[0]]  # stacked as [N, *input shape]
+    device_outputs = [np.stack([o[k] for o in outputs]) for k in range(len(outputs[0]))]
+
+    inferred = device_eval.score(record, reference, device_outputs, None)
+    assert inferred.outputs[0].role == record.verification.outputs[0].role == "classification"
+    output = record.verification.outputs[0]
+    declared = replace(record, verification=replace(
+        record.verification, outputs=(replace(output, role="embedding", role_source="--output-task"),)))
+    scored = device_eval.score(declared, reference, device_outputs, None)
+    assert scored.outputs[0].role == "embedding" and scored.outputs[0].role_source == "--output-task"
+    assert "cosine" in json.dumps(scored.outputs[0].metrics)

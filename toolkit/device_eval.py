@@ -34,6 +34,7 @@ from toolkit.errors import UsageError
 if TYPE_CHECKING:
     from toolkit.deployment import Device
     from toolkit.types import ArtifactRecord, CheckReport, Verification
+    from toolkit.verification.tasks import TaskChoice
 
 EVAL_DIR = "eval"
 EVAL_REFERENCE = f"{EVAL_DIR}/reference.npz"
@@ -106,10 +107,25 @@ def score(record: ArtifactRecord, reference: Mapping[str, np.ndarray], device_ou
     refs = [reference[f"output_{k}"] for k in range(len(reference))]
     count = min([len(r) for r in refs] + [len(d) for d in device_outputs])
     actual = [d[:count].reshape(r[:count].shape) for d, r in zip(device_outputs, refs)]
-    task = record.verification.task if record.verification is not None else None
     return verify.compare([[r[i] for r in refs] for i in range(count)], [[a[i] for a in actual] for i in range(count)],
-                          labels=labels[:count] if labels is not None else None, task=task,
+                          labels=labels[:count] if labels is not None else None, task=convert_task(record),
                           output_names=[o.name for o in record.outputs])
+
+
+def convert_task(record: ArtifactRecord) -> TaskChoice | None:
+    """The task and the per-output roles the user declared at convert time (``--task``, ``--output-task``,
+    dataset.toml), as convert judged ``record`` with them: the device's outputs are scored by the same roles,
+    never re-inferred in their place. None: no verification recorded, everything is inferred."""
+    from toolkit.verification.roles import OutputDeclaration, Role
+    from toolkit.verification.tasks import TaskChoice, parse_task
+
+    verification = record.verification
+    if verification is None:
+        return None
+    declared = tuple(OutputDeclaration(o.name, Role(o.role), o.role_source) for o in verification.outputs
+                     if o.role and o.role_source and not o.role_source.startswith("inferred"))
+    return TaskChoice(parse_task(verification.task, where="the manifest"), verification.task_source or "inferred",
+                      declared)
 
 
 def summary(verification: Verification, *, labels: bool) -> dict[str, Any]:

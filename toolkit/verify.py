@@ -46,7 +46,7 @@ def compare(
     *,
     labels: np.ndarray | None = None,
     tolerance: Tolerance | None = None,
-    task: Task | str | None = None,
+    task: Task | TaskChoice | str | None = None,
     metric: UserMetric | None = None,
     output_names: Sequence[str] = (),
 ) -> Verification:
