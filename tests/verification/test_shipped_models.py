@@ -201,7 +201,7 @@ def test_blazeface_a16w8_onnx_keeps_the_faces_int8_lost(blazeface_photos: dict[s
     assert all(outcome == "dropped" for _, act, outcome in onnx_order[:-1] if act == "uint8")
     record = blazeface_photos["by_file"]["model.int8.onnx"]
     assert record["recipe"]["activation_type"] == "int16" and record["recipe"]["weight_type"] == "int8"
-    assert record["status"] in ("ok", "slower")
+    assert record["status"] in ("ok", "slower", "no_speedup_measured")
     m = record["verification"]["task_metrics"]
     # measured 2026-12-01: recall vs float 0.932 (397 of 426 anchor detections), label recall 1.00 (24 of 24)
     assert m["recall"] >= 0.9, m

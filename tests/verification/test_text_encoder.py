@@ -60,4 +60,4 @@ def test_dynamic_int8_embeddings_agree_with_float(encoder_bundle: dict) -> None:
     assert 0.98 <= m["mean_cosine"] < 1.0 and m["min_cosine"] >= 0.97 and m["relative_error"] < 0.15
     user = dynamic["user_metric"]
     assert user["values"]["neighbour_agreement"] >= 0.9 and user["ok"] is True
-    assert encoder_bundle["dynamic"]["status"] in ("ok", "slower")
+    assert encoder_bundle["dynamic"]["status"] in ("ok", "slower", "no_speedup_measured")
