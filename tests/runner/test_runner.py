@@ -168,6 +168,7 @@ def test_probe_in_device_env(device_env: DeviceEnv) -> None:
         "tflite-runtime": None,
         "tensorflow": None,
         "onnxruntime": "1.31.1",
+        "executorch": None,
         "numpy": "2.4.6",
     }
     assert "CPUExecutionProvider" in doc["onnxruntime_providers"]
@@ -180,6 +181,7 @@ def test_probe_in_legacy_env(legacy_env: DeviceEnv) -> None:
         "tflite-runtime": "2.14.0",
         "tensorflow": None,
         "onnxruntime": None,
+        "executorch": None,
         "numpy": "1.26.4",
     }
     assert doc["onnxruntime_providers"] == []
