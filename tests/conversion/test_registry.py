@@ -25,7 +25,7 @@ ROUTE_TESTS: dict[tuple[str, str], str] = {
     ("exported_program", "pte"): "executorch/test_pte_convert.py::test_exported_program_to_pte_int8",
     ("tflite", "tflite"): "test_pipeline.py::test_tflite_source_is_taken_as_it_is",
     ("tflite", "onnx"): "verification/test_shipped_models.py::"
-                        "test_blazeface_onnx_from_tflite_fp32_matches_and_int8_is_refused_on_labels",
+                        "test_blazeface_onnx_from_tflite_fp32_matches_and_int8_is_refused",
     ("keras", "onnx"): "conversion/test_tf_onnx.py::test_sequential_model_exports_and_matches_keras",
     ("savedmodel", "onnx"): "conversion/test_tf_onnx.py::test_savedmodel_source_exports",
     ("torch_factory", "onnx"): "conversion/test_torch_onnx.py::test_conv_net_fp32_is_exact_single_file_opset_18",

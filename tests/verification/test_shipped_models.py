@@ -158,12 +158,11 @@ def test_blazeface_finds_the_labelled_face_in_every_photo(mediapipe_models: dict
     assert record["status"] == "ok"
 
 
-def test_blazeface_onnx_from_tflite_fp32_matches_and_int8_is_refused_on_labels(
+def test_blazeface_onnx_from_tflite_fp32_matches_and_int8_is_refused(
         blazeface_photos: dict[str, Any]) -> None:
-    """ONNX from the .tflite file: fp32 finds what the float model finds; plain static INT8 (the toolkit's
-    U8S8 QDQ, per-channel, MinMax) shifts BlazeFace's face logits below 0 and loses the faces. Both the
-    recall vs float and the label gate (drop vs the float model's own score) refuse it, and so they do its
-    selective retries."""
+    """ONNX from the .tflite file: fp32 finds what the float model finds, and the labelled faces; plain static
+    INT8 (the toolkit's U8S8 QDQ, per-channel, MinMax) shifts BlazeFace's face logits and loses most of the
+    float model's detections: the recall vs float refuses it, and its selective retries too."""
     fp32 = blazeface_photos["by_file"]["model.fp32.onnx"]
     assert any("from_tflite" in note for note in fp32["notes"])  # the route is recorded
     m = fp32["verification"]["task_metrics"]
@@ -176,15 +175,12 @@ def test_blazeface_onnx_from_tflite_fp32_matches_and_int8_is_refused_on_labels(
     assert any(a["recipe"]["nodes_to_exclude"] for a in int8)
     for attempt in int8:
         m = attempt["metrics"]["verification"]["task_metrics"]
-        # measured 2026-12-01: recall vs float 0.00 (0 of 426 float anchor detections) with 0, 3 and 10 layers
-        # in float alike; every try is refused by its recall vs float
+        # measured 2026-12-01 (earlier session): recall vs float 0.00 (0 of 426 float anchor detections) and label
+        # recall 0.00 with 0, 3 and 10 layers in float alike. After the fifth session's merges (the checked ONNX
+        # preparation, cheapest-first selective sets): recall vs float 0.39-0.41 (167-174 of 426) with all 24
+        # labelled faces found; every try is still refused, by its recall vs float
         assert m["recall"] < 0.5, m
         assert "detection recall vs float" in attempt["reason"]
-        if not attempt["recipe"]["nodes_to_exclude"]:  # full INT8 loses the labelled faces too (0.00 vs 1.00)
-            assert m["label_recall"] <= m["reference_label_recall"] - 0.5, m
-            assert "detection recall vs the labels" in attempt["reason"]
-    # the cheapest-first selective retries (weights per unit of error) can find the labelled faces again while
-    # they still miss the float model's own detections: refused all the same, by the recall vs float
 
 
 def test_blazeface_a16w8_onnx_keeps_the_faces_int8_lost(blazeface_photos: dict[str, Any]) -> None:
@@ -222,7 +218,7 @@ def test_blazeface_a16w8_onnx_keeps_the_faces_int8_lost(blazeface_photos: dict[s
     from toolkit.schemas.manifest import read_manifest
 
     text = convert_table(read_manifest(blazeface_photos["manifest"]), bundle_dir=blazeface_photos["out"])
-    assert "model.int8.onnx (A16W8)" in text and "onnx int8 (3 layers float)" in text, text
+    assert "model.int8.onnx (int8 A16W8)" in text and "onnx int8 (3 layers float)" in text, text
 
 
 def test_the_device_runner_runs_the_a16w8_onnx_artifact(blazeface_photos: dict[str, Any]) -> None:
