@@ -21,16 +21,18 @@ class HostSession(abc.ABC):
     """A loaded artifact. ``run`` takes and returns float32 arrays; integer I/O is (de)quantized here with
     the tensor's own scale and zero point, so callers compare every artifact with the float model alike."""
 
-    runtime: str  # "litert" | "onnxruntime"
+    runtime: str  # "litert" | "onnxruntime" | "executorch"
     runtime_version: str
+    _inputs: tuple[TensorSpec, ...]  # set by each runtime's loader from the loaded artifact
+    _outputs: tuple[TensorSpec, ...]
 
     @property
-    @abc.abstractmethod
-    def inputs(self) -> tuple[TensorSpec, ...]: ...
+    def inputs(self) -> tuple[TensorSpec, ...]:
+        return self._inputs
 
     @property
-    @abc.abstractmethod
-    def outputs(self) -> tuple[TensorSpec, ...]: ...
+    def outputs(self) -> tuple[TensorSpec, ...]:
+        return self._outputs
 
     @abc.abstractmethod
     def run_raw(self, feeds: Mapping[str, np.ndarray]) -> list[np.ndarray]:

@@ -73,14 +73,6 @@ class OnnxSession(HostSession):
         self._inputs = tuple(_spec(a) for a in self._session.get_inputs())
         self._outputs = tuple(_spec(a) for a in self._session.get_outputs())
 
-    @property
-    def inputs(self) -> tuple[TensorSpec, ...]:
-        return self._inputs
-
-    @property
-    def outputs(self) -> tuple[TensorSpec, ...]:
-        return self._outputs
-
     def run_raw(self, feeds: Mapping[str, np.ndarray]) -> list[np.ndarray]:
         return [np.asarray(out) for out in self._session.run(None, dict(feeds))]
 

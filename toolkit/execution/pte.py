@@ -11,7 +11,6 @@ import numpy as np
 
 from toolkit.execution import HostSession
 from toolkit.inspection.pte import load_program, tensor_specs
-from toolkit.types import TensorSpec
 
 
 class PteSession(HostSession):
@@ -37,14 +36,6 @@ class PteSession(HostSession):
         from importlib import metadata
 
         self.runtime_version = metadata.version("executorch")
-
-    @property
-    def inputs(self) -> tuple[TensorSpec, ...]:
-        return self._inputs
-
-    @property
-    def outputs(self) -> tuple[TensorSpec, ...]:
-        return self._outputs
 
     def run_raw(self, feeds: Mapping[str, np.ndarray]) -> list[np.ndarray]:
         args = [self._torch.from_numpy(np.ascontiguousarray(feeds[spec.name])) for spec in self._inputs]

@@ -16,7 +16,6 @@ import numpy as np
 from toolkit.errors import MissingDependency, UsageError
 from toolkit.execution import HostSession
 from toolkit.inspection.tflite import parse_tflite
-from toolkit.types import TensorSpec
 
 
 def _interpreter_class() -> Any:
@@ -62,14 +61,6 @@ class TFLiteSession(HostSession):
         self._shapes: dict[int, tuple[int, ...]] = {
             d["index"]: tuple(int(x) for x in d["shape"]) for d in self._interpreter.get_input_details()
         }
-
-    @property
-    def inputs(self) -> tuple[TensorSpec, ...]:
-        return self._inputs
-
-    @property
-    def outputs(self) -> tuple[TensorSpec, ...]:
-        return self._outputs
 
     def run(self, feeds: Mapping[str, np.ndarray]) -> list[np.ndarray]:
         self._check_names(feeds)
