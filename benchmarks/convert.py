@@ -3,7 +3,7 @@
 Models: ``keras.applications.MobileNetV2(weights=None)`` at 224x224 (random weights, no download; random
 calibration data of the right shape) and PP-OCRv4 text detection (ONNX, from the rapidocr-onnxruntime wheel,
 input fixed at 1x3x320x320, calibrated on synthetic text pages). The toolkit's bundle is built through
-``toolkit.pipeline.convert_bundle`` with the generic-x86_64 profile and explicit precisions; the plain paths
+``toolkit.conversion.pipeline.convert_bundle`` with the generic-x86_64 profile and explicit precisions; the plain paths
 are ``TFLiteConverter`` + ``Optimize.DEFAULT``, tf2onnx + ``quantize_dynamic``, and tf2onnx +
 ``quantize_static`` with its defaults. Every artifact is then timed in its runtime (2 threads), interleaved,
 and compared with the fp32 artifact of the same runtime.
@@ -63,7 +63,7 @@ def toolkit_bundle(source: Path | str, calibration: Path, out: Path, *, formats:
     cached seconds, notes). An explicit precision that fails fails the whole bundle, so on failure each
     precision is tried alone (with fp32) and the failures are noted."""
     from toolkit.errors import ToolkitError
-    from toolkit.pipeline import ConvertOptions, convert_bundle
+    from toolkit.conversion.pipeline import ConvertOptions, convert_bundle
 
     os.environ["EDGETK_CACHE_DIR"] = str(cache_dir)
     notes: list[str] = []

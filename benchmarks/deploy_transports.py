@@ -48,8 +48,8 @@ def _bundle(size_mb: int) -> Path:
 
 
 def _variants(device: Any, key: Path, known_hosts: Path, bundle_dir: Path, *, sftp: bool) -> dict[str, Callable[[], Any]]:
-    from toolkit import deployment
-    from toolkit.bundle import read_bundle
+    from toolkit.delivery import deployment
+    from toolkit.delivery.bundle import read_bundle
     from toolkit.devices import open_connection
     from toolkit.devices.spec import DeviceSpec
 

@@ -59,7 +59,7 @@ def _digits_data(root: Path) -> tuple[Path, Path, Path, Any]:
 
 
 def _int8(source: Path, calibration: Path, out: Path, eval_data: Path | None) -> Path:
-    from toolkit.pipeline import ConvertOptions, convert_bundle
+    from toolkit.conversion.pipeline import ConvertOptions, convert_bundle
 
     os.environ["EDGETK_CACHE_DIR"] = str(work_dir() / "optimize-cache")
     result = convert_bundle(ConvertOptions(source=str(source), target="generic-x86_64", calibration=calibration,

@@ -22,7 +22,7 @@ CALIB = 64
 
 
 def _bundle(source: str, calibration: Path, out: Path, fmt: str) -> tuple[Any, float]:
-    from toolkit.pipeline import ConvertOptions, convert_bundle
+    from toolkit.conversion.pipeline import ConvertOptions, convert_bundle
 
     options = ConvertOptions(source=source, target="generic-x86_64", calibration=calibration,
                              precisions=("fp32", "int8"), formats=(fmt,), out=out, force=True, threads=THREADS,
@@ -32,7 +32,7 @@ def _bundle(source: str, calibration: Path, out: Path, fmt: str) -> tuple[Any, f
 
 
 def run() -> tuple[str, dict[str, Any]]:
-    from toolkit.execution import open_session
+    from toolkit.runtimes.execution import open_session
 
     root = work_dir() / "pte"
     root.mkdir(parents=True, exist_ok=True)

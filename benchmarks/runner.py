@@ -69,7 +69,7 @@ def _bundle() -> Path:
     import os
 
     from benchmarks.convert import mobilenet_source
-    from toolkit.pipeline import ConvertOptions, convert_bundle
+    from toolkit.conversion.pipeline import ConvertOptions, convert_bundle
 
     root = work_dir()
     built = root / "convert" / "mobilenetv2-toolkit"  # the convert section's bundle, when it has run

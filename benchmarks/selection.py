@@ -71,7 +71,8 @@ def hogged(processes: int) -> Iterator[None]:
 @contextlib.contextmanager
 def unpaired_medians() -> Iterator[dict[str, float]]:
     """Record the unpaired host median the convert stage measures for each kept candidate (file -> ms)."""
-    from toolkit import pipeline, verify
+    from toolkit.conversion import pipeline
+    from toolkit.verification import verify
 
     seen: dict[str, float] = {}
     last: list[float] = []
@@ -119,8 +120,8 @@ def old_preference(manifest: Any, medians: dict[str, float]) -> dict[str, str]:
 
 def convert(source: Path, calibration: Path, eval_data: Path | None, out: Path, cache: Path, *,
             target: str = "generic-x86_64", **extra: Any) -> tuple[Any, dict[str, float], float]:
-    from toolkit.options import ConvertOptions
-    from toolkit.pipeline import convert_bundle
+    from toolkit.model.options import ConvertOptions
+    from toolkit.conversion.pipeline import convert_bundle
 
     started = time.perf_counter()
     with unpaired_medians() as medians:

@@ -60,7 +60,7 @@ def keras_resnet50(root: Path) -> Path:
 def convert_timed(source: str, root: Path, *, layout: str = "nchw", min_cosine: float = 0.99999) -> tuple[
         float, float, list[tuple[str, float]], Any]:
     """(wall s, CPU s of this process, [(stage, seconds)], manifest) of one convert_bundle run."""
-    from toolkit.pipeline import ConvertOptions, convert_bundle
+    from toolkit.conversion.pipeline import ConvertOptions, convert_bundle
 
     profiles = root / "profiles"
     profiles.mkdir(parents=True, exist_ok=True)

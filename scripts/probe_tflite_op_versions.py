@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Measure which builtin operator versions an installed TFLite runtime resolves (toolkit/compat.py's tables).
+"""Measure which builtin operator versions an installed TFLite runtime resolves (toolkit/runtimes/compat.py's tables).
 
 Two steps, because the runtime under test lives in its own environment (tflite-runtime 2.14 needs numpy < 2):
 

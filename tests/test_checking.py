@@ -8,12 +8,12 @@ import json
 import numpy as np
 import pytest
 
-from toolkit.checking import Budget, GateOptions, budget_for, gate, parse_runner_output, regression_policy_for
+from toolkit.checks.checking import Budget, GateOptions, budget_for, gate, parse_runner_output, regression_policy_for
 from toolkit.errors import DeviceError, UsageError
-from toolkit.policy import CheckPolicy, PlacementExpectation, RegressionPolicy, check_policy_from_profile
+from toolkit.model.policy import CheckPolicy, PlacementExpectation, RegressionPolicy, check_policy_from_profile
 from toolkit.regression import RegressionVerdict, decide, mann_whitney_greater, median
-from toolkit.schemas.manifest import read_manifest
-from toolkit.types import GateResult
+from toolkit.model.schemas.manifest import read_manifest
+from toolkit.model.types import GateResult
 
 pytestmark = pytest.mark.fast  # no device, no conversion: part of the edit-test loop
 
@@ -203,7 +203,7 @@ def test_placement_gate() -> None:
 
 
 def test_policy_in_the_manifest_and_the_budget_from_it() -> None:
-    from toolkit.targets import get_profile
+    from toolkit.model.targets import get_profile
 
     profile = get_profile("generic-x86_64")
     policy = check_policy_from_profile(profile)
@@ -238,9 +238,9 @@ def test_options_refuse_bad_values() -> None:
 def test_baseline_is_the_last_checks_that_measured_and_were_not_regressions(tmp_path) -> None:  # type: ignore[no-untyped-def]
     """Read from a real history: other devices, other artifacts, failed runs and regressions are left out; other
     versions of the bundle (a new model under the same name) are in."""
-    from toolkit.checking import baseline_samples
+    from toolkit.checks.checking import baseline_samples
     from toolkit.store import Store
-    from toolkit.types import CheckReport, LatencyStats
+    from toolkit.model.types import CheckReport, LatencyStats
 
     def report(device: str, artifact: str, level: float, *, regressed: bool = False,
                error: bool = False) -> CheckReport:

@@ -18,10 +18,10 @@ import numpy as np
 import pytest
 
 from tests.fixtures.deploy import build_bundle
-from toolkit.bundle import read_bundle, sha256_file, write_manifest
-from toolkit.deployment import GZ_SUFFIX, Device, HelperRefused, push
+from toolkit.delivery.bundle import read_bundle, sha256_file, write_manifest
+from toolkit.delivery.deployment import GZ_SUFFIX, Device, HelperRefused, push
 from toolkit.devices import DeviceSpec, open_connection, parse_spec
-from toolkit.schemas.manifest import read_manifest
+from toolkit.model.schemas.manifest import read_manifest
 
 
 def _sparse_bundle(out: Path) -> Path:

@@ -25,10 +25,10 @@ import pytest
 
 from tests.fixtures.bundles import copy_bundle, subset_bundle
 from tests.test_gates_device import local  # noqa: F401 - the `local` device fixture (a private HOME)
-from toolkit import divergence
-from toolkit.bundle import read_bundle, sha256_file
-from toolkit.checking import GateOptions, check
-from toolkit.deployment import Device, push, version_dir
+from toolkit.checks import divergence
+from toolkit.delivery.bundle import read_bundle, sha256_file
+from toolkit.checks.checking import GateOptions, check
+from toolkit.delivery.deployment import Device, push, version_dir
 from toolkit.devices.spec import DeviceSpec, parse_spec
 from toolkit.reporting.html import collect, render_html
 from toolkit.reporting.terminal import bundle_table
@@ -289,9 +289,9 @@ def test_device_outputs_are_scored_by_the_roles_declared_at_convert_time(eval_bu
     at convert time. The device's outputs here are the host INT8 TFLite's own, on the bundle's eval set."""
     from dataclasses import replace
 
-    from toolkit import device_eval
-    from toolkit.bundle import load_npz
-    from toolkit.execution import open_session
+    from toolkit.checks import device_eval
+    from toolkit.delivery.bundle import load_npz
+    from toolkit.runtimes.execution import open_session
 
     bundle = read_bundle(eval_bundle)
     record = bundle.manifest.artifact("model.int8.tflite")

@@ -29,7 +29,7 @@ import pytest
 
 from tests.fixtures.tflite import digits_request
 from toolkit.conversion import candidate
-from toolkit.pipeline import ConvertOptions, ConvertResult, convert_bundle
+from toolkit.conversion.pipeline import ConvertOptions, ConvertResult, convert_bundle
 
 OUTLIER = 4000.0
 PROFILE_HEAD = 'extends = "raspberry-pi-4"\nfallback = ["int8", "fp16", "fp32"]\n'

@@ -22,14 +22,14 @@ import numpy as np
 import pytest
 
 from tests.fixtures.bundles import copy_bundle, write_bundle
-from toolkit.bundle import Bundle, read_bundle, write_manifest
-from toolkit.checking import NO_POLICY, GateOptions, check
-from toolkit.deployment import Device, push
+from toolkit.delivery.bundle import Bundle, read_bundle, write_manifest
+from toolkit.checks.checking import NO_POLICY, GateOptions, check
+from toolkit.delivery.deployment import Device, push
 from toolkit.devices.local import LocalConnection
 from toolkit.devices.spec import parse_spec
-from toolkit.policy import CheckPolicy, PlacementExpectation, check_policy_from_profile
+from toolkit.model.policy import CheckPolicy, PlacementExpectation, check_policy_from_profile
 from toolkit.store import Store
-from toolkit.types import CheckReport
+from toolkit.model.types import CheckReport
 
 UNCHANGED_CHECKS = 20
 SLOW_CHECKS = 3
@@ -121,7 +121,7 @@ def cpu_hogs(count: int = 2) -> Iterator[None]:
 
 
 def _policy() -> CheckPolicy:
-    from toolkit.targets import get_profile
+    from toolkit.model.targets import get_profile
 
     return dataclasses.replace(check_policy_from_profile(get_profile("generic-x86_64")), latency_budget_ms=None)
 
@@ -187,7 +187,7 @@ def test_one_slow_runner_process_is_measured_again_not_failed(local: Device, tmp
     """Four busy loops on the device during ONE runner process only (the first of a check), gone when the check
     measures the suspected regression again in a fresh process: not a regression, and the report says so. The
     load is real (the same hogs as above); only its timing is arranged, by wrapping the runner call."""
-    from toolkit import checking
+    from toolkit.checks import checking
 
     policy = _policy()
     store = Store(tmp_path / "history.sqlite")
@@ -239,7 +239,7 @@ def test_regression_gate_catches_a_larger_model_under_the_same_name(local: Devic
 
 def test_budget_from_the_bundle_alone(local: Device, tmp_path: Path) -> None:
     """A bundle built for a user's profile (--targets-dir) keeps its budget where that profile is unknown."""
-    from toolkit.targets import get_profile
+    from toolkit.model.targets import get_profile
 
     mine = tmp_path / "targets"
     mine.mkdir()

@@ -8,10 +8,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from toolkit.bundle import GOLDEN_INPUTS, load_npz, read_bundle
+from toolkit.delivery.bundle import GOLDEN_INPUTS, load_npz, read_bundle
 from toolkit.errors import UsageError
-from toolkit.inspection import inspect_model
-from toolkit.pipeline import ConvertOptions, ConvertResult, bundle_name, convert_bundle
+from toolkit.runtimes.inspection import inspect_model
+from toolkit.conversion.pipeline import ConvertOptions, ConvertResult, bundle_name, convert_bundle
 
 ALL = ("fp32", "fp16", "dynamic", "int8")  # what digits_bundle (tests/fixtures/bundles.py) converts, both formats
 
@@ -39,7 +39,7 @@ def test_manifest_follows_the_contract(digits_bundle: ConvertResult) -> None:
 
 def _accuracy(path: Path, digits) -> float:
     """Top-1 accuracy measured here, independently of the pipeline's own verification."""
-    from toolkit.execution import open_session
+    from toolkit.runtimes.execution import open_session
 
     session = open_session(path)
     name = session.inputs[0].name
@@ -199,7 +199,7 @@ def test_host_timings_never_demote_an_artifact_for_another_cpu(digits_keras, dig
     host clock replaced by fixed timings, fp32 timed first), the profile's first recipe stays ``ok`` and
     preferred; the host latency is recorded, labelled with the host CPU, and decides nothing (the device
     selects). Conversion, verification and everything else are real."""
-    from toolkit import pipeline
+    from toolkit.conversion import pipeline
     from toolkit.conversion.host_timing import host_cpu
 
     timings = iter([1.0, 5.0])

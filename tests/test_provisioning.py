@@ -12,7 +12,7 @@ import pytest
 from tests.fixtures.cli import assert_clean_error, run_edgetk
 from tests.fixtures.deploy_helpers import write_inventory
 from toolkit.errors import UsageError
-from toolkit.provisioning import (
+from toolkit.delivery.provisioning import (
     DevicePlatform,
     Requirement,
     default_runtimes,
@@ -21,7 +21,7 @@ from toolkit.provisioning import (
     platform_from_probe,
     specifier_for,
 )
-from toolkit.targets import get_profile
+from toolkit.model.targets import get_profile
 
 NO_GATES = ("--budget-ms", "100000", "--baseline", "none")
 

@@ -27,14 +27,14 @@ from pathlib import Path
 import pytest
 
 from tests.fixtures.pte import needs_executorch
-from toolkit.bundle import read_bundle
-from toolkit.compat import tflite_incompatibilities
+from toolkit.delivery.bundle import read_bundle
+from toolkit.runtimes.compat import tflite_incompatibilities
 from toolkit.conversion.tf_onnx import DEFAULT_OPSET
 from toolkit.errors import ConversionError
-from toolkit.inspection import inspect_model
-from toolkit.pipeline import ConvertOptions, ConvertResult, convert_bundle
-from toolkit.targets import TargetProfile, load_profiles
-from toolkit.types import Recipe
+from toolkit.runtimes.inspection import inspect_model
+from toolkit.conversion.pipeline import ConvertOptions, ConvertResult, convert_bundle
+from toolkit.model.targets import TargetProfile, load_profiles
+from toolkit.model.types import Recipe
 
 SHIPPED = {
     "raspberry-pi-3b", "raspberry-pi-4", "raspberry-pi-5", "raspberry-pi-zero-2w", "jetson-nano",

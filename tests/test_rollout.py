@@ -9,7 +9,7 @@ import pytest
 
 from toolkit.devices.spec import DeviceSpec
 from toolkit.errors import UsageError
-from toolkit.rollout import FailureLimit, WavePlan, deploy_in_waves, fleet_runner, prepare_job
+from toolkit.api.rollout import FailureLimit, WavePlan, deploy_in_waves, fleet_runner, prepare_job
 
 
 def test_wave_sizes_follow_ansible_serial() -> None:
@@ -41,7 +41,7 @@ def _specs(devices, key: Path, known: Path, python: str, broken: int) -> list[De
 @pytest.mark.ssh
 def test_a_failing_wave_stops_the_rollout_and_rolls_back(ssh_devices, ssh_client_key, ssh_known_hosts,  # type: ignore[no-untyped-def]
                                                          deploy_bundle_factory, device_python, tmp_path):
-    from toolkit.deployment import Device, installed_version
+    from toolkit.delivery.deployment import Device, installed_version
     from toolkit.devices import open_connection
     from toolkit.devices.fleet import run_fleet
 

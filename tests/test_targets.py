@@ -12,7 +12,7 @@ import pytest
 
 from toolkit.errors import UsageError
 from toolkit.resources import targets_dir
-from toolkit.targets import (
+from toolkit.model.targets import (
     ENV_VAR,
     TargetProfile,
     get_profile,
@@ -21,7 +21,7 @@ from toolkit.targets import (
     match_profile,
     runtime_supports,
 )
-from toolkit.types import Recipe
+from toolkit.model.types import Recipe
 
 SHIPPED = {
     "raspberry-pi-3b", "raspberry-pi-4", "raspberry-pi-5", "raspberry-pi-zero-2w", "jetson-nano",
@@ -448,7 +448,7 @@ def test_recipe_errors_from_recipe_itself_name_file_and_key(tmp_path: Path, line
 
 def test_version_bounds_are_pep440(tmp_path: Path) -> None:
     """Bounds compare as PEP 440 versions: a release candidate is not the release (it comes before it)."""
-    from toolkit.targets import RuntimeRequirement
+    from toolkit.model.targets import RuntimeRequirement
 
     tflite = RuntimeRequirement("tflite-runtime", min_version="2.14", max_version="2.14")
     assert tflite.admits("2.14.0") and tflite.admits("2.14.9") and tflite.admits("2.14.0.post1")
@@ -467,7 +467,7 @@ def test_recipe_schema_is_in_step_with_recipe() -> None:
     """Every Recipe field can be written in a [[recipes]] table, and the table takes nothing else."""
     from dataclasses import fields
 
-    from toolkit.schemas.targets import RecipeEntry
+    from toolkit.model.schemas.targets import RecipeEntry
 
     assert set(RecipeEntry.model_fields) == {f.name for f in fields(Recipe)}
 

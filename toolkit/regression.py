@@ -4,7 +4,7 @@ Why not "p50 more than 10% above the last passing p50": on the machines this was
 process's median lands on one of two levels about 1.5x apart from one process to the next (findings.md
 section 5), so comparing one process against one other failed about half the time, and the baseline
 ratcheted to the luckiest run. The decision here (:func:`decide`, thresholds in
-:class:`toolkit.policy.RegressionPolicy`) pools the raw samples of several earlier checks, asks a
+:class:`toolkit.model.policy.RegressionPolicy`) pools the raw samples of several earlier checks, asks a
 rank test whether the new samples are slower at all, and demands an effect beyond the slowest level the
 unchanged artifact has already shown, in percent AND in milliseconds.
 """
@@ -17,7 +17,7 @@ from dataclasses import dataclass, replace
 from enum import StrEnum
 from typing import Any
 
-from toolkit.policy import RegressionPolicy
+from toolkit.model.policy import RegressionPolicy
 
 MIN_SAMPLES = 5  # below this a rank test says nothing useful (``--runs`` lower than 5)
 

@@ -184,7 +184,7 @@ def test_legacy_pi_with_tflite_runtime(arm_pi: ArmPi, legacy_inventory: Path, ti
 def test_the_emulated_pi_selects_by_its_own_measurements(arm_pi: ArmPi, pi_setup: dict[str, Any],
                                                          pi_inventory: Path, env: dict[str, str],
                                                          tmp_path: Path) -> None:
-    """The device chooses (toolkit/selection.py): the bundle proposes its slow TFLite; the Pi's check measures
+    """The device chooses (toolkit/checks/selection.py): the bundle proposes its slow TFLite; the Pi's check measures
     both artifacts and selects the fastest by its own p50s. Emulated latencies: this shows only that the decision
     follows the device's numbers (tests/selection/test_device_selection.py does the same on x86 devices)."""
     from tests.fixtures.selection import selection_bundle

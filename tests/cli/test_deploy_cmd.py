@@ -173,7 +173,7 @@ def test_device_without_runtime_gets_a_clear_report(home, ssh_devices, ssh_clien
 def test_gates_fail_on_budget_and_on_regression(home, device_env, deploy_bundle_factory, tmp_path):  # type: ignore[no-untyped-def]
     inventory = tmp_path / "inv.toml"
     inventory.write_text(f'[devices.here]\nhost = "local"\npython = "{device_env.python}"\n')
-    from toolkit.policy import CheckPolicy, RegressionPolicy
+    from toolkit.model.policy import CheckPolicy, RegressionPolicy
 
     # no minimum effect in ms: the tiny model's microseconds can then regress against a doctored baseline
     policy = CheckPolicy(target=None, latency_budget_ms=None, regression=RegressionPolicy(min_slowdown_ms=0.0))

@@ -16,7 +16,7 @@ from click.testing import CliRunner, Result
 
 from toolkit import api
 from toolkit.cli import cli
-from toolkit.options import CheckOptions, ConvertOptions, DeviceOptions, options_of
+from toolkit.model.options import CheckOptions, ConvertOptions, DeviceOptions, options_of
 
 pytestmark = pytest.mark.fast
 

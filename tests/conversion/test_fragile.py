@@ -71,7 +71,7 @@ def test_rule_records_which_nodes_and_why(detector_int8: dict[str, Any]) -> None
 
 def _token_request(source: Any, workdir: Path, fmt: str, calibration: Any) -> Any:
     from toolkit.conversion.base import ConversionRequest, as_input_dtype
-    from toolkit.types import Recipe
+    from toolkit.model.types import Recipe
 
     dtype = source.inputs[0].dtype
     feeds = tuple({"tokens": as_input_dtype(x[None], dtype)} for x in calibration)
@@ -116,7 +116,7 @@ def test_tflite_embedding_gather_stays_exact(tmp_path) -> None:
 
     from tests.fixtures.token_models import TOKENS, token_data
     from toolkit.conversion import tflite
-    from toolkit.inspection.tflite import inspect_tflite
+    from toolkit.runtimes.inspection.tflite import inspect_tflite
     from toolkit.sources import open_source
 
     keras.utils.set_random_seed(0)
@@ -196,8 +196,8 @@ def test_tflite_layernorm_statistics_stay_float(digits, tmp_path) -> None:
     import numpy as np
 
     from tests.fixtures.tflite import digits_request
-    from toolkit.execution.tflite import TFLiteSession
-    from toolkit.inspection.tflite import inspect_tflite
+    from toolkit.runtimes.execution.tflite import TFLiteSession
+    from toolkit.runtimes.inspection.tflite import inspect_tflite
     from toolkit.sources import open_source
 
     keras.utils.set_random_seed(0)

@@ -58,8 +58,8 @@ def test_only_the_profile_of_this_machine_is_this_host() -> None:
 
 def test_a_really_slower_int8_on_the_host_profile_is_slower(digits_keras, digits_calibration, tmp_path,
                                                              monkeypatch) -> None:
-    from toolkit.options import ConvertOptions
-    from toolkit.pipeline import convert_bundle
+    from toolkit.model.options import ConvertOptions
+    from toolkit.conversion.pipeline import convert_bundle
 
     real = host_timing.paired
 

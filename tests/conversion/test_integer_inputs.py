@@ -8,9 +8,9 @@ from __future__ import annotations
 
 import numpy as np
 from tests.fixtures.token_models import TokenModel, token_net  # noqa: F401 (fixture)
-from toolkit.bundle import GOLDEN_INPUTS, load_npz, read_bundle
-from toolkit.inspection import inspect_model
-from toolkit.pipeline import ConvertOptions, ConvertResult, convert_bundle
+from toolkit.delivery.bundle import GOLDEN_INPUTS, load_npz, read_bundle
+from toolkit.runtimes.inspection import inspect_model
+from toolkit.conversion.pipeline import ConvertOptions, ConvertResult, convert_bundle
 
 
 def _convert(source: str, model: TokenModel, out, **options) -> ConvertResult:

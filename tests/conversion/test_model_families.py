@@ -16,10 +16,10 @@ from tests.fixtures.token_models import if_lstm_onnx  # noqa: F401 (fixture)
 from toolkit.conversion import onnx_quant
 from toolkit.conversion.base import ConversionRequest
 from toolkit.errors import ConversionError
-from toolkit.inspection.onnx import iter_graphs
-from toolkit.pipeline import ConvertOptions, convert_bundle
+from toolkit.runtimes.inspection.onnx import iter_graphs
+from toolkit.conversion.pipeline import ConvertOptions, convert_bundle
 from toolkit.sources import open_source
-from toolkit.types import Recipe, is_a16w8
+from toolkit.model.types import Recipe, is_a16w8
 
 
 def _calibration(count: int = 40) -> tuple[dict[str, np.ndarray], ...]:

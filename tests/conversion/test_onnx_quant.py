@@ -14,10 +14,10 @@ from tests.fixtures.ppocr import text_images, text_iou
 from toolkit.conversion import onnx_quant
 from toolkit.conversion.base import BuiltArtifact, ConversionRequest
 from toolkit.errors import ConversionError, UsageError
-from toolkit.execution.onnx import OnnxSession
-from toolkit.inspection.onnx import inspect_onnx
+from toolkit.runtimes.execution.onnx import OnnxSession
+from toolkit.runtimes.inspection.onnx import inspect_onnx
 from toolkit.sources.onnx import OnnxSource
-from toolkit.types import Recipe
+from toolkit.model.types import Recipe
 
 # --------------------------------------------------------------------------------------------- digits
 

@@ -14,8 +14,8 @@ import pytest
 
 from tests.fixtures.share_models import outlier_dense_keras, softplus_divide_keras  # noqa: F401 (fixtures)
 from tests.fixtures.tflite import digits_request
-from toolkit.pipeline import ConvertOptions, convert_bundle
-from toolkit.quantized import QuantizedShare, precision_label
+from toolkit.conversion.pipeline import ConvertOptions, convert_bundle
+from toolkit.model.quantized import QuantizedShare, precision_label
 
 
 def _convert(source: Path, target: str, tmp_path: Path, digits_calibration: Path, digits_eval: Path, **extra):
@@ -39,7 +39,7 @@ def test_selective_keeps_cheap_layers_first_and_labels_a_mostly_float_int8_mixed
     float (0.99x the fp32 file), preferred. Now the cheap layers are tried first; only the set with the dense
     layer passes, so the artifact says so, is labelled mixed and does not end the format: the dynamic
     artifact (97% of its weights int8) is built and preferred."""
-    from toolkit.report import convert_table
+    from toolkit.reporting.report import convert_table
     from toolkit.reporting.terminal import bundle_rows
 
     result = _convert(outlier_dense_keras, "generic-aarch64", tmp_path, digits_calibration, digits_eval)
@@ -71,7 +71,7 @@ def test_runtime_retry_keeps_the_op_the_runtime_cannot_load_in_float(
     """A trained model whose softplus temperature divides the logits: full INT8 writes an int8 LOG (op version
     2) that tflite-runtime 2.14, raspberry-pi-4's runtime, cannot load. Before, the INT8 artifact was dropped;
     now the op is kept float, the rebuild loads there and passes verification."""
-    from toolkit.compat import tflite_incompatibilities
+    from toolkit.runtimes.compat import tflite_incompatibilities
 
     result = _convert(softplus_divide_keras, "raspberry-pi-4", tmp_path, digits_calibration, digits_eval)
     manifest = result.manifest
@@ -90,7 +90,7 @@ def test_onnx_share_reads_qdq_and_dynamic_graphs(digits, digits_source, tmp_path
     """The ONNX reading: full QDQ INT8 and dynamic INT8 compute every weight in integer; the same QDQ recipe
     with the big MatMul excluded keeps ~94% of the weights float and is mixed."""
     from toolkit.conversion import registry
-    from toolkit.inspection.share import measure, onnx_layers
+    from toolkit.runtimes.inspection.share import measure, onnx_layers
 
     full = registry.build(digits_request(digits_source, digits, tmp_path / "w", format="onnx", precision="int8"),
                           tmp_path / "int8.onnx")
@@ -111,8 +111,8 @@ def test_onnx_share_reads_qdq_and_dynamic_graphs(digits, digits_source, tmp_path
 
 def test_old_manifests_read_without_a_share(tmp_path) -> None:
     """A manifest written before the share existed reads back with ``quantized`` None; a written one round-trips."""
-    from toolkit.quantized import FloatLayer
-    from toolkit.schemas.quantized import QuantizedM, read_quantized
+    from toolkit.model.quantized import FloatLayer
+    from toolkit.model.schemas.quantized import QuantizedM, read_quantized
 
     assert read_quantized(None) is None
     share = QuantizedShare(0.25, 0.4, 100, 900, (FloatLayer("dense", "MatMul", 0.75, 0.6, "kept float as asked"),))

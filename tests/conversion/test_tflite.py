@@ -11,8 +11,8 @@ import pytest
 from tests.fixtures.tflite import digits_request
 from toolkit.conversion import tflite
 from toolkit.errors import ConversionError, UsageError
-from toolkit.execution.tflite import TFLiteSession
-from toolkit.inspection.tflite import float_op_outputs, inspect_tflite
+from toolkit.runtimes.execution.tflite import TFLiteSession
+from toolkit.runtimes.inspection.tflite import float_op_outputs, inspect_tflite
 
 
 def accuracy(path: Path, digits: Any) -> float:

@@ -53,7 +53,7 @@ def conv_outlier_keras(digits: Any, tmp_path_factory: pytest.TempPathFactory) ->
 
 
 def _accuracy(path: Path, digits: Any) -> float:
-    from toolkit.execution.tflite import TFLiteSession
+    from toolkit.runtimes.execution.tflite import TFLiteSession
 
     session = TFLiteSession(path)
     try:
@@ -104,7 +104,7 @@ def test_table_puts_the_outlier_layer_first(conv_outlier_keras, digits, tmp_path
 
 
 def _dtypes(path: Path) -> tuple[list[str], list[str]]:
-    from toolkit.inspection.tflite import inspect_tflite
+    from toolkit.runtimes.inspection.tflite import inspect_tflite
 
     info = inspect_tflite(path)
     return [t.dtype for t in info.inputs], [t.dtype for t in info.outputs]
@@ -115,7 +115,7 @@ def test_float_island_at_the_borders_keeps_int8_io(conv_outlier_keras, digits, t
     artifact still has int8 input and output (a DEQUANTIZE after the input, a QUANTIZE before the output, with
     the scales the calibration measured) and its accuracy is back where full INT8 lost it."""
     from toolkit.conversion import layers, tflite
-    from toolkit.inspection.tflite import inspect_tflite
+    from toolkit.runtimes.inspection.tflite import inspect_tflite
     from toolkit.sources import open_source
 
     source = open_source(str(conv_outlier_keras))

@@ -11,10 +11,10 @@ import pytest
 from tests.fixtures.torch_models import TorchModel
 from toolkit.conversion.base import BuiltArtifact, ConversionRequest
 from toolkit.errors import ConversionError, UsageError
-from toolkit.execution import open_session
+from toolkit.runtimes.execution import open_session
 from toolkit.sources.base import SourceModel
 from toolkit.sources.detect import open_source
-from toolkit.types import Recipe
+from toolkit.model.types import Recipe
 
 
 def _request(

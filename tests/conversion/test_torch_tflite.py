@@ -17,10 +17,10 @@ import pytest
 from tests.fixtures.torch_models import TorchModel
 from toolkit.conversion.base import BuiltArtifact, ConversionRequest
 from toolkit.errors import MissingDependency, UsageError
-from toolkit.execution import open_session
+from toolkit.runtimes.execution import open_session
 from toolkit.sources.base import SourceModel
 from toolkit.sources.detect import open_source
-from toolkit.types import Recipe
+from toolkit.model.types import Recipe
 
 needs_litert_torch = pytest.mark.skipif(
     importlib.util.find_spec("litert_torch") is None,

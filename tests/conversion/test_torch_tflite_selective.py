@@ -24,10 +24,10 @@ import pytest
 from tests.fixtures.torch_models import TorchModel
 from toolkit.conversion.base import ConversionRequest
 from toolkit.errors import UsageError
-from toolkit.execution import open_session
+from toolkit.runtimes.execution import open_session
 from toolkit.sources.base import SourceModel
 from toolkit.sources.detect import open_source
-from toolkit.types import Recipe
+from toolkit.model.types import Recipe
 
 pytestmark = pytest.mark.skipif(
     importlib.util.find_spec("litert_torch") is None,
@@ -166,7 +166,7 @@ def test_pipeline_keeps_the_worst_group_float_and_ships_int8(
     its float nodes, and the bundle's table (shown by ``inspect --layers``) marks them kept float."""
     from toolkit import api
     from toolkit.conversion import candidate
-    from toolkit.pipeline import ConvertOptions, convert_bundle
+    from toolkit.conversion.pipeline import ConvertOptions, convert_bundle
 
     folder = tmp_path_factory.mktemp("torch-selective")
     (folder / "profiles").mkdir()

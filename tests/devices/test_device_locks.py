@@ -18,11 +18,11 @@ from typing import Any
 import pytest
 
 from tests.fixtures.dropbear import DropbearDevice
-from toolkit.bundle import read_bundle
-from toolkit.deployment import Device, DeviceLock, push, status
+from toolkit.delivery.bundle import read_bundle
+from toolkit.delivery.deployment import Device, DeviceLock, push, status
 from toolkit.devices import DeviceSpec, open_connection, parse_spec
 from toolkit.devices.connection import Connection
-from toolkit.locks import LockHeld, replaced_note
+from toolkit.delivery.locks import LockHeld, replaced_note
 from toolkit.device_side import HELPER_FILE, source_path
 
 

@@ -18,8 +18,8 @@ import pytest
 from tests.fixtures.cli import run_edgetk
 from tests.fixtures.dropbear import DropbearDevice
 from tests.fixtures.sshd import SshDevice
-from toolkit import deployment
-from toolkit.bundle import read_bundle
+from toolkit.delivery import deployment
+from toolkit.delivery.bundle import read_bundle
 from toolkit.devices import open_connection
 from toolkit.devices.host_facts import facts_path
 from toolkit.devices.spec import DeviceSpec
@@ -150,7 +150,7 @@ def test_a_file_damaged_on_the_way_is_refused_on_arrival(dropbear_device: Dropbe
                                                          monkeypatch: pytest.MonkeyPatch) -> None:
     """The device hashes each streamed file as it arrives: a listing whose sha256 does not match what came is
     refused (the push fails, the current version stays)."""
-    from toolkit import deploy_stream
+    from toolkit.delivery import deploy_stream
 
     spec = _spec(dropbear_device, dropbear_client_key, dropbear_known_hosts(dropbear_device))
     good = read_bundle(deploy_bundle_factory(name="damaged", seed=31))
@@ -239,7 +239,7 @@ def test_a_disk_that_fills_during_the_stream_is_told_and_cleaned_up(
     """Something else fills the small flash after ``begin`` found room: the device refuses the rest of the stream
     at once (the host stops sending), the partial version is removed, the current one stays, and the message
     says the disk is full (not a dropped link)."""
-    from toolkit import deploy_stream
+    from toolkit.delivery import deploy_stream
     from toolkit.errors import DeviceDiskFull
 
     device = fresh_dropbear_device(home_mb=12)

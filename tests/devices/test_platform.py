@@ -1,4 +1,4 @@
-"""One device probe and one arch table (toolkit/platform.py): the copies of the probe block carried by the
+"""One device probe and one arch table (toolkit/model/platform.py): the copies of the probe block carried by the
 runner and the helper are the probe's own text, and deploy, setup and profile matching name an arch alike."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from toolkit import device_side
-from toolkit.platform import DevicePlatform, accepted_arches, match_environment, normalize_arch, probe_local
+from toolkit.model.platform import DevicePlatform, accepted_arches, match_environment, normalize_arch, probe_local
 
 BEGIN = "# --- begin device probe"
 END = "# --- end device probe ---"

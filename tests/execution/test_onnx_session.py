@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 
 from toolkit.errors import UsageError
-from toolkit.execution import open_session
-from toolkit.execution.onnx import OnnxSession
+from toolkit.runtimes.execution import open_session
+from toolkit.runtimes.execution.onnx import OnnxSession
 from toolkit.sources.onnx import OnnxSource
 
 

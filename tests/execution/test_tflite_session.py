@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 
 from toolkit.errors import UsageError
-from toolkit.execution import open_session
-from toolkit.execution.tflite import TFLiteSession
+from toolkit.runtimes.execution import open_session
+from toolkit.runtimes.execution.tflite import TFLiteSession
 
 
 def test_runs_many_times_and_matches_float(digits, digits_source, digits_tflite):

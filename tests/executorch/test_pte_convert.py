@@ -91,9 +91,9 @@ def test_exported_program_to_pte_int8(torch_digits_net: TorchModel, tmp_path: Pa
     from tests.sources.test_torch_source import _eager
     from toolkit.conversion import torch_pte
     from toolkit.conversion.base import ConversionRequest
-    from toolkit.execution import open_session
+    from toolkit.runtimes.execution import open_session
     from toolkit.sources.detect import open_source
-    from toolkit.types import Recipe
+    from toolkit.model.types import Recipe
 
     path = tmp_path / "digits.pt2"
     eager = _eager(torch_digits_net)

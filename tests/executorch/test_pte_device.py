@@ -76,7 +76,7 @@ def test_a_wrong_expectation_fails_the_bundled_check(pte_digits_bundle: tuple[Pa
     """Not vacuous: the same bundled program at a limit below the artifact's own INT8 error fails."""
     import shutil
 
-    from toolkit.bundle import sha256_file
+    from toolkit.delivery.bundle import sha256_file
 
     source, _ = pte_digits_bundle
     bundle = tmp_path / "b"

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from tests.fixtures.netns import NetLab
-from toolkit.bundle import read_bundle
+from toolkit.delivery.bundle import read_bundle
 
 NO_GATES = ("--budget-ms", "100000", "--baseline", "none")
 

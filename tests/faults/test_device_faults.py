@@ -20,7 +20,7 @@ import pytest
 from tests.faults.conftest import NO_GATES, Field, _size, _wait_for, deploy_and_check
 from tests.fixtures.cli import assert_clean_error, run_edgetk
 from tests.fixtures.deploy_helpers import write_inventory
-from toolkit.bundle import read_bundle
+from toolkit.delivery.bundle import read_bundle
 
 pytestmark = [pytest.mark.ssh]
 

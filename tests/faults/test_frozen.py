@@ -20,7 +20,7 @@ from tests.faults.conftest import NO_GATES, Field, _size, _wait_for, deploy_and_
 from tests.fixtures.cli import REPO, run_edgetk
 from tests.fixtures.deploy_helpers import write_inventory
 from tests.fixtures.frozen import frozen
-from toolkit.bundle import read_bundle
+from toolkit.delivery.bundle import read_bundle
 
 pytestmark = [pytest.mark.ssh]
 FROZEN_FAIL_LIMIT_S = 60.0  # the contract: a frozen device fails within 60 s (the watchdog's default is ~20 s)

@@ -17,7 +17,7 @@ import pytest
 from tests.faults.conftest import NO_GATES, Field, _size, _wait_for, deploy_and_check
 from tests.fixtures.cli import run_edgetk
 from tests.fixtures.netns import NetLab
-from toolkit.bundle import read_bundle
+from toolkit.delivery.bundle import read_bundle
 
 pytestmark = [pytest.mark.netns, pytest.mark.ssh]
 CUT_FAIL_LIMIT_S = 30.0

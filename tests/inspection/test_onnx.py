@@ -10,8 +10,8 @@ import pytest
 
 from tests.fixtures.ppocr import build_conv_net
 from toolkit.errors import UsageError
-from toolkit.inspection import inspect_model
-from toolkit.inspection.onnx import inspect_onnx
+from toolkit.runtimes.inspection import inspect_model
+from toolkit.runtimes.inspection.onnx import inspect_onnx
 
 
 @pytest.fixture(scope="module")

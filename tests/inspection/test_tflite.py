@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from toolkit.errors import UsageError
-from toolkit.inspection import inspect_model
-from toolkit.inspection.tflite import inspect_tflite
+from toolkit.runtimes.inspection import inspect_model
+from toolkit.runtimes.inspection.tflite import inspect_tflite
 
 
 def test_op_counts_and_quantization(digits_tflite):

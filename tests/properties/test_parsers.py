@@ -23,13 +23,13 @@ from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 from tests.fixtures.deploy import build_bundle
-from toolkit.bundle import read_bundle
-from toolkit.calibration import parse_input_shapes, read_data
+from toolkit.delivery.bundle import read_bundle
+from toolkit.conversion.calibration import parse_input_shapes, read_data
 from toolkit.devices.inventory import DEVICE_KEYS, load_inventory, parse_inventory
 from toolkit.errors import ToolkitError
-from toolkit.targets import load_profiles
-from toolkit.schemas.manifest import read_manifest
-from toolkit.types import Manifest, TensorSpec
+from toolkit.model.targets import load_profiles
+from toolkit.model.schemas.manifest import read_manifest
+from toolkit.model.types import Manifest, TensorSpec
 
 REPO = Path(__file__).resolve().parents[2]
 SETTINGS = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
@@ -410,6 +410,6 @@ def test_input_shape_round_trip(shapes: dict[str, tuple[int, ...]]) -> None:
 
 
 def test_inventory_keys_are_the_schema_keys() -> None:
-    from toolkit.schemas.inventory import Device
+    from toolkit.model.schemas.inventory import Device
 
     assert DEVICE_KEYS == tuple(Device.model_fields)

@@ -18,7 +18,7 @@ import pytest
 
 from tests.fixtures.bundles import ARTIFACT_KINDS, copy_bundle, make_bundle
 from tests.fixtures.device_envs import DeviceEnv
-from toolkit.bundle import sha256_file
+from toolkit.delivery.bundle import sha256_file
 
 RUNNER = Path(__file__).resolve().parents[2] / "toolkit" / "device_side" / "edgetk_runner.py"
 ENV_KEYS = (
@@ -506,7 +506,7 @@ def test_pipeline_bundle_checks_ok_on_device(
     device_env: DeviceEnv, digits_keras: Path, digits_calibration: Path, digits_eval: Path, tmp_path: Path
 ) -> None:
     """The contract end to end: a bundle written by `edgetk convert`'s pipeline passes the runner's check."""
-    from toolkit.pipeline import ConvertOptions, convert_bundle
+    from toolkit.conversion.pipeline import ConvertOptions, convert_bundle
 
     result = convert_bundle(
         ConvertOptions(

@@ -22,7 +22,7 @@ import pytest
 from tests.fixtures.cli import assert_clean_error, run_edgetk
 from tests.fixtures.deploy import build_bundle
 from tests.fixtures.deploy_helpers import write_inventory
-from toolkit.bundle import sha256_file
+from toolkit.delivery.bundle import sha256_file
 
 REPO = Path(__file__).resolve().parents[2]
 NO_GATES = ("--budget-ms", "100000", "--baseline", "none")
@@ -125,7 +125,7 @@ def test_malicious_bundle_is_refused_before_anything_is_written(home, tmp_path, 
 @pytest.mark.ssh
 def test_device_helper_refuses_paths_that_leave_the_bundle(ssh_devices, ssh_client_key, ssh_known_hosts):  # type: ignore[no-untyped-def]
     """Even a listing crafted past the host's checks cannot make the device write outside ~/.edgetk."""
-    from toolkit.deployment import Device
+    from toolkit.delivery.deployment import Device
     from toolkit.devices import DeviceSpec, open_connection, parse_spec
     from toolkit.errors import UsageError
 

@@ -1,4 +1,4 @@
-"""The selection rule itself (toolkit/selection.py) on hand-made check reports: ties go to the smaller file,
+"""The selection rule itself (toolkit/checks/selection.py) on hand-made check reports: ties go to the smaller file,
 throttled runs and unverified artifacts decide nothing, a selection is sticky until the version or the runtimes
 change, a pin holds until its artifact cannot run. The device tests (test_device_selection.py) run it on real
 devices; these pin down the rule's corners, which real timings cannot be made to hit on demand."""
@@ -10,8 +10,8 @@ import dataclasses
 import pytest
 
 from toolkit.errors import UsageError
-from toolkit.selection import choose, throttled
-from toolkit.types import ArtifactRecord, CheckReport, GateResult, LatencyStats, Manifest, SourceRef
+from toolkit.checks.selection import choose, throttled
+from toolkit.model.types import ArtifactRecord, CheckReport, GateResult, LatencyStats, Manifest, SourceRef
 
 pytestmark = pytest.mark.fast
 COOL = {"temperature_c": 45.0, "cpu_freq_mhz": 1500.0, "cpu_freq_max_mhz": 1500.0, "governor": "ondemand"}

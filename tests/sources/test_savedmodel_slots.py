@@ -70,7 +70,7 @@ def test_savedmodel_with_optimizer_slots_loads_and_converts(digits, slots_model,
     assert float_acc > 0.9  # trained: the frozen weights are the trained ones
 
     from toolkit.conversion import tf_onnx, tflite
-    from toolkit.execution import open_session
+    from toolkit.runtimes.execution import open_session
 
     for fmt, precision, build in (("tflite", "int8", tflite.convert), ("onnx", "fp32", tf_onnx.export)):
         request = digits_request(source, digits, tmp_path / f"w-{fmt}", format=fmt, precision=precision,

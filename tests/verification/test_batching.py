@@ -60,7 +60,7 @@ def _convert(nets: Path, factory: str, precisions: list[str]) -> Any:
 
 
 def test_a_dynamic_batch_artifact_is_verified_per_sample_at_batch_4_and_8(nets: Path) -> None:
-    from toolkit.bundle import read_bundle
+    from toolkit.delivery.bundle import read_bundle
 
     result = _convert(nets, "make_model", ["fp32", "dynamic"])
     by_file = {a.file: a for a in result.manifest.artifacts}
@@ -96,7 +96,7 @@ def test_an_artifact_that_mixes_samples_across_the_batch_is_not_ok(nets: Path) -
 
 def test_an_output_without_its_batch_dimension_is_named() -> None:
     """The comparison itself on plain numpy: an output that sums over the batch cannot be split per sample."""
-    from toolkit.verification.batching import verify_batches
+    from toolkit.model.batching import verify_batches
 
     feeds = [{"x": np.full((1, 3), float(i), np.float32)} for i in range(3)]
     single = [[np.asarray(f["x"].sum(keepdims=True))] for f in feeds]

@@ -14,7 +14,7 @@ from tests.fixtures.cli import assert_clean_error, run_edgetk
 from tests.fixtures.role_models import RoleModel
 from toolkit import api
 from toolkit.errors import UsageError
-from toolkit.verification.roles import Role, parse_output_tasks
+from toolkit.model.roles import Role, parse_output_tasks
 
 
 def _face_folder(model: RoleModel, path: Path, outputs: str) -> Path:

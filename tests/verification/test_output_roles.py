@@ -18,7 +18,7 @@ from tests.fixtures.role_models import RoleModel, collapse_head, float_outputs, 
 from toolkit import api
 from toolkit.verification import detection, segmentation
 from toolkit.verification.outputs import verify_outputs
-from toolkit.verification.tolerance import Tolerance
+from toolkit.model.tolerance import Tolerance
 
 FORMATS = ("tflite", "onnx")
 

@@ -36,7 +36,7 @@ def ppocr_bundle(ppocr_det: Path, tmp_path_factory: pytest.TempPathFactory) -> d
 
 
 def test_ppocr_int8_mask_iou_is_measured_as_segmentation(ppocr_bundle: dict[str, Any]) -> None:
-    from toolkit.execution import open_session
+    from toolkit.runtimes.execution import open_session
 
     artifact = ppocr_bundle["artifact"]
     v = artifact["verification"]
@@ -214,8 +214,8 @@ def test_blazeface_a16w8_onnx_keeps_the_faces_int8_lost(blazeface_photos: dict[s
     activation_types = {zero_points[n.input[2]].data_type for n in quantize
                         if len(n.input) > 2 and n.input[2] in zero_points}
     assert activation_types == {onnx.TensorProto.INT16}
-    from toolkit.report import convert_table
-    from toolkit.schemas.manifest import read_manifest
+    from toolkit.reporting.report import convert_table
+    from toolkit.model.schemas.manifest import read_manifest
 
     text = convert_table(read_manifest(blazeface_photos["manifest"]), bundle_dir=blazeface_photos["out"])
     assert "model.int8.onnx (int8 A16W8)" in text and "onnx int8 (3 layers float)" in text, text
@@ -253,12 +253,12 @@ def test_a_declared_anchor_table_travels_with_the_eval_data(mediapipe_models: di
                                                             blazeface_photos: dict[str, Any]) -> None:
     """``anchors`` [N, 4] in the eval .npz is read beside the inputs and labels and decodes the boxes; a
     table that does not fit the model's anchors is refused with a plain message."""
-    from toolkit import calibration
+    from toolkit.conversion import calibration
     from toolkit.errors import UsageError
-    from toolkit.execution import open_session
+    from toolkit.runtimes.execution import open_session
     from toolkit.verification import detection
     from toolkit.verification.outputs import verify_outputs
-    from toolkit.verification.tolerance import Tolerance
+    from toolkit.model.tolerance import Tolerance
 
     rows = detection.SCHEMES[(896, 16)].table().rows
     work = blazeface_photos["work"]

@@ -6,9 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from toolkit import targets
+from toolkit.model import targets
 from toolkit.errors import UsageError
-from toolkit.verification.tolerance import Tolerance
+from toolkit.model.tolerance import Tolerance
 
 
 def _profile(tmp_path: Path, table: str) -> targets.TargetProfile:

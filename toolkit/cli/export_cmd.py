@@ -30,7 +30,7 @@ def export(bundle: Any, mender: bool, output: Any, as_json: bool, **values: Any)
     from pathlib import Path
 
     from toolkit import api
-    from toolkit.bundle import read_bundle
+    from toolkit.delivery.bundle import read_bundle
 
     target = output if output is not None else Path(f"{read_bundle(bundle).name}.mender")
     result = api.export_mender(bundle, output=target, **values)

@@ -23,7 +23,7 @@ def inspect(path: Any, as_json: bool, **values: Any) -> None:
     if as_json:
         emit(result.to_dict())
         return
-    from toolkit.report import inspect_text
+    from toolkit.reporting.report import inspect_text
 
     models = result.artifacts if isinstance(result, api.BundleInspection) else (result,)
     text = "\n\n".join(inspect_text(m) for m in models)

@@ -1,8 +1,8 @@
-"""Click options generated from the option groups of ``toolkit.options`` (one definition for the CLI, the API
+"""Click options generated from the option groups of ``toolkit.model.options`` (one definition for the CLI, the API
 and run.toml), plus the parameter types every command uses.
 
 The types here keep ``edgetk --help`` light: :class:`PathType` turns a value into a ``pathlib.Path`` only when
-one is given, and :class:`LazyChoice` reads its vocabulary (``toolkit.types``) only when a value is checked or
+one is given, and :class:`LazyChoice` reads its vocabulary (``toolkit.model.types``) only when a value is checked or
 a command's own help is shown.
 """
 
@@ -13,7 +13,7 @@ from typing import Any, TypeVar
 
 import click
 
-from toolkit.options import CheckOptions, ConvertOptions, DeviceOptions, Kind, Option, RolloutOptions, options_of
+from toolkit.model.options import CheckOptions, ConvertOptions, DeviceOptions, Kind, Option, RolloutOptions, options_of
 
 F = TypeVar("F", bound=Callable[..., Any])
 

@@ -40,8 +40,8 @@ def _flag_names(command: click.Command) -> dict[str, click.Parameter]:
 def _apply_config(ctx: click.Context, values: dict[str, Any], path: Path) -> None:
     """Fill ``values`` from the config file wherever the user gave no flag (flags win)."""
     from toolkit.errors import UsageError
-    from toolkit.runconfig import read_run_config
-    from toolkit.schemas.problems import did_you_mean
+    from toolkit.model.runconfig import read_run_config
+    from toolkit.model.schemas.problems import did_you_mean
 
     assert ctx.command is not None
     flags = _flag_names(ctx.command)
@@ -124,7 +124,7 @@ def run(ctx: click.Context, **values: Any) -> None:
     """
     from toolkit import api
     from toolkit.errors import UsageError
-    from toolkit.options import CheckOptions, ConvertOptions, DeviceOptions, keywords_from_params
+    from toolkit.model.options import CheckOptions, ConvertOptions, DeviceOptions, keywords_from_params
     from toolkit.reporting.progress import StageProgress
 
     if values.get("config") is not None:

@@ -11,7 +11,7 @@ from toolkit.cli._output import emit
 from toolkit.cli.options import PathType
 
 if TYPE_CHECKING:  # pragma: no cover
-    from toolkit.targets import TargetProfile
+    from toolkit.model.targets import TargetProfile
 
 _targets_dir_option = click.option(
     "--targets-dir",

@@ -10,7 +10,7 @@ from typing import Mapping
 import numpy as np
 
 from toolkit.sources.base import SourceModel
-from toolkit.types import FloatIO, PteRecord, Recipe
+from toolkit.model.types import FloatIO, PteRecord, Recipe
 
 
 @dataclass(frozen=True)

@@ -18,15 +18,15 @@ import shutil
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from toolkit import calibration as cal
+from toolkit.conversion import calibration as cal
 from toolkit.__about__ import __version__
 from toolkit.conversion.base import BuiltArtifact
 from toolkit.conversion.plan import Policy, detect_is_factory
-from toolkit.types import MANIFEST_SCHEMA_VERSION, FloatIO, Recipe
+from toolkit.model.types import MANIFEST_SCHEMA_VERSION, FloatIO, Recipe
 
 if TYPE_CHECKING:
     from toolkit.conversion.data import RunData
-    from toolkit.options import ConvertOptions
+    from toolkit.model.options import ConvertOptions
 
 _DISTRIBUTIONS = ("tensorflow", "keras", "tf2onnx", "onnx", "onnxruntime", "onnxconverter-common", "ai-edge-litert",
                   "torch", "litert-torch", "numpy")

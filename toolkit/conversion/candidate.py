@@ -21,19 +21,19 @@ from typing import Any
 
 import numpy as np
 
-from toolkit import verify
-from toolkit.bundle import sha256_file
+from toolkit.verification import verify
+from toolkit.delivery.bundle import sha256_file
 from toolkit.conversion import cache
 from toolkit.conversion.base import BuiltArtifact, ConversionRequest
 from toolkit.conversion.data import RunData
 from toolkit.conversion.host_timing import PairedTiming, Speed, host_cpu, is_this_host, paired_with_fp32
 from toolkit.conversion.plan import Policy
 from toolkit.errors import ConversionError, ToolkitError, UsageError
-from toolkit.inspection.share import artifact_share
+from toolkit.runtimes.inspection.share import artifact_share
 from toolkit.quiet import native_stderr_silenced
 from toolkit.sources import SourceModel
-from toolkit.types import ArtifactRecord, Attempt, Recipe, TensorSpec, artifact_file_name
-from toolkit.verification.batching import FIXED_BATCH_NOTE, batch_is_dynamic, output_step, verify_batches
+from toolkit.model.types import ArtifactRecord, Attempt, Recipe, TensorSpec, artifact_file_name
+from toolkit.model.batching import FIXED_BATCH_NOTE, batch_is_dynamic, output_step, verify_batches
 
 Progress = Callable[[str], None]
 MATMUL_OPS = frozenset({
@@ -201,7 +201,7 @@ def align(source: Sequence[TensorSpec], artifact: Sequence[TensorSpec], *, what:
 
 def _runtime_incompatibilities(path: Path, policy: Policy) -> str:
     """Why a bounded TFLite runtime of the profile (tflite-runtime 2.14) cannot load ``path``; "" if it can."""
-    from toolkit.compat import tflite_incompatibilities
+    from toolkit.runtimes.compat import tflite_incompatibilities
 
     reasons = []
     for runtime, max_version in policy.tflite_bounds:
@@ -268,8 +268,8 @@ def _paired(run: ConvertRun, recipe: Recipe, infer: Callable[[Mapping[str, np.nd
 
 def build_and_verify(run: ConvertRun, recipe: Recipe, *, explicit: bool) -> Candidate | Failure:
     """Build ``recipe``, check its label, load it in its runtime, verify it on the held-out samples, time it."""
-    from toolkit.execution import open_session
-    from toolkit.inspection import inspect_model
+    from toolkit.runtimes.execution import open_session
+    from toolkit.runtimes.inspection import inspect_model
 
     source, policy, data = run.source, run.policy, run.data
     request = run.request(recipe)

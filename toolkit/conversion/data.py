@@ -14,13 +14,13 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from toolkit import calibration as cal
+from toolkit.conversion import calibration as cal
 from toolkit.sources import SourceModel
-from toolkit.types import CalibrationRef, Preprocessing
-from toolkit.verification.roles import OutputDeclaration
+from toolkit.model.types import CalibrationRef, Preprocessing
+from toolkit.model.roles import OutputDeclaration
 
 if TYPE_CHECKING:
-    from toolkit.options import ConvertOptions
+    from toolkit.model.options import ConvertOptions
 
 MAX_VERIFY_SAMPLES = 500
 

@@ -12,9 +12,9 @@ import subprocess
 from collections.abc import Sequence
 from pathlib import Path
 
-from toolkit.bundle import sha256_file
+from toolkit.delivery.bundle import sha256_file
 from toolkit.conversion.plan import Policy
-from toolkit.types import ArtifactRecord, Attempt
+from toolkit.model.types import ArtifactRecord, Attempt
 
 EDGETPU_COMPILER = "edgetpu_compiler"
 EDGETPU_LOG = "edgetpu_compiler.log"

@@ -8,7 +8,7 @@ another job's load changed. So:
 
 - for a profile whose CPU is not this host's (another arch, or a profile that names a device kind rather than
   "this machine"), the host latency is measured and recorded, labelled with the host CPU it was measured on,
-  and never demotes or promotes anything: the device measures and chooses (``toolkit.selection``);
+  and never demotes or promotes anything: the device measures and chooses (``toolkit.checks.selection``);
 - for the profile that matches this machine (``generic-x86_64`` on x86-64, a profile named ``local``) the
   artifact is timed against the fp32 artifact of its format in one process, in alternating rounds (so a load
   that comes and goes hits both alike), and judged with the regression gate's statistics (a one-sided
@@ -26,7 +26,7 @@ from functools import lru_cache
 
 import numpy as np
 
-from toolkit.policy import RegressionPolicy
+from toolkit.model.policy import RegressionPolicy
 from toolkit.regression import Difference, compare, median
 
 Infer = Callable[[Mapping[str, np.ndarray]], object]
@@ -50,7 +50,7 @@ class Speed(StrEnum):
 @lru_cache(maxsize=1)
 def host_cpu() -> str:
     """This host's CPU model, as the device probe names it (the label on every host latency)."""
-    from toolkit.platform import probe_local
+    from toolkit.model.platform import probe_local
 
     arch, cpu, _ = probe_local()
     return f"{cpu or 'unknown CPU'} ({arch})"
@@ -62,7 +62,7 @@ def is_this_host(profile: str) -> bool:
     A profile that names a device kind (``raspberry-pi-4``, ``jetson-nano``, a user's board) is not, even on
     the same arch: its CPU is another one."""
     from toolkit.errors import ToolkitError
-    from toolkit.platform import host_profile_name
+    from toolkit.model.platform import host_profile_name
 
     if profile in HOST_PROFILES:
         return True
@@ -136,7 +136,7 @@ def paired_with_fp32(fp32_path: object, *, threads: int, source_inputs: Sequence
     is compared)."""
     from pathlib import Path
 
-    from toolkit.execution import open_session
+    from toolkit.runtimes.execution import open_session
 
     try:
         session = open_session(Path(str(fp32_path)), threads=threads)

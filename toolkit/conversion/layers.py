@@ -37,12 +37,12 @@ import numpy as np
 
 from toolkit.conversion.base import BuiltArtifact, ConversionRequest
 from toolkit.conversion.sensitivity import Row
-from toolkit.quantized import names_layer
+from toolkit.model.quantized import names_layer
 from toolkit.errors import ConversionError, ToolkitError
 
 if TYPE_CHECKING:
     from toolkit.conversion.candidate import Candidate, ConvertRun
-    from toolkit.types import Recipe
+    from toolkit.model.types import Recipe
 
 LAYERS_DIR = "layers"  # bundle folder of the tables: layers/<artifact file>.json
 INT8_LEVELS = 255.0  # an int8 activation's range in quantization steps
@@ -185,7 +185,7 @@ def onnx_table(request: ConversionRequest, int8: BuiltArtifact) -> LayerTable:
     from toolkit.conversion import onnx_quant
     from toolkit.conversion.onnx_io import require_onnx, run_outputs
     from toolkit.conversion.sensitivity import DEBUG_SAMPLES, ChannelError
-    from toolkit.inspection.onnx import is_integer_op, iter_nodes
+    from toolkit.runtimes.inspection.onnx import is_integer_op, iter_nodes
 
     model = require_onnx().load(str(int8.path))
     if any(is_integer_op(n.op_type) for n in iter_nodes(model.graph)):

@@ -40,7 +40,7 @@ from toolkit.conversion.onnx_io import run_outputs as _run_outputs
 from toolkit.conversion.onnx_io import save_model
 from toolkit.conversion.onnx_prepare import Transform, apply_checked, fill_output_shapes
 from toolkit.errors import ConversionError, MissingDependency, UsageError
-from toolkit.types import A16W8_MIN_ONNXRUNTIME
+from toolkit.model.types import A16W8_MIN_ONNXRUNTIME
 
 if TYPE_CHECKING:
     import onnx
@@ -268,7 +268,7 @@ def _constants_to_initializers(model: onnx.ModelProto) -> int:
 
 def _name_nodes(model: onnx.ModelProto) -> int:
     """Give every unnamed node a unique name, so nodes_to_exclude and per-node errors can refer to it."""
-    from toolkit.inspection.onnx import iter_graphs
+    from toolkit.runtimes.inspection.onnx import iter_graphs
 
     taken = {n.name for g in iter_graphs(model.graph) for n in g.node if n.name}
     named = 0
@@ -484,7 +484,7 @@ def _overflowing_nodes(model: onnx.ModelProto) -> tuple[list[str], list[str]]:
     """(nodes reading a float constant that fp16 cannot hold, descriptions of those constants)."""
     from onnx import numpy_helper
 
-    from toolkit.inspection.onnx import iter_graphs
+    from toolkit.runtimes.inspection.onnx import iter_graphs
 
     nodes: list[str] = []
     found: list[str] = []
@@ -555,12 +555,12 @@ def _fp16(request: ConversionRequest, base: BuiltArtifact, tmp: Path) -> _Result
 def _nodes_to_exclude(model_path: Path, names: Sequence[str]) -> list[str]:
     if not names:
         return []
-    from toolkit.inspection.onnx import iter_nodes
+    from toolkit.runtimes.inspection.onnx import iter_nodes
 
     existing = {n.name for n in iter_nodes(_onnx().load(str(model_path), load_external_data=False).graph)}
     unknown = [n for n in names if n not in existing]
     if unknown:
-        from toolkit.schemas.problems import closest
+        from toolkit.model.schemas.problems import closest
 
         close = {n: closest(n, existing) for n in unknown}
         hint = "; ".join(f"{n!r}: did you mean {c!r}?" for n, c in close.items() if c)
@@ -577,7 +577,7 @@ def _dynamic(request: ConversionRequest, base: BuiltArtifact, tmp: Path) -> _Res
     recipe = request.recipe
     exclude = _nodes_to_exclude(base.path, recipe.nodes_to_exclude)
     weight = QuantType.QInt8 if recipe.weight_type == "int8" else QuantType.QUInt8
-    from toolkit.inspection.onnx import iter_nodes
+    from toolkit.runtimes.inspection.onnx import iter_nodes
 
     notes = []
     # Weights inside If/Loop/Scan bodies (an LSTM in a branch) are quantized only when asked for; a model that
@@ -829,7 +829,7 @@ def _contrib_only_for_16_bits(path: Path) -> None:
     contrib DequantizeLinear takes no int32 (the quantized biases: ORT 1.16.3 refuses them), and only the
     int16 activations need the contrib ops."""
     onnx = _onnx()
-    from toolkit.inspection.onnx import iter_nodes
+    from toolkit.runtimes.inspection.onnx import iter_nodes
 
     model = onnx.load(str(path))
     inits = {t.name: t.data_type for t in model.graph.initializer}
@@ -886,7 +886,7 @@ def _require_opset(path: Path, request: ConversionRequest) -> None:
 
 
 def _require_quantized(path: Path, precision: str) -> None:
-    from toolkit.inspection.onnx import quantized_node_names
+    from toolkit.runtimes.inspection.onnx import quantized_node_names
 
     if not quantized_node_names(_onnx().load(str(path))):
         raise ConversionError(
@@ -909,7 +909,7 @@ def _rel_error(reference: Sequence[np.ndarray], actual: Sequence[np.ndarray]) ->
 
 def _qdq_graph(model: onnx.ModelProto) -> tuple[list[Any], dict[str, Any], dict[str, list[Any]]]:
     """(compute nodes fed through a DequantizeLinear, producer of each tensor, readers of each tensor)."""
-    from toolkit.inspection.onnx import iter_nodes
+    from toolkit.runtimes.inspection.onnx import iter_nodes
 
     nodes = list(iter_nodes(model.graph))
     producers = {out: n for n in nodes for out in n.output}
@@ -975,7 +975,7 @@ def node_errors(
     ``nodes_to_exclude``. A QOperator artifact renames its nodes and keeps no float intermediates, so it
     gives an empty list.
     """
-    from toolkit.inspection.onnx import is_integer_op, iter_nodes
+    from toolkit.runtimes.inspection.onnx import is_integer_op, iter_nodes
 
     quant_model = _onnx().load(str(int8.path))
     if any(is_integer_op(n.op_type) for n in iter_nodes(quant_model.graph)) or not request.calibration or limit <= 0:
@@ -1008,7 +1008,7 @@ def float_group_map(quant_model: onnx.ModelProto, names: Sequence[str]) -> dict[
     """For each of ``names`` (quantized nodes of a QDQ model), the node and the compute nodes that read its
     output, through pass-through nodes (``sensitivity.float_group``): what must stay float together."""
     from toolkit.conversion import sensitivity
-    from toolkit.inspection.onnx import iter_nodes
+    from toolkit.runtimes.inspection.onnx import iter_nodes
 
     compute, _producers, readers = _qdq_graph(quant_model)
     kinds = {n.name: n.op_type for n in compute}
@@ -1079,7 +1079,7 @@ def added_errors(
         modify_model_output_intermediate_tensors,
     )
 
-    from toolkit.inspection.onnx import is_integer_op, iter_nodes
+    from toolkit.runtimes.inspection.onnx import is_integer_op, iter_nodes
 
     onnx = _onnx()
     quant_model = onnx.load(str(int8.path))

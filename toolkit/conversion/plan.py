@@ -3,7 +3,7 @@
 Nothing here converts or runs a model; it decides *what* the run builds and in which order, and records what
 it will not build and why (``Plan.skipped``), before any slow work starts:
 
-* ``policy_for`` reads a typed :class:`~toolkit.targets.TargetProfile` into the few facts the stage uses.
+* ``policy_for`` reads a typed :class:`~toolkit.model.targets.TargetProfile` into the few facts the stage uses.
 * ``plan_recipes`` turns ``--precision``/``--format`` (explicit: built as asked) or the profile's recipes
   (in its order of preference, with its ``fallback`` precisions) into :class:`PlannedRecipe` rows, fp32 of
   each format first (every other artifact of that format is timed against it).
@@ -30,14 +30,14 @@ from enum import StrEnum
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from toolkit import verify
+from toolkit.verification import verify
 from toolkit.errors import UsageError
-from toolkit.policy import CheckPolicy, check_policy_from_profile
-from toolkit.types import A16W8_MIN_ONNXRUNTIME, FORMATS, Attempt, Recipe
+from toolkit.model.policy import CheckPolicy, check_policy_from_profile
+from toolkit.model.types import A16W8_MIN_ONNXRUNTIME, FORMATS, Attempt, Recipe
 
 if TYPE_CHECKING:
-    from toolkit.options import ConvertOptions
-    from toolkit.targets import TargetProfile
+    from toolkit.model.options import ConvertOptions
+    from toolkit.model.targets import TargetProfile
 
 
 @dataclass(frozen=True)
@@ -62,7 +62,7 @@ class Policy:
 
 def policy_for(profile: TargetProfile, *, threads: int | None = None) -> Policy:
     """The policy of ``profile``; ``threads`` (the user's ``--threads``) wins over the profile's."""
-    from toolkit.targets import TFLITE_RUNTIMES
+    from toolkit.model.targets import TFLITE_RUNTIMES
 
     return Policy(
         name=profile.name,
@@ -173,7 +173,7 @@ def _skip(recipe: Recipe, reason: str) -> Attempt:
 def a16w8_refusal(recipe: Recipe, policy: Policy) -> str | None:
     """Why the profile's devices cannot load ``recipe``'s A16W8 ONNX artifact (None: they can): int16 Q/DQ run
     in onnxruntime >= ``A16W8_MIN_ONNXRUNTIME`` only."""
-    from toolkit.targets import parse_version
+    from toolkit.model.targets import parse_version
 
     if not (recipe.a16w8 and recipe.format == "onnx" and policy.onnxruntime_min):
         return None

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import numpy as np
 
-from toolkit.types import ArtifactRecord, PteRecord, TensorSpec
+from toolkit.model.types import ArtifactRecord, PteRecord, TensorSpec
 
 BUNDLED_SAMPLES = 4
 FLOAT_ROUNDING = 1e-4  # of the outputs' magnitude: what an fp32 kernel on another CPU may differ by

@@ -20,7 +20,7 @@ import dataclasses
 import re
 
 from toolkit.conversion.candidate import Candidate, ConvertRun, Failure, FailureKind, build_and_verify
-from toolkit.inspection.share import artifact_share
+from toolkit.runtimes.inspection.share import artifact_share
 
 RETRIED = (FailureKind.INCOMPATIBLE, FailureKind.DOES_NOT_RUN)
 ROUNDS = 3  # each round keeps the ops the last failure named in float: a second op may fail next

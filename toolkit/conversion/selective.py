@@ -41,8 +41,8 @@ Group = tuple[str, ...]
 
 def weight_cost(path: Path) -> Callable[[Sequence[str]], float]:
     """The share of the model's weights that the layers named by a group hold (0 when unreadable)."""
-    from toolkit.quantized import names_layer
-    from toolkit.inspection.share import onnx_layers, tflite_layers
+    from toolkit.model.quantized import names_layer
+    from toolkit.runtimes.inspection.share import onnx_layers, tflite_layers
 
     try:
         layers = tflite_layers(path) if path.suffix == ".tflite" else onnx_layers(path)
@@ -115,7 +115,7 @@ def selective(run: ConvertRun, failed: Candidate) -> Candidate | None:
 def _explained(result: Candidate, failed: Candidate, union: Group, share: float) -> Candidate:
     """``result`` with its float layers' reason (the selective retry) and, when the float set holds most of the
     weights, a note saying so."""
-    from toolkit.inspection.share import artifact_share
+    from toolkit.runtimes.inspection.share import artifact_share
 
     why = f"selective retry: full INT8 out of tolerance ({'; '.join(failed.failures)[:160]})"
     notes = result.record.notes

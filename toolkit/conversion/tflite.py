@@ -47,7 +47,7 @@ import numpy as np
 from toolkit.conversion import fragile
 from toolkit.conversion.base import BuiltArtifact, ConversionRequest, as_input_dtype
 from toolkit.errors import ConversionError, UsageError
-from toolkit.types import FloatIO, FloatIOReason, TensorRole
+from toolkit.model.types import FloatIO, FloatIOReason, TensorRole
 
 _IO_TYPES = {"int8": "int8", "uint8": "uint8", "float32": "float32"}
 INT8_LEVELS = 255.0  # an int8 tensor's range in quantization steps
@@ -233,7 +233,7 @@ def _run(converter: Any, what: str) -> bytes:
 
 def _op_outputs(model: bytes, workdir: Path) -> list[tuple[str, tuple[str, ...]]]:
     """(builtin op name, output tensor names) of every op of ``model``."""
-    from toolkit.inspection.tflite import parse_tflite
+    from toolkit.runtimes.inspection.tflite import parse_tflite
 
     with tempfile.NamedTemporaryFile(suffix=".tflite", dir=workdir, delete=False) as handle:
         handle.write(model)
@@ -542,7 +542,7 @@ def sanity_check(path: Path, request: ConversionRequest) -> None:
     This is what catches the silent NaN models that some converter entry points produce (uninitialised
     variables), before such a file is ever written where the pipeline would ship it.
     """
-    from toolkit.execution.tflite import TFLiteSession
+    from toolkit.runtimes.execution.tflite import TFLiteSession
 
     try:
         session = TFLiteSession(path)
@@ -579,7 +579,7 @@ def _unasked_float(path: Path, asked: Sequence[str]) -> list[str]:
     no op is float silently; none when every float op was asked for (by name or op type)."""
     from collections import Counter
 
-    from toolkit.inspection.tflite import float_ops
+    from toolkit.runtimes.inspection.tflite import float_ops
 
     wanted = set(asked)
     unasked = Counter(kind for kind, name in float_ops(path) if name not in wanted and kind not in wanted)
@@ -591,7 +591,7 @@ def _unasked_float(path: Path, asked: Sequence[str]) -> list[str]:
 
 
 def _check_int8(path: Path, io_dtype: str = "float32", float_io: Sequence[FloatIO] = ()) -> None:
-    from toolkit.inspection.tflite import inspect_tflite
+    from toolkit.runtimes.inspection.tflite import inspect_tflite
 
     info = inspect_tflite(path)
     if info.quantized_ops == 0:
@@ -788,7 +788,7 @@ def layer_errors(request: ConversionRequest, *, limit: int) -> list[tuple[str, f
 def _op_graph(model: bytes) -> tuple[list[tuple[str, str]], dict[str, list[str]]]:
     """(builtin op name, first output tensor name) of each op of the main graph, and which ops read each
     op's outputs (op name -> consumer op names, by first output tensor name)."""
-    from toolkit.inspection.tflite import _schema
+    from toolkit.runtimes.inspection.tflite import _schema
 
     schema = _schema()
     parsed = schema.ModelT.InitFromPackedBuf(model, 0)
@@ -840,7 +840,7 @@ def float_groups(request: ConversionRequest, *, limit: int) -> list[tuple[tuple[
     from tensorflow.lite.python import convert as tf_convert
 
     from toolkit.conversion import sensitivity
-    from toolkit.execution.tflite import TFLiteSession
+    from toolkit.runtimes.execution.tflite import TFLiteSession
 
     calibrated, channel, steps = _debug_run(request)
     ops, consumers = _op_graph(calibrated)

@@ -44,7 +44,7 @@ from toolkit.conversion.base import BuiltArtifact, ConversionRequest
 from toolkit.conversion import pt2e
 from toolkit.conversion.fragile import MixedOutput
 from toolkit.errors import ConversionError, MissingDependency, UsageError
-from toolkit.types import FloatIO, FloatIOReason, TensorRole
+from toolkit.model.types import FloatIO, FloatIOReason, TensorRole
 from toolkit.sources.torch import TorchSource, first_line, import_torch, missing_shape_error
 
 _PURPOSE = "Converting a PyTorch model to TFLite"
@@ -144,7 +144,7 @@ def _float_io(path: Path, request: ConversionRequest, mixed: Sequence[MixedOutpu
     """The inputs/outputs that layers kept in float left float32 while the others are int8: the quantizer puts
     no quantize in front of a float layer, so the I/O next to it stays float (the runner feeds it as float).
     An output a mixed-range final cat writes (``mixed``, by position) is float on purpose: ``MIXED_RANGES``."""
-    from toolkit.inspection.tflite import inspect_tflite
+    from toolkit.runtimes.inspection.tflite import inspect_tflite
 
     info = inspect_tflite(path)
     sides = [(TensorRole.INPUT, spec) for spec in info.inputs] + [(TensorRole.OUTPUT, spec) for spec in info.outputs]

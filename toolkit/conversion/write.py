@@ -3,7 +3,7 @@
 Per format one artifact is marked ``preferred``: the profile's proposal, the first in order of preference
 within the tolerance (and not measurably slower than fp32, a verdict only a profile that is this host can
 reach: toolkit.conversion.host_timing). The device measures every verified artifact and selects the one it
-runs (toolkit.selection). Golden inputs are the first held-out samples, each in the model's own
+runs (toolkit.checks.selection). Golden inputs are the first held-out samples, each in the model's own
 dtype; each artifact's golden outputs are what it gave on this host, with the drift a device may show.
 """
 
@@ -18,18 +18,19 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from toolkit import on_demand, verify
+from toolkit.delivery import on_demand
+from toolkit.verification import verify
 from toolkit.__about__ import __version__
-from toolkit.bundle import GOLDEN_INPUTS, GOLDEN_REFERENCE, golden_outputs_name, install_runner, save_npz, write_manifest
+from toolkit.delivery.bundle import GOLDEN_INPUTS, GOLDEN_REFERENCE, golden_outputs_name, install_runner, save_npz, write_manifest
 from toolkit.conversion.cache import source_hash
 from toolkit.conversion.candidate import Candidate, ConvertRun
 from toolkit.conversion.edgetpu import compile_for_edgetpu
 from toolkit.conversion.layers import bundle_table
 from toolkit.errors import UsageError
-from toolkit.types import ArtifactRecord, Golden, Manifest, SourceRef
+from toolkit.model.types import ArtifactRecord, Golden, Manifest, SourceRef
 
 if TYPE_CHECKING:
-    from toolkit.options import ConvertOptions
+    from toolkit.model.options import ConvertOptions
 
 GOLDEN_SAMPLES = 8
 
@@ -77,7 +78,7 @@ def write_bundle(run: ConvertRun, options: ConvertOptions, name: str, kept: Sequ
         records.extend(compile_for_edgetpu(records, policy, attempts, staging))
     labels = _read_labels(options.labels) if options.labels else None
     if options.device_eval:
-        from toolkit.device_eval import write_eval_set
+        from toolkit.checks.device_eval import write_eval_set
 
         eval_note = write_eval_set(staging, feeds=data.heldout.feeds, input_names=[s.name for s in source.inputs],
                                    reference=reference, labels=data.heldout.labels, limit=options.device_eval)
@@ -108,9 +109,9 @@ def write_bundle(run: ConvertRun, options: ConvertOptions, name: str, kept: Sequ
 
 def _layer_probe(run: ConvertRun, item: Candidate, staging: Path, feeds: Sequence[Mapping[str, np.ndarray]]
                  ) -> str | None:
-    """The float layers a failed device check compares with (:mod:`toolkit.divergence`); never costs the
+    """The float layers a failed device check compares with (:mod:`toolkit.checks.divergence`); never costs the
     artifact: a failure becomes the note."""
-    from toolkit import divergence
+    from toolkit.checks import divergence
 
     fp32 = run.fp32.get(item.recipe.format)
     float_path = fp32.built.path if isinstance(fp32, Candidate) else None

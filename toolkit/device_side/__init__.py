@@ -8,7 +8,7 @@ the host copies to the device and runs with the device's own Python; nothing in 
   device under ``~/.edgetk/helper/`` keyed by its hash;
 - ``device_probe.py``: the one device probe (arch, CPU, board, Python, glibc, memory, clocks). The runner and
   the helper carry verbatim copies of its block (a test keeps them identical); setup runs it as it is, and
-  ``toolkit.platform.probe_local`` loads it in-process for this machine (it is stdlib-only).
+  ``toolkit.model.platform.probe_local`` loads it in-process for this machine (it is stdlib-only).
 
 The host reads them as text through :func:`source_path`.
 """

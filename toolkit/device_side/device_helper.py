@@ -1,6 +1,6 @@
 # mypy: ignore-errors
 """The device side of deploy: installed once per device as ``~/.edgetk/helper/<sha256>.py`` and run (from a
-compiled cache, see ``toolkit.deployment._BOOT``) as ``python -S -c BOOT SUBCOMMAND ARGS...``.
+compiled cache, see ``toolkit.delivery.deployment._BOOT``) as ``python -S -c BOOT SUBCOMMAND ARGS...``.
 
 Python >= 3.6, stdlib only (it must work on a device with no numpy and on Jetson's Python 3.6). Arguments
 arrive as separate argv words (the host quotes each one), so names are data, never shell. Every path is
@@ -207,7 +207,7 @@ GZ_SUFFIX = ".edgetk-gz"  # a file sent gzip-compressed (deploy --compress), inf
 SHELLS = ("sh", "bash", "dash", "ash", "zsh", "ksh", "mksh", "fish", "busybox", "tcsh", "csh")
 
 
-FRAME_BEGIN = "\x1eedgetk-json\n"  # the host reads the JSON from between these (toolkit.deployment.unframe)
+FRAME_BEGIN = "\x1eedgetk-json\n"  # the host reads the JSON from between these (toolkit.delivery.deployment.unframe)
 FRAME_END = "\n\x1eedgetk-end\n"
 
 
@@ -725,7 +725,7 @@ def cmd_rollback(name):
     emit({"current": entry["version"], "previous": current})
 
 
-SELECTED = "selected.json"  # beside ``current``: the artifact the last check selected (toolkit/selection.py)
+SELECTED = "selected.json"  # beside ``current``: the artifact the last check selected (toolkit/checks/selection.py)
 
 
 def read_selected(name):

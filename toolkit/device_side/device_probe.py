@@ -4,8 +4,8 @@
 The one probe every stage uses: ``edgetk devices probe`` and the check reports (the runner carries a copy of
 the block below, kept identical by a test, because a bundle ships the runner alone), ``edgetk devices setup``
 (run as ``python -c <this file>``), the deploy helper (a copy of the block, same test) and, on the host,
-``toolkit.platform.probe_local`` (this file loaded in-process). The host turns the document into a
-``toolkit.platform.DevicePlatform`` and matches a target profile; names for arches and ARM cores live there,
+``toolkit.model.platform.probe_local`` (this file loaded in-process). The host turns the document into a
+``toolkit.model.platform.DevicePlatform`` and matches a target profile; names for arches and ARM cores live there,
 not here: this file reports what the device says, raw.
 
 Python >= 3.6 (vermin-checked), no numpy, imports nothing from toolkit.

@@ -38,7 +38,7 @@ whenever the JSON document was printed (even when artifacts failed), 2 for a usa
 document). Native libraries that print to stdout cannot corrupt the document: fd 1 is pointed at stderr while
 the runner works and the JSON is written to the saved original stdout at the end.
 
-Per artifact report keys read by the host's gates (toolkit/checking.py): ``latency_samples_ms`` (every timed
+Per artifact report keys read by the host's gates (toolkit/checks/checking.py): ``latency_samples_ms`` (every timed
 run in ms, in the order measured, thinned evenly to MAX_SAMPLES; the host stores them so that the regression
 gate tests samples from several checks rather than one median) and, where the runtime can tell,
 ``placement``: ``{"intended", "nodes_total", "nodes_on_intended", "time_share_on_intended",

@@ -39,7 +39,7 @@ from typing import Any
 
 from toolkit.devices.spec import DeviceSpec, _port
 from toolkit.errors import MissingDependency, UsageError
-from toolkit.schemas.problems import closest
+from toolkit.model.schemas.problems import closest
 
 log = logging.getLogger(__name__)
 

@@ -11,7 +11,7 @@
     known_hosts = "~/.ssh/known_hosts"     # optional
 
 Every error names the file and the key, and an unknown key gets a "did you mean": the schema is a pydantic
-model (toolkit.schemas.inventory), read only when a file is.
+model (toolkit.model.schemas.inventory), read only when a file is.
 """
 
 from __future__ import annotations
@@ -24,20 +24,20 @@ from typing import Any
 from toolkit.devices.spec import LOCAL, DeviceSpec
 from toolkit.errors import UsageError
 
-# The keys of a [devices.NAME] table (the schema, toolkit.schemas.inventory, is the one definition).
+# The keys of a [devices.NAME] table (the schema, toolkit.model.schemas.inventory, is the one definition).
 DEVICE_KEYS = ("host", "port", "user", "identity_file", "python", "target", "groups", "known_hosts")
 
 
 def _did_you_mean(key: str, choices: tuple[str, ...] | list[str]) -> str:
-    from toolkit.schemas.problems import did_you_mean
+    from toolkit.model.schemas.problems import did_you_mean
 
     return did_you_mean(key, choices, sentence=True)
 
 
 def parse_inventory(data: Mapping[str, Any], *, where: str) -> dict[str, DeviceSpec]:
     """Validate parsed TOML and return the devices by name (in file order)."""
-    from toolkit.schemas import validate
-    from toolkit.schemas.inventory import Inventory
+    from toolkit.model.schemas import validate
+    from toolkit.model.schemas.inventory import Inventory
 
     inventory = validate(Inventory, data, file=where, docs="docs/devices.md")
     assert inventory is not None

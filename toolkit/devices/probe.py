@@ -1,5 +1,5 @@
 """What a device is and what it can run: the runner's ``probe`` on the device, plus the shipped target
-profile that matches best (``toolkit.platform.match_environment``).
+profile that matches best (``toolkit.model.platform.match_environment``).
 
 The probe copies the runner to ``~/.edgetk/runner/edgetk_runner.py`` (only when its hash differs) and runs
 ``edgetk_runner.py probe`` with the device's Python (stdlib only, so it works before numpy is installed).
@@ -19,7 +19,7 @@ RUNNER_DIR = ".edgetk/runner"
 
 
 def _best_profile(env: dict[str, Any]) -> tuple[str | None, str | None]:
-    from toolkit.platform import match_environment
+    from toolkit.model.platform import match_environment
 
     try:
         return match_environment(env), None

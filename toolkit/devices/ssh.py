@@ -27,7 +27,7 @@ deadline on top (:class:`~toolkit.errors.DeviceTimeout`).
 Shells that talk: a login shell that prints on start-up (a ``~/.bashrc`` echo) prefixes every command's stdout
 and breaks the SFTP stream. Each command prints a marker first and whatever precedes it is dropped (and
 reported once, naming the device and the fix); when SFTP cannot start, files go over exec channels
-(``cat``, or one framed stream per push: ``toolkit.deploy_stream``), which that noise cannot corrupt.
+(``cat``, or one framed stream per push: ``toolkit.delivery.deploy_stream``), which that noise cannot corrupt.
 
 Dropbear without an sftp-server (findings.md section 6): whether SFTP starts is asked once per device and
 remembered (:mod:`toolkit.devices.host_facts`); a connection whose SFTP start failed is closed at once and never
@@ -69,7 +69,7 @@ from toolkit.errors import (
     HostKeyRefused,
     LinkDropped,
 )
-from toolkit.types import CommandResult
+from toolkit.model.types import CommandResult
 
 log = logging.getLogger(__name__)
 if not os.environ.get("EDGETK_DEBUG"):

@@ -218,7 +218,7 @@ def _random(rng: np.random.Generator, shape: list[int], dtype: np.dtype[Any]) ->
 def _bundle_for(path: Path, folder: Path, reference: tuple[list[np.ndarray], list[np.ndarray]] | None,
                 atol: float) -> Path:
     """A minimal bundle around one artifact (manifest + golden data) that the runner measures as it is."""
-    from toolkit.bundle import save_npz, sha256_file
+    from toolkit.delivery.bundle import save_npz, sha256_file
 
     folder.mkdir(parents=True, exist_ok=True)
     target = folder / path.name

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from toolkit.__about__ import __version__
-from toolkit.types import Manifest, is_a16w8
+from toolkit.model.types import Manifest, is_a16w8
 
 
 @dataclass(frozen=True)
@@ -33,7 +33,7 @@ class ReportData:
     history: tuple[Mapping[str, Any], ...] = ()  # stored checks, oldest first
     trends: tuple[Mapping[str, Any], ...] = ()
     extra: Mapping[str, Any] = field(default_factory=dict)
-    selected: tuple[Mapping[str, Any], ...] = ()  # the newest selection per device (toolkit.selection)
+    selected: tuple[Mapping[str, Any], ...] = ()  # the newest selection per device (toolkit.checks.selection)
 
     @property
     def title(self) -> str:
@@ -73,7 +73,7 @@ def collect(bundle: Path | None, *, store: Path | str | None = None, device: str
             trends=tuple(t.to_dict() for t in trends(checks)),
             selected=tuple(latest_selections(history_store, device=device)),
         )
-    from toolkit.bundle import read_bundle
+    from toolkit.delivery.bundle import read_bundle
 
     opened = read_bundle(Path(bundle))
     checks = history_store.history(device=device, bundle=opened.name)
@@ -224,7 +224,7 @@ def _inside(data: ReportData) -> str:
                             css_id="loads"))
     evaluated = plots.newest_with(checks, "evaluation")
     if evaluated:
-        from toolkit.device_eval import table_row
+        from toolkit.checks.device_eval import table_row
 
         parts.append("<h2>The eval set on the device</h2>")
         parts.append(_table(("artifact", "device", "samples", "device vs labels", "float vs labels",

@@ -15,8 +15,8 @@ from datetime import datetime
 from typing import Any
 
 from toolkit.errors import MissingDependency
-from toolkit.quantized import precision_label
-from toolkit.types import Manifest
+from toolkit.model.quantized import precision_label
+from toolkit.model.types import Manifest
 
 PRECISION_COLOURS = {"fp32": "#4c72b0", "fp16": "#55a868", "dynamic": "#dd8452", "int8": "#c44e52"}
 

@@ -13,8 +13,8 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from toolkit.quantized import precision_label
-from toolkit.types import CheckReport, Manifest
+from toolkit.model.quantized import precision_label
+from toolkit.model.types import CheckReport, Manifest
 
 HEADERS = ("artifact", "precision", "size", "accuracy (float)", "host p50", "device", "p50", "p90", "load",
            "peak mem", "gate")
@@ -143,7 +143,7 @@ def bundle_table(manifest: Manifest, reports: Sequence[CheckReport | Mapping[str
         lines += ["", "inside the runs (--profile / --throughput / --loads):", *inside]
     evaluated = [_report_dict(r) for r in reports if _report_dict(r).get("evaluation")]
     if evaluated:
-        from toolkit.device_eval import text as eval_text
+        from toolkit.checks.device_eval import text as eval_text
 
         lines += ["", "the eval set on the device (--eval):",
                   *(f"  {d.get('device')}: {eval_text(str(d.get('artifact')), d['evaluation'])}" for d in evaluated)]

@@ -8,7 +8,7 @@ from typing import Mapping
 
 import numpy as np
 
-from toolkit.types import TensorSpec
+from toolkit.model.types import TensorSpec
 
 
 class SourceModel(abc.ABC):

@@ -11,9 +11,9 @@ from pathlib import Path
 
 import numpy as np
 
-from toolkit.inspection.tflite import inspect_tflite
+from toolkit.runtimes.inspection.tflite import inspect_tflite
 from toolkit.sources.base import SourceModel
-from toolkit.types import TensorSpec
+from toolkit.model.types import TensorSpec
 
 
 def detect_precision(path: Path) -> str:
@@ -27,7 +27,7 @@ class TFLiteSource(SourceModel):
     framework = "tflite"
 
     def __init__(self, path: Path, *, threads: int | None = None) -> None:
-        from toolkit.execution.tflite import TFLiteSession
+        from toolkit.runtimes.execution.tflite import TFLiteSession
 
         self.path = Path(path)
         self._info = inspect_tflite(self.path)

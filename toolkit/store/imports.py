@@ -57,9 +57,9 @@ def _when(stamp: str) -> str:
 
 def import_reports(paths: Sequence[Path], store: Store, *, device: str | None = None) -> ImportResult:
     """Record every report file (``device`` overrides the name the device gave itself)."""
-    from toolkit.checking import parse_runner_output
+    from toolkit.checks.checking import parse_runner_output
     from toolkit.errors import DeviceError
-    from toolkit.types import GateResult
+    from toolkit.model.types import GateResult
 
     files = _files([Path(p) for p in paths])
     checks = imported = 0

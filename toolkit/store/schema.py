@@ -4,7 +4,7 @@ One row per check report (one artifact on one device in one check run). The full
 the columns that baselines and filters need beside it. ``seq`` orders rows the way they were written (SQLite's
 rowid did that before ``0002``; a server needs a real column); ``checked_by``/``controller`` say who ran the
 check and on which machine, so a shared history shows everyone's runs. ``selections`` (``0003``): one row per
-device per check run, the artifact the device selected (toolkit.selection) and the document that decided it. Changing a table here needs a new
+device per check run, the artifact the device selected (toolkit.checks.selection) and the document that decided it. Changing a table here needs a new
 migration in ``migrations/versions`` and a new ``HEAD``.
 """
 

@@ -1,5 +1,5 @@
 """The devices' selections in the history (table ``selections``, migration ``0003``): record one, read the
-newest per device. The selection document is :meth:`toolkit.selection.Selection.to_dict`, stored whole."""
+newest per device. The selection document is :meth:`toolkit.checks.selection.Selection.to_dict`, stored whole."""
 
 from __future__ import annotations
 

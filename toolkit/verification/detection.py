@@ -30,7 +30,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from toolkit.errors import UsageError
-from toolkit.verification.roles import MAX_BOX_VALUES
+from toolkit.model.roles import MAX_BOX_VALUES
 
 IOU = 0.5
 YOLO_SCORE_THRESHOLD = 0.25  # Ultralytics' default conf

@@ -2,7 +2,7 @@
 
 It compares the artifact's outputs with the float model's on the held-out inputs: per output, per slice of
 outputs that mix ranges (:mod:`.slices`), and with the metrics of the model's task (given, or inferred from
-the outputs); it applies the :class:`~toolkit.verification.tolerance.Tolerance` to all of them and refuses a
+the outputs); it applies the :class:`~toolkit.model.tolerance.Tolerance` to all of them and refuses a
 vacuous verdict (float outputs that do not vary, too few samples or detections), which the stage records as
 ``unverified`` rather than ``ok``.
 """
@@ -17,12 +17,13 @@ from typing import Any
 
 import numpy as np
 
-from toolkit.types import Verification
-from toolkit.verification import dense, detection, role_metrics, roles, segmentation, slices
-from toolkit.verification.records import OutputMetrics, SliceMetrics
+from toolkit.model.types import Verification
+from toolkit.verification import dense, detection, role_metrics, segmentation, slices
+from toolkit.model import roles
+from toolkit.model.records import OutputMetrics, SliceMetrics
 from toolkit.verification.sequence import RecurrentRun
-from toolkit.verification.tasks import Task, TaskChoice, infer_task, parse_task
-from toolkit.verification.tolerance import Tolerance
+from toolkit.model.tasks import Task, TaskChoice, infer_task, parse_task
+from toolkit.model.tolerance import Tolerance
 from toolkit.verification.user_metric import UserMetric, evaluate
 
 Outputs = Sequence[np.ndarray]

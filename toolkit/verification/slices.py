@@ -13,7 +13,7 @@ import math
 
 import numpy as np
 
-from toolkit.verification.records import OutputMetrics, SliceMetrics, runs_of, slice_label
+from toolkit.model.records import OutputMetrics, SliceMetrics, runs_of, slice_label
 
 SPLIT_RATIO = 100.0  # groups whose float ranges span more than this are verified one by one
 GAP = 10.0  # channels whose ranges differ by more than this (sorted neighbours) start a new group

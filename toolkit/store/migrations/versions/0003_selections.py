@@ -1,6 +1,6 @@
 """The device's selection: which artifact each device runs, recorded with the check run that decided it.
 
-One row per device per check run (``toolkit.selection``): the selected artifact (NULL when nothing passed),
+One row per device per check run (``toolkit.checks.selection``): the selected artifact (NULL when nothing passed),
 why, whether the user pinned it, and the selection document (every artifact's p50 on the device and why the
 others were not selected). Older histories upgrade by gaining the empty table; their checks are untouched.
 

@@ -1,0 +1,278 @@
+"""One bundle deployed and/or checked on one device (:class:`BundleJob`, the unit of work that ``edgetk
+deploy``/``check`` and ``toolkit.deploy``/``toolkit.check`` hand to the fleet runner), and staged rollouts:
+the fleet in waves, stopped when a wave fails too often, the devices already updated rolled back on request.
+
+Staged rollouts follow Ansible's ``serial`` + ``max_fail_percentage`` (and what hawkBit's rollout groups and
+Mender's phased deployments do), on the same fleet runner as every other command (bounded threads, one
+connection per device at a time, closed after its task):
+
+- ``--waves 1,10%,100%``: batch sizes, each a device count or a share of the fleet (rounded up, at least 1);
+  the last size repeats until every device had its turn (``1,10%`` = one canary, then 10% at a time);
+- ``--max-failures 5%`` (or a count): the rollout stops after a wave in which MORE than that many devices
+  failed (deploy or check, exit code != 0); the default 0 stops at the first failing device;
+- ``--rollback-on-failure``: when it stops, every device that this rollout switched to the new version (all
+  waves so far, the failing one included) goes back to the version it ran before.
+"""
+
+from __future__ import annotations
+
+import sys
+import threading
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Generic, TextIO, TypeVar
+
+from toolkit.delivery.bundle import Bundle, read_bundle
+from toolkit.checks.checking import GateOptions, runner_flags
+from toolkit.devices.fleet import DeviceOutcome, FleetResult
+from toolkit.devices.spec import DeviceSpec
+from toolkit.errors import UsageError
+from toolkit.store.guard import GuardedStore, StoreStatus
+from toolkit.model.waves import FailureLimit, WavePlan
+from toolkit.model.types import CheckReport
+
+T = TypeVar("T")
+
+
+@dataclass(frozen=True)
+class BundleJob:
+    """What to do with ``bundle`` on each device: install it (``install``), then check it (``check``)."""
+
+    bundle: Bundle
+    install: bool
+    check: bool
+    force: bool
+    compress: bool
+    runs: int
+    warmup: int
+    gates: GateOptions
+    store: GuardedStore | None
+    runner_args: tuple[str, ...] = ()  # --profile / --throughput / --loads for the runner
+    break_lock: bool = False  # deploy --break-lock
+    prune: bool = False  # deploy --prune: old versions go when the disk is short
+    pin: str | None = None  # check --select FILE: the artifact every device runs (toolkit.checks.selection)
+    evaluate: bool = False  # --eval: the bundle's eval set on the device
+    # devices this job switched to the bundle's version -> the version they ran before (for a rollback)
+    switched: dict[str, str | None] = field(default_factory=dict, compare=False, repr=False)
+    _lock: threading.Lock = field(default_factory=threading.Lock, compare=False, repr=False)
+
+    def run(self, device: Any, *, progress_stream: TextIO | Any | None) -> tuple[Any, list[CheckReport], Any]:
+        """(push result or None, check reports, the device's Selection or None) for one connected
+        ``toolkit.delivery.deployment.Device``."""
+        from toolkit.checks.checking import check as run_check
+        from toolkit.delivery.deployment import push
+        from toolkit.checks.selection import apply as select
+
+        pushed = (
+            push(device, self.bundle, force=self.force, progress_stream=progress_stream, compress=self.compress,
+                 break_lock=self.break_lock, prune=self.prune)
+            if self.install
+            else None
+        )
+        if pushed is not None and pushed.previous != pushed.version:
+            with self._lock:
+                self.switched[device.spec.name] = pushed.previous
+        reports = (
+            run_check(device, self.bundle, runs=self.runs, warmup=self.warmup, gates=self.gates, store=self.store,
+                      runner_args=self.runner_args, evaluate=self.evaluate)
+            if self.check
+            else []
+        )
+        if pushed is not None and self.check:  # another controller may have deployed while this one checked
+            from dataclasses import replace
+
+            from toolkit.delivery.locks import replaced_note
+
+            note = replaced_note(device, self.bundle.name, pushed.version)
+            if note:
+                print(f"warning: {note}", file=progress_stream or sys.stderr, flush=True)
+                pushed = replace(pushed, warnings=(*pushed.warnings, note))
+        selection = select(device, self.bundle, reports, pin=self.pin, store=self.store) if self.check else None
+        return pushed, list(reports), selection
+
+    def store_status(self) -> StoreStatus | None:
+        """Where the check reports went (None when the job checks nothing)."""
+        return self.store.status() if self.store is not None else None
+
+
+def prepare_job(
+    bundle_path: str | Path,
+    *,
+    install: bool,
+    check: bool,
+    force: bool = False,
+    compress: bool = False,
+    break_lock: bool = False,
+    prune: bool = False,
+    runs: int,
+    warmup: int,
+    budget_ms: float | None,
+    baseline: str,
+    regression_pct: float | None,
+    store: str | Path | None,
+    store_fallback: bool = False,
+    profile: bool = False,
+    throughput: bool = False,
+    loads: bool = False,
+    pin: str | None = None,
+    evaluate: bool = False,
+) -> BundleJob:
+    """Read and validate the bundle and the gate options once, before any device is contacted; open the history
+    (migrating it if needed). A history that is down does not stop the job: its status says so afterwards."""
+    from toolkit.delivery.deployment import validate_name
+
+    bundle = read_bundle(Path(bundle_path))
+    validate_name(bundle.name)
+    files = [a.file for a in bundle.manifest.artifacts]
+    if pin is not None and pin not in files:
+        raise UsageError(f"--select {pin}: the bundle {bundle.name!r} has no artifact of that name.",
+                         hint=f"Pick one of: {', '.join(files)}.")
+    if evaluate and check:
+        from toolkit.checks.device_eval import require_eval_set
+
+        require_eval_set(bundle)
+    history = GuardedStore(store, fallback=store_fallback) if check else None
+    if history is not None and history.probe() and baseline not in ("last", "none") and not history.exists(baseline):
+        raise UsageError(
+            f"No stored check {baseline!r} in {history.path}.",
+            hint="Use --baseline last, none, or an id from `edgetk history`.",
+        )
+    return BundleJob(
+        bundle=bundle,
+        install=install,
+        check=check,
+        force=force,
+        compress=compress,
+        runs=runs,
+        warmup=warmup,
+        gates=GateOptions(budget_ms=budget_ms, baseline=baseline, regression_pct=regression_pct),
+        store=history,
+        runner_args=runner_flags(profile=profile, throughput=throughput, loads=loads),
+        break_lock=break_lock,
+        prune=prune,
+        pin=pin,
+        evaluate=evaluate,
+    )
+
+
+# ------------------------------------------------------------------------------------------ staged rollouts
+
+
+@dataclass(frozen=True)
+class WaveResult:
+    index: int  # 1-based
+    devices: tuple[str, ...]
+    failed: tuple[str, ...]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"wave": self.index, "devices": list(self.devices), "failed": list(self.failed),
+                "failed_pct": round(100.0 * len(self.failed) / len(self.devices), 1) if self.devices else 0.0}
+
+
+@dataclass(frozen=True)
+class RolloutResult(Generic[T]):
+    """Every wave that ran, the outcomes of every device that had its turn (in fleet order), why it stopped,
+    the devices never reached and what the rollback did."""
+
+    waves: tuple[WaveResult, ...]
+    outcomes: tuple[DeviceOutcome[T], ...]
+    stopped: str | None  # why the rollout stopped early (None: every wave ran)
+    not_started: tuple[str, ...]
+    rolled_back: tuple[DeviceOutcome[Any], ...] = ()
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "waves": [w.to_dict() for w in self.waves], "stopped": self.stopped, "not_started": list(self.not_started),
+            "rolled_back": [{"device": o.device, "ok": o.ok, "error": o.error} for o in self.rolled_back],
+        }
+
+
+def staged_rollout(
+    specs: Sequence[DeviceSpec],
+    run: Callable[[Sequence[DeviceSpec]], FleetResult[T]],
+    *,
+    plan: WavePlan,
+    max_failures: FailureLimit,
+    rollback: Callable[[Sequence[DeviceSpec]], FleetResult[Any]] | None = None,
+    switched: Callable[[], Sequence[str]] = lambda: (),
+    failed: Callable[[DeviceOutcome[T]], bool] = lambda o: not o.ok,
+) -> RolloutResult[T]:
+    """Run ``run`` on the fleet wave by wave; stop after a wave that exceeds ``max_failures``; then, with
+    ``rollback``, hand it the devices that ``switched()`` names (those the rollout switched to the new version)."""
+    waves: list[WaveResult] = []
+    outcomes: list[DeviceOutcome[T]] = []
+    start, stopped = 0, None
+    for index, size in enumerate(plan.batches(len(specs)), start=1):
+        batch = specs[start:start + size]
+        start += size
+        result = run(batch)
+        outcomes.extend(result.outcomes)
+        bad = tuple(o.device for o in result.outcomes if failed(o))
+        waves.append(WaveResult(index, tuple(s.name for s in batch), bad))
+        if max_failures.exceeded(len(bad), len(batch)):
+            stopped = (f"wave {index}: {len(bad)} of {len(batch)} devices failed "
+                       f"({100.0 * len(bad) / len(batch):.0f}%), more than --max-failures {max_failures}")
+            break
+    not_started = tuple(s.name for s in specs[start:]) if stopped else ()
+    rolled: tuple[DeviceOutcome[Any], ...] = ()
+    if stopped and rollback is not None:
+        names = set(switched())
+        back = [s for s in specs if s.name in names]
+        if back:
+            rolled = rollback(back).outcomes
+    return RolloutResult(tuple(waves), tuple(outcomes), stopped, not_started, rolled)
+
+
+def _check_failed(outcome: DeviceOutcome[tuple[Any, list[CheckReport], Any]]) -> bool:
+    if not outcome.ok or outcome.value is None:
+        return True
+    selection = outcome.value[2]
+    return any(not r.gates.passed for r in outcome.value[1]) or (selection is not None and selection.artifact is None)
+
+
+RunOn = Callable[[Sequence[DeviceSpec], Callable[[Any, DeviceSpec], Any]], FleetResult[Any]]
+
+
+def fleet_runner(connect: Callable[[DeviceSpec], Any], *, parallel: int) -> RunOn:
+    """``run_on(specs, task)``: ``task(Device, spec)`` on each device, ``connect(spec)`` giving the connection
+    (a context manager, closed after the task), at most ``parallel`` at once."""
+    from toolkit.delivery.deployment import Device
+    from toolkit.devices.fleet import run_fleet
+
+    def run_on(specs: Sequence[DeviceSpec], task: Callable[[Any, DeviceSpec], Any]) -> FleetResult[Any]:
+        def one(spec: DeviceSpec) -> Any:
+            with connect(spec) as conn:
+                return task(Device(spec, conn), spec)
+
+        return run_fleet(specs, one, parallel=parallel)
+
+    return run_on
+
+
+def deploy_in_waves(
+    job: BundleJob,
+    specs: Sequence[DeviceSpec],
+    *,
+    run_on: RunOn,
+    plan: WavePlan,
+    max_failures: FailureLimit,
+    rollback_on_failure: bool,
+    progress_stream: TextIO | Any | None = None,
+) -> RolloutResult[tuple[Any, list[CheckReport]]]:
+    """``edgetk deploy --waves``: ``job`` on the fleet wave by wave through ``run_on`` (see
+    :func:`fleet_runner`); a device fails a wave when its deploy or its check (gates included) fails."""
+    from toolkit.delivery.deployment import rollback as switch_back
+
+    def back(device: Any, spec: DeviceSpec) -> dict[str, Any]:
+        if job.switched.get(spec.name) is None:
+            raise UsageError(f"{spec.name}: {job.bundle.name} had no earlier version there to go back to.",
+                             hint=f"Remove it if needed: edgetk remove {job.bundle.name} --device ...")
+        return switch_back(device, job.bundle.name)
+
+    return staged_rollout(
+        specs, lambda batch: run_on(batch, lambda device, spec: job.run(device, progress_stream=progress_stream)),
+        plan=plan, max_failures=max_failures,
+        rollback=(lambda devices: run_on(devices, back)) if rollback_on_failure else None,
+        switched=lambda: list(job.switched), failed=_check_failed,
+    )

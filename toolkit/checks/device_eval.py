@@ -1,0 +1,236 @@
+"""The eval set on the device (``edgetk convert --device-eval N``, ``edgetk check --eval``).
+
+At convert time the bundle gets ``eval/``: the first N held-out inputs (``input_<i>.npy``, float32, stacked as
+the golden inputs are), the float model's outputs for them (``reference.npz``, ``output_<k>``) and their labels
+(``labels.npy``) when the eval data has them. Only the inputs ever go to a device, and only when a check asks
+(``check --eval`` pushes them into the installed version's folder once): ``deploy`` does not carry them, so a
+bundle stays as small on the device as without them.
+
+On the device the runner's ``eval`` command runs every sample through one artifact, reading the inputs from
+their memory-mapped files one chunk at a time (a chunk is sized to a quarter of the device's available memory)
+and writing the raw outputs in the artifact's own dtype (an int8 output stays one byte a value) with their
+scale and zero point. The host fetches them, dequantizes and scores them with the same task metrics convert
+used (:func:`toolkit.verification.verify.compare`): the device's outputs against the labels and against the float model's,
+the float model's against the labels beside them. Without labels only the agreement with the float model is
+reported, and the result says so.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import re
+import tempfile
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from toolkit.delivery import on_demand
+from toolkit.delivery.bundle import Bundle, load_npz, save_npz
+from toolkit.errors import UsageError
+
+if TYPE_CHECKING:
+    from toolkit.delivery.deployment import Device
+    from toolkit.model.types import ArtifactRecord, CheckReport, Verification
+    from toolkit.model.tasks import TaskChoice
+
+EVAL_DIR = "eval"
+EVAL_REFERENCE = f"{EVAL_DIR}/reference.npz"
+EVAL_LABELS = f"{EVAL_DIR}/labels.npy"
+INPUT = re.compile(rf"{EVAL_DIR}/input_(\d+)\.npy")
+EVAL_TIMEOUT_S = 1800.0
+NO_LABELS = "the eval data has no labels (key y): reported is the agreement with the float model only"
+
+
+def input_files(bundle: Bundle) -> list[str]:
+    """The eval inputs the manifest records (bundle-relative), in input order; empty when it records none."""
+    indexed = [(int(m.group(1)), f.file) for f in bundle.manifest.on_demand if (m := INPUT.fullmatch(f.file))]
+    return [name for _, name in sorted(indexed)]
+
+
+def missing_note(bundle: Bundle) -> str | None:
+    """Why the bundle's eval set cannot be used (None: it can): there is none, or its manifest predates it."""
+    if input_files(bundle) and on_demand.recorded(bundle, EVAL_REFERENCE):
+        return None
+    if (bundle.path / EVAL_DIR).is_dir():
+        return f"the bundle's eval set {on_demand.UNRECORDED}: convert again to check it on a device"
+    return "the bundle carries no eval set: convert with --device-eval N to add one"
+
+
+def require_eval_set(bundle: Bundle) -> None:
+    """Refuse ``--eval`` for a bundle without a usable eval set, or whose eval files do not match their
+    sha256, before any device is contacted."""
+    if missing_note(bundle) is not None:
+        if (bundle.path / EVAL_DIR).is_dir():
+            raise UsageError(f"--eval: the eval set of the bundle {bundle.path} {on_demand.UNRECORDED}.",
+                             hint=on_demand.CONVERT_AGAIN)
+        raise UsageError(f"--eval: the bundle {bundle.path} carries no eval set.",
+                         hint="Convert it with --device-eval N (N held-out samples go into its eval/ folder).")
+    for ref in bundle.manifest.on_demand:
+        if ref.file.startswith(f"{EVAL_DIR}/"):
+            on_demand.verified(bundle, ref.file)
+
+
+def write_eval_set(staging: Path, *, feeds: Sequence[Mapping[str, np.ndarray]], input_names: Sequence[str],
+                   reference: Sequence[Sequence[np.ndarray]], labels: np.ndarray | None, limit: int) -> str:
+    """Write ``eval/`` for the first ``limit`` held-out samples; the note for the manifest's record."""
+    count = min(limit, len(feeds), len(reference))
+    folder = staging / EVAL_DIR
+    folder.mkdir(parents=True, exist_ok=True)
+    size = 0
+    for i, name in enumerate(input_names):
+        stacked = np.stack([np.asarray(feed[name], dtype=np.float32) for feed in feeds[:count]])
+        np.save(folder / f"input_{i}.npy", stacked, allow_pickle=False)
+        size += stacked.nbytes
+    outputs = {f"output_{k}": np.stack([np.asarray(r[k], dtype=np.float32) for r in reference[:count]])
+               for k in range(len(reference[0]))} if count else {}
+    save_npz(staging / EVAL_REFERENCE, outputs)
+    if labels is not None:
+        np.save(staging / EVAL_LABELS, np.asarray(labels)[:count], allow_pickle=False)
+    return (f"eval set for `edgetk check --eval`: {count} samples ({size / 1e6:.2f} MB of inputs; "
+            f"{'with' if labels is not None else 'without'} labels) in {EVAL_DIR}/")
+
+
+def _dequantized(raw: np.ndarray, spec: Mapping[str, Any]) -> np.ndarray:
+    if spec.get("scale"):
+        return (raw.astype(np.float32) - float(spec.get("zero_point") or 0)) * np.float32(spec["scale"])
+    return raw.astype(np.float32)
+
+
+def score(record: ArtifactRecord, reference: Mapping[str, np.ndarray], device_outputs: Sequence[np.ndarray],
+          labels: np.ndarray | None) -> Verification:
+    """The device's outputs against the float model's and the labels, with the metrics convert used."""
+    from toolkit.verification import verify
+
+    refs = [reference[f"output_{k}"] for k in range(len(reference))]
+    count = min([len(r) for r in refs] + [len(d) for d in device_outputs])
+    actual = [d[:count].reshape(r[:count].shape) for d, r in zip(device_outputs, refs)]
+    return verify.compare([[r[i] for r in refs] for i in range(count)], [[a[i] for a in actual] for i in range(count)],
+                          labels=labels[:count] if labels is not None else None, task=convert_task(record),
+                          output_names=[o.name for o in record.outputs])
+
+
+def convert_task(record: ArtifactRecord) -> TaskChoice | None:
+    """The task and the per-output roles the user declared at convert time (``--task``, ``--output-task``,
+    dataset.toml), as convert judged ``record`` with them: the device's outputs are scored by the same roles,
+    never re-inferred in their place. None: no verification recorded, everything is inferred."""
+    from toolkit.model.roles import OutputDeclaration, Role
+    from toolkit.model.tasks import TaskChoice, parse_task
+
+    verification = record.verification
+    if verification is None:
+        return None
+    declared = tuple(OutputDeclaration(o.name, Role(o.role), o.role_source) for o in verification.outputs
+                     if o.role and o.role_source and not o.role_source.startswith("inferred"))
+    return TaskChoice(parse_task(verification.task, where="the manifest"), verification.task_source or "inferred",
+                      declared)
+
+
+def summary(verification: Verification, *, labels: bool) -> dict[str, Any]:
+    """The side-by-side numbers: vs the labels (device and float model), vs the float model (agreement)."""
+    data = verification.to_dict()
+    return {
+        "task": data.get("task"),
+        "samples": data.get("samples"),
+        "labels": labels,
+        "vs_labels": {"device_accuracy": data.get("accuracy"), "float_accuracy": data.get("reference_accuracy")}
+        if labels else None,
+        "vs_float": {"top1_agreement": data.get("top1_agreement"), "max_abs_error": data.get("max_abs_error"),
+                     "cosine_similarity": data.get("cosine_similarity")},
+        "task_metrics": data.get("task_metrics") or {},
+        "note": None if labels else NO_LABELS,
+    }
+
+
+def evaluate(device: Device, bundle: Bundle, vdir: str, artifacts: Sequence[str], *,
+             timeout: float = EVAL_TIMEOUT_S) -> dict[str, dict[str, Any]]:
+    """Per artifact: the eval set run on the device and scored here (``{"available": False, "note"}`` when the
+    bundle has no usable eval set or the artifact could not run it; ``"refused": True`` as well when the device
+    refused an eval input whose sha256 is not the manifest's)."""
+    note = missing_note(bundle)
+    if note is not None:
+        return {a: {"available": False, "note": note} for a in artifacts}
+    on_demand.push(device, bundle, vdir, input_files(bundle))
+    reference = load_npz(on_demand.verified(bundle, EVAL_REFERENCE))
+    labels = (np.load(on_demand.verified(bundle, EVAL_LABELS), allow_pickle=False)
+              if on_demand.recorded(bundle, EVAL_LABELS) else None)
+    runner = bundle.manifest.runner.file if bundle.manifest.runner else "edgetk_runner.py"
+    records = {a.file: a for a in bundle.manifest.artifacts}
+    results: dict[str, dict[str, Any]] = {}
+    for artifact in artifacts:
+        out = f"{vdir}/{EVAL_DIR}/out/{artifact}"
+        argv = [device.python, f"{vdir}/{runner}", "eval", "--bundle", vdir, "--artifact", artifact, "--out", out]
+        done = device.conn.run(argv, timeout=timeout)
+        try:
+            doc = json.loads(done.stdout.strip().splitlines()[-1]) if done.stdout.strip() else None
+        except ValueError:
+            doc = None
+        if not isinstance(doc, dict) or doc.get("error") or not doc.get("ok"):
+            error = (doc or {}).get("error") or {"message": (done.stderr.strip().splitlines() or ["no output"])[-1]}
+            refused = error.get("kind") == "integrity"
+            results[artifact] = {"available": False, "note": (
+                f"the device refused the eval set: {error.get('message')} {error.get('hint') or ''}".rstrip()
+                if refused else f"the device could not run the eval set: {error.get('message')}")}
+            if refused:
+                results[artifact]["refused"] = True
+            continue
+        with tempfile.TemporaryDirectory(prefix="edgetk-eval-") as scratch:
+            outputs = []
+            for spec in doc.get("outputs") or []:
+                local = Path(scratch) / str(spec["file"])
+                device.conn.get(f"{out}/{spec['file']}", local)
+                outputs.append(_dequantized(np.load(local, allow_pickle=False), spec))
+        result = summary(score(records[artifact], reference, outputs, labels), labels=labels is not None)
+        result.update(available=True, chunk=doc.get("chunk"), chunks=doc.get("chunks"), seconds=doc.get("seconds"),
+                      runtime=doc.get("runtime"))
+        results[artifact] = result
+    return results
+
+
+def attach(report: CheckReport, result: Mapping[str, Any] | None) -> CheckReport:
+    """The report with its eval result; an eval input the device refused (its sha256 is not the manifest's)
+    fails the check, as a tampered artifact does: the accuracy asked for was not proven."""
+    report = dataclasses.replace(report, evaluation=result)
+    if not (result or {}).get("refused"):
+        return report
+    failure = f"{report.artifact}: eval set refused on {report.device}: {(result or {}).get('note')}"
+    return dataclasses.replace(report, gates=dataclasses.replace(
+        report.gates, passed=False, failures=(*report.gates.failures, failure)))
+
+
+def text(artifact: str, result: Mapping[str, Any]) -> str:
+    """One line for the terminal: the device against the labels and the float model, side by side."""
+    if not result.get("available"):
+        return f"{artifact}: eval set not run: {result.get('note')}"
+    parts = []
+    vs_labels = result.get("vs_labels")
+    if vs_labels:
+        parts.append(f"accuracy on the device {_pct(vs_labels.get('device_accuracy'))} vs the float model "
+                     f"{_pct(vs_labels.get('float_accuracy'))}")
+    agreement = (result.get("vs_float") or {}).get("top1_agreement")
+    if agreement is not None:
+        parts.append(f"top-1 agreement with the float model {_pct(agreement)}")
+    else:
+        parts.append(f"cosine with the float model {(result.get('vs_float') or {}).get('cosine_similarity')}")
+    line = (f"{artifact}: eval set on the device ({result.get('samples')} samples, {result.get('chunks')} chunks of "
+            f"up to {result.get('chunk')}): " + "; ".join(parts))
+    return line + (f" ({result['note']})" if result.get("note") else "")
+
+
+def table_row(report: Mapping[str, Any]) -> list[Any]:
+    """artifact, device, samples, device vs labels, float vs labels, device vs float (top-1 agreement, else
+    cosine), note: one row of the report's table."""
+    result = report.get("evaluation") or {}
+    labels = result.get("vs_labels") or {}
+    vs_float = result.get("vs_float") or {}
+    agreement = vs_float.get("top1_agreement")
+    return [report.get("artifact"), report.get("device"), result.get("samples", "-"),
+            _pct(labels.get("device_accuracy")), _pct(labels.get("float_accuracy")),
+            f"top-1 {_pct(agreement)}" if agreement is not None else f"cosine {vs_float.get('cosine_similarity')}",
+            result.get("note") or ""]
+
+
+def _pct(value: Any) -> str:
+    return "-" if value is None else f"{100.0 * float(value):.1f}%"

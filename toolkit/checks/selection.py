@@ -1,0 +1,222 @@
+"""The device chooses: which of a bundle's artifacts a device runs, decided by that device's own check.
+
+The manifest's ``preferred`` artifact is the profile's proposal (its recipe order and the accuracy proven at
+convert time); host latency cannot rank artifacts for another CPU (toolkit.conversion.host_timing). Each check
+measures every artifact the bundle ships; :func:`choose` then selects, for that device, the fastest artifact
+that passed verification at convert time (an ``unverified`` one only where no verified one passes, as for the
+manifest's preference) and passes its gates there (budget, correctness, placement, ...).
+When the fastest and others are inside each other's noise (the regression gate's test both ways:
+:func:`toolkit.regression.compare`), the smallest file wins.
+
+A selection is sticky: it is re-done when the installed version or the device's runtimes change; otherwise the
+previous selection stays unless it no longer passes, or another artifact is measurably faster. A pinned
+selection (``edgetk check --select FILE``) stays until the version changes or the pinned file cannot run there.
+Runs taken while the device throttles (:func:`throttled`) decide nothing. Nothing passing selects nothing,
+with the reason per artifact. The selection is written on the device as ``selected.json`` beside ``current``
+(:func:`on_device`), in the history, and in every check's report.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as _dt
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from toolkit.errors import UsageError
+from toolkit.model.policy import RegressionPolicy
+from toolkit.regression import MIN_SAMPLES, Difference, compare
+from toolkit.model.types import CheckReport, Manifest
+
+SELECTED_FILE = "selected.json"  # in ~/.edgetk/bundles/<name>/, beside ``current``
+SELECTABLE = ("ok", "no_speedup_measured", "slower")  # statuses that passed verification at convert time
+UNVERIFIED = "unverified"  # verification proved nothing: in the running only where no verified artifact is
+HOT_C = 80.0  # Raspberry Pi firmware starts to cap the clock at 80 C; most SoCs throttle in 80-95 C
+CAPPED_SHARE = 0.85  # a performance governor running below this share of the maximum clock is capped
+# the regression gate's test and minimum effects (alpha 0.01, 25%, 0.2 ms): artifacts are measured in separate
+# runner processes, whose medians land on levels up to ~1.5x apart on a shared device (toolkit/regression.py)
+_GATE = RegressionPolicy()
+ALPHA, MIN_PCT, MIN_MS = _GATE.alpha, _GATE.min_slowdown_pct, _GATE.min_slowdown_ms
+
+
+def throttled(environment: Mapping[str, Any]) -> str | None:
+    """Why a run with this environment (the runner's ``environment`` section) was taken while the device
+    throttled, or None: its hottest thermal zone at or above :data:`HOT_C`, or a ``performance`` governor
+    whose current clock is below :data:`CAPPED_SHARE` of its maximum (thermal or power capping)."""
+    temp = environment.get("temperature_c")
+    if isinstance(temp, (int, float)) and temp >= HOT_C:
+        return f"the device was at {temp:g} C (throttling from {HOT_C:g} C)"
+    freq, top = environment.get("cpu_freq_mhz"), environment.get("cpu_freq_max_mhz")
+    if (environment.get("governor") == "performance" and isinstance(freq, (int, float))
+            and isinstance(top, (int, float)) and top > 0 and freq < CAPPED_SHARE * top):
+        return f"its CPU ran at {freq:g} of {top:g} MHz under the performance governor (capped)"
+    return None
+
+
+@dataclass(frozen=True)
+class Contender:
+    """One artifact as the selection saw it: its p50 on the device and why it could not be selected."""
+
+    artifact: str
+    bytes: int
+    p50_ms: float | None
+    excluded: str | None = None  # None: it passed and was in the running
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"artifact": self.artifact, "bytes": self.bytes, "p50_ms": self.p50_ms, "excluded": self.excluded}
+
+
+@dataclass(frozen=True)
+class Selection:
+    """The artifact one device runs for one installed version (``artifact`` None: nothing passed)."""
+
+    device: str
+    bundle: str
+    version: str
+    artifact: str | None
+    reason: str
+    pinned: bool = False
+    runtimes: Mapping[str, str] = field(default_factory=dict)  # runtime -> version the check saw
+    contenders: tuple[Contender, ...] = ()
+    proposed: str | None = None  # the manifest's preferred artifact (the profile's proposal)
+    decided_at: str = ""
+    changed: bool = True  # False: the previous selection stood
+
+    @property
+    def p50_ms(self) -> float | None:
+        return next((c.p50_ms for c in self.contenders if c.artifact == self.artifact), None)
+
+    def to_dict(self) -> dict[str, Any]:
+        """The ``selected`` entry of a device in ``check``/``deploy --check``/``run`` --json (docs/schemas)."""
+        return {
+            "artifact": self.artifact, "reason": self.reason, "pinned": self.pinned, "version": self.version,
+            "p50_ms": self.p50_ms, "proposed": self.proposed, "changed": self.changed,
+            "runtimes": dict(self.runtimes), "decided_at": self.decided_at,
+            "contenders": [c.to_dict() for c in self.contenders],
+        }
+
+    def on_device(self) -> dict[str, Any]:
+        """``selected.json`` on the device: what an application there needs to load the selected model."""
+        doc = self.to_dict()
+        doc.update({"bundle": self.bundle, "path": f"{self.version}/{self.artifact}" if self.artifact else None})
+        return doc
+
+
+def runtimes_seen(reports: Sequence[CheckReport]) -> dict[str, str]:
+    """The runtimes the check ran on the device (name -> version): a change re-does the selection."""
+    seen: dict[str, str] = {}
+    for report in reports:
+        name, version = (report.runtime or {}).get("name"), (report.runtime or {}).get("version")
+        if report.error is None and name:
+            seen[str(name)] = str(version)
+    return dict(sorted(seen.items()))
+
+
+def _contender(report: CheckReport | None, record: Any) -> Contender:
+    size = int(record.bytes)
+    if str(record.status) not in (*SELECTABLE, UNVERIFIED):
+        return Contender(record.file, size, None, f"did not pass verification at convert time ({record.status})")
+    if report is None:
+        return Contender(record.file, size, None, "not measured by this check")
+    p50 = report.latency_ms.p50 if report.latency_ms else None
+    if report.error:
+        return Contender(record.file, size, p50, f"the device cannot run it: {report.error.get('kind')}: "
+                                                 f"{report.error.get('message')}")
+    if not report.gates.passed:
+        return Contender(record.file, size, p50, "; ".join(report.gates.failures) or "its gates failed")
+    why = throttled(report.environment or {})
+    if why:
+        return Contender(record.file, size, p50, f"measured while the device throttled: {why}")
+    if p50 is None:
+        return Contender(record.file, size, p50, "no latency was measured")
+    return Contender(record.file, size, p50)
+
+
+def _faster(a: CheckReport, b: CheckReport) -> bool:
+    """``a`` measurably faster than ``b`` on the device (rank test + minimum effects); with fewer than
+    MIN_SAMPLES samples a side (``--runs 3``) no rank test can say anything: the minimum effects alone decide."""
+    if min(len(a.latency_samples_ms), len(b.latency_samples_ms)) < MIN_SAMPLES:
+        pa, pb = a.latency_ms.p50, b.latency_ms.p50  # type: ignore[union-attr]
+        return pb > pa * (1.0 + MIN_PCT / 100.0) and pb - pa > MIN_MS
+    difference, _, _ = compare(a.latency_samples_ms, b.latency_samples_ms, alpha=ALPHA, min_pct=MIN_PCT,
+                               min_ms=MIN_MS)
+    return difference is Difference.FASTER
+
+
+def choose(reports: Sequence[CheckReport], manifest: Manifest, *, device: str, version: str,
+           previous: Mapping[str, Any] | None = None, pin: str | None = None) -> Selection:
+    """Select the artifact ``device`` runs, from this check's gated ``reports`` (module docstring).
+
+    ``previous``: the device's ``selected.json`` (or None); ``pin``: the file the user pins (``--select``)."""
+    files = [a.file for a in manifest.artifacts]
+    if pin is not None and pin not in files:
+        raise UsageError(f"--select {pin}: the bundle has no artifact of that name.",
+                         hint=f"Pick one of: {', '.join(files)}.")
+    by_file = {r.artifact: r for r in reports}
+    contenders = tuple(_contender(by_file.get(a.file), a) for a in manifest.artifacts)
+    statuses = {a.file: str(a.status) for a in manifest.artifacts}
+    if any(c.excluded is None and statuses[c.artifact] != UNVERIFIED for c in contenders):
+        contenders = tuple(dataclasses.replace(c, excluded="unverified at convert time, and a verified artifact "
+                                               "passes here") if c.excluded is None and
+                           statuses[c.artifact] == UNVERIFIED else c for c in contenders)
+    running = {c.artifact: by_file[c.artifact] for c in contenders if c.excluded is None}
+    runtimes = runtimes_seen(reports)
+    proposed = next((a.file for a in manifest.artifacts if a.preferred), None)
+    same = bool(previous) and previous.get("version") == version  # type: ignore[union-attr]
+    base = dict(device=device, bundle=manifest.name, version=version, runtimes=runtimes, contenders=contenders,
+                proposed=proposed, decided_at=_dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"))
+    held = pin or (previous.get("artifact") if same and previous and previous.get("pinned") else None)
+    note = ""
+    if held is not None:
+        contender = next(c for c in contenders if c.artifact == held) if held in files else None
+        if contender is not None and not (contender.excluded or "").startswith("the device cannot run it"):
+            return Selection(artifact=held, reason=f"pinned by the user (edgetk check --select {held})", pinned=True,
+                             changed=pin is not None or not same, **base)  # type: ignore[arg-type]
+        note = f"the pin on {held} was dropped: it cannot run here; "
+    if not running:
+        why = "; ".join(f"{c.artifact}: {c.excluded}" for c in contenders)
+        return Selection(artifact=None, reason=note + f"no artifact passes on this device ({why})",
+                         **base)  # type: ignore[arg-type]
+    fastest = min(running, key=lambda f: (running[f].latency_ms.p50, f))  # type: ignore[union-attr]
+    ties = [f for f in running if f == fastest or not _faster(running[fastest], running[f])]
+    sizes = {c.artifact: c.bytes for c in contenders}
+    winner = min(ties, key=lambda f: (sizes[f], f))
+    p50 = {f: running[f].latency_ms.p50 for f in running}  # type: ignore[union-attr]
+    if len(ties) > 1:
+        reason = (f"the smallest of {len(ties)} artifacts within the noise of the fastest ("
+                  + ", ".join(f"{f} p50 {p50[f]:.3f} ms" for f in sorted(ties, key=p50.__getitem__)) + ")")
+    else:
+        reason = f"the fastest that passes here (p50 {p50[winner]:.3f} ms)"
+    kept = previous.get("artifact") if previous and same and previous.get("runtimes") == runtimes else None
+    if kept in running and kept != winner and not _faster(running[winner], running[kept]):
+        return Selection(artifact=kept, reason=note + f"kept: no artifact is measurably faster here (p50 "
+                         f"{p50[kept]:.3f} ms; {reason.split(' (')[0]} was {winner})", changed=False,
+                         **base)  # type: ignore[arg-type]
+    changed = not (previous and same and previous.get("artifact") == winner)
+    return Selection(artifact=winner, reason=note + reason, changed=changed, **base)  # type: ignore[arg-type]
+
+
+def apply(device: Any, bundle: Any, reports: Sequence[CheckReport], *, pin: str | None = None,
+          store: Any = None) -> Selection:
+    """Select on ``device`` (a connected ``toolkit.delivery.deployment.Device``) from this check's gated ``reports`` of
+    ``bundle``: read its previous ``selected.json``, :func:`choose`, write the new one there, record it in
+    ``store`` (a history that is down loses only the record: the check's store status says so)."""
+    import json
+    import uuid
+
+    from toolkit.store.engine import StoreUnavailable
+    from toolkit.store.selections import record_selection
+
+    previous = device.helper("selected", bundle.name).get("selected")
+    selection = choose(reports, bundle.manifest, device=device.spec.name, version=bundle.version,
+                       previous=previous if isinstance(previous, Mapping) else None, pin=pin)
+    device.helper("select", bundle.name, json.dumps(selection.on_device()))
+    if store is not None:
+        ids = [r.check_id for r in reports if r.check_id]
+        run_id = ids[0].rsplit("-", 1)[0] if ids else uuid.uuid4().hex[:12]
+        try:
+            record_selection(store, selection.to_dict(), device=device.spec.name, bundle=bundle.name, run_id=run_id)
+        except StoreUnavailable:
+            pass
+    return selection

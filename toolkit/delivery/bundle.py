@@ -1,0 +1,250 @@
+"""The bundle directory: what ``convert`` writes and ``deploy`` pushes.
+
+Layout (architecture.md)::
+
+    <bundle>/manifest.json               the contract (toolkit.model.types.Manifest)
+    <bundle>/model.<precision>.<ext>     the artifacts
+    <bundle>/golden/inputs.npz           held-out inputs: key ``input_<i>`` (i = position in the artifact's
+                                         inputs), shape ``(samples, *input_shape)``, float32, not quantized
+    <bundle>/golden/<artifact>.npz       what that artifact returned for them on the host, dequantized to
+                                         float32: key ``output_<i>``, shape ``(samples, *output_shape)``
+    <bundle>/golden/reference.npz        what the float source model returned for them (same keys)
+    <bundle>/model.<precision>.bpte      beside each .pte: its ExecuTorch bundled program (the device's
+                                         self-check: a few held-out inputs and the float outputs)
+
+Keys are positional because tensor names (``serving_default_image:0``) are not safe file names inside an
+``.npz``; every artifact of a bundle has the same inputs and outputs in the same order.
+    <bundle>/edgetk_runner.py            the on-device runner (stdlib + numpy + one runtime)
+
+A bundle's *version* is the sha256 of its ``manifest.json`` (which holds every artifact's and the runner's
+hash), so two different bundles never share a version. Writing goes to a temporary sibling directory that is
+renamed into place at the end: a failed conversion leaves nothing half-written.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import tempfile
+import time
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path, PurePosixPath
+from typing import Any
+
+import numpy as np
+
+from toolkit import device_side
+from toolkit.device_side import RUNNER_FILE
+from toolkit.errors import UsageError
+from toolkit.model.types import Manifest, RunnerRef
+
+MANIFEST = "manifest.json"
+GOLDEN_DIR = "golden"
+GOLDEN_INPUTS = f"{GOLDEN_DIR}/inputs.npz"
+GOLDEN_REFERENCE = f"{GOLDEN_DIR}/reference.npz"
+RUNNER_SOURCE = device_side.source_path(RUNNER_FILE)
+
+
+_DIGESTS: dict[tuple[str, int, int, int, int, int], str] = {}
+_DIGEST_MARGIN_NS = 2_000_000_000  # a file changed less than this before it was hashed is hashed again next time
+
+
+def sha256_file(path: Path) -> str:
+    """The file's sha256, hashed at most once per process while the file is unchanged.
+
+    Reading a bundle verifies its artifacts and a deploy lists every file's hash: the second reuses the first.
+    The digest is kept per path and stat (device, inode, size, mtime and ctime in ns), and only when the file's
+    last change is 2 s older than the moment it was hashed, so a rewrite within one timestamp tick of the
+    hashing cannot hide behind an equal stat (git's "racy clean" rule).
+    """
+    st = os.stat(path)
+    key = (os.path.abspath(path), st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+    cached = _DIGESTS.get(key)
+    if cached is not None:
+        return cached
+    hashed_at = time.time_ns()
+    digest = hashlib.sha256()
+    with path.open("rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    value = digest.hexdigest()
+    if max(st.st_mtime_ns, st.st_ctime_ns) < hashed_at - _DIGEST_MARGIN_NS:
+        if len(_DIGESTS) > 4096:  # a long-lived process: keep the cache small
+            _DIGESTS.clear()
+        _DIGESTS[key] = value
+    return value
+
+
+def golden_outputs_name(artifact_file: str) -> str:
+    return f"{GOLDEN_DIR}/{artifact_file}.npz"
+
+
+def safe_relative(name: str, *, what: str = "file") -> PurePosixPath:
+    """A bundle-relative path that cannot escape the bundle (no absolute paths, no ``..``)."""
+    rel = PurePosixPath(name)
+    if not name or rel.is_absolute() or ".." in rel.parts or "\\" in name or name.startswith("~"):
+        raise UsageError(
+            f"The bundle names the {what} {name!r}, which would escape the bundle directory.",
+            hint="Rebuild the bundle with `edgetk convert`; never edit manifest paths by hand.",
+        )
+    return rel
+
+
+@dataclass(frozen=True)
+class BundleFile:
+    """One file of a bundle, as deploy pushes and verifies it."""
+
+    path: str  # relative, POSIX separators
+    sha256: str
+    bytes: int
+
+
+@dataclass(frozen=True)
+class Bundle:
+    """A bundle directory on this host, with its parsed manifest."""
+
+    path: Path
+    manifest: Manifest
+    version: str  # sha256 of manifest.json
+
+    @property
+    def name(self) -> str:
+        return self.manifest.name
+
+    def files(self) -> tuple[BundleFile, ...]:
+        """Every file deploy must push: artifacts, golden data, runner and manifest (manifest last)."""
+        names: list[str] = [a.file for a in self.manifest.artifacts]
+        if self.manifest.golden_inputs:
+            names.append(self.manifest.golden_inputs)
+        names.extend(a.golden.outputs for a in self.manifest.artifacts if a.golden)
+        names.extend(a.pte.bundled for a in self.manifest.artifacts if a.pte and a.pte.bundled)
+        if (self.path / GOLDEN_REFERENCE).is_file():
+            names.append(GOLDEN_REFERENCE)
+        if self.manifest.runner:
+            names.append(self.manifest.runner.file)
+        out = []
+        for name in dict.fromkeys(names):
+            rel = safe_relative(name)
+            full = self.path / rel
+            if full.is_symlink() or not full.is_file():
+                raise UsageError(
+                    f"The bundle {self.path} lists {name!r}, which is missing or not a regular file.",
+                    hint="Rebuild the bundle with `edgetk convert`.",
+                )
+            out.append(BundleFile(str(rel), sha256_file(full), full.stat().st_size))
+        manifest = self.path / MANIFEST
+        out.append(BundleFile(MANIFEST, sha256_file(manifest), manifest.stat().st_size))
+        return tuple(out)
+
+    def verify(self) -> None:
+        """Every artifact and the runner match the hashes in the manifest."""
+        expected = {a.file: a.sha256 for a in self.manifest.artifacts}
+        if self.manifest.runner:
+            expected[self.manifest.runner.file] = self.manifest.runner.sha256
+        for name, digest in expected.items():
+            full = self.path / safe_relative(name)
+            if not full.is_file():
+                raise UsageError(f"The bundle {self.path} is missing {name}.", hint="Rebuild it with `edgetk convert`.")
+            if sha256_file(full) != digest:
+                raise UsageError(
+                    f"{name} in the bundle {self.path} does not match its sha256 in manifest.json.",
+                    hint="The file was changed after conversion: rebuild the bundle with `edgetk convert`.",
+                )
+
+
+def read_bundle(path: Path, *, verify: bool = True) -> Bundle:
+    """Open a bundle directory; refuse one whose manifest is missing, malformed or not matching its files."""
+    path = Path(path)
+    manifest_path = path / MANIFEST
+    if not path.is_dir() or not manifest_path.is_file():
+        raise UsageError(
+            f"{path} is not a bundle directory (no {MANIFEST} inside).",
+            hint="Pass the directory written by `edgetk convert` (by default ./bundles/<name>/).",
+        )
+    raw = manifest_path.read_bytes()
+    try:
+        data = json.loads(raw)
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise UsageError(f"{manifest_path} is not valid JSON ({exc}).", hint="Rebuild the bundle.") from None
+    from toolkit.model.schemas.manifest import read_manifest  # pydantic loads only when a bundle is read
+
+    manifest = read_manifest(data, where=str(manifest_path))
+    for record in manifest.artifacts:
+        safe_relative(record.file, what="artifact")
+    bundle = Bundle(path=path, manifest=manifest, version=hashlib.sha256(raw).hexdigest())
+    if verify:
+        bundle.verify()
+    return bundle
+
+
+def save_npz(path: Path, arrays: Mapping[str, np.ndarray]) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    named: dict[str, Any] = {k: np.asarray(v) for k, v in arrays.items()}
+    with path.open("wb") as handle:
+        np.savez(handle, **named)
+
+
+def load_npz(path: Path) -> dict[str, np.ndarray]:
+    with np.load(path, allow_pickle=False) as data:
+        return {k: data[k] for k in data.files}
+
+
+def install_runner(staging: Path) -> RunnerRef | None:
+    """Copy the on-device runner into the bundle (None while the runner does not exist in this install)."""
+    if not RUNNER_SOURCE.is_file():
+        return None
+    target = staging / RUNNER_FILE
+    shutil.copyfile(RUNNER_SOURCE, target)
+    return RunnerRef(file=RUNNER_FILE, sha256=sha256_file(target))
+
+
+def write_manifest(staging: Path, manifest: Manifest) -> None:
+    (staging / MANIFEST).write_text(json.dumps(manifest.to_dict(), indent=2, sort_keys=False) + "\n")
+
+
+@contextmanager
+def staging_dir(destination: Path, *, force: bool) -> Iterator[Path]:
+    """A temporary directory beside ``destination``, renamed onto it when the block succeeds.
+
+    An existing ``destination`` is replaced only with ``force``; on any error the staging directory is
+    removed and ``destination`` is left as it was.
+    """
+    destination = Path(destination)
+    if destination.exists() and not force:
+        raise UsageError(
+            f"{destination} already exists.",
+            hint="Pass --force to replace it, or --out / --name for another location.",
+        )
+    parent = destination.parent
+    created = [d for d in (parent, *parent.parents) if not d.exists()]  # removed again if we fail
+    try:
+        parent.mkdir(parents=True, exist_ok=True)
+        staging = Path(tempfile.mkdtemp(prefix=f".{destination.name}.", suffix=".partial", dir=parent))
+    except OSError as exc:
+        raise UsageError(
+            f"Cannot write to {parent} ({exc.strerror or exc}).",
+            hint="Choose a writable --out directory.",
+        ) from None
+    try:
+        yield staging
+        os.chmod(staging, 0o755)
+        if destination.exists():
+            old = destination.with_name(f".{destination.name}.old")
+            shutil.rmtree(old, ignore_errors=True)
+            destination.rename(old)
+            staging.rename(destination)
+            shutil.rmtree(old, ignore_errors=True)
+        else:
+            staging.rename(destination)
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        for made in created:  # deepest first: leave no empty ./bundles/ behind a failed conversion
+            try:
+                made.rmdir()
+            except OSError:
+                break
+        raise

@@ -1,0 +1,222 @@
+"""The check policy: what ``edgetk check`` gates a bundle against, frozen into ``manifest.json`` at convert time.
+
+Convert builds it from the target profile (:func:`check_policy_from_profile`, called by the convert stage) and
+writes it under the manifest's ``check_policy`` key; check gates from the bundle alone, so a bundle built with
+a user's ``--targets-dir`` profile keeps its budget, its regression thresholds and its placement expectation on
+every machine that checks it, whether or not that profile exists there. A bundle written before the policy
+existed has none: check says so in the gate's ``skipped`` notes instead of guessing from a profile name.
+
+Stdlib only (the manifest types import it).
+"""
+
+from __future__ import annotations
+
+import fnmatch
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from toolkit.errors import UsageError
+
+# Where a TFLite artifact's nodes can run besides the CPU kernels: the runner's names for its delegates.
+TFLITE_PLACES: tuple[str, ...] = ("xnnpack", "edgetpu", "gpu")
+
+
+def _number(data: Mapping[str, Any], key: str, default: float, where: str) -> float:
+    value = data.get(key, default)
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise UsageError(f"{where}: {key!r} must be a number, got {value!r}.",
+                         hint="Rebuild the bundle with `edgetk convert`.")
+    return float(value)
+
+
+def _int(data: Mapping[str, Any], key: str, default: int, where: str) -> int:
+    value = data.get(key, default)
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise UsageError(f"{where}: {key!r} must be an integer, got {value!r}.",
+                         hint="Rebuild the bundle with `edgetk convert`.")
+    return value
+
+
+@dataclass(frozen=True)
+class RegressionPolicy:
+    """When a check is a latency regression against the history of the same bundle, device and artifact.
+
+    The baseline is the pooled raw latency samples of the last ``baseline_checks`` passing checks (several
+    runner processes: one process's median lands on one of two levels about 1.5x apart on shared VMs). A check
+    regresses only when all three hold: its samples are slower than the pooled baseline by a one-sided
+    Mann-Whitney U test at ``alpha``; its median is more than ``min_slowdown_pct`` percent above the slowest
+    per-check median of the baseline (the level the unchanged artifact has already shown); and that is more
+    than ``min_slowdown_ms`` milliseconds. Until ``min_baseline_checks`` checks exist the gate is skipped, and
+    says so.
+    """
+
+    min_slowdown_pct: float = 25.0
+    min_slowdown_ms: float = 0.2
+    alpha: float = 0.01
+    baseline_checks: int = 5
+    min_baseline_checks: int = 5
+
+    def __post_init__(self) -> None:
+        if not self.min_slowdown_pct >= 0:
+            raise UsageError(f"regression.min_slowdown_pct must be 0 or more (got {self.min_slowdown_pct}).")
+        if not self.min_slowdown_ms >= 0:
+            raise UsageError(f"regression.min_slowdown_ms must be 0 or more (got {self.min_slowdown_ms}).")
+        if not 0 < self.alpha < 1:
+            raise UsageError(f"regression.alpha must lie in (0, 1) (got {self.alpha}).", hint="0.01 is usual.")
+        if self.baseline_checks < 1 or not 1 <= self.min_baseline_checks <= self.baseline_checks:
+            raise UsageError(
+                f"regression: need 1 <= min_baseline_checks <= baseline_checks (got {self.min_baseline_checks} "
+                f"and {self.baseline_checks}).",
+                hint="For example baseline_checks = 5, min_baseline_checks = 3.",
+            )
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"min_slowdown_pct": self.min_slowdown_pct, "min_slowdown_ms": self.min_slowdown_ms,
+                "alpha": self.alpha, "baseline_checks": self.baseline_checks,
+                "min_baseline_checks": self.min_baseline_checks}
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any], where: str = "check_policy.regression") -> RegressionPolicy:
+        d = cls()
+        return cls(
+            min_slowdown_pct=_number(data, "min_slowdown_pct", d.min_slowdown_pct, where),
+            min_slowdown_ms=_number(data, "min_slowdown_ms", d.min_slowdown_ms, where),
+            alpha=_number(data, "alpha", d.alpha, where),
+            baseline_checks=_int(data, "baseline_checks", d.baseline_checks, where),
+            min_baseline_checks=_int(data, "min_baseline_checks", d.min_baseline_checks, where),
+        )
+
+
+@dataclass(frozen=True)
+class PlacementExpectation:
+    """Where the nodes of an artifact must run: at least ``min_nodes_pct`` percent of them on ``on``.
+
+    ``on`` is an ONNX Runtime execution provider (``TensorrtExecutionProvider``) for ONNX artifacts, or a
+    TFLite delegate (``edgetpu``, ``xnnpack``, ``gpu``) for TFLite ones; ``artifacts`` is a file-name glob
+    (``*_edgetpu.tflite``: only the compiled Edge TPU model, not the CPU fallbacks beside it).
+    """
+
+    format: str
+    on: str
+    min_nodes_pct: float = 100.0
+    artifacts: str = "*"
+
+    def __post_init__(self) -> None:
+        if self.format not in ("tflite", "onnx"):
+            raise UsageError(f"placement: unknown format {self.format!r}.", hint="Use tflite or onnx.")
+        if self.format == "tflite" and self.on not in TFLITE_PLACES:
+            raise UsageError(f"placement: {self.on!r} is not a TFLite delegate.",
+                             hint=f"Use one of: {', '.join(TFLITE_PLACES)}.")
+        if self.format == "onnx" and not self.on.endswith("ExecutionProvider"):
+            raise UsageError(f"placement: {self.on!r} is not an ONNX Runtime execution provider.",
+                             hint="For example TensorrtExecutionProvider or CUDAExecutionProvider.")
+        if not 0 < self.min_nodes_pct <= 100:
+            raise UsageError(f"placement: min_nodes_pct must lie in (0, 100] (got {self.min_nodes_pct}).")
+
+    def applies_to(self, file: str, fmt: str) -> bool:
+        return fmt == self.format and fnmatch.fnmatchcase(file, self.artifacts)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"format": self.format, "on": self.on, "min_nodes_pct": self.min_nodes_pct,
+                "artifacts": self.artifacts}
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any], where: str = "check_policy.placement") -> PlacementExpectation:
+        fmt, on, artifacts = data.get("format"), data.get("on"), data.get("artifacts", "*")
+        if not isinstance(fmt, str) or not isinstance(on, str) or not isinstance(artifacts, str):
+            raise UsageError(f"{where}: 'format', 'on' and 'artifacts' must be strings.",
+                             hint="Rebuild the bundle with `edgetk convert`.")
+        return cls(format=fmt, on=on, min_nodes_pct=_number(data, "min_nodes_pct", 100.0, where),
+                   artifacts=artifacts)
+
+
+@dataclass(frozen=True)
+class CheckPolicy:
+    """Everything check gates on that is not measured: written once, at convert time, from the profile."""
+
+    target: str | None
+    latency_budget_ms: float | None
+    regression: RegressionPolicy = RegressionPolicy()
+    placement: tuple[PlacementExpectation, ...] = ()
+    # The accuracy tolerance the artifacts were verified against on the host (``max_top1_drop``,
+    # ``min_cosine``); kept for the report, the device's outputs are gated against the golden outputs.
+    tolerance: Mapping[str, float] | None = None
+    # The fewest inferences per second the best point of an artifact's throughput curve may reach
+    # (``check --throughput``); None: no floor.
+    min_throughput_ips: float | None = None
+
+    def __post_init__(self) -> None:
+        if self.latency_budget_ms is not None and not self.latency_budget_ms > 0:
+            raise UsageError(f"check_policy: latency_budget_ms must be above 0 (got {self.latency_budget_ms}).")
+        if self.min_throughput_ips is not None and not self.min_throughput_ips > 0:
+            raise UsageError(f"check_policy: min_throughput_ips must be above 0 (got {self.min_throughput_ips}).")
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "target": self.target,
+            "latency_budget_ms": self.latency_budget_ms,
+            "regression": self.regression.to_dict(),
+            "placement": [p.to_dict() for p in self.placement],
+            "tolerance": dict(self.tolerance) if self.tolerance is not None else None,
+            "min_throughput_ips": self.min_throughput_ips,
+        }
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any], where: str = "manifest.json check_policy") -> CheckPolicy:
+        if not isinstance(data, Mapping):
+            raise UsageError(f"{where}: expected an object, got {type(data).__name__}.",
+                             hint="Rebuild the bundle with `edgetk convert`.")
+        target = data.get("target")
+        budget = data.get("latency_budget_ms")
+        placement = data.get("placement") or []
+        tolerance = data.get("tolerance")
+        if target is not None and not isinstance(target, str):
+            raise UsageError(f"{where}: 'target' must be a string or null.")
+        if budget is not None and (isinstance(budget, bool) or not isinstance(budget, (int, float))):
+            raise UsageError(f"{where}: 'latency_budget_ms' must be a number or null.")
+        if not isinstance(placement, list) or not all(isinstance(p, Mapping) for p in placement):
+            raise UsageError(f"{where}: 'placement' must be a list of objects.")
+        if tolerance is not None and not isinstance(tolerance, Mapping):
+            raise UsageError(f"{where}: 'tolerance' must be an object or null.")
+        floor = data.get("min_throughput_ips")
+        if floor is not None and (isinstance(floor, bool) or not isinstance(floor, (int, float))):
+            raise UsageError(f"{where}: 'min_throughput_ips' must be a number or null.")
+        return cls(
+            target=target,
+            latency_budget_ms=None if budget is None else float(budget),
+            regression=RegressionPolicy.from_dict(data.get("regression") or {}, f"{where}.regression"),
+            placement=tuple(PlacementExpectation.from_dict(p, f"{where}.placement") for p in placement),
+            tolerance={str(k): float(v) for k, v in tolerance.items()} if tolerance is not None else None,
+            min_throughput_ips=None if floor is None else float(floor),
+        )
+
+
+def check_policy_from_profile(profile: Any) -> CheckPolicy:
+    """The policy a bundle converted for ``profile`` (a :class:`toolkit.model.targets.TargetProfile`) is checked by."""
+    tolerance = profile.tolerance
+    return CheckPolicy(
+        target=profile.name,
+        latency_budget_ms=float(profile.latency_budget_ms),
+        regression=profile.regression,
+        placement=tuple(profile.placement),
+        tolerance={"max_top1_drop": float(tolerance.max_top1_drop), "min_cosine": float(tolerance.min_cosine)},
+        min_throughput_ips=getattr(profile, "min_throughput_ips", None),
+    )
+
+
+@dataclass(frozen=True)
+class GateOptions:
+    """The user's overrides of the bundle's check policy (``--budget-ms``, ``--baseline``, ``--regression-pct``)."""
+
+    budget_ms: float | None = None
+    baseline: str = "last"  # "last" | "none" | CHECK_ID
+    regression_pct: float | None = None  # replaces the policy's regression.min_slowdown_pct
+
+    def __post_init__(self) -> None:
+        if self.budget_ms is not None and self.budget_ms <= 0:
+            raise UsageError(f"--budget-ms must be positive, got {self.budget_ms}.")
+        if self.regression_pct is not None and self.regression_pct < 0:
+            raise UsageError(f"--regression-pct must be 0 or more, got {self.regression_pct}.")
+        if not self.baseline:
+            raise UsageError("--baseline needs a value: last, none or a CHECK_ID.")

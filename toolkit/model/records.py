@@ -1,0 +1,119 @@
+"""The verification records written to the manifest: per output, per slice, and the device's slice checks.
+
+Stdlib only (``toolkit.model.types`` embeds them in :class:`~toolkit.model.types.Verification` and
+:class:`~toolkit.model.types.Golden`). A slice is a group of indices along one axis of one output (for a YOLO head
+``[1, 4+C, N]``: the box coordinates ``[:, 0:4, :]`` and the class scores ``[:, 4:4+C, :]``), verified with its
+error relative to its own float range, so a score channel drowned by box coordinates cannot hide.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+
+def _num(value: float | None) -> float | None:
+    return None if value is None or not math.isfinite(value) else float(value)
+
+
+def _ratio(error: float, float_range: float) -> float:
+    """``error`` as a fraction of ``float_range`` (0 for a constant slice matched exactly, inf otherwise)."""
+    if not math.isfinite(error):
+        return float("nan")
+    if float_range > 0:
+        return error / float_range
+    return 0.0 if error == 0 else float("inf")
+
+
+def runs_of(indices: list[int] | tuple[int, ...]) -> tuple[tuple[int, int], ...]:
+    """Sorted indices as half-open runs: ``[0, 1, 2, 5]`` -> ``((0, 3), (5, 6))``."""
+    runs: list[tuple[int, int]] = []
+    for i in sorted(indices):
+        if runs and runs[-1][1] == i:
+            runs[-1] = (runs[-1][0], i + 1)
+        else:
+            runs.append((i, i + 1))
+    return tuple(runs)
+
+
+def slice_label(output: str, axis: int, rank: int, runs: tuple[tuple[int, int], ...]) -> str:
+    """``scores[:, 4:6, :]``: the output's name with numpy-style indices along ``axis``."""
+    index = ",".join(f"{a}:{b}" if b - a > 1 else f"{a}" for a, b in runs)
+    parts = [":"] * rank
+    parts[axis] = index if len(runs) == 1 else "{" + index + "}"
+    return f"{output}[{', '.join(parts)}]"
+
+
+@dataclass(frozen=True)
+class SliceMetrics:
+    """One slice of one output against the float model's."""
+
+    name: str  # e.g. "output_0[:, 4:6, :]"
+    axis: int  # along which axis of one sample's array
+    runs: tuple[tuple[int, int], ...]  # half-open index runs along ``axis``
+    float_range: float  # max - min of the float outputs in this slice over the eval set
+    max_abs_error: float
+    mean_abs_error: float
+
+    @property
+    def max_error_ratio(self) -> float:
+        """The worst absolute error as a fraction of the slice's float range (what the tolerance limits)."""
+        return _ratio(self.max_abs_error, self.float_range)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"name": self.name, "axis": self.axis, "runs": [list(r) for r in self.runs],
+                "float_range": _num(self.float_range), "max_abs_error": _num(self.max_abs_error),
+                "mean_abs_error": _num(self.mean_abs_error), "max_error_ratio": _num(self.max_error_ratio)}
+
+
+
+@dataclass(frozen=True)
+class OutputMetrics:
+    """One output of the artifact against the float model's, whole and (where its ranges differ) per slice."""
+
+    name: str
+    index: int
+    max_abs_error: float
+    mean_abs_error: float
+    cosine_similarity: float
+    float_range: float
+    slices: tuple[SliceMetrics, ...] = ()  # empty: the output is verified whole
+    role: str | None = None  # what the output carries (toolkit.model.roles.Role)
+    role_source: str | None = None  # declared where, or inferred: why
+    metrics: Mapping[str, Any] = field(default_factory=dict, hash=False)  # its role's metrics (role_metrics)
+
+    @property
+    def max_error_ratio(self) -> float:
+        return _ratio(self.max_abs_error, self.float_range)
+
+    def worst_slice(self) -> SliceMetrics | None:
+        if not self.slices:
+            return None
+        return max(self.slices, key=lambda s: s.max_error_ratio if math.isfinite(s.max_error_ratio) else math.inf)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"name": self.name, "index": self.index, "max_abs_error": _num(self.max_abs_error),
+                "mean_abs_error": _num(self.mean_abs_error), "cosine_similarity": _num(self.cosine_similarity),
+                "float_range": _num(self.float_range), "max_error_ratio": _num(self.max_error_ratio),
+                "slices": [s.to_dict() for s in self.slices], "role": self.role, "role_source": self.role_source,
+                "metrics": {k: _num(v) if isinstance(v, float) else v for k, v in self.metrics.items()}}
+
+
+@dataclass(frozen=True)
+class SliceCheck:
+    """What the device check compares: one slice of the device's output against the float reference shipped
+    in the bundle, failing when the worst error exceeds ``max_error`` times ``float_range``."""
+
+    output: int  # index of the output (golden files key it as output_<index>)
+    name: str
+    axis: int
+    runs: tuple[tuple[int, int], ...]
+    float_range: float
+    max_error: float  # the tolerance's max_slice_error
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"output": self.output, "name": self.name, "axis": self.axis, "runs": [list(r) for r in self.runs],
+                "float_range": self.float_range, "max_error": self.max_error}
+

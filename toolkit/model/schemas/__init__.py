@@ -1,0 +1,41 @@
+"""Schemas of the files users write (target profiles, the device inventory, an image folder's
+``dataset.toml``, ``run.toml``) and the bundle's ``manifest.json`` (:mod:`toolkit.model.schemas.manifest`), as pydantic
+2 models with ``extra="forbid"``, at the file boundary only.
+
+A file is parsed (``tomllib``), validated here, and turned into the frozen dataclasses of
+:mod:`toolkit.model.types` and friends that flow between the stages; nothing past the boundary sees pydantic.
+Every refusal goes through :mod:`toolkit.model.schemas.problems`, the one did-you-mean formatter, so each message
+names the file, the key and the fix. pydantic is imported only when a file is read (``edgetk --help`` never
+loads it): import these modules inside functions.
+"""
+
+from __future__ import annotations
+
+from typing import Any, TypeVar
+
+from toolkit.model.schemas.problems import Problem, closest, did_you_mean, problems
+
+__all__ = ["Problem", "closest", "did_you_mean", "problems", "validate"]
+
+M = TypeVar("M")
+
+
+def validate(model: type[M], data: Any, *, file: object, docs: str, partial: bool = False,
+             missing_context: str = "") -> M | None:
+    """``data`` as a ``model``, or a UsageError for the first problem (unknown keys first).
+
+    ``partial``: a key missing from a top-level table is not a problem yet (the file ``extends`` another, which
+    may have it); returns None when that is all that is wrong. Keys missing inside an array of tables still
+    are: arrays are replaced wholesale, never merged. ``missing_context`` is added to a missing key's message.
+    """
+    from pydantic import ValidationError
+
+    try:
+        return model.model_validate(data)  # type: ignore[attr-defined]
+    except ValidationError as exc:
+        found = problems(exc, model, docs=docs, missing_context=missing_context)
+    if partial:
+        found = [p for p in found if not (p.kind == "missing" and "[" not in p.key and not p.table)]
+        if not found:
+            return None
+    raise found[0].error(file) from None

@@ -1,0 +1,53 @@
+"""The schema of the TOML device inventory (``--inventory devices.toml``, docs/devices.md)::
+
+    [devices.pi-lab-1]
+    host = "192.168.1.40"        # or an ~/.ssh/config alias, or "local" for this machine
+    port = 22
+    user = "pi"
+    groups = ["lab", "line-2"]
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+from pydantic import AfterValidator
+
+from toolkit.model.schemas.fields import Str, Table, checked
+
+DOCS = "docs/devices.md"
+_NAME_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._-")
+LOCAL = "local"
+
+
+def _port(value: Any) -> int:
+    if isinstance(value, bool) or not isinstance(value, (int, str)) or not str(value).strip().lstrip("-").isdigit():
+        raise ValueError(f"the port must be a number between 1 and 65535, got {value!r}.")
+    port = int(value)
+    if not 1 <= port <= 65535:
+        raise ValueError(f"the port must be between 1 and 65535, got {port}.")
+    return port
+
+
+Text = Annotated[Str, checked(lambda v: bool(v.strip()), lambda v: f"must be a non-empty string, got {v!r}",
+                              "Give it a value, or leave the key out.")]
+DeviceName = Annotated[Str, checked(
+    lambda v: bool(v) and set(v) <= _NAME_CHARS and v != LOCAL,
+    lambda v: "the device name must use only letters, digits, '.', '_' and '-' (and not be 'local')",
+    "Rename the [devices.NAME] table.")]
+
+
+class Device(Table):
+    host: Text  # "local" for this machine
+    port: Annotated[Any, AfterValidator(_port)] = None
+    user: Text | None = None
+    identity_file: Text | None = None
+    python: Text | None = None
+    target: Text | None = None
+    groups: list[Text] = []
+    known_hosts: Text | None = None
+
+
+class Inventory(Table):
+    devices: dict[DeviceName, Device] = {}
+

@@ -1,0 +1,169 @@
+"""The schema of a target profile file (``targets/*.toml``, docs/targets.md).
+
+One model serves both passes of :mod:`toolkit.model.targets`: each file on its own (keys, types, values; a key the
+file leaves out may come from the profile it ``extends``), then the merged profile, where a required key
+that is still missing is an error. The cross-checks that need several keys (an ONNX recipe needs
+onnxruntime, an Edge TPU profile must prefer full-integer TFLite, ...) stay in :mod:`toolkit.model.targets`.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+from toolkit.model.schemas.fields import (
+    Bool,
+    Int,
+    Number,
+    PositiveInt,
+    Str,
+    Table,
+    above,
+    at_least,
+    checked,
+    choice,
+    matching,
+    within,
+)
+from toolkit.model.platform import ACCELERATOR_KINDS, ARCHES, EXECUTION_PROVIDERS
+from toolkit.model.types import (
+    FORMATS,
+    PRECISIONS,
+    RUNTIMES,
+    CalibrationMethod,
+    IoDtype,
+    Layout,
+    QuantFormat,
+    QuantType,
+)
+
+DOCS = "docs/targets.md"
+
+def _is_version(text: str) -> bool:
+    from packaging.version import InvalidVersion, Version
+
+    try:
+        Version(text)
+    except InvalidVersion:
+        return False
+    return True
+
+
+Provider = Annotated[Str, choice(EXECUTION_PROVIDERS, "execution provider")]
+Version = Annotated[Str, checked(_is_version, lambda v: f"{v!r} is not a version",
+                                 'Write it as a PEP 440 version, e.g. "2.14" or "1.16.3".')]
+Precision = Annotated[Str, choice(PRECISIONS, "precision")]
+
+
+class Cpu(Table):
+    cores: Annotated[Int, at_least(1, "Use the number of CPU cores.")]
+    model: Str
+
+
+class Tolerance(Table):
+    max_top1_drop: Annotated[Number, within(0, 1, "a fraction in", "0.01 means one percentage point of top-1.")]
+    min_cosine: Annotated[Number, within(-1, 1, "within", "A cosine similarity such as 0.99.")]
+    # optional: the other limits of toolkit.model.tolerance.Tolerance (docs/verification.md)
+    max_slice_error: Annotated[Number, within(
+        0, 1, "a fraction in", "0.25: a slice may err by a quarter of its float range.")] | None = None
+    min_recall: Annotated[Number, within(0, 1, "a fraction in", "0.9: detections found vs the float model's.")] | None = None
+    min_precision: Annotated[Number, within(
+        0, 1, "a fraction in", "0.9: detections matched to the float model's.")] | None = None
+    max_label_recall_drop: Annotated[Number, within(
+        0, 1, "a fraction in", "0.05: recall vs the labels may fall 5 points below the float model's.")] | None = None
+    max_label_precision_drop: Annotated[Number, within(
+        0, 1, "a fraction in", "0.05: precision vs the labels may fall 5 points below the float model's.")] | None = None
+    min_mask_iou: Annotated[Number, within(0, 1, "a fraction in", "0.9: mask IoU vs the float model's.")] | None = None
+    max_relative_error: Annotated[Number, checked(
+        lambda v: v >= 0, lambda v: f"must be >= 0 (got {v})", "e.g. max_relative_error = 0.15.")] | None = None
+    min_samples: Annotated[Int, at_least(1, "The fewest eval samples a verdict is drawn from, e.g. 5.")] | None = None
+
+
+class RuntimeEntry(Table):
+    name: Annotated[Str, choice(RUNTIMES, "runtime")]
+    min_version: Version | None = None
+    max_version: Version | None = None
+    note: Str | None = None
+
+
+class AcceleratorEntry(Table):
+    name: Str
+    kind: Annotated[Str, choice(ACCELERATOR_KINDS, "accelerator kind")]
+    delegate: Str | None = None
+    execution_providers: list[Provider] = []
+    note: Str | None = None
+
+
+class RecipeEntry(Table):
+    """A ``[[recipes]]`` table: the fields of :class:`toolkit.model.types.Recipe` (a test keeps them in step)."""
+
+    format: Annotated[Str, choice(FORMATS, "format")]
+    precision: Precision
+    io_dtype: Annotated[Str, choice(IoDtype.values(), "io_dtype")] | None = None
+    activation_type: Annotated[Str, choice(QuantType.values(), "activation_type")] | None = None
+    weight_type: Annotated[Str, choice(QuantType.values(), "weight_type")] | None = None
+    calibration_method: Annotated[Str, choice(CalibrationMethod.values(), "calibration_method")] | None = None
+    per_channel: Bool | None = None
+    quant_format: Annotated[Str, choice(QuantFormat.values(), "quant_format")] | None = None
+    threads: Int | None = None  # Recipe refuses < 1 itself
+    opset: Int | None = None
+    nodes_to_exclude: list[Str] | None = None
+    execution_providers: list[Provider] | None = None
+    layout: Annotated[Str, choice(Layout.values(), "layout")] | None = None
+
+    def recipe_kwargs(self) -> dict[str, Any]:
+        """The keys the file set, as :class:`~toolkit.model.types.Recipe` arguments (lists as tuples)."""
+        kwargs = self.model_dump(exclude_unset=True)
+        for key in ("nodes_to_exclude", "execution_providers"):
+            if key in kwargs:
+                kwargs[key] = tuple(kwargs[key])
+        return kwargs
+
+
+class Regression(Table):
+    """``[regression]``: :class:`toolkit.model.policy.RegressionPolicy` (which checks the values against each other)."""
+
+    min_slowdown_pct: Number | None = None
+    min_slowdown_ms: Number | None = None
+    alpha: Number | None = None
+    baseline_checks: Int | None = None
+    min_baseline_checks: Int | None = None
+
+
+class Placement(Table):
+    """A ``[[placement]]`` table: :class:`toolkit.model.policy.PlacementExpectation`."""
+
+    format: Annotated[Str, choice(FORMATS, "format")]
+    on: Str
+    min_nodes_pct: Number | None = None
+    artifacts: Str | None = None
+
+
+class ProfileFile(Table):
+    """A whole profile. Required keys (no default) may come from the profile a file ``extends``."""
+
+    name: Annotated[Str, matching(r"^[a-z0-9][a-z0-9._-]*$", "a valid profile name",
+                                  "Use lower case letters, digits, '.', '_' and '-'.")] | None = None
+    description: Str
+    extends: Str | None = None
+    arch: Annotated[Str, choice(ARCHES, "arch")]
+    cpu: Cpu
+    memory_mb: PositiveInt
+    os: Str
+    python: Annotated[Str, matching(r"^3\.\d+$", "a Python version", 'Write it as "3.11".')]
+    runtimes: list[RuntimeEntry]
+    accelerators: list[AcceleratorEntry] = []
+    execution_providers: list[Provider] | None = None
+    provider_options: dict[Provider, dict[Str, Annotated[Any, checked(
+        lambda v: isinstance(v, (str, int, float, bool)), lambda v: "must be a string, number or boolean",
+        "ONNX Runtime takes provider options as scalars.")]]] = {}
+    max_onnx_opset: PositiveInt | None = None
+    recipes: list[RecipeEntry]
+    threads: PositiveInt
+    latency_budget_ms: Annotated[Number, above(0, "Use the budget in milliseconds.")]
+    min_throughput_ips: Annotated[Number, above(0, "Use inferences per second.")] | None = None
+    tolerance: Tolerance
+    fallback: list[Precision]
+    edgetpu: Bool = False
+    sources: list[Str] = []
+    regression: Regression | None = None
+    placement: list[Placement] = []

@@ -1,0 +1,479 @@
+"""Target profiles: read ``targets/*.toml`` (shipped, then the user's), validate them, resolve ``extends``.
+
+A profile is what the toolkit knows about one kind of device: its CPU, memory, OS and Python, the runtimes it
+can carry (with version bounds), its accelerators, the highest ONNX opset its runtime loads, and an ORDERED
+list of :class:`~toolkit.model.types.Recipe` (the first one that passes verification and is faster than fp32 ships
+as the preferred artifact), a latency budget, an accuracy tolerance and a fallback order of precisions.
+
+Where profiles come from, later wins (a user profile with a shipped name replaces it):
+
+1. the shipped folder (:func:`toolkit.resources.targets_dir`),
+2. every folder in ``EDGETK_TARGETS_PATH`` (``os.pathsep``-separated),
+3. every ``--targets-dir`` folder, in the order given.
+
+``extends = "raspberry-pi-4"`` starts from that profile and deep-merges this file over it (tables merge key by
+key; arrays, ``recipes`` among them, are replaced wholesale; ``sources`` are added). A profile that extends its
+own name extends the profile it shadows, so a user's ``raspberry-pi-4.toml`` can say
+``extends = "raspberry-pi-4"`` and change only the budget.
+
+Every mistake in a file is refused with one :class:`~toolkit.errors.UsageError` that names the file, the key
+and the fix. The schema is documented in ``docs/targets.md``.
+"""
+
+from __future__ import annotations
+
+import os
+import tomllib
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from toolkit.errors import UsageError
+from toolkit.model.tolerance import Tolerance  # the one Tolerance type (re-exported here)
+from toolkit.model.policy import PlacementExpectation, RegressionPolicy
+from toolkit.model.types import FORMATS, PRECISIONS, RUNTIMES, TFLITE_RUNTIMES, Recipe, RecipeError
+
+ENV_VAR = "EDGETK_TARGETS_PATH"
+
+
+# ------------------------------------------------------------------------------------------- data
+
+
+@dataclass(frozen=True)
+class RuntimeRequirement:
+    """A runtime the device can carry, with inclusive version bounds.
+
+    ``max_version`` is a prefix bound: ``"2.14"`` admits every 2.14.x. ``None`` means unbounded.
+    """
+
+    name: str
+    min_version: str | None = None
+    max_version: str | None = None
+    note: str | None = None
+
+    @property
+    def specifier(self) -> str:
+        """The bounds as a PEP 440 specifier: ``>=2.14, <2.15`` (the prefix bound 2.14 admits every 2.14.x)."""
+        parts = []
+        if self.min_version:
+            parts.append(f">={self.min_version}")
+        if self.max_version:
+            parts.append(f"<{_next_prefix(self.max_version)}")
+        return ", ".join(parts)
+
+    def admits(self, version: str) -> bool:
+        """Whether ``version`` (``"2.14.0"``, ``"1.16.3+cu118"``) lies within the bounds. Compared as PEP 440
+        versions (``packaging``): a pre-release such as ``2.14.0rc1`` comes before ``2.14`` and is admitted
+        by no bound of releases; text that is no version is admitted by nothing."""
+        from packaging.specifiers import SpecifierSet
+        from packaging.version import InvalidVersion, Version
+
+        try:
+            parsed = Version(version.strip())
+        except InvalidVersion:
+            return False
+        return SpecifierSet(self.specifier).contains(parsed)
+
+    @property
+    def bounds(self) -> str:
+        """``>=2.14, <2.15`` style text for tables."""
+        return self.specifier or "any"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"name": self.name, "min_version": self.min_version, "max_version": self.max_version,
+                "note": self.note}
+
+
+@dataclass(frozen=True)
+class Accelerator:
+    """An accelerator on the device and what a runtime needs to use it (a TFLite delegate, ORT providers)."""
+
+    name: str
+    kind: str  # gpu | edgetpu | npu | dsp
+    delegate: str | None = None  # TFLite delegate library, e.g. libedgetpu.so.1
+    execution_providers: tuple[str, ...] = ()
+    note: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"name": self.name, "kind": self.kind, "delegate": self.delegate,
+                "execution_providers": list(self.execution_providers), "note": self.note}
+
+
+@dataclass(frozen=True)
+class TargetProfile:
+    """One resolved, validated profile (``extends`` already applied)."""
+
+    name: str
+    description: str
+    arch: str
+    cpu_cores: int
+    cpu_model: str
+    memory_mb: int
+    os: str
+    python: str
+    runtimes: tuple[RuntimeRequirement, ...]
+    accelerators: tuple[Accelerator, ...]
+    execution_providers: tuple[str, ...]
+    max_onnx_opset: int | None
+    recipes: tuple[Recipe, ...]
+    threads: int
+    latency_budget_ms: float
+    tolerance: Tolerance
+    fallback: tuple[str, ...]
+    edgetpu: bool = False
+    origin: str = "shipped"  # "shipped" or "user"
+    path: Path | None = None  # the file this profile came from
+    extends: str | None = None
+    lineage: tuple[str, ...] = ()  # the files merged, this one first, then its parents
+    sources: tuple[str, ...] = ()  # links to the documents the facts come from
+    provider_options: Mapping[str, Mapping[str, Any]] = field(default_factory=dict, hash=False)
+    regression: RegressionPolicy = RegressionPolicy()  # when a check is a latency regression ([regression])
+    placement: tuple[PlacementExpectation, ...] = ()  # where nodes must run ([[placement]])
+    min_throughput_ips: float | None = None  # the throughput floor check --throughput gates on
+
+    @property
+    def preferred_recipe(self) -> Recipe:
+        """The first recipe: what the profile would ship if it passes verification."""
+        return self.recipes[0]
+
+    @property
+    def runtime_names(self) -> tuple[str, ...]:
+        return tuple(r.name for r in self.runtimes)
+
+    def runtime(self, name: str) -> RuntimeRequirement | None:
+        for requirement in self.runtimes:
+            if requirement.name == name:
+                return requirement
+        return None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "description": self.description,
+            "origin": self.origin,
+            "path": str(self.path) if self.path else None,
+            "extends": self.extends,
+            "lineage": list(self.lineage),
+            "arch": self.arch,
+            "cpu": {"cores": self.cpu_cores, "model": self.cpu_model},
+            "memory_mb": self.memory_mb,
+            "os": self.os,
+            "python": self.python,
+            "runtimes": [r.to_dict() for r in self.runtimes],
+            "accelerators": [a.to_dict() for a in self.accelerators],
+            "execution_providers": list(self.execution_providers),
+            "provider_options": {k: dict(v) for k, v in self.provider_options.items()},
+            "max_onnx_opset": self.max_onnx_opset,
+            "recipes": [dict(r.to_dict(), label=r.label) for r in self.recipes],
+            "threads": self.threads,
+            "latency_budget_ms": self.latency_budget_ms,
+            "min_throughput_ips": self.min_throughput_ips,
+            "tolerance": self.tolerance.to_dict(),
+            "fallback": list(self.fallback),
+            "edgetpu": self.edgetpu,
+            "sources": list(self.sources),
+        }
+
+
+# ------------------------------------------------------------------------------------------- versions
+
+
+def parse_version(text: str) -> tuple[int, ...] | None:
+    """The release numbers of a PEP 440 version: ``"1.16.3+cu118"`` -> (1, 16, 3); None when it is none."""
+    from packaging.version import InvalidVersion, Version
+
+    try:
+        return Version(text.strip()).release
+    except InvalidVersion:
+        return None
+
+
+def _next_prefix(bound: str) -> str:
+    """The first version past the prefix bound: ``"2.14"`` -> ``"2.15"`` (so ``<2.15`` admits every 2.14.x)."""
+    release = parse_version(bound) or (0,)
+    return ".".join(map(str, (*release[:-1], release[-1] + 1)))
+
+
+def runtime_supports(profile: TargetProfile, runtime: str, version: str) -> bool:
+    """Whether ``profile`` lists ``runtime`` and ``version`` lies within its bounds."""
+    requirement = profile.runtime(runtime)
+    return requirement is not None and requirement.admits(version)
+
+
+# ------------------------------------------------------------------------------------------- schema
+
+# The schema (keys, types, vocabularies, bounds) is a pydantic model in toolkit.model.schemas.targets, imported when a
+# file is read. What stays here are the checks across keys, and the ones after ``extends`` has been merged.
+
+DOCS = "docs/targets.md"
+
+
+def _fail(path: Path, key: str, problem: str, fix: str) -> UsageError:
+    return UsageError(f"{path}: key '{key}': {problem}", hint=fix)
+
+
+def _suggest(word: str, choices: Sequence[str]) -> str:
+    from toolkit.model.schemas.problems import did_you_mean
+
+    return did_you_mean(word, choices)
+
+
+def _validate_file(path: Path, data: Mapping[str, Any]) -> None:
+    """What can be checked in one file on its own: the schema (keys, types, values) and each recipe. Required
+    keys and the cross-checks wait until ``extends`` has been merged."""
+    from toolkit.model.schemas import validate
+    from toolkit.model.schemas.targets import ProfileFile, RecipeEntry
+
+    validate(ProfileFile, data, file=path, docs=DOCS, partial=True)
+    names = [r["name"] for r in data.get("runtimes", ())]
+    for name in sorted(set(names)):
+        if names.count(name) > 1:
+            raise _fail(path, "runtimes", f"runtime {name!r} is listed twice.", "List each runtime once.")
+    for index, recipe in enumerate(data.get("recipes", ())):
+        _build_recipe(path, index, RecipeEntry.model_validate(recipe).recipe_kwargs())
+
+
+def _build_recipe(path: Path, index: int, kwargs: Mapping[str, Any]) -> Recipe:
+    """A recipe table (already through the schema) -> Recipe; its own cross-field refusals name the key."""
+    try:
+        return Recipe(**kwargs)
+    except RecipeError as exc:
+        raise _fail(path, f"recipes[{index}].{exc.key}", exc.message, exc.hint or f"See {DOCS}.") from exc
+
+
+# ------------------------------------------------------------------------------------------- loading
+
+
+@dataclass(frozen=True)
+class _Raw:
+    name: str
+    data: dict[str, Any]
+    path: Path
+    origin: str
+
+
+def _read(path: Path, origin: str) -> _Raw:
+    try:
+        with path.open("rb") as handle:
+            data = tomllib.load(handle)
+    except tomllib.TOMLDecodeError as exc:
+        raise UsageError(f"{path}: not valid TOML: {exc}.", hint="Fix the syntax (https://toml.io).") from exc
+    except OSError as exc:
+        raise UsageError(f"{path}: cannot read the profile: {exc.strerror}.") from exc
+    _validate_file(path, data)
+    name = data.get("name", path.stem)
+    if name != path.stem:
+        raise _fail(path, "name", f"{name!r} does not match the file name {path.name!r}.",
+                    f"Rename the file to {name}.toml or set name = {path.stem!r}.")
+    return _Raw(name=name, data=data, path=path, origin=origin)
+
+
+def _user_dirs(targets_dirs: Sequence[Path]) -> list[tuple[Path, str]]:
+    dirs: list[tuple[Path, str]] = []
+    for entry in os.environ.get(ENV_VAR, "").split(os.pathsep):
+        if entry.strip():
+            dirs.append((Path(entry).expanduser(), f"the {ENV_VAR} entry"))
+    dirs.extend((Path(d).expanduser(), "--targets-dir") for d in targets_dirs)
+    return dirs
+
+
+def _layers(targets_dirs: Sequence[Path]) -> dict[str, list[_Raw]]:
+    """name -> every file defining it, lowest precedence first."""
+    layers: dict[str, list[_Raw]] = {}
+    from toolkit.resources import targets_dir
+
+    sources: list[tuple[Path, str]] = [(targets_dir(), "shipped")]
+    for directory, what in _user_dirs(targets_dirs):
+        if not directory.is_dir():
+            raise UsageError(f"{what} {directory} is not a directory.",
+                             hint="Point it at a folder of <name>.toml target profiles.")
+        sources.append((directory, "user"))
+    seen: set[Path] = set()
+    for directory, origin in sources:
+        resolved = directory.resolve()
+        if resolved in seen:
+            continue
+        seen.add(resolved)
+        for path in sorted(resolved.glob("*.toml")):
+            raw = _read(path, origin if origin == "shipped" else "user")
+            layers.setdefault(raw.name, []).append(raw)
+    return layers
+
+
+def _merge(base: Mapping[str, Any], over: Mapping[str, Any]) -> dict[str, Any]:
+    merged = dict(base)
+    for key, value in over.items():
+        if key == "sources":
+            merged[key] = list(dict.fromkeys([*base.get("sources", []), *value]))
+        elif isinstance(value, dict) and isinstance(base.get(key), dict):
+            merged[key] = _merge(base[key], value)
+        else:
+            merged[key] = value
+    return merged
+
+
+def _resolve(name: str, index: int, layers: Mapping[str, list[_Raw]],
+             chain: tuple[tuple[str, int], ...]) -> tuple[dict[str, Any], tuple[_Raw, ...]]:
+    raw = layers[name][index]
+    parent = raw.data.get("extends")
+    if parent is None:
+        return dict(raw.data), (raw,)
+    if parent == name:  # extends the profile this one shadows
+        if index == 0:
+            raise _fail(raw.path, "extends", f"{name!r} extends itself and shadows no other profile.",
+                        "Remove extends, or name a profile that exists.")
+        target = (name, index - 1)
+    elif parent in layers:
+        target = (parent, len(layers[parent]) - 1)
+    else:
+        raise _fail(raw.path, "extends", f"no profile named {parent!r}{_suggest(parent, list(layers))}.",
+                    "Run `edgetk targets list` to see the profiles.")
+    if target in chain or target == (name, index):
+        cycle = " -> ".join([n for n, _ in chain] + [name, target[0]])
+        raise _fail(raw.path, "extends", f"extends forms a cycle ({cycle}).", "Break the cycle: one profile "
+                    "in it must not extend another.")
+    base, lineage = _resolve(target[0], target[1], layers, chain + ((name, index),))
+    data = _merge(base, {k: v for k, v in raw.data.items() if k != "extends"})
+    data["name"] = name
+    return data, (raw, *lineage)
+
+
+def _build(data: Mapping[str, Any], lineage: tuple[_Raw, ...]) -> TargetProfile:
+    from toolkit.model.schemas import validate
+    from toolkit.model.schemas.targets import ProfileFile
+
+    top = lineage[0]
+    path = top.path
+    context = "" if len(lineage) == 1 else f" (not in the profiles it extends either: {lineage[1].name})"
+    profile = validate(ProfileFile, data, file=path, docs=DOCS, missing_context=context)
+    assert profile is not None  # not partial: a problem raises
+    if not profile.recipes:
+        raise _fail(path, "recipes", "the profile lists no recipe.", "Add at least one [[recipes]] table.")
+    if not profile.runtimes:
+        raise _fail(path, "runtimes", "the profile lists no runtime.", "Add at least one [[runtimes]] table.")
+    recipes = tuple(_build_recipe(path, i, r.recipe_kwargs()) for i, r in enumerate(profile.recipes))
+    runtimes = tuple(
+        RuntimeRequirement(name=r.name, min_version=r.min_version, max_version=r.max_version, note=r.note)
+        for r in profile.runtimes
+    )
+    runtime_names = {r.name for r in runtimes}
+    max_opset = profile.max_onnx_opset
+    for index, recipe in enumerate(recipes):
+        where = f"recipes[{index}]"
+        if recipe.format == "onnx":
+            if "onnxruntime" not in runtime_names:
+                raise _fail(path, where, "an ONNX recipe, but onnxruntime is not among the runtimes.",
+                            "Add a [[runtimes]] table with name = \"onnxruntime\", or drop the recipe.")
+            if max_opset is None:
+                raise _fail(path, "max_onnx_opset", "required when the profile has an ONNX recipe.",
+                            "Set it to the highest opset the device's onnxruntime loads.")
+            if recipe.opset is not None and recipe.opset > max_opset:
+                raise _fail(path, f"{where}.opset", f"{recipe.opset} is above max_onnx_opset {max_opset}.",
+                            f"Use opset {max_opset} or lower.")
+        elif recipe.format == "pte":
+            if "executorch" not in runtime_names:
+                raise _fail(path, where, "an ExecuTorch (.pte) recipe, but executorch is not among the runtimes.",
+                            "Add a [[runtimes]] table with name = \"executorch\", or drop the recipe.")
+        elif not runtime_names & set(TFLITE_RUNTIMES):
+            raise _fail(path, where, "a TFLite recipe, but no TFLite runtime is among the runtimes.",
+                        f"Add one of {', '.join(TFLITE_RUNTIMES)} to runtimes, or drop the recipe.")
+        if recipe.format == "tflite" and recipe.precision == "dynamic" and "tflite-runtime" in runtime_names:
+            raise _fail(path, f"{where}.precision",
+                        "tflite-runtime (last release 2.14) cannot load dynamic-range models from TF 2.21 "
+                        "(FULLY_CONNECTED version 12).",
+                        "Use a full int8 recipe for this profile, or remove tflite-runtime from its runtimes.")
+    fallback = tuple(profile.fallback)
+    if not fallback or fallback[-1] != "fp32" or len(set(fallback)) != len(fallback):
+        raise _fail(path, "fallback", f"{list(fallback)} must list each precision once and end with fp32.",
+                    'For example: fallback = ["int8", "fp16", "fp32"].')
+    edgetpu = profile.edgetpu
+    if edgetpu:
+        first = recipes[0]
+        if not (first.format == "tflite" and first.precision == "int8" and first.io_dtype in ("uint8", "int8")):
+            raise _fail(path, "recipes[0]", f"an Edge TPU profile must prefer full-integer TFLite, got {first.label}.",
+                        'Make the first recipe format = "tflite", precision = "int8", io_dtype = "uint8".')
+    accelerators = tuple(
+        Accelerator(name=a.name, kind=a.kind, delegate=a.delegate, execution_providers=tuple(a.execution_providers),
+                    note=a.note)
+        for a in profile.accelerators
+    )
+    default_eps = ["CPUExecutionProvider"] if "onnxruntime" in runtime_names else []
+    execution_providers = tuple(profile.execution_providers if profile.execution_providers is not None
+                                else default_eps)
+    provider_options = {k: dict(v) for k, v in profile.provider_options.items()}
+    for ep in provider_options:
+        if ep not in execution_providers:
+            raise _fail(path, f"provider_options.{ep}", f"{ep} is not in execution_providers.",
+                        f"Add {ep} to execution_providers or remove its options.")
+    try:
+        regression = RegressionPolicy(**(profile.regression.model_dump(exclude_none=True)
+                                         if profile.regression else {}))
+    except UsageError as exc:
+        raise _fail(path, "regression", exc.message, exc.hint or f"See {DOCS}.") from exc
+    placement = []
+    for index, expectation in enumerate(profile.placement):
+        try:
+            placement.append(PlacementExpectation(**expectation.model_dump(exclude_none=True)))
+        except UsageError as exc:
+            raise _fail(path, f"placement[{index}]", exc.message, exc.hint or f"See {DOCS}.") from exc
+    return TargetProfile(
+        name=top.name,
+        description=profile.description,
+        arch=profile.arch,
+        cpu_cores=profile.cpu.cores,
+        cpu_model=profile.cpu.model,
+        memory_mb=profile.memory_mb,
+        os=profile.os,
+        python=profile.python,
+        runtimes=runtimes,
+        accelerators=accelerators,
+        execution_providers=execution_providers,
+        max_onnx_opset=max_opset,
+        recipes=recipes,
+        threads=profile.threads,
+        latency_budget_ms=float(profile.latency_budget_ms),
+        tolerance=Tolerance.from_dict({k: v for k, v in profile.tolerance.model_dump().items() if v is not None}),
+        fallback=fallback,
+        edgetpu=edgetpu,
+        origin=top.origin,
+        path=top.path,
+        extends=top.data.get("extends"),
+        lineage=tuple(str(r.path) for r in lineage),
+        sources=tuple(profile.sources),
+        provider_options=provider_options,
+        regression=regression,
+        placement=tuple(placement),
+        min_throughput_ips=float(profile.min_throughput_ips) if profile.min_throughput_ips is not None else None,
+    )
+
+
+def load_profiles(*, targets_dirs: Sequence[Path] = ()) -> dict[str, TargetProfile]:
+    """Every profile, resolved and validated, by name (sorted): shipped, then ``EDGETK_TARGETS_PATH``, then
+    ``targets_dirs``; later wins. Raises UsageError naming the file and key of the first bad profile."""
+    layers = _layers(targets_dirs)
+    profiles: dict[str, TargetProfile] = {}
+    for name in sorted(layers):
+        data, lineage = _resolve(name, len(layers[name]) - 1, layers, ())
+        profiles[name] = _build(data, lineage)
+    return profiles
+
+
+def get_profile(name: str, *, targets_dirs: Sequence[Path] = ()) -> TargetProfile:
+    """One profile by name; an unknown name is a UsageError with a did-you-mean and where to look."""
+    profiles = load_profiles(targets_dirs=targets_dirs)
+    if name in profiles:
+        return profiles[name]
+    raise UsageError(f"Unknown target {name!r}{_suggest(name, list(profiles))}.",
+                     hint="Run `edgetk targets list` to see the profiles; add your own with --targets-dir DIR.")
+
+
+# ------------------------------------------------------------------------------------------- matching
+
+# The arch table, ARM core names, board matching and the local probe live in toolkit.model.platform (one of each);
+# re-exported here for the callers that know them as targets.*.
+from toolkit.model.platform import ARM_CPU_PARTS as ARM_CPU_PARTS  # noqa: E402
+from toolkit.model.platform import host_profile_name as host_profile_name  # noqa: E402
+from toolkit.model.platform import match_profile as match_profile  # noqa: E402
+from toolkit.model.platform import normalize_arch as normalize_arch  # noqa: E402
+from toolkit.model.platform import probe_local as probe_local  # noqa: E402

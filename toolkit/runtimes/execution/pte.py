@@ -1,0 +1,46 @@
+"""A .pte artifact in ExecuTorch's Python runtime on this host (XNNPACK and portable kernels), for verification
+and host timing. ExecuTorch takes torch tensors, so this imports torch (as the runtime itself does)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from toolkit.runtimes.execution import HostSession
+from toolkit.runtimes.inspection.pte import load_program, tensor_specs
+
+
+class PteSession(HostSession):
+    """The program's ``forward`` loaded once; ``threads`` sizes ExecuTorch's (process-wide) thread pool."""
+
+    runtime = "executorch"
+
+    def __init__(self, path: Path, *, threads: int | None = None) -> None:
+        import torch
+
+        self.path = Path(path)
+        self._torch = torch
+        program = load_program(self.path)
+        if threads is not None:
+            from executorch.extension.pybindings import portable_lib
+
+            portable_lib._unsafe_reset_threadpool(int(threads))
+        self._program = program
+        self._method: Any = program.load_method("forward")
+        meta = program.metadata("forward")
+        self._inputs = tensor_specs(meta, "input")
+        self._outputs = tensor_specs(meta, "output")
+        from importlib import metadata
+
+        self.runtime_version = metadata.version("executorch")
+
+    def run_raw(self, feeds: Mapping[str, np.ndarray]) -> list[np.ndarray]:
+        args = [self._torch.from_numpy(np.ascontiguousarray(feeds[spec.name])) for spec in self._inputs]
+        return [out.detach().numpy().copy() for out in self._method.execute(args)]
+
+    def close(self) -> None:
+        self._method = None
+        self._program = None

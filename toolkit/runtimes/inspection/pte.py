@@ -1,0 +1,72 @@
+"""What is inside an ExecuTorch program (``.pte``): its ``forward`` inputs and outputs, the operators and
+delegates of its plan, and how many tensors PT2E quantized (the constant method the route writes: the XNNPACK
+payload hides its ops). A .pte carries no tensor names; its tensors are ``input_<i>`` / ``output_<i>``, matched to
+the source's by position."""
+
+from __future__ import annotations
+
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+from toolkit.errors import UsageError
+from toolkit.runtimes.inspection import ModelInfo
+from toolkit.model.types import TensorSpec
+
+# ExecuTorch ScalarType codes -> numpy dtype names (the ones a model's I/O can have)
+SCALAR_TYPES = {0: "uint8", 1: "int8", 2: "int16", 3: "int32", 4: "int64", 5: "float16", 6: "float32",
+                7: "float64", 11: "bool"}
+
+
+def tensor_specs(meta: Any, what: str) -> tuple[TensorSpec, ...]:
+    """``forward``'s inputs (``what="input"``) or outputs from its MethodMeta, named by position."""
+    count = meta.num_inputs() if what == "input" else meta.num_outputs()
+    specs = []
+    for i in range(count):
+        info = meta.input_tensor_meta(i) if what == "input" else meta.output_tensor_meta(i)
+        specs.append(TensorSpec(f"{what}_{i}", tuple(int(d) for d in info.sizes()),
+                                SCALAR_TYPES.get(int(info.dtype()), "float32")))
+    return tuple(specs)
+
+
+def load_program(path: Path) -> Any:
+    """``path`` loaded by ExecuTorch's Python runtime (UsageError when it is no program it can load)."""
+    from toolkit.conversion.torch_pte import import_executorch
+
+    import_executorch("Reading a .pte artifact")
+    from executorch.runtime import Runtime
+
+    try:
+        return Runtime.get().load_program(Path(path))
+    except Exception as exc:
+        text = (str(exc).strip() or type(exc).__name__).splitlines()[0][:300]
+        raise UsageError(f"ExecuTorch cannot load {Path(path).name}: {text}",
+                         hint="Rebuild the artifact with `edgetk convert --format pte`.") from exc
+
+
+def inspect_pte(path: Path) -> ModelInfo:
+    from executorch.exir._serialize._program import deserialize_pte_binary
+
+    from toolkit.conversion.torch_pte import QUANTIZED_METHOD
+
+    program = load_program(path)
+    meta = program.metadata("forward")
+    quantized = 0
+    if QUANTIZED_METHOD in program.method_names:
+        method = program.load_method(QUANTIZED_METHOD)
+        quantized = int(method.execute([])[0]) if method is not None else 0
+    plan = next(p for p in _plans(deserialize_pte_binary(Path(path).read_bytes())) if p.name == "forward")
+    counts: Counter[str] = Counter(f"delegate:{d.id}" for d in plan.delegates)
+    counts.update(op.name for op in plan.operators)
+    portable = sum(1 for op in plan.operators)
+    return ModelInfo(
+        path=str(path), format="pte", bytes=Path(path).stat().st_size, inputs=tensor_specs(meta, "input"),
+        outputs=tensor_specs(meta, "output"), op_counts=dict(counts), quantized_ops=quantized,
+        float_compute_ops=portable, precision="int8" if quantized else "fp32",
+        extra={"delegates": [d.id for d in plan.delegates], "methods": sorted(program.method_names)},
+    )
+
+
+def _plans(serialized: Any) -> list[Any]:
+    program = getattr(serialized, "program", serialized)  # 1.x wraps the Program with its segments
+    return list(program.execution_plan)
