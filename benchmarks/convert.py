@@ -301,7 +301,8 @@ def mobilenet_source(root: Path) -> tuple[Path, Path, np.ndarray]:
 
 
 def ppocr_source(root: Path) -> tuple[Path, Path, np.ndarray]:
-    from tests.fixtures.ppocr import cache_root, fetch_ppocr_det, text_images
+    from tests.fixtures.ppocr import fetch_ppocr_det, text_images
+    from tests.fixtures.training import cache_root
 
     model = fetch_ppocr_det(cache_root())  # the test suite's cache (EDGETK_TEST_CACHE): downloaded once
     calib_path = root / f"ppocr_calib_{PPOCR_SIZE}.npz"

@@ -10,6 +10,7 @@ pytest_plugins = [
     "tests.fixtures.models",
     "tests.fixtures.torch_models",
     "tests.fixtures.cli",
+    "tests.fixtures.home",
     "tests.fixtures.device_envs",
     "tests.fixtures.bundles",
     "tests.fixtures.optimization_models",

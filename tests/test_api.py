@@ -13,7 +13,8 @@ import pytest
 
 import toolkit
 from tests.fixtures.cli import run_edgetk
-from tests.fixtures.runs import NO_GATES, private_home
+from tests.fixtures.home import home_scope
+from tests.fixtures.runs import NO_GATES
 
 VERBS = ("convert", "deploy", "check", "run", "inspect", "rollback", "status", "remove", "probe", "setup", "optimize",
          "quickstart", "history", "make_report", "list_targets", "show_target", "prune", "add_key")
@@ -85,7 +86,7 @@ def test_check_status_inspect_and_rollback_errors(checked_bundle):
     single = api.inspect(checked_bundle.bundle / "model.int8.tflite")
     assert single.to_dict() == info.artifacts[1].to_dict()
 
-    with private_home(checked_bundle.home):
+    with home_scope(checked_bundle.home):
         state = api.status(devices=[checked_bundle.device])
         bundles = state.devices[0].data["bundles"]
         assert "digits-api" in bundles and bundles["digits-api"]["current"]
@@ -100,7 +101,7 @@ def test_check_status_inspect_and_rollback_errors(checked_bundle):
 def test_gate_failure_is_data_not_an_exception(checked_bundle):
     from toolkit import api
 
-    with private_home(checked_bundle.home):
+    with home_scope(checked_bundle.home):
         report = api.check(checked_bundle.bundle, devices=[checked_bundle.device], runs=3, budget_ms=1e-6,
                            baseline="none", store=checked_bundle.store.with_name("other.sqlite"))
     assert not report.passed and report.exit_code == 1
@@ -180,7 +181,7 @@ def test_json_of_the_api_equals_the_cli_for_every_verb(checked_bundle, deploy_bu
         store_args = ["--store", st["cli"]] if argv[0] in ("deploy", "check") else []
         cli = run_edgetk(*argv, *store_args, "--inventory", inventory("cli"), "--json",
                          env={"HOME": str(homes["cli"])})
-        with private_home(homes["api"]):
+        with home_scope(homes["api"]):
             result = call(inventory("api"), st["api"])
         assert cli.code == result.exit_code, (argv, cli.stderr)
         assert _normal(cli.json(), roots) == _normal(json.loads(json.dumps(result.to_dict())), roots), argv
@@ -198,7 +199,7 @@ def test_json_of_the_api_equals_the_cli_for_every_verb(checked_bundle, deploy_bu
                      "--store", homes["cli"] / "run.sqlite", "--json", env={"HOME": str(homes["cli"])})
     assert cli.code == 0, cli.stderr
     cli_doc = cli.json()
-    with private_home(homes["api"]):
+    with home_scope(homes["api"]):
         ran = api.run(source, precisions=["fp32"], formats=["onnx"], use_cache=False, name="door",
                       out=tmp_path / "r-api", inventory=inventory("api"), runs=5, store=homes["api"] / "run.sqlite",
                       progress=lambda m: None, progress_stream=None, config=cli_doc["config"], **NO_GATES)

@@ -50,14 +50,6 @@ def sparse_bundle(tmp_path_factory):  # type: ignore[no-untyped-def]
     return _sparse_bundle(root / "b")
 
 
-@pytest.fixture
-def local_home(tmp_path, monkeypatch):  # type: ignore[no-untyped-def]
-    home = tmp_path / "home"
-    home.mkdir()
-    monkeypatch.setenv("HOME", str(home))
-    return home
-
-
 def _sha(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
 

@@ -22,14 +22,6 @@ def _ssh_spec(dev, key, python=None):  # type: ignore[no-untyped-def]
                       python=python)
 
 
-@pytest.fixture
-def local_home(tmp_path, monkeypatch):  # type: ignore[no-untyped-def]
-    home = tmp_path / "home"
-    home.mkdir()
-    monkeypatch.setenv("HOME", str(home))
-    return home
-
-
 def _sha(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
 

@@ -25,6 +25,7 @@ import pytest
 
 from tests.fixtures.bundles import copy_bundle, subset_bundle
 from tests.test_gates_device import local  # noqa: F401 - the `local` device fixture (a private HOME)
+from tests.fixtures.home import Home
 from toolkit.checks import divergence
 from toolkit.delivery.bundle import read_bundle, sha256_file
 from toolkit.checks.checking import GateOptions, check
@@ -258,7 +259,7 @@ def test_cli_check_eval(eval_bundle: Path, tiny_deploy_bundle: Path, tmp_path: P
     refused before any device is contacted (exit 2, one JSON document with --json)."""
     from tests.fixtures.cli import assert_clean_error, run_edgetk
 
-    env = {"HOME": str(tmp_path), "EDGETK_STORE": str(tmp_path / "history.sqlite")}
+    env = Home(tmp_path).env
     refused = run_edgetk("check", tiny_deploy_bundle, "--device", "local", "--eval", "--json", env=env)
     assert_clean_error(refused, 2, "carries no eval set", "--device-eval")
     assert "carries no eval set" in json.dumps(refused.json())

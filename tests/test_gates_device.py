@@ -93,11 +93,8 @@ def tiny_onnx() -> bytes:
 
 
 @pytest.fixture
-def local(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Device]:
+def local(local_home: Path) -> Iterator[Device]:
     """The `local` device in a private HOME, with no `python` set: the runner runs in this interpreter."""
-    home = tmp_path / "home"
-    home.mkdir()
-    monkeypatch.setenv("HOME", str(home))
     spec = parse_spec("local")
     with LocalConnection(spec) as conn:
         yield Device(spec=spec, conn=conn)

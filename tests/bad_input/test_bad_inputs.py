@@ -14,6 +14,7 @@ import pytest
 
 from tests.fixtures.cli import assert_clean_error, run_edgetk
 from tests.fixtures.deploy import _tiny_onnx, build_bundle
+from tests.fixtures.home import Home
 
 
 @dataclass(frozen=True)
@@ -170,7 +171,7 @@ def test_bad_input(case: Case, workspace: Path) -> None:
     cwd.mkdir(exist_ok=True)
     before = _snapshot(workspace)
     args = [a.replace("{w}", str(workspace)) for a in case.args]
-    result = run_edgetk(*args, cwd=cwd, env={"HOME": str(home), "EDGETK_STORE": str(home / "history.sqlite")},
+    result = run_edgetk(*args, cwd=cwd, env=Home(home).env,
                         timeout=300)
     assert_clean_error(result, case.code, *case.needles)
     # one or two lines (click's own usage errors add "Usage:" and "Try ... -h" lines around theirs)

@@ -13,6 +13,7 @@ import pytest
 
 from tests.fixtures.cli import assert_clean_error, run_edgetk
 from tests.fixtures.deploy_helpers import write_inventory
+from tests.fixtures.home import Home, new_home
 
 NO_GATES = ("--budget-ms", "100000", "--baseline", "none")
 
@@ -20,19 +21,14 @@ NO_GATES = ("--budget-ms", "100000", "--baseline", "none")
 @pytest.fixture
 def home(tmp_path):  # type: ignore[no-untyped-def]
     """A private HOME for the CLI subprocess: its ~/.edgetk is the `local` device, its known_hosts is empty."""
-    path = tmp_path / "home"
-    path.mkdir()
+    path = new_home(tmp_path).path
     return path
-
-
-def _env(home: Path) -> dict[str, str]:
-    return {"HOME": str(home), "EDGETK_STORE": str(home / "history.sqlite")}
 
 
 def test_local_deploy_check_status_history(home, tiny_bundle, device_env, tmp_path):  # type: ignore[no-untyped-def]
     inventory = tmp_path / "inv.toml"
     inventory.write_text(f'[devices.here]\nhost = "local"\npython = "{device_env.python}"\n')
-    env = _env(home)
+    env = Home(home).env
     result = run_edgetk("deploy", tiny_bundle, "--inventory", inventory, "--check", *NO_GATES, "--runs", "10",
                         "--json", env=env)
     assert result.code == 0, result.stderr
@@ -74,7 +70,7 @@ def test_ssh_deploy_check_rollback_remove(home, ssh_devices, ssh_client_key, ssh
     (dev,) = ssh_devices(1)
     inventory = write_inventory(tmp_path / "inv.toml", [dev], python=str(device_env.python), key=ssh_client_key,
                                 known_hosts=ssh_known_hosts(dev), names=["pi-1"])
-    env = _env(home)
+    env = Home(home).env
     v1 = deploy_bundle_factory(name="roll", seed=1)
     v2 = deploy_bundle_factory(name="roll", seed=2)
     for bundle in (v1, v2):
@@ -105,7 +101,7 @@ def test_fleet_in_parallel_with_one_device_down(home, ssh_devices, fresh_ssh_dev
                                 key=ssh_client_key, known_hosts=known)
     bundle = deploy_bundle_factory(name="fleet")
     result = run_edgetk("deploy", bundle, "--inventory", inventory, "--group", "lab", "--parallel", "5", "--check",
-                        *NO_GATES, "--runs", "5", "--json", env=_env(home))
+                        *NO_GATES, "--runs", "5", "--json", env=Home(home).env)
     assert result.code == 4, result.stderr
     doc = result.json()
     assert doc["passed"] is False
@@ -118,7 +114,7 @@ def test_fleet_in_parallel_with_one_device_down(home, ssh_devices, fresh_ssh_dev
     assert by_name[down.name]["ok"] is False
     assert "refused the connection" in by_name[down.name]["error"]
     assert f"error: {down.name}: {by_name[down.name]['error']}" in result.stderr  # --json: on stderr as well
-    text = run_edgetk("status", "--inventory", inventory, env=_env(home))
+    text = run_edgetk("status", "--inventory", inventory, env=Home(home).env)
     assert text.code == 4 and "4 of 5 devices succeeded" in text.stderr
 
 
@@ -129,7 +125,7 @@ def test_host_keys_unknown_trusted_changed(home, fresh_ssh_device, ssh_client_ke
     bundle = deploy_bundle_factory(name="keys")
     known = home / "known_hosts"
     args = ("deploy", bundle, "--device", dev.spec, "--known-hosts", known)
-    env = _env(home)
+    env = Home(home).env
     (home / ".ssh").mkdir(mode=0o700)
     (home / ".ssh" / "config").write_text(f"Host 127.0.0.1\n  IdentityFile {ssh_client_key}\n")
 
@@ -161,7 +157,7 @@ def test_device_without_runtime_gets_a_clear_report(home, ssh_devices, ssh_clien
     inventory = write_inventory(tmp_path / "inv.toml", [dev], python=str(bare_env.python), key=ssh_client_key,
                                 known_hosts=ssh_known_hosts(dev), names=["bare"])
     result = run_edgetk("deploy", deploy_bundle_factory(name="tiny"), "--inventory", inventory, "--check",
-                        *NO_GATES, "--json", env=_env(home))
+                        *NO_GATES, "--json", env=Home(home).env)
     assert result.code == 1, result.stderr
     entry = result.json()["devices"][0]
     (report,) = entry["reports"]
@@ -178,7 +174,7 @@ def test_gates_fail_on_budget_and_on_regression(home, device_env, deploy_bundle_
     # no minimum effect in ms: the tiny model's microseconds can then regress against a doctored baseline
     policy = CheckPolicy(target=None, latency_budget_ms=None, regression=RegressionPolicy(min_slowdown_ms=0.0))
     bundle = deploy_bundle_factory(name="gated", check_policy=policy)
-    env = _env(home)
+    env = Home(home).env
     ok = run_edgetk("deploy", bundle, "--inventory", inventory, "--check", *NO_GATES, "--runs", "10", "--json",
                     env=env)
     assert ok.code == 0, ok.stderr
@@ -210,26 +206,26 @@ def test_gates_fail_on_budget_and_on_regression(home, device_env, deploy_bundle_
 
 def test_arch_mismatch_exit_2_and_force(home, deploy_bundle_factory):  # type: ignore[no-untyped-def]
     bundle = deploy_bundle_factory(name="armonly", target_arch="aarch64")
-    refused = run_edgetk("deploy", bundle, "--device", "local", env=_env(home))
+    refused = run_edgetk("deploy", bundle, "--device", "local", env=Home(home).env)
     assert refused.code == 2
     assert "built for aarch64" in refused.stderr and "--force" in refused.stderr
-    forced = run_edgetk("deploy", bundle, "--device", "local", "--force", env=_env(home))
+    forced = run_edgetk("deploy", bundle, "--device", "local", "--force", env=Home(home).env)
     assert forced.code == 0, forced.stderr
 
 
 def test_usage_errors(home, deploy_bundle_factory, tmp_path):  # type: ignore[no-untyped-def]
     bundle = deploy_bundle_factory(name="tiny")
-    assert_clean_error(run_edgetk("deploy", bundle, env=_env(home)), 2, "no device given")
-    assert_clean_error(run_edgetk("deploy", tmp_path, "--device", "local", env=_env(home)), 2, "not a bundle")
+    assert_clean_error(run_edgetk("deploy", bundle, env=Home(home).env), 2, "no device given")
+    assert_clean_error(run_edgetk("deploy", tmp_path, "--device", "local", env=Home(home).env), 2, "not a bundle")
     bad = tmp_path / "bad.toml"
     bad.write_text('[devices.pi]\nhots = "1.2.3.4"\n')
-    assert_clean_error(run_edgetk("status", "--inventory", bad, env=_env(home)), 2, "unknown key 'hots'",
+    assert_clean_error(run_edgetk("status", "--inventory", bad, env=Home(home).env), 2, "unknown key 'hots'",
                        "did you mean 'host'")
-    assert_clean_error(run_edgetk("status", "--device", "a b;c", env=_env(home)), 2, "not a device spec")
+    assert_clean_error(run_edgetk("status", "--device", "a b;c", env=Home(home).env), 2, "not a device spec")
 
 
 def test_probe_local(home):  # type: ignore[no-untyped-def]
-    result = run_edgetk("devices", "probe", "--device", "local", "--json", env=_env(home))
+    result = run_edgetk("devices", "probe", "--device", "local", "--json", env=Home(home).env)
     assert result.code == 0, result.stderr
     probe = result.json()["devices"][0]["probe"]
     assert probe["environment"]["arch"] == "x86_64"

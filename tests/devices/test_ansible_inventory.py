@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from tests.fixtures.cli import run_edgetk
+from tests.fixtures.home import Home
 from toolkit.devices.inventory import load_inventory, resolve_specs
 from toolkit.errors import MissingDependency, UsageError
 
@@ -114,7 +115,7 @@ def test_deploy_and_check_through_an_ansible_inventory(form, ssh_devices, ssh_cl
         lab_vars = "".join(f"        {kv.split('=', 1)[0]}: {kv.split('=', 1)[1]}\n" for kv in common.split())
         path.write_text(f"all:\n  children:\n    lab:\n      hosts:\n{hosts}      vars:\n{lab_vars}"
                         "    other:\n      hosts:\n        d9:\n          ansible_port: 9\n")
-    env = {"HOME": str(tmp_path), "EDGETK_STORE": str(tmp_path / "h.sqlite")}
+    env = Home(tmp_path).env
     group = ("--group", "lab") if form == "ini" else ("--limit", "lab")
     result = run_edgetk("deploy", tiny_deploy_bundle, "--inventory", path, *group, "--check", "--waves", "1,100%",
                         "--runs", "3", "--budget-ms", "100000", "--baseline", "none", "--json", env=env)

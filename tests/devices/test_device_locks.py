@@ -94,11 +94,9 @@ def _plant_lock(home: Path, name: str, owner: dict[str, Any], *, ancient: bool =
     return lock
 
 
-def test_local_lock_broken_only_when_its_holder_is_gone(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
-                                                        deploy_bundle_factory: Callable[..., Path]) -> None:
-    home = tmp_path / "home"
-    home.mkdir()
-    monkeypatch.setenv("HOME", str(home))
+def test_local_lock_broken_only_when_its_holder_is_gone(local_home: Path, deploy_bundle_factory: Callable[..., Path]
+                                                        ) -> None:
+    home = local_home
     bundle = read_bundle(deploy_bundle_factory(name="held"))
     spec = DeviceSpec(name="local")
     me = {"pid": os.getpid(), "start": _start_of(os.getpid())}

@@ -18,6 +18,7 @@ import pytest
 from tests.fixtures.cli import run_edgetk
 from tests.fixtures.dropbear import DropbearDevice
 from tests.fixtures.sshd import SshDevice
+from tests.fixtures.home import Home
 from toolkit.delivery import deployment
 from toolkit.delivery.bundle import read_bundle
 from toolkit.devices import open_connection
@@ -53,7 +54,7 @@ def _home_env(tmp_path: Path, key: Path, known: str) -> dict[str, str]:
     (ssh / "id_ed25519").chmod(0o600)
     (ssh / "known_hosts").write_text(known)
     cache = Path(os.environ.get("EDGETK_TEST_CACHE", tmp_path)) / "xdg-cache"  # setup's wheels, kept across runs
-    return {"HOME": str(home), "EDGETK_STORE": str(home / "history.sqlite"), "XDG_CACHE_HOME": str(cache)}
+    return {**Home(home).env, "XDG_CACHE_HOME": str(cache)}
 
 
 def test_fresh_pushes_without_sftp_never_fail(dropbear_device: DropbearDevice, dropbear_client_key: Path,

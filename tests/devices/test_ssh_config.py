@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from tests.fixtures.home import Home
 
 from toolkit.devices import open_connection, parse_spec
 from toolkit.errors import AuthRefused, UsageError
@@ -309,7 +310,7 @@ def test_cli_exit_codes_for_config_and_auth_refusals(home, fresh_ssh_device, ssh
         f"  UserKnownHostsFile {known}\n"
         f"Host tunnel\n  HostName 127.0.0.1\n  Port {dev.port}\n  Tunnel yes\n")
     bundle = deploy_bundle_factory(name="tiny")
-    env = {"HOME": str(home), "EDGETK_STORE": str(home / "h.sqlite")}
+    env = Home(home).env
     assert_clean_error(run_edgetk("deploy", bundle, "--device", "nokey", env=env), 4, "refused every key tried",
                        "ssh-copy-id")
     assert_clean_error(run_edgetk("deploy", bundle, "--device", "tunnel", env=env), 2, "tunnel",

@@ -16,6 +16,7 @@ from tests.fixtures.cli import run_edgetk
 from tests.fixtures.deploy_helpers import write_inventory
 from tests.fixtures.device_envs import DeviceEnv
 from tests.runner.test_runner import check, reports, run_runner
+from tests.fixtures.home import Home, new_home
 
 pytestmark = needs_executorch
 NO_GATES = ("--budget-ms", "100000", "--baseline", "none")
@@ -58,11 +59,10 @@ def test_local_device_check(pte_digits_bundle: tuple[Path, dict[str, Any]], exec
                             tmp_path: Path) -> None:
     """``edgetk check --device``-style over the `local` connection (the host itself, the env's python)."""
     bundle, _ = pte_digits_bundle
-    home = tmp_path / "home"
-    home.mkdir()
+    home = new_home(tmp_path).path
     inventory = tmp_path / "inv.toml"
     inventory.write_text(f'[devices.here]\nhost = "local"\npython = "{executorch_env.python}"\n')
-    env = {"HOME": str(home), "EDGETK_STORE": str(home / "history.sqlite")}
+    env = Home(home).env
     result = run_edgetk("deploy", bundle, "--inventory", inventory, "--check", *NO_GATES, "--runs", "10", "--json",
                         env=env)
     assert result.code == 0, result.stdout[-2000:] + result.stderr[-2000:]
@@ -112,9 +112,8 @@ def test_deploy_check_over_ssh(pte_digits_bundle: tuple[Path, dict[str, Any]], e
     (dev,) = ssh_devices(1)
     inventory = write_inventory(tmp_path / "inv.toml", [dev], python=str(executorch_env.python), key=ssh_client_key,
                                 known_hosts=ssh_known_hosts(dev), names=["pt-1"])
-    home = tmp_path / "home"
-    home.mkdir()
-    env = {"HOME": str(home), "EDGETK_STORE": str(home / "history.sqlite")}
+    home = new_home(tmp_path).path
+    env = Home(home).env
     result = run_edgetk("deploy", bundle, "--inventory", inventory, "--check", *NO_GATES, "--runs", "10",
                         "--json", env=env)
     assert result.code == 0, result.stdout[-2000:] + result.stderr[-2000:]

@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from tests.fixtures.netns import NetLab
+from tests.fixtures.home import Home, new_home
 from toolkit.delivery.bundle import read_bundle
 
 NO_GATES = ("--budget-ms", "100000", "--baseline", "none")
@@ -36,13 +37,12 @@ class Field:
 @pytest.fixture(scope="module")
 def field(netlab: NetLab, ssh_client_key: Path, device_env, tmp_path_factory: pytest.TempPathFactory) -> Field:  # type: ignore[no-untyped-def]
     root = tmp_path_factory.mktemp("field")
-    home = root / "home"
-    home.mkdir()
+    home = new_home(root).path
     known = root / "known_hosts"
     known.write_text(netlab.device.known_hosts_line())
     inventory = netlab.inventory(root / "inv.toml", python=str(device_env.python), key=ssh_client_key,
                                  known_hosts=known)
-    env = {"HOME": str(home), "EDGETK_STORE": str(home / "history.sqlite")}
+    env = Home(home).env
     return Field(netlab, inventory, known, env, root, str(device_env.python), ssh_client_key)
 
 

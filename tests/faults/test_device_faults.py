@@ -20,6 +20,7 @@ import pytest
 from tests.faults.conftest import NO_GATES, Field, _size, _wait_for, deploy_and_check
 from tests.fixtures.cli import assert_clean_error, run_edgetk
 from tests.fixtures.deploy_helpers import write_inventory
+from tests.fixtures.home import Home, new_home
 from toolkit.delivery.bundle import read_bundle
 
 pytestmark = [pytest.mark.ssh]
@@ -103,9 +104,8 @@ def ssh_field(ssh_devices, ssh_client_key, ssh_known_hosts, device_env, tmp_path
     (dev,) = ssh_devices(1)
     inventory = write_inventory(tmp_path / "inv.toml", [dev], python=str(device_env.python), key=ssh_client_key,
                                 known_hosts=ssh_known_hosts(dev), names=["pi-1"])
-    home = tmp_path / "home"
-    home.mkdir()
-    return dev, inventory, {"HOME": str(home), "EDGETK_STORE": str(home / "history.sqlite")}
+    home = new_home(tmp_path).path
+    return dev, inventory, Home(home).env
 
 
 def test_corrupted_file_on_device_is_refused_by_check_and_repaired_by_deploy(ssh_field, deploy_bundle_factory) -> None:  # type: ignore[no-untyped-def]
@@ -161,9 +161,8 @@ def test_runtime_crash_is_reported_per_artifact(ssh_devices, ssh_client_key, ssh
         p.chmod(0o755)
     inventory = write_inventory(tmp_path / "inv.toml", [dev], python=str(wrapper), key=ssh_client_key,
                                 known_hosts=ssh_known_hosts(dev), names=["crashy"])
-    home = tmp_path / "home"
-    home.mkdir()
-    env = {"HOME": str(home), "EDGETK_STORE": str(home / "history.sqlite")}
+    home = new_home(tmp_path).path
+    env = Home(home).env
     started = time.monotonic()
     result = run_edgetk("deploy", tiny_bundle, "--inventory", inventory, "--check", *NO_GATES, "--runs", "5",
                         "--json", env=env)
@@ -189,9 +188,8 @@ def test_device_python_without_numpy_is_told_at_deploy(ssh_devices, ssh_client_k
     assert subprocess.run([bare, "-c", "import numpy"], capture_output=True).returncode != 0
     inventory = write_inventory(tmp_path / "inv.toml", [dev], python=bare, key=ssh_client_key,
                                 known_hosts=ssh_known_hosts(dev), names=["bare-pi"])
-    home = tmp_path / "home"
-    home.mkdir()
-    env = {"HOME": str(home), "EDGETK_STORE": str(home / "history.sqlite")}
+    home = new_home(tmp_path).path
+    env = Home(home).env
     result = run_edgetk("deploy", deploy_bundle_factory(name="nonumpy", seed=81), "--inventory", inventory, "--json",
                         env=env)
     assert result.code == 0, result.stderr  # the push itself needs no numpy

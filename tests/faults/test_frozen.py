@@ -20,6 +20,7 @@ from tests.faults.conftest import NO_GATES, Field, _size, _wait_for, deploy_and_
 from tests.fixtures.cli import REPO, run_edgetk
 from tests.fixtures.deploy_helpers import write_inventory
 from tests.fixtures.frozen import frozen
+from tests.fixtures.home import Home, new_home
 from toolkit.delivery.bundle import read_bundle
 
 pytestmark = [pytest.mark.ssh]
@@ -132,9 +133,8 @@ def test_frozen_device_in_a_fleet_is_reported_and_the_others_finish(fresh_ssh_de
     inventory = write_inventory(tmp_path / "inv.toml", [healthy, stuck], python=str(device_env.python),
                                 key=ssh_client_key, known_hosts=ssh_known_hosts(healthy, stuck),
                                 names=["healthy", "stuck"])
-    home = tmp_path / "home"
-    home.mkdir()
-    env = {"HOME": str(home), "EDGETK_STORE": str(home / "history.sqlite")}
+    home = new_home(tmp_path).path
+    env = Home(home).env
     bundle = deploy_bundle_factory(name="fleet-frozen", seed=74)
     # long enough on both that `stuck` is caught mid-check; `healthy` then finishes its runs
     proc = subprocess.Popen(
@@ -166,7 +166,7 @@ def test_a_frozen_sshd_at_login_is_named_not_waited_for(fresh_ssh_device, ssh_cl
     dev = fresh_ssh_device()
     inventory = write_inventory(tmp_path / "inv.toml", [dev], python=str(device_env.python), key=ssh_client_key,
                                 known_hosts=ssh_known_hosts(dev), names=["asleep"])
-    env = {"HOME": str(tmp_path), "EDGETK_STORE": str(tmp_path / "h.sqlite")}
+    env = Home(tmp_path).env
     assert dev.process is not None
     os.kill(dev.process.pid, signal.SIGSTOP)
     try:

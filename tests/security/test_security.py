@@ -22,6 +22,7 @@ import pytest
 from tests.fixtures.cli import assert_clean_error, run_edgetk
 from tests.fixtures.deploy import build_bundle
 from tests.fixtures.deploy_helpers import write_inventory
+from tests.fixtures.home import Home, new_home
 from toolkit.delivery.bundle import sha256_file
 
 REPO = Path(__file__).resolve().parents[2]
@@ -30,14 +31,9 @@ HOSTILE = "x; touch PWNED1 $(touch PWNED2) `touch PWNED3` 'q\" sp"
 MARKERS = ("PWNED1", "PWNED2", "PWNED3")
 
 
-def _env(home: Path) -> dict[str, str]:
-    return {"HOME": str(home), "EDGETK_STORE": str(home / "history.sqlite")}
-
-
 @pytest.fixture
 def home(tmp_path: Path) -> Path:
-    path = tmp_path / "home"
-    path.mkdir()
+    path = new_home(tmp_path).path
     return path
 
 
@@ -75,7 +71,7 @@ def test_hostile_bundle_name_and_python_path_are_data(home, ssh_devices, ssh_cli
     root.mkdir()
     v1 = build_bundle(root / "v1", name=HOSTILE, seed=71)
     v2 = build_bundle(root / "v2", name=HOSTILE, seed=72)
-    env = _env(home)
+    env = Home(home).env
     for bundle in (v1, v2):
         result = run_edgetk("deploy", bundle, "--inventory", inventory, "--check", *NO_GATES, "--runs", "3",
                             "--json", env=env, cwd=tmp_path)
@@ -115,7 +111,7 @@ def _malicious(tmp_path: Path, how: str) -> tuple[Path, Path]:
 def test_malicious_bundle_is_refused_before_anything_is_written(home, tmp_path, how):  # type: ignore[no-untyped-def]
     bundle, _ = _malicious(tmp_path, how)
     before = sorted(p for p in home.rglob("*"))
-    result = run_edgetk("deploy", bundle, "--device", "local", env=_env(home))
+    result = run_edgetk("deploy", bundle, "--device", "local", env=Home(home).env)
     needle = "not a regular file" if how == "symlink-artifact" else "escape the bundle"
     assert_clean_error(result, 2, needle)
     assert sorted(p for p in home.rglob("*")) == before  # the local device got nothing, not even ~/.edgetk
@@ -173,7 +169,7 @@ def test_key_passphrase_never_appears_anywhere(home, fresh_ssh_device, device_en
     inventory = write_inventory(tmp_path / "inv.toml", [dev], python=str(device_env.python), key=key,
                                 known_hosts=known, names=["locked-pi"])
     bundle = deploy_bundle_factory(name="secret")
-    env = _env(home)
+    env = Home(home).env
     outputs = []
 
     ok = run_edgetk("--debug", "deploy", bundle, "--inventory", inventory, "--check", *NO_GATES, "--runs", "3",
@@ -220,7 +216,7 @@ def test_installed_files_are_not_world_writable_even_with_a_careless_umask(home,
                                 known_hosts=ssh_known_hosts(dev), names=["perm"])
     for seed in (91, 92):
         result = run_edgetk("deploy", deploy_bundle_factory(name="perm", seed=seed), "--inventory", inventory,
-                            "--check", *NO_GATES, "--runs", "3", env=_env(home))
+                            "--check", *NO_GATES, "--runs", "3", env=Home(home).env)
         assert result.code == 0, result.stderr
     checked = 0
     for path in [dev.home / ".edgetk", *(dev.home / ".edgetk").rglob("*")]:

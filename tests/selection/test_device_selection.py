@@ -19,6 +19,7 @@ import pytest
 
 from tests.fixtures.cli import run_edgetk
 from tests.fixtures.selection import selection_bundle
+from tests.fixtures.home import Home, new_home
 
 FAST, SLOW = "model.fp32.onnx", "model.fp32.tflite"
 CHECK = ("--runs", "15", "--warmup", "2", "--baseline", "none", "--budget-ms", "60000")
@@ -27,11 +28,6 @@ CHECK = ("--runs", "15", "--warmup", "2", "--baseline", "none", "--budget-ms", "
 @pytest.fixture(scope="module")
 def bundle(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return selection_bundle(tmp_path_factory.mktemp("selection") / "choose")
-
-
-def _env(home: Path) -> dict[str, str]:
-    home.mkdir(parents=True, exist_ok=True)
-    return {"HOME": str(home), "EDGETK_STORE": str(home / "history.sqlite")}
 
 
 def _local_inventory(path: Path, python: Path) -> Path:
@@ -55,7 +51,7 @@ def _follows_the_numbers(selected: dict[str, Any]) -> None:
 def test_local_device_selects_by_its_own_measurements_and_a_pin_survives(bundle: Path, device_env: Any,
                                                                          tmp_path: Path) -> None:
     home = tmp_path / "home"
-    env = _env(home)
+    env = Home(home).env
     inventory = _local_inventory(tmp_path / "inv.toml", device_env.python)
     deployed = run_edgetk("deploy", bundle, "--inventory", inventory, "--check", *CHECK, "--json", env=env)
     assert deployed.code == 0, deployed.stdout + deployed.stderr
@@ -97,7 +93,7 @@ def test_local_device_selects_by_its_own_measurements_and_a_pin_survives(bundle:
 def test_a_runtime_removed_from_the_device_moves_the_selection(bundle: Path, device_env: Any, legacy_env: Any,
                                                                bare_env: Any, tmp_path: Path) -> None:
     home = tmp_path / "home"
-    env = _env(home)
+    env = Home(home).env
     full = run_edgetk("deploy", bundle, "--inventory", _local_inventory(tmp_path / "a.toml", device_env.python),
                       "--check", *CHECK, "--json", env=env)
     assert full.code == 0, full.stderr
@@ -132,6 +128,6 @@ def test_loopback_ssh_device_selects_by_its_own_measurements(bundle: Path, ssh_d
                                                 known_hosts=str(ssh_known_hosts(device)),
                                                 python=str(device_env.python)))
     result = run_edgetk("deploy", bundle, "--inventory", inventory, "--check", *CHECK, "--json",
-                        env=_env(tmp_path / "home"))
+                        env=new_home(tmp_path).env)
     assert result.code == 0, result.stdout + result.stderr
     _follows_the_numbers(_selected(result.json()))

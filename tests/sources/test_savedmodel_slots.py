@@ -12,7 +12,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from tests.fixtures.models import _cache_dir
+from tests.fixtures.training import cache_dir
 from tests.fixtures.tflite import digits_request
 from toolkit.sources import open_source
 
@@ -55,7 +55,7 @@ def train_with_optimizer(digits: Any, path: Path) -> Path:
 
 @pytest.fixture(scope="module")
 def slots_model(digits: Any, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return train_with_optimizer(digits, _cache_dir(tmp_path_factory, "models") / "digits_optimizer_savedmodel")
+    return train_with_optimizer(digits, cache_dir(tmp_path_factory, "models") / "digits_optimizer_savedmodel")
 
 
 def test_savedmodel_with_optimizer_slots_loads_and_converts(digits, slots_model, tmp_path):
