@@ -17,7 +17,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -34,6 +34,9 @@ from toolkit.quiet import native_stderr_silenced
 from toolkit.sources import SourceModel
 from toolkit.model.types import ArtifactRecord, Attempt, Recipe, TensorSpec, artifact_file_name
 from toolkit.model.batching import FIXED_BATCH_NOTE, batch_is_dynamic, output_step, verify_batches
+
+if TYPE_CHECKING:
+    from toolkit.conversion.layers import LayerTable
 
 Progress = Callable[[str], None]
 MATMUL_OPS = frozenset({
@@ -148,7 +151,7 @@ class ConvertRun:
     recurrent: verify.RecurrentRun | None = None  # state pairs + the float model's sequence run (step models)
     fp32_latency: dict[str, float] = field(default_factory=dict)
     fp32: dict[str, Candidate | Failure] = field(default_factory=dict)  # per format: its fp32 outcome
-    layer_tables: dict[str, Any] = field(default_factory=dict)  # recipe key -> layers.LayerTable (measured once)
+    layer_tables: dict[str, LayerTable] = field(default_factory=dict)  # recipe key -> its table (measured once)
     attempts: list[Attempt] = field(default_factory=list)
 
     def request(self, recipe: Recipe) -> ConversionRequest:

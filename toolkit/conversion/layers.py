@@ -28,10 +28,10 @@ import dataclasses
 import json
 import math
 import tempfile
-from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
 
@@ -114,6 +114,10 @@ class LayerTable:
                    rows=tuple(LayerError.from_dict(r) for r in data.get("layers", ())))
 
 
+# a route's ``layer_table``: (the request of the full INT8 recipe, its artifact when built in full) -> the table
+TableFunction = Callable[[ConversionRequest, BuiltArtifact | None], LayerTable]
+
+
 def _finite(value: float | None) -> float | None:
     return None if value is None or not math.isfinite(value) else float(value)
 
@@ -138,8 +142,9 @@ def ranked(scores: Sequence[Row]) -> tuple[LayerError, ...]:
 # --------------------------------------------------------------------------------------------- TFLite
 
 
-def tflite_table(request: ConversionRequest) -> LayerTable:
-    """The table of a Keras/SavedModel -> TFLite INT8 recipe (one quantization-debugger run)."""
+def tflite_table(request: ConversionRequest, full: BuiltArtifact | None = None) -> LayerTable:
+    """The table of a Keras/SavedModel -> TFLite INT8 recipe (one quantization-debugger run, which quantizes
+    anew: ``full`` is not read)."""
     from toolkit.conversion import tflite
     from toolkit.conversion.sensitivity import DEBUG_SAMPLES, float_group
 
@@ -171,9 +176,9 @@ def tflite_table(request: ConversionRequest) -> LayerTable:
 # --------------------------------------------------------------------------------------------- ONNX
 
 
-def pt2e_table(request: ConversionRequest) -> LayerTable:
+def pt2e_table(request: ConversionRequest, full: BuiltArtifact | None = None) -> LayerTable:
     """The PyTorch -> TFLite and -> ExecuTorch routes' table: PT2E's own measurement (``pt2e.layer_rows``, with
-    the route's quantizer: litert-torch's or XNNPACK's)."""
+    the route's quantizer: litert-torch's or XNNPACK's; ``full`` is not read)."""
     from toolkit.conversion import pt2e
 
     rows, samples = pt2e.layer_rows(request)
@@ -226,29 +231,34 @@ def onnx_table(request: ConversionRequest, int8: BuiltArtifact) -> LayerTable:
 # --------------------------------------------------------------------------------------------- bundles
 
 
+def onnx_full_table(request: ConversionRequest, full: BuiltArtifact | None) -> LayerTable:
+    """The ONNX routes' table: of ``full`` when it is the full quantization, else (a mixed artifact) of the
+    full quantization derived anew from the run's float export."""
+    from toolkit.conversion import onnx_quant, registry
+
+    if full is not None:
+        return onnx_table(request, full)
+    base = registry.fp32_onnx(request)
+    with tempfile.TemporaryDirectory(dir=request.workdir) as scratch:
+        return onnx_table(request, onnx_quant.derive(request, base, Path(scratch) / "plain-int8.onnx"))
+
+
 def table_for(run: ConvertRun, recipe: Recipe, built: BuiltArtifact) -> LayerTable:
-    """The table of ``recipe`` quantized in full (its ``nodes_to_exclude`` dropped), measured once per run:
-    selective quantization and the bundle share it. ``built`` is the recipe's artifact (ONNX: measured
-    directly when it is the full quantization)."""
-    from toolkit.conversion import cache, onnx_quant, registry
+    """The table of ``recipe`` quantized in full (its ``nodes_to_exclude`` dropped), measured once per run by
+    its route's ``layer_table``: selective quantization and the bundle share it. ``built`` is the recipe's
+    artifact (ONNX: measured directly when it is the full quantization)."""
+    from toolkit.conversion import cache
+    from toolkit.conversion.routes import resolve, route
 
     plain = dataclasses.replace(recipe, nodes_to_exclude=())
     key = cache.recipe_key(plain)
     if key in run.layer_tables:
         return run.layer_tables[key]
-    request = run.request(plain)
-    if recipe.format in ("tflite", "pte") and run.source.framework in ("torch_factory", "exported_program"):
-        table = pt2e_table(request)
-    elif recipe.format == "tflite":
-        if run.source.framework not in registry.TF_FRAMEWORKS:
-            raise ConversionError(f"not available for {run.source.framework} sources (Keras/SavedModel/PyTorch only)")
-        table = tflite_table(request)
-    elif recipe.nodes_to_exclude:  # ``built`` is a mixed artifact: measure the full quantization
-        base = registry.fp32_onnx(request)
-        with tempfile.TemporaryDirectory(dir=request.workdir) as scratch:
-            table = onnx_table(request, onnx_quant.derive(request, base, Path(scratch) / "plain-int8.onnx"))
-    else:
-        table = onnx_table(request, built)
+    row = route(run.source.framework, recipe.format)
+    if row is None or row.layer_table is None:
+        raise ConversionError(f"not available for {run.source.framework} sources (Keras/SavedModel/PyTorch only)")
+    measure = cast(TableFunction, resolve(row.layer_table))
+    table = measure(run.request(plain), None if recipe.nodes_to_exclude else built)
     run.layer_tables[key] = table
     return table
 
