@@ -78,7 +78,7 @@ def write_bundle(run: ConvertRun, options: ConvertOptions, name: str, kept: Sequ
         records.extend(compile_for_edgetpu(records, policy, attempts, staging))
     labels = _read_labels(options.labels) if options.labels else None
     if options.device_eval:
-        from toolkit.checks.device_eval import write_eval_set
+        from toolkit.conversion.eval_set import write_eval_set
 
         eval_note = write_eval_set(staging, feeds=data.heldout.feeds, input_names=[s.name for s in source.inputs],
                                    reference=reference, labels=data.heldout.labels, limit=options.device_eval)
@@ -109,15 +109,15 @@ def write_bundle(run: ConvertRun, options: ConvertOptions, name: str, kept: Sequ
 
 def _layer_probe(run: ConvertRun, item: Candidate, staging: Path, feeds: Sequence[Mapping[str, np.ndarray]]
                  ) -> str | None:
-    """The float layers a failed device check compares with (:mod:`toolkit.checks.divergence`); never costs the
+    """The float layers a failed device check compares with (:mod:`toolkit.conversion.layer_probe`); never costs the
     artifact: a failure becomes the note."""
-    from toolkit.checks import divergence
+    from toolkit.conversion import layer_probe
 
     fp32 = run.fp32.get(item.recipe.format)
     float_path = fp32.built.path if isinstance(fp32, Candidate) else None
     try:
-        return divergence.record(staging, item.record.file, item.recipe.format, float_path, feeds,
-                                 [s.name for s in run.source.inputs])
+        return layer_probe.record(staging, item.record.file, item.recipe.format, float_path, feeds,
+                                  [s.name for s in run.source.inputs])
     except Exception as exc:  # noqa: BLE001 - a runtime's own error: the artifact stays, the probe is missing
         return f"no layer probe: {type(exc).__name__}: {str(exc)[:200]}"
 
