@@ -41,7 +41,7 @@ from toolkit.model.quantized import names_layer
 from toolkit.errors import ConversionError, ToolkitError
 
 if TYPE_CHECKING:
-    from toolkit.conversion.candidate import Candidate, ConvertRun
+    from toolkit.conversion.run import Candidate, ConvertRun
     from toolkit.model.types import Recipe
 
 LAYERS_DIR = "layers"  # bundle folder of the tables: layers/<artifact file>.json

@@ -14,7 +14,7 @@ or skipped recipe is listed in the manifest's ``attempts`` with its reason and a
 
 This module is the orchestration only; the jobs live under ``toolkit.conversion``: ``plan`` (profile ->
 policy, options -> recipes), ``data`` (calibration and held-out samples), ``candidate`` (build + verify one
-recipe, in a shared :class:`~toolkit.conversion.candidate.ConvertRun`), ``selective`` (float layers),
+recipe, in a shared :class:`~toolkit.conversion.run.ConvertRun`), ``selective`` (float layers),
 ``cache`` (bundle and build caches), ``edgetpu`` and ``write`` (the bundle directory).
 """
 
@@ -31,15 +31,9 @@ from typing import TYPE_CHECKING, Any
 from toolkit.verification import verify
 from toolkit.delivery.bundle import read_bundle, staging_dir
 from toolkit.conversion import cache
-from toolkit.conversion.candidate import (
-    FP32_OUT_OF_TOLERANCE_WORKAROUND,
-    OUT_OF_TOLERANCE_WORKAROUND,
-    Candidate,
-    ConvertRun,
-    Failure,
-    FailureKind,
-    build_and_verify,
-    failure,
+from toolkit.conversion.candidate import build_and_verify
+from toolkit.conversion.run import (
+    FP32_OUT_OF_TOLERANCE_WORKAROUND, OUT_OF_TOLERANCE_WORKAROUND, Candidate, ConvertRun, Failure, FailureKind, failure,
 )
 from toolkit.conversion.data import prepare_data
 from toolkit.conversion.plan import (

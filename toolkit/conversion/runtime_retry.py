@@ -19,7 +19,8 @@ from __future__ import annotations
 import dataclasses
 import re
 
-from toolkit.conversion.candidate import Candidate, ConvertRun, Failure, FailureKind, build_and_verify
+from toolkit.conversion.candidate import build_and_verify
+from toolkit.conversion.run import Candidate, ConvertRun, Failure, FailureKind
 from toolkit.runtimes.inspection.share import artifact_share
 
 RETRIED = (FailureKind.INCOMPATIBLE, FailureKind.DOES_NOT_RUN)

@@ -26,7 +26,8 @@ import math
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from toolkit.conversion.candidate import Candidate, ConvertRun, Failure, build_and_verify
+from toolkit.conversion.candidate import build_and_verify
+from toolkit.conversion.run import Candidate, ConvertRun, Failure
 from toolkit.errors import ToolkitError
 from toolkit.quiet import native_stderr_silenced
 

@@ -23,7 +23,7 @@ from toolkit.verification import verify
 from toolkit.__about__ import __version__
 from toolkit.delivery.bundle import GOLDEN_INPUTS, GOLDEN_REFERENCE, golden_outputs_name, install_runner, save_npz, write_manifest
 from toolkit.conversion.cache import source_hash
-from toolkit.conversion.candidate import Candidate, ConvertRun
+from toolkit.conversion.run import Candidate, ConvertRun
 from toolkit.conversion.edgetpu import compile_for_edgetpu
 from toolkit.conversion.layers import bundle_table
 from toolkit.errors import UsageError
