@@ -3,8 +3,8 @@
 ``build_and_verify`` returns either a :class:`~toolkit.conversion.run.Candidate` (built, loaded, run,
 measured: kept or dropped by the caller) or a :class:`~toolkit.conversion.run.Failure` (typed by
 ``FailureKind``, with the reason and a workaround), never raises for a recipe that merely failed, so one route
-failing cannot abort the bundle. Only bad input (a :class:`UsageError` the user must fix) propagates, and only for recipes the user
-asked for explicitly.
+failing cannot abort the bundle. Only bad input (a :class:`UsageError` the user must fix) propagates, and
+only for recipes the user asked for explicitly.
 """
 
 from __future__ import annotations

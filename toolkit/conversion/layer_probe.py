@@ -22,6 +22,7 @@ import numpy as np
 
 from toolkit.conversion.layers import LAYERS_DIR, read_table
 from toolkit.delivery.bundle import save_npz
+from toolkit.model.types import Format
 
 PROBE_SAMPLES = 2
 
@@ -57,7 +58,7 @@ def relative_error(actual: np.ndarray, want: np.ndarray) -> float:
 def tensors(path: Path, fmt: str, names: Sequence[str], feeds: Sequence[Mapping[str, np.ndarray]],
             input_names: Sequence[str]) -> dict[str, np.ndarray]:
     """``names`` of the artifact at ``path`` over ``feeds`` (float, stacked per sample); absent names left out."""
-    if fmt == "onnx":
+    if fmt == Format.ONNX:
         from toolkit.conversion.onnx_io import require_onnx, run_outputs
 
         model = require_onnx().load(str(path))
@@ -98,7 +99,7 @@ def tensors(path: Path, fmt: str, names: Sequence[str], feeds: Sequence[Mapping[
 
 def graph_order(path: Path, fmt: str, rows: Sequence[Any]) -> list[tuple[Any, str]]:
     """(table row, tensor name) for the rows whose tensor the artifact has, in the order its graph runs them."""
-    if fmt == "onnx":
+    if fmt == Format.ONNX:
         from toolkit.conversion.onnx_io import require_onnx
 
         model = require_onnx().load(str(path))
@@ -120,7 +121,7 @@ def record(staging: Path, artifact: str, fmt: str, float_artifact: Path | None,
     table = read_table(staging, artifact)
     if table is None or not table.rows:
         return None
-    if fmt == "pte":  # the XNNPACK delegate runs the whole graph as one call: no layer tensor to read
+    if fmt == Format.PTE:  # the XNNPACK delegate runs the whole graph as one call: no layer tensor to read
         return "no layer probe: an ExecuTorch program shows the runner no intermediate tensors"
     if float_artifact is None:
         return f"no layer probe: no fp32 {fmt} artifact to take the float layers from"
@@ -140,7 +141,7 @@ def record(staging: Path, artifact: str, fmt: str, float_artifact: Path | None,
                        "host_error": relative_error(quantized[tensor], floats[tensor]), "table_error": table_error})
     if not layers:
         return "no layer probe: the float artifact has none of the table's layer tensors"
-    if fmt == "onnx":
+    if fmt == Format.ONNX:
         with_outputs(staging / artifact, [str(layer["tensor"]) for layer in layers], staging / debug_name(artifact))
     save_npz(staging / float_name(artifact), arrays)
     probe = {"samples": len(samples), "layers": layers}

@@ -39,6 +39,7 @@ from toolkit.conversion.base import BuiltArtifact, ConversionRequest
 from toolkit.conversion.sensitivity import Row
 from toolkit.model.quantized import names_layer
 from toolkit.errors import ConversionError, ToolkitError
+from toolkit.model.types import Format, Precision
 
 if TYPE_CHECKING:
     from toolkit.conversion.run import Candidate, ConvertRun
@@ -89,7 +90,7 @@ class LayerError:
 class LayerTable:
     """The layer-wise analysis of one INT8 recipe: rows worst first."""
 
-    route: str  # "tflite" | "onnx" | "pte"
+    route: Format  # the artifact format it was measured for
     method: str  # how the rows were measured (one line)
     samples: int  # calibration samples measured
     rows: tuple[LayerError, ...]
@@ -110,7 +111,7 @@ class LayerTable:
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> LayerTable:
-        return cls(route=str(data["route"]), method=str(data.get("method", "")), samples=int(data.get("samples", 0)),
+        return cls(route=Format(data["route"]), method=str(data.get("method", "")), samples=int(data.get("samples", 0)),
                    rows=tuple(LayerError.from_dict(r) for r in data.get("layers", ())))
 
 
@@ -167,7 +168,7 @@ def tflite_table(request: ConversionRequest, full: BuiltArtifact | None = None) 
     rows: list[Row] = [(name, kinds.get(op_of(name), ""), channel.get(name, math.nan),
                         steps.get(name, math.nan) / INT8_LEVELS, None, group(name)) for name in names]
     return LayerTable(
-        route="tflite",
+        route=Format.TFLITE,
         method="TFLite QuantizationDebugger: each op's int8 output vs its float copy fed the same input",
         samples=min(DEBUG_SAMPLES, len(request.calibration)), rows=ranked(rows),
     )
@@ -182,7 +183,7 @@ def pt2e_table(request: ConversionRequest, full: BuiltArtifact | None = None) ->
     from toolkit.conversion import pt2e
 
     rows, samples = pt2e.layer_rows(request)
-    return LayerTable(route=str(request.recipe.format), method=pt2e.TABLE_METHOD, samples=samples, rows=ranked(rows))
+    return LayerTable(route=Format(request.recipe.format), method=pt2e.TABLE_METHOD, samples=samples, rows=ranked(rows))
 
 
 def onnx_table(request: ConversionRequest, int8: BuiltArtifact) -> LayerTable:
@@ -198,7 +199,7 @@ def onnx_table(request: ConversionRequest, int8: BuiltArtifact) -> LayerTable:
     compute, _producers, readers = onnx_quant._qdq_graph(model)
     pairs = {n.name: (n.op_type, pair) for n in compute if (pair := onnx_quant._output_qdq(n, readers)) is not None}
     if not pairs or not request.calibration:
-        return LayerTable("onnx", "no quantized node with an output Q/DQ pair", 0, ())
+        return LayerTable(Format.ONNX, "no quantized node with an output Q/DQ pair", 0, ())
     names = sorted({t for _, pair in pairs.values() for t in pair})
     feeds = list(onnx_quant._reader(request, int8.path, DEBUG_SAMPLES))
     with tempfile.TemporaryDirectory(dir=request.workdir) as scratch, onnx_quant._quiet():
@@ -222,7 +223,7 @@ def onnx_table(request: ConversionRequest, int8: BuiltArtifact) -> LayerTable:
         sqnr = 20.0 * math.log10(max(signal, 1e-30) / noise) if noise > 0 else math.inf
         rows.append((node, op, stats.score(), noise / span if span > 0 else 0.0, sqnr, groups[node]))
     return LayerTable(
-        route="onnx",
+        route=Format.ONNX,
         method="each quantized node's output before vs after its QuantizeLinear/DequantizeLinear pair",
         samples=len(feeds), rows=ranked(rows),
     )
@@ -278,7 +279,7 @@ def bundle_table(run: ConvertRun, item: Candidate, staging: Path) -> str | None:
     A failed analysis never costs the artifact: the note says why the table is missing."""
     from toolkit.quiet import native_stderr_silenced
 
-    if item.recipe.precision != "int8" or not run.data.calibration.feeds:
+    if item.recipe.precision != Precision.INT8 or not run.data.calibration.feeds:
         return None
     file = item.record.file
     try:

@@ -252,7 +252,8 @@ def _as_is_plan(planned: Sequence[PlannedRecipe], skipped: list[Attempt], has_ca
     if has_calibration and tflite and not any(
         r.format == Format.TFLITE and r.precision == Precision.INT8 for r in others
     ):
-        others.append(Recipe(format=Format.TFLITE, precision=Precision.INT8, io_dtype=IoDtype.INT8))  # what the data would be for
+        # what the data would be for
+        others.append(Recipe(format=Format.TFLITE, precision=Precision.INT8, io_dtype=IoDtype.INT8))
     for recipe in others:
         if recipe.format == Format.ONNX:
             skipped.append(_skip(recipe, "ONNX artifacts of a .tflite source are built only when asked for: pass "
@@ -314,7 +315,8 @@ def _fallback_recipes(
                 continue
             recipe = dataclasses.replace(_plain_recipe(fmt, precision, options, ()), execution_providers=providers)
             if precision == Precision.INT8 and not has_calibration:
-                skipped.append(Attempt(recipe.to_dict(), AttemptOutcome.FAILED, "skipped (fallback): INT8 needs --calibration data",
+                skipped.append(Attempt(recipe.to_dict(), AttemptOutcome.FAILED,
+                                       "skipped (fallback): INT8 needs --calibration data",
                                        workaround="pass --calibration with a few hundred representative samples"))
                 continue
             extra.append(PlannedRecipe(recipe, False))

@@ -15,6 +15,7 @@ from typing import cast
 from toolkit.conversion.base import BuiltArtifact, ConversionRequest
 from toolkit.conversion.routes import Refusal, resolve, route
 from toolkit.errors import UsageError
+from toolkit.model.types import Format
 
 # One float export per run directory: every ONNX precision of a run derives from the same file.
 _FP32_EXPORTS: dict[Path, BuiltArtifact] = {}
@@ -47,7 +48,7 @@ def fp32_onnx(request: ConversionRequest) -> BuiltArtifact:
     cached = request.workdir / "export.fp32.onnx"
     if cached in _FP32_EXPORTS and cached.is_file():
         return _FP32_EXPORTS[cached]
-    row = route(request.source.framework, "onnx")
+    row = route(request.source.framework, Format.ONNX)
     if row is None or row.float_export is None:
         raise UsageError(f"No ONNX route from {request.source.framework}.")
     built = cast(Builder, resolve(row.float_export))(request, cached)

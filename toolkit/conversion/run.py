@@ -21,7 +21,7 @@ from toolkit.conversion.base import BuiltArtifact, ConversionRequest
 from toolkit.conversion.data import RunData
 from toolkit.conversion.plan import Policy
 from toolkit.sources import SourceModel
-from toolkit.model.types import ArtifactRecord, Attempt, Recipe
+from toolkit.model.types import ArtifactRecord, Attempt, AttemptOutcome, Recipe
 
 if TYPE_CHECKING:
     from toolkit.conversion.layers import LayerTable
@@ -67,7 +67,7 @@ class Failure:
     reason: str
     workaround: str
 
-    def attempt(self, outcome: str = "failed") -> Attempt:
+    def attempt(self, outcome: AttemptOutcome = AttemptOutcome.FAILED) -> Attempt:
         return Attempt(self.recipe.to_dict(), outcome, self.reason, workaround=self.workaround)
 
 
@@ -102,7 +102,7 @@ class Candidate:
     def problems(self) -> list[str]:
         return list(self.failures) + ([self.slower] if self.slower else [])
 
-    def attempt(self, outcome: str, reason: str, *, workaround: str | None = None) -> Attempt:
+    def attempt(self, outcome: AttemptOutcome, reason: str, *, workaround: str | None = None) -> Attempt:
         record = self.record
         metrics = {
             "verification": record.verification.to_dict() if record.verification else None,

@@ -27,7 +27,7 @@ from toolkit.conversion.run import Candidate, ConvertRun
 from toolkit.conversion.edgetpu import compile_for_edgetpu
 from toolkit.conversion.layers import bundle_table
 from toolkit.errors import UsageError
-from toolkit.model.types import ArtifactRecord, Golden, Manifest, SourceRef
+from toolkit.model.types import ArtifactRecord, ArtifactStatus, Format, Golden, Manifest, Precision, SourceRef
 
 if TYPE_CHECKING:
     from toolkit.model.options import ConvertOptions
@@ -63,7 +63,7 @@ def write_bundle(run: ConvertRun, options: ConvertOptions, name: str, kept: Sequ
         golden = Golden(golden_name, _golden_atol(record, outputs), slices=slices,
                         reference=GOLDEN_REFERENCE if slices else None)
         record = dataclasses.replace(record, golden=golden, preferred=any(item is p for p in chosen))
-        if record.format == "pte":  # the device checks itself: model.<p>.bpte, float outputs at a limit
+        if record.format == Format.PTE:  # the device checks itself: model.<p>.bpte, float outputs at a limit
             from toolkit.conversion.pte_bundled import attach
 
             record = attach(record, staging, source.inputs, golden_feeds, reference[:golden_count], outputs)
@@ -132,14 +132,14 @@ def preferred(kept: Sequence[Candidate], options: ConvertOptions) -> list[Candid
         if item.explicit and item.recipe.precision in options.precisions:
             return options.precisions.index(item.recipe.precision)
         mixed = item.record.quantized is not None and item.record.quantized.mixed  # after a quantized one
-        return 1 if item.recipe.precision == "fp32" or mixed else 0
+        return 1 if item.recipe.precision == Precision.FP32 or mixed else 0
 
     # a vacuous verification (status unverified) proves nothing: such an artifact is preferred only where no
     # verified one of its format passed
     for verified in (True, False):
         for item in sorted(kept, key=rank):
             if (not item.problems and item.recipe.format not in chosen
-                    and (item.record.status != "unverified") is verified):
+                    and (item.record.status != ArtifactStatus.UNVERIFIED) is verified):
                 chosen[item.recipe.format] = item
     return list(chosen.values())
 
@@ -153,12 +153,16 @@ def _stack_outputs(per_sample: Sequence[Sequence[np.ndarray]]) -> dict[str, np.n
     }
 
 
+GOLDEN_RELATIVE_ATOL: Mapping[Precision, float] = {
+    Precision.FP32: 1e-4, Precision.FP16: 1e-2, Precision.DYNAMIC: 5e-2, Precision.INT8: 5e-2,
+}
+
+
 def _golden_atol(record: ArtifactRecord, outputs: Sequence[Sequence[np.ndarray]]) -> float:
     """How far a device may drift from this host's outputs: kernels differ across CPUs (ARM vs x86,
     XNNPACK vs reference), by rounding for float and by a quantization step or two for integer models."""
     magnitude = max((float(np.max(np.abs(o))) for outs in outputs for o in outs if np.size(o)), default=1.0)
-    relative = {"fp32": 1e-4, "fp16": 1e-2, "dynamic": 5e-2, "int8": 5e-2}[record.precision]
-    atol = relative * max(1.0, magnitude)
+    atol = GOLDEN_RELATIVE_ATOL[Precision(record.precision)] * max(1.0, magnitude)
     for spec in record.outputs:
         if spec.quantization and spec.quantization.scale:
             atol = max(atol, 2.0 * max(spec.quantization.scale))
