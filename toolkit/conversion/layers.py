@@ -264,11 +264,6 @@ def table_for(run: ConvertRun, recipe: Recipe, built: BuiltArtifact) -> LayerTab
     return table
 
 
-def analyze(run: ConvertRun, item: Candidate) -> LayerTable:
-    """The table of ``item``'s recipe quantized in full, with the rows ``item`` keeps float marked."""
-    return table_for(run, item.recipe, item.built).with_float(item.record.float_nodes)
-
-
 def table_path(bundle: Path, artifact_file: str) -> Path:
     return bundle / LAYERS_DIR / f"{artifact_file}.json"
 
@@ -284,7 +279,7 @@ def bundle_table(run: ConvertRun, item: Candidate, staging: Path) -> str | None:
     file = item.record.file
     try:
         with native_stderr_silenced():
-            table = analyze(run, item)
+            table = table_for(run, item.recipe, item.built).with_float(item.record.float_nodes)
     except ToolkitError as exc:
         return f"no layer-wise error table: {exc.message}"
     except Exception as exc:  # noqa: BLE001 - a framework's own error: the artifact stays, the table is missing

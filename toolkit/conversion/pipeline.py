@@ -23,7 +23,7 @@ from __future__ import annotations
 import shutil
 import sys
 import tempfile
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -33,19 +33,12 @@ from toolkit.delivery.bundle import read_bundle, staging_dir
 from toolkit.conversion import cache
 from toolkit.conversion.candidate import build_and_verify
 from toolkit.conversion.run import (
-    FP32_OUT_OF_TOLERANCE_WORKAROUND, OUT_OF_TOLERANCE_WORKAROUND, Candidate, ConvertRun, Failure, FailureKind, failure,
+    FP32_OUT_OF_TOLERANCE_WORKAROUND, OUT_OF_TOLERANCE_WORKAROUND, Candidate, ConvertRun, Failure, FailureKind,
+    Progress, failure,
 )
 from toolkit.conversion.data import prepare_data
 from toolkit.conversion.plan import (
-    Plan,
-    PlannedRecipe,
-    Policy,
-    When,
-    bundle_name,
-    detect_is_factory,
-    plan_recipes,
-    policy_for,
-    validate_name,
+    Plan, PlannedRecipe, Policy, When, bundle_name, detect_is_factory, plan_recipes, policy_for, validate_name,
 )
 from toolkit.conversion.runtime_retry import retry as runtime_retry
 from toolkit.conversion.selective import selective
@@ -59,9 +52,6 @@ if TYPE_CHECKING:
     from toolkit.model.targets import TargetProfile
 
 __all__ = ["ConvertOptions", "ConvertResult", "bundle_name", "convert_bundle", "detect_is_factory", "validate_name"]
-
-Progress = Callable[[str], None]
-
 
 def _stderr(message: str) -> None:
     print(message, file=sys.stderr, flush=True)
