@@ -54,7 +54,7 @@ def _hash_if(path: Path | None) -> str | None:
     return cal.hash_path(path) if path and Path(path).exists() else None
 
 
-def _digest(material: Any, length: int) -> str:
+def _digest(material: Any, length: int) -> str:  # Any: any JSON document
     return hashlib.sha256(json.dumps(material, sort_keys=True, default=str).encode()).hexdigest()[:length]
 
 

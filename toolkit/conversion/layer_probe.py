@@ -20,7 +20,7 @@ from typing import Any
 
 import numpy as np
 
-from toolkit.conversion.layers import LAYERS_DIR, read_table
+from toolkit.conversion.layers import LAYERS_DIR, LayerError, read_table
 from toolkit.delivery.bundle import save_npz
 from toolkit.model.types import Format
 
@@ -97,7 +97,7 @@ def tensors(path: Path, fmt: str, names: Sequence[str], feeds: Sequence[Mapping[
     return {n: np.stack(v) for n, v in out.items() if v}
 
 
-def graph_order(path: Path, fmt: str, rows: Sequence[Any]) -> list[tuple[Any, str]]:
+def graph_order(path: Path, fmt: str, rows: Sequence[LayerError]) -> list[tuple[LayerError, str]]:
     """(table row, tensor name) for the rows whose tensor the artifact has, in the order its graph runs them."""
     if fmt == Format.ONNX:
         from toolkit.conversion.onnx_io import require_onnx

@@ -64,7 +64,7 @@ class LayerError:
     # read its output (through pass-through ops), which would re-quantize it with the same range
     float_group: tuple[str, ...] = ()
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, Any]:  # Any: JSON values, as in the other records
         return {
             "rank": self.rank, "name": self.name, "op_type": self.op_type,
             "channel_error": _finite(self.channel_error), "rmse_range": _finite(self.rmse_range),
@@ -253,8 +253,9 @@ def table_for(run: ConvertRun, recipe: Recipe, built: BuiltArtifact) -> LayerTab
 
     plain = dataclasses.replace(recipe, nodes_to_exclude=())
     key = cache.recipe_key(plain)
-    if key in run.layer_tables:
-        return run.layer_tables[key]
+    cached = run.layer_tables.get(key)
+    if isinstance(cached, LayerTable):
+        return cached
     row = route(run.source.framework, recipe.format)
     if row is None or row.layer_table is None:
         raise ConversionError(f"not available for {run.source.framework} sources (Keras/SavedModel/PyTorch only)")

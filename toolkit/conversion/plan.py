@@ -54,12 +54,12 @@ class Policy:
     tolerance: verify.Tolerance
     threads: int
     max_opset: int | None
-    preferences: Mapping[str, Any]
+    preferences: Mapping[str, Any]  # Any: the manifest's JSON values (runtimes, providers, threads, budget)
     fallback: tuple[str, ...] = ()  # precisions to fall back along, ending in fp32
     tflite_bounds: tuple[tuple[str, str | None], ...] = ()  # (runtime, max_version) of the TFLite runtimes
     edgetpu: bool = False
     delegate: str | None = None  # the Edge TPU delegate library, for the compiled artifact's record
-    provider_options: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
+    provider_options: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)  # Any: raw TOML values
     check: CheckPolicy | None = None  # what check gates the bundle on, written into its manifest
     onnxruntime_min: str | None = None  # the oldest onnxruntime the profile's devices may run
 
@@ -150,7 +150,7 @@ def _plain_recipe(fmt: str, precision: str, options: ConvertOptions, profile_rec
 
 
 def _apply_overrides(recipe: Recipe, options: ConvertOptions) -> Recipe:
-    changes: dict[str, Any] = {}
+    changes: dict[str, Any] = {}  # Any: keyword values of dataclasses.replace, each field its own type
     if options.io_dtype and recipe.format == Format.TFLITE and recipe.precision == Precision.INT8 and not recipe.a16w8:
         changes["io_dtype"] = options.io_dtype
     if options.calibration_method and recipe.precision == Precision.INT8:

@@ -12,7 +12,6 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -22,9 +21,6 @@ from toolkit.conversion.data import RunData
 from toolkit.conversion.plan import Policy
 from toolkit.sources import SourceModel
 from toolkit.model.types import ArtifactRecord, Attempt, AttemptOutcome, Recipe
-
-if TYPE_CHECKING:
-    from toolkit.conversion.layers import LayerTable
 
 Progress = Callable[[str], None]
 MATMUL_OPS = frozenset({
@@ -139,7 +135,8 @@ class ConvertRun:
     recurrent: verify.RecurrentRun | None = None  # state pairs + the float model's sequence run (step models)
     fp32_latency: dict[str, float] = field(default_factory=dict)
     fp32: dict[str, Candidate | Failure] = field(default_factory=dict)  # per format: its fp32 outcome
-    layer_tables: dict[str, LayerTable] = field(default_factory=dict)  # recipe key -> its table (measured once)
+    # recipe key -> its layers.LayerTable, measured once (``object``: layers reads run, not the other way)
+    layer_tables: dict[str, object] = field(default_factory=dict)
     attempts: list[Attempt] = field(default_factory=list)
 
     def request(self, recipe: Recipe) -> ConversionRequest:
