@@ -54,7 +54,7 @@ class Policy:
     tolerance: verify.Tolerance
     threads: int
     max_opset: int | None
-    preferences: Mapping[str, Any]  # Any: the manifest's JSON values (runtimes, providers, threads, budget)
+    preferences: Mapping[str, Any]  # Any: the manifest's JSON values (runtimes, threads, budget)
     fallback: tuple[str, ...] = ()  # precisions to fall back along, ending in fp32
     tflite_bounds: tuple[tuple[str, str | None], ...] = ()  # (runtime, max_version) of the TFLite runtimes
     edgetpu: bool = False
