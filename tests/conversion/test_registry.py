@@ -1,6 +1,6 @@
 """The route table: every (framework, format) route has a conversion test, every refusal is plain.
 
-``ROUTE_TESTS`` names, for each route of ``registry.ROUTES``, the test that converts a model through it.
+``ROUTE_TESTS`` names, for each built route of ``routes.ROUTES``, the test that converts a model through it.
 Adding a route without naming its test fails here; naming a test that does not exist fails too.
 """
 
@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from toolkit.conversion import registry
+from toolkit.conversion import registry, routes
 from toolkit.errors import UsageError
 
 TESTS = Path(__file__).resolve().parents[1]
@@ -41,22 +41,24 @@ def _test_functions(path: Path) -> set[str]:
 
 
 def test_every_route_has_a_conversion_test() -> None:
-    assert set(ROUTE_TESTS) == set(registry.ROUTES), "name the conversion test of each route in ROUTE_TESTS"
+    built = {pair for pair, row in routes.ROUTES.items() if row.builder}
+    assert set(ROUTE_TESTS) == built, "name the conversion test of each route in ROUTE_TESTS"
     for route, test in ROUTE_TESTS.items():
         file, _, name = test.partition("::")
         assert name in _test_functions(TESTS / file), f"{route}: {test} does not exist"
 
 
 def test_every_route_and_export_resolves_to_a_function() -> None:
-    for spec in (*registry.ROUTES.values(), *registry.FLOAT_EXPORTS.values()):
-        assert callable(registry.resolve(spec)), spec
-    onnx_sources = {fw for fw, fmt in registry.ROUTES if fmt == "onnx"}
-    assert onnx_sources == set(registry.FLOAT_EXPORTS), "every ONNX route needs a float export"
+    rows = routes.ROUTES.values()
+    for spec in (spec for row in rows for spec in (row.builder, row.float_export, row.layer_table) if spec):
+        assert callable(routes.resolve(spec)), spec
+    onnx_sources = {row.framework for row in rows if row.format == "onnx" and row.builder}
+    assert onnx_sources == {row.framework for row in rows if row.float_export}, "every ONNX route needs a float export"
 
 
-@pytest.mark.parametrize(("framework", "fmt"), sorted(registry.REFUSED))
+@pytest.mark.parametrize(("framework", "fmt"), sorted(pair for pair, row in routes.ROUTES.items() if row.refusal))
 def test_refused_pairs_say_what_to_use(framework: str, fmt: str) -> None:
-    assert (framework, fmt) not in registry.ROUTES
+    assert routes.ROUTES[framework, fmt].builder is None
     with pytest.raises(UsageError) as caught:
         registry.check_supported(framework, fmt)
     assert caught.value.hint and "--format" in caught.value.hint

@@ -28,7 +28,8 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from toolkit.delivery import on_demand
-from toolkit.delivery.bundle import Bundle, load_npz, save_npz
+from toolkit.conversion.eval_set import EVAL_DIR, EVAL_LABELS, EVAL_REFERENCE
+from toolkit.delivery.bundle import Bundle, load_npz
 from toolkit.errors import UsageError
 
 if TYPE_CHECKING:
@@ -36,9 +37,6 @@ if TYPE_CHECKING:
     from toolkit.model.types import ArtifactRecord, CheckReport, Verification
     from toolkit.model.tasks import TaskChoice
 
-EVAL_DIR = "eval"
-EVAL_REFERENCE = f"{EVAL_DIR}/reference.npz"
-EVAL_LABELS = f"{EVAL_DIR}/labels.npy"
 INPUT = re.compile(rf"{EVAL_DIR}/input_(\d+)\.npy")
 EVAL_TIMEOUT_S = 1800.0
 NO_LABELS = "the eval data has no labels (key y): reported is the agreement with the float model only"
@@ -71,26 +69,6 @@ def require_eval_set(bundle: Bundle) -> None:
     for ref in bundle.manifest.on_demand:
         if ref.file.startswith(f"{EVAL_DIR}/"):
             on_demand.verified(bundle, ref.file)
-
-
-def write_eval_set(staging: Path, *, feeds: Sequence[Mapping[str, np.ndarray]], input_names: Sequence[str],
-                   reference: Sequence[Sequence[np.ndarray]], labels: np.ndarray | None, limit: int) -> str:
-    """Write ``eval/`` for the first ``limit`` held-out samples; the note for the manifest's record."""
-    count = min(limit, len(feeds), len(reference))
-    folder = staging / EVAL_DIR
-    folder.mkdir(parents=True, exist_ok=True)
-    size = 0
-    for i, name in enumerate(input_names):
-        stacked = np.stack([np.asarray(feed[name], dtype=np.float32) for feed in feeds[:count]])
-        np.save(folder / f"input_{i}.npy", stacked, allow_pickle=False)
-        size += stacked.nbytes
-    outputs = {f"output_{k}": np.stack([np.asarray(r[k], dtype=np.float32) for r in reference[:count]])
-               for k in range(len(reference[0]))} if count else {}
-    save_npz(staging / EVAL_REFERENCE, outputs)
-    if labels is not None:
-        np.save(staging / EVAL_LABELS, np.asarray(labels)[:count], allow_pickle=False)
-    return (f"eval set for `edgetk check --eval`: {count} samples ({size / 1e6:.2f} MB of inputs; "
-            f"{'with' if labels is not None else 'without'} labels) in {EVAL_DIR}/")
 
 
 def _dequantized(raw: np.ndarray, spec: Mapping[str, Any]) -> np.ndarray:

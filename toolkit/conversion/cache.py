@@ -15,6 +15,7 @@ import hashlib
 import json
 import os
 import shutil
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -53,7 +54,7 @@ def _hash_if(path: Path | None) -> str | None:
     return cal.hash_path(path) if path and Path(path).exists() else None
 
 
-def _digest(material: Any, length: int) -> str:
+def _digest(material: Any, length: int) -> str:  # Any: any JSON document
     return hashlib.sha256(json.dumps(material, sort_keys=True, default=str).encode()).hexdigest()[:length]
 
 
@@ -83,15 +84,21 @@ def bundle_key(options: ConvertOptions, policy: Policy, name: str) -> str:
     return _digest(material, 32)
 
 
-def store_bundle(bundle_dir: Path, target: Path) -> None:
+def _replace(target: Path, fill: Callable[[Path], object], suffix: str) -> None:
+    """Fill a temporary folder beside ``target``, then put it in ``target``'s place. The caches are an
+    optimisation: a read-only cache folder must not fail a conversion."""
     try:
-        tmp = target.with_name(target.name + ".tmp")
+        tmp = target.with_name(target.name + suffix)
         shutil.rmtree(tmp, ignore_errors=True)
-        shutil.copytree(bundle_dir, tmp)
+        fill(tmp)
         shutil.rmtree(target, ignore_errors=True)
         tmp.rename(target)
     except OSError:
-        pass  # the cache is an optimisation; a read-only cache dir must not fail a conversion
+        pass
+
+
+def store_bundle(bundle_dir: Path, target: Path) -> None:
+    _replace(target, lambda tmp: shutil.copytree(bundle_dir, tmp), ".tmp")
 
 
 def build_dir(options: ConvertOptions, policy: Policy, data: RunData) -> Path | None:
@@ -137,18 +144,13 @@ def reuse_build(builds: Path | None, recipe: Recipe, output: Path) -> BuiltArtif
 
 
 def keep_build(builds: Path | None, recipe: Recipe, built: BuiltArtifact) -> None:
-    if builds is None:
-        return
-    folder = builds / recipe_key(recipe)
-    try:
-        tmp = folder.with_name(folder.name + f".tmp{os.getpid()}")
-        shutil.rmtree(tmp, ignore_errors=True)
+    meta = {"float_nodes": list(built.float_nodes), "notes": list(built.notes), "exporter": built.exporter,
+            "layout": built.layout, "recipe": recipe.to_dict(), "float_io": [f.to_dict() for f in built.float_io]}
+
+    def fill(tmp: Path) -> None:
         tmp.mkdir(parents=True)
         shutil.copyfile(built.path, tmp / "artifact")
-        meta = {"float_nodes": list(built.float_nodes), "notes": list(built.notes), "exporter": built.exporter,
-                "layout": built.layout, "recipe": recipe.to_dict(), "float_io": [f.to_dict() for f in built.float_io]}
         (tmp / "built.json").write_text(json.dumps(meta))
-        shutil.rmtree(folder, ignore_errors=True)
-        tmp.rename(folder)
-    except OSError:
-        pass  # reuse is an optimisation; a read-only workdir must not fail a conversion
+
+    if builds is not None:
+        _replace(builds / recipe_key(recipe), fill, f".tmp{os.getpid()}")

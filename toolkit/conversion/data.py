@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from toolkit.conversion import calibration as cal
+from toolkit.conversion.input_shapes import resolve_shapes
 from toolkit.sources import SourceModel
 from toolkit.model.types import CalibrationRef, Preprocessing
 from toolkit.model.roles import OutputDeclaration
@@ -50,7 +51,7 @@ def prepare_data(options: ConvertOptions, source: SourceModel, progress: Callabl
     unknown_rank = () if getattr(source, "input_shapes_known", True) else [
         s.name for s in inputs if s.shape == (None,)
     ]
-    shapes = cal.resolve_shapes(
+    shapes = resolve_shapes(
         inputs, overrides=options.input_shapes, data=cal_file or eval_file, unknown_rank=unknown_rank
     )
     calibration = cal.SampleSet(())

@@ -28,10 +28,10 @@ import dataclasses
 import json
 import math
 import tempfile
-from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
 
@@ -39,9 +39,10 @@ from toolkit.conversion.base import BuiltArtifact, ConversionRequest
 from toolkit.conversion.sensitivity import Row
 from toolkit.model.quantized import names_layer
 from toolkit.errors import ConversionError, ToolkitError
+from toolkit.model.types import Format, Precision
 
 if TYPE_CHECKING:
-    from toolkit.conversion.candidate import Candidate, ConvertRun
+    from toolkit.conversion.run import Candidate, ConvertRun
     from toolkit.model.types import Recipe
 
 LAYERS_DIR = "layers"  # bundle folder of the tables: layers/<artifact file>.json
@@ -63,7 +64,7 @@ class LayerError:
     # read its output (through pass-through ops), which would re-quantize it with the same range
     float_group: tuple[str, ...] = ()
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, Any]:  # Any: JSON values, as in the other records
         return {
             "rank": self.rank, "name": self.name, "op_type": self.op_type,
             "channel_error": _finite(self.channel_error), "rmse_range": _finite(self.rmse_range),
@@ -89,7 +90,7 @@ class LayerError:
 class LayerTable:
     """The layer-wise analysis of one INT8 recipe: rows worst first."""
 
-    route: str  # "tflite" | "onnx" | "pte"
+    route: Format  # the artifact format it was measured for
     method: str  # how the rows were measured (one line)
     samples: int  # calibration samples measured
     rows: tuple[LayerError, ...]
@@ -110,8 +111,12 @@ class LayerTable:
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> LayerTable:
-        return cls(route=str(data["route"]), method=str(data.get("method", "")), samples=int(data.get("samples", 0)),
+        return cls(route=Format(data["route"]), method=str(data.get("method", "")), samples=int(data.get("samples", 0)),
                    rows=tuple(LayerError.from_dict(r) for r in data.get("layers", ())))
+
+
+# a route's ``layer_table``: (the request of the full INT8 recipe, its artifact when built in full) -> the table
+TableFunction = Callable[[ConversionRequest, BuiltArtifact | None], LayerTable]
 
 
 def _finite(value: float | None) -> float | None:
@@ -138,8 +143,9 @@ def ranked(scores: Sequence[Row]) -> tuple[LayerError, ...]:
 # --------------------------------------------------------------------------------------------- TFLite
 
 
-def tflite_table(request: ConversionRequest) -> LayerTable:
-    """The table of a Keras/SavedModel -> TFLite INT8 recipe (one quantization-debugger run)."""
+def tflite_table(request: ConversionRequest, full: BuiltArtifact | None = None) -> LayerTable:
+    """The table of a Keras/SavedModel -> TFLite INT8 recipe (one quantization-debugger run, which quantizes
+    anew: ``full`` is not read)."""
     from toolkit.conversion import tflite
     from toolkit.conversion.sensitivity import DEBUG_SAMPLES, float_group
 
@@ -162,7 +168,7 @@ def tflite_table(request: ConversionRequest) -> LayerTable:
     rows: list[Row] = [(name, kinds.get(op_of(name), ""), channel.get(name, math.nan),
                         steps.get(name, math.nan) / INT8_LEVELS, None, group(name)) for name in names]
     return LayerTable(
-        route="tflite",
+        route=Format.TFLITE,
         method="TFLite QuantizationDebugger: each op's int8 output vs its float copy fed the same input",
         samples=min(DEBUG_SAMPLES, len(request.calibration)), rows=ranked(rows),
     )
@@ -171,13 +177,13 @@ def tflite_table(request: ConversionRequest) -> LayerTable:
 # --------------------------------------------------------------------------------------------- ONNX
 
 
-def pt2e_table(request: ConversionRequest) -> LayerTable:
+def pt2e_table(request: ConversionRequest, full: BuiltArtifact | None = None) -> LayerTable:
     """The PyTorch -> TFLite and -> ExecuTorch routes' table: PT2E's own measurement (``pt2e.layer_rows``, with
-    the route's quantizer: litert-torch's or XNNPACK's)."""
+    the route's quantizer: litert-torch's or XNNPACK's; ``full`` is not read)."""
     from toolkit.conversion import pt2e
 
     rows, samples = pt2e.layer_rows(request)
-    return LayerTable(route=str(request.recipe.format), method=pt2e.TABLE_METHOD, samples=samples, rows=ranked(rows))
+    return LayerTable(route=Format(request.recipe.format), method=pt2e.TABLE_METHOD, samples=samples, rows=ranked(rows))
 
 
 def onnx_table(request: ConversionRequest, int8: BuiltArtifact) -> LayerTable:
@@ -193,7 +199,7 @@ def onnx_table(request: ConversionRequest, int8: BuiltArtifact) -> LayerTable:
     compute, _producers, readers = onnx_quant._qdq_graph(model)
     pairs = {n.name: (n.op_type, pair) for n in compute if (pair := onnx_quant._output_qdq(n, readers)) is not None}
     if not pairs or not request.calibration:
-        return LayerTable("onnx", "no quantized node with an output Q/DQ pair", 0, ())
+        return LayerTable(Format.ONNX, "no quantized node with an output Q/DQ pair", 0, ())
     names = sorted({t for _, pair in pairs.values() for t in pair})
     feeds = list(onnx_quant._reader(request, int8.path, DEBUG_SAMPLES))
     with tempfile.TemporaryDirectory(dir=request.workdir) as scratch, onnx_quant._quiet():
@@ -217,7 +223,7 @@ def onnx_table(request: ConversionRequest, int8: BuiltArtifact) -> LayerTable:
         sqnr = 20.0 * math.log10(max(signal, 1e-30) / noise) if noise > 0 else math.inf
         rows.append((node, op, stats.score(), noise / span if span > 0 else 0.0, sqnr, groups[node]))
     return LayerTable(
-        route="onnx",
+        route=Format.ONNX,
         method="each quantized node's output before vs after its QuantizeLinear/DequantizeLinear pair",
         samples=len(feeds), rows=ranked(rows),
     )
@@ -226,36 +232,37 @@ def onnx_table(request: ConversionRequest, int8: BuiltArtifact) -> LayerTable:
 # --------------------------------------------------------------------------------------------- bundles
 
 
+def onnx_full_table(request: ConversionRequest, full: BuiltArtifact | None) -> LayerTable:
+    """The ONNX routes' table: of ``full`` when it is the full quantization, else (a mixed artifact) of the
+    full quantization derived anew from the run's float export."""
+    from toolkit.conversion import onnx_quant, registry
+
+    if full is not None:
+        return onnx_table(request, full)
+    base = registry.fp32_onnx(request)
+    with tempfile.TemporaryDirectory(dir=request.workdir) as scratch:
+        return onnx_table(request, onnx_quant.derive(request, base, Path(scratch) / "plain-int8.onnx"))
+
+
 def table_for(run: ConvertRun, recipe: Recipe, built: BuiltArtifact) -> LayerTable:
-    """The table of ``recipe`` quantized in full (its ``nodes_to_exclude`` dropped), measured once per run:
-    selective quantization and the bundle share it. ``built`` is the recipe's artifact (ONNX: measured
-    directly when it is the full quantization)."""
-    from toolkit.conversion import cache, onnx_quant, registry
+    """The table of ``recipe`` quantized in full (its ``nodes_to_exclude`` dropped), measured once per run by
+    its route's ``layer_table``: selective quantization and the bundle share it. ``built`` is the recipe's
+    artifact (ONNX: measured directly when it is the full quantization)."""
+    from toolkit.conversion import cache
+    from toolkit.conversion.routes import resolve, route
 
     plain = dataclasses.replace(recipe, nodes_to_exclude=())
     key = cache.recipe_key(plain)
-    if key in run.layer_tables:
-        return run.layer_tables[key]
-    request = run.request(plain)
-    if recipe.format in ("tflite", "pte") and run.source.framework in ("torch_factory", "exported_program"):
-        table = pt2e_table(request)
-    elif recipe.format == "tflite":
-        if run.source.framework not in registry.TF_FRAMEWORKS:
-            raise ConversionError(f"not available for {run.source.framework} sources (Keras/SavedModel/PyTorch only)")
-        table = tflite_table(request)
-    elif recipe.nodes_to_exclude:  # ``built`` is a mixed artifact: measure the full quantization
-        base = registry.fp32_onnx(request)
-        with tempfile.TemporaryDirectory(dir=request.workdir) as scratch:
-            table = onnx_table(request, onnx_quant.derive(request, base, Path(scratch) / "plain-int8.onnx"))
-    else:
-        table = onnx_table(request, built)
+    cached = run.layer_tables.get(key)
+    if isinstance(cached, LayerTable):
+        return cached
+    row = route(run.source.framework, recipe.format)
+    if row is None or row.layer_table is None:
+        raise ConversionError(f"not available for {run.source.framework} sources (Keras/SavedModel/PyTorch only)")
+    measure = cast(TableFunction, resolve(row.layer_table))
+    table = measure(run.request(plain), None if recipe.nodes_to_exclude else built)
     run.layer_tables[key] = table
     return table
-
-
-def analyze(run: ConvertRun, item: Candidate) -> LayerTable:
-    """The table of ``item``'s recipe quantized in full, with the rows ``item`` keeps float marked."""
-    return table_for(run, item.recipe, item.built).with_float(item.record.float_nodes)
 
 
 def table_path(bundle: Path, artifact_file: str) -> Path:
@@ -268,12 +275,12 @@ def bundle_table(run: ConvertRun, item: Candidate, staging: Path) -> str | None:
     A failed analysis never costs the artifact: the note says why the table is missing."""
     from toolkit.quiet import native_stderr_silenced
 
-    if item.recipe.precision != "int8" or not run.data.calibration.feeds:
+    if item.recipe.precision != Precision.INT8 or not run.data.calibration.feeds:
         return None
     file = item.record.file
     try:
         with native_stderr_silenced():
-            table = analyze(run, item)
+            table = table_for(run, item.recipe, item.built).with_float(item.record.float_nodes)
     except ToolkitError as exc:
         return f"no layer-wise error table: {exc.message}"
     except Exception as exc:  # noqa: BLE001 - a framework's own error: the artifact stays, the table is missing

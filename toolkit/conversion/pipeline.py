@@ -14,7 +14,7 @@ or skipped recipe is listed in the manifest's ``attempts`` with its reason and a
 
 This module is the orchestration only; the jobs live under ``toolkit.conversion``: ``plan`` (profile ->
 policy, options -> recipes), ``data`` (calibration and held-out samples), ``candidate`` (build + verify one
-recipe, in a shared :class:`~toolkit.conversion.candidate.ConvertRun`), ``selective`` (float layers),
+recipe, in a shared :class:`~toolkit.conversion.run.ConvertRun`), ``selective`` (float layers),
 ``cache`` (bundle and build caches), ``edgetpu`` and ``write`` (the bundle directory).
 """
 
@@ -23,7 +23,7 @@ from __future__ import annotations
 import shutil
 import sys
 import tempfile
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -31,27 +31,14 @@ from typing import TYPE_CHECKING, Any
 from toolkit.verification import verify
 from toolkit.delivery.bundle import read_bundle, staging_dir
 from toolkit.conversion import cache
-from toolkit.conversion.candidate import (
-    FP32_OUT_OF_TOLERANCE_WORKAROUND,
-    OUT_OF_TOLERANCE_WORKAROUND,
-    Candidate,
-    ConvertRun,
-    Failure,
-    FailureKind,
-    build_and_verify,
-    failure,
+from toolkit.conversion.candidate import build_and_verify
+from toolkit.conversion.run import (
+    FP32_OUT_OF_TOLERANCE_WORKAROUND, OUT_OF_TOLERANCE_WORKAROUND, Candidate, ConvertRun, Failure, FailureKind,
+    Progress, failure,
 )
 from toolkit.conversion.data import prepare_data
 from toolkit.conversion.plan import (
-    Plan,
-    PlannedRecipe,
-    Policy,
-    When,
-    bundle_name,
-    detect_is_factory,
-    plan_recipes,
-    policy_for,
-    validate_name,
+    Plan, PlannedRecipe, Policy, When, bundle_name, detect_is_factory, plan_recipes, policy_for, validate_name,
 )
 from toolkit.conversion.runtime_retry import retry as runtime_retry
 from toolkit.conversion.selective import selective
@@ -59,15 +46,12 @@ from toolkit.conversion.write import write_bundle
 from toolkit.errors import ConversionError, ToolkitError, UsageError
 from toolkit.model.options import ConvertOptions  # the one definition (the CLI and the API share it)
 from toolkit.sources import SourceModel, detect_framework, open_source
-from toolkit.model.types import Attempt, Manifest
+from toolkit.model.types import Attempt, AttemptOutcome, Manifest, Precision
 
 if TYPE_CHECKING:
     from toolkit.model.targets import TargetProfile
 
 __all__ = ["ConvertOptions", "ConvertResult", "bundle_name", "convert_bundle", "detect_is_factory", "validate_name"]
-
-Progress = Callable[[str], None]
-
 
 def _stderr(message: str) -> None:
     print(message, file=sys.stderr, flush=True)
@@ -172,16 +156,17 @@ def _build_all(run: ConvertRun, plan: Plan) -> list[Candidate]:
         recipe = item.recipe
         if item.when in (When.DYNAMIC_FALLBACK, When.A16W8_FALLBACK) and recipe.format in quantized | done:
             continue
-        if not item.explicit and recipe.precision != "fp32" and recipe.format in done:
-            run.attempts.append(Attempt(recipe.to_dict(), "dropped", f"skipped: an earlier {recipe.format} recipe was kept"))
+        if not item.explicit and recipe.precision != Precision.FP32 and recipe.format in done:
+            run.attempts.append(Attempt(recipe.to_dict(), AttemptOutcome.DROPPED,
+                                        f"skipped: an earlier {recipe.format} recipe was kept"))
             continue
         blocked = _precondition(run, item)
         if blocked is not None:
-            run.attempts.append(blocked.attempt("dropped"))
+            run.attempts.append(blocked.attempt(AttemptOutcome.DROPPED))
             continue
         run.progress(f"building {recipe.label}")
         result = build_and_verify(run, recipe, explicit=item.explicit)
-        if recipe.precision == "fp32":
+        if recipe.precision == Precision.FP32:
             run.fp32.setdefault(recipe.format, result)
         if isinstance(result, Failure):
             run.attempts.append(result.attempt())
@@ -190,18 +175,19 @@ def _build_all(run: ConvertRun, plan: Plan) -> list[Candidate]:
             if retried is None:
                 continue
             result = retried
-        if result.failures and recipe.precision == "int8" and not recipe.a16w8 and not item.explicit:
+        if result.failures and recipe.precision == Precision.INT8 and not recipe.a16w8 and not item.explicit:
             run.progress(f"{recipe.label} out of tolerance ({'; '.join(result.failures)}): "
                          "trying selective quantization")
-            run.attempts.append(result.attempt("dropped", "; ".join(result.problems),
+            run.attempts.append(result.attempt(AttemptOutcome.DROPPED, "; ".join(result.problems),
                                                workaround="selective quantization is tried next"))
             mixed = selective(run, result)
             if mixed is None:
                 continue
             result = mixed
         if result.failures and not item.explicit:
-            run.attempts.append(result.attempt("dropped", "; ".join(result.problems), workaround=(
-                FP32_OUT_OF_TOLERANCE_WORKAROUND if recipe.precision == "fp32" else OUT_OF_TOLERANCE_WORKAROUND)))
+            run.attempts.append(result.attempt(AttemptOutcome.DROPPED, "; ".join(result.problems), workaround=(
+                FP32_OUT_OF_TOLERANCE_WORKAROUND if recipe.precision == Precision.FP32
+                else OUT_OF_TOLERANCE_WORKAROUND)))
             run.progress(f"dropped {recipe.label}: {'; '.join(result.problems)}")
             continue
         reason = "asked for" if item.explicit else "passed verification"
@@ -212,13 +198,14 @@ def _build_all(run: ConvertRun, plan: Plan) -> list[Candidate]:
             reason = ("asked for; shipped but marked: " if item.explicit else "shipped, not preferred: ") + "; ".join(
                 result.problems
             )
-        run.attempts.append(result.attempt("kept", reason))
+        run.attempts.append(result.attempt(AttemptOutcome.KEPT, reason))
         kept.append(result)
         if result.record.quantized is not None and result.record.quantized.mixed and not item.explicit:
             continue  # mostly float: the format's fallbacks (dynamic, fp16) are still built beside it
-        if recipe.precision in ("int8", "dynamic"):  # kept: accurate enough (a slower one is only marked)
+        # kept: accurate enough (a slower one is only marked)
+        if recipe.precision in (Precision.INT8, Precision.DYNAMIC):
             quantized.add(recipe.format)
-        if recipe.precision != "fp32" and not result.problems:
+        if recipe.precision != Precision.FP32 and not result.problems:
             done.add(recipe.format)  # the preferred artifact of this format: later recipes are not needed
     return kept
 
@@ -228,7 +215,7 @@ def _precondition(run: ConvertRun, item: PlannedRecipe) -> Failure | None:
     artifact with), or it is the dynamic fallback and the model is not MatMul/RNN-dominated."""
     recipe = item.recipe
     fp32 = run.fp32.get(recipe.format)
-    if recipe.precision != "fp32" and fp32 is not None:
+    if recipe.precision != Precision.FP32 and fp32 is not None:
         why = fp32.reason if isinstance(fp32, Failure) else "; ".join(fp32.failures)
         if why:
             return failure(recipe, FailureKind.NOT_ATTEMPTED,
@@ -252,7 +239,7 @@ def _precondition(run: ConvertRun, item: PlannedRecipe) -> Failure | None:
 def _nothing_survived(attempts: Sequence[Attempt]) -> ConversionError:
     lines = [f"  {a.recipe.get('format')} {a.recipe.get('precision')}: {a.reason}"
              + (f" (workaround: {a.workaround})" if a.workaround else "")
-             for a in attempts if a.outcome != "kept"]
+             for a in attempts if a.outcome != AttemptOutcome.KEPT]
     return ConversionError(
         "No artifact survived conversion and verification:\n" + "\n".join(lines or ["  (no recipe was planned)"]),
         hint="Each line says why and what to try; --precision fp32 or another --format may work.",

@@ -33,7 +33,11 @@ from typing import TYPE_CHECKING, Any
 from toolkit.verification import verify
 from toolkit.errors import UsageError
 from toolkit.model.policy import CheckPolicy, check_policy_from_profile
-from toolkit.model.types import A16W8_MIN_ONNXRUNTIME, FORMATS, Attempt, Recipe
+from toolkit.conversion.routes import default_formats
+from toolkit.model.types import (
+    A16W8_MIN_ONNXRUNTIME, FORMATS, TFLITE_RUNTIMES, Attempt, AttemptOutcome, Format, Framework, IoDtype, Precision,
+    Recipe, Runtime,
+)
 
 if TYPE_CHECKING:
     from toolkit.model.options import ConvertOptions
@@ -50,20 +54,18 @@ class Policy:
     tolerance: verify.Tolerance
     threads: int
     max_opset: int | None
-    preferences: Mapping[str, Any]
+    preferences: Mapping[str, Any]  # Any: the manifest's JSON values (runtimes, threads, budget)
     fallback: tuple[str, ...] = ()  # precisions to fall back along, ending in fp32
     tflite_bounds: tuple[tuple[str, str | None], ...] = ()  # (runtime, max_version) of the TFLite runtimes
     edgetpu: bool = False
     delegate: str | None = None  # the Edge TPU delegate library, for the compiled artifact's record
-    provider_options: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
+    provider_options: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)  # Any: raw TOML values
     check: CheckPolicy | None = None  # what check gates the bundle on, written into its manifest
     onnxruntime_min: str | None = None  # the oldest onnxruntime the profile's devices may run
 
 
 def policy_for(profile: TargetProfile, *, threads: int | None = None) -> Policy:
     """The policy of ``profile``; ``threads`` (the user's ``--threads``) wins over the profile's."""
-    from toolkit.model.targets import TFLITE_RUNTIMES
-
     return Policy(
         name=profile.name,
         arch=profile.arch,
@@ -83,7 +85,7 @@ def policy_for(profile: TargetProfile, *, threads: int | None = None) -> Policy:
         delegate=next((a.delegate for a in profile.accelerators if a.kind == "edgetpu" and a.delegate), None),
         provider_options={k: dict(v) for k, v in profile.provider_options.items()},
         check=check_policy_from_profile(profile),
-        onnxruntime_min=next((r.min_version for r in profile.runtimes if r.name == "onnxruntime"), None),
+        onnxruntime_min=next((r.min_version for r in profile.runtimes if r.name == Runtime.ONNXRUNTIME), None),
     )
 
 
@@ -135,16 +137,8 @@ def validate_name(name: str) -> str:
 # --------------------------------------------------------------------------------------------- recipes
 
 
-def default_formats(framework: str) -> tuple[str, ...]:
-    if framework == "tflite":
-        return ("tflite",)
-    if framework in ("keras", "savedmodel"):
-        return ("tflite", "onnx")
-    return ("onnx",)
-
-
-def _io_default(fmt: str, precision: str) -> str:
-    return "int8" if (fmt, precision) == ("tflite", "int8") else "float32"
+def _io_default(fmt: str, precision: str) -> IoDtype:
+    return IoDtype.INT8 if (fmt, precision) == (Format.TFLITE, Precision.INT8) else IoDtype.FLOAT32
 
 
 def _plain_recipe(fmt: str, precision: str, options: ConvertOptions, profile_recipes: Sequence[Recipe]) -> Recipe:
@@ -156,10 +150,10 @@ def _plain_recipe(fmt: str, precision: str, options: ConvertOptions, profile_rec
 
 
 def _apply_overrides(recipe: Recipe, options: ConvertOptions) -> Recipe:
-    changes: dict[str, Any] = {}
-    if options.io_dtype and recipe.format == "tflite" and recipe.precision == "int8" and not recipe.a16w8:
+    changes: dict[str, Any] = {}  # Any: keyword values of dataclasses.replace, each field its own type
+    if options.io_dtype and recipe.format == Format.TFLITE and recipe.precision == Precision.INT8 and not recipe.a16w8:
         changes["io_dtype"] = options.io_dtype
-    if options.calibration_method and recipe.precision == "int8":
+    if options.calibration_method and recipe.precision == Precision.INT8:
         changes["calibration_method"] = options.calibration_method
     if options.threads:
         changes["threads"] = options.threads
@@ -167,7 +161,7 @@ def _apply_overrides(recipe: Recipe, options: ConvertOptions) -> Recipe:
 
 
 def _skip(recipe: Recipe, reason: str) -> Attempt:
-    return Attempt(recipe.to_dict(), "failed", f"skipped: {reason}")
+    return Attempt(recipe.to_dict(), AttemptOutcome.FAILED, f"skipped: {reason}")
 
 
 def a16w8_refusal(recipe: Recipe, policy: Policy) -> str | None:
@@ -175,7 +169,7 @@ def a16w8_refusal(recipe: Recipe, policy: Policy) -> str | None:
     in onnxruntime >= ``A16W8_MIN_ONNXRUNTIME`` only."""
     from toolkit.model.targets import parse_version
 
-    if not (recipe.a16w8 and recipe.format == "onnx" and policy.onnxruntime_min):
+    if not (recipe.a16w8 and recipe.format == Format.ONNX and policy.onnxruntime_min):
         return None
     have, need = parse_version(policy.onnxruntime_min), parse_version(A16W8_MIN_ONNXRUNTIME)
     if have is None or need is None or have >= need:
@@ -199,7 +193,7 @@ def plan_recipes(options: ConvertOptions, policy: Policy, framework: str, *, has
             for fmt in formats or default_formats(framework)
             for p in dict.fromkeys(options.precisions)
         ]
-        if not has_calibration and any(p.recipe.precision == "int8" for p in planned):
+        if not has_calibration and any(p.recipe.precision == Precision.INT8 for p in planned):
             raise UsageError(
                 "INT8 needs calibration data.",
                 hint="Pass --calibration PATH (.npy, .npz or an image folder with dataset.toml).",
@@ -208,7 +202,7 @@ def plan_recipes(options: ConvertOptions, policy: Policy, framework: str, *, has
         candidates = [_apply_overrides(r, options) for r in policy.recipes] or [
             Recipe(format=fmt, precision=p, io_dtype=_io_default(fmt, p))
             for fmt in default_formats(framework)
-            for p in ("int8", "fp32")
+            for p in (Precision.INT8, Precision.FP32)
         ]
         planned = []
         for recipe in candidates:
@@ -218,7 +212,7 @@ def plan_recipes(options: ConvertOptions, policy: Policy, framework: str, *, has
             if refusal is not None:
                 skipped.append(_skip(recipe, refusal.message))
                 continue
-            if recipe.precision == "int8" and not has_calibration:
+            if recipe.precision == Precision.INT8 and not has_calibration:
                 skipped.append(_skip(recipe, "INT8 needs --calibration data"))
                 continue
             too_old = a16w8_refusal(recipe, policy)
@@ -230,13 +224,13 @@ def plan_recipes(options: ConvertOptions, policy: Policy, framework: str, *, has
         planned.extend(_fallback_recipes(planned, policy, options, has_calibration, skipped))
         for fmt in formats or tuple(dict.fromkeys(p.recipe.format for p in planned)) or default_formats(framework):
             if supports(framework, fmt) is None and not any(
-                p.recipe.format == fmt and p.recipe.precision == "fp32" for p in planned
+                p.recipe.format == fmt and p.recipe.precision == Precision.FP32 for p in planned
             ):
-                planned.append(PlannedRecipe(_plain_recipe(fmt, "fp32", options, ()), False))
+                planned.append(PlannedRecipe(_plain_recipe(fmt, Precision.FP32, options, ()), False))
     # fp32 of each format first: it is the baseline every other artifact is timed against (stable sort).
-    planned.sort(key=lambda p: (FORMATS.index(p.recipe.format), p.recipe.precision != "fp32"))
-    if framework == "tflite":
-        return _as_is_plan(planned, skipped, has_calibration, onnx_asked="onnx" in formats)
+    planned.sort(key=lambda p: (FORMATS.index(p.recipe.format), p.recipe.precision != Precision.FP32))
+    if framework == Framework.TFLITE:
+        return _as_is_plan(planned, skipped, has_calibration, onnx_asked=Format.ONNX in formats)
     return Plan(tuple(planned), tuple(skipped))
 
 
@@ -245,8 +239,8 @@ def _as_is_plan(planned: Sequence[PlannedRecipe], skipped: list[Attempt], has_ca
     """A .tflite source is shipped as it is as its one TFLite artifact (every other TFLite recipe says why it
     does not apply); ONNX recipes are built from it (``tflite_onnx``: INT8 with the calibration data) when
     ``--format onnx`` asks for them, never just because the profile lists them."""
-    tflite = [p for p in planned if p.recipe.format == "tflite"]
-    onnx = [p for p in planned if p.recipe.format == "onnx"] if onnx_asked else []
+    tflite = [p for p in planned if p.recipe.format == Format.TFLITE]
+    onnx = [p for p in planned if p.recipe.format == Format.ONNX] if onnx_asked else []
     chosen = tflite[:1] + onnx if tflite or onnx else list(planned)[:1]
     data_use = (
         ("the calibration data quantize the ONNX INT8 artifact built from it" if onnx else
@@ -255,10 +249,13 @@ def _as_is_plan(planned: Sequence[PlannedRecipe], skipped: list[Attempt], has_ca
         else "no calibration data are needed"
     )
     others = [p.recipe for p in planned if p not in chosen]
-    if has_calibration and tflite and not any(r.format == "tflite" and r.precision == "int8" for r in others):
-        others.append(Recipe(format="tflite", precision="int8", io_dtype="int8"))  # what the data would be for
+    if has_calibration and tflite and not any(
+        r.format == Format.TFLITE and r.precision == Precision.INT8 for r in others
+    ):
+        # what the data would be for
+        others.append(Recipe(format=Format.TFLITE, precision=Precision.INT8, io_dtype=IoDtype.INT8))
     for recipe in others:
-        if recipe.format == "onnx":
+        if recipe.format == Format.ONNX:
             skipped.append(_skip(recipe, "ONNX artifacts of a .tflite source are built only when asked for: pass "
                                          "--format onnx (with --calibration for INT8)"))
             continue
@@ -280,13 +277,15 @@ def _with_dynamic_fallback(
     out = list(planned)
     for fmt in dict.fromkeys(p.recipe.format for p in planned):
         same = [i for i, p in enumerate(out) if p.recipe.format == fmt]
-        if not any(out[i].recipe.precision == "int8" and not out[i].recipe.a16w8 for i in same):
+        static_int8 = [i for i in same if out[i].recipe.precision == Precision.INT8 and not out[i].recipe.a16w8]
+        if not static_int8 or any(out[i].recipe.precision == Precision.DYNAMIC for i in same):
             continue
-        if any(out[i].recipe.precision == "dynamic" for i in same) or not supports_precision(framework, fmt, "dynamic"):
+        if not supports_precision(framework, fmt, Precision.DYNAMIC):
             continue
-        last_int8 = max(i for i in same if out[i].recipe.precision == "int8" and not out[i].recipe.a16w8)
+        last_int8 = max(static_int8)
         providers = out[last_int8].recipe.execution_providers
-        recipe = dataclasses.replace(_plain_recipe(fmt, "dynamic", options, ()), execution_providers=providers)
+        recipe = dataclasses.replace(_plain_recipe(fmt, Precision.DYNAMIC, options, ()),
+                                     execution_providers=providers)
         out.insert(last_int8 + 1, PlannedRecipe(recipe, False, When.DYNAMIC_FALLBACK))
     return out
 
@@ -312,11 +311,12 @@ def _fallback_recipes(
             (),
         )
         for precision in policy.fallback:
-            if precision in have or precision == "fp32":
+            if precision in have or precision == Precision.FP32:
                 continue
             recipe = dataclasses.replace(_plain_recipe(fmt, precision, options, ()), execution_providers=providers)
-            if precision == "int8" and not has_calibration:
-                skipped.append(Attempt(recipe.to_dict(), "failed", "skipped (fallback): INT8 needs --calibration data",
+            if precision == Precision.INT8 and not has_calibration:
+                skipped.append(Attempt(recipe.to_dict(), AttemptOutcome.FAILED,
+                                       "skipped (fallback): INT8 needs --calibration data",
                                        workaround="pass --calibration with a few hundred representative samples"))
                 continue
             extra.append(PlannedRecipe(recipe, False))

@@ -19,7 +19,10 @@ from __future__ import annotations
 import dataclasses
 import re
 
-from toolkit.conversion.candidate import Candidate, ConvertRun, Failure, FailureKind, build_and_verify
+from toolkit.conversion.candidate import build_and_verify
+from toolkit.conversion.run import Candidate, ConvertRun, Failure, FailureKind
+from toolkit.conversion.routes import TF
+from toolkit.model.types import Format, Precision
 from toolkit.runtimes.inspection.share import artifact_share
 
 RETRIED = (FailureKind.INCOMPATIBLE, FailureKind.DOES_NOT_RUN)
@@ -33,8 +36,8 @@ _ONNX_NODE = re.compile(r"Name:\s*'([^']+)'")
 def failing_ops(failure: Failure, framework: str) -> tuple[str, ...]:
     """The ops ``failure``'s message names, as ``nodes_to_exclude`` entries of its route; () when none."""
     recipe, text = failure.recipe, failure.reason
-    if recipe.format == "tflite":
-        if framework not in ("keras", "savedmodel"):
+    if recipe.format == Format.TFLITE:
+        if framework not in TF:
             return ()
         found = _TFLITE_VERSION.findall(text) + _TFLITE_NODE.findall(text)
     else:
@@ -47,7 +50,7 @@ def retry(run: ConvertRun, failed: Failure) -> Candidate | None:
     the rebuilt artifact fails too (every try is appended to ``run.attempts``)."""
     current = failed
     for _ in range(ROUNDS):
-        if current.recipe.precision != "int8" or current.kind not in RETRIED:
+        if current.recipe.precision != Precision.INT8 or current.kind not in RETRIED:
             return None
         ops = failing_ops(current, run.source.framework)
         if not ops:

@@ -26,8 +26,10 @@ import math
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from toolkit.conversion.candidate import Candidate, ConvertRun, Failure, build_and_verify
+from toolkit.conversion.candidate import build_and_verify
+from toolkit.conversion.run import Candidate, ConvertRun, Failure
 from toolkit.errors import ToolkitError
+from toolkit.model.types import AttemptOutcome
 from toolkit.quiet import native_stderr_silenced
 
 SELECTIVE_STEPS = (1, 2, 4)  # how many of the cheapest options the float set holds at each try
@@ -91,11 +93,11 @@ def selective(run: ConvertRun, failed: Candidate) -> Candidate | None:
         with native_stderr_silenced():
             ranked = options(run, failed)
     except ToolkitError as exc:
-        run.attempts.append(failed.attempt("failed", f"selective quantization unavailable: {exc.message}"))
+        run.attempts.append(failed.attempt(AttemptOutcome.FAILED, f"selective quantization unavailable: {exc.message}"))
         return None
     except Exception as exc:  # noqa: BLE001 - a framework's own error in the analysis: no selective retry
         run.attempts.append(failed.attempt(
-            "failed", f"selective quantization unavailable: {type(exc).__name__}: {str(exc)[:200]}"))
+            AttemptOutcome.FAILED, f"selective quantization unavailable: {type(exc).__name__}: {str(exc)[:200]}"))
         return None
     cost = weight_cost(failed.built.path)
     for union in _tries(*ranked):
@@ -108,7 +110,7 @@ def selective(run: ConvertRun, failed: Candidate) -> Candidate | None:
             continue
         if not result.failures:
             return _explained(result, failed, union, cost(union))
-        run.attempts.append(result.attempt("dropped", "; ".join(result.problems)))
+        run.attempts.append(result.attempt(AttemptOutcome.DROPPED, "; ".join(result.problems)))
     return None
 
 

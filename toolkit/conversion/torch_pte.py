@@ -12,7 +12,7 @@ Precisions:
   the recipe says) calibrated on ``request.calibration`` through ``pt2e.quantize`` (the TFLite route's
   machinery: layers kept float by ``recipe.nodes_to_exclude``, the fragile rule, the range cache, the layer
   table). Inputs and outputs stay float32: the delegate quantizes at its boundary.
-- ``fp16`` and ``dynamic`` are refused here (``registry.UNBUILT_PRECISIONS``): XNNPACK runs fp16 only on a
+- ``fp16`` and ``dynamic`` are refused here (the route row's ``unbuilt``, ``routes.py``): XNNPACK runs fp16 only on a
   model cast to half, with float16 inputs and outputs, and with fp16 arithmetic only on ARMv8.2+ cores (a
   Raspberry Pi 4's Cortex-A72 has none); PT2E dynamic quantization broke digits in our measurements. The ONNX
   route builds both.

@@ -23,11 +23,11 @@ from toolkit.verification import verify
 from toolkit.__about__ import __version__
 from toolkit.delivery.bundle import GOLDEN_INPUTS, GOLDEN_REFERENCE, golden_outputs_name, install_runner, save_npz, write_manifest
 from toolkit.conversion.cache import source_hash
-from toolkit.conversion.candidate import Candidate, ConvertRun
+from toolkit.conversion.run import Candidate, ConvertRun
 from toolkit.conversion.edgetpu import compile_for_edgetpu
 from toolkit.conversion.layers import bundle_table
 from toolkit.errors import UsageError
-from toolkit.model.types import ArtifactRecord, Golden, Manifest, SourceRef
+from toolkit.model.types import ArtifactRecord, ArtifactStatus, Format, Golden, Manifest, Precision, SourceRef
 
 if TYPE_CHECKING:
     from toolkit.model.options import ConvertOptions
@@ -63,7 +63,7 @@ def write_bundle(run: ConvertRun, options: ConvertOptions, name: str, kept: Sequ
         golden = Golden(golden_name, _golden_atol(record, outputs), slices=slices,
                         reference=GOLDEN_REFERENCE if slices else None)
         record = dataclasses.replace(record, golden=golden, preferred=any(item is p for p in chosen))
-        if record.format == "pte":  # the device checks itself: model.<p>.bpte, float outputs at a limit
+        if record.format == Format.PTE:  # the device checks itself: model.<p>.bpte, float outputs at a limit
             from toolkit.conversion.pte_bundled import attach
 
             record = attach(record, staging, source.inputs, golden_feeds, reference[:golden_count], outputs)
@@ -78,7 +78,7 @@ def write_bundle(run: ConvertRun, options: ConvertOptions, name: str, kept: Sequ
         records.extend(compile_for_edgetpu(records, policy, attempts, staging))
     labels = _read_labels(options.labels) if options.labels else None
     if options.device_eval:
-        from toolkit.checks.device_eval import write_eval_set
+        from toolkit.conversion.eval_set import write_eval_set
 
         eval_note = write_eval_set(staging, feeds=data.heldout.feeds, input_names=[s.name for s in source.inputs],
                                    reference=reference, labels=data.heldout.labels, limit=options.device_eval)
@@ -109,15 +109,15 @@ def write_bundle(run: ConvertRun, options: ConvertOptions, name: str, kept: Sequ
 
 def _layer_probe(run: ConvertRun, item: Candidate, staging: Path, feeds: Sequence[Mapping[str, np.ndarray]]
                  ) -> str | None:
-    """The float layers a failed device check compares with (:mod:`toolkit.checks.divergence`); never costs the
+    """The float layers a failed device check compares with (:mod:`toolkit.conversion.layer_probe`); never costs the
     artifact: a failure becomes the note."""
-    from toolkit.checks import divergence
+    from toolkit.conversion import layer_probe
 
     fp32 = run.fp32.get(item.recipe.format)
     float_path = fp32.built.path if isinstance(fp32, Candidate) else None
     try:
-        return divergence.record(staging, item.record.file, item.recipe.format, float_path, feeds,
-                                 [s.name for s in run.source.inputs])
+        return layer_probe.record(staging, item.record.file, item.recipe.format, float_path, feeds,
+                                  [s.name for s in run.source.inputs])
     except Exception as exc:  # noqa: BLE001 - a runtime's own error: the artifact stays, the probe is missing
         return f"no layer probe: {type(exc).__name__}: {str(exc)[:200]}"
 
@@ -132,14 +132,14 @@ def preferred(kept: Sequence[Candidate], options: ConvertOptions) -> list[Candid
         if item.explicit and item.recipe.precision in options.precisions:
             return options.precisions.index(item.recipe.precision)
         mixed = item.record.quantized is not None and item.record.quantized.mixed  # after a quantized one
-        return 1 if item.recipe.precision == "fp32" or mixed else 0
+        return 1 if item.recipe.precision == Precision.FP32 or mixed else 0
 
     # a vacuous verification (status unverified) proves nothing: such an artifact is preferred only where no
     # verified one of its format passed
     for verified in (True, False):
         for item in sorted(kept, key=rank):
             if (not item.problems and item.recipe.format not in chosen
-                    and (item.record.status != "unverified") is verified):
+                    and (item.record.status != ArtifactStatus.UNVERIFIED) is verified):
                 chosen[item.recipe.format] = item
     return list(chosen.values())
 
@@ -153,12 +153,16 @@ def _stack_outputs(per_sample: Sequence[Sequence[np.ndarray]]) -> dict[str, np.n
     }
 
 
+GOLDEN_RELATIVE_ATOL: Mapping[Precision, float] = {
+    Precision.FP32: 1e-4, Precision.FP16: 1e-2, Precision.DYNAMIC: 5e-2, Precision.INT8: 5e-2,
+}
+
+
 def _golden_atol(record: ArtifactRecord, outputs: Sequence[Sequence[np.ndarray]]) -> float:
     """How far a device may drift from this host's outputs: kernels differ across CPUs (ARM vs x86,
     XNNPACK vs reference), by rounding for float and by a quantization step or two for integer models."""
     magnitude = max((float(np.max(np.abs(o))) for outs in outputs for o in outs if np.size(o)), default=1.0)
-    relative = {"fp32": 1e-4, "fp16": 1e-2, "dynamic": 5e-2, "int8": 5e-2}[record.precision]
-    atol = relative * max(1.0, magnitude)
+    atol = GOLDEN_RELATIVE_ATOL[Precision(record.precision)] * max(1.0, magnitude)
     for spec in record.outputs:
         if spec.quantization and spec.quantization.scale:
             atol = max(atol, 2.0 * max(spec.quantization.scale))

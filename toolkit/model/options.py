@@ -132,7 +132,7 @@ def _normalise(option: Option, value: Any) -> Any:
     if how.kind is Kind.SHAPES:
         if isinstance(value, Mapping):
             return {str(k): tuple(int(d) for d in v) for k, v in value.items()}
-        from toolkit.conversion.calibration import parse_input_shapes
+        from toolkit.conversion.input_shapes import parse_input_shapes
 
         return parse_input_shapes([value] if isinstance(value, str) else list(value))
     if how.kind is Kind.SWITCH:
