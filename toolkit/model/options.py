@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import dataclasses
 import enum
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -26,8 +26,6 @@ from toolkit.errors import UsageError
 
 if TYPE_CHECKING:  # pragma: no cover
     from pathlib import Path
-
-    from toolkit.devices.spec import DeviceSpec
 
 T = TypeVar("T")
 
@@ -132,8 +130,6 @@ def _normalise(option: Option, value: Any) -> Any:
     if how.kind is Kind.SHAPES:
         if isinstance(value, Mapping):
             return {str(k): tuple(int(d) for d in v) for k, v in value.items()}
-        from toolkit.conversion.calibration import parse_input_shapes
-
         return parse_input_shapes([value] if isinstance(value, str) else list(value))
     if how.kind is Kind.SWITCH:
         return bool(value)
@@ -143,6 +139,24 @@ def _normalise(option: Option, value: Any) -> Any:
     if how.kind is Kind.PATH:
         return Path(value)
     return value
+
+
+def parse_input_shapes(values: Sequence[str]) -> dict[str, tuple[int, ...]]:
+    """``--input-shape NAME=D0,D1,...`` -> {NAME: (D0, D1, ...)}."""
+    shapes: dict[str, tuple[int, ...]] = {}
+    for value in values:
+        name, sep, dims = value.partition("=")
+        try:
+            parsed = tuple(int(d) for d in dims.split(",")) if sep and dims else ()
+        except ValueError:
+            parsed = ()
+        if not name or not parsed or any(d <= 0 for d in parsed):
+            raise UsageError(
+                f"--input-shape {value!r} is not NAME=D0,D1,... with positive integers.",
+                hint="For example --input-shape image=1,224,224,3",
+            )
+        shapes[name] = parsed
+    return shapes
 
 
 def _iterable(value: Any) -> bool:
@@ -309,7 +323,8 @@ class ConvertOptions:
 class DeviceOptions:
     """Which devices a command works on and how to reach them."""
 
-    devices: tuple[str | DeviceSpec, ...] = field(default=(), metadata=flag(
+    # each a spec string or a resolved toolkit.devices.spec.DeviceSpec (devices/ reads them; model/ is below it)
+    devices: tuple[object, ...] = field(default=(), metadata=flag(
         "local, user@host[:port], an ~/.ssh/config alias or an inventory name (repeatable).", name="--device",
         multiple=True, metavar="SPEC"))
     inventory: Path | None = field(default=None, metadata=flag(

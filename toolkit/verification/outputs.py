@@ -22,7 +22,8 @@ from toolkit.verification import dense, detection, role_metrics, segmentation, s
 from toolkit.model import roles
 from toolkit.model.records import OutputMetrics, SliceMetrics
 from toolkit.verification.sequence import RecurrentRun
-from toolkit.model.tasks import Task, TaskChoice, infer_task, parse_task
+from toolkit.model.tasks import Task, TaskChoice, parse_task
+from toolkit.verification.inference import assign, infer_task
 from toolkit.model.tolerance import Tolerance
 from toolkit.verification.user_metric import UserMetric, evaluate
 
@@ -127,7 +128,7 @@ def verify_outputs(
     declared = task.outputs if isinstance(task, TaskChoice) else ()
     roles.check_names(declared, names)
     state = [p.output for p in recurrent.pairs] if recurrent is not None else []
-    output_roles = roles.assign(ref, names, declared, state=state)
+    output_roles = assign(ref, names, declared, state=state)
     if isinstance(task, TaskChoice) and task.task is not None:
         choice = task
     else:
@@ -146,12 +147,12 @@ def verify_outputs(
         else:
             ssd = detection.ssd_layout(ref, names)
             decoded = (ssd.boxes, ssd.scores) if ssd is not None else ()
-        output_roles = roles.assign(ref, names, declared, decoded=decoded, state=state)
+        output_roles = assign(ref, names, declared, decoded=decoded, state=state)
     elif not choice.source.startswith("inferred") and choice.task in _TASK_ROLE:  # the user's task: its role
         role, first_only = _TASK_ROLE[choice.task]
         named = {d.output for d in declared}
         covered = [n for n in (names[:1] if first_only else names) if n not in named]
-        output_roles = roles.assign(ref, names, (*declared, *(roles.OutputDeclaration(n, role, choice.source)
+        output_roles = assign(ref, names, (*declared, *(roles.OutputDeclaration(n, role, choice.source)
                                                                for n in covered)), state=state)
     per_output = [_output(ref[k], act[k], names[k], k, output_roles[k]) for k in range(count)]
     vacuous: list[str] = []
