@@ -8,6 +8,7 @@ onnxruntime, an Edge TPU profile must prefer full-integer TFLite, ...) stay in :
 
 from __future__ import annotations
 
+import re
 from typing import Annotated, Any
 
 from toolkit.model.schemas.fields import (
@@ -52,6 +53,18 @@ Provider = Annotated[Str, choice(EXECUTION_PROVIDERS, "execution provider")]
 Version = Annotated[Str, checked(_is_version, lambda v: f"{v!r} is not a version",
                                  'Write it as a PEP 440 version, e.g. "2.14" or "1.16.3".')]
 Precision = Annotated[Str, choice(PRECISIONS, "precision")]
+
+
+def _is_pattern(text: str) -> bool:
+    try:
+        re.compile(text)
+    except re.error:
+        return False
+    return True
+
+
+Pattern = Annotated[Str, checked(_is_pattern, lambda v: f"{v!r} is not a regular expression",
+                                 'Write a Python regular expression, e.g. "raspberry pi 4".')]
 
 
 class Cpu(Table):
@@ -138,6 +151,13 @@ class Placement(Table):
     artifacts: Str | None = None
 
 
+class Match(Table):
+    """``[match]``: what picks this profile for a probed device (:func:`toolkit.model.platform.match_profile`)."""
+
+    boards: list[Pattern] = []  # searched in the board's own name and the CPU's
+    cores: list[Pattern] = []  # a CPU core that on its own names the board
+
+
 class ProfileFile(Table):
     """A whole profile. Required keys (no default) may come from the profile a file ``extends``."""
 
@@ -167,3 +187,4 @@ class ProfileFile(Table):
     sources: list[Str] = []
     regression: Regression | None = None
     placement: list[Placement] = []
+    match: Match | None = None
