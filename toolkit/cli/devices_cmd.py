@@ -15,7 +15,7 @@ import click
 
 from toolkit.cli._fleet import finish
 from toolkit.cli.options import LazyChoice, PathType, device_options, json_option
-from toolkit.model.options import vocabulary
+from toolkit.model.flags import vocabulary
 
 
 @click.group()
