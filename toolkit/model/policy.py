@@ -14,9 +14,12 @@ from __future__ import annotations
 import fnmatch
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from toolkit.errors import UsageError
+
+if TYPE_CHECKING:  # pragma: no cover - targets imports this module
+    from toolkit.model.targets import TargetProfile
 
 # Where a TFLite artifact's nodes can run besides the CPU kernels: the runner's names for its delegates.
 TFLITE_PLACES: tuple[str, ...] = ("xnnpack", "edgetpu", "gpu")
@@ -103,12 +106,14 @@ class PlacementExpectation:
     artifacts: str = "*"
 
     def __post_init__(self) -> None:
-        if self.format not in ("tflite", "onnx"):
+        from toolkit.model.types import Format  # types imports this module
+
+        if self.format not in (Format.TFLITE, Format.ONNX):
             raise UsageError(f"placement: unknown format {self.format!r}.", hint="Use tflite or onnx.")
-        if self.format == "tflite" and self.on not in TFLITE_PLACES:
+        if self.format == Format.TFLITE and self.on not in TFLITE_PLACES:
             raise UsageError(f"placement: {self.on!r} is not a TFLite delegate.",
                              hint=f"Use one of: {', '.join(TFLITE_PLACES)}.")
-        if self.format == "onnx" and not self.on.endswith("ExecutionProvider"):
+        if self.format == Format.ONNX and not self.on.endswith("ExecutionProvider"):
             raise UsageError(f"placement: {self.on!r} is not an ONNX Runtime execution provider.",
                              hint="For example TensorrtExecutionProvider or CUDAExecutionProvider.")
         if not 0 < self.min_nodes_pct <= 100:
@@ -192,8 +197,8 @@ class CheckPolicy:
         )
 
 
-def check_policy_from_profile(profile: Any) -> CheckPolicy:
-    """The policy a bundle converted for ``profile`` (a :class:`toolkit.model.targets.TargetProfile`) is checked by."""
+def check_policy_from_profile(profile: TargetProfile) -> CheckPolicy:
+    """The policy a bundle converted for ``profile`` is checked by."""
     tolerance = profile.tolerance
     return CheckPolicy(
         target=profile.name,
@@ -201,7 +206,7 @@ def check_policy_from_profile(profile: Any) -> CheckPolicy:
         regression=profile.regression,
         placement=tuple(profile.placement),
         tolerance={"max_top1_drop": float(tolerance.max_top1_drop), "min_cosine": float(tolerance.min_cosine)},
-        min_throughput_ips=getattr(profile, "min_throughput_ips", None),
+        min_throughput_ips=profile.min_throughput_ips,
     )
 
 

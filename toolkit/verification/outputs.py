@@ -302,14 +302,16 @@ _TASK_ROLE = {Task.CLASSIFICATION: (roles.Role.CLASSIFICATION, True), Task.SEGME
               Task.SEQUENCE: (roles.Role.SEQUENCE, True), Task.EMBEDDING: (roles.Role.EMBEDDING, False),
               Task.REGRESSION: (roles.Role.REGRESSION, False)}
 # the model-level metric that already judges an output of this role (its failure is not said twice)
-_SAME_KIND = {Task.CLASSIFICATION: ("classification", (0,)), Task.SEGMENTATION: ("dense", (0,)),
-              Task.EMBEDDING: ("embedding", None),
-              Task.REGRESSION: ("regression", None)}
+_SAME_KIND: dict[Task, tuple[roles.Role, tuple[int, ...] | None]] = {
+    Task.CLASSIFICATION: (roles.Role.CLASSIFICATION, (0,)), Task.SEGMENTATION: (roles.Role.DENSE, (0,)),
+    Task.EMBEDDING: (roles.Role.EMBEDDING, None), Task.REGRESSION: (roles.Role.REGRESSION, None)}
 
 
 def _judged_by_task(task: str | None, out: OutputMetrics) -> bool:
+    if not task:
+        return False
     try:
-        role, indices = _SAME_KIND[Task(task)] if task else ("", ())
+        role, indices = _SAME_KIND[Task(task)]
     except (KeyError, ValueError):
         return False
     return out.role == role and (indices is None or out.index in indices)
