@@ -53,11 +53,6 @@ def keywords_from_params(params: Mapping[str, Any], *classes: type) -> dict[str,
     return values
 
 
-def from_params(cls: type[T], params: Mapping[str, Any], **fixed: Any) -> T:
-    """An options object from parsed click parameters (see :func:`keywords_from_params`)."""
-    return build(cls, keywords_from_params(params, cls), **fixed)
-
-
 def split_keywords(caller: str, values: Mapping[str, Any], *classes: type) -> tuple[dict[str, Any], ...]:
     """Keyword arguments -> one dict per option class (each keyword must be a flagged field of one of them,
     else ``TypeError`` naming ``caller``, as Python does for a function's unknown keyword)."""

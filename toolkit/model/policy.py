@@ -14,12 +14,10 @@ from __future__ import annotations
 import fnmatch
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from toolkit.errors import UsageError
-
-if TYPE_CHECKING:  # pragma: no cover - targets imports this module
-    from toolkit.model.targets import TargetProfile
+from toolkit.model.tolerance import Tolerance
 
 # Where a TFLite artifact's nodes can run besides the CPU kernels: the runner's names for its delegates.
 TFLITE_PLACES: tuple[str, ...] = ("xnnpack", "edgetpu", "gpu")
@@ -79,14 +77,12 @@ class PlacementExpectation:
     artifacts: str = "*"
 
     def __post_init__(self) -> None:
-        from toolkit.model.types import Format  # types imports this module
-
-        if self.format not in (Format.TFLITE, Format.ONNX):
+        if self.format not in ("tflite", "onnx"):
             raise UsageError(f"placement: unknown format {self.format!r}.", hint="Use tflite or onnx.")
-        if self.format == Format.TFLITE and self.on not in TFLITE_PLACES:
+        if self.format == "tflite" and self.on not in TFLITE_PLACES:
             raise UsageError(f"placement: {self.on!r} is not a TFLite delegate.",
                              hint=f"Use one of: {', '.join(TFLITE_PLACES)}.")
-        if self.format == Format.ONNX and not self.on.endswith("ExecutionProvider"):
+        if self.format == "onnx" and not self.on.endswith("ExecutionProvider"):
             raise UsageError(f"placement: {self.on!r} is not an ONNX Runtime execution provider.",
                              hint="For example TensorrtExecutionProvider or CUDAExecutionProvider.")
         if not 0 < self.min_nodes_pct <= 100:
@@ -146,7 +142,24 @@ class CheckPolicy:
         )
 
 
-def check_policy_from_profile(profile: TargetProfile) -> CheckPolicy:
+class _Profile(Protocol):
+    """What the policy reads of a :class:`toolkit.model.targets.TargetProfile` (which imports this module)."""
+
+    @property
+    def name(self) -> str: ...
+    @property
+    def latency_budget_ms(self) -> float: ...
+    @property
+    def regression(self) -> RegressionPolicy: ...
+    @property
+    def placement(self) -> tuple[PlacementExpectation, ...]: ...
+    @property
+    def tolerance(self) -> Tolerance: ...
+    @property
+    def min_throughput_ips(self) -> float | None: ...
+
+
+def check_policy_from_profile(profile: _Profile) -> CheckPolicy:
     """The policy a bundle converted for ``profile`` is checked by."""
     tolerance = profile.tolerance
     return CheckPolicy(

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from toolkit.errors import UsageError
+from toolkit.model.schemas.problems import did_you_mean
 from toolkit.model.types import Recipe, RecipeError
 
 ENV_VAR = "EDGETK_TARGETS_PATH"
@@ -24,12 +25,6 @@ DOCS = "docs/targets.md"
 def refusal(path: Path, key: str, problem: str, fix: str) -> UsageError:
     """The one form of a profile's refusal: the file, the key, the problem and the fix."""
     return UsageError(f"{path}: key '{key}': {problem}", hint=fix)
-
-
-def suggest(word: str, choices: Sequence[str]) -> str:
-    from toolkit.model.schemas.problems import did_you_mean
-
-    return did_you_mean(word, choices)
 
 
 def build_recipe(path: Path, index: int, kwargs: Mapping[str, Any]) -> Recipe:
@@ -140,7 +135,7 @@ def resolve(name: str, index: int, layers: Mapping[str, list[ProfileSource]],
     elif parent in layers:
         target = (parent, len(layers[parent]) - 1)
     else:
-        raise refusal(raw.path, "extends", f"no profile named {parent!r}{suggest(parent, list(layers))}.",
+        raise refusal(raw.path, "extends", f"no profile named {parent!r}{did_you_mean(parent, list(layers))}.",
                       "Run `edgetk targets list` to see the profiles.")
     if target in chain or target == (name, index):
         cycle = " -> ".join([n for n, _ in chain] + [name, target[0]])

@@ -28,9 +28,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from toolkit.errors import UsageError
-from toolkit.model.tolerance import Tolerance  # the one Tolerance type (re-exported here)
 from toolkit.model.policy import PlacementExpectation, RegressionPolicy
-from toolkit.model.profile_files import DOCS, ProfileSource, build_recipe, read_layers, refusal, resolve, suggest
+from toolkit.model.profile_files import DOCS, ProfileSource, build_recipe, read_layers, refusal, resolve
+from toolkit.model.schemas.problems import did_you_mean
+from toolkit.model.tolerance import Tolerance  # the one Tolerance type
 from toolkit.model.types import TFLITE_RUNTIMES, Format, IoDtype, Precision, Recipe, Runtime
 
 if TYPE_CHECKING:  # pragma: no cover - pydantic loads only when a file is read
@@ -356,5 +357,5 @@ def get_profile(name: str, *, targets_dirs: Sequence[Path] = ()) -> TargetProfil
     profiles = load_profiles(targets_dirs=targets_dirs)
     if name in profiles:
         return profiles[name]
-    raise UsageError(f"Unknown target {name!r}{suggest(name, list(profiles))}.",
+    raise UsageError(f"Unknown target {name!r}{did_you_mean(name, list(profiles))}.",
                      hint="Run `edgetk targets list` to see the profiles; add your own with --targets-dir DIR.")

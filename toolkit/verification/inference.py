@@ -30,6 +30,11 @@ EMBEDDING_SIZE = 64  # an unbounded vector at least this long, beside other outp
 BLANK_SHARE = 0.4  # a class that is the argmax at this share of all steps, at either end, is a CTC blank
 
 
+def output_name(names: Sequence[str], k: int) -> str:
+    """Output ``k``'s name, or ``output_k`` where the model gives none."""
+    return names[k] if k < len(names) and names[k] else f"output_{k}"
+
+
 def core_view(stacked: np.ndarray) -> np.ndarray:
     """``[samples, ...]`` with the batch axis (a leading 1) dropped: it is never a class axis."""
     shape = list(stacked.shape[1:])
@@ -137,7 +142,7 @@ def assign(stacked: Sequence[np.ndarray], names: Sequence[str], declared: Sequen
     by_name = {d.output: d for d in declared}
     roles: list[OutputRole] = []
     for k, ref in enumerate(stacked):
-        name = names[k] if k < len(names) else f"output_{k}"
+        name = output_name(names, k)
         d = by_name.get(name)
         if d is not None:
             blank = d.blank
@@ -169,8 +174,8 @@ def infer_task(stacked: Sequence[np.ndarray], names: Sequence[str] = (),
                                           "coordinates in channels 0-3 and scores in [0, 1] after them")
     ssd = detection.ssd_layout(stacked, names)
     if ssd is not None:
-        return TaskChoice(Task.DETECTION, f"inferred: separate box ({_name(names, ssd.boxes)}) and score "
-                                          f"({_name(names, ssd.scores)}) outputs over the same {ssd.anchors} anchors")
+        return TaskChoice(Task.DETECTION, f"inferred: separate box ({output_name(names, ssd.boxes)}) and score "
+                                          f"({output_name(names, ssd.scores)}) outputs over the same {ssd.anchors} anchors")
     if len(stacked) > 1 or not roles:
         return TaskChoice(Task.PER_OUTPUT, f"inferred: {len(stacked)} outputs, each judged by its own role")
     shape = stacked[0].shape[1:]
@@ -189,7 +194,3 @@ def infer_task(stacked: Sequence[np.ndarray], names: Sequence[str] = (),
     if not squeezed:
         return TaskChoice(Task.REGRESSION, "inferred: one value per sample")
     return TaskChoice(Task.GENERIC, f"inferred: no known task has outputs shaped {list(shape)}")
-
-
-def _name(names: Sequence[str], index: int) -> str:
-    return names[index] if index < len(names) else f"output_{index}"

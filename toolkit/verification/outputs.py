@@ -23,7 +23,7 @@ from toolkit.model import roles
 from toolkit.model.records import OutputMetrics, SliceMetrics
 from toolkit.verification.sequence import RecurrentRun
 from toolkit.model.tasks import Task, TaskChoice, parse_task
-from toolkit.verification.inference import assign, infer_task
+from toolkit.verification.inference import assign, infer_task, output_name
 from toolkit.verification.task_metrics import measure_task
 from toolkit.model.tolerance import Tolerance
 from toolkit.verification.user_metric import UserMetric, evaluate
@@ -79,10 +79,6 @@ def _vacuous_spread(ref: Sequence[np.ndarray]) -> str | None:
     return None
 
 
-def _name(names: Sequence[str], k: int) -> str:
-    return names[k] if k < len(names) and names[k] else f"output_{k}"
-
-
 def _stacked_pair(reference: Sequence[Outputs], candidate: Sequence[Outputs],
                   output_names: Sequence[str]) -> tuple[list[np.ndarray], list[np.ndarray], list[str]]:
     """Both sides stacked per output (``[samples, ...]``, the artifact's in the float shapes), and the
@@ -96,8 +92,8 @@ def _stacked_pair(reference: Sequence[Outputs], candidate: Sequence[Outputs],
     act = _stack(candidate, count, [r.shape[1:] for r in ref])
     for k in range(count):
         if ref[k].shape != act[k].shape:
-            raise ValueError(f"output {_name(output_names, k)} sizes differ: {act[k].shape[1:]} vs {ref[k].shape[1:]}")
-    return ref, act, [_name(output_names, k) for k in range(count)]
+            raise ValueError(f"output {output_name(output_names, k)} sizes differ: {act[k].shape[1:]} vs {ref[k].shape[1:]}")
+    return ref, act, [output_name(output_names, k) for k in range(count)]
 
 
 def _whole_model(ref: Sequence[np.ndarray], act: Sequence[np.ndarray]) -> tuple[bool, float, float, float]:
