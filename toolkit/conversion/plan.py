@@ -32,7 +32,8 @@ from typing import TYPE_CHECKING, Any
 
 from toolkit.verification import verify
 from toolkit.errors import UsageError
-from toolkit.model.policy import CheckPolicy, check_policy_from_profile
+from toolkit.model.policy import CheckPolicy
+from toolkit.model.targets import check_policy_from_profile
 from toolkit.model.types import A16W8_MIN_ONNXRUNTIME, FORMATS, Attempt, Recipe
 
 if TYPE_CHECKING:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import enum
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -121,7 +121,7 @@ def normalise(option: Option, value: Any) -> Any:
     if how.kind is Kind.SWITCH:
         return bool(value)
     if how.multiple:
-        items = [value] if isinstance(value, (str, Path)) or not _iterable(value) else list(value)
+        items = [value] if isinstance(value, (str, Path)) or not isinstance(value, Iterable) else list(value)
         return tuple(Path(v) if how.kind is Kind.PATH else v for v in items)
     if how.kind is Kind.PATH:
         return Path(value)
@@ -144,11 +144,3 @@ def parse_input_shapes(values: Sequence[str]) -> dict[str, tuple[int, ...]]:
             )
         shapes[name] = parsed
     return shapes
-
-
-def _iterable(value: Any) -> bool:
-    try:
-        iter(value)
-    except TypeError:
-        return False
-    return True

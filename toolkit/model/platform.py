@@ -39,24 +39,11 @@ ACCELERATOR_KINDS: tuple[str, ...] = ("gpu", "edgetpu", "npu", "dsp")
 
 # ONNX Runtime's execution provider names (a misspelt one is only a warning in ORT, then it silently runs on CPU).
 EXECUTION_PROVIDERS: tuple[str, ...] = (
-    "CPUExecutionProvider",
-    "CUDAExecutionProvider",
-    "TensorrtExecutionProvider",
-    "NvTensorRTRTXExecutionProvider",
-    "XnnpackExecutionProvider",
-    "ACLExecutionProvider",
-    "ArmNNExecutionProvider",
-    "DnnlExecutionProvider",
-    "OpenVINOExecutionProvider",
-    "QNNExecutionProvider",
-    "RknpuExecutionProvider",
-    "ROCMExecutionProvider",
-    "MIGraphXExecutionProvider",
-    "CoreMLExecutionProvider",
-    "NnapiExecutionProvider",
-    "DmlExecutionProvider",
-    "VitisAIExecutionProvider",
-    "WebGpuExecutionProvider",
+    "CPUExecutionProvider", "CUDAExecutionProvider", "TensorrtExecutionProvider", "NvTensorRTRTXExecutionProvider",
+    "XnnpackExecutionProvider", "ACLExecutionProvider", "ArmNNExecutionProvider", "DnnlExecutionProvider",
+    "OpenVINOExecutionProvider", "QNNExecutionProvider", "RknpuExecutionProvider", "ROCMExecutionProvider",
+    "MIGraphXExecutionProvider", "CoreMLExecutionProvider", "NnapiExecutionProvider", "DmlExecutionProvider",
+    "VitisAIExecutionProvider", "WebGpuExecutionProvider",
 )
 
 # /proc/cpuinfo's "CPU part" of ARM cores -> their names.

@@ -1,6 +1,6 @@
 """The check policy: what ``edgetk check`` gates a bundle against, frozen into ``manifest.json`` at convert time.
 
-Convert builds it from the target profile (:func:`check_policy_from_profile`, called by the convert stage) and
+Convert builds it from the target profile (:func:`toolkit.model.targets.check_policy_from_profile`) and
 writes it under the manifest's ``check_policy`` key; check gates from the bundle alone, so a bundle built with
 a user's ``--targets-dir`` profile keeps its budget, its regression thresholds and its placement expectation on
 every machine that checks it, whether or not that profile exists there. A bundle written before the policy
@@ -14,10 +14,9 @@ from __future__ import annotations
 import fnmatch
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any
 
 from toolkit.errors import UsageError
-from toolkit.model.tolerance import Tolerance
 
 # Where a TFLite artifact's nodes can run besides the CPU kernels: the runner's names for its delegates.
 TFLITE_PLACES: tuple[str, ...] = ("xnnpack", "edgetpu", "gpu")
@@ -140,36 +139,6 @@ class CheckPolicy:
             tolerance={str(k): float(v) for k, v in tolerance.items()} if tolerance is not None else None,
             min_throughput_ips=None if floor is None else float(floor),
         )
-
-
-class _Profile(Protocol):
-    """What the policy reads of a :class:`toolkit.model.targets.TargetProfile` (which imports this module)."""
-
-    @property
-    def name(self) -> str: ...
-    @property
-    def latency_budget_ms(self) -> float: ...
-    @property
-    def regression(self) -> RegressionPolicy: ...
-    @property
-    def placement(self) -> tuple[PlacementExpectation, ...]: ...
-    @property
-    def tolerance(self) -> Tolerance: ...
-    @property
-    def min_throughput_ips(self) -> float | None: ...
-
-
-def check_policy_from_profile(profile: _Profile) -> CheckPolicy:
-    """The policy a bundle converted for ``profile`` is checked by."""
-    tolerance = profile.tolerance
-    return CheckPolicy(
-        target=profile.name,
-        latency_budget_ms=float(profile.latency_budget_ms),
-        regression=profile.regression,
-        placement=tuple(profile.placement),
-        tolerance={"max_top1_drop": float(tolerance.max_top1_drop), "min_cosine": float(tolerance.min_cosine)},
-        min_throughput_ips=profile.min_throughput_ips,
-    )
 
 
 @dataclass(frozen=True)

@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from toolkit.errors import UsageError
-from toolkit.model.policy import PlacementExpectation, RegressionPolicy
+from toolkit.model.policy import CheckPolicy, PlacementExpectation, RegressionPolicy
 from toolkit.model.profile_files import DOCS, ProfileSource, build_recipe, read_layers, refusal, resolve
 from toolkit.model.schemas.problems import did_you_mean
 from toolkit.model.tolerance import Tolerance  # the one Tolerance type
@@ -175,6 +175,19 @@ class TargetProfile:
             "edgetpu": self.edgetpu,
             "sources": list(self.sources),
         }
+
+
+def check_policy_from_profile(profile: TargetProfile) -> CheckPolicy:
+    """The policy a bundle converted for ``profile`` is checked by."""
+    tolerance = profile.tolerance
+    return CheckPolicy(
+        target=profile.name,
+        latency_budget_ms=float(profile.latency_budget_ms),
+        regression=profile.regression,
+        placement=tuple(profile.placement),
+        tolerance={"max_top1_drop": float(tolerance.max_top1_drop), "min_cosine": float(tolerance.min_cosine)},
+        min_throughput_ips=profile.min_throughput_ips,
+    )
 
 
 # ------------------------------------------------------------------------------------------- versions

@@ -95,22 +95,13 @@ class Tolerance:
                 raise UsageError(f"tolerance.{name} must be {limit.words} (got {value!r}).", hint=limit.fix)
 
     @classmethod
-    def keys(cls) -> tuple[str, ...]:
-        """The keys a profile's ``[tolerance]`` table may hold."""
-        return tuple(f.name for f in dataclasses.fields(cls))
-
-    @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> Tolerance:
         """From a profile's (already key-checked) ``[tolerance]`` table; missing keys take the defaults."""
-        unknown = sorted(set(data) - set(cls.keys()))
+        unknown = sorted(set(data) - set(LIMITS))
         if unknown:
             raise UsageError(f"Unknown tolerance key(s): {', '.join(unknown)}.",
-                             hint=f"Known keys: {', '.join(cls.keys())}.")
-        values: dict[str, Any] = {}
-        for f in dataclasses.fields(cls):
-            if f.name in data:
-                raw = data[f.name]
-                values[f.name] = raw if f.name == "min_samples" else float(raw)
+                             hint=f"Known keys: {', '.join(LIMITS)}.")
+        values: dict[str, Any] = {key: value if LIMITS[key].whole else float(value) for key, value in data.items()}
         return cls(**values)
 
     def to_dict(self) -> dict[str, Any]:
