@@ -10,7 +10,8 @@ import pytest
 
 from toolkit.checks.checking import Budget, GateOptions, budget_for, gate, parse_runner_output, regression_policy_for
 from toolkit.errors import DeviceError, UsageError
-from toolkit.model.policy import CheckPolicy, PlacementExpectation, RegressionPolicy, check_policy_from_profile
+from toolkit.model.policy import CheckPolicy, PlacementExpectation, RegressionPolicy
+from toolkit.model.targets import check_policy_from_profile
 from toolkit.regression import RegressionVerdict, decide, mann_whitney_greater, median
 from toolkit.model.schemas.manifest import read_manifest
 from toolkit.model.types import GateResult

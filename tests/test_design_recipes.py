@@ -1,20 +1,73 @@
-"""docs/design.md's "Where a new thing goes" recipes stay true: each place a recipe names exists."""
+"""docs/design.md's "Where a new thing goes" recipes name places in the code: each test here reads one recipe
+and fails when a place it names is missing (one function per recipe)."""
 
 from __future__ import annotations
 
 import ast
 import dataclasses
+import re
+import shutil
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[1]
+DESIGN = ROOT / "docs" / "design.md"
+
+
+def _recipe(title: str) -> str:
+    """The bullet of "Where a new thing goes" that starts with ``- **title**`` (its continuation lines too)."""
+    text = DESIGN.read_text()
+    match = re.search(rf"^- \*\*{re.escape(title)}\*\*.*?(?=^- \*\*|^#|\Z)", text, re.M | re.S)
+    assert match, f"docs/design.md has no recipe '{title}'"
+    return match.group(0)
+
+
+# --------------------------------------------------------------------------------------- add a board
+
+
+def test_add_a_board_recipe(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every path, table and name the board recipe names exists; and a board is one profile file: a new
+    profile with a ``[match]`` table is what picks it for a probed device."""
+    from toolkit import resources
+    from toolkit.model import platform
+    from toolkit.model.schemas import targets as schema
+
+    recipe = _recipe("A device kind")
+    named = re.findall(r"`([^`]+)`", recipe)
+    assert named, recipe
+    for token in named:
+        if "/" in token:
+            assert (ROOT / token).exists(), f"the board recipe names {token}, which does not exist"
+        elif token.startswith("["):
+            assert token.strip("[]") in schema.ProfileFile.model_fields, f"no profile table {token}"
+        else:
+            assert (hasattr(platform, token) or hasattr(schema, token) or token in schema.Match.model_fields), \
+                f"the board recipe names {token}, which neither platform.py nor the profile schema has"
+
+    shipped = tmp_path / "targets"
+    shutil.copytree(resources.targets_dir(), shipped)
+    text = (shipped / "generic-aarch64.toml").read_text().replace('name = "generic-aarch64"', 'name = "acme-board"')
+    (shipped / "acme-board.toml").write_text(text + '\n[match]\nboards = ["acme board"]\n')
+    monkeypatch.setattr(resources, "targets_dir", lambda: shipped)
+    platform.board_matches.cache_clear()
+    try:
+        assert platform.match_profile(arch="aarch64", cpu_model="Cortex-A55", model_name="ACME Board rev 2") \
+            == "acme-board"
+        from toolkit.model.targets import get_profile
+
+        assert get_profile("acme-board").name == "acme-board"  # the schema takes the [match] table
+    finally:
+        platform.board_matches.cache_clear()
+
+
+# --------------------------------------------------------------------------------------- add a route
 
 
 def test_add_a_route_recipe() -> None:
     from toolkit.conversion import base, routes
 
-    design = (ROOT / "docs" / "design.md").read_text()
-    recipe = design[design.index("- **A new conversion route**"):]
-    recipe = recipe[:recipe.index("\n- **")]
+    recipe = _recipe("A new conversion route")
     fields = {f.name for f in dataclasses.fields(routes.Route)}
     for name in ("builder", "unbuilt", "a16w8_refusal", "default", "float_export", "layer_table", "refusal"):
         assert f"`{name}`" in recipe, f"the recipe does not name the row's {name}"

@@ -27,7 +27,8 @@ from toolkit.checks.checking import NO_POLICY, GateOptions, check
 from toolkit.delivery.deployment import Device, push
 from toolkit.devices.local import LocalConnection
 from toolkit.devices.spec import parse_spec
-from toolkit.model.policy import CheckPolicy, PlacementExpectation, check_policy_from_profile
+from toolkit.model.policy import CheckPolicy, PlacementExpectation
+from toolkit.model.targets import check_policy_from_profile
 from toolkit.store import Store
 from toolkit.model.types import CheckReport
 

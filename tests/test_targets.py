@@ -12,13 +12,12 @@ import pytest
 
 from toolkit.errors import UsageError
 from toolkit.resources import targets_dir
+from toolkit.model.platform import host_profile_name, match_profile
+from toolkit.model.profile_files import ENV_VAR
 from toolkit.model.targets import (
-    ENV_VAR,
     TargetProfile,
     get_profile,
-    host_profile_name,
     load_profiles,
-    match_profile,
     runtime_supports,
 )
 from toolkit.model.types import Recipe

@@ -16,7 +16,8 @@ from click.testing import CliRunner, Result
 
 from toolkit import api
 from toolkit.cli import cli
-from toolkit.model.options import CheckOptions, ConvertOptions, DeviceOptions, options_of
+from toolkit.model.flags import options_of
+from toolkit.model.options import CheckOptions, ConvertOptions, DeviceOptions
 
 pytestmark = pytest.mark.fast
 

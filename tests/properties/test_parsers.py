@@ -25,7 +25,7 @@ from hypothesis import strategies as st
 from tests.fixtures.deploy import build_bundle
 from toolkit.delivery.bundle import read_bundle
 from toolkit.conversion.calibration import read_data
-from toolkit.conversion.input_shapes import parse_input_shapes
+from toolkit.model.flags import parse_input_shapes
 from toolkit.devices.inventory import DEVICE_KEYS, load_inventory, parse_inventory
 from toolkit.errors import ToolkitError
 from toolkit.model.targets import load_profiles

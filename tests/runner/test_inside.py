@@ -316,7 +316,7 @@ def test_throughput_floor_from_a_profile_gates_the_measured_curve(
     """A user profile sets ``min_throughput_ips``; the check policy carries it; the gate judges the curve the
     runner measured (an unreachable floor fails and names the best point, a low one passes, none is skipped)."""
     from toolkit.checks.checking import judge_throughput, parse_runner_output
-    from toolkit.model.policy import check_policy_from_profile
+    from toolkit.model.targets import check_policy_from_profile
     from toolkit.model.targets import get_profile
 
     (tmp_path / "fast-box.toml").write_text('extends = "generic-x86_64"\nname = "fast-box"\n'

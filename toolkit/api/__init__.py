@@ -763,7 +763,7 @@ def quickstart(*, out: PathLike | None = None, store: PathLike | None = None, ru
     profile, deployed to ``local`` and checked there (``toolkit.example`` holds the example itself)."""
     from toolkit import example
     from toolkit.devices.spec import DeviceSpec
-    from toolkit.model.targets import host_profile_name
+    from toolkit.model.platform import host_profile_name
 
     say = progress or (lambda message: print(message, file=sys.stderr, flush=True))
     source = example.model_path(say)

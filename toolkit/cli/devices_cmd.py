@@ -3,7 +3,7 @@ the user's key on a first-boot device (``toolkit.api.probe`` / ``toolkit.api.set
 
 The probe copies the runner to ``~/.edgetk/runner/edgetk_runner.py`` (only when its hash differs) and runs
 ``edgetk_runner.py probe`` with the device's Python (stdlib only, so it works before numpy is installed). It
-adds the shipped target profile that matches best (``toolkit.model.targets.match_profile``).
+adds the shipped target profile that matches best (``toolkit.model.platform.match_profile``).
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ import click
 
 from toolkit.cli._fleet import finish
 from toolkit.cli.options import LazyChoice, PathType, device_options, json_option
-from toolkit.model.options import vocabulary
+from toolkit.model.flags import vocabulary
 
 
 @click.group()

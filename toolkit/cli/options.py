@@ -13,7 +13,8 @@ from typing import Any, TypeVar
 
 import click
 
-from toolkit.model.options import CheckOptions, ConvertOptions, DeviceOptions, Kind, Option, RolloutOptions, options_of
+from toolkit.model.flags import Kind, Option, options_of
+from toolkit.model.options import CheckOptions, ConvertOptions, DeviceOptions, RolloutOptions
 
 F = TypeVar("F", bound=Callable[..., Any])
 

@@ -12,24 +12,6 @@ if TYPE_CHECKING:
     from toolkit.conversion.calibration import DataFile
 
 
-def parse_input_shapes(values: Sequence[str]) -> dict[str, tuple[int, ...]]:
-    """``--input-shape NAME=D0,D1,...`` -> {NAME: (D0, D1, ...)}."""
-    shapes: dict[str, tuple[int, ...]] = {}
-    for value in values:
-        name, sep, dims = value.partition("=")
-        try:
-            parsed = tuple(int(d) for d in dims.split(",")) if sep and dims else ()
-        except ValueError:
-            parsed = ()
-        if not name or not parsed or any(d <= 0 for d in parsed):
-            raise UsageError(
-                f"--input-shape {value!r} is not NAME=D0,D1,... with positive integers.",
-                hint="For example --input-shape image=1,224,224,3",
-            )
-        shapes[name] = parsed
-    return shapes
-
-
 def resolve_shapes(
     inputs: Sequence[TensorSpec],
     *,

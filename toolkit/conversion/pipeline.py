@@ -75,10 +75,11 @@ def convert_bundle(
     """Build, verify and write the bundle ``options`` describes, for ``profile`` (default: the profile
     ``options.target`` names, else this machine's)."""
     from toolkit.model import targets
+    from toolkit.model.platform import host_profile_name
 
     framework = detect_framework(options.source)
     if profile is None:
-        profile = targets.get_profile(options.target or targets.host_profile_name(), targets_dirs=options.targets_dirs)
+        profile = targets.get_profile(options.target or host_profile_name(), targets_dirs=options.targets_dirs)
     policy = policy_for(profile, threads=options.threads)
     name = validate_name(options.name or bundle_name(options.source, policy.name))
     destination = Path(options.out) if options.out else Path("bundles") / name

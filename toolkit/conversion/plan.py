@@ -32,8 +32,9 @@ from typing import TYPE_CHECKING, Any
 
 from toolkit.verification import verify
 from toolkit.errors import UsageError
-from toolkit.model.policy import CheckPolicy, check_policy_from_profile
 from toolkit.conversion.routes import default_formats
+from toolkit.model.policy import CheckPolicy
+from toolkit.model.targets import check_policy_from_profile
 from toolkit.model.types import (
     A16W8_MIN_ONNXRUNTIME, FORMATS, TFLITE_RUNTIMES, Attempt, AttemptOutcome, Format, Framework, IoDtype, Precision,
     Recipe, Runtime,

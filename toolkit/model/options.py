@@ -6,7 +6,7 @@ what the option is, its default and its command-line flag.
 * :class:`CheckOptions`: how a check runs and gates (``check``, ``deploy --check``, ``run``).
 
 The CLI's click options are generated from these fields (``toolkit.cli.options.click_options``), the API's
-keyword arguments are checked against them (:func:`split_options`) and listed in each API function's
+keyword arguments are checked against them (:func:`split_keywords`) and listed in each API function's
 signature (:func:`with_option_keywords`), and ``run.toml`` records them under their flag names. Adding an
 option to a group is one field here (with its :func:`flag`) plus the code that uses the value.
 
@@ -17,141 +17,17 @@ and the choice lists load when a value is converted).
 from __future__ import annotations
 
 import dataclasses
-import enum
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from toolkit.errors import UsageError
+from toolkit.model.flags import Kind, flag, normalise, options_of, vocabulary
 
 if TYPE_CHECKING:  # pragma: no cover
     from pathlib import Path
 
-    from toolkit.devices.spec import DeviceSpec
-
 T = TypeVar("T")
-
-FLAG = "edgetk.flag"  # the key of a field's metadata that holds its Flag
-
-
-class Kind(enum.Enum):
-    """What a flag's value is: decides its click type and how a value is normalised."""
-
-    TEXT = "text"
-    PATH = "path"
-    INT = "int"
-    FLOAT = "float"
-    CHOICE = "choice"
-    SWITCH = "switch"  # a boolean flag without a value
-    SHAPES = "shapes"  # NAME=D0,D1,... (repeatable) -> {name: (d0, d1, ...)}
-
-
-@dataclass(frozen=True)
-class Flag:
-    """How a field appears on the command line.
-
-    ``name`` defaults to ``--<field-name>`` with dashes; ``inverted`` makes a switch that turns the field off
-    (``--no-cache`` sets ``use_cache=False``); ``choices`` is a function so the vocabulary (``toolkit.model.types``)
-    loads only when a value is checked; ``minimum``/``maximum`` bound numbers.
-    """
-
-    help: str
-    kind: Kind = Kind.TEXT
-    name: str | None = None
-    multiple: bool = False
-    choices: Callable[[], tuple[str, ...]] | None = None
-    metavar: str | None = None
-    minimum: float | None = None
-    maximum: float | None = None
-    inverted: bool = False
-    show_default: bool = False
-
-
-def flag(help: str, **how: Any) -> dict[str, Flag]:
-    """``field(metadata=flag(...))``: the field is an option of the CLI (see :class:`Flag`)."""
-    return {FLAG: Flag(help, **how)}
-
-
-@dataclass(frozen=True)
-class Option:
-    """One field of an options class that has a flag: its field name, flag and the click parameter name."""
-
-    field: str
-    flag: Flag
-    default: Any
-    annotation: Any = None  # the field's type, as written
-
-    @property
-    def long(self) -> str:
-        return self.flag.name or "--" + self.field.replace("_", "-")
-
-    @property
-    def param(self) -> str:
-        """The click parameter name: the field's, or for an inverted switch the flag's (``no_cache``)."""
-        return self.long[2:].replace("-", "_") if self.flag.inverted else self.field
-
-
-def options_of(cls: type) -> tuple[Option, ...]:
-    """The fields of ``cls`` that have a flag, in declaration order."""
-    out = []
-    for f in dataclasses.fields(cls):
-        how = f.metadata.get(FLAG)
-        if how is None:
-            continue
-        default = f.default if f.default is not dataclasses.MISSING else (
-            f.default_factory() if f.default_factory is not dataclasses.MISSING else None)
-        out.append(Option(f.name, how, default, f.type))
-    return tuple(out)
-
-
-def vocabulary(name: str) -> Callable[[], tuple[str, ...]]:
-    """The values of ``toolkit.model.types.<name>`` (a tuple, a Literal alias or an Enum), loaded on first use."""
-
-    def load() -> tuple[str, ...]:
-        import typing
-
-        from toolkit.model import types
-
-        value = getattr(types, name)
-        if isinstance(value, type) and issubclass(value, enum.Enum):
-            return tuple(str(m.value) for m in value)
-        if isinstance(value, tuple):
-            return tuple(str(v) for v in value)
-        return tuple(str(v) for v in typing.get_args(value))
-
-    return load
-
-
-def _normalise(option: Option, value: Any) -> Any:
-    """A value as given (str or Path, list or tuple, mapping or NAME=D0,... strings) -> the field's type."""
-    from pathlib import Path
-
-    how = option.flag
-    if value is None:
-        return () if how.multiple and how.kind is not Kind.SHAPES else ({} if how.kind is Kind.SHAPES else None)
-    if how.kind is Kind.SHAPES:
-        if isinstance(value, Mapping):
-            return {str(k): tuple(int(d) for d in v) for k, v in value.items()}
-        from toolkit.conversion.input_shapes import parse_input_shapes
-
-        return parse_input_shapes([value] if isinstance(value, str) else list(value))
-    if how.kind is Kind.SWITCH:
-        return bool(value)
-    if how.multiple:
-        items = [value] if isinstance(value, (str, Path)) or not _iterable(value) else list(value)
-        return tuple(Path(v) if how.kind is Kind.PATH else v for v in items)
-    if how.kind is Kind.PATH:
-        return Path(value)
-    return value
-
-
-def _iterable(value: Any) -> bool:
-    try:
-        iter(value)
-    except TypeError:
-        return False
-    return True
-
 
 def build(cls: type[T], values: Mapping[str, Any], **fixed: Any) -> T:
     """An options object from keyword values by field name (unknown names refused with ``TypeError``)."""
@@ -160,7 +36,7 @@ def build(cls: type[T], values: Mapping[str, Any], **fixed: Any) -> T:
     if unknown:
         raise TypeError(f"unexpected option(s) for {cls.__name__}: {', '.join(unknown)}")
     by_field = {o.field: o for o in options_of(cls)}
-    kwargs = {k: (_normalise(by_field[k], v) if k in by_field else v) for k, v in values.items()}
+    kwargs = {k: (normalise(by_field[k], v) if k in by_field else v) for k, v in values.items()}
     kwargs.update(fixed)
     return cls(**kwargs)
 
@@ -175,11 +51,6 @@ def keywords_from_params(params: Mapping[str, Any], *classes: type) -> dict[str,
                 value = params[option.param]
                 values[option.field] = (not value) if option.flag.inverted else value
     return values
-
-
-def from_params(cls: type[T], params: Mapping[str, Any], **fixed: Any) -> T:
-    """An options object from parsed click parameters (see :func:`keywords_from_params`)."""
-    return build(cls, keywords_from_params(params, cls), **fixed)
 
 
 def split_keywords(caller: str, values: Mapping[str, Any], *classes: type) -> tuple[dict[str, Any], ...]:
@@ -309,7 +180,8 @@ class ConvertOptions:
 class DeviceOptions:
     """Which devices a command works on and how to reach them."""
 
-    devices: tuple[str | DeviceSpec, ...] = field(default=(), metadata=flag(
+    # each a spec string or a resolved toolkit.devices.spec.DeviceSpec (devices/ reads them; model/ is below it)
+    devices: tuple[object, ...] = field(default=(), metadata=flag(
         "local, user@host[:port], an ~/.ssh/config alias or an inventory name (repeatable).", name="--device",
         multiple=True, metavar="SPEC"))
     inventory: Path | None = field(default=None, metadata=flag(

@@ -8,7 +8,7 @@ one place that names them:
   ``armv8l`` is a 32-bit ARM userland on an ARMv8 core (``linux32``, a 32-bit kernel): it runs armv7l code and
   wheels, never aarch64 ones, so it is ``armv7l`` here for deploy, probe and setup alike;
 - :class:`DevicePlatform`: what decides which wheels a device can install (``edgetk devices setup``);
-- :func:`match_profile`: the shipped target profile that best fits a probed device;
+- :func:`match_profile`: the shipped target profile that best fits a probed device (each profile's ``[match]``);
 - :func:`probe_local`: this machine, through the same device probe, loaded in-process.
 
 stdlib only; nothing here imports numpy or a framework.
@@ -39,24 +39,11 @@ ACCELERATOR_KINDS: tuple[str, ...] = ("gpu", "edgetpu", "npu", "dsp")
 
 # ONNX Runtime's execution provider names (a misspelt one is only a warning in ORT, then it silently runs on CPU).
 EXECUTION_PROVIDERS: tuple[str, ...] = (
-    "CPUExecutionProvider",
-    "CUDAExecutionProvider",
-    "TensorrtExecutionProvider",
-    "NvTensorRTRTXExecutionProvider",
-    "XnnpackExecutionProvider",
-    "ACLExecutionProvider",
-    "ArmNNExecutionProvider",
-    "DnnlExecutionProvider",
-    "OpenVINOExecutionProvider",
-    "QNNExecutionProvider",
-    "RknpuExecutionProvider",
-    "ROCMExecutionProvider",
-    "MIGraphXExecutionProvider",
-    "CoreMLExecutionProvider",
-    "NnapiExecutionProvider",
-    "DmlExecutionProvider",
-    "VitisAIExecutionProvider",
-    "WebGpuExecutionProvider",
+    "CPUExecutionProvider", "CUDAExecutionProvider", "TensorrtExecutionProvider", "NvTensorRTRTXExecutionProvider",
+    "XnnpackExecutionProvider", "ACLExecutionProvider", "ArmNNExecutionProvider", "DnnlExecutionProvider",
+    "OpenVINOExecutionProvider", "QNNExecutionProvider", "RknpuExecutionProvider", "ROCMExecutionProvider",
+    "MIGraphXExecutionProvider", "CoreMLExecutionProvider", "NnapiExecutionProvider", "DmlExecutionProvider",
+    "VitisAIExecutionProvider", "WebGpuExecutionProvider",
 )
 
 # /proc/cpuinfo's "CPU part" of ARM cores -> their names.
@@ -67,24 +54,6 @@ ARM_CPU_PARTS: Mapping[str, str] = {
     "0xd4b": "Cortex-A78C",
 }
 
-# A board's own name (device-tree model, cpuinfo "Model"/"Hardware") -> its profile.
-_BOARDS: tuple[tuple[str, str], ...] = (
-    (r"raspberry pi 5|compute module 5|bcm2712", "raspberry-pi-5"),
-    (r"raspberry pi 4|raspberry pi 400|compute module 4|bcm2711", "raspberry-pi-4"),
-    (r"raspberry pi zero 2|rp3a0", "raspberry-pi-zero-2w"),
-    (r"raspberry pi 3", "raspberry-pi-3b"),
-    (r"jetson orin nano|orin nano", "jetson-orin-nano"),
-    (r"jetson nano|jetson-nano|p3450", "jetson-nano"),
-    (r"phanbell|coral dev board", "coral-dev-board"),
-)
-# A CPU core that, on its own, names the board this toolkit has a profile for. Cortex-A53 is left out: it is
-# the Pi 3B, the Pi Zero 2 W and the Coral Dev Board alike, so only the board model can tell them apart.
-_CORES: tuple[tuple[str, str], ...] = (
-    (r"cortex-a78ae", "jetson-orin-nano"),
-    (r"cortex-a76", "raspberry-pi-5"),
-    (r"cortex-a72", "raspberry-pi-4"),
-    (r"cortex-a57", "jetson-nano"),
-)
 _X86_CPU = re.compile(r"intel|amd|epyc|xeon|ryzen|core\(tm\)|genuineintel|authenticamd|x86|qemu virtual cpu")
 
 # The oldest glibc that manylinux wheels exist for, per arch (manylinux1 = 2.5, manylinux2014 = 2.17).
@@ -117,6 +86,31 @@ def cpu_name(cpu_model: str | None, cpu_part: str | None = None) -> str | None:
     return ARM_CPU_PARTS.get(part, part or None)
 
 
+@dataclass(frozen=True)
+class BoardMatch:
+    """A shipped profile's ``[match]`` table: the patterns (case-blind regular expressions) that pick it."""
+
+    profile: str
+    boards: tuple[str, ...]  # searched in the board's own name and the CPU's
+    cores: tuple[str, ...]  # a CPU core that on its own names the board
+
+
+@lru_cache(maxsize=1)
+def board_matches() -> tuple[BoardMatch, ...]:
+    """The ``[match]`` tables of the shipped profiles, by profile name (the profile schema checks them)."""
+    import tomllib
+
+    from toolkit.resources import targets_dir
+
+    found = []
+    for path in sorted(targets_dir().glob("*.toml")):
+        with path.open("rb") as handle:
+            match = tomllib.load(handle).get("match")
+        if match:
+            found.append(BoardMatch(path.stem, tuple(match.get("boards", ())), tuple(match.get("cores", ()))))
+    return tuple(found)
+
+
 def match_profile(*, arch: str, cpu_model: str | None, model_name: str | None = None,
                   cpu_part: str | None = None) -> str:
     """The shipped profile that best fits a probed device.
@@ -124,7 +118,9 @@ def match_profile(*, arch: str, cpu_model: str | None, model_name: str | None = 
     ``model_name`` is the board's own name (``/proc/device-tree/model`` or cpuinfo's ``Model`` line, e.g.
     "Raspberry Pi 4 Model B Rev 1.4"); ``cpu_model`` the CPU's ("Cortex-A72", cpuinfo's "model name", or a
     "CPU part" such as "0xd08"), ``cpu_part`` cpuinfo's CPU part when known separately. A board is named only
-    by those, never by the arch alone; an ARM kernel that reports an x86 CPU is an emulator (qemu-user shows
+    by those, never by the arch alone: each shipped profile's ``[match]`` table (:func:`board_matches`) names
+    its board's names and, where one alone tells, its core (a Cortex-A53 is the Pi 3B, the Pi Zero 2 W and the
+    Coral Dev Board alike, so those list no core); an ARM kernel that reports an x86 CPU is an emulator (qemu-user shows
     the host's cpuinfo) and gets the generic profile.
     """
     machine = normalize_arch(arch)
@@ -138,12 +134,13 @@ def match_profile(*, arch: str, cpu_model: str | None, model_name: str | None = 
     board = (model_name or "").strip().lower()
     if _X86_CPU.search(cpu):
         return "generic-aarch64"  # an emulator: the board name, if any, is not this machine's
-    for pattern, profile in _BOARDS:
-        if re.search(pattern, board) or re.search(pattern, cpu):
-            return profile
-    for pattern, profile in _CORES:
-        if re.search(pattern, cpu) or re.search(pattern, core):
-            return profile
+    matches = board_matches()
+    for match in matches:
+        if any(re.search(p, board, re.I) or re.search(p, cpu, re.I) for p in match.boards):
+            return match.profile
+    for match in matches:
+        if any(re.search(p, cpu, re.I) or re.search(p, core, re.I) for p in match.cores):
+            return match.profile
     return "generic-aarch64"
 
 

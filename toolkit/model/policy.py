@@ -1,6 +1,6 @@
 """The check policy: what ``edgetk check`` gates a bundle against, frozen into ``manifest.json`` at convert time.
 
-Convert builds it from the target profile (:func:`check_policy_from_profile`, called by the convert stage) and
+Convert builds it from the target profile (:func:`toolkit.model.targets.check_policy_from_profile`) and
 writes it under the manifest's ``check_policy`` key; check gates from the bundle alone, so a bundle built with
 a user's ``--targets-dir`` profile keeps its budget, its regression thresholds and its placement expectation on
 every machine that checks it, whether or not that profile exists there. A bundle written before the policy
@@ -20,22 +20,6 @@ from toolkit.errors import UsageError
 
 # Where a TFLite artifact's nodes can run besides the CPU kernels: the runner's names for its delegates.
 TFLITE_PLACES: tuple[str, ...] = ("xnnpack", "edgetpu", "gpu")
-
-
-def _number(data: Mapping[str, Any], key: str, default: float, where: str) -> float:
-    value = data.get(key, default)
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise UsageError(f"{where}: {key!r} must be a number, got {value!r}.",
-                         hint="Rebuild the bundle with `edgetk convert`.")
-    return float(value)
-
-
-def _int(data: Mapping[str, Any], key: str, default: int, where: str) -> int:
-    value = data.get(key, default)
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise UsageError(f"{where}: {key!r} must be an integer, got {value!r}.",
-                         hint="Rebuild the bundle with `edgetk convert`.")
-    return value
 
 
 @dataclass(frozen=True)
@@ -76,17 +60,6 @@ class RegressionPolicy:
                 "alpha": self.alpha, "baseline_checks": self.baseline_checks,
                 "min_baseline_checks": self.min_baseline_checks}
 
-    @classmethod
-    def from_dict(cls, data: Mapping[str, Any], where: str = "check_policy.regression") -> RegressionPolicy:
-        d = cls()
-        return cls(
-            min_slowdown_pct=_number(data, "min_slowdown_pct", d.min_slowdown_pct, where),
-            min_slowdown_ms=_number(data, "min_slowdown_ms", d.min_slowdown_ms, where),
-            alpha=_number(data, "alpha", d.alpha, where),
-            baseline_checks=_int(data, "baseline_checks", d.baseline_checks, where),
-            min_baseline_checks=_int(data, "min_baseline_checks", d.min_baseline_checks, where),
-        )
-
 
 @dataclass(frozen=True)
 class PlacementExpectation:
@@ -121,15 +94,6 @@ class PlacementExpectation:
         return {"format": self.format, "on": self.on, "min_nodes_pct": self.min_nodes_pct,
                 "artifacts": self.artifacts}
 
-    @classmethod
-    def from_dict(cls, data: Mapping[str, Any], where: str = "check_policy.placement") -> PlacementExpectation:
-        fmt, on, artifacts = data.get("format"), data.get("on"), data.get("artifacts", "*")
-        if not isinstance(fmt, str) or not isinstance(on, str) or not isinstance(artifacts, str):
-            raise UsageError(f"{where}: 'format', 'on' and 'artifacts' must be strings.",
-                             hint="Rebuild the bundle with `edgetk convert`.")
-        return cls(format=fmt, on=on, min_nodes_pct=_number(data, "min_nodes_pct", 100.0, where),
-                   artifacts=artifacts)
-
 
 @dataclass(frozen=True)
 class CheckPolicy:
@@ -163,46 +127,18 @@ class CheckPolicy:
         }
 
     @classmethod
-    def from_dict(cls, data: Mapping[str, Any], where: str = "manifest.json check_policy") -> CheckPolicy:
-        if not isinstance(data, Mapping):
-            raise UsageError(f"{where}: expected an object, got {type(data).__name__}.",
-                             hint="Rebuild the bundle with `edgetk convert`.")
-        target = data.get("target")
-        budget = data.get("latency_budget_ms")
-        placement = data.get("placement") or []
-        tolerance = data.get("tolerance")
-        if target is not None and not isinstance(target, str):
-            raise UsageError(f"{where}: 'target' must be a string or null.")
-        if budget is not None and (isinstance(budget, bool) or not isinstance(budget, (int, float))):
-            raise UsageError(f"{where}: 'latency_budget_ms' must be a number or null.")
-        if not isinstance(placement, list) or not all(isinstance(p, Mapping) for p in placement):
-            raise UsageError(f"{where}: 'placement' must be a list of objects.")
-        if tolerance is not None and not isinstance(tolerance, Mapping):
-            raise UsageError(f"{where}: 'tolerance' must be an object or null.")
-        floor = data.get("min_throughput_ips")
-        if floor is not None and (isinstance(floor, bool) or not isinstance(floor, (int, float))):
-            raise UsageError(f"{where}: 'min_throughput_ips' must be a number or null.")
+    def from_dict(cls, data: Mapping[str, Any]) -> CheckPolicy:
+        """From :meth:`to_dict`'s form, its types already checked (a bundle's by the manifest schema,
+        :mod:`toolkit.model.schemas.manifest`); the values are checked here, by the records themselves."""
+        budget, floor, tolerance = data.get("latency_budget_ms"), data.get("min_throughput_ips"), data.get("tolerance")
         return cls(
-            target=target,
+            target=data.get("target"),
             latency_budget_ms=None if budget is None else float(budget),
-            regression=RegressionPolicy.from_dict(data.get("regression") or {}, f"{where}.regression"),
-            placement=tuple(PlacementExpectation.from_dict(p, f"{where}.placement") for p in placement),
+            regression=RegressionPolicy(**(data.get("regression") or {})),
+            placement=tuple(PlacementExpectation(**p) for p in data.get("placement") or ()),
             tolerance={str(k): float(v) for k, v in tolerance.items()} if tolerance is not None else None,
             min_throughput_ips=None if floor is None else float(floor),
         )
-
-
-def check_policy_from_profile(profile: Any) -> CheckPolicy:
-    """The policy a bundle converted for ``profile`` (a :class:`toolkit.model.targets.TargetProfile`) is checked by."""
-    tolerance = profile.tolerance
-    return CheckPolicy(
-        target=profile.name,
-        latency_budget_ms=float(profile.latency_budget_ms),
-        regression=profile.regression,
-        placement=tuple(profile.placement),
-        tolerance={"max_top1_drop": float(tolerance.max_top1_drop), "min_cosine": float(tolerance.min_cosine)},
-        min_throughput_ips=getattr(profile, "min_throughput_ips", None),
-    )
 
 
 @dataclass(frozen=True)

@@ -22,19 +22,20 @@ and the fix. The schema is documented in ``docs/targets.md``.
 
 from __future__ import annotations
 
-import os
-import tomllib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from toolkit.errors import UsageError
-from toolkit.model.tolerance import Tolerance  # the one Tolerance type (re-exported here)
-from toolkit.model.policy import PlacementExpectation, RegressionPolicy
-from toolkit.model.types import FORMATS, PRECISIONS, RUNTIMES, TFLITE_RUNTIMES, Recipe, RecipeError
+from toolkit.model.policy import CheckPolicy, PlacementExpectation, RegressionPolicy
+from toolkit.model.profile_files import DOCS, ProfileSource, build_recipe, read_layers, refusal, resolve
+from toolkit.model.schemas.problems import did_you_mean
+from toolkit.model.tolerance import Tolerance  # the one Tolerance type
+from toolkit.model.types import TFLITE_RUNTIMES, Format, IoDtype, Precision, Recipe, Runtime
 
-ENV_VAR = "EDGETK_TARGETS_PATH"
+if TYPE_CHECKING:  # pragma: no cover - pydantic loads only when a file is read
+    from toolkit.model.schemas.targets import ProfileFile
 
 
 # ------------------------------------------------------------------------------------------- data
@@ -176,6 +177,19 @@ class TargetProfile:
         }
 
 
+def check_policy_from_profile(profile: TargetProfile) -> CheckPolicy:
+    """The policy a bundle converted for ``profile`` is checked by."""
+    tolerance = profile.tolerance
+    return CheckPolicy(
+        target=profile.name,
+        latency_budget_ms=float(profile.latency_budget_ms),
+        regression=profile.regression,
+        placement=tuple(profile.placement),
+        tolerance={"max_top1_drop": float(tolerance.max_top1_drop), "min_cosine": float(tolerance.min_cosine)},
+        min_throughput_ips=profile.min_throughput_ips,
+    )
+
+
 # ------------------------------------------------------------------------------------------- versions
 
 
@@ -201,222 +215,112 @@ def runtime_supports(profile: TargetProfile, runtime: str, version: str) -> bool
     return requirement is not None and requirement.admits(version)
 
 
-# ------------------------------------------------------------------------------------------- schema
+# ------------------------------------------------------------------------------------------- building
 
-# The schema (keys, types, vocabularies, bounds) is a pydantic model in toolkit.model.schemas.targets, imported when a
-# file is read. What stays here are the checks across keys, and the ones after ``extends`` has been merged.
-
-DOCS = "docs/targets.md"
-
-
-def _fail(path: Path, key: str, problem: str, fix: str) -> UsageError:
-    return UsageError(f"{path}: key '{key}': {problem}", hint=fix)
+# The schema (keys, types, vocabularies, bounds) is a pydantic model in toolkit.model.schemas.targets; reading
+# the files and merging ``extends`` is toolkit.model.profile_files. What stays here are the checks across keys,
+# made once ``extends`` has been merged.
 
 
-def _suggest(word: str, choices: Sequence[str]) -> str:
-    from toolkit.model.schemas.problems import did_you_mean
-
-    return did_you_mean(word, choices)
-
-
-def _validate_file(path: Path, data: Mapping[str, Any]) -> None:
-    """What can be checked in one file on its own: the schema (keys, types, values) and each recipe. Required
-    keys and the cross-checks wait until ``extends`` has been merged."""
-    from toolkit.model.schemas import validate
-    from toolkit.model.schemas.targets import ProfileFile, RecipeEntry
-
-    validate(ProfileFile, data, file=path, docs=DOCS, partial=True)
-    names = [r["name"] for r in data.get("runtimes", ())]
-    for name in sorted(set(names)):
-        if names.count(name) > 1:
-            raise _fail(path, "runtimes", f"runtime {name!r} is listed twice.", "List each runtime once.")
-    for index, recipe in enumerate(data.get("recipes", ())):
-        _build_recipe(path, index, RecipeEntry.model_validate(recipe).recipe_kwargs())
-
-
-def _build_recipe(path: Path, index: int, kwargs: Mapping[str, Any]) -> Recipe:
-    """A recipe table (already through the schema) -> Recipe; its own cross-field refusals name the key."""
-    try:
-        return Recipe(**kwargs)
-    except RecipeError as exc:
-        raise _fail(path, f"recipes[{index}].{exc.key}", exc.message, exc.hint or f"See {DOCS}.") from exc
-
-
-# ------------------------------------------------------------------------------------------- loading
-
-
-@dataclass(frozen=True)
-class _Raw:
-    name: str
-    data: dict[str, Any]
-    path: Path
-    origin: str
-
-
-def _read(path: Path, origin: str) -> _Raw:
-    try:
-        with path.open("rb") as handle:
-            data = tomllib.load(handle)
-    except tomllib.TOMLDecodeError as exc:
-        raise UsageError(f"{path}: not valid TOML: {exc}.", hint="Fix the syntax (https://toml.io).") from exc
-    except OSError as exc:
-        raise UsageError(f"{path}: cannot read the profile: {exc.strerror}.") from exc
-    _validate_file(path, data)
-    name = data.get("name", path.stem)
-    if name != path.stem:
-        raise _fail(path, "name", f"{name!r} does not match the file name {path.name!r}.",
-                    f"Rename the file to {name}.toml or set name = {path.stem!r}.")
-    return _Raw(name=name, data=data, path=path, origin=origin)
-
-
-def _user_dirs(targets_dirs: Sequence[Path]) -> list[tuple[Path, str]]:
-    dirs: list[tuple[Path, str]] = []
-    for entry in os.environ.get(ENV_VAR, "").split(os.pathsep):
-        if entry.strip():
-            dirs.append((Path(entry).expanduser(), f"the {ENV_VAR} entry"))
-    dirs.extend((Path(d).expanduser(), "--targets-dir") for d in targets_dirs)
-    return dirs
-
-
-def _layers(targets_dirs: Sequence[Path]) -> dict[str, list[_Raw]]:
-    """name -> every file defining it, lowest precedence first."""
-    layers: dict[str, list[_Raw]] = {}
-    from toolkit.resources import targets_dir
-
-    sources: list[tuple[Path, str]] = [(targets_dir(), "shipped")]
-    for directory, what in _user_dirs(targets_dirs):
-        if not directory.is_dir():
-            raise UsageError(f"{what} {directory} is not a directory.",
-                             hint="Point it at a folder of <name>.toml target profiles.")
-        sources.append((directory, "user"))
-    seen: set[Path] = set()
-    for directory, origin in sources:
-        resolved = directory.resolve()
-        if resolved in seen:
-            continue
-        seen.add(resolved)
-        for path in sorted(resolved.glob("*.toml")):
-            raw = _read(path, origin if origin == "shipped" else "user")
-            layers.setdefault(raw.name, []).append(raw)
-    return layers
-
-
-def _merge(base: Mapping[str, Any], over: Mapping[str, Any]) -> dict[str, Any]:
-    merged = dict(base)
-    for key, value in over.items():
-        if key == "sources":
-            merged[key] = list(dict.fromkeys([*base.get("sources", []), *value]))
-        elif isinstance(value, dict) and isinstance(base.get(key), dict):
-            merged[key] = _merge(base[key], value)
-        else:
-            merged[key] = value
-    return merged
-
-
-def _resolve(name: str, index: int, layers: Mapping[str, list[_Raw]],
-             chain: tuple[tuple[str, int], ...]) -> tuple[dict[str, Any], tuple[_Raw, ...]]:
-    raw = layers[name][index]
-    parent = raw.data.get("extends")
-    if parent is None:
-        return dict(raw.data), (raw,)
-    if parent == name:  # extends the profile this one shadows
-        if index == 0:
-            raise _fail(raw.path, "extends", f"{name!r} extends itself and shadows no other profile.",
-                        "Remove extends, or name a profile that exists.")
-        target = (name, index - 1)
-    elif parent in layers:
-        target = (parent, len(layers[parent]) - 1)
-    else:
-        raise _fail(raw.path, "extends", f"no profile named {parent!r}{_suggest(parent, list(layers))}.",
-                    "Run `edgetk targets list` to see the profiles.")
-    if target in chain or target == (name, index):
-        cycle = " -> ".join([n for n, _ in chain] + [name, target[0]])
-        raise _fail(raw.path, "extends", f"extends forms a cycle ({cycle}).", "Break the cycle: one profile "
-                    "in it must not extend another.")
-    base, lineage = _resolve(target[0], target[1], layers, chain + ((name, index),))
-    data = _merge(base, {k: v for k, v in raw.data.items() if k != "extends"})
-    data["name"] = name
-    return data, (raw, *lineage)
-
-
-def _build(data: Mapping[str, Any], lineage: tuple[_Raw, ...]) -> TargetProfile:
-    from toolkit.model.schemas import validate
-    from toolkit.model.schemas.targets import ProfileFile
-
-    top = lineage[0]
-    path = top.path
-    context = "" if len(lineage) == 1 else f" (not in the profiles it extends either: {lineage[1].name})"
-    profile = validate(ProfileFile, data, file=path, docs=DOCS, missing_context=context)
-    assert profile is not None  # not partial: a problem raises
-    if not profile.recipes:
-        raise _fail(path, "recipes", "the profile lists no recipe.", "Add at least one [[recipes]] table.")
-    if not profile.runtimes:
-        raise _fail(path, "runtimes", "the profile lists no runtime.", "Add at least one [[runtimes]] table.")
-    recipes = tuple(_build_recipe(path, i, r.recipe_kwargs()) for i, r in enumerate(profile.recipes))
-    runtimes = tuple(
-        RuntimeRequirement(name=r.name, min_version=r.min_version, max_version=r.max_version, note=r.note)
-        for r in profile.runtimes
-    )
-    runtime_names = {r.name for r in runtimes}
-    max_opset = profile.max_onnx_opset
+def _check_recipe_runtimes(path: Path, recipes: Sequence[Recipe], runtime_names: set[str],
+                           max_opset: int | None) -> None:
+    """Each recipe needs a runtime of the profile that loads its format (and an ONNX one an opset bound)."""
     for index, recipe in enumerate(recipes):
         where = f"recipes[{index}]"
-        if recipe.format == "onnx":
-            if "onnxruntime" not in runtime_names:
-                raise _fail(path, where, "an ONNX recipe, but onnxruntime is not among the runtimes.",
-                            "Add a [[runtimes]] table with name = \"onnxruntime\", or drop the recipe.")
+        if recipe.format == Format.ONNX:
+            if Runtime.ONNXRUNTIME not in runtime_names:
+                raise refusal(path, where, "an ONNX recipe, but onnxruntime is not among the runtimes.",
+                              "Add a [[runtimes]] table with name = \"onnxruntime\", or drop the recipe.")
             if max_opset is None:
-                raise _fail(path, "max_onnx_opset", "required when the profile has an ONNX recipe.",
-                            "Set it to the highest opset the device's onnxruntime loads.")
+                raise refusal(path, "max_onnx_opset", "required when the profile has an ONNX recipe.",
+                              "Set it to the highest opset the device's onnxruntime loads.")
             if recipe.opset is not None and recipe.opset > max_opset:
-                raise _fail(path, f"{where}.opset", f"{recipe.opset} is above max_onnx_opset {max_opset}.",
-                            f"Use opset {max_opset} or lower.")
-        elif recipe.format == "pte":
-            if "executorch" not in runtime_names:
-                raise _fail(path, where, "an ExecuTorch (.pte) recipe, but executorch is not among the runtimes.",
-                            "Add a [[runtimes]] table with name = \"executorch\", or drop the recipe.")
+                raise refusal(path, f"{where}.opset", f"{recipe.opset} is above max_onnx_opset {max_opset}.",
+                              f"Use opset {max_opset} or lower.")
+        elif recipe.format == Format.PTE:
+            if Runtime.EXECUTORCH not in runtime_names:
+                raise refusal(path, where, "an ExecuTorch (.pte) recipe, but executorch is not among the "
+                              "runtimes.", "Add a [[runtimes]] table with name = \"executorch\", or drop the recipe.")
         elif not runtime_names & set(TFLITE_RUNTIMES):
-            raise _fail(path, where, "a TFLite recipe, but no TFLite runtime is among the runtimes.",
-                        f"Add one of {', '.join(TFLITE_RUNTIMES)} to runtimes, or drop the recipe.")
-        if recipe.format == "tflite" and recipe.precision == "dynamic" and "tflite-runtime" in runtime_names:
-            raise _fail(path, f"{where}.precision",
-                        "tflite-runtime (last release 2.14) cannot load dynamic-range models from TF 2.21 "
-                        "(FULLY_CONNECTED version 12).",
-                        "Use a full int8 recipe for this profile, or remove tflite-runtime from its runtimes.")
-    fallback = tuple(profile.fallback)
-    if not fallback or fallback[-1] != "fp32" or len(set(fallback)) != len(fallback):
-        raise _fail(path, "fallback", f"{list(fallback)} must list each precision once and end with fp32.",
-                    'For example: fallback = ["int8", "fp16", "fp32"].')
-    edgetpu = profile.edgetpu
-    if edgetpu:
-        first = recipes[0]
-        if not (first.format == "tflite" and first.precision == "int8" and first.io_dtype in ("uint8", "int8")):
-            raise _fail(path, "recipes[0]", f"an Edge TPU profile must prefer full-integer TFLite, got {first.label}.",
-                        'Make the first recipe format = "tflite", precision = "int8", io_dtype = "uint8".')
-    accelerators = tuple(
-        Accelerator(name=a.name, kind=a.kind, delegate=a.delegate, execution_providers=tuple(a.execution_providers),
-                    note=a.note)
-        for a in profile.accelerators
-    )
-    default_eps = ["CPUExecutionProvider"] if "onnxruntime" in runtime_names else []
-    execution_providers = tuple(profile.execution_providers if profile.execution_providers is not None
-                                else default_eps)
-    provider_options = {k: dict(v) for k, v in profile.provider_options.items()}
-    for ep in provider_options:
-        if ep not in execution_providers:
-            raise _fail(path, f"provider_options.{ep}", f"{ep} is not in execution_providers.",
-                        f"Add {ep} to execution_providers or remove its options.")
+            raise refusal(path, where, "a TFLite recipe, but no TFLite runtime is among the runtimes.",
+                          f"Add one of {', '.join(TFLITE_RUNTIMES)} to runtimes, or drop the recipe.")
+        if (recipe.format == Format.TFLITE and recipe.precision == Precision.DYNAMIC
+                and Runtime.TFLITE_RUNTIME in runtime_names):
+            raise refusal(path, f"{where}.precision",
+                          "tflite-runtime (last release 2.14) cannot load dynamic-range models from TF 2.21 "
+                          "(FULLY_CONNECTED version 12).",
+                          "Use a full int8 recipe for this profile, or remove tflite-runtime from its runtimes.")
+
+
+def _check_order(path: Path, recipes: Sequence[Recipe], fallback: Sequence[str], edgetpu: bool) -> None:
+    """The fallback ends with fp32; an Edge TPU profile prefers full-integer TFLite."""
+    if not fallback or fallback[-1] != Precision.FP32 or len(set(fallback)) != len(fallback):
+        raise refusal(path, "fallback", f"{list(fallback)} must list each precision once and end with fp32.",
+                      'For example: fallback = ["int8", "fp16", "fp32"].')
+    first = recipes[0]
+    if edgetpu and not (first.format == Format.TFLITE and first.precision == Precision.INT8
+                        and first.io_dtype in (IoDtype.UINT8, IoDtype.INT8)):
+        raise refusal(path, "recipes[0]", f"an Edge TPU profile must prefer full-integer TFLite, got {first.label}.",
+                      'Make the first recipe format = "tflite", precision = "int8", io_dtype = "uint8".')
+
+
+def _providers(path: Path, profile: ProfileFile,
+               runtime_names: set[str]) -> tuple[tuple[str, ...], dict[str, dict[str, Any]]]:
+    """The execution providers (CPU by default where onnxruntime is listed) and their options."""
+    default = ["CPUExecutionProvider"] if Runtime.ONNXRUNTIME in runtime_names else []
+    providers = tuple(profile.execution_providers if profile.execution_providers is not None else default)
+    options = {k: dict(v) for k, v in profile.provider_options.items()}
+    for ep in options:
+        if ep not in providers:
+            raise refusal(path, f"provider_options.{ep}", f"{ep} is not in execution_providers.",
+                          f"Add {ep} to execution_providers or remove its options.")
+    return providers, options
+
+
+def _policies(path: Path, profile: ProfileFile) -> tuple[RegressionPolicy, tuple[PlacementExpectation, ...]]:
+    """``[regression]`` and ``[[placement]]`` as the check policy's records (their own checks name the key)."""
     try:
         regression = RegressionPolicy(**(profile.regression.model_dump(exclude_none=True)
                                          if profile.regression else {}))
     except UsageError as exc:
-        raise _fail(path, "regression", exc.message, exc.hint or f"See {DOCS}.") from exc
+        raise refusal(path, "regression", exc.message, exc.hint or f"See {DOCS}.") from exc
     placement = []
     for index, expectation in enumerate(profile.placement):
         try:
             placement.append(PlacementExpectation(**expectation.model_dump(exclude_none=True)))
         except UsageError as exc:
-            raise _fail(path, f"placement[{index}]", exc.message, exc.hint or f"See {DOCS}.") from exc
+            raise refusal(path, f"placement[{index}]", exc.message, exc.hint or f"See {DOCS}.") from exc
+    return regression, tuple(placement)
+
+
+def _validated(data: Mapping[str, Any], lineage: tuple[ProfileSource, ...]) -> ProfileFile:
+    """The merged data through the schema, with every required key; a profile needs a recipe and a runtime."""
+    from toolkit.model.schemas import validate
+    from toolkit.model.schemas.targets import ProfileFile
+
+    path = lineage[0].path
+    context = "" if len(lineage) == 1 else f" (not in the profiles it extends either: {lineage[1].name})"
+    profile = validate(ProfileFile, data, file=path, docs=DOCS, missing_context=context)
+    assert profile is not None  # not partial: a problem raises
+    if not profile.recipes:
+        raise refusal(path, "recipes", "the profile lists no recipe.", "Add at least one [[recipes]] table.")
+    if not profile.runtimes:
+        raise refusal(path, "runtimes", "the profile lists no runtime.", "Add at least one [[runtimes]] table.")
+    return profile
+
+
+def _build(data: Mapping[str, Any], lineage: tuple[ProfileSource, ...]) -> TargetProfile:
+    top = lineage[0]
+    path = top.path
+    profile = _validated(data, lineage)
+    recipes = tuple(build_recipe(path, i, r.recipe_kwargs()) for i, r in enumerate(profile.recipes))
+    runtimes = tuple(RuntimeRequirement(name=r.name, min_version=r.min_version, max_version=r.max_version,
+                                        note=r.note) for r in profile.runtimes)
+    runtime_names = {r.name for r in runtimes}
+    _check_recipe_runtimes(path, recipes, runtime_names, profile.max_onnx_opset)
+    _check_order(path, recipes, profile.fallback, profile.edgetpu)
+    execution_providers, provider_options = _providers(path, profile, runtime_names)
+    regression, placement = _policies(path, profile)
     return TargetProfile(
         name=top.name,
         description=profile.description,
@@ -427,15 +331,17 @@ def _build(data: Mapping[str, Any], lineage: tuple[_Raw, ...]) -> TargetProfile:
         os=profile.os,
         python=profile.python,
         runtimes=runtimes,
-        accelerators=accelerators,
+        accelerators=tuple(Accelerator(name=a.name, kind=a.kind, delegate=a.delegate, note=a.note,
+                                       execution_providers=tuple(a.execution_providers))
+                           for a in profile.accelerators),
         execution_providers=execution_providers,
-        max_onnx_opset=max_opset,
+        max_onnx_opset=profile.max_onnx_opset,
         recipes=recipes,
         threads=profile.threads,
         latency_budget_ms=float(profile.latency_budget_ms),
-        tolerance=Tolerance.from_dict({k: v for k, v in profile.tolerance.model_dump().items() if v is not None}),
-        fallback=fallback,
-        edgetpu=edgetpu,
+        tolerance=Tolerance.from_dict(profile.tolerance.model_dump(exclude_none=True)),
+        fallback=tuple(profile.fallback),
+        edgetpu=profile.edgetpu,
         origin=top.origin,
         path=top.path,
         extends=top.data.get("extends"),
@@ -443,7 +349,7 @@ def _build(data: Mapping[str, Any], lineage: tuple[_Raw, ...]) -> TargetProfile:
         sources=tuple(profile.sources),
         provider_options=provider_options,
         regression=regression,
-        placement=tuple(placement),
+        placement=placement,
         min_throughput_ips=float(profile.min_throughput_ips) if profile.min_throughput_ips is not None else None,
     )
 
@@ -451,10 +357,10 @@ def _build(data: Mapping[str, Any], lineage: tuple[_Raw, ...]) -> TargetProfile:
 def load_profiles(*, targets_dirs: Sequence[Path] = ()) -> dict[str, TargetProfile]:
     """Every profile, resolved and validated, by name (sorted): shipped, then ``EDGETK_TARGETS_PATH``, then
     ``targets_dirs``; later wins. Raises UsageError naming the file and key of the first bad profile."""
-    layers = _layers(targets_dirs)
+    layers = read_layers(targets_dirs)
     profiles: dict[str, TargetProfile] = {}
     for name in sorted(layers):
-        data, lineage = _resolve(name, len(layers[name]) - 1, layers, ())
+        data, lineage = resolve(name, len(layers[name]) - 1, layers)
         profiles[name] = _build(data, lineage)
     return profiles
 
@@ -464,16 +370,5 @@ def get_profile(name: str, *, targets_dirs: Sequence[Path] = ()) -> TargetProfil
     profiles = load_profiles(targets_dirs=targets_dirs)
     if name in profiles:
         return profiles[name]
-    raise UsageError(f"Unknown target {name!r}{_suggest(name, list(profiles))}.",
+    raise UsageError(f"Unknown target {name!r}{did_you_mean(name, list(profiles))}.",
                      hint="Run `edgetk targets list` to see the profiles; add your own with --targets-dir DIR.")
-
-
-# ------------------------------------------------------------------------------------------- matching
-
-# The arch table, ARM core names, board matching and the local probe live in toolkit.model.platform (one of each);
-# re-exported here for the callers that know them as targets.*.
-from toolkit.model.platform import ARM_CPU_PARTS as ARM_CPU_PARTS  # noqa: E402
-from toolkit.model.platform import host_profile_name as host_profile_name  # noqa: E402
-from toolkit.model.platform import match_profile as match_profile  # noqa: E402
-from toolkit.model.platform import normalize_arch as normalize_arch  # noqa: E402
-from toolkit.model.platform import probe_local as probe_local  # noqa: E402

@@ -1,7 +1,5 @@
-"""What the model does, which decides the metrics: from ``--task``, dataset.toml, or the float outputs' shapes.
-
-Inference looks at one sample's float outputs (shapes, and value ranges where shapes are ambiguous) and is
-written to the manifest with the reason, so a wrong guess is visible and ``--task`` fixes it.
+"""What the model does, which decides the metrics: the vocabulary and the user's choice (``--task``,
+dataset.toml). Inference from the float outputs is :func:`toolkit.verification.inference.infer_task`.
 """
 
 from __future__ import annotations
@@ -9,13 +7,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 from enum import StrEnum
-from typing import TYPE_CHECKING
 
 from toolkit.errors import UsageError
-from toolkit.model.roles import OutputDeclaration, OutputRole, Role
-
-if TYPE_CHECKING:  # pragma: no cover - the vocabulary is imported by the CLI's option table, numpy is not
-    import numpy as np
+from toolkit.model.roles import OutputDeclaration
 
 
 class Task(StrEnum):
@@ -58,44 +52,3 @@ def choose_task(flag: str | None, dataset: str | None,
         if task is not None:
             return TaskChoice(task, where, tuple(outputs))
     return TaskChoice(None, "", tuple(outputs)) if outputs else None
-
-
-def infer_task(stacked: Sequence[np.ndarray], names: Sequence[str] = (),
-               roles: Sequence[OutputRole] = ()) -> TaskChoice:
-    """The task the float outputs look like (``stacked[k]``: output k of every sample, ``[samples, ...]``):
-    a detector when boxes and scores decode, else the one output's role, else each output by its own
-    (``roles``: from :func:`toolkit.model.roles.assign`)."""
-    from toolkit.verification import detection
-
-    if not stacked:
-        return TaskChoice(Task.GENERIC, "inferred: the model has no outputs")
-    yolo = detection.yolo_layout(stacked[0])
-    if len(stacked) == 1 and yolo is not None:
-        return TaskChoice(Task.DETECTION, f"inferred: one [4+C, N] head (channel axis {yolo}) with box-sized "
-                                          "coordinates in channels 0-3 and scores in [0, 1] after them")
-    ssd = detection.ssd_layout(stacked, names)
-    if ssd is not None:
-        return TaskChoice(Task.DETECTION, f"inferred: separate box ({_name(names, ssd.boxes)}) and score "
-                                          f"({_name(names, ssd.scores)}) outputs over the same {ssd.anchors} anchors")
-    if len(stacked) > 1 or not roles:
-        return TaskChoice(Task.PER_OUTPUT, f"inferred: {len(stacked)} outputs, each judged by its own role")
-    shape = stacked[0].shape[1:]
-    role = roles[0]
-    if role.role is Role.DENSE and role.classes_axis is not None:
-        return TaskChoice(Task.SEGMENTATION, f"inferred: a dense map {list(shape)} (classes x height x width)")
-    if role.role is Role.SEQUENCE:
-        return TaskChoice(Task.SEQUENCE, role.source)
-    if role.role in (Role.DENSE, Role.BOXES, Role.LANDMARKS):
-        return TaskChoice(Task.PER_OUTPUT, f"inferred: its one output is {role.role.value} ({role.source})")
-    squeezed = [d for d in shape if d != 1]
-    if len(squeezed) == 1 and squeezed[0] > 1 and len(shape) <= 2:
-        return TaskChoice(Task.CLASSIFICATION, f"inferred: one vector of {squeezed[0]} values per sample")
-    if len(squeezed) >= 2 and shape[-1] >= 16:
-        return TaskChoice(Task.EMBEDDING, f"inferred: vectors of {shape[-1]} values {list(shape)}")
-    if not squeezed:
-        return TaskChoice(Task.REGRESSION, "inferred: one value per sample")
-    return TaskChoice(Task.GENERIC, f"inferred: no known task has outputs shaped {list(shape)}")
-
-
-def _name(names: Sequence[str], index: int) -> str:
-    return names[index] if index < len(names) else f"output_{index}"

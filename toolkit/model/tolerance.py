@@ -8,12 +8,55 @@ manifest to the device check. Stdlib only.
 from __future__ import annotations
 
 import dataclasses
-import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from toolkit.errors import UsageError
+
+
+@dataclass(frozen=True)
+class Limit:
+    """The values one tolerance key admits (inclusive), written once: the dataclass and the profile schema's
+    ``[tolerance]`` table (:mod:`toolkit.model.schemas.targets`) both check them here."""
+
+    low: float
+    high: float | None  # None: no upper bound
+    fix: str  # what a refusal suggests
+    whole: bool = False  # a count: a whole number, not any number
+
+    @property
+    def words(self) -> str:
+        """What the value must be, as the refusal says it: ``a fraction in [0, 1]``, ``at least 1``..."""
+        if self.high is None:
+            return f"at least {self.low:g}" if self.whole else f">= {self.low:g}"
+        return f"{'a fraction in' if self.low == 0 else 'within'} [{self.low:g}, {self.high:g}]"
+
+    def admits(self, value: object) -> bool:
+        if isinstance(value, bool) or not isinstance(value, int if self.whole else (int, float)):
+            return False
+        number = float(value)
+        return self.low <= number and (self.high is None or number <= self.high)  # NaN fails both
+
+
+def _fraction(fix: str) -> Limit:
+    return Limit(0.0, 1.0, fix)
+
+
+LIMITS: Mapping[str, Limit] = {
+    "max_top1_drop": _fraction("0.01 means one percentage point of top-1."),
+    "min_cosine": Limit(-1.0, 1.0, "A cosine similarity such as 0.99."),
+    "max_slice_error": _fraction("0.25: a slice may err by a quarter of its float range."),
+    "min_recall": _fraction("0.9: detections found vs the float model's."),
+    "min_precision": _fraction("0.9: detections matched to the float model's."),
+    "max_label_recall_drop": _fraction("0.05: recall vs the labels may fall 5 points below the float model's."),
+    "max_label_precision_drop": _fraction(
+        "0.05: precision vs the labels may fall 5 points below the float model's."),
+    "min_mask_iou": _fraction("0.9: mask IoU vs the float model's."),
+    "min_box_iou": _fraction("0.9: box IoU vs the float model's."),
+    "max_relative_error": Limit(0.0, None, "e.g. max_relative_error = 0.15."),
+    "min_samples": Limit(1, None, "The fewest eval samples a verdict is drawn from, e.g. 5.", whole=True),
+}
 
 
 @dataclass(frozen=True)
@@ -46,39 +89,19 @@ class Tolerance:
     min_samples: int = 5
 
     def __post_init__(self) -> None:
-        for name in ("max_top1_drop", "max_slice_error", "min_recall", "min_precision", "max_label_recall_drop",
-                     "max_label_precision_drop", "min_mask_iou", "min_box_iou"):
+        for name, limit in LIMITS.items():
             value = getattr(self, name)
-            if not isinstance(value, (int, float)) or not 0.0 <= float(value) <= 1.0 or math.isnan(value):
-                raise UsageError(f"tolerance.{name} must be a fraction in [0, 1] (got {value!r}).",
-                                 hint=f"Write e.g. {name} = {getattr(Tolerance, name)}.")
-        if not isinstance(self.min_cosine, (int, float)) or not -1.0 <= float(self.min_cosine) <= 1.0:
-            raise UsageError(f"tolerance.min_cosine must lie in [-1, 1] (got {self.min_cosine!r}).",
-                             hint="Write e.g. min_cosine = 0.99.")
-        if not isinstance(self.max_relative_error, (int, float)) or not float(self.max_relative_error) >= 0.0:
-            raise UsageError(f"tolerance.max_relative_error must be >= 0 (got {self.max_relative_error!r}).",
-                             hint="Write e.g. max_relative_error = 0.15.")
-        if isinstance(self.min_samples, bool) or not isinstance(self.min_samples, int) or self.min_samples < 1:
-            raise UsageError(f"tolerance.min_samples must be a whole number >= 1 (got {self.min_samples!r}).",
-                             hint="Write e.g. min_samples = 5.")
-
-    @classmethod
-    def keys(cls) -> tuple[str, ...]:
-        """The keys a profile's ``[tolerance]`` table may hold."""
-        return tuple(f.name for f in dataclasses.fields(cls))
+            if not limit.admits(value):
+                raise UsageError(f"tolerance.{name} must be {limit.words} (got {value!r}).", hint=limit.fix)
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> Tolerance:
         """From a profile's (already key-checked) ``[tolerance]`` table; missing keys take the defaults."""
-        unknown = sorted(set(data) - set(cls.keys()))
+        unknown = sorted(set(data) - set(LIMITS))
         if unknown:
             raise UsageError(f"Unknown tolerance key(s): {', '.join(unknown)}.",
-                             hint=f"Known keys: {', '.join(cls.keys())}.")
-        values: dict[str, Any] = {}
-        for f in dataclasses.fields(cls):
-            if f.name in data:
-                raw = data[f.name]
-                values[f.name] = raw if f.name == "min_samples" else float(raw)
+                             hint=f"Known keys: {', '.join(LIMITS)}.")
+        values: dict[str, Any] = {key: value if LIMITS[key].whole else float(value) for key, value in data.items()}
         return cls(**values)
 
     def to_dict(self) -> dict[str, Any]:

@@ -2,15 +2,14 @@
 
 The modules, each with one job (numpy is imported only by the ones that compute):
 
-* :mod:`.tolerance`: the one :class:`Tolerance` type (profiles, the convert stage and the device check).
-* :mod:`.records`: the frozen records written to the manifest (per-output, per-slice, the golden slice checks).
-* :mod:`.tasks`: the task vocabulary and its inference from the float outputs.
+* :mod:`.outputs`: :func:`verify_outputs`, the one call the convert stage makes per candidate, and its verdict.
+* :mod:`.inference`: each output's role and the model's task, inferred from the float outputs.
 * :mod:`.slices`: per-output error and the channel-by-channel split of tensors that mix ranges.
-* :mod:`.detection`, :mod:`.segmentation`, :mod:`.dense`: the task metrics.
+* :mod:`.role_metrics`, :mod:`.task_metrics`: the metrics of an output's role and of the model's task
+  (:mod:`.dense`, :mod:`.detection`, :mod:`.segmentation`, :mod:`.sequence`).
 * :mod:`.user_metric`: ``--metric file.py:fn``.
-* :mod:`.outputs`: :func:`verify_outputs`, the one call the convert stage makes per candidate.
-* :mod:`.batching`: a dynamic-batch artifact's outputs per sample at batch 4 and 8 against batch 1.
+* :mod:`.verify`: what the stages call (compare, timing on this host, the golden slices).
 
-This package file imports nothing, so that ``toolkit.model.types`` and ``edgetk --help`` can reach the records and
-the tolerance for free.
+The records and the tolerance they are judged by live in :mod:`toolkit.model`. This package file imports
+nothing, so that ``edgetk --help`` can reach a module of it for free.
 """

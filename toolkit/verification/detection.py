@@ -30,13 +30,13 @@ from dataclasses import dataclass
 import numpy as np
 
 from toolkit.errors import UsageError
-from toolkit.model.roles import MAX_BOX_VALUES
 
 IOU = 0.5
 YOLO_SCORE_THRESHOLD = 0.25  # Ultralytics' default conf
 SSD_SCORE_THRESHOLD = 0.5  # MediaPipe's min_score_thresh
 MIN_DETECTIONS = 10  # fewer float detections over the eval set say nothing about recall
 MAX_CANDIDATES = 300  # per sample and class, before NMS
+MAX_BOX_VALUES = 4 + 2 * 21  # a box per anchor, maybe followed by key points (BlazeFace: 4 + 6 x 2)
 
 
 @dataclass(frozen=True)

@@ -22,7 +22,9 @@ from toolkit.verification import dense, detection, role_metrics, segmentation, s
 from toolkit.model import roles
 from toolkit.model.records import OutputMetrics, SliceMetrics
 from toolkit.verification.sequence import RecurrentRun
-from toolkit.model.tasks import Task, TaskChoice, infer_task, parse_task
+from toolkit.model.tasks import Task, TaskChoice, parse_task
+from toolkit.verification.inference import assign, infer_task, output_name
+from toolkit.verification.task_metrics import measure_task
 from toolkit.model.tolerance import Tolerance
 from toolkit.verification.user_metric import UserMetric, evaluate
 
@@ -77,8 +79,79 @@ def _vacuous_spread(ref: Sequence[np.ndarray]) -> str | None:
     return None
 
 
-def _name(names: Sequence[str], k: int) -> str:
-    return names[k] if k < len(names) and names[k] else f"output_{k}"
+def _stacked_pair(reference: Sequence[Outputs], candidate: Sequence[Outputs],
+                  output_names: Sequence[str]) -> tuple[list[np.ndarray], list[np.ndarray], list[str]]:
+    """Both sides stacked per output (``[samples, ...]``, the artifact's in the float shapes), and the
+    outputs' names; a ValueError when the two do not pair up."""
+    if len(reference) != len(candidate):
+        raise ValueError(f"{len(candidate)} samples of artifact outputs for {len(reference)} float ones")
+    count = len(reference[0]) if reference else 0
+    if reference and any(len(outs) != count for outs in candidate):
+        raise ValueError(f"the artifact returns {len(candidate[0])} outputs, the float model {count}")
+    ref = _stack(reference, count)
+    act = _stack(candidate, count, [r.shape[1:] for r in ref])
+    for k in range(count):
+        if ref[k].shape != act[k].shape:
+            raise ValueError(f"output {output_name(output_names, k)} sizes differ: {act[k].shape[1:]} vs {ref[k].shape[1:]}")
+    return ref, act, [output_name(output_names, k) for k in range(count)]
+
+
+def _whole_model(ref: Sequence[np.ndarray], act: Sequence[np.ndarray]) -> tuple[bool, float, float, float]:
+    """All outputs as one vector: whether the artifact's are finite, max and mean absolute error, cosine."""
+    ref_flat = np.concatenate([r.reshape(-1) for r in ref]) if ref else np.zeros(0)
+    act_flat = np.concatenate([a.reshape(-1) for a in act]) if act else np.zeros(0)
+    finite = bool(np.all(np.isfinite(act_flat)))
+    diff = np.abs(ref_flat.astype(np.float64) - act_flat.astype(np.float64))
+    max_abs = (float(diff.max()) if diff.size else 0.0) if finite else math.nan
+    mean_abs = (float(diff.mean()) if diff.size else 0.0) if finite else math.nan
+    return finite, max_abs, mean_abs, slices.cosine(ref_flat, act_flat)
+
+
+def _choose_task(task: Task | TaskChoice | str | None, task_source: str | None, recurrent: RecurrentRun | None,
+                 ref: list[np.ndarray], names: list[str]) -> tuple[TaskChoice, list[roles.OutputRole]]:
+    """The task (declared, else inferred) and every output's role under it: a detector's decoded outputs are
+    judged together, a task the user named gives its role to the outputs no declaration covers."""
+    declared = task.outputs if isinstance(task, TaskChoice) else ()
+    roles.check_names(declared, names)
+    state = [p.output for p in recurrent.pairs] if recurrent is not None else []
+    output_roles = assign(ref, names, declared, state=state)
+    if isinstance(task, TaskChoice) and task.task is not None:
+        choice = task
+    else:
+        chosen = parse_task(task) if not isinstance(task, TaskChoice) else None
+        if chosen is not None:
+            choice = TaskChoice(chosen, task_source or "--task")
+        elif recurrent is not None:
+            choice = TaskChoice(Task.RECURRENT, "inferred: state fed back ("
+                                + ", ".join(p.label(names) for p in recurrent.pairs) + ")")
+        else:
+            choice = infer_task(ref, names, output_roles)
+    if choice.task is Task.DETECTION:  # the outputs that decode as boxes and scores are judged together
+        if detection.yolo_layout(ref[0]) is not None:
+            decoded: tuple[int, ...] = (0,)
+        else:
+            ssd = detection.ssd_layout(ref, names)
+            decoded = (ssd.boxes, ssd.scores) if ssd is not None else ()
+        output_roles = assign(ref, names, declared, decoded=decoded, state=state)
+    elif not choice.source.startswith("inferred") and choice.task in _TASK_ROLE:  # the user's task: its role
+        role, first_only = _TASK_ROLE[choice.task]
+        named = {d.output for d in declared}
+        covered = [n for n in (names[:1] if first_only else names) if n not in named]
+        output_roles = assign(ref, names, (*declared, *(roles.OutputDeclaration(n, role, choice.source)
+                                                        for n in covered)), state=state)
+    return choice, output_roles
+
+
+def _too_little(samples: int, ref: Sequence[np.ndarray], tolerance: Tolerance) -> list[str]:
+    """Why the eval data cannot back a verdict: too few samples, or float outputs that never vary."""
+    vacuous: list[str] = []
+    if samples < tolerance.min_samples:
+        vacuous.append(f"only {samples} eval sample(s): the verdict needs at least {tolerance.min_samples} "
+                       "(tolerance.min_samples); pass more with --eval-data or --calibration")
+    spread = _vacuous_spread(ref) if samples >= 2 else None
+    if spread:
+        vacuous.append(spread)
+    return vacuous
 
 
 def verify_outputs(
@@ -103,70 +176,17 @@ def verify_outputs(
     state fed back (a step model), judged by their relative error; ``anchors`` an SSD model's anchor table
     ``[N, 4]`` (cx, cy, sx, sy) to match its boxes to labelled ones (else a known scheme, else none).
     """
-    if len(reference) != len(candidate):
-        raise ValueError(f"{len(candidate)} samples of artifact outputs for {len(reference)} float ones")
-    samples = len(reference)
-    count = len(reference[0]) if samples else 0
-    if samples and any(len(outs) != count for outs in candidate):
-        raise ValueError(f"the artifact returns {len(candidate[0])} outputs, the float model {count}")
-    ref = _stack(reference, count)
-    act = _stack(candidate, count, [r.shape[1:] for r in ref])
-    for k in range(count):
-        if ref[k].shape != act[k].shape:
-            raise ValueError(f"output {_name(output_names, k)} sizes differ: {act[k].shape[1:]} vs {ref[k].shape[1:]}")
-    names = [_name(output_names, k) for k in range(count)]
-
-    ref_flat = np.concatenate([r.reshape(-1) for r in ref]) if ref else np.zeros(0)
-    act_flat = np.concatenate([a.reshape(-1) for a in act]) if act else np.zeros(0)
-    finite = bool(np.all(np.isfinite(act_flat)))
-    diff = np.abs(ref_flat.astype(np.float64) - act_flat.astype(np.float64))
-    max_abs = (float(diff.max()) if diff.size else 0.0) if finite else math.nan
-    mean_abs = (float(diff.mean()) if diff.size else 0.0) if finite else math.nan
-    cosine = slices.cosine(ref_flat, act_flat)
-
-    declared = task.outputs if isinstance(task, TaskChoice) else ()
-    roles.check_names(declared, names)
-    state = [p.output for p in recurrent.pairs] if recurrent is not None else []
-    output_roles = roles.assign(ref, names, declared, state=state)
-    if isinstance(task, TaskChoice) and task.task is not None:
-        choice = task
-    else:
-        chosen = parse_task(task) if not isinstance(task, TaskChoice) else None
-        if chosen is not None:
-            choice = TaskChoice(chosen, task_source or "--task")
-        elif recurrent is not None:
-            choice = TaskChoice(Task.RECURRENT, "inferred: state fed back ("
-                                + ", ".join(p.label(names) for p in recurrent.pairs) + ")")
-        else:
-            choice = infer_task(ref, names, output_roles)
+    ref, act, names = _stacked_pair(reference, candidate, output_names)
+    samples, count = len(reference), len(ref)
+    finite, max_abs, mean_abs, cosine = _whole_model(ref, act)
+    choice, output_roles = _choose_task(task, task_source, recurrent, ref, names)
     assert choice.task is not None  # declared or inferred by now
-    if choice.task is Task.DETECTION:  # the outputs that decode as boxes and scores are judged together
-        if detection.yolo_layout(ref[0]) is not None:
-            decoded: tuple[int, ...] = (0,)
-        else:
-            ssd = detection.ssd_layout(ref, names)
-            decoded = (ssd.boxes, ssd.scores) if ssd is not None else ()
-        output_roles = roles.assign(ref, names, declared, decoded=decoded, state=state)
-    elif not choice.source.startswith("inferred") and choice.task in _TASK_ROLE:  # the user's task: its role
-        role, first_only = _TASK_ROLE[choice.task]
-        named = {d.output for d in declared}
-        covered = [n for n in (names[:1] if first_only else names) if n not in named]
-        output_roles = roles.assign(ref, names, (*declared, *(roles.OutputDeclaration(n, role, choice.source)
-                                                               for n in covered)), state=state)
     per_output = [_output(ref[k], act[k], names[k], k, output_roles[k]) for k in range(count)]
-    vacuous: list[str] = []
+    vacuous = _too_little(samples, ref, tolerance)
     task_metrics: dict[str, Any] = {}
     top1 = accuracy = reference_accuracy = None
-
-    if samples < tolerance.min_samples:
-        vacuous.append(f"only {samples} eval sample(s): the verdict needs at least {tolerance.min_samples} "
-                       "(tolerance.min_samples); pass more with --eval-data or --calibration")
-    spread = _vacuous_spread(ref) if samples >= 2 else None
-    if spread:
-        vacuous.append(spread)
-
     if finite and count:
-        _task_metrics(choice.task, ref, act, names, labels, score_threshold, task_metrics, vacuous, anchors)
+        measure_task(choice.task, ref, act, names, labels, score_threshold, task_metrics, vacuous, anchors)
         top1 = task_metrics.get("top1_agreement")
         accuracy = task_metrics.get("accuracy")
         reference_accuracy = task_metrics.get("reference_accuracy")
@@ -278,14 +298,16 @@ _TASK_ROLE = {Task.CLASSIFICATION: (roles.Role.CLASSIFICATION, True), Task.SEGME
               Task.SEQUENCE: (roles.Role.SEQUENCE, True), Task.EMBEDDING: (roles.Role.EMBEDDING, False),
               Task.REGRESSION: (roles.Role.REGRESSION, False)}
 # the model-level metric that already judges an output of this role (its failure is not said twice)
-_SAME_KIND = {Task.CLASSIFICATION: ("classification", (0,)), Task.SEGMENTATION: ("dense", (0,)),
-              Task.EMBEDDING: ("embedding", None),
-              Task.REGRESSION: ("regression", None)}
+_SAME_KIND: dict[Task, tuple[roles.Role, tuple[int, ...] | None]] = {
+    Task.CLASSIFICATION: (roles.Role.CLASSIFICATION, (0,)), Task.SEGMENTATION: (roles.Role.DENSE, (0,)),
+    Task.EMBEDDING: (roles.Role.EMBEDDING, None), Task.REGRESSION: (roles.Role.REGRESSION, None)}
 
 
 def _judged_by_task(task: str | None, out: OutputMetrics) -> bool:
+    if not task:
+        return False
     try:
-        role, indices = _SAME_KIND[Task(task)] if task else ("", ())
+        role, indices = _SAME_KIND[Task(task)]
     except (KeyError, ValueError):
         return False
     return out.role == role and (indices is None or out.index in indices)
@@ -321,70 +343,3 @@ def _sequence_metrics(recurrent: RecurrentRun, names: Sequence[str], ref: list[n
     return {"sequence_steps": steps, "sequence_state": ", ".join(p.label(names) for p in recurrent.pairs),
             "sequence_relative_error": whole, "sequence_relative_error_last_quarter": last,
             "step_relative_error_without_feedback": independent}
-
-
-def _label_metrics(out: dict[str, Any], truth: list[list[tuple[int, np.ndarray, float]]],
-                   reference: list[list[tuple[int, np.ndarray, float]]],
-                   candidate: list[list[tuple[int, np.ndarray, float]]]) -> None:
-    """The float model's and the artifact's recall/precision against the labelled boxes."""
-    ref, act = detection.score_against(truth, reference), detection.score_against(truth, candidate)
-    out.update({"labelled_boxes": ref.labelled, "reference_label_recall": ref.recall,
-                "reference_label_precision": ref.precision, "label_recall": act.recall,
-                "label_precision": act.precision, "label_detections": act.detections,
-                "reference_label_detections": ref.detections})
-
-
-def _task_metrics(task: Task, ref: list[np.ndarray], act: list[np.ndarray], names: Sequence[str],
-                  labels: np.ndarray | None, score_threshold: float | None,
-                  out: dict[str, Any], vacuous: list[str], anchors: np.ndarray | None = None) -> None:
-    """Fill ``out`` with the task's metrics; append why a verdict on them would be vacuous."""
-    if task is Task.CLASSIFICATION:
-        out.update(dense.classification_metrics(ref[0], act[0], labels))
-    elif task is Task.DETECTION:
-        axis = detection.yolo_layout(ref[0])
-        ssd = detection.ssd_layout(ref, names) if axis is None else None
-        truth = detection.label_boxes(labels, ref[0].shape[0])
-        if axis is not None:
-            d = detection.yolo_metrics(ref[0], act[0], axis=axis, threshold=score_threshold)
-            if truth is not None:  # labelled boxes: both models against them (the artifact's loss gates)
-                _label_metrics(out, truth, detection.yolo_detections(ref[0], axis=axis, threshold=score_threshold),
-                               detection.yolo_detections(act[0], axis=axis, threshold=score_threshold))
-        elif ssd is not None:
-            d = detection.ssd_metrics(ref, act, layout=ssd, threshold=score_threshold)
-            table = detection.anchor_table(anchors, ssd, int(ref[ssd.boxes].shape[-1]))
-            if table is not None:
-                out["anchors"] = table.source
-            if truth is not None and table is None:
-                out["label_metrics"] = (f"not computed: the {ssd.anchors} box outputs are offsets from anchors this "
-                                        "toolkit does not know; add the anchor table to the eval data (anchors "
-                                        "[N, 4]: cx, cy, sx, sy; docs/verification.md)")
-            elif truth is not None and table is not None:
-                logits = bool(ref[ssd.scores].min() < -1e-3 or ref[ssd.scores].max() > 1 + 1e-3)
-                _label_metrics(out, truth, *(detection.ssd_detections(o, layout=ssd, anchors=table,
-                                                                      threshold=score_threshold, logits=logits)
-                                             for o in (ref, act)))
-        else:
-            vacuous.append("--task detection, but the outputs are neither a YOLO-style [4+C, N] head nor separate "
-                           "box and score outputs: pass --metric for this layout")
-            return
-        out.update(d.to_dict())
-        if d.float_detections < detection.MIN_DETECTIONS:
-            vacuous.append(f"the float model makes {d.float_detections} detection(s) over the eval set at score "
-                           f"> {d.score_threshold}: recall needs at least {detection.MIN_DETECTIONS}")
-    elif task is Task.SEGMENTATION:
-        axis = segmentation.class_axis(ref[0].shape[1:])
-        if axis is None:
-            vacuous.append(f"--task segmentation, but the first output {list(ref[0].shape[1:])} is not a "
-                           "[C, H, W] or [H, W, C] map: pass --metric for this layout")
-            return
-        s = segmentation.segmentation_metrics(ref[0], act[0], axis=axis)
-        out.update(s.to_dict())
-        if s.foreground_fraction < segmentation.MIN_FOREGROUND:
-            vacuous.append(f"the float model's map is one class on {1 - s.foreground_fraction:.2%} of the eval "
-                           "pixels: IoU says nothing; verify on inputs that contain the classes")
-    elif task is Task.EMBEDDING:
-        for k in range(len(ref)):
-            prefix = "" if len(ref) == 1 else f"{names[k]}."
-            out.update({prefix + key: value for key, value in dense.embedding_metrics(ref[k], act[k]).items()})
-    elif task is Task.REGRESSION:
-        out["relative_error"] = max(dense.relative_error(r, a) for r, a in zip(ref, act))

@@ -13,7 +13,8 @@ from typing import Any
 import numpy as np
 
 from toolkit.verification import dense, segmentation
-from toolkit.model.roles import OutputRole, Role, core_view
+from toolkit.model.roles import OutputRole, Role
+from toolkit.verification.inference import core_view
 from toolkit.model.tolerance import Tolerance
 
 MIN_POSITIVES = 1e-3  # a probability map with fewer positions above 0.5 (a fraction) is judged by its error

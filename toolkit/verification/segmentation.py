@@ -58,7 +58,8 @@ def label_maps(stacked: np.ndarray, axis: int, *, logits: bool | None = None) ->
         maps = single > (0.0 if logits else 0.5)
     else:
         maps = np.argmax(values, axis=axis + 1)
-    return maps.reshape(maps.shape[0], -1).astype(np.int64)
+    flat: np.ndarray = maps.reshape(maps.shape[0], -1).astype(np.int64)
+    return flat
 
 
 def segmentation_metrics(ref: np.ndarray, act: np.ndarray, *, axis: int) -> SegmentationMetrics:

@@ -18,7 +18,7 @@ from collections.abc import Callable, Mapping, Sequence
 import numpy as np
 
 from toolkit.model.types import Verification
-from toolkit.verification.outputs import VerificationResult, failures_of, verify_outputs
+from toolkit.verification.outputs import VerificationResult, verify_outputs
 from toolkit.model.records import SliceCheck
 from toolkit.model.roles import OutputDeclaration, check_names, parse_output_tasks
 from toolkit.verification.sequence import RecurrentRun, StatePair, recurrent_run, run_steps, state_pairs
@@ -28,16 +28,11 @@ from toolkit.verification.user_metric import UserMetric
 from toolkit.verification.user_metric import load as load_metric
 
 __all__ = ["Outputs", "RecurrentRun", "StatePair", "Task", "TaskChoice", "Tolerance", "UserMetric",
-           "VerificationResult", "choose_task", "compare", "declared_outputs", "failures_of", "golden_slices", "is_classifier",
+           "VerificationResult", "choose_task", "compare", "declared_outputs", "golden_slices",
            "load_metric", "median_latency_ms", "parse_task", "recurrent_run", "run_all", "run_steps",
-           "state_pairs", "tolerance_failures", "verify_outputs"]
+           "state_pairs", "verify_outputs"]
 
 Outputs = list[np.ndarray]
-
-
-def is_classifier(output: np.ndarray) -> bool:
-    """A (batch, classes) output with more than one class."""
-    return output.ndim == 2 and output.shape[-1] > 1
 
 
 def compare(
@@ -53,13 +48,6 @@ def compare(
     """The manifest record of ``actual`` against ``reference`` (:func:`verify_outputs` without the verdict)."""
     return verify_outputs(reference, actual, tolerance=tolerance or Tolerance(), labels=labels, task=task,
                           metric=metric, output_names=output_names).verification
-
-
-def tolerance_failures(verification: Verification, tolerance: Tolerance) -> list[str]:
-    """Every way ``verification`` breaks ``tolerance`` (whole-model numbers, task metrics, slices, a
-    ``--metric``), in plain words; empty when it passes. A vacuous record (``verification.vacuous``) has no
-    failures but is not ``ok`` either: the stage marks it ``unverified``."""
-    return failures_of(verification, tolerance)
 
 
 def declared_outputs(flags: Sequence[str], dataset: Sequence[OutputDeclaration],

@@ -11,13 +11,16 @@ loads it): import these modules inside functions.
 
 from __future__ import annotations
 
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from toolkit.model.schemas.problems import Problem, closest, did_you_mean, problems
 
 __all__ = ["Problem", "closest", "did_you_mean", "problems", "validate"]
 
-M = TypeVar("M")
+if TYPE_CHECKING:  # pragma: no cover - pydantic loads only when a file is read
+    from pydantic import BaseModel
+
+M = TypeVar("M", bound="BaseModel")
 
 
 def validate(model: type[M], data: Any, *, file: object, docs: str, partial: bool = False,
@@ -31,7 +34,7 @@ def validate(model: type[M], data: Any, *, file: object, docs: str, partial: boo
     from pydantic import ValidationError
 
     try:
-        return model.model_validate(data)  # type: ignore[attr-defined]
+        return model.model_validate(data)
     except ValidationError as exc:
         found = problems(exc, model, docs=docs, missing_context=missing_context)
     if partial:

@@ -8,7 +8,10 @@ onnxruntime, an Edge TPU profile must prefer full-integer TFLite, ...) stay in :
 
 from __future__ import annotations
 
+import re
 from typing import Annotated, Any
+
+from pydantic import AfterValidator
 
 from toolkit.model.schemas.fields import (
     Bool,
@@ -22,8 +25,8 @@ from toolkit.model.schemas.fields import (
     checked,
     choice,
     matching,
-    within,
 )
+from toolkit.model.tolerance import LIMITS
 from toolkit.model.platform import ACCELERATOR_KINDS, ARCHES, EXECUTION_PROVIDERS
 from toolkit.model.types import (
     FORMATS,
@@ -54,28 +57,42 @@ Version = Annotated[Str, checked(_is_version, lambda v: f"{v!r} is not a version
 Precision = Annotated[Str, choice(PRECISIONS, "precision")]
 
 
+def _is_pattern(text: str) -> bool:
+    try:
+        re.compile(text)
+    except re.error:
+        return False
+    return True
+
+
+Pattern = Annotated[Str, checked(_is_pattern, lambda v: f"{v!r} is not a regular expression",
+                                 'Write a Python regular expression, e.g. "raspberry pi 4".')]
+
+
 class Cpu(Table):
     cores: Annotated[Int, at_least(1, "Use the number of CPU cores.")]
     model: Str
 
 
+def _limited(key: str) -> AfterValidator:
+    """The bounds of a ``[tolerance]`` key, from the one table of them (:data:`toolkit.model.tolerance.LIMITS`)."""
+    limit = LIMITS[key]
+    return checked(limit.admits, lambda v: f"must be {limit.words} (got {v})", limit.fix)
+
+
 class Tolerance(Table):
-    max_top1_drop: Annotated[Number, within(0, 1, "a fraction in", "0.01 means one percentage point of top-1.")]
-    min_cosine: Annotated[Number, within(-1, 1, "within", "A cosine similarity such as 0.99.")]
+    max_top1_drop: Annotated[Number, _limited("max_top1_drop")]
+    min_cosine: Annotated[Number, _limited("min_cosine")]
     # optional: the other limits of toolkit.model.tolerance.Tolerance (docs/verification.md)
-    max_slice_error: Annotated[Number, within(
-        0, 1, "a fraction in", "0.25: a slice may err by a quarter of its float range.")] | None = None
-    min_recall: Annotated[Number, within(0, 1, "a fraction in", "0.9: detections found vs the float model's.")] | None = None
-    min_precision: Annotated[Number, within(
-        0, 1, "a fraction in", "0.9: detections matched to the float model's.")] | None = None
-    max_label_recall_drop: Annotated[Number, within(
-        0, 1, "a fraction in", "0.05: recall vs the labels may fall 5 points below the float model's.")] | None = None
-    max_label_precision_drop: Annotated[Number, within(
-        0, 1, "a fraction in", "0.05: precision vs the labels may fall 5 points below the float model's.")] | None = None
-    min_mask_iou: Annotated[Number, within(0, 1, "a fraction in", "0.9: mask IoU vs the float model's.")] | None = None
-    max_relative_error: Annotated[Number, checked(
-        lambda v: v >= 0, lambda v: f"must be >= 0 (got {v})", "e.g. max_relative_error = 0.15.")] | None = None
-    min_samples: Annotated[Int, at_least(1, "The fewest eval samples a verdict is drawn from, e.g. 5.")] | None = None
+    max_slice_error: Annotated[Number, _limited("max_slice_error")] | None = None
+    min_recall: Annotated[Number, _limited("min_recall")] | None = None
+    min_precision: Annotated[Number, _limited("min_precision")] | None = None
+    max_label_recall_drop: Annotated[Number, _limited("max_label_recall_drop")] | None = None
+    max_label_precision_drop: Annotated[Number, _limited("max_label_precision_drop")] | None = None
+    min_mask_iou: Annotated[Number, _limited("min_mask_iou")] | None = None
+    min_box_iou: Annotated[Number, _limited("min_box_iou")] | None = None
+    max_relative_error: Annotated[Number, _limited("max_relative_error")] | None = None
+    min_samples: Annotated[Int, _limited("min_samples")] | None = None
 
 
 class RuntimeEntry(Table):
@@ -138,6 +155,13 @@ class Placement(Table):
     artifacts: Str | None = None
 
 
+class Match(Table):
+    """``[match]``: what picks this profile for a probed device (:func:`toolkit.model.platform.match_profile`)."""
+
+    boards: list[Pattern] = []  # searched in the board's own name and the CPU's
+    cores: list[Pattern] = []  # a CPU core that on its own names the board
+
+
 class ProfileFile(Table):
     """A whole profile. Required keys (no default) may come from the profile a file ``extends``."""
 
@@ -167,3 +191,4 @@ class ProfileFile(Table):
     sources: list[Str] = []
     regression: Regression | None = None
     placement: list[Placement] = []
+    match: Match | None = None
