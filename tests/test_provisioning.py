@@ -14,13 +14,12 @@ from tests.fixtures.deploy_helpers import write_inventory
 from toolkit.errors import UsageError
 from toolkit.delivery.provisioning import (
     DevicePlatform,
-    Requirement,
     default_runtimes,
-    download_wheels,
     plan_requirements,
     platform_from_probe,
     specifier_for,
 )
+from toolkit.delivery.wheels import Requirement, download_wheels
 from toolkit.model.targets import get_profile
 
 NO_GATES = ("--budget-ms", "100000", "--baseline", "none")
