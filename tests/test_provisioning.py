@@ -65,6 +65,28 @@ def test_requirements_follow_the_profile_bounds() -> None:
         plan_requirements(("tensorrt",), pi4)
 
 
+def test_the_runner_and_setup_read_one_runtime_table() -> None:
+    """The runner is standalone (it imports nothing from toolkit), so it carries the RuntimeSpec rows it needs."""
+    import importlib.util
+
+    from toolkit import device_side
+    from toolkit.model.types import Format, Runtime
+    from toolkit.runtimes.spec import RUNTIME_SPECS, runtimes_for
+
+    path = device_side.source_path(device_side.RUNNER_FILE)
+    spec = importlib.util.spec_from_file_location("edgetk_runner_table", path)
+    assert spec is not None and spec.loader is not None
+    runner = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(runner)
+    assert {row.runtime for row in RUNTIME_SPECS} == set(Runtime)
+    for row in RUNTIME_SPECS:
+        assert runner._PACKAGES[row.runtime] == (row.module, row.distributions)
+        assert runner.INSTALL_HINTS[row.runtime] == row.install_hint
+    for fmt, names in ((Format.TFLITE, runner.TFLITE_RUNTIMES), (Format.ONNX, runner.ONNX_RUNTIMES),
+                       (Format.PTE, runner.PTE_RUNTIMES)):
+        assert runtimes_for(fmt) == names
+
+
 def test_no_wheel_for_an_old_armv7_device_names_platform_and_alternatives(tmp_path: Path) -> None:
     """A fake probe result (armv7l, CPython 3.6, glibc 2.28): the real pip download runs against the index."""
     device = platform_from_probe({"arch": "armv7l", "pointer_bits": 32, "python": "3.6.15", "glibc": "2.28",

@@ -17,6 +17,7 @@ from pathlib import Path
 from toolkit.errors import DeviceError, UsageError
 from toolkit.model.platform import DevicePlatform
 from toolkit.model.types import Runtime
+from toolkit.resources import cache_dir
 from toolkit.runtimes.spec import RUNTIME_SPECS
 
 Log = Callable[[str], None]
@@ -38,8 +39,7 @@ class Requirement:
 
 
 def wheel_cache_root() -> Path:
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return Path(base) / "edgetk" / "wheels"
+    return cache_dir("wheels")
 
 
 @dataclass(frozen=True)
