@@ -41,10 +41,11 @@ from toolkit.delivery.wheels import Log, Requirement, WheelSet, download_wheels,
 from toolkit.device_side import SETUP_FILE, source_path
 from toolkit.errors import DeviceError, UsageError
 from toolkit.model.platform import DevicePlatform, match_environment
-from toolkit.model.types import RUNTIMES, TFLITE_RUNTIMES, Runtime
+from toolkit.model.types import RUNTIMES, TFLITE_RUNTIMES, CommandResult, Runtime
 from toolkit.runtimes.spec import SPECS
 
 if TYPE_CHECKING:
+    from toolkit.delivery.deployment import Device
     from toolkit.model.targets import TargetProfile
 
 DEFAULT_VENV = ".edgetk/venv"
@@ -158,7 +159,8 @@ class SetupResult:
                 "notes": list(self.notes)}
 
 
-def _run_json(device: Any, argv: Sequence[str], what: str, *, timeout: float = 120.0) -> dict[str, Any]:
+def _run_json(device: Device, argv: Sequence[str], what: str, *, timeout: float = 120.0) -> dict[str, Any]:
+    """The JSON document a device-side step printed last (raw data: Any at that boundary)."""
     result = device.conn.run(list(argv), timeout=timeout)
     try:
         data = json.loads(result.stdout.strip().splitlines()[-1]) if result.ok and result.stdout.strip() else None
@@ -170,13 +172,13 @@ def _run_json(device: Any, argv: Sequence[str], what: str, *, timeout: float = 1
     return data
 
 
-def base_python(device: Any) -> str:
+def base_python(device: Device) -> str:
     """The interpreter a venv is made from: the inventory's ``python`` if any, else python3 (this very one
     on ``local``)."""
     return str(device.helper_python)
 
 
-def probe_platform(device: Any) -> tuple[DevicePlatform, dict[str, Any]]:
+def probe_platform(device: Device) -> tuple[DevicePlatform, dict[str, Any]]:
     """Arch, pointer width, glibc, Python and ABI of the device's base python (nothing needs installing)."""
     python = base_python(device)
     result = device.conn.run([python, "-c", probe_script()], timeout=120)
@@ -191,7 +193,7 @@ def probe_platform(device: Any) -> tuple[DevicePlatform, dict[str, Any]]:
     return platform_from_probe(doc), doc
 
 
-def choose_profile(device: Any, probe: dict[str, Any], target: str | None) -> Any | None:
+def choose_profile(device: Device, probe: dict[str, Any], target: str | None) -> TargetProfile | None:
     """``--target``, else the inventory's ``target``, else the shipped profile matching the probe; None when
     none matches (setup then installs the fallback runtimes unbounded)."""
     from toolkit.model.targets import get_profile
@@ -206,7 +208,7 @@ def choose_profile(device: Any, probe: dict[str, Any], target: str | None) -> An
     return get_profile(name)
 
 
-def _venv_state(device: Any, python: str, venv: str) -> dict[str, Any]:
+def _venv_state(device: Device, python: str, venv: str) -> dict[str, Any]:
     """The venv as it is: ``ok`` is reused, ``broken`` removed (and made again), ``foreign`` refused."""
     state = _run_json(device, _setup_step(python, "venv-state", venv), "looking at the venv")
     if state["state"] == "foreign":
@@ -217,7 +219,7 @@ def _venv_state(device: Any, python: str, venv: str) -> dict[str, Any]:
     return state
 
 
-def _make_venv(device: Any, python: str, venv: str, *, with_pip: bool) -> None:
+def _make_venv(device: Device, python: str, venv: str, *, with_pip: bool) -> None:
     argv = [python, "-m", "venv", *([] if with_pip else ["--without-pip"]), venv]
     result = device.conn.run(argv, timeout=600)
     if not result.ok:
@@ -228,7 +230,7 @@ def _make_venv(device: Any, python: str, venv: str, *, with_pip: bool) -> None:
         raise DeviceError(f"{device.spec.name}: could not create the venv {venv} ({tail}).", hint=hint)
 
 
-def _push_wheels(device: Any, python: str, wheels: WheelSet, log: Log | None) -> tuple[str, int, int]:
+def _push_wheels(device: Device, python: str, wheels: WheelSet, log: Log | None) -> tuple[str, int, int]:
     remote_dir = f"{REMOTE_WHEELS}/{wheels.platform.key}"
     present = _run_json(device, _setup_step(python, "list", remote_dir), "listing the wheels")
     sent = sent_bytes = 0
@@ -244,7 +246,7 @@ def _push_wheels(device: Any, python: str, wheels: WheelSet, log: Log | None) ->
     return remote_dir, sent, sent_bytes
 
 
-def _pip_failure(device: Any, result: Any, requirements: Sequence[Requirement], platform: DevicePlatform) -> Exception:
+def _pip_failure(device: Device, result: CommandResult, requirements: Sequence[Requirement], platform: DevicePlatform) -> Exception:
     output = result.stdout + result.stderr
     if "No matching distribution" in output:
         return no_wheel_error(platform, requirements, output)
@@ -264,7 +266,7 @@ class _Installer:
     sent_bytes: int = 0
 
 
-def _installer(device: Any, options: SetupOptions, platform: DevicePlatform, requirements: Sequence[Requirement],
+def _installer(device: Device, options: SetupOptions, platform: DevicePlatform, requirements: Sequence[Requirement],
                venv: tuple[str, str, bool], notes: list[str], log: Log | None) -> _Installer:
     """Make the venv where it is not reused; offline, download and push the wheels first."""
     base, venv_python, reused = venv
@@ -285,7 +287,7 @@ def _installer(device: Any, options: SetupOptions, platform: DevicePlatform, req
     return _Installer(install, (*install, "pip"), sent, sent_bytes)
 
 
-def _install(device: Any, installer: _Installer, requirements: Sequence[Requirement],
+def _install(device: Device, installer: _Installer, requirements: Sequence[Requirement],
              platform: DevicePlatform) -> None:
     """pip install the requirements (those ``without_deps`` in a second ``--no-deps`` run)."""
     result = device.conn.run([*installer.first, *(r.pip for r in requirements if not r.without_deps)],
@@ -297,7 +299,7 @@ def _install(device: Any, installer: _Installer, requirements: Sequence[Requirem
         raise _pip_failure(device, result, requirements, platform)
 
 
-def _verify(device: Any, venv_python: str, requirements: Sequence[Requirement]) -> dict[str, str | None]:
+def _verify(device: Device, venv_python: str, requirements: Sequence[Requirement]) -> dict[str, str | None]:
     """Import each runtime in the venv (proof it loads): {requirement name: installed version}."""
     checks = [f"{SPECS[Runtime(r.name)].verify_module if r.name in RUNTIMES else r.name}={r.dist}"
               for r in requirements]
@@ -310,7 +312,7 @@ def _verify(device: Any, venv_python: str, requirements: Sequence[Requirement]) 
     return {r.name: (verified.get("versions") or {}).get(r.dist) for r in requirements}
 
 
-def setup_device(device: Any, options: SetupOptions, *, log: Log | None = None) -> SetupResult:
+def setup_device(device: Device, options: SetupOptions, *, log: Log | None = None) -> SetupResult:
     """Create or reuse the venv, install numpy + runtimes, verify they import, record the venv's python."""
     started = time.perf_counter()
     platform, probe = probe_platform(device)
