@@ -56,7 +56,7 @@ def load_onnx(path: Path, *, load_external_data: bool = True) -> onnx.ModelProto
     return model
 
 
-def _dims(value_info: Any) -> tuple[int | None, ...]:
+def _dims(value_info: onnx.ValueInfoProto) -> tuple[int | None, ...]:
     """A value_info's shape: ints where fixed, None for symbolic or unknown dimensions."""
     tensor_type = value_info.type.tensor_type
     if not tensor_type.HasField("shape"):
@@ -67,7 +67,7 @@ def _dims(value_info: Any) -> tuple[int | None, ...]:
     )
 
 
-def _dtype(value_info: Any) -> str:
+def _dtype(value_info: onnx.ValueInfoProto) -> str:
     import onnx
 
     elem = value_info.type.tensor_type.elem_type
@@ -127,7 +127,7 @@ def is_integer_op(op_type: str) -> bool:
     return op_type.startswith("QLinear") or op_type in INTEGER_OPS
 
 
-def iter_graphs(graph: Any) -> Iterator[Any]:
+def iter_graphs(graph: onnx.GraphProto) -> Iterator[onnx.GraphProto]:
     """``graph`` and every subgraph below it (If branches, Loop and Scan bodies), depth first."""
     yield graph
     for node in graph.node:
@@ -138,12 +138,12 @@ def iter_graphs(graph: Any) -> Iterator[Any]:
                 yield from iter_graphs(sub)
 
 
-def iter_nodes(graph: Any) -> Iterator[Any]:
+def iter_nodes(graph: onnx.GraphProto) -> Iterator[onnx.NodeProto]:
     for sub in iter_graphs(graph):
         yield from sub.node
 
 
-def quantized_node_names(model: Any) -> list[str]:
+def quantized_node_names(model: onnx.ModelProto) -> list[str]:
     """Names of the nodes that run quantized (see the module docstring), in every subgraph.
 
     In QDQ form a node counts when every float input it reads comes from a DequantizeLinear (weights and
@@ -185,7 +185,7 @@ def quantized_node_names(model: Any) -> list[str]:
     return names
 
 
-def _count_float16(model: Any) -> tuple[int, int]:
+def _count_float16(model: onnx.ModelProto) -> tuple[int, int]:
     """(fp16, fp32) initializer counts, Constant node values included."""
     half = full = 0
     for graph in iter_graphs(model.graph):
@@ -199,7 +199,7 @@ def _count_float16(model: Any) -> tuple[int, int]:
     return half, full
 
 
-def guess_precision(op_counts: Counter[str], quantized: int, model: Any) -> Precision:
+def guess_precision(op_counts: Counter[str], quantized: int, model: onnx.ModelProto) -> Precision:
     """int8 (activations quantized: QuantizeLinear or QLinear ops), dynamic (DynamicQuantizeLinear /
     integer matmuls without static activation quantization), fp16 (mostly half weights), else fp32."""
     static = op_counts.get("QuantizeLinear", 0) > 0 or any(
@@ -215,7 +215,7 @@ def guess_precision(op_counts: Counter[str], quantized: int, model: Any) -> Prec
     return Precision.FP32
 
 
-def _quant_types(model: Any) -> dict[str, str]:
+def _quant_types(model: onnx.ModelProto) -> dict[str, str]:
     """Activation/weight integer types of a static QDQ model, read from its QuantizeLinear zero points."""
     import onnx
 
