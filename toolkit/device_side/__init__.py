@@ -50,16 +50,26 @@ def assemble(name: str) -> str:
 
 
 def source_path(name: str) -> Path:
-    """The path of one shipped device-side file (an assembled one is written to the cache on first use)."""
+    """The path of one shipped device-side file (an assembled one is written to the cache on first use, or to a
+    fresh temporary folder where the cache cannot be written)."""
     if name not in ASSEMBLED:
         return DEVICE_SIDE_DIR / name
     text = assemble(name)
     path = cache_dir("device_side") / hashlib.sha256(text.encode()).hexdigest()[:16] / name
-    if not path.is_file():
-        path.parent.mkdir(parents=True, exist_ok=True)
-        handle, temp = tempfile.mkstemp(dir=path.parent, prefix=f".{name}.")
-        with os.fdopen(handle, "w") as out:
-            out.write(text)
-        os.chmod(temp, 0o644)  # as the package's own files (mkstemp makes 0600)
-        os.replace(temp, path)
+    if path.is_file():
+        return path
+    try:
+        return _write(path, text)
+    except OSError:
+        return _write(Path(tempfile.mkdtemp(prefix="edgetk-device-side-")) / name, text)
+
+
+def _write(path: Path, text: str) -> Path:
+    """``text`` at ``path``, written whole or not at all (a temp file renamed), readable like the package's files."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    handle, temp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
+    with os.fdopen(handle, "w") as out:
+        out.write(text)
+    os.chmod(temp, 0o644)  # mkstemp makes 0600
+    os.replace(temp, path)
     return path
