@@ -14,18 +14,18 @@ the host copies to the device and runs with the device's own Python; nothing in 
 
 The runner and the helper are written by hand in ``src/`` with one marker line where the probe goes: the shipped
 single file is assembled from them (the probe's block inlined there), so the probe is written once. The host
-reads every file through :func:`source_path`, which assembles on first use into the user's cache (keyed by the
-assembled text's hash, so a changed source is a new file and the hash the host records is that of what ships).
+reads every file through :func:`source_path`, which assembles on first use into a temporary folder of the process
+(keyed by the assembled text's hash, so a changed source is a new file; nothing is left in the user's cache).
 """
 
 from __future__ import annotations
 
+import atexit
 import hashlib
 import os
+import shutil
 import tempfile
 from pathlib import Path
-
-from toolkit.resources import cache_dir
 
 DEVICE_SIDE_DIR = Path(__file__).resolve().parent
 SRC_DIR = DEVICE_SIDE_DIR / "src"
@@ -50,26 +50,34 @@ def assemble(name: str) -> str:
 
 
 def source_path(name: str) -> Path:
-    """The path of one shipped device-side file (an assembled one is written to the cache on first use, or to a
-    fresh temporary folder where the cache cannot be written)."""
+    """The path of one shipped device-side file (an assembled one is written on first use to this process's
+    temporary folder, removed when the process ends)."""
     if name not in ASSEMBLED:
         return DEVICE_SIDE_DIR / name
     text = assemble(name)
-    path = cache_dir("device_side") / hashlib.sha256(text.encode()).hexdigest()[:16] / name
-    if path.is_file():
-        return path
-    try:
-        return _write(path, text)
-    except OSError:
-        return _write(Path(tempfile.mkdtemp(prefix="edgetk-device-side-")) / name, text)
-
-
-def _write(path: Path, text: str) -> Path:
-    """``text`` at ``path``, written whole or not at all (a temp file renamed), readable like the package's files."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    handle, temp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
-    with os.fdopen(handle, "w") as out:
-        out.write(text)
-    os.chmod(temp, 0o644)  # mkstemp makes 0600
-    os.replace(temp, path)
+    path = _assembly_dir() / hashlib.sha256(text.encode()).hexdigest()[:16] / name
+    if not path.is_file():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        handle, temp = tempfile.mkstemp(dir=path.parent, prefix=f".{name}.")
+        with os.fdopen(handle, "w") as out:
+            out.write(text)
+        os.chmod(temp, 0o644)  # readable like the package's own files (mkstemp makes 0600)
+        os.replace(temp, path)
     return path
+
+
+_ASSEMBLY: list[Path] = []  # this process's folder, made on first use
+
+
+def _assembly_dir() -> Path:
+    if not _ASSEMBLY:
+        folder = Path(tempfile.mkdtemp(prefix="edgetk-device-side-"))
+        owner = os.getpid()
+
+        def remove() -> None:
+            if os.getpid() == owner:  # not from a forked child
+                shutil.rmtree(folder, ignore_errors=True)
+
+        atexit.register(remove)
+        _ASSEMBLY.append(folder)
+    return _ASSEMBLY[0]
