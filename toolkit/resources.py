@@ -1,10 +1,8 @@
 """Where the shipped data (target profiles, calibration sets) lives: inside the wheel as package data
-(``toolkit/_data/``), or at the top level of a source checkout (``targets/``, ``calibration/``); and where this
-user's caches live (``$XDG_CACHE_HOME/edgetk/``, default ``~/.cache/edgetk/``)."""
+(``toolkit/_data/``), or at the top level of a source checkout (``targets/``, ``calibration/``)."""
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 _PACKAGE_DIR = Path(__file__).resolve().parent
@@ -24,9 +22,3 @@ def targets_dir() -> Path:
 
 def calibration_dir() -> Path:
     return data_dir("calibration")
-
-
-def cache_dir(name: str) -> Path:
-    """``$XDG_CACHE_HOME/edgetk/<name>`` (``~/.cache`` when unset); not created here."""
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return Path(base) / "edgetk" / name

@@ -17,7 +17,6 @@ from pathlib import Path
 from toolkit.errors import DeviceError, UsageError
 from toolkit.model.platform import DevicePlatform
 from toolkit.model.types import Runtime
-from toolkit.resources import cache_dir
 from toolkit.runtimes.spec import RUNTIME_SPECS
 
 Log = Callable[[str], None]
@@ -39,7 +38,8 @@ class Requirement:
 
 
 def wheel_cache_root() -> Path:
-    return cache_dir("wheels")
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return Path(base) / "edgetk" / "wheels"
 
 
 @dataclass(frozen=True)
