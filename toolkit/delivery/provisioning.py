@@ -38,7 +38,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from toolkit.delivery.wheels import Log, Requirement, WheelSet, download_wheels, no_wheel_error
-from toolkit.device_side import SETUP_FILE, source_path
+from toolkit.device_side import PROBE_FILE, SETUP_FILE, source_path
 from toolkit.errors import DeviceError, UsageError
 from toolkit.model.platform import DevicePlatform, match_environment
 from toolkit.model.types import RUNTIMES, TFLITE_RUNTIMES, CommandResult, Runtime
@@ -61,8 +61,6 @@ def platform_from_probe(doc: dict[str, Any]) -> DevicePlatform:
 
 def probe_script() -> str:
     """The device probe's source, run as ``python -c`` (setup runs before anything is installed there)."""
-    from toolkit.device_side import PROBE_FILE
-
     return source_path(PROBE_FILE).read_text()
 
 
