@@ -32,7 +32,8 @@ def import_executorch(purpose: str) -> Any:
 
 
 def tensor_specs(meta: Any, what: str) -> tuple[TensorSpec, ...]:
-    """``forward``'s inputs (``what="input"``) or outputs from its MethodMeta, named by position."""
+    """``forward``'s inputs (``what="input"``) or outputs from its MethodMeta (ExecuTorch's: Any), named by
+    position."""
     count = meta.num_inputs() if what == "input" else meta.num_outputs()
     specs = []
     for i in range(count):
@@ -43,7 +44,8 @@ def tensor_specs(meta: Any, what: str) -> tuple[TensorSpec, ...]:
 
 
 def load_program(path: Path) -> Any:
-    """``path`` loaded by ExecuTorch's Python runtime (UsageError when it is no program it can load)."""
+    """``path`` loaded by ExecuTorch's Python runtime, as its Program (Any: ExecuTorch's object); UsageError when
+    it is no program it can load."""
     import_executorch("Reading a .pte artifact")
     from executorch.runtime import Runtime
 
@@ -77,5 +79,6 @@ def inspect_pte(path: Path) -> ModelInfo:
 
 
 def _plans(serialized: Any) -> list[Any]:
+    """The execution plans of a deserialized program (ExecuTorch's schema objects: Any)."""
     program = getattr(serialized, "program", serialized)  # 1.x wraps the Program with its segments
     return list(program.execution_plan)
