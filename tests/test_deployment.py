@@ -278,10 +278,11 @@ def test_device_helper_is_python_36_compatible(tmp_path) -> None:  # type: ignor
     import subprocess
     import sys
 
+    from toolkit import device_side
     from toolkit.delivery.deployment import helper_boot
 
     vermin = Path(sys.executable).parent / "vermin"
-    helper = Path(__file__).resolve().parent.parent / "toolkit" / "device_side" / "device_helper.py"
+    helper = device_side.source_path(device_side.HELPER_FILE)
     boot = tmp_path / "boot.py"  # the -c program that runs the helper from its compiled cache
     boot.write_text(helper_boot())
     for path in (helper, boot):

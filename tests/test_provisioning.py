@@ -14,13 +14,12 @@ from tests.fixtures.deploy_helpers import write_inventory
 from toolkit.errors import UsageError
 from toolkit.delivery.provisioning import (
     DevicePlatform,
-    Requirement,
     default_runtimes,
-    download_wheels,
     plan_requirements,
     platform_from_probe,
     specifier_for,
 )
+from toolkit.delivery.wheels import Requirement, download_wheels
 from toolkit.model.targets import get_profile
 
 NO_GATES = ("--budget-ms", "100000", "--baseline", "none")
@@ -64,6 +63,28 @@ def test_requirements_follow_the_profile_bounds() -> None:
     assert "does not list tflite-runtime" in notes[0]
     with pytest.raises(UsageError):
         plan_requirements(("tensorrt",), pi4)
+
+
+def test_the_runner_and_setup_read_one_runtime_table() -> None:
+    """The runner is standalone (it imports nothing from toolkit), so it carries the RuntimeSpec rows it needs."""
+    import importlib.util
+
+    from toolkit import device_side
+    from toolkit.model.types import Format, Runtime
+    from toolkit.runtimes.spec import RUNTIME_SPECS, runtimes_for
+
+    path = device_side.source_path(device_side.RUNNER_FILE)
+    spec = importlib.util.spec_from_file_location("edgetk_runner_table", path)
+    assert spec is not None and spec.loader is not None
+    runner = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(runner)
+    assert {row.runtime for row in RUNTIME_SPECS} == set(Runtime)
+    for row in RUNTIME_SPECS:
+        assert runner._PACKAGES[row.runtime] == (row.module, row.distributions)
+        assert runner.INSTALL_HINTS[row.runtime] == row.install_hint
+    for fmt, names in ((Format.TFLITE, runner.TFLITE_RUNTIMES), (Format.ONNX, runner.ONNX_RUNTIMES),
+                       (Format.PTE, runner.PTE_RUNTIMES)):
+        assert runtimes_for(fmt) == names
 
 
 def test_no_wheel_for_an_old_armv7_device_names_platform_and_alternatives(tmp_path: Path) -> None:

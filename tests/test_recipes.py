@@ -360,7 +360,7 @@ def test_jetson_profiles_ship_fp16_onnx_for_tensorrt_and_cuda(target, opset, bui
 
 def test_runner_provider_selection_falls_back_to_cpu() -> None:
     """The runner's choice of providers from the manifest and what onnxruntime offers (no GPU needed)."""
-    from toolkit.device_side.edgetk_runner import select_providers
+    from toolkit.device_side.src.edgetk_runner import select_providers
 
     wanted = ["TensorrtExecutionProvider", "CUDAExecutionProvider", "CPUExecutionProvider"]
     options = {"TensorrtExecutionProvider": {"trt_fp16_enable": True, "trt_max_workspace_size": 1073741824,

@@ -1,5 +1,5 @@
-"""One device probe and one arch table (toolkit/model/platform.py): the copies of the probe block carried by the
-runner and the helper are the probe's own text, and deploy, setup and profile matching name an arch alike."""
+"""One device probe and one arch table (toolkit/model/platform.py): the runner and the helper ship with the probe's
+own block inlined (written once, in device_probe.py), and deploy, setup and profile matching name an arch alike."""
 
 from __future__ import annotations
 
@@ -17,15 +17,19 @@ BEGIN = "# --- begin device probe"
 END = "# --- end device probe ---"
 
 
-def _block(name: str) -> str:
-    text = device_side.source_path(name).read_text()
-    assert text.count(BEGIN) == 1 and text.count(END) == 1, name
+def _block(text: str) -> str:
+    assert text.count(BEGIN) == 1 and text.count(END) == 1
     return text[text.index(BEGIN):text.index(END)]
 
 
-@pytest.mark.parametrize("copy", [device_side.RUNNER_FILE, device_side.HELPER_FILE])
-def test_probe_copies_are_the_probe_itself(copy: str) -> None:
-    assert _block(copy) == _block(device_side.PROBE_FILE)
+@pytest.mark.parametrize("name", device_side.ASSEMBLED)
+def test_the_shipped_runner_and_helper_carry_the_probe_written_once(name: str) -> None:
+    source = (device_side.SRC_DIR / name).read_text()
+    assert BEGIN not in source and source.count(device_side.PROBE_MARK) == 1  # the hand-written file holds no copy
+    shipped = device_side.source_path(name)
+    assert _block(shipped.read_text()) == _block(device_side.source_path(device_side.PROBE_FILE).read_text())
+    assert shipped.stat().st_mode & 0o777 == 0o644
+    assert device_side.source_path(name) == shipped  # assembled once: the same text is the same file
 
 
 def test_probe_runs_on_python_3_6() -> None:

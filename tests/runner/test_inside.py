@@ -21,6 +21,7 @@ import pytest
 from tests.fixtures.bundles import _onnx_bytes, _tflite_bytes, with_custom_op, write_bundle
 from tests.fixtures.device_envs import DeviceEnv
 from tests.runner.test_runner import check, reports
+from toolkit import device_side
 
 REPO = Path(__file__).resolve().parents[2]
 EXAMPLE = REPO / "docs" / "examples" / "background_load.py"
@@ -341,7 +342,7 @@ def test_tensorrt_engine_cache_directory_lands_on_the_device(device_env: DeviceE
     """The provider options a TensorRT artifact carries (the Jetson profiles': trt_engine_cache_path = "trt_cache")
     become a directory under the runner's cache on the device. Only the path handling can run here: the CPU-only
     wheel has no TensorRT provider, so no engine is built."""
-    runner_dir = REPO / "toolkit" / "device_side"
+    runner_dir = device_side.source_path(device_side.RUNNER_FILE).parent
     code = (
         "import json, sys; sys.path.insert(0, sys.argv[1]); import edgetk_runner as r\n"
         "p, o, missing = r.select_providers(['TensorrtExecutionProvider', 'CPUExecutionProvider'],\n"

@@ -18,9 +18,10 @@ import pytest
 
 from tests.fixtures.bundles import ARTIFACT_KINDS, copy_bundle, make_bundle
 from tests.fixtures.device_envs import DeviceEnv
+from toolkit import device_side
 from toolkit.delivery.bundle import sha256_file
 
-RUNNER = Path(__file__).resolve().parents[2] / "toolkit" / "device_side" / "edgetk_runner.py"
+RUNNER = device_side.source_path(device_side.RUNNER_FILE)
 ENV_KEYS = (
     "arch",
     "os",

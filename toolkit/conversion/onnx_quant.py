@@ -404,7 +404,7 @@ def prepare(request: ConversionRequest, output: Path) -> BuiltArtifact:
     with ``request.dynamic_batch``), Constant weights turned into initializers, nodes named, opset raised to
     what per-channel QDQ needs (never above ``request.max_opset``), shapes inferred, external data folded in.
     Every change is listed in ``notes``."""
-    from toolkit.sources.onnx import load_onnx
+    from toolkit.runtimes.inspection.onnx import load_onnx
 
     onnx = _onnx()
     model = load_onnx(Path(request.source.path))

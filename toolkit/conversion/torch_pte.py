@@ -30,20 +30,12 @@ from typing import Any
 
 from toolkit.conversion import pt2e
 from toolkit.conversion.base import BuiltArtifact, ConversionRequest
-from toolkit.errors import ConversionError, MissingDependency, UsageError
+from toolkit.errors import ConversionError, UsageError
+from toolkit.runtimes.inspection.pte import QUANTIZED_METHOD, import_executorch
 from toolkit.sources.torch import TorchSource, first_line, import_torch, missing_shape_error
 from toolkit.model.types import PteRecord
 
 _PURPOSE = "Converting a PyTorch model to ExecuTorch (.pte)"
-
-
-def import_executorch(purpose: str = _PURPOSE) -> Any:
-    """The ``executorch`` package, or MissingDependency naming the extra."""
-    try:
-        import executorch
-    except ImportError as exc:
-        raise MissingDependency("executorch", extra="executorch", purpose=purpose) from exc
-    return executorch
 
 
 def convert(request: ConversionRequest, output: Path) -> BuiltArtifact:
@@ -60,7 +52,7 @@ def convert(request: ConversionRequest, output: Path) -> BuiltArtifact:
     if request.dynamic_batch:
         raise UsageError("A dynamic batch is not offered for .pte artifacts; they run batch 1 here.",
                          hint="Drop the dynamic batch for --format pte, or use --format onnx.")
-    import_executorch()
+    import_executorch(_PURPOSE)
     torch = import_torch(_PURPOSE)
     missing = [spec.name for spec in source.inputs if spec.name not in request.input_shapes]
     if missing:
@@ -107,11 +99,6 @@ def _folded(torch: Any, graph: Any) -> Any:
     folded = copy.deepcopy(graph)
     constant_fold(folded, _quant_node_constraint)
     return folded
-
-
-# A constant method in every .pte: how many tensors PT2E quantized (the delegate's payload hides its ops, so
-# ``inspection.pte`` reads this to prove an int8 label, as it counts quantized ops in TFLite and ONNX files).
-QUANTIZED_METHOD = "edgetk_quantized_tensors"
 
 
 def _lower(torch: Any, module: Any, args: tuple[Any, ...], quantized_tensors: int) -> tuple[Any, PteRecord]:

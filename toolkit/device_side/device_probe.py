@@ -1,16 +1,16 @@
 # mypy: ignore-errors
 """The device probe: what a device is and what state it is in, as one JSON document (stdlib only).
 
-The one probe every stage uses: ``edgetk devices probe`` and the check reports (the runner carries a copy of
-the block below, kept identical by a test, because a bundle ships the runner alone), ``edgetk devices setup``
-(run as ``python -c <this file>``), the deploy helper (a copy of the block, same test) and, on the host,
+The one probe every stage uses: ``edgetk devices probe`` and the check reports (the block below is inlined into
+the shipped runner, because a bundle ships the runner alone), ``edgetk devices setup`` (run as ``python -c
+<this file>``), the deploy helper (the block inlined too) and, on the host,
 ``toolkit.model.platform.probe_local`` (this file loaded in-process). The host turns the document into a
 ``toolkit.model.platform.DevicePlatform`` and matches a target profile; names for arches and ARM cores live there,
 not here: this file reports what the device says, raw.
 
 Python >= 3.6 (vermin-checked), no numpy, imports nothing from toolkit.
 """
-# --- begin device probe (copied verbatim into edgetk_runner.py and device_helper.py; a test compares) ---
+# --- begin device probe (inlined into the runner and the helper when they are assembled: toolkit.device_side) ---
 import json
 import os
 import platform

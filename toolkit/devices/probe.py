@@ -9,13 +9,24 @@ from __future__ import annotations
 
 import hashlib
 import json
-from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from toolkit.device_side import RUNNER_FILE, source_path
+from toolkit.devices.connection import Connection
+from toolkit.devices.spec import DeviceSpec
 from toolkit.errors import DeviceError, UsageError
 
 RUNNER_DIR = ".edgetk/runner"
+
+
+class ProbedDevice(Protocol):
+    """What the probe reads of a device (``toolkit.delivery.deployment.Device``, a floor above)."""
+
+    spec: DeviceSpec
+    conn: Connection
+
+    @property
+    def python(self) -> str: ...
 
 
 def _best_profile(env: dict[str, Any]) -> tuple[str | None, str | None]:
@@ -27,7 +38,7 @@ def _best_profile(env: dict[str, Any]) -> tuple[str | None, str | None]:
         return None, exc.message
 
 
-def probe_device(device: Any) -> dict[str, Any]:
+def probe_device(device: ProbedDevice) -> dict[str, Any]:
     """Install the runner if needed and run its probe; returns the runner's document plus ``profile``."""
     local = source_path(RUNNER_FILE)
     digest = hashlib.sha256(local.read_bytes()).hexdigest()

@@ -19,6 +19,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+from toolkit.model.types import Runtime
+
 # Highest version of each builtin operator that tflite-runtime 2.14.0 resolves (measured, see above).
 TFLITE_RUNTIME_2_14: Mapping[str, int] = {
     "ABS": 5, "ADD": 5, "ADD_N": 1, "ARG_MAX": 3, "ARG_MIN": 3, "ASSIGN_VARIABLE": 1, "ATAN2": 1,
@@ -51,8 +53,8 @@ TFLITE_RUNTIME_2_14: Mapping[str, int] = {
 
 # runtime name -> (version prefix it covers, op table). A runtime bounded at or below one of these versions gets
 # its table; newer runtimes (LiteRT, TensorFlow 2.21) load everything this toolkit's converters write.
-_TABLES: tuple[tuple[str, tuple[int, ...], Mapping[str, int]], ...] = (
-    ("tflite-runtime", (2, 14), TFLITE_RUNTIME_2_14),
+_TABLES: tuple[tuple[Runtime, tuple[int, ...], Mapping[str, int]], ...] = (
+    (Runtime.TFLITE_RUNTIME, (2, 14), TFLITE_RUNTIME_2_14),
 )
 
 
@@ -75,7 +77,7 @@ def tflite_op_versions(path: Path) -> dict[str, OpVersion]:
     inspection.parse_tflite(path)  # refuses a file that is not a TFLite flatbuffer, with a plain message
     schema = inspection._schema()
     model = schema.ModelT.InitFromPackedBuf(path.read_bytes(), 0)
-    names = {v: k for k, v in vars(schema.BuiltinOperator).items() if not k.startswith("_")}
+    _, names = inspection.schema_names(schema)
     found: dict[str, OpVersion] = {}
     for code in model.operatorCodes or []:
         builtin = max(int(code.builtinCode), int(code.deprecatedBuiltinCode))

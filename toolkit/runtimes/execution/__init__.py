@@ -14,14 +14,14 @@ from typing import Mapping
 import numpy as np
 
 from toolkit.errors import UsageError
-from toolkit.model.types import TensorSpec
+from toolkit.model.types import Runtime, TensorSpec
 
 
 class HostSession(abc.ABC):
     """A loaded artifact. ``run`` takes and returns float32 arrays; integer I/O is (de)quantized here with
     the tensor's own scale and zero point, so callers compare every artifact with the float model alike."""
 
-    runtime: str  # "litert" | "onnxruntime" | "executorch"
+    runtime: Runtime
     runtime_version: str
     _inputs: tuple[TensorSpec, ...]  # set by each runtime's loader from the loaded artifact
     _outputs: tuple[TensorSpec, ...]

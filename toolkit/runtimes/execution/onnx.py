@@ -10,7 +10,7 @@ import numpy as np
 
 from toolkit.errors import MissingDependency, UsageError
 from toolkit.runtimes.execution import HostSession
-from toolkit.model.types import TensorSpec
+from toolkit.model.types import Runtime, TensorSpec
 
 _ORT_TYPES = {
     "tensor(float)": "float32",
@@ -40,7 +40,7 @@ class OnnxSession(HostSession):
     Our ONNX artifacts keep float32 I/O (QDQ and fp16 with io kept float), so ``run`` only casts.
     """
 
-    runtime = "onnxruntime"
+    runtime = Runtime.ONNXRUNTIME
 
     def __init__(self, path: Path, *, threads: int | None = None) -> None:
         try:

@@ -9,6 +9,7 @@ from typing import Any
 
 import numpy as np
 
+from toolkit.model.types import Runtime
 from toolkit.runtimes.execution import HostSession
 from toolkit.runtimes.inspection.pte import load_program, tensor_specs
 
@@ -16,7 +17,7 @@ from toolkit.runtimes.inspection.pte import load_program, tensor_specs
 class PteSession(HostSession):
     """The program's ``forward`` loaded once; ``threads`` sizes ExecuTorch's (process-wide) thread pool."""
 
-    runtime = "executorch"
+    runtime = Runtime.EXECUTORCH
 
     def __init__(self, path: Path, *, threads: int | None = None) -> None:
         import torch

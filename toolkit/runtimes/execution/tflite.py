@@ -14,6 +14,7 @@ from typing import Any
 import numpy as np
 
 from toolkit.errors import MissingDependency, UsageError
+from toolkit.model.types import Runtime
 from toolkit.runtimes.execution import HostSession
 from toolkit.runtimes.inspection.tflite import parse_tflite
 
@@ -38,7 +39,7 @@ def litert_version() -> str:
 class TFLiteSession(HostSession):
     """A .tflite model loaded in ai-edge-litert, allocated once and reused for many runs."""
 
-    runtime = "litert"
+    runtime = Runtime.LITERT
 
     def __init__(self, path: Path, *, threads: int | None = None) -> None:
         self.path = Path(path)

@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from toolkit.errors import UsageError
-from toolkit.model.types import TensorSpec
+from toolkit.model.types import Format, Precision, TensorSpec
 
 
 @dataclass(frozen=True)
@@ -20,14 +20,14 @@ class ModelInfo:
     """
 
     path: str
-    format: str
+    format: Format
     bytes: int
     inputs: tuple[TensorSpec, ...]
     outputs: tuple[TensorSpec, ...]
     op_counts: Mapping[str, int]
     quantized_ops: int
     float_compute_ops: int
-    precision: str  # best guess from the content: fp32 | fp16 | dynamic | int8
+    precision: Precision  # best guess from the content
     opset: int | None = None
     extra: Mapping[str, Any] = field(default_factory=dict)
 

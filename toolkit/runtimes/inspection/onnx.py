@@ -14,10 +14,77 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+import numpy as np
+
+from toolkit.errors import MissingDependency, UsageError
+from toolkit.model.types import Format, Precision, TensorSpec
 from toolkit.runtimes.inspection import ModelInfo
-from toolkit.sources.onnx import load_onnx, tensor_specs
+
+if TYPE_CHECKING:
+    import onnx
+
+
+def load_onnx(path: Path, *, load_external_data: bool = True) -> onnx.ModelProto:
+    """Parse ``path`` as an ONNX model; a file that is not one (truncated, corrupt, another format) is a
+    :class:`UsageError` with a plain message rather than a protobuf traceback."""
+    try:
+        import onnx
+    except ImportError as exc:  # pragma: no cover - the onnx extra is part of every test run
+        raise MissingDependency("onnx", extra="onnx", purpose="Reading an ONNX model") from exc
+    if not path.is_file():
+        raise UsageError(f"{path} does not exist or is not a file.", hint="Pass the path of an .onnx file.")
+    try:
+        model = onnx.load(str(path), load_external_data=load_external_data)
+    except FileNotFoundError as exc:
+        raise UsageError(
+            f"{path} refers to external weight data that is missing: {exc.filename or exc}.",
+            hint="Keep the .onnx file and its external data file(s) in the same directory.",
+        ) from exc
+    except Exception as exc:  # protobuf DecodeError, UnicodeDecodeError, ValueError ...
+        line = (str(exc).strip() or type(exc).__name__).splitlines()[0][:200]
+        raise UsageError(
+            f"{path} is not a readable ONNX model (truncated or corrupt: {line}).",
+            hint="Re-export or re-download the model file.",
+        ) from exc
+    if not model.HasField("graph") or not model.opset_import or len(model.graph.output) == 0:
+        raise UsageError(
+            f"{path} is not a complete ONNX model (no graph, opset or outputs; the file is probably truncated).",
+            hint="Re-export or re-download the model file.",
+        )
+    return model
+
+
+def _dims(value_info: onnx.ValueInfoProto) -> tuple[int | None, ...]:
+    """A value_info's shape: ints where fixed, None for symbolic or unknown dimensions."""
+    tensor_type = value_info.type.tensor_type
+    if not tensor_type.HasField("shape"):
+        return ()
+    return tuple(
+        int(d.dim_value) if d.HasField("dim_value") and d.dim_value > 0 else None
+        for d in tensor_type.shape.dim
+    )
+
+
+def _dtype(value_info: onnx.ValueInfoProto) -> str:
+    import onnx
+
+    elem = value_info.type.tensor_type.elem_type
+    if not elem:
+        return "float32"
+    return str(np.dtype(onnx.helper.tensor_dtype_to_np_dtype(elem)))
+
+
+def tensor_specs(model: onnx.ModelProto) -> tuple[tuple[TensorSpec, ...], tuple[TensorSpec, ...]]:
+    """Graph inputs (initializers excluded: old exporters list weights as inputs) and outputs."""
+    initializers = {init.name for init in model.graph.initializer}
+    inputs = tuple(
+        TensorSpec(vi.name, _dims(vi), _dtype(vi)) for vi in model.graph.input if vi.name not in initializers
+    )
+    outputs = tuple(TensorSpec(vi.name, _dims(vi), _dtype(vi)) for vi in model.graph.output)
+    return inputs, outputs
+
 
 # Integer kernels of the QOperator form (ai.onnx and com.microsoft).
 INTEGER_OPS = frozenset(
@@ -60,7 +127,7 @@ def is_integer_op(op_type: str) -> bool:
     return op_type.startswith("QLinear") or op_type in INTEGER_OPS
 
 
-def iter_graphs(graph: Any) -> Iterator[Any]:
+def iter_graphs(graph: onnx.GraphProto) -> Iterator[onnx.GraphProto]:
     """``graph`` and every subgraph below it (If branches, Loop and Scan bodies), depth first."""
     yield graph
     for node in graph.node:
@@ -71,12 +138,12 @@ def iter_graphs(graph: Any) -> Iterator[Any]:
                 yield from iter_graphs(sub)
 
 
-def iter_nodes(graph: Any) -> Iterator[Any]:
+def iter_nodes(graph: onnx.GraphProto) -> Iterator[onnx.NodeProto]:
     for sub in iter_graphs(graph):
         yield from sub.node
 
 
-def quantized_node_names(model: Any) -> list[str]:
+def quantized_node_names(model: onnx.ModelProto) -> list[str]:
     """Names of the nodes that run quantized (see the module docstring), in every subgraph.
 
     In QDQ form a node counts when every float input it reads comes from a DequantizeLinear (weights and
@@ -118,7 +185,7 @@ def quantized_node_names(model: Any) -> list[str]:
     return names
 
 
-def _count_float16(model: Any) -> tuple[int, int]:
+def _count_float16(model: onnx.ModelProto) -> tuple[int, int]:
     """(fp16, fp32) initializer counts, Constant node values included."""
     half = full = 0
     for graph in iter_graphs(model.graph):
@@ -132,23 +199,23 @@ def _count_float16(model: Any) -> tuple[int, int]:
     return half, full
 
 
-def guess_precision(op_counts: Counter[str], quantized: int, model: Any) -> str:
+def guess_precision(op_counts: Counter[str], quantized: int, model: onnx.ModelProto) -> Precision:
     """int8 (activations quantized: QuantizeLinear or QLinear ops), dynamic (DynamicQuantizeLinear /
     integer matmuls without static activation quantization), fp16 (mostly half weights), else fp32."""
     static = op_counts.get("QuantizeLinear", 0) > 0 or any(
         op.startswith("QLinear") or op == "QGemm" for op in op_counts
     )
     if quantized and static:
-        return "int8"
+        return Precision.INT8
     if quantized or op_counts.get("DynamicQuantizeLinear", 0):
-        return "dynamic"
+        return Precision.DYNAMIC
     half, full = _count_float16(model)
     if half and half >= full:
-        return "fp16"
-    return "fp32"
+        return Precision.FP16
+    return Precision.FP32
 
 
-def _quant_types(model: Any) -> dict[str, str]:
+def _quant_types(model: onnx.ModelProto) -> dict[str, str]:
     """Activation/weight integer types of a static QDQ model, read from its QuantizeLinear zero points."""
     import onnx
 
@@ -185,7 +252,7 @@ def inspect_onnx(path: Path) -> ModelInfo:
     }
     return ModelInfo(
         path=str(path),
-        format="onnx",
+        format=Format.ONNX,
         bytes=path.stat().st_size,
         inputs=inputs,
         outputs=outputs,

@@ -9,17 +9,31 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-from toolkit.errors import UsageError
+from toolkit.errors import MissingDependency, UsageError
+from toolkit.model.types import Format, Precision, TensorSpec
 from toolkit.runtimes.inspection import ModelInfo
-from toolkit.model.types import TensorSpec
 
 # ExecuTorch ScalarType codes -> numpy dtype names (the ones a model's I/O can have)
 SCALAR_TYPES = {0: "uint8", 1: "int8", 2: "int16", 3: "int32", 4: "int64", 5: "float16", 6: "float32",
                 7: "float64", 11: "bool"}
+# A constant method in every .pte the route writes (conversion.torch_pte): how many tensors PT2E quantized (the
+# delegate's payload hides its ops, so this is read to prove an int8 label, as quantized ops are counted in TFLite
+# and ONNX files).
+QUANTIZED_METHOD = "edgetk_quantized_tensors"
+
+
+def import_executorch(purpose: str) -> Any:
+    """The ``executorch`` package (a module: Any), or MissingDependency naming the extra."""
+    try:
+        import executorch
+    except ImportError as exc:
+        raise MissingDependency("executorch", extra="executorch", purpose=purpose) from exc
+    return executorch
 
 
 def tensor_specs(meta: Any, what: str) -> tuple[TensorSpec, ...]:
-    """``forward``'s inputs (``what="input"``) or outputs from its MethodMeta, named by position."""
+    """``forward``'s inputs (``what="input"``) or outputs from its MethodMeta (ExecuTorch's: Any), named by
+    position."""
     count = meta.num_inputs() if what == "input" else meta.num_outputs()
     specs = []
     for i in range(count):
@@ -30,9 +44,8 @@ def tensor_specs(meta: Any, what: str) -> tuple[TensorSpec, ...]:
 
 
 def load_program(path: Path) -> Any:
-    """``path`` loaded by ExecuTorch's Python runtime (UsageError when it is no program it can load)."""
-    from toolkit.conversion.torch_pte import import_executorch
-
+    """``path`` loaded by ExecuTorch's Python runtime, as its Program (Any: ExecuTorch's object); UsageError when
+    it is no program it can load."""
     import_executorch("Reading a .pte artifact")
     from executorch.runtime import Runtime
 
@@ -47,8 +60,6 @@ def load_program(path: Path) -> Any:
 def inspect_pte(path: Path) -> ModelInfo:
     from executorch.exir._serialize._program import deserialize_pte_binary
 
-    from toolkit.conversion.torch_pte import QUANTIZED_METHOD
-
     program = load_program(path)
     meta = program.metadata("forward")
     quantized = 0
@@ -60,13 +71,14 @@ def inspect_pte(path: Path) -> ModelInfo:
     counts.update(op.name for op in plan.operators)
     portable = sum(1 for op in plan.operators)
     return ModelInfo(
-        path=str(path), format="pte", bytes=Path(path).stat().st_size, inputs=tensor_specs(meta, "input"),
+        path=str(path), format=Format.PTE, bytes=Path(path).stat().st_size, inputs=tensor_specs(meta, "input"),
         outputs=tensor_specs(meta, "output"), op_counts=dict(counts), quantized_ops=quantized,
-        float_compute_ops=portable, precision="int8" if quantized else "fp32",
+        float_compute_ops=portable, precision=Precision.INT8 if quantized else Precision.FP32,
         extra={"delegates": [d.id for d in plan.delegates], "methods": sorted(program.method_names)},
     )
 
 
 def _plans(serialized: Any) -> list[Any]:
+    """The execution plans of a deserialized program (ExecuTorch's schema objects: Any)."""
     program = getattr(serialized, "program", serialized)  # 1.x wraps the Program with its segments
     return list(program.execution_plan)

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from toolkit.model.quantized import LARGE_LAYER, FloatLayer, QuantizedShare, names_layer
+from toolkit.model.types import Precision
 
 TFLITE_WEIGHTED = frozenset({
     "CONV_2D", "DEPTHWISE_CONV_2D", "FULLY_CONNECTED", "BATCH_MATMUL", "TRANSPOSE_CONV", "CONV_3D",
@@ -92,17 +93,15 @@ def _size(buffer: Any) -> int:
 
 
 def tflite_layers(path: Path) -> list[Layer]:
-    from toolkit.runtimes.inspection.tflite import _NUMPY_NAMES, _OpView, _schema, _text, is_integer_op
+    from toolkit.runtimes.inspection.tflite import _OpView, _schema, _text, is_integer_op, schema_names, tensor_dtype
 
     schema = _schema()
     model = schema.ModelT.InitFromPackedBuf(Path(path).read_bytes(), 0)
-    type_names = {v: k for k, v in vars(schema.TensorType).items() if not k.startswith("_")}
-    op_names = {v: k for k, v in vars(schema.BuiltinOperator).items() if not k.startswith("_")}
+    type_names, op_names = schema_names(schema)
     buffers = model.buffers or []
 
     def dtype(tensor: Any) -> str:
-        name = type_names.get(tensor.type, "")
-        return _NUMPY_NAMES.get(name, name.lower())
+        return tensor_dtype(type_names, tensor)
 
     def _rank(tensor: Any) -> int:
         return 0 if tensor.shape is None else len(tensor.shape)
@@ -222,7 +221,7 @@ def artifact_share(path: Path, precision: str, float_nodes: Sequence[str], asked
                    retried: Mapping[str, str] | None = None) -> QuantizedShare | None:
     """The share recorded for a built int8/dynamic artifact (None for other precisions, or when the file
     cannot be read: the figure is never worth the artifact)."""
-    if precision not in ("int8", "dynamic"):
+    if precision not in (Precision.INT8, Precision.DYNAMIC):
         return None
     try:
         return measure(path, reasons(float_nodes, asked, retried))

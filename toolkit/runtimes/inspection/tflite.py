@@ -11,12 +11,11 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
-from types import ModuleType
 from typing import Any
 
 from toolkit.errors import MissingDependency, UsageError
 from toolkit.runtimes.inspection import ModelInfo
-from toolkit.model.types import Quantization, TensorSpec
+from toolkit.model.types import Format, Precision, Quantization, TensorSpec
 
 # Operators that only convert between float and integer: they never count as computing in integer.
 CONVERSION_OPS = frozenset({"QUANTIZE", "DEQUANTIZE"})
@@ -43,7 +42,8 @@ _NUMPY_NAMES = {
 }
 
 
-def _schema() -> ModuleType:
+def _schema() -> Any:
+    """The flatbuffer schema module (generated code: Any)."""
     try:
         from ai_edge_litert import schema_py_generated
 
@@ -108,14 +108,25 @@ def parse_tflite(path: Path) -> TFLiteContents:
         ) from None
 
 
-def _contents(model: Any, schema: ModuleType) -> TFLiteContents:
-    type_names = {v: k for k, v in vars(schema.TensorType).items() if not k.startswith("_")}
-    op_names = {v: k for k, v in vars(schema.BuiltinOperator).items() if not k.startswith("_")}
+def schema_names(schema: Any) -> tuple[dict[int, str], dict[int, str]]:
+    """The schema's (Any: generated code) tensor type and builtin operator names by their codes."""
+    def names(enum: Any) -> dict[int, str]:
+        return {int(v): str(k) for k, v in vars(enum).items() if not k.startswith("_")}
+
+    return names(schema.TensorType), names(schema.BuiltinOperator)
+
+
+def tensor_dtype(type_names: dict[int, str], tensor: Any) -> str:
+    """A schema tensor's (Any: generated code) numpy dtype name; the schema's own name, lower-cased, beyond those."""
+    name = type_names.get(tensor.type, "")
+    return _NUMPY_NAMES.get(name, name.lower() or "unknown")
+
+
+def _contents(model: Any, schema: Any) -> TFLiteContents:
+    type_names, op_names = schema_names(schema)
 
     def dtype_of(tensor: Any) -> str:
-        return _NUMPY_NAMES.get(
-            type_names.get(tensor.type, ""), type_names.get(tensor.type, "unknown").lower()
-        )
+        return tensor_dtype(type_names, tensor)
 
     def op_name(code: Any) -> str:
         builtin = max(int(code.builtinCode), int(code.deprecatedBuiltinCode))
@@ -225,16 +236,16 @@ def _is_float_op(op: _OpView) -> bool:
     )
 
 
-def guess_precision(contents: TFLiteContents) -> str:
+def guess_precision(contents: TFLiteContents) -> Precision:
     """int8 when operators produce integer activations; dynamic when only their weights are integer
     (hybrid kernels); fp16 when float16 weights are dequantized at load; else fp32."""
     if any(_is_integer_activation_op(op) for op in contents.ops):
-        return "int8"
+        return Precision.INT8
     if any(is_integer_op(op) for op in contents.ops):
-        return "dynamic"
+        return Precision.DYNAMIC
     if any(op.name == "DEQUANTIZE" and "float16" in op.input_types for op in contents.ops):
-        return "fp16"
-    return "fp32"
+        return Precision.FP16
+    return Precision.FP32
 
 
 def inspect_tflite(path: Path) -> ModelInfo:
@@ -246,7 +257,7 @@ def inspect_tflite(path: Path) -> ModelInfo:
     floating = sum(1 for op in contents.ops if _is_float_op(op))
     return ModelInfo(
         path=str(path),
-        format="tflite",
+        format=Format.TFLITE,
         bytes=path.stat().st_size,
         inputs=contents.inputs,
         outputs=contents.outputs,
