@@ -46,8 +46,8 @@ import numpy as np
 from toolkit.conversion.base import ConversionRequest
 from toolkit.conversion.fragile import MixedOutput
 from toolkit.conversion.sensitivity import Row
-from toolkit.errors import ConversionError, UsageError
-from toolkit.sources.torch import TorchSource, first_line, import_torch
+from toolkit.errors import ConversionError, UsageError, key_line
+from toolkit.sources.torch import TorchSource, import_torch
 
 _PURPOSE = "Quantizing a PyTorch model with PT2E"
 
@@ -165,7 +165,7 @@ def quantize(
 
 def _failed(exc: BaseException) -> ConversionError:
     return ConversionError(
-        f"PT2E int8 quantization failed: {type(exc).__name__}: {first_line(exc)}",
+        f"PT2E int8 quantization failed: {type(exc).__name__}: {key_line(exc)}",
         hint="Use --format onnx --precision int8 (static QDQ), or --precision fp32 for TFLite.",
     )
 

@@ -35,7 +35,7 @@ ROUTES: Mapping[tuple[str, str], str] = {
 # framework -> "module:function(request, output) -> BuiltArtifact": the float ONNX model every ONNX artifact
 # derives from.
 FLOAT_EXPORTS: Mapping[str, str] = {
-    "onnx": "toolkit.conversion.onnx_quant:prepare",
+    "onnx": "toolkit.conversion.onnx_prepare:prepare",
     **{fw: "toolkit.conversion.tf_onnx:export" for fw in TF_FRAMEWORKS},
     **{fw: "toolkit.conversion.torch_onnx:export" for fw in TORCH_FRAMEWORKS},
     "tflite": "toolkit.conversion.tflite_onnx:export",  # tf2onnx's TFLite frontend (float sources only)

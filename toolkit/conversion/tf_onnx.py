@@ -17,15 +17,9 @@ from typing import Any
 import numpy as np
 
 from toolkit.conversion.base import BuiltArtifact, ConversionRequest
-from toolkit.errors import ConversionError, MissingDependency, UsageError
+from toolkit.errors import ConversionError, MissingDependency, UsageError, key_line
 
 DEFAULT_OPSET = 17
-
-
-def _key_line(exc: BaseException) -> str:
-    from toolkit.conversion.tflite import _key_line as key_line
-
-    return key_line(exc)
 
 
 def _shapes(request: ConversionRequest) -> dict[str, tuple[int | None, ...]]:
@@ -141,7 +135,7 @@ def export(request: ConversionRequest, output: Path) -> BuiltArtifact:
         except (UsageError, ConversionError):
             raise
         except Exception as exc:  # tf2onnx raises anything from KeyError to ValueError  # noqa: BLE001 (frameworks raise any type; reported as one plain line)
-            errors.append(f"{label}: {_key_line(exc)}")
+            errors.append(f"{label}: {key_line(exc)}")
     if proto is None:
         raise ConversionError(
             "tf2onnx could not export the model to ONNX: " + "; ".join(errors),
@@ -158,7 +152,7 @@ def export(request: ConversionRequest, output: Path) -> BuiltArtifact:
     try:
         onnx.checker.check_model(proto)
     except Exception as exc:  # noqa: BLE001 (frameworks raise any type; reported as one plain line)
-        raise ConversionError(f"tf2onnx wrote an invalid ONNX model: {_key_line(exc)}") from None
+        raise ConversionError(f"tf2onnx wrote an invalid ONNX model: {key_line(exc)}") from None
     output = Path(output)
     output.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp_name = tempfile.mkstemp(prefix=f".{output.name}.", suffix=".tmp", dir=output.parent)

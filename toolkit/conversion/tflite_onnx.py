@@ -23,7 +23,7 @@ from pathlib import Path
 
 from toolkit.conversion.base import BuiltArtifact, ConversionRequest
 from toolkit.conversion.onnx_io import save_model
-from toolkit.errors import ConversionError, MissingDependency, UsageError
+from toolkit.errors import ConversionError, MissingDependency, UsageError, key_line
 
 DEFAULT_OPSET = 17
 
@@ -65,8 +65,6 @@ def export(request: ConversionRequest, output: Path) -> BuiltArtifact:
     try:
         proto, _ = tf2onnx.convert.from_tflite(str(source.path), opset=opset)
     except Exception as exc:  # noqa: BLE001 - tf2onnx raises any type; reported as one plain line
-        from toolkit.conversion.onnx_quant import key_line
-
         raise ConversionError(
             f"tf2onnx could not convert {source.path.name} to ONNX: {key_line(exc)}",
             hint="Use --format tflite to ship the file as it is, or convert from the original model.",

@@ -32,8 +32,8 @@ from typing import Any
 import numpy as np
 
 from toolkit.conversion.base import BuiltArtifact, ConversionRequest
-from toolkit.errors import ConversionError, MissingDependency, UsageError
-from toolkit.sources.torch import TorchSource, first_line, import_torch, missing_shape_error, output_names
+from toolkit.errors import ConversionError, MissingDependency, UsageError, key_line
+from toolkit.sources.torch import TorchSource, import_torch, missing_shape_error, output_names
 
 DEFAULT_OPSET = 18
 _BATCH_MAX = 65536
@@ -295,4 +295,4 @@ def _exporter_reason(exc: BaseException) -> str:
         match = _SUMMARY.search(summary)
         if match:
             return match.group(1).strip()[:500]
-    return first_line(exc)
+    return key_line(exc)
