@@ -44,7 +44,7 @@ from typing import Any
 
 import numpy as np
 
-from toolkit.conversion import fragile
+from toolkit.conversion import fragile, fragile_tflite
 from toolkit.conversion.base import BuiltArtifact, ConversionRequest, as_input_dtype
 from toolkit.errors import ConversionError, UsageError, key_line
 from toolkit.model.types import FloatIO, FloatIOReason, TensorRole
@@ -452,7 +452,7 @@ def _selective_int8(
 
     recipe = request.recipe
     calibrated = _calibrated(request)
-    found, float_outputs = fragile.tflite_fragile_nodes(calibrated)
+    found, float_outputs = fragile_tflite.tflite_fragile_nodes(calibrated)
     if only_if_fragile and not found:
         return None
     model_obj = getattr(request.source, "model", None)
@@ -491,20 +491,20 @@ def _selective_int8(
 def _has_decomposition(model: bytes) -> bool:
     """Whether the model has a decomposed LayerNorm/GELU: the statistics rule's candidates."""
 
-    return fragile.tflite_has_decomposition(model)
+    return fragile_tflite.tflite_has_decomposition(model)
 
 
 def _reads_integer_input(model: bytes) -> bool:
     """Whether the model has an integer input (token ids): the integer-input rule's candidates."""
 
-    return bool(fragile.tflite_integer_inputs(model))
+    return bool(fragile_tflite.tflite_integer_inputs(model))
 
 
 def _has_output_concat(model: bytes) -> bool:
     """Whether a Concat reaches a graph output through pass-through ops only (the fragile rule's candidates):
     the cheap structural test that decides whether a calibration is spent on measuring its input ranges."""
 
-    ops, outputs, _magnitude, _constants = fragile._tflite_graph(model)
+    ops, outputs, _magnitude, _constants = fragile_tflite.tflite_graph(model)
     readers: dict[str, list[str]] = {}
     for kind, ins, _outs in ops:
         for name in ins:
@@ -516,7 +516,7 @@ def _has_output_concat(model: bytes) -> bool:
             kind, ins = writes[current]
             if kind == "CONCATENATION":
                 return True
-            if kind not in fragile.TFLITE_PASSTHROUGH and kind not in ("QUANTIZE", "DEQUANTIZE") or not ins:
+            if kind not in fragile_tflite.TFLITE_PASSTHROUGH and kind not in ("QUANTIZE", "DEQUANTIZE") or not ins:
                 break
             current = ins[0]
     return False

@@ -42,7 +42,7 @@ import numpy as np
 
 from toolkit.conversion.base import BuiltArtifact, ConversionRequest
 from toolkit.conversion import pt2e
-from toolkit.conversion.fragile import MixedOutput
+from toolkit.conversion.fragile_pt2e import MixedOutput
 from toolkit.errors import ConversionError, MissingDependency, UsageError, key_line
 from toolkit.model.types import FloatIO, FloatIOReason, TensorRole
 from toolkit.sources.torch import TorchSource, import_torch, missing_shape_error
