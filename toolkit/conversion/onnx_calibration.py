@@ -19,6 +19,7 @@ from toolkit.conversion.base import BuiltArtifact, ConversionRequest, as_input_d
 from toolkit.conversion.onnx_checks import transform_problem
 from toolkit.conversion.onnx_io import quiet, require_onnx
 from toolkit.errors import UsageError, key_line
+from toolkit.model.types import CalibrationMethod
 
 
 class Reader:
@@ -123,7 +124,7 @@ def calibration_cache(request: ConversionRequest, source: Path, method: str) -> 
     running the augmented model over the data again. Keyed by the model file and a digest of the
     calibration feeds (a run's scratch directory, so nothing outlives the run). MinMax only: the method the
     profiles use and the one tested with the cache (tests/conversion/test_onnx_quant.py)."""
-    if method != "minmax":
+    if method != CalibrationMethod.MINMAX:
         return None
     import hashlib
 

@@ -32,9 +32,10 @@ def require_onnx() -> Any:
     return onnx
 
 
-def opset_of(model: onnx.ModelProto) -> int:
-    """The model's ai.onnx opset (0 when it names none)."""
-    return next((int(o.version) for o in model.opset_import if o.domain in ("", "ai.onnx")), 0)
+def opset_of(model: onnx.ModelProto | Path) -> int:
+    """The ai.onnx opset of a model or a model file (0 when it names none)."""
+    proto: onnx.ModelProto = require_onnx().load(str(model), load_external_data=False) if isinstance(model, Path) else model
+    return next((int(o.version) for o in proto.opset_import if o.domain in ("", "ai.onnx")), 0)
 
 
 def save_model(model: onnx.ModelProto, path: Path, *, final_name: str) -> None:

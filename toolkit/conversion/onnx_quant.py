@@ -19,7 +19,7 @@ from __future__ import annotations
 import contextlib
 import shutil
 import warnings
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -50,7 +50,8 @@ def derive(request: ConversionRequest, base: BuiltArtifact, output: Path) -> Bui
     if recipe.format != Format.ONNX:
         raise UsageError(f"onnx_quant builds ONNX artifacts, not {recipe.format}.")
     request.workdir.mkdir(parents=True, exist_ok=True)
-    builders = {Precision.FP32: _fp32, Precision.FP16: _fp16, Precision.DYNAMIC: _dynamic, Precision.INT8: static_int8}
+    builders: Mapping[str, Callable[[ConversionRequest, BuiltArtifact, Path], _Result]] = {
+        Precision.FP32: _fp32, Precision.FP16: _fp16, Precision.DYNAMIC: _dynamic, Precision.INT8: static_int8}
     with staged_file(output) as tmp:
         float_nodes, notes = builders[recipe.precision](request, base, tmp)
         check_runs(tmp, request, f"{recipe.precision} ONNX")
@@ -227,7 +228,7 @@ def static_int8(request: ConversionRequest, base: BuiltArtifact, tmp: Path) -> _
     notes: list[str] = []
     source = preprocessed(request, base, notes).resolve()
     exclude = _static_exclusions(request, source, notes)
-    opset = opset_of(require_onnx().load(str(source), load_external_data=False))
+    opset = opset_of(source)
     per_channel = _per_channel(request, opset, notes)
     contrib = _contrib_ops(request, opset, notes)
     # onnxruntime's own words for the recipe's (Any: onnxruntime is untyped)
@@ -354,7 +355,7 @@ def _opset_kept(keep: bool) -> Iterator[None]:
 
 def _require_opset(path: Path, request: ConversionRequest) -> None:
     """The artifact loads on the target: its ai.onnx opset is at most ``request.max_opset``."""
-    opset = opset_of(require_onnx().load(str(path), load_external_data=False))
+    opset = opset_of(path)
     if request.max_opset is not None and opset > request.max_opset:
         raise ConversionError(
             f"The {request.recipe.label} artifact is opset {opset}; the target loads at most opset "

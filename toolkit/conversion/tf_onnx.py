@@ -9,14 +9,14 @@ If ``from_function`` fails, the fixed-shape SavedModel export is tried the same 
 
 from __future__ import annotations
 
-import os
-import tempfile
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from toolkit.conversion.base import BuiltArtifact, ConversionRequest
+from toolkit.conversion.onnx_io import staged_file
 from toolkit.errors import ConversionError, MissingDependency, UsageError, key_line
 
 DEFAULT_OPSET = 17
@@ -121,7 +121,7 @@ def export(request: ConversionRequest, output: Path) -> BuiltArtifact:
     errors: list[str] = []
     proto = None
     exporter = ""
-    attempts = [("from_function", lambda: source.serving_function(shapes))]
+    attempts: list[tuple[str, Callable[[], Any]]] = [("from_function", lambda: source.serving_function(shapes))]
     if not request.dynamic_batch:
         attempts.append(("SavedModel export + from_function", lambda: _saved_model_function(request, shapes)))
     for label, make in attempts:
@@ -153,16 +153,8 @@ def export(request: ConversionRequest, output: Path) -> BuiltArtifact:
         onnx.checker.check_model(proto)
     except Exception as exc:  # noqa: BLE001 (frameworks raise any type; reported as one plain line)
         raise ConversionError(f"tf2onnx wrote an invalid ONNX model: {key_line(exc)}") from None
-    output = Path(output)
-    output.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp_name = tempfile.mkstemp(prefix=f".{output.name}.", suffix=".tmp", dir=output.parent)
-    os.close(fd)
-    try:
-        onnx.save_model(proto, tmp_name)
-        os.replace(tmp_name, output)
-    except BaseException:
-        Path(tmp_name).unlink(missing_ok=True)
-        raise
+    with staged_file(output) as tmp:
+        onnx.save_model(proto, str(tmp))
     notes = (f"opset {opset}",) + (("dynamic batch",) if request.dynamic_batch else ()) + (
         (f"{len(bound)} constant(s) that tf2onnx left as graph inputs folded into the model: "
          f"{', '.join(bound[:4])}",) if bound else ())

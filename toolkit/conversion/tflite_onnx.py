@@ -24,6 +24,7 @@ from pathlib import Path
 from toolkit.conversion.base import BuiltArtifact, ConversionRequest
 from toolkit.conversion.onnx_io import save_model
 from toolkit.errors import ConversionError, MissingDependency, UsageError, key_line
+from toolkit.model.types import Precision
 
 DEFAULT_OPSET = 17
 
@@ -44,7 +45,7 @@ def export(request: ConversionRequest, output: Path) -> BuiltArtifact:
     source = request.source
     if not isinstance(source, TFLiteSource):
         raise UsageError(f"The TFLite -> ONNX route takes .tflite sources, not {source.framework}.")
-    if source.precision not in ("fp32", "fp16"):  # fp16 weights are dequantized to float32 in the graph
+    if source.precision not in (Precision.FP32, Precision.FP16):  # fp16 weights are dequantized to float32 in the graph
         raise UsageError(
             f"The TFLite source {source.path.name} is already quantized ({source.precision}): ONNX artifacts are "
             "built only from a float .tflite model.",

@@ -32,7 +32,9 @@ from typing import Any
 import numpy as np
 
 from toolkit.conversion.base import BuiltArtifact, ConversionRequest
+from toolkit.conversion.onnx_io import opset_of
 from toolkit.errors import ConversionError, MissingDependency, UsageError, key_line
+from toolkit.model.types import Framework
 from toolkit.sources.torch import TorchSource, import_torch, missing_shape_error, output_names
 
 DEFAULT_OPSET = 18
@@ -44,15 +46,7 @@ def export(request: ConversionRequest, output: Path) -> BuiltArtifact:
     """Write the float ONNX model of ``request.source`` to ``output``."""
     source = _torch_source(request)
     torch = import_torch("Exporting a PyTorch model to ONNX")
-    try:
-        import onnx
-        import onnxscript  # noqa: F401  (the current exporter needs it)
-    except ImportError as exc:
-        raise MissingDependency(
-            getattr(exc, "name", None) or "onnxscript",
-            extra="onnx",
-            purpose="Exporting a PyTorch model to ONNX",
-        ) from exc
+    _require_onnxscript()
     shapes = _input_shapes(request, source)
     opset = request.recipe.opset or DEFAULT_OPSET
     if request.max_opset is not None:
@@ -65,7 +59,7 @@ def export(request: ConversionRequest, output: Path) -> BuiltArtifact:
 
     notes: list[str] = []
     current_error: str | None = None
-    if source.framework == "torchscript":
+    if source.framework == Framework.TORCHSCRIPT:
         notes.append(
             "TorchScript source: exported with the legacy TorchScript exporter (the current exporter "
             "takes only nn.Module and ExportedProgram)."
@@ -74,7 +68,7 @@ def export(request: ConversionRequest, output: Path) -> BuiltArtifact:
         module = source.module
         try:
             _export_current(torch, module, args, tmp, names, outputs, opset, request.dynamic_batch)
-            written = _opset_of(onnx, tmp)
+            written = opset_of(tmp)
             if written <= opset:
                 _finish(tmp, output)
                 return BuiltArtifact(
@@ -89,7 +83,7 @@ def export(request: ConversionRequest, output: Path) -> BuiltArtifact:
         except Exception as exc:  # noqa: BLE001  (the exporter raises many types; reported, then the fallback)
             current_error = f"the current exporter failed: {_exporter_reason(exc)}"
         _cleanup(tmp)
-        if source.framework == "exported_program":
+        if source.framework == Framework.EXPORTED_PROGRAM:
             raise ConversionError(
                 f"Cannot export the ExportedProgram {str(source.path)!r} to ONNX opset {opset}: {current_error}.",
                 hint=_op_hint(current_error)
@@ -103,20 +97,8 @@ def export(request: ConversionRequest, output: Path) -> BuiltArtifact:
         _export_legacy(torch, source.module, args, tmp, names, outputs, opset, request.dynamic_batch)
     except Exception as exc:
         _cleanup(tmp)
-        legacy = _exporter_reason(exc)
-        op = _unsupported_op(legacy) or _unsupported_op(current_error or "")
-        reasons = f"{current_error}; the legacy exporter failed: {legacy}" if current_error else legacy
-        if op:
-            raise ConversionError(
-                f"No ONNX exporter handles the PyTorch op {op} (opset {opset}): {reasons}",
-                hint=f"Replace {op} in the model with ops ONNX supports, or register a custom ONNX function "
-                "for it (torch.onnx.export(custom_translation_table=...)).",
-            ) from exc
-        raise ConversionError(
-            f"Exporting {str(source.path)!r} to ONNX failed: {reasons}",
-            hint="Run with --debug for the exporter's traceback.",
-        ) from exc
-    written = _opset_of(onnx, tmp)
+        raise _legacy_failed(exc, current_error, opset, source) from exc
+    written = opset_of(tmp)
     _finish(tmp, output)
     return BuiltArtifact(
         path=output,
@@ -126,6 +108,35 @@ def export(request: ConversionRequest, output: Path) -> BuiltArtifact:
 
 
 # --------------------------------------------------------------------------------------------- helpers
+
+
+def _require_onnxscript() -> None:
+    try:
+        import onnx  # noqa: F401
+        import onnxscript  # noqa: F401  (the current exporter needs it)
+    except ImportError as exc:
+        raise MissingDependency(
+            getattr(exc, "name", None) or "onnxscript",
+            extra="onnx",
+            purpose="Exporting a PyTorch model to ONNX",
+        ) from exc
+
+
+def _legacy_failed(exc: BaseException, current_error: str | None, opset: int, source: TorchSource) -> ConversionError:
+    """The error when the legacy exporter failed too: the op no exporter handles, when one is named."""
+    legacy = _exporter_reason(exc)
+    op = _unsupported_op(legacy) or _unsupported_op(current_error or "")
+    reasons = f"{current_error}; the legacy exporter failed: {legacy}" if current_error else legacy
+    if op:
+        return ConversionError(
+            f"No ONNX exporter handles the PyTorch op {op} (opset {opset}): {reasons}",
+            hint=f"Replace {op} in the model with ops ONNX supports, or register a custom ONNX function "
+            "for it (torch.onnx.export(custom_translation_table=...)).",
+        )
+    return ConversionError(
+        f"Exporting {str(source.path)!r} to ONNX failed: {reasons}",
+        hint="Run with --debug for the exporter's traceback.",
+    )
 
 
 def _torch_source(request: ConversionRequest) -> TorchSource:
@@ -234,11 +245,6 @@ def _export_legacy(
             dynamic_axes=axes,
             do_constant_folding=True,
         )
-
-
-def _opset_of(onnx: Any, path: Path) -> int:
-    model = onnx.load(str(path), load_external_data=False)
-    return max((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), default=0)
 
 
 def _finish(tmp: Path, output: Path) -> None:
