@@ -10,7 +10,7 @@ an output such a Concat writes float even when the recipe asks for int8 I/O (rec
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -27,23 +27,23 @@ TFLITE_ELEMENTWISE = frozenset({"ADD", "SUB", "MUL", "DIV", "NEG", "MEAN", "TANH
 TFLITE_HEAD_OPS = frozenset({"LOGISTIC", "SOFTMAX", "MUL", "ADD", "SUB", "DIV", "CONCATENATION"})
 
 
-def tflite_graph(model: bytes) -> tuple[list[tuple[str, list[str], list[str]]], set[str], dict[str, float], set[str]]:
-    """(op kind, input tensor names, output tensor names) per op of the main graph, the graph's output names,
-    each tensor's calibrated magnitude (max |min|, |max|), and the constant tensors."""
-    ops, outputs, magnitude, constants, _integer, _ids = _tflite_graph_inputs(model)
-    return ops, outputs, magnitude, constants
+Op = tuple[str, list[str], list[str]]  # (op kind, input tensor names, output tensor names)
 
 
-def tflite_integer_inputs(model: bytes) -> set[str]:
-    """The names of the main graph's integer inputs (token ids)."""
-    return _tflite_graph_inputs(model)[4]
+class TFLiteGraph(NamedTuple):
+    """The main graph of a (calibrated) TFLite model, as the rules read it."""
+
+    ops: list[Op]
+    outputs: set[str]  # the graph's output tensors
+    magnitude: dict[str, float]  # each tensor's calibrated magnitude (max |min|, |max|)
+    constants: set[str]
+    integer: set[str]  # the integer graph inputs (token ids)
+    ids: set[str]  # every integer or boolean tensor (what ids become before a lookup: Keras' Embedding wraps
+    # negative ids with LESS/ADD/SELECT first)
 
 
-def _tflite_graph_inputs(
-    model: bytes,
-) -> tuple[list[tuple[str, list[str], list[str]]], set[str], dict[str, float], set[str], set[str], set[str]]:
-    """``tflite_graph`` and the integer graph inputs, and every integer or boolean tensor (what ids become
-    before a lookup: Keras' Embedding wraps negative ids with LESS/ADD/SELECT first)."""
+def tflite_graph(model: bytes) -> TFLiteGraph:
+    """The main graph of ``model`` (a TFLite flatbuffer)."""
     from tensorflow.lite.python import schema_py_generated as fb
     from tensorflow.lite.python import util as tf_util
 
@@ -77,7 +77,7 @@ def _tflite_graph_inputs(
                      fb.TensorType.UINT16, fb.TensorType.UINT32, fb.TensorType.UINT64}
     integer = {tensor_names[int(i)] for i in graph.inputs if tensors[int(i)].type in integer_types}
     ids = {name for tensor, name in zip(tensors, tensor_names) if tensor.type in integer_types | {fb.TensorType.BOOL}}
-    return ops, outputs, magnitude, constants, integer, ids
+    return TFLiteGraph(ops, outputs, magnitude, constants, integer, ids)
 
 
 def tflite_fragile_nodes(calibrated: bytes) -> tuple[list[tuple[str, str]], dict[str, str]]:
@@ -86,7 +86,7 @@ def tflite_fragile_nodes(calibrated: bytes) -> tuple[list[tuple[str, str]], dict
     ranges are more than ``RANGE_RATIO`` apart, the pass-through ops between it and the output, and the head's
     post-processing behind it (``TFLITE_HEAD_OPS`` through pass-through ops; a convolution reading a Softmax:
     the DFL). Node names are op output tensor names, as ``tflite.resolve_nodes`` takes them."""
-    ops, outputs, magnitude, constants, integer, ids = _tflite_graph_inputs(calibrated)
+    ops, outputs, magnitude, constants, integer, ids = tflite_graph(calibrated)
     producer = {out: index for index, (_kind, _ins, outs) in enumerate(ops) for out in outs}
     readers: dict[str, list[int]] = {}
     for index, (_kind, ins, _outs) in enumerate(ops):
@@ -148,10 +148,10 @@ def tflite_fragile_nodes(calibrated: bytes) -> tuple[list[tuple[str, str]], dict
 
 def tflite_has_decomposition(model: bytes) -> bool:
     """Whether the model has an op of a decomposed LayerNorm/GELU (``TFLITE_STATISTICS``)."""
-    return any(kind in TFLITE_STATISTICS for kind, _ins, _outs in tflite_graph(model)[0])
+    return any(kind in TFLITE_STATISTICS for kind, _ins, _outs in tflite_graph(model).ops)
 
 
-def _head_behind(start: str, ops: Sequence[tuple[str, list[str], list[str]]], producer: Mapping[str, int],
+def _head_behind(start: str, ops: Sequence[Op], producer: Mapping[str, int],
                  found: dict[str, str], concat: str) -> None:
     """Mark the post-processing ops behind ``start`` (an input of the final Concat) float, depth-first."""
     pending = [(start, 0)]

@@ -1,18 +1,13 @@
-"""The fp32 base of an ONNX source: ``prepare`` (the route's float export for ONNX sources, ``registry``).
+"""The fp32 base of an ONNX source (``prepare``, the route's float export in ``registry``), every step checked.
 
-It pins the inputs, turns Constant nodes into initializers, names nodes, infers shapes and writes the graph
-outputs' shapes, and moves the opset to what the recipe, the target and per-channel QDQ need. Each transform is
-checked: on ordinary graphs all of them together keep the model computing what the source does, and one check of
-the result (``onnx_checks.transform_problem``) proves it. When that check fails (control flow such as an LSTM
-inside an ``If`` can trip onnxruntime's own shape checks once shapes are pinned or inferred), the transforms are
-redone one at a time from the untransformed model, each checked, and the one that breaks the model is skipped and
-named in the notes: the user's model loads, so the failure is this stage's, and the message says which transform
-it was, never "the model".
-
-Real models break the plain onnxruntime.quantization path (findings.md 3, PP-OCRv4 det, opset 12): dynamic
-inputs fail ``quant_pre_process``'s symbolic shape inference, so the shapes are pinned here; per-channel QDQ on
-opset < 13 writes a model onnxruntime refuses, so the opset is upgraded (to 17, never above
-``request.max_opset``) when the upgraded model still computes what the source does.
+The inputs are pinned (``quant_pre_process``'s symbolic shape inference fails on dynamic ones, findings.md 3),
+Constant nodes become initializers, nodes are named, shapes inferred, and the opset moved to what the recipe,
+the target and per-channel QDQ need (< 13 writes a model onnxruntime refuses; raised to 17, never above
+``request.max_opset``, and only when the raised model still computes what the source does). One check of the
+transformed model (``onnx_checks.model_problem``) proves it still computes what the source does; when it fails
+(control flow such as an LSTM inside an ``If`` can trip onnxruntime's shape checks once shapes are pinned), the
+transforms are redone one at a time, each checked, and the one that breaks the model is skipped and named in
+the notes: the user's model loads, so the message names the transform, never "the model".
 """
 
 from __future__ import annotations

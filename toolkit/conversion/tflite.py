@@ -497,14 +497,14 @@ def _has_decomposition(model: bytes) -> bool:
 def _reads_integer_input(model: bytes) -> bool:
     """Whether the model has an integer input (token ids): the integer-input rule's candidates."""
 
-    return bool(fragile_tflite.tflite_integer_inputs(model))
+    return bool(fragile_tflite.tflite_graph(model).integer)
 
 
 def _has_output_concat(model: bytes) -> bool:
     """Whether a Concat reaches a graph output through pass-through ops only (the fragile rule's candidates):
     the cheap structural test that decides whether a calibration is spent on measuring its input ranges."""
 
-    ops, outputs, _magnitude, _constants = fragile_tflite.tflite_graph(model)
+    ops, outputs = fragile_tflite.tflite_graph(model)[:2]
     readers: dict[str, list[str]] = {}
     for kind, ins, _outs in ops:
         for name in ins:

@@ -67,7 +67,7 @@ def export(request: ConversionRequest, output: Path) -> BuiltArtifact:
     else:
         module = source.module
         try:
-            _export_current(torch, module, args, tmp, names, outputs, opset, request.dynamic_batch)
+            _export(torch, module, args, tmp, names, outputs, opset, request.dynamic_batch, dynamo=True)
             written = opset_of(tmp)
             if written <= opset:
                 _finish(tmp, output)
@@ -94,7 +94,7 @@ def export(request: ConversionRequest, output: Path) -> BuiltArtifact:
         notes.append(f"Legacy TorchScript exporter used: {current_error}.")
 
     try:
-        _export_legacy(torch, source.module, args, tmp, names, outputs, opset, request.dynamic_batch)
+        _export(torch, source.module, args, tmp, names, outputs, opset, request.dynamic_batch, dynamo=False)
     except Exception as exc:
         _cleanup(tmp)
         raise _legacy_failed(exc, current_error, opset, source) from exc
@@ -193,58 +193,23 @@ def quiet_export() -> Iterator[None]:
             logging.getLogger(name).setLevel(level)
 
 
-def _export_current(
-    torch: Any,
-    module: Any,
-    args: tuple[Any, ...],
-    path: Path,
-    names: list[str],
-    outputs: list[str],
-    opset: int,
-    dynamic_batch: bool,
+def _export(
+    torch: Any, module: Any, args: tuple[Any, ...], path: Path, names: list[str], outputs: list[str], opset: int,
+    dynamic_batch: bool, *, dynamo: bool,
 ) -> None:
-    dynamic_shapes = None
-    if dynamic_batch:
-        batch = torch.export.Dim("batch", min=1, max=_BATCH_MAX)
-        dynamic_shapes = tuple({0: batch} for _ in args)
+    """``torch.onnx.export`` with the current exporter (``dynamo``) or the legacy TorchScript one; a dynamic
+    batch is ``dynamic_shapes`` for the first, ``dynamic_axes`` for the second."""
+    options: dict[str, Any]  # the exporters' own keyword arguments
+    if dynamo:
+        batch = torch.export.Dim("batch", min=1, max=_BATCH_MAX) if dynamic_batch else None
+        options = {"external_data": False, "verbose": False,
+                   "dynamic_shapes": tuple({0: batch} for _ in args) if dynamic_batch else None}
+    else:
+        options = {"do_constant_folding": True,
+                   "dynamic_axes": {name: {0: "batch"} for name in [*names, *outputs]} if dynamic_batch else None}
     with quiet_export():
-        torch.onnx.export(
-            module,
-            args,
-            str(path),
-            dynamo=True,
-            external_data=False,
-            opset_version=opset,
-            input_names=names,
-            output_names=outputs,
-            dynamic_shapes=dynamic_shapes,
-            verbose=False,
-        )
-
-
-def _export_legacy(
-    torch: Any,
-    module: Any,
-    args: tuple[Any, ...],
-    path: Path,
-    names: list[str],
-    outputs: list[str],
-    opset: int,
-    dynamic_batch: bool,
-) -> None:
-    axes = {name: {0: "batch"} for name in [*names, *outputs]} if dynamic_batch else None
-    with quiet_export():
-        torch.onnx.export(
-            module,
-            args,
-            str(path),
-            dynamo=False,
-            opset_version=opset,
-            input_names=names,
-            output_names=outputs,
-            dynamic_axes=axes,
-            do_constant_folding=True,
-        )
+        torch.onnx.export(module, args, str(path), dynamo=dynamo, opset_version=opset, input_names=names,
+                          output_names=outputs, **options)
 
 
 def _finish(tmp: Path, output: Path) -> None:
