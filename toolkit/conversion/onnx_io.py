@@ -20,6 +20,8 @@ from toolkit.errors import MissingDependency
 if TYPE_CHECKING:
     import onnx
 
+    from toolkit.conversion.base import ConversionRequest
+
 _TWO_GB = 2**31 - 2**20
 
 
@@ -30,6 +32,12 @@ def require_onnx() -> Any:
     except ImportError as exc:  # pragma: no cover - the onnx extra is part of every test run
         raise MissingDependency("onnx", extra="onnx", purpose="Building ONNX artifacts") from exc
     return onnx
+
+
+def export_opset(request: ConversionRequest, default: int) -> int:
+    """The opset an exporter writes: the recipe's, else ``default``, never above the target's ``max_opset``."""
+    opset = request.recipe.opset or default
+    return opset if request.max_opset is None else min(opset, request.max_opset)
 
 
 def opset_of(model: onnx.ModelProto | Path) -> int:

@@ -22,11 +22,10 @@ import logging
 from pathlib import Path
 
 from toolkit.conversion.base import BuiltArtifact, ConversionRequest
-from toolkit.conversion.onnx_io import save_model
-from toolkit.errors import ConversionError, MissingDependency, UsageError, key_line
+from toolkit.conversion.onnx_io import export_opset, save_model
+from toolkit.conversion.tf_onnx import DEFAULT_OPSET, check_written, rename_io, require_tf2onnx
+from toolkit.errors import ConversionError, UsageError, key_line
 from toolkit.model.types import Precision
-
-DEFAULT_OPSET = 17
 
 
 def unconverted_ops(model: object) -> list[str]:
@@ -52,14 +51,8 @@ def export(request: ConversionRequest, output: Path) -> BuiltArtifact:
             hint="Pass the float .tflite file (or the original Keras/SavedModel/PyTorch model), or use "
             "--format tflite to ship this file as it is.",
         )
-    try:
-        import onnx
-        import tf2onnx
-    except ImportError as exc:
-        raise MissingDependency("tf2onnx", extra="tf", purpose="Converting a TFLite model to ONNX") from exc
-    opset = request.recipe.opset or DEFAULT_OPSET
-    if request.max_opset is not None:
-        opset = min(opset, request.max_opset)
+    tf2onnx = require_tf2onnx("Converting a TFLite model to ONNX")
+    opset = export_opset(request, DEFAULT_OPSET)
     quiet = logging.getLogger("tf2onnx")
     level = quiet.level
     quiet.setLevel(logging.CRITICAL)  # it logs every unsupported op as an error; the refusal below says it once
@@ -83,13 +76,8 @@ def export(request: ConversionRequest, output: Path) -> BuiltArtifact:
     ins, outs = [v.name for v in proto.graph.input], [v.name for v in proto.graph.output]
     want_in, want_out = [s.name for s in source.inputs], [s.name for s in source.outputs]
     if sorted(ins) != sorted(want_in) or sorted(outs) != sorted(want_out):
-        from toolkit.conversion.tf_onnx import _rename_io
-
-        _rename_io(proto, want_in, want_out)
-    try:
-        onnx.checker.check_model(proto)
-    except Exception as exc:  # noqa: BLE001 - reported as one plain line
-        raise ConversionError(f"tf2onnx wrote an invalid ONNX model: {exc}".splitlines()[0]) from None
+        rename_io(proto, want_in, want_out)
+    check_written(proto)
     output = Path(output)
     output.parent.mkdir(parents=True, exist_ok=True)
     save_model(proto, output, final_name=output.name)

@@ -32,7 +32,7 @@ from typing import Any
 import numpy as np
 
 from toolkit.conversion.base import BuiltArtifact, ConversionRequest
-from toolkit.conversion.onnx_io import opset_of
+from toolkit.conversion.onnx_io import export_opset, opset_of
 from toolkit.errors import ConversionError, MissingDependency, UsageError, key_line
 from toolkit.model.types import Framework
 from toolkit.sources.torch import TorchSource, import_torch, missing_shape_error, output_names
@@ -48,9 +48,7 @@ def export(request: ConversionRequest, output: Path) -> BuiltArtifact:
     torch = import_torch("Exporting a PyTorch model to ONNX")
     _require_onnxscript()
     shapes = _input_shapes(request, source)
-    opset = request.recipe.opset or DEFAULT_OPSET
-    if request.max_opset is not None:
-        opset = min(opset, request.max_opset)
+    opset = export_opset(request, DEFAULT_OPSET)
     args = example_args(torch, source, request, shapes)
     names = [spec.name for spec in source.inputs]
     outputs = list(output_names(len(source.probe_outputs(shapes))))
