@@ -38,15 +38,6 @@ ELEMENTWISE = frozenset({"Add", "Sub", "Mul", "Div", "Tanh", "ReduceMean"})
 INTEGER_READERS = frozenset({"Gather", "GatherElements", "GatherND", "OneHot", "Cast", "Equal"})
 
 
-def _graph_maps(graph: Any) -> tuple[dict[str, Any], dict[str, list[Any]]]:
-    producers = {out: node for node in graph.node for out in node.output}
-    consumers: dict[str, list[Any]] = {}
-    for node in graph.node:
-        for name in node.input:
-            consumers.setdefault(name, []).append(node)
-    return producers, consumers
-
-
 def _output_concats(graph: Any, consumers: Mapping[str, list[Any]]) -> list[tuple[Any, list[Any]]]:
     """Concats whose output reaches a graph output through pass-through nodes only, with those nodes."""
     outputs = {o.name for o in graph.output}
@@ -137,10 +128,10 @@ def _integer_input_readers(graph: Any, consumers: Mapping[str, list[Any]]) -> li
 
 def onnx_fragile_nodes(model_path: Path, feeds: Sequence[Mapping[str, np.ndarray]]) -> list[tuple[str, str]]:
     """``(node, why)`` for every node of the top graph that static INT8 should leave float (module docstring)."""
-    from toolkit.conversion.onnx_io import require_onnx
+    from toolkit.conversion.onnx_io import graph_maps, require_onnx
 
     graph = require_onnx().load(str(model_path), load_external_data=False).graph
-    producers, consumers = _graph_maps(graph)
+    producers, consumers = graph_maps(graph.node)
     found: dict[str, str] = {}
     concats = _output_concats(graph, consumers)
     if concats:

@@ -23,8 +23,8 @@ from toolkit.model.types import CalibrationMethod
 
 
 class Reader:
-    """onnxruntime's CalibrationDataReader (registered as one) over the request's calibration feeds: the model's inputs only,
-    each in the dtype the model declares (int64 token ids stay int64; ORT refuses anything else)."""
+    """onnxruntime's CalibrationDataReader (registered as one) over the request's calibration feeds: the model's
+    inputs only, each in the dtype the model declares (int64 token ids stay int64; ORT refuses anything else)."""
 
     def __init__(self, feeds: Sequence[Mapping[str, np.ndarray]], dtypes: Mapping[str, np.dtype]) -> None:
         self._feeds = feeds

@@ -9,7 +9,7 @@ import contextlib
 import os
 import tempfile
 import warnings
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -44,6 +44,17 @@ def opset_of(model: onnx.ModelProto | Path) -> int:
     """The ai.onnx opset of a model or a model file (0 when it names none)."""
     proto: onnx.ModelProto = require_onnx().load(str(model), load_external_data=False) if isinstance(model, Path) else model
     return next((int(o.version) for o in proto.opset_import if o.domain in ("", "ai.onnx")), 0)
+
+
+def graph_maps(nodes: Iterable[Any]) -> tuple[dict[str, Any], dict[str, list[Any]]]:
+    """(the node that writes each tensor, the nodes that read each tensor) of ``nodes`` (onnx NodeProtos)."""
+    producers: dict[str, Any] = {}
+    readers: dict[str, list[Any]] = {}
+    for node in nodes:
+        producers.update((out, node) for out in node.output)
+        for name in node.input:
+            readers.setdefault(name, []).append(node)
+    return producers, readers
 
 
 def save_model(model: onnx.ModelProto, path: Path, *, final_name: str) -> None:

@@ -81,23 +81,17 @@ def _overflowing_nodes(model: onnx.ModelProto) -> tuple[list[str], list[str]]:
 
     from toolkit.runtimes.inspection.onnx import iter_graphs
 
+    def peak(tensor: Any) -> float:  # the largest |value| of a float tensor (0 for others)
+        values = numpy_helper.to_array(tensor) if tensor.data_type == 1 else np.zeros(0)  # 1: FLOAT
+        return float(np.max(np.abs(values))) if values.size else 0.0
+
     nodes: list[str] = []
     found: list[str] = []
     for graph in iter_graphs(model.graph):
-        big: dict[str, float] = {}
-        for init in graph.initializer:
-            if init.data_type == 1:  # FLOAT
-                values = numpy_helper.to_array(init)
-                peak = float(np.max(np.abs(values))) if values.size else 0.0
-                if peak > FP16_MAX:
-                    big[init.name] = peak
-        for node in graph.node:
-            if node.op_type == "Constant":
-                for attr in node.attribute:
-                    if attr.HasField("t") and attr.t.data_type == 1:
-                        values = numpy_helper.to_array(attr.t)
-                        if values.size and float(np.max(np.abs(values))) > FP16_MAX:
-                            big[node.output[0]] = float(np.max(np.abs(values)))
+        constants = [(init.name, init) for init in graph.initializer]
+        constants += [(node.output[0], attr.t) for node in graph.node if node.op_type == "Constant"
+                      for attr in node.attribute if attr.HasField("t")]
+        big = {name: value for name, tensor in constants if (value := peak(tensor)) > FP16_MAX}
         for node in graph.node:
             hits = [name for name in node.input if name in big]
             if hits and node.op_type != "Constant":

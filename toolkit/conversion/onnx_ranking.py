@@ -22,7 +22,7 @@ from toolkit.conversion import sensitivity
 from toolkit.conversion.base import BuiltArtifact, ConversionRequest
 from toolkit.conversion.onnx_calibration import preprocessed, reader
 from toolkit.conversion.onnx_checks import hint_for
-from toolkit.conversion.onnx_io import quiet, require_onnx, run_outputs, session
+from toolkit.conversion.onnx_io import graph_maps, quiet, require_onnx, run_outputs, session
 from toolkit.conversion.onnx_quant import static_int8
 from toolkit.errors import ConversionError, key_line
 from toolkit.runtimes.inspection.onnx import is_integer_op, iter_nodes
@@ -45,11 +45,7 @@ def _rel_error(reference: Sequence[np.ndarray], actual: Sequence[np.ndarray]) ->
 def qdq_graph(model: onnx.ModelProto) -> tuple[list[Any], dict[str, Any], dict[str, list[Any]]]:
     """(compute nodes fed through a DequantizeLinear, producer of each tensor, readers of each tensor)."""
     nodes = list(iter_nodes(model.graph))
-    producers = {out: n for n in nodes for out in n.output}
-    readers: dict[str, list[Any]] = {}
-    for n in nodes:
-        for name in n.input:
-            readers.setdefault(name, []).append(n)
+    producers, readers = graph_maps(nodes)
     compute = [
         n
         for n in nodes
