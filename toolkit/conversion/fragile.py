@@ -24,9 +24,12 @@ from __future__ import annotations
 import tempfile
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 import numpy as np
+
+if TYPE_CHECKING:
+    import onnx
 
 RANGE_RATIO = 100.0  # float ranges of a Concat's inputs further apart than this get separate scales
 RANGE_SAMPLES = 8  # calibration samples the ranges are measured on
@@ -38,14 +41,14 @@ ELEMENTWISE = frozenset({"Add", "Sub", "Mul", "Div", "Tanh", "ReduceMean"})
 INTEGER_READERS = frozenset({"Gather", "GatherElements", "GatherND", "OneHot", "Cast", "Equal"})
 
 
-def _output_concats(graph: Any, consumers: Mapping[str, list[Any]]) -> list[tuple[Any, list[Any]]]:
+def _output_concats(graph: onnx.GraphProto, consumers: Mapping[str, list[onnx.NodeProto]]) -> list[tuple[onnx.NodeProto, list[onnx.NodeProto]]]:
     """Concats whose output reaches a graph output through pass-through nodes only, with those nodes."""
     outputs = {o.name for o in graph.output}
     found = []
     for node in graph.node:
         if node.op_type != "Concat" or len(node.input) < 2:
             continue
-        path: list[Any] = []
+        path: list[onnx.NodeProto] = []
         current = node
         while True:
             if any(out in outputs for out in current.output):
@@ -60,7 +63,7 @@ def _output_concats(graph: Any, consumers: Mapping[str, list[Any]]) -> list[tupl
 
 
 def _mixed_range_concats(
-    model_path: Path, graph: Any, concats: Sequence[tuple[Any, list[Any]]], feeds: Sequence[Mapping[str, np.ndarray]]
+    model_path: Path, graph: onnx.GraphProto, concats: Sequence[tuple[onnx.NodeProto, list[onnx.NodeProto]]], feeds: Sequence[Mapping[str, np.ndarray]]
 ) -> list[tuple[str, str]]:
     from toolkit.conversion.onnx_io import require_onnx, run_outputs
 
@@ -84,7 +87,7 @@ def _mixed_range_concats(
     return found
 
 
-def _decompositions(graph: Any, producers: Mapping[str, Any], consumers: Mapping[str, list[Any]]) -> list[tuple[str, str]]:
+def _decompositions(graph: onnx.GraphProto, producers: Mapping[str, onnx.NodeProto], consumers: Mapping[str, list[onnx.NodeProto]]) -> list[tuple[str, str]]:
     """The statistics/nonlinear nodes of decomposed LayerNorm/GELU and the elementwise nodes next to them."""
     found: dict[str, str] = {}
     for node in graph.node:
@@ -99,7 +102,7 @@ def _decompositions(graph: Any, producers: Mapping[str, Any], consumers: Mapping
     return list(found.items())
 
 
-def _integer_input_readers(graph: Any, consumers: Mapping[str, list[Any]]) -> list[tuple[str, str]]:
+def _integer_input_readers(graph: onnx.GraphProto, consumers: Mapping[str, list[onnx.NodeProto]]) -> list[tuple[str, str]]:
     """The first float op after each integer graph input (through integer pass-through nodes): the Gather of an
     embedding, the Cast or OneHot of ids. Quantized, an embedding table's rows and a one-hot's levels are
     rounded; kept float they stay exact (the layers after them quantize their inputs as usual)."""

@@ -1,9 +1,6 @@
-"""Is this ONNX model still the model? Every stage of the ONNX route checks what it writes in onnxruntime.
-
-``check_runs`` loads an artifact and runs it once on a calibration sample (a model the runtime rejects, or one
-that gives NaN/Inf, is a ConversionError); ``transform_problem`` also compares a float model's outputs with the
-source's, so a graph transform that changes what the model computes is caught (``onnx_prepare``,
-``onnx_calibration``). ``hint_for`` turns onnxruntime's key line into what to do.
+"""Is this ONNX model still the model? ``check_runs`` loads an artifact and runs it once (rejected, or NaN/Inf:
+a ConversionError); ``transform_problem`` also compares a float model's outputs with the source's, so a graph
+transform that changes what the model computes is caught. ``hint_for`` says what to do about a failure.
 """
 
 from __future__ import annotations

@@ -1,7 +1,6 @@
-"""Small ONNX helpers shared by the ONNX stages (``onnx_prepare``, ``onnx_quant``, ``onnx_ranking``) and the
-fragile-pattern finder (``fragile``): the ``onnx`` import with its install hint, a model's opset, saving a model
-(staged beside its final path), an onnxruntime session, keeping onnxruntime's quantization tools quiet, and
-running a model for chosen intermediate tensors."""
+"""Small ONNX helpers shared by the ONNX stages and ``fragile``: the ``onnx`` import with its install hint, opsets,
+graph maps, saving (staged beside the final path), a quiet onnxruntime session, and intermediate tensors.
+"""
 
 from __future__ import annotations
 
@@ -26,7 +25,7 @@ _TWO_GB = 2**31 - 2**20
 
 
 def require_onnx() -> Any:
-    """The ``onnx`` module, or the error naming the extra that brings it (Any: the module is untyped)."""
+    """The ``onnx`` module, or the error naming the extra that brings it (Any: a module object)."""
     try:
         import onnx
     except ImportError as exc:  # pragma: no cover - the onnx extra is part of every test run
@@ -46,10 +45,10 @@ def opset_of(model: onnx.ModelProto | Path) -> int:
     return next((int(o.version) for o in proto.opset_import if o.domain in ("", "ai.onnx")), 0)
 
 
-def graph_maps(nodes: Iterable[Any]) -> tuple[dict[str, Any], dict[str, list[Any]]]:
-    """(the node that writes each tensor, the nodes that read each tensor) of ``nodes`` (onnx NodeProtos)."""
-    producers: dict[str, Any] = {}
-    readers: dict[str, list[Any]] = {}
+def graph_maps(nodes: Iterable[onnx.NodeProto]) -> tuple[dict[str, onnx.NodeProto], dict[str, list[onnx.NodeProto]]]:
+    """(the node that writes each tensor, the nodes that read each tensor) of ``nodes``."""
+    producers: dict[str, onnx.NodeProto] = {}
+    readers: dict[str, list[onnx.NodeProto]] = {}
     for node in nodes:
         producers.update((out, node) for out in node.output)
         for name in node.input:

@@ -81,7 +81,7 @@ def _overflowing_nodes(model: onnx.ModelProto) -> tuple[list[str], list[str]]:
 
     from toolkit.runtimes.inspection.onnx import iter_graphs
 
-    def peak(tensor: Any) -> float:  # the largest |value| of a float tensor (0 for others)
+    def peak(tensor: onnx.TensorProto) -> float:  # the largest |value| of a float tensor (0 for others)
         values = numpy_helper.to_array(tensor) if tensor.data_type == 1 else np.zeros(0)  # 1: FLOAT
         return float(np.max(np.abs(values))) if values.size else 0.0
 

@@ -1,10 +1,6 @@
-"""Which nodes of a static INT8 ONNX artifact to keep in float: per-node error attribution and the search for
-the float groups that bring the outputs back (the ONNX side of ``sensitivity``; ``layers.onnx_table`` shares
-its graph reading).
-
-``node_errors`` ranks quantized nodes by the per-channel error their output's Q/DQ pair adds, ``added_errors``
-by the relative L2 error each node adds to its inputs', and ``float_groups`` builds the model again with each
-shortlisted node (and its consumers) excluded and orders the candidates by the error of the outputs.
+"""Which nodes of a static INT8 ONNX artifact to keep in float: per-node error attribution (``node_errors``,
+``added_errors``) and the search for the groups that bring the outputs back (``float_groups``), the ONNX side of
+``sensitivity``; ``layers.onnx_table`` shares its reading of the Q/DQ graph.
 """
 
 from __future__ import annotations
@@ -14,7 +10,7 @@ import math
 import tempfile
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -42,7 +38,7 @@ def _rel_error(reference: Sequence[np.ndarray], actual: Sequence[np.ndarray]) ->
     return float(np.linalg.norm(ref - act)) / max(float(np.linalg.norm(ref)), 1e-12)
 
 
-def qdq_graph(model: onnx.ModelProto) -> tuple[list[Any], dict[str, Any], dict[str, list[Any]]]:
+def qdq_graph(model: onnx.ModelProto) -> tuple[list[onnx.NodeProto], dict[str, onnx.NodeProto], dict[str, list[onnx.NodeProto]]]:
     """(compute nodes fed through a DequantizeLinear, producer of each tensor, readers of each tensor)."""
     nodes = list(iter_nodes(model.graph))
     producers, readers = graph_maps(nodes)
@@ -57,7 +53,7 @@ def qdq_graph(model: onnx.ModelProto) -> tuple[list[Any], dict[str, Any], dict[s
     return compute, producers, readers
 
 
-def output_qdq(node: Any, readers: Mapping[str, list[Any]]) -> tuple[str, str] | None:
+def output_qdq(node: onnx.NodeProto, readers: Mapping[str, list[onnx.NodeProto]]) -> tuple[str, str] | None:
     """(float output, its DequantizeLinear output) when ``node``'s first output goes through a Q/DQ pair."""
     if not node.output:
         return None
@@ -215,7 +211,7 @@ def added_errors(
     return results[:limit] if limit > 0 else results
 
 
-def _float_input(name: str, producers: Mapping[str, Any]) -> str:
+def _float_input(name: str, producers: Mapping[str, onnx.NodeProto]) -> str:
     """The float tensor behind a DequantizeLinear(QuantizeLinear(x)) chain, else the name itself."""
     dq = producers.get(name)
     if dq is not None and dq.op_type == "DequantizeLinear":
