@@ -210,13 +210,13 @@ def _required_conversion(
 
 
 def _shape_inference(model: onnx.ModelProto, notes: list[str]) -> onnx.ModelProto:
-    onnx = require_onnx()
     # Stale shapes (symbolic dims of the original export) would contradict the pinned inputs.
     del model.graph.value_info[:]
     for out in model.graph.output:
         out.type.tensor_type.ClearField("shape")
     try:
-        inferred: onnx.ModelProto = onnx.shape_inference.infer_shapes(model, strict_mode=False, data_prop=True)
+        inferred: onnx.ModelProto = require_onnx().shape_inference.infer_shapes(model, strict_mode=False,
+                                                                             data_prop=True)
     except Exception as exc:  # noqa: BLE001
         notes.append(f"ONNX shape inference failed ({key_line(exc)}); shapes left to the runtime")
         return model
