@@ -33,6 +33,12 @@ def hint_for(message: str) -> str:
     return "Try another precision (fp32 always works), exclude the failing node with nodes_to_exclude, or run with --debug."
 
 
+def failure(what: str, exc: BaseException) -> ConversionError:
+    """``what`` failed, with the exception's key line and what to do about it (``hint_for``)."""
+    line = key_line(exc)
+    return ConversionError(f"{what}: {line}", hint=hint_for(line))
+
+
 def sample_feed(request: ConversionRequest, runner: Any) -> dict[str, np.ndarray]:
     """One calibration sample, or (without calibration data) a deterministic random one of the right shape."""
     sample = request.calibration[0] if request.calibration else {}
@@ -66,18 +72,12 @@ def check_runs(path: Path, request: ConversionRequest, what: str) -> list[np.nda
     try:
         runner = session(path)
     except Exception as exc:
-        line = key_line(exc)
-        raise ConversionError(
-            f"onnxruntime cannot load the {what} model: {line}", hint=hint_for(line)
-        ) from exc
+        raise failure(f"onnxruntime cannot load the {what} model", exc) from exc
     feed = sample_feed(request, runner)
     try:
         outputs = [np.asarray(o) for o in runner.run(None, feed)]
     except Exception as exc:
-        line = key_line(exc)
-        raise ConversionError(
-            f"The {what} model fails to run in onnxruntime: {line}", hint=hint_for(line)
-        ) from exc
+        raise failure(f"The {what} model fails to run in onnxruntime", exc) from exc
     for arg, out in zip(runner.get_outputs(), outputs):
         if np.issubdtype(out.dtype, np.floating) and not np.all(np.isfinite(out)):
             raise ConversionError(

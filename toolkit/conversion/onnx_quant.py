@@ -27,7 +27,7 @@ import numpy as np
 
 from toolkit.conversion.base import BuiltArtifact, ConversionRequest
 from toolkit.conversion.onnx_calibration import calibration_cache, preprocessed, reader
-from toolkit.conversion.onnx_checks import check_runs, hint_for
+from toolkit.conversion.onnx_checks import check_runs, failure
 from toolkit.conversion.onnx_io import opset_of, quiet, require_onnx, save_model, staged_file
 from toolkit.conversion.onnx_prepare import QDQ_MIN_OPSET
 from toolkit.errors import ConversionError, MissingDependency, UsageError, key_line
@@ -128,8 +128,7 @@ def _fp16(request: ConversionRequest, base: BuiltArtifact, tmp: Path) -> _Result
                 model, keep_io_types=True, max_finite_val=FP16_MAX, node_block_list=blocked
             )
         except Exception as exc:
-            line = key_line(exc)
-            raise ConversionError(f"fp16 conversion failed: {line}", hint=hint_for(line)) from exc
+            raise failure("fp16 conversion failed", exc) from exc
     messages = [str(w.message) for w in caught if "truncated" in str(w.message)]
     clipped = [m for m in messages if f"truncated to {FP16_MAX}" in m or "truncated to -65504" in m]
     tiny = len(messages) - len(clipped)
@@ -185,11 +184,11 @@ def _dynamic(request: ConversionRequest, base: BuiltArtifact, tmp: Path) -> _Res
                     extra_options={"EnableSubgraph": enable},
                 )
         except Exception as exc:
-            line = key_line(exc)
             if enable:
-                notes.append(f"dynamic: quantizing inside If/Loop/Scan bodies failed ({line}); they stay float")
+                notes.append(f"dynamic: quantizing inside If/Loop/Scan bodies failed ({key_line(exc)}); "
+                             "they stay float")
                 continue
-            raise ConversionError(f"Dynamic quantization failed: {line}", hint=hint_for(line)) from exc
+            raise failure("Dynamic quantization failed", exc) from exc
         if enable:
             try:
                 check_runs(tmp, request, "dynamic ONNX")
@@ -250,10 +249,7 @@ def static_int8(request: ConversionRequest, base: BuiltArtifact, tmp: Path) -> _
     except UsageError:
         raise
     except Exception as exc:
-        line = key_line(exc)
-        raise ConversionError(
-            f"Static int8 quantization ({recipe.label}) failed: {line}", hint=hint_for(line)
-        ) from exc
+        raise failure(f"Static int8 quantization ({recipe.label}) failed", exc) from exc
     if contrib:
         _contrib_only_for_16_bits(tmp)
     return exclude, notes

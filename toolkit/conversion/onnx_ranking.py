@@ -17,10 +17,9 @@ import numpy as np
 from toolkit.conversion import sensitivity
 from toolkit.conversion.base import BuiltArtifact, ConversionRequest
 from toolkit.conversion.onnx_calibration import preprocessed, reader
-from toolkit.conversion.onnx_checks import hint_for
+from toolkit.conversion.onnx_checks import failure
 from toolkit.conversion.onnx_io import graph_maps, quiet, require_onnx, run_outputs, session
 from toolkit.conversion.onnx_quant import static_int8
-from toolkit.errors import ConversionError, key_line
 from toolkit.runtimes.inspection.onnx import is_integer_op, iter_nodes
 
 if TYPE_CHECKING:
@@ -28,6 +27,7 @@ if TYPE_CHECKING:
 
 _MAX_DEBUG_SAMPLES = 4  # calibration samples of ``added_errors``' activation runs
 _QDQ = ("QuantizeLinear", "DequantizeLinear")
+_MEASURING = "Measuring per-node quantization error failed"
 
 
 def _rel_error(reference: Sequence[np.ndarray], actual: Sequence[np.ndarray]) -> float:
@@ -106,7 +106,7 @@ def node_errors(
             with quiet():
                 channel = _channel_errors(request, int8.path, Path(scratch).resolve())
         except Exception as exc:
-            raise _measuring_failed(exc) from exc
+            raise failure(_MEASURING, exc) from exc
     added = added_errors(request, base, int8, limit=0)
     rows = [(name, score) for name, score in channel.items() if not math.isnan(score)]
     rows += [(name, score) for name, score in added if name not in channel or math.isnan(channel[name])]
@@ -241,10 +241,5 @@ def _activations(
                 float_acts = collect_activations(str(float_aug), reader(request, reference, _MAX_DEBUG_SAMPLES))
                 quant_acts = collect_activations(str(quant_aug), reader(request, reference, _MAX_DEBUG_SAMPLES))
         except Exception as exc:
-            raise _measuring_failed(exc) from exc
+            raise failure(_MEASURING, exc) from exc
     return float_acts, quant_acts
-
-
-def _measuring_failed(exc: BaseException) -> ConversionError:
-    line = key_line(exc)
-    return ConversionError(f"Measuring per-node quantization error failed: {line}", hint=hint_for(line))
