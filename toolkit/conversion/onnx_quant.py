@@ -1,17 +1,12 @@
 """ONNX float base -> fp32 / fp16 / dynamic / int8 artifacts, with onnxruntime's own tools.
 
 ``derive`` builds one recipe's artifact from the fp32 base (``onnx_prepare.prepare`` for ONNX sources, the
-framework exporters otherwise; see ``registry``), whatever exported it:
-
-* per-channel QDQ on opset < 13 writes a model onnxruntime refuses ("Unrecognized attribute: axis for operator
-  DequantizeLinear"): ``derive`` falls back to per-tensor when the opset must stay old (findings.md 3);
-* fp16 conversion clips a BatchNormalization variance of 9.8e7 to 1e4 ("will be truncated") and the model's
-  output collapses: ``derive`` finds every constant fp16 cannot hold and keeps the nodes that read it in
-  float32 (listed in ``float_nodes`` and the notes). onnxconverter-common only honours its node block list
-  when the blocked node's initializers carry no value_info, so those entries are dropped first.
-
-Every artifact is written to a temporary file beside ``output``, loaded in onnxruntime and run once on a
-calibration sample, and only then renamed into place: a failure never leaves a file at ``output``.
+framework exporters otherwise; see ``registry``), whatever exported it. Per-channel QDQ on opset < 13 writes a
+model onnxruntime refuses ("Unrecognized attribute: axis for operator DequantizeLinear", findings.md 3): static
+int8 is per-tensor when the opset must stay old. fp16 conversion clips a BatchNormalization variance of 9.8e7
+to 1e4 ("will be truncated") and the output collapses: the nodes that read a constant fp16 cannot hold stay
+float32 (``float_nodes`` and the notes); onnxconverter-common honours its node block list only when the blocked
+node's initializers carry no value_info, so those entries are dropped first.
 """
 
 from __future__ import annotations
