@@ -179,18 +179,18 @@ def test_tflite_ranking_puts_the_outlier_layer_first(outlier_keras, digits, tmp_
 
 
 def test_onnx_ranking_puts_the_outlier_layer_first(outlier_keras, digits, tmp_path) -> None:
-    from toolkit.conversion import onnx_quant, registry
+    from toolkit.conversion import onnx_quant, onnx_ranking, registry
     from toolkit.sources import open_source
 
     request = digits_request(open_source(str(outlier_keras)), digits, tmp_path, format="onnx", precision="int8")
     base = registry.fp32_onnx(request)
     int8 = onnx_quant.derive(request, base, tmp_path / "int8.onnx")
     # What relative L2 per node says: the hidden layer adds almost nothing, the head everything.
-    added = onnx_quant.added_errors(request, base, int8, limit=0)
+    added = onnx_ranking.added_errors(request, base, int8, limit=0)
     assert "head_1" in added[0][0] and "hidden_1" in added[-1][0] and added[-1][1] < 0.05, added
     start = time.perf_counter()
-    errors = onnx_quant.node_errors(request, base, int8, limit=3)
-    groups = onnx_quant.float_groups(request, base, int8, limit=3)
+    errors = onnx_ranking.node_errors(request, base, int8, limit=3)
+    groups = onnx_ranking.float_groups(request, base, int8, limit=3)
     ranking = time.perf_counter() - start
     print(f"onnx node_errors + float_groups {ranking:.2f}s: {errors} {groups}")
     assert "hidden_1/MatMul" in errors[0][0] and errors[0][1] > 0.5, errors

@@ -7,6 +7,8 @@ failed; 4 a device could not be reached, refused us, or could not take the bundl
 
 from __future__ import annotations
 
+import re
+
 
 class ToolkitError(Exception):
     """Base of every error edgetk reports to a user: a plain message plus what to do about it."""
@@ -104,3 +106,24 @@ def worst_exit_code(codes: list[int]) -> int:
         if code in codes:
             return code
     return 0
+
+
+_NOISE = ("File ", "Traceback", "^", "~", "<unknown>", "note:")  # traceback frames, MLIR locations and notes
+_DIAGNOSTIC = re.compile(r"(?:^|[\s:])(error:)", re.IGNORECASE)  # an MLIR "loc(...): error: ..." line
+
+
+def key_line(exc: BaseException) -> str:
+    """The line of an exception's text that says what went wrong, for a one-line message (at most 400 chars).
+
+    Converters and runtimes bury it: an MLIR dump puts it on an ``error:`` line (taken from there on);
+    traceback frames and notes are skipped; a header ending in ':' (onnxruntime's "Load model failed:") is
+    joined with the lines that follow it. Otherwise the first line; the exception's type when there is none."""
+    lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
+    for line in lines:
+        if match := _DIAGNOSTIC.search(line):
+            return line[match.start(1):][:400]
+    useful = iter([line for line in lines if not line.startswith(_NOISE)])
+    key = next(useful, type(exc).__name__)
+    while key.endswith(":") and (more := next(useful, None)) is not None:
+        key = f"{key} {more}"
+    return key[:400]

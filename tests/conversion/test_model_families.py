@@ -13,7 +13,9 @@ import numpy as np
 import pytest
 
 from tests.fixtures.token_models import if_lstm_onnx  # noqa: F401 (fixture)
-from toolkit.conversion import onnx_quant
+from toolkit.conversion import onnx_prepare, onnx_quant
+from toolkit.conversion.onnx_checks import transform_problem
+from toolkit.conversion.onnx_io import opset_of
 from toolkit.conversion.base import ConversionRequest
 from toolkit.errors import ConversionError
 from toolkit.runtimes.inspection.onnx import iter_graphs
@@ -40,9 +42,9 @@ def _ops(path: Path) -> list[str]:
 
 def test_prepare_verifies_the_opset_upgrade_of_a_graph_with_if_and_lstm(if_lstm_onnx: Path, tmp_path) -> None:
     request = _request(if_lstm_onnx, "fp32", tmp_path)
-    built = onnx_quant.prepare(request, tmp_path / "base.onnx")
+    built = onnx_prepare.prepare(request, tmp_path / "base.onnx")
     assert any("opset upgraded 11 -> 17" in n for n in built.notes), built.notes
-    assert onnx_quant.transform_problem(built.path, request) is None  # loads and computes what the source does
+    assert transform_problem(built.path, request) is None  # loads and computes what the source does
 
 
 def test_a_transform_that_breaks_the_model_is_skipped_and_recorded(if_lstm_onnx: Path, tmp_path, monkeypatch) -> None:
@@ -64,20 +66,20 @@ def test_a_transform_that_breaks_the_model_is_skipped_and_recorded(if_lstm_onnx:
 
     monkeypatch.setattr(version_converter, "convert_version", breaking)
     request = _request(if_lstm_onnx, "fp32", tmp_path)
-    built = onnx_quant.prepare(request, tmp_path / "base.onnx")
+    built = onnx_prepare.prepare(request, tmp_path / "base.onnx")
     skipped = [n for n in built.notes if n.startswith("opset upgrade 11 -> 17 skipped")]
     assert skipped and "int8 will be per-tensor" in skipped[0], built.notes
-    assert onnx_quant.opset_of(__import__("onnx").load(str(built.path))) == 11
-    assert onnx_quant.transform_problem(built.path, request) is None
+    assert opset_of(__import__("onnx").load(str(built.path))) == 11
+    assert transform_problem(built.path, request) is None
     # a conversion the target requires is not skipped: it fails, saying what broke
     required = ConversionRequest(**{**request.__dict__, "recipe": Recipe(format="onnx", precision="fp32", opset=13)})
     with pytest.raises(ConversionError, match="breaks it: the converted model"):
-        onnx_quant.prepare(required, tmp_path / "required.onnx")
+        onnx_prepare.prepare(required, tmp_path / "required.onnx")
 
 
 def test_dynamic_int8_quantizes_the_lstm_inside_the_if_branch(if_lstm_onnx: Path, tmp_path) -> None:
     base_request = _request(if_lstm_onnx, "fp32", tmp_path)
-    base = onnx_quant.prepare(base_request, tmp_path / "base.onnx")
+    base = onnx_prepare.prepare(base_request, tmp_path / "base.onnx")
     request = _request(if_lstm_onnx, "dynamic", tmp_path)
     built = onnx_quant.derive(request, base, tmp_path / "dynamic.onnx")
     ops = _ops(built.path)
@@ -197,7 +199,7 @@ def test_final_concat_of_boxes_and_scores_stays_float(tmp_path) -> None:
     feeds = tuple({"x": rng.normal(0, 1, (1, 16)).astype(np.float32)} for _ in range(64))
     request = ConversionRequest(source=open_source(str(model)), recipe=Recipe(format="onnx", precision="int8"),
                                 input_shapes={"x": (1, 16)}, calibration=feeds, workdir=tmp_path / "w")
-    base = onnx_quant.prepare(dataclass_replace(request, recipe=Recipe(format="onnx", precision="fp32")),
+    base = onnx_prepare.prepare(dataclass_replace(request, recipe=Recipe(format="onnx", precision="fp32")),
                               tmp_path / "base.onnx")
     built = onnx_quant.derive(request, base, tmp_path / "int8.onnx")
     assert "head_concat" in built.float_nodes
@@ -231,7 +233,7 @@ def test_a_base_transform_that_breaks_the_if_lstm_is_skipped_and_named(if_lstm_o
     rank-2 input (onnxruntime: "First input tensor must have rank 3"), the way a transform damages a subgraph
     while the source loads. The stage skips that transform, ships the base, and its notes name the transform;
     nothing blames the user's model."""
-    real = onnx_quant._constants_to_initializers
+    real = onnx_prepare._constants_to_initializers
 
     def breaking(model):  # type: ignore[no-untyped-def]
         moved = real(model)
@@ -253,14 +255,14 @@ def test_a_base_transform_that_breaks_the_if_lstm_is_skipped_and_named(if_lstm_o
         lstm.input[0] = "broken_out"
         return moved
 
-    monkeypatch.setattr(onnx_quant, "_constants_to_initializers", breaking)
+    monkeypatch.setattr(onnx_prepare, "_constants_to_initializers", breaking)
     request = _request(if_lstm_onnx, "fp32", tmp_path)
-    built = onnx_quant.prepare(request, tmp_path / "base.onnx")
+    built = onnx_prepare.prepare(request, tmp_path / "base.onnx")
     skipped = [n for n in built.notes if n.startswith("turning Constant nodes into initializers skipped")]
     assert skipped and "this stage's transformed model does not load" in skipped[0], built.notes
     assert "rank 3" in skipped[0], skipped
     assert any("opset upgraded 11 -> 17" in n for n in built.notes), built.notes  # the other transforms stay
-    assert onnx_quant.transform_problem(built.path, request) is None
+    assert transform_problem(built.path, request) is None
 
 
 def test_a_source_that_fails_itself_is_named_as_the_source(if_lstm_onnx: Path, tmp_path) -> None:
@@ -276,4 +278,4 @@ def test_a_source_that_fails_itself_is_named_as_the_source(if_lstm_onnx: Path, t
     broken = tmp_path / "broken.onnx"
     onnx.save(model, str(broken))
     with pytest.raises(ConversionError, match=r"The source model broken\.onnx itself"):
-        onnx_quant.prepare(_request(broken, "fp32", tmp_path), tmp_path / "base.onnx")
+        onnx_prepare.prepare(_request(broken, "fp32", tmp_path), tmp_path / "base.onnx")

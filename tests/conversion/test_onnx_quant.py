@@ -11,9 +11,11 @@ import pytest
 
 from tests.fixtures.models import Digits
 from tests.fixtures.ppocr import text_images, text_iou
-from toolkit.conversion import onnx_quant
+from toolkit.conversion import onnx_prepare, onnx_quant, onnx_ranking
+from toolkit.conversion.onnx_checks import hint_for
+from toolkit.conversion.onnx_io import opset_of
 from toolkit.conversion.base import BuiltArtifact, ConversionRequest
-from toolkit.errors import ConversionError, UsageError
+from toolkit.errors import ConversionError, UsageError, key_line
 from toolkit.runtimes.execution.onnx import OnnxSession
 from toolkit.runtimes.inspection.onnx import inspect_onnx
 from toolkit.sources.onnx import OnnxSource
@@ -39,7 +41,7 @@ def digits_run(digits_onnx: Path, digits: Digits, tmp_path_factory: pytest.TempP
             dynamic_batch=True,
         )
 
-    base = onnx_quant.prepare(request("fp32"), work / "export.fp32.onnx")
+    base = onnx_prepare.prepare(request("fp32"), work / "export.fp32.onnx")
     return source, request, base, work
 
 
@@ -106,7 +108,7 @@ def test_s8s8_and_qoperator_work(digits_run, digits: Digits) -> None:
 def test_node_errors_feed_selective_quantization(digits_run, digits: Digits) -> None:
     _source, request, base, work = digits_run
     int8 = onnx_quant.derive(request("int8"), base, work / "int8.sel.onnx")
-    errors = onnx_quant.node_errors(request("int8"), base, int8, limit=3)
+    errors = onnx_ranking.node_errors(request("int8"), base, int8, limit=3)
     assert 1 <= len(errors) <= 3
     assert all(err >= 0 for _, err in errors)
     assert [e for _, e in errors] == sorted((e for _, e in errors), reverse=True)
@@ -184,7 +186,7 @@ def ppocr_run(ppocr_det: Path, tmp_path_factory: pytest.TempPathFactory):
             max_opset=max_opset,
         )
 
-    base = onnx_quant.prepare(request("fp32"), work / "export.fp32.onnx")
+    base = onnx_prepare.prepare(request("fp32"), work / "export.fp32.onnx")
     reference = [source.predict({"x": page[None]})[0] for page in heldout]
     return request, base, heldout, reference, work
 
@@ -232,7 +234,7 @@ def test_ppocr_fp16_overflow_is_caught(ppocr_run) -> None:
 def test_ppocr_dynamic_shapes_fall_back_from_symbolic_inference(ppocr_run, tmp_path: Path) -> None:
     """With H/W left dynamic, quant_pre_process hits "Incomplete symbolic shape inference"."""
     request, _base, heldout, reference, _ = ppocr_run
-    base = onnx_quant.prepare(request("fp32", shapes={}, workdir=tmp_path), tmp_path / "base.onnx")
+    base = onnx_prepare.prepare(request("fp32", shapes={}, workdir=tmp_path), tmp_path / "base.onnx")
     built = onnx_quant.derive(
         request("int8", shapes={}, workdir=tmp_path), base, tmp_path / "model.int8.onnx"
     )
@@ -245,7 +247,7 @@ def test_ppocr_dynamic_shapes_fall_back_from_symbolic_inference(ppocr_run, tmp_p
 def test_ppocr_opset_capped_below_13_falls_back_to_per_tensor(ppocr_run, tmp_path: Path) -> None:
     """Per-channel QDQ at opset 12 gives "Unrecognized attribute: axis for operator DequantizeLinear"."""
     request, _base, heldout, reference, _ = ppocr_run
-    base = onnx_quant.prepare(request("fp32", max_opset=12, workdir=tmp_path), tmp_path / "base.onnx")
+    base = onnx_prepare.prepare(request("fp32", max_opset=12, workdir=tmp_path), tmp_path / "base.onnx")
     assert inspect_onnx(base.path).opset == 12
     built = onnx_quant.derive(
         request("int8", max_opset=12, workdir=tmp_path), base, tmp_path / "model.int8.onnx"
@@ -260,9 +262,9 @@ def test_key_line_picks_the_cause() -> None:
         "[ONNXRuntimeError] : 10 : INVALID_GRAPH : Load model failed:\n"
         "This is an invalid model. Unrecognized attribute: axis for operator DequantizeLinear"
     )
-    line = onnx_quant.key_line(exc)
+    line = key_line(exc)
     assert line.endswith("Unrecognized attribute: axis for operator DequantizeLinear")
-    assert "opset" in onnx_quant._hint_for(line)
+    assert "opset" in hint_for(line)
 
 
 def _activation_scales(path: Path) -> dict[str, float]:
@@ -327,8 +329,8 @@ def test_a16w8_keeps_the_opset_with_contrib_int16_qdq(digits_run, digits: Digits
     built = onnx_quant.derive(a16w8, base, work / "int8.a16w8.onnx")
     assert any("com.microsoft" in note and "opset" in note for note in built.notes)
     model = onnx.load(str(built.path))
-    opset = onnx_quant.opset_of(model)
-    assert opset == onnx_quant.opset_of(onnx.load(str(base.path))) and opset <= 19
+    opset = opset_of(model)
+    assert opset == opset_of(onnx.load(str(base.path))) and opset <= 19
     info = inspect_onnx(built.path)
     assert info.precision == "int8" and info.extra["activation_type"] == "int16"
     assert info.float_compute_ops == 0

@@ -188,23 +188,24 @@ def pt2e_table(request: ConversionRequest, full: BuiltArtifact | None = None) ->
 
 def onnx_table(request: ConversionRequest, int8: BuiltArtifact) -> LayerTable:
     """The table of a QDQ INT8 ONNX artifact: every quantized node's output before/after its Q/DQ pair."""
-    from toolkit.conversion import onnx_quant
-    from toolkit.conversion.onnx_io import require_onnx, run_outputs
+    from toolkit.conversion.onnx_calibration import reader
+    from toolkit.conversion.onnx_io import quiet, require_onnx, run_outputs
+    from toolkit.conversion.onnx_ranking import float_group_map, output_qdq, qdq_graph
     from toolkit.conversion.sensitivity import DEBUG_SAMPLES, ChannelError
     from toolkit.runtimes.inspection.onnx import is_integer_op, iter_nodes
 
     model = require_onnx().load(str(int8.path))
     if any(is_integer_op(n.op_type) for n in iter_nodes(model.graph)):
         raise ConversionError("the artifact is in QOperator format: it keeps no float tensors to compare with")
-    compute, _producers, readers = onnx_quant._qdq_graph(model)
-    pairs = {n.name: (n.op_type, pair) for n in compute if (pair := onnx_quant._output_qdq(n, readers)) is not None}
+    compute, _producers, readers = qdq_graph(model)
+    pairs = {n.name: (n.op_type, pair) for n in compute if (pair := output_qdq(n, readers)) is not None}
     if not pairs or not request.calibration:
         return LayerTable(Format.ONNX, "no quantized node with an output Q/DQ pair", 0, ())
     names = sorted({t for _, pair in pairs.values() for t in pair})
-    feeds = list(onnx_quant._reader(request, int8.path, DEBUG_SAMPLES))
-    with tempfile.TemporaryDirectory(dir=request.workdir) as scratch, onnx_quant._quiet():
+    feeds = list(reader(request, int8.path, DEBUG_SAMPLES))
+    with tempfile.TemporaryDirectory(dir=request.workdir) as scratch, quiet():
         values = run_outputs(model, names, Path(scratch).resolve(), feeds)
-    groups = onnx_quant.float_group_map(model, list(pairs))
+    groups = float_group_map(model, list(pairs))
     rows: list[Row] = []
     for node, (op, (pre, post)) in pairs.items():
         stats = ChannelError(axis=1)

@@ -44,10 +44,10 @@ from typing import Any
 import numpy as np
 
 from toolkit.conversion.base import ConversionRequest
-from toolkit.conversion.fragile import MixedOutput
+from toolkit.conversion.fragile_pt2e import MixedOutput
 from toolkit.conversion.sensitivity import Row
-from toolkit.errors import ConversionError, UsageError
-from toolkit.sources.torch import TorchSource, first_line, import_torch
+from toolkit.errors import ConversionError, UsageError, key_line
+from toolkit.sources.torch import TorchSource, import_torch
 
 _PURPOSE = "Quantizing a PyTorch model with PT2E"
 
@@ -165,7 +165,7 @@ def quantize(
 
 def _failed(exc: BaseException) -> ConversionError:
     return ConversionError(
-        f"PT2E int8 quantization failed: {type(exc).__name__}: {first_line(exc)}",
+        f"PT2E int8 quantization failed: {type(exc).__name__}: {key_line(exc)}",
         hint="Use --format onnx --precision int8 (static QDQ), or --precision fp32 for TFLite.",
     )
 
@@ -185,22 +185,22 @@ def _has_output_cat(graph: Any) -> bool:
     """Whether a ``cat`` reaches a graph output through pass-through ops only (the fragile rule's candidates):
     the cheap structural test that decides whether the float graph runs to measure the cat's input ranges.
     The rule's one switch (a test turns it off here)."""
-    from toolkit.conversion import fragile
+    from toolkit.conversion import fragile_pt2e
 
-    return bool(fragile.pt2e_output_cats(graph))
+    return bool(fragile_pt2e.pt2e_output_cats(graph))
 
 
 def _fragile(
     torch: Any, graph: Any, request: ConversionRequest, names: Sequence[str], args: Sequence[Any]
 ) -> tuple[tuple[tuple[str, str], ...], tuple[MixedOutput, ...]]:
     """The fragile nodes and mixed outputs of ``graph`` (a float export), measured on the calibration data."""
-    from toolkit.conversion import fragile
+    from toolkit.conversion import fragile, fragile_pt2e
 
     if not _has_output_cat(graph):
         return (), ()
     samples = [_feed(torch, sample, names, args) for sample in request.calibration[:fragile.RANGE_SAMPLES]]
     try:
-        found, mixed = fragile.pt2e_fragile_nodes(torch, graph, samples)
+        found, mixed = fragile_pt2e.pt2e_fragile_nodes(torch, graph, samples)
     except Exception as exc:
         raise _failed(exc) from exc
     return tuple(found), tuple(mixed)

@@ -52,7 +52,7 @@ _PTE_ONLY_TORCH = Refusal(
     "--format tflite / onnx for this source.",
 )
 _FLOAT_EXPORTS: Mapping[Framework, str] = {
-    Framework.ONNX: "toolkit.conversion.onnx_quant:prepare",
+    Framework.ONNX: "toolkit.conversion.onnx_prepare:prepare",
     **{fw: "toolkit.conversion.tf_onnx:export" for fw in TF},
     **{fw: "toolkit.conversion.torch_onnx:export" for fw in TORCH},
     Framework.TFLITE: "toolkit.conversion.tflite_onnx:export",  # tf2onnx's TFLite frontend (float sources only)

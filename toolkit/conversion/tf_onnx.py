@@ -9,23 +9,17 @@ If ``from_function`` fails, the fixed-shape SavedModel export is tried the same 
 
 from __future__ import annotations
 
-import os
-import tempfile
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from toolkit.conversion.base import BuiltArtifact, ConversionRequest
-from toolkit.errors import ConversionError, MissingDependency, UsageError
+from toolkit.conversion.onnx_io import export_opset, require_onnx, staged_file
+from toolkit.errors import ConversionError, MissingDependency, UsageError, key_line
 
 DEFAULT_OPSET = 17
-
-
-def _key_line(exc: BaseException) -> str:
-    from toolkit.conversion.tflite import _key_line as key_line
-
-    return key_line(exc)
 
 
 def _shapes(request: ConversionRequest) -> dict[str, tuple[int | None, ...]]:
@@ -44,7 +38,24 @@ def _shapes(request: ConversionRequest) -> dict[str, tuple[int | None, ...]]:
     return shapes
 
 
-def _rename_io(model: Any, inputs: list[str], outputs: list[str]) -> None:
+def require_tf2onnx(purpose: str) -> Any:
+    """The ``tf2onnx`` module (Any: it is untyped), or the error naming the extra that brings it."""
+    try:
+        import tf2onnx
+    except ImportError as exc:
+        raise MissingDependency("tf2onnx", extra="tf", purpose=purpose) from exc
+    return tf2onnx
+
+
+def check_written(proto: Any) -> None:
+    """onnx's checker on what tf2onnx wrote; a model it refuses is a ConversionError (one plain line)."""
+    try:
+        require_onnx().checker.check_model(proto)
+    except Exception as exc:  # noqa: BLE001 (frameworks raise any type; reported as one plain line)
+        raise ConversionError(f"tf2onnx wrote an invalid ONNX model: {key_line(exc)}") from None
+
+
+def rename_io(model: Any, inputs: list[str], outputs: list[str]) -> None:
     """Give graph inputs/outputs the source's names (tf2onnx appends ``:0`` or keeps ``Identity`` names)."""
     renames: dict[str, str] = {}
     for values, names in ((model.graph.input, inputs), (model.graph.output, outputs)):
@@ -111,23 +122,15 @@ def export(request: ConversionRequest, output: Path) -> BuiltArtifact:
     source = request.source
     if not isinstance(source, TensorFlowSource):
         raise UsageError(f"The tf2onnx route exports Keras and SavedModel sources, not {source.framework}.")
-    try:
-        import onnx
-        import tf2onnx
-    except ImportError as exc:
-        raise MissingDependency(
-            "tf2onnx", extra="tf", purpose="Exporting a TensorFlow model to ONNX"
-        ) from exc
-    opset = request.recipe.opset or DEFAULT_OPSET
-    if request.max_opset is not None:
-        opset = min(opset, request.max_opset)
+    tf2onnx = require_tf2onnx("Exporting a TensorFlow model to ONNX")
+    opset = export_opset(request, DEFAULT_OPSET)
     shapes = _shapes(request)
     in_names = [s.name for s in source.inputs]
     out_names = [s.name for s in source.outputs]
     errors: list[str] = []
     proto = None
     exporter = ""
-    attempts = [("from_function", lambda: source.serving_function(shapes))]
+    attempts: list[tuple[str, Callable[[], Any]]] = [("from_function", lambda: source.serving_function(shapes))]
     if not request.dynamic_batch:
         attempts.append(("SavedModel export + from_function", lambda: _saved_model_function(request, shapes)))
     for label, make in attempts:
@@ -141,7 +144,7 @@ def export(request: ConversionRequest, output: Path) -> BuiltArtifact:
         except (UsageError, ConversionError):
             raise
         except Exception as exc:  # tf2onnx raises anything from KeyError to ValueError  # noqa: BLE001 (frameworks raise any type; reported as one plain line)
-            errors.append(f"{label}: {_key_line(exc)}")
+            errors.append(f"{label}: {key_line(exc)}")
     if proto is None:
         raise ConversionError(
             "tf2onnx could not export the model to ONNX: " + "; ".join(errors),
@@ -149,26 +152,15 @@ def export(request: ConversionRequest, output: Path) -> BuiltArtifact:
             "(a target that allows it) or the TFLite format.",
         )
     bound = _bind_captured_constants(proto, function, in_names)
-    _rename_io(proto, in_names, out_names)
+    rename_io(proto, in_names, out_names)
     if request.dynamic_batch:
         for value in list(proto.graph.input) + list(proto.graph.output):
             dims = value.type.tensor_type.shape.dim
             if dims and not dims[0].HasField("dim_value"):
                 dims[0].dim_param = "batch"
-    try:
-        onnx.checker.check_model(proto)
-    except Exception as exc:  # noqa: BLE001 (frameworks raise any type; reported as one plain line)
-        raise ConversionError(f"tf2onnx wrote an invalid ONNX model: {_key_line(exc)}") from None
-    output = Path(output)
-    output.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp_name = tempfile.mkstemp(prefix=f".{output.name}.", suffix=".tmp", dir=output.parent)
-    os.close(fd)
-    try:
-        onnx.save_model(proto, tmp_name)
-        os.replace(tmp_name, output)
-    except BaseException:
-        Path(tmp_name).unlink(missing_ok=True)
-        raise
+    check_written(proto)
+    with staged_file(output) as tmp:
+        require_onnx().save_model(proto, str(tmp))
     notes = (f"opset {opset}",) + (("dynamic batch",) if request.dynamic_batch else ()) + (
         (f"{len(bound)} constant(s) that tf2onnx left as graph inputs folded into the model: "
          f"{', '.join(bound[:4])}",) if bound else ())

@@ -44,9 +44,9 @@ from typing import Any
 
 import numpy as np
 
-from toolkit.conversion import fragile
+from toolkit.conversion import fragile, fragile_tflite
 from toolkit.conversion.base import BuiltArtifact, ConversionRequest, as_input_dtype
-from toolkit.errors import ConversionError, UsageError
+from toolkit.errors import ConversionError, UsageError, key_line
 from toolkit.model.types import FloatIO, FloatIOReason, TensorRole
 
 _IO_TYPES = {"int8": "int8", "uint8": "uint8", "float32": "float32"}
@@ -58,17 +58,6 @@ def _tf() -> Any:
     import tensorflow as tf
 
     return tf
-
-
-def _key_line(exc: BaseException) -> str:
-    """The converter's key line out of an exception text that may hold a whole MLIR dump or traceback."""
-    lines = [ln.strip() for ln in str(exc).splitlines() if ln.strip()]
-    for ln in lines:
-        if "error:" in ln.lower():
-            return ln[ln.lower().index("error:") :][:300]
-    useful = [ln for ln in lines if not ln.startswith(("File ", "Traceback", "^", "~", "<unknown>", "note:"))]
-    text = useful[0] if useful else type(exc).__name__
-    return text[:300]
 
 
 def _source(request: ConversionRequest) -> Any:
@@ -201,7 +190,7 @@ def _full_int8(request: ConversionRequest, calibrated: bytes) -> bytes:
         return bytes(_deduplicate_readonly_buffers(bytes(model)))
     except Exception as exc:  # noqa: BLE001 (frameworks raise any type; reported as one plain line)
         raise ConversionError(
-            f"TFLiteConverter failed (int8): {_key_line(exc)}",
+            f"TFLiteConverter failed (int8): {key_line(exc)}",
             hint="The model may use ops TFLite cannot express in int8; try another precision, or keep the "
             "failing layers in float with nodes_to_exclude.",
         ) from None
@@ -222,7 +211,7 @@ def _run(converter: Any, what: str) -> bytes:
         return bytes(converter.convert())
     except Exception as exc:  # the converter raises ConverterError, ValueError, RuntimeError...  # noqa: BLE001 (frameworks raise any type; reported as one plain line)
         raise ConversionError(
-            f"TFLiteConverter failed ({what}): {_key_line(exc)}",
+            f"TFLiteConverter failed ({what}): {key_line(exc)}",
             hint="The model may use ops TFLite cannot express in this precision; try another precision, or "
             "keep the failing layers in float with nodes_to_exclude.",
         ) from None
@@ -463,7 +452,7 @@ def _selective_int8(
 
     recipe = request.recipe
     calibrated = _calibrated(request)
-    found, float_outputs = fragile.tflite_fragile_nodes(calibrated)
+    found, float_outputs = fragile_tflite.tflite_fragile_nodes(calibrated)
     if only_if_fragile and not found:
         return None
     model_obj = getattr(request.source, "model", None)
@@ -493,7 +482,7 @@ def _selective_int8(
                 absl.setLevel(level)
     except Exception as exc:  # noqa: BLE001 (frameworks raise any type; reported as one plain line)
         raise ConversionError(
-            f"Selective int8 quantization failed: {_key_line(exc)}",
+            f"Selective int8 quantization failed: {key_line(exc)}",
             hint="Keep fewer nodes in float, or use io_dtype float32.",
         ) from None
     return bytes(model), nodes + types, stays, found
@@ -502,20 +491,20 @@ def _selective_int8(
 def _has_decomposition(model: bytes) -> bool:
     """Whether the model has a decomposed LayerNorm/GELU: the statistics rule's candidates."""
 
-    return fragile.tflite_has_decomposition(model)
+    return fragile_tflite.tflite_has_decomposition(model)
 
 
 def _reads_integer_input(model: bytes) -> bool:
     """Whether the model has an integer input (token ids): the integer-input rule's candidates."""
 
-    return bool(fragile.tflite_integer_inputs(model))
+    return bool(fragile_tflite.tflite_graph(model).integer)
 
 
 def _has_output_concat(model: bytes) -> bool:
     """Whether a Concat reaches a graph output through pass-through ops only (the fragile rule's candidates):
     the cheap structural test that decides whether a calibration is spent on measuring its input ranges."""
 
-    ops, outputs, _magnitude, _constants = fragile._tflite_graph(model)
+    ops, outputs = fragile_tflite.tflite_graph(model)[:2]
     readers: dict[str, list[str]] = {}
     for kind, ins, _outs in ops:
         for name in ins:
@@ -527,7 +516,7 @@ def _has_output_concat(model: bytes) -> bool:
             kind, ins = writes[current]
             if kind == "CONCATENATION":
                 return True
-            if kind not in fragile.TFLITE_PASSTHROUGH and kind not in ("QUANTIZE", "DEQUANTIZE") or not ins:
+            if kind not in fragile_tflite.TFLITE_PASSTHROUGH and kind not in ("QUANTIZE", "DEQUANTIZE") or not ins:
                 break
             current = ins[0]
     return False
@@ -559,7 +548,7 @@ def sanity_check(path: Path, request: ConversionRequest) -> None:
         try:
             outputs = session.run(feed)
         except Exception as exc:  # noqa: BLE001 (frameworks raise any type; reported as one plain line)
-            raise ConversionError(f"The converted model fails to run in LiteRT: {_key_line(exc)}") from None
+            raise ConversionError(f"The converted model fails to run in LiteRT: {key_line(exc)}") from None
     finally:
         session.close()
     bad = [spec.name for spec, out in zip(session.outputs, outputs) if not np.all(np.isfinite(out))]
@@ -737,7 +726,7 @@ def _debug_run(request: ConversionRequest) -> tuple[bytes, dict[str, float], dic
         buffer = io.StringIO()
         debugger.layer_statistics_dump(buffer)
     except Exception as exc:  # noqa: BLE001 (frameworks raise any type; reported as one plain line)
-        raise ConversionError(f"The TFLite quantization debugger failed: {_key_line(exc)}") from None
+        raise ConversionError(f"The TFLite quantization debugger failed: {key_line(exc)}") from None
     rows = list(csv.DictReader(io.StringIO(buffer.getvalue())))
     names = [row.get("tensor_name", "") for row in rows]  # the dump follows ``layer_statistics`` order
     channel: dict[str, float] = {}

@@ -22,10 +22,10 @@ import logging
 from pathlib import Path
 
 from toolkit.conversion.base import BuiltArtifact, ConversionRequest
-from toolkit.conversion.onnx_io import save_model
-from toolkit.errors import ConversionError, MissingDependency, UsageError
-
-DEFAULT_OPSET = 17
+from toolkit.conversion.onnx_io import export_opset, save_model
+from toolkit.conversion.tf_onnx import DEFAULT_OPSET, check_written, rename_io, require_tf2onnx
+from toolkit.errors import ConversionError, UsageError, key_line
+from toolkit.model.types import Precision
 
 
 def unconverted_ops(model: object) -> list[str]:
@@ -44,29 +44,21 @@ def export(request: ConversionRequest, output: Path) -> BuiltArtifact:
     source = request.source
     if not isinstance(source, TFLiteSource):
         raise UsageError(f"The TFLite -> ONNX route takes .tflite sources, not {source.framework}.")
-    if source.precision not in ("fp32", "fp16"):  # fp16 weights are dequantized to float32 in the graph
+    if source.precision not in (Precision.FP32, Precision.FP16):  # fp16 weights are dequantized to float32 in the graph
         raise UsageError(
             f"The TFLite source {source.path.name} is already quantized ({source.precision}): ONNX artifacts are "
             "built only from a float .tflite model.",
             hint="Pass the float .tflite file (or the original Keras/SavedModel/PyTorch model), or use "
             "--format tflite to ship this file as it is.",
         )
-    try:
-        import onnx
-        import tf2onnx
-    except ImportError as exc:
-        raise MissingDependency("tf2onnx", extra="tf", purpose="Converting a TFLite model to ONNX") from exc
-    opset = request.recipe.opset or DEFAULT_OPSET
-    if request.max_opset is not None:
-        opset = min(opset, request.max_opset)
+    tf2onnx = require_tf2onnx("Converting a TFLite model to ONNX")
+    opset = export_opset(request, DEFAULT_OPSET)
     quiet = logging.getLogger("tf2onnx")
     level = quiet.level
     quiet.setLevel(logging.CRITICAL)  # it logs every unsupported op as an error; the refusal below says it once
     try:
         proto, _ = tf2onnx.convert.from_tflite(str(source.path), opset=opset)
     except Exception as exc:  # noqa: BLE001 - tf2onnx raises any type; reported as one plain line
-        from toolkit.conversion.onnx_quant import key_line
-
         raise ConversionError(
             f"tf2onnx could not convert {source.path.name} to ONNX: {key_line(exc)}",
             hint="Use --format tflite to ship the file as it is, or convert from the original model.",
@@ -84,13 +76,8 @@ def export(request: ConversionRequest, output: Path) -> BuiltArtifact:
     ins, outs = [v.name for v in proto.graph.input], [v.name for v in proto.graph.output]
     want_in, want_out = [s.name for s in source.inputs], [s.name for s in source.outputs]
     if sorted(ins) != sorted(want_in) or sorted(outs) != sorted(want_out):
-        from toolkit.conversion.tf_onnx import _rename_io
-
-        _rename_io(proto, want_in, want_out)
-    try:
-        onnx.checker.check_model(proto)
-    except Exception as exc:  # noqa: BLE001 - reported as one plain line
-        raise ConversionError(f"tf2onnx wrote an invalid ONNX model: {exc}".splitlines()[0]) from None
+        rename_io(proto, want_in, want_out)
+    check_written(proto)
     output = Path(output)
     output.parent.mkdir(parents=True, exist_ok=True)
     save_model(proto, output, final_name=output.name)

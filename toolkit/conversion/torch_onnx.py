@@ -32,8 +32,10 @@ from typing import Any
 import numpy as np
 
 from toolkit.conversion.base import BuiltArtifact, ConversionRequest
-from toolkit.errors import ConversionError, MissingDependency, UsageError
-from toolkit.sources.torch import TorchSource, first_line, import_torch, missing_shape_error, output_names
+from toolkit.conversion.onnx_io import export_opset, opset_of
+from toolkit.errors import ConversionError, MissingDependency, UsageError, key_line
+from toolkit.model.types import Framework
+from toolkit.sources.torch import TorchSource, import_torch, missing_shape_error, output_names
 
 DEFAULT_OPSET = 18
 _BATCH_MAX = 65536
@@ -44,19 +46,9 @@ def export(request: ConversionRequest, output: Path) -> BuiltArtifact:
     """Write the float ONNX model of ``request.source`` to ``output``."""
     source = _torch_source(request)
     torch = import_torch("Exporting a PyTorch model to ONNX")
-    try:
-        import onnx
-        import onnxscript  # noqa: F401  (the current exporter needs it)
-    except ImportError as exc:
-        raise MissingDependency(
-            getattr(exc, "name", None) or "onnxscript",
-            extra="onnx",
-            purpose="Exporting a PyTorch model to ONNX",
-        ) from exc
+    _require_onnxscript()
     shapes = _input_shapes(request, source)
-    opset = request.recipe.opset or DEFAULT_OPSET
-    if request.max_opset is not None:
-        opset = min(opset, request.max_opset)
+    opset = export_opset(request, DEFAULT_OPSET)
     args = example_args(torch, source, request, shapes)
     names = [spec.name for spec in source.inputs]
     outputs = list(output_names(len(source.probe_outputs(shapes))))
@@ -65,7 +57,7 @@ def export(request: ConversionRequest, output: Path) -> BuiltArtifact:
 
     notes: list[str] = []
     current_error: str | None = None
-    if source.framework == "torchscript":
+    if source.framework == Framework.TORCHSCRIPT:
         notes.append(
             "TorchScript source: exported with the legacy TorchScript exporter (the current exporter "
             "takes only nn.Module and ExportedProgram)."
@@ -73,8 +65,8 @@ def export(request: ConversionRequest, output: Path) -> BuiltArtifact:
     else:
         module = source.module
         try:
-            _export_current(torch, module, args, tmp, names, outputs, opset, request.dynamic_batch)
-            written = _opset_of(onnx, tmp)
+            _export(torch, module, args, tmp, names, outputs, opset, request.dynamic_batch, dynamo=True)
+            written = opset_of(tmp)
             if written <= opset:
                 _finish(tmp, output)
                 return BuiltArtifact(
@@ -89,7 +81,7 @@ def export(request: ConversionRequest, output: Path) -> BuiltArtifact:
         except Exception as exc:  # noqa: BLE001  (the exporter raises many types; reported, then the fallback)
             current_error = f"the current exporter failed: {_exporter_reason(exc)}"
         _cleanup(tmp)
-        if source.framework == "exported_program":
+        if source.framework == Framework.EXPORTED_PROGRAM:
             raise ConversionError(
                 f"Cannot export the ExportedProgram {str(source.path)!r} to ONNX opset {opset}: {current_error}.",
                 hint=_op_hint(current_error)
@@ -100,23 +92,11 @@ def export(request: ConversionRequest, output: Path) -> BuiltArtifact:
         notes.append(f"Legacy TorchScript exporter used: {current_error}.")
 
     try:
-        _export_legacy(torch, source.module, args, tmp, names, outputs, opset, request.dynamic_batch)
+        _export(torch, source.module, args, tmp, names, outputs, opset, request.dynamic_batch, dynamo=False)
     except Exception as exc:
         _cleanup(tmp)
-        legacy = _exporter_reason(exc)
-        op = _unsupported_op(legacy) or _unsupported_op(current_error or "")
-        reasons = f"{current_error}; the legacy exporter failed: {legacy}" if current_error else legacy
-        if op:
-            raise ConversionError(
-                f"No ONNX exporter handles the PyTorch op {op} (opset {opset}): {reasons}",
-                hint=f"Replace {op} in the model with ops ONNX supports, or register a custom ONNX function "
-                "for it (torch.onnx.export(custom_translation_table=...)).",
-            ) from exc
-        raise ConversionError(
-            f"Exporting {str(source.path)!r} to ONNX failed: {reasons}",
-            hint="Run with --debug for the exporter's traceback.",
-        ) from exc
-    written = _opset_of(onnx, tmp)
+        raise _legacy_failed(exc, current_error, opset, source) from exc
+    written = opset_of(tmp)
     _finish(tmp, output)
     return BuiltArtifact(
         path=output,
@@ -126,6 +106,35 @@ def export(request: ConversionRequest, output: Path) -> BuiltArtifact:
 
 
 # --------------------------------------------------------------------------------------------- helpers
+
+
+def _require_onnxscript() -> None:
+    try:
+        import onnx  # noqa: F401
+        import onnxscript  # noqa: F401  (the current exporter needs it)
+    except ImportError as exc:
+        raise MissingDependency(
+            getattr(exc, "name", None) or "onnxscript",
+            extra="onnx",
+            purpose="Exporting a PyTorch model to ONNX",
+        ) from exc
+
+
+def _legacy_failed(exc: BaseException, current_error: str | None, opset: int, source: TorchSource) -> ConversionError:
+    """The error when the legacy exporter failed too: the op no exporter handles, when one is named."""
+    legacy = _exporter_reason(exc)
+    op = _unsupported_op(legacy) or _unsupported_op(current_error or "")
+    reasons = f"{current_error}; the legacy exporter failed: {legacy}" if current_error else legacy
+    if op:
+        return ConversionError(
+            f"No ONNX exporter handles the PyTorch op {op} (opset {opset}): {reasons}",
+            hint=f"Replace {op} in the model with ops ONNX supports, or register a custom ONNX function "
+            "for it (torch.onnx.export(custom_translation_table=...)).",
+        )
+    return ConversionError(
+        f"Exporting {str(source.path)!r} to ONNX failed: {reasons}",
+        hint="Run with --debug for the exporter's traceback.",
+    )
 
 
 def _torch_source(request: ConversionRequest) -> TorchSource:
@@ -182,63 +191,23 @@ def quiet_export() -> Iterator[None]:
             logging.getLogger(name).setLevel(level)
 
 
-def _export_current(
-    torch: Any,
-    module: Any,
-    args: tuple[Any, ...],
-    path: Path,
-    names: list[str],
-    outputs: list[str],
-    opset: int,
-    dynamic_batch: bool,
+def _export(
+    torch: Any, module: Any, args: tuple[Any, ...], path: Path, names: list[str], outputs: list[str], opset: int,
+    dynamic_batch: bool, *, dynamo: bool,
 ) -> None:
-    dynamic_shapes = None
-    if dynamic_batch:
-        batch = torch.export.Dim("batch", min=1, max=_BATCH_MAX)
-        dynamic_shapes = tuple({0: batch} for _ in args)
+    """``torch.onnx.export`` with the current exporter (``dynamo``) or the legacy TorchScript one; a dynamic
+    batch is ``dynamic_shapes`` for the first, ``dynamic_axes`` for the second."""
+    options: dict[str, Any]  # the exporters' own keyword arguments
+    if dynamo:
+        batch = torch.export.Dim("batch", min=1, max=_BATCH_MAX) if dynamic_batch else None
+        options = {"external_data": False, "verbose": False,
+                   "dynamic_shapes": tuple({0: batch} for _ in args) if dynamic_batch else None}
+    else:
+        options = {"do_constant_folding": True,
+                   "dynamic_axes": {name: {0: "batch"} for name in [*names, *outputs]} if dynamic_batch else None}
     with quiet_export():
-        torch.onnx.export(
-            module,
-            args,
-            str(path),
-            dynamo=True,
-            external_data=False,
-            opset_version=opset,
-            input_names=names,
-            output_names=outputs,
-            dynamic_shapes=dynamic_shapes,
-            verbose=False,
-        )
-
-
-def _export_legacy(
-    torch: Any,
-    module: Any,
-    args: tuple[Any, ...],
-    path: Path,
-    names: list[str],
-    outputs: list[str],
-    opset: int,
-    dynamic_batch: bool,
-) -> None:
-    axes = {name: {0: "batch"} for name in [*names, *outputs]} if dynamic_batch else None
-    with quiet_export():
-        torch.onnx.export(
-            module,
-            args,
-            str(path),
-            dynamo=False,
-            opset_version=opset,
-            input_names=names,
-            output_names=outputs,
-            dynamic_axes=axes,
-            do_constant_folding=True,
-        )
-
-
-def _opset_of(onnx: Any, path: Path) -> int:
-    model = onnx.load(str(path), load_external_data=False)
-    return max((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), default=0)
+        torch.onnx.export(module, args, str(path), dynamo=dynamo, opset_version=opset, input_names=names,
+                          output_names=outputs, **options)
 
 
 def _finish(tmp: Path, output: Path) -> None:
@@ -295,4 +264,4 @@ def _exporter_reason(exc: BaseException) -> str:
         match = _SUMMARY.search(summary)
         if match:
             return match.group(1).strip()[:500]
-    return first_line(exc)
+    return key_line(exc)

@@ -30,9 +30,9 @@ from typing import Any
 
 from toolkit.conversion import pt2e
 from toolkit.conversion.base import BuiltArtifact, ConversionRequest
-from toolkit.errors import ConversionError, UsageError
+from toolkit.errors import ConversionError, UsageError, key_line
 from toolkit.runtimes.inspection.pte import QUANTIZED_METHOD, import_executorch
-from toolkit.sources.torch import TorchSource, first_line, import_torch, missing_shape_error
+from toolkit.sources.torch import TorchSource, import_torch, missing_shape_error
 from toolkit.model.types import PteRecord
 
 _PURPOSE = "Converting a PyTorch model to ExecuTorch (.pte)"
@@ -77,7 +77,7 @@ def convert(request: ConversionRequest, output: Path) -> BuiltArtifact:
     except Exception as exc:
         tmp.unlink(missing_ok=True)
         raise ConversionError(
-            f"ExecuTorch could not lower {str(source.path)!r} ({precision}): {type(exc).__name__}: {first_line(exc)}",
+            f"ExecuTorch could not lower {str(source.path)!r} ({precision}): {type(exc).__name__}: {key_line(exc)}",
             hint="Run with --debug for the traceback, or use --format onnx / tflite.",
         ) from exc
     os.replace(tmp, output)

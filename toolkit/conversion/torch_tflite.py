@@ -42,10 +42,10 @@ import numpy as np
 
 from toolkit.conversion.base import BuiltArtifact, ConversionRequest
 from toolkit.conversion import pt2e
-from toolkit.conversion.fragile import MixedOutput
-from toolkit.errors import ConversionError, MissingDependency, UsageError
+from toolkit.conversion.fragile_pt2e import MixedOutput
+from toolkit.errors import ConversionError, MissingDependency, UsageError, key_line
 from toolkit.model.types import FloatIO, FloatIOReason, TensorRole
-from toolkit.sources.torch import TorchSource, first_line, import_torch, missing_shape_error
+from toolkit.sources.torch import TorchSource, import_torch, missing_shape_error
 
 _PURPOSE = "Converting a PyTorch model to TFLite"
 
@@ -127,7 +127,7 @@ def convert(request: ConversionRequest, output: Path) -> BuiltArtifact:
         tmp.unlink(missing_ok=True)
         raise ConversionError(
             f"litert-torch could not convert {str(source.path)!r} ({precision}): {type(exc).__name__}: "
-            f"{first_line(exc)}",
+            f"{key_line(exc)}",
             hint="Run with --debug for the converter's traceback, or use --format onnx.",
         ) from exc
     os.replace(tmp, output)

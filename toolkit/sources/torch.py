@@ -36,7 +36,7 @@ from typing import Any
 
 import numpy as np
 
-from toolkit.errors import MissingDependency, UsageError
+from toolkit.errors import MissingDependency, UsageError, key_line
 from toolkit.sources.base import SourceModel
 from toolkit.model.types import TensorSpec
 
@@ -167,11 +167,11 @@ class TorchSource(SourceModel):
                     unknown = [s.name for s in self._inputs if s.shape == _UNKNOWN_RANK]
                     error = missing_shape_error(self, unknown)
                     raise UsageError(
-                        f"{error.message} It failed on the shapes guessed: {first_line(exc)}", hint=error.hint
+                        f"{error.message} It failed on the shapes guessed: {key_line(exc)}", hint=error.hint
                     ) from exc
                 shapes = ", ".join(f"{s.name}={tuple(a.shape)}" for s, a in zip(self._inputs, args))
                 raise UsageError(
-                    f"The PyTorch model failed on inputs {shapes}: {first_line(exc)}",
+                    f"The PyTorch model failed on inputs {shapes}: {key_line(exc)}",
                     hint="Check --input-shape NAME=D0,D1,... against what the model's forward() expects.",
                 ) from exc
         tensors = flatten_outputs(result)
@@ -183,11 +183,6 @@ class TorchSource(SourceModel):
                 for name, a in zip(names, arrays)
             )
         return arrays
-
-
-def first_line(exc: BaseException) -> str:
-    text = str(exc).strip() or type(exc).__name__
-    return text.splitlines()[0][:400]
 
 
 def missing_shape_error(source: SourceModel, names: Sequence[str]) -> UsageError:
@@ -226,7 +221,7 @@ def _open_torchscript(torch: Any, path: Path) -> TorchSource:
         module = torch.jit.load(str(path), map_location="cpu")
     except Exception as exc:
         raise UsageError(
-            f"{str(path)!r} is not a TorchScript model: {first_line(exc)}",
+            f"{str(path)!r} is not a TorchScript model: {key_line(exc)}",
             hint="Save it with torch.jit.save(torch.jit.script(model) or torch.jit.trace(model, x), PATH), or "
             "pass a factory path/to/file.py:make_model with --weights FILE.",
         ) from exc
@@ -261,7 +256,7 @@ def _open_exported_program(torch: Any, path: Path) -> TorchSource:
         program = _load_with_transformers_outputs(torch, path)
         if program is None:
             raise UsageError(
-                f"{str(path)!r} could not be loaded as an ExportedProgram: {first_line(exc)}",
+                f"{str(path)!r} could not be loaded as an ExportedProgram: {key_line(exc)}",
                 hint="If the model returns a Hugging Face ModelOutput (a dataclass), install transformers (it "
                 "registers those output types, then the file loads) or export a wrapper whose forward returns "
                 "`model(...).to_tuple()` (tensors or a tuple). Otherwise save it with "
@@ -331,7 +326,7 @@ def _load_factory(source: str) -> tuple[Callable[[], Any], Any, Path]:
         except Exception as exc:
             sys.modules.pop(name, None)
             raise UsageError(
-                f"Importing the factory file {target!r} failed: {type(exc).__name__}: {first_line(exc)}",
+                f"Importing the factory file {target!r} failed: {type(exc).__name__}: {key_line(exc)}",
                 hint="Fix the file so that `python -c 'import runpy; runpy.run_path(FILE)'` works.",
             ) from exc
         path = file
@@ -340,7 +335,7 @@ def _load_factory(source: str) -> tuple[Callable[[], Any], Any, Path]:
             module = importlib.import_module(target)
         except Exception as exc:
             raise UsageError(
-                f"Cannot import the factory module {target!r}: {type(exc).__name__}: {first_line(exc)}",
+                f"Cannot import the factory module {target!r}: {type(exc).__name__}: {key_line(exc)}",
                 hint="Pass path/to/file.py:make_model, or install the package that holds the module.",
             ) from exc
         path = Path(getattr(module, "__file__", None) or target)
@@ -362,7 +357,7 @@ def _open_factory(torch: Any, source: str, weights: Path | None) -> TorchSource:
         model = factory()
     except Exception as exc:
         raise UsageError(
-            f"The factory {source!r} raised {type(exc).__name__}: {first_line(exc)}",
+            f"The factory {source!r} raised {type(exc).__name__}: {key_line(exc)}",
             hint="The factory is called with no arguments and must return a torch.nn.Module.",
         ) from exc
     if not isinstance(model, torch.nn.Module):
@@ -385,7 +380,7 @@ def _load_weights(torch: Any, model: Any, weights: Path) -> None:
         state = torch.load(str(weights), map_location="cpu", weights_only=True)
     except Exception as exc:
         raise UsageError(
-            f"{str(weights)!r} is not a state dict that can be loaded safely: {first_line(exc)}",
+            f"{str(weights)!r} is not a state dict that can be loaded safely: {key_line(exc)}",
             hint="Save it with torch.save(model.state_dict(), PATH).",
         ) from exc
     if isinstance(state, Mapping) and "state_dict" in state and isinstance(state["state_dict"], Mapping):

@@ -1,0 +1,147 @@
+"""The Concat rule of ``fragile`` on the PyTorch -> TFLite route, applied to the float graph ``torch.export``
+gives (the graph ``pt2e.quantize`` annotates, so the node names are the ones its exclusion takes).
+
+``pt2e_fragile_nodes`` applies the Concat rule and the head behind it; ``pt2e`` drops the nodes' quantization
+annotations and ``torch_tflite`` keeps that output float.
+
+The ranges cannot come from PT2E's observers. Where litert-torch's ``cat`` annotation applies, the cat's inputs
+and output share one observer (``SharedQuantizationSpec`` with the first input), which sees them all together;
+on the trained detector of the tests it did not match the exported cats at all, and their inputs were observed
+only where an op before them is quantized (the box sizes' ``mul``, but not the box centres' ``add`` nor the
+scores' sigmoid). The TFLite converter then gives the concatenations the scale of their one quantized input
+(its same-scale rule for CONCATENATION): the int8 output got 0.53, the scores collapsed to {0, 0.53}. So the
+ranges come from running the float graph (a ``torch.fx.Interpreter``) on up to ``RANGE_SAMPLES`` calibration
+samples.
+
+The other two rules are not needed on this route: litert-torch's quantizer annotates no ``layer_norm``,
+``gelu`` or ``embedding`` node (they are converted as float ops; softmax and sigmoid get fixed [0, 1]
+parameters), so a LayerNorm/GELU and the first op after an integer input already stay float.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from toolkit.conversion.fragile import HEAD_DEPTH, RANGE_RATIO, RANGE_SAMPLES, span_why
+
+# pass-through ops (slices and splits too: a YOLOv8 head splits its box and score channels out of one tensor)
+PT2E_PASSTHROUGH = frozenset({
+    "view", "reshape", "_unsafe_view", "permute", "transpose", "t", "flatten", "squeeze", "unsqueeze", "contiguous",
+    "clone", "alias", "expand", "unflatten", "slice", "select", "narrow", "split", "split_with_sizes", "getitem",
+})
+# a detection head's post-processing: Sigmoid/Softmax, the box decoding arithmetic, the inner cat of centres and
+# sizes (as TFLITE_HEAD_OPS); a convolution or linear layer reading a Softmax is the DFL
+PT2E_HEAD_OPS = frozenset({"sigmoid", "softmax", "_softmax", "mul", "add", "sub", "div", "cat"})
+PT2E_WEIGHTED = frozenset({"conv1d", "conv2d", "convolution", "linear"})
+
+
+@dataclass(frozen=True)
+class MixedOutput:
+    """A graph output written by a mixed-range final cat: it must stay float32 even with int8 I/O."""
+
+    index: int  # position among the graph's (flattened) outputs
+    writer: str  # the node that writes it: the cat, or the last pass-through op after it
+    why: str
+
+
+def _fx_op(node: Any) -> str:
+    """The op of an FX node without its overload (``aten.flatten.using_ints`` -> ``flatten``); '' if none."""
+    if getattr(node, "op", None) != "call_function":
+        return ""
+    target = node.target
+    return str(getattr(target, "__name__", target)).split(".")[0]
+
+
+def _cat_inputs(cat: Any) -> list[Any]:
+    """The inputs of a ``cat`` node that are computed (not constants)."""
+    tensors = cat.args[0] if cat.args else ()
+    return [t for t in tensors if getattr(t, "op", None) not in (None, "get_attr")]
+
+
+def pt2e_output_cats(graph: Any) -> list[tuple[Any, list[Any], int]]:
+    """``cat`` nodes of an FX graph module whose output reaches a graph output through pass-through ops only,
+    with those ops and the output's index: the Concat rule's candidates (the cheap structural test)."""
+    nodes = list(graph.graph.nodes)
+    output = next((n for n in nodes if n.op == "output"), None)
+    if output is None or not output.args:
+        return []
+    written = output.args[0]
+    flat = list(written) if isinstance(written, (tuple, list)) else [written]
+    index = {node: i for i, node in enumerate(flat) if hasattr(node, "op")}
+    found = []
+    for node in nodes:
+        if _fx_op(node) != "cat" or len(_cat_inputs(node)) < 2:
+            continue
+        path: list[Any] = []
+        current = node
+        while current not in index:
+            users = list(current.users)
+            if len(users) != 1 or _fx_op(users[0]) not in PT2E_PASSTHROUGH:
+                break
+            current = users[0]
+            path.append(current)
+        if current in index:
+            found.append((node, path, index[current]))
+    return found
+
+
+def pt2e_fragile_nodes(
+    torch: Any, graph: Any, samples: Sequence[Sequence[Any]]
+) -> tuple[list[tuple[str, str]], list[MixedOutput]]:
+    """``(node, why)`` for the nodes of a float FX graph (``torch.export(...).module()``) that PT2E INT8 should
+    leave float, and the outputs that must then stay float: a final cat whose inputs' max |value| on the first
+    ``RANGE_SAMPLES`` of ``samples`` (argument tuples) are more than ``RANGE_RATIO`` apart, the pass-through ops
+    between it and the output, and the head's post-processing behind it (``PT2E_HEAD_OPS`` through pass-through
+    ops; a convolution or linear layer reading a softmax: the DFL), up to ``HEAD_DEPTH`` ops back."""
+    import torch.fx
+
+    cats = pt2e_output_cats(graph)
+    if not cats or not samples:
+        return [], []
+    peaks = {node: 0.0 for cat, _path, _index in cats for node in _cat_inputs(cat)}
+
+    def watched(n: Any) -> Any:
+        value = plain(n)
+        if n in peaks and isinstance(value, torch.Tensor) and value.numel():
+            peaks[n] = max(peaks[n], float(value.detach().abs().max()))
+        return value
+
+    with torch.no_grad():
+        for args in list(samples)[:RANGE_SAMPLES]:
+            interpreter = torch.fx.Interpreter(graph)  # its run_node wrapped: torch is untyped, not subclassed
+            plain = interpreter.run_node
+            interpreter.run_node = watched
+            interpreter.run(*args)
+    found: dict[str, str] = {}
+    outputs: list[MixedOutput] = []
+    for cat, path, index in cats:
+        live = [peaks[node] for node in _cat_inputs(cat) if peaks.get(node, 0.0) > 0.0]
+        if len(live) < 2 or max(live) <= RANGE_RATIO * min(live):
+            continue
+        why = span_why(min(live), max(live))
+        found.setdefault(cat.name, f"final Concat {cat.name!r}: {why}")
+        for node in path:
+            found.setdefault(node.name, f"between {cat.name!r} and the output")
+        writer = (path[-1] if path else cat).name
+        outputs.append(MixedOutput(index, writer, f"it is written by the final Concat {cat.name!r}: {why}"))
+        for start in _cat_inputs(cat):
+            _pt2e_head_behind(start, found, cat.name)
+    return list(found.items()), outputs
+
+
+def _pt2e_head_behind(start: Any, found: dict[str, str], concat: str) -> None:
+    """Mark the post-processing nodes behind ``start`` (an input of the final cat) float, depth-first."""
+    pending = [(start, 0)]
+    while pending:
+        node, depth = pending.pop()
+        if depth >= HEAD_DEPTH or getattr(node, "op", None) != "call_function":
+            continue
+        kind = _fx_op(node)
+        dfl = kind in PT2E_WEIGHTED and any(_fx_op(a) in ("softmax", "_softmax") for a in node.all_input_nodes)
+        if kind not in PT2E_PASSTHROUGH and kind not in PT2E_HEAD_OPS and not dfl:
+            continue
+        # pass-through ops too: quantized, they would carry the scores on a scale of their own between float ops
+        found.setdefault(node.name, f"{kind} of the detection head's post-processing before {concat!r}")
+        pending.extend((a, depth + 1) for a in node.all_input_nodes)

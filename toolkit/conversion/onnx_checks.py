@@ -1,0 +1,132 @@
+"""Is this ONNX model still the model? ``check_runs`` loads an artifact and runs it once (rejected, or NaN/Inf:
+a ConversionError); ``transform_problem`` also compares a float model's outputs with the source's, so a graph
+transform that changes what the model computes is caught. ``hint_for`` says what to do about a failure.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from toolkit.conversion.base import ConversionRequest
+from toolkit.conversion.onnx_io import save_model, session
+from toolkit.errors import ConversionError, key_line
+from toolkit.runtimes.execution.onnx import _ORT_TYPES
+
+if TYPE_CHECKING:
+    import onnx
+
+
+def hint_for(message: str) -> str:
+    """What to do about an onnxruntime or converter failure, from its key line."""
+    if "Unrecognized attribute: axis" in message:
+        return (
+            "The model's opset is too old for per-channel quantization (needs >= 13): allow a newer opset for the "
+            "target, or use a recipe with per_channel = false."
+        )
+    if "symbolic shape" in message.lower() or "shape inference" in message.lower():
+        return "Pin every dynamic input dimension with --input-shape NAME=D0,D1,..."
+    if "opset" in message.lower() or "version" in message.lower():
+        return "Allow a newer ONNX opset for the target (max_opset), or convert from the original framework."
+    return "Try another precision (fp32 always works), exclude the failing node with nodes_to_exclude, or run with --debug."
+
+
+def failure(what: str, exc: BaseException) -> ConversionError:
+    """``what`` failed, with the exception's key line and what to do about it (``hint_for``)."""
+    line = key_line(exc)
+    return ConversionError(f"{what}: {line}", hint=hint_for(line))
+
+
+def sample_feed(request: ConversionRequest, runner: Any) -> dict[str, np.ndarray]:
+    """One calibration sample, or (without calibration data) a deterministic random one of the right shape."""
+    sample = request.calibration[0] if request.calibration else {}
+    feed: dict[str, np.ndarray] = {}
+    for arg in runner.get_inputs():
+        if arg.name in sample:
+            feed[arg.name] = np.asarray(sample[arg.name]).astype(_dtype(arg))
+        else:
+            feed[arg.name] = _synthetic(arg, request)
+    return feed
+
+
+def _dtype(arg: Any) -> np.dtype:
+    """The numpy dtype of an onnxruntime input (float32 when the type is not a tensor type it names)."""
+    return np.dtype(_ORT_TYPES.get(arg.type, "float32"))
+
+
+def _synthetic(arg: Any, request: ConversionRequest) -> np.ndarray:
+    shape = request.input_shapes.get(arg.name) or tuple(
+        d if isinstance(d, int) and d > 0 else 1 for d in arg.shape
+    )
+    dtype = _dtype(arg)
+    rng = np.random.default_rng(0)
+    if np.issubdtype(dtype, np.floating):
+        return rng.random(shape).astype(dtype)
+    return np.zeros(shape, dtype=dtype)
+
+
+def check_runs(path: Path, request: ConversionRequest, what: str) -> list[np.ndarray]:
+    """Load ``path`` in onnxruntime and run it once; a model the runtime rejects is a ConversionError."""
+    try:
+        runner = session(path)
+    except Exception as exc:
+        raise failure(f"onnxruntime cannot load the {what} model", exc) from exc
+    feed = sample_feed(request, runner)
+    try:
+        outputs = [np.asarray(o) for o in runner.run(None, feed)]
+    except Exception as exc:
+        raise failure(f"The {what} model fails to run in onnxruntime", exc) from exc
+    for arg, out in zip(runner.get_outputs(), outputs):
+        if np.issubdtype(out.dtype, np.floating) and not np.all(np.isfinite(out)):
+            raise ConversionError(
+                f"The {what} model gives NaN/Inf in output {arg.name!r} on a calibration sample.",
+                hint="This precision cannot represent the model's values; use fp32 or int8 for it.",
+            )
+    return outputs
+
+
+def transform_problem(path: Path, request: ConversionRequest) -> str | None:
+    """Why the float model at ``path`` no longer is the source model: it does not load in onnxruntime, does
+    not run, or computes other outputs than the source on a calibration sample. None when it is the same.
+
+    Every graph transform of this module (opset conversion, shape inference, ``quant_pre_process``) is checked
+    with it: transforms can break models with control flow (an LSTM inside an ``If``) that load fine before."""
+    try:
+        runner = session(path)
+    except Exception as exc:  # noqa: BLE001
+        return f"does not load in onnxruntime ({key_line(exc)})"
+    feed = sample_feed(request, runner)
+    try:
+        got = [np.asarray(o) for o in runner.run(None, feed)]
+    except Exception as exc:  # noqa: BLE001
+        return f"does not run in onnxruntime ({key_line(exc)})"
+    try:
+        want = [np.asarray(o) for o in request.source.predict(feed)]
+    except Exception:  # noqa: BLE001 - the feed is the model's; a source that names inputs otherwise is not judged
+        return None
+    if len(want) != len(got):
+        return f"has {len(got)} outputs instead of {len(want)}"
+    for index, (w, g) in enumerate(zip(want, got)):
+        if w.shape != g.shape:
+            return f"gives output {index} the shape {g.shape} instead of {w.shape}"
+        if not np.issubdtype(w.dtype, np.number):
+            continue
+        w64, g64 = w.astype(np.float64), g.astype(np.float64)
+        error = float(np.max(np.abs(w64 - g64))) if w.size else 0.0
+        scale = max(1.0, float(np.max(np.abs(w64))) if w.size else 1.0)
+        if not np.all(np.isfinite(g64)) or error > 1e-3 * scale:
+            return f"computes other values in output {index} (max error {error:.3g})"
+    return None
+
+
+def model_problem(model: onnx.ModelProto, request: ConversionRequest) -> str | None:
+    """``transform_problem`` of a model in memory (saved in the workdir for the check)."""
+    path = request.workdir / "transform-check.onnx"
+    request.workdir.mkdir(parents=True, exist_ok=True)
+    try:
+        save_model(model, path, final_name=path.name)
+        return transform_problem(path, request)
+    finally:
+        path.unlink(missing_ok=True)
