@@ -28,7 +28,8 @@ from tests.test_gates_device import local  # noqa: F401 - the `local` device fix
 from toolkit.checks import divergence
 from toolkit.delivery.bundle import read_bundle, sha256_file
 from toolkit.checks.checking import GateOptions, check
-from toolkit.delivery.deployment import Device, push, version_dir
+from toolkit.delivery.deployment import Device, version_dir
+from toolkit.delivery.push import push
 from toolkit.devices.spec import DeviceSpec, parse_spec
 from toolkit.reporting.html import collect, render_html
 from toolkit.reporting.terminal import bundle_table
