@@ -61,9 +61,13 @@ def _agent_keys(device: str, opts: SshOptions) -> list[paramiko.AgentKey]:
         return []
 
 
-def _file_keys(files: list[str], opts: SshOptions, password: bytes | None,
-               problems: list[str]) -> tuple[list[tuple[str, paramiko.PKey]], set[bytes]]:
-    """(description, key) of each identity file (its certificates first), and the public blobs they hold."""
+def _candidates(device: str, opts: SshOptions, password: bytes | None,
+                problems: list[str]) -> list[tuple[str, paramiko.PKey]]:
+    """(description, key) in ssh's order: identity files (with their certificates), then agent keys."""
+    home = Path.home()
+    files = list(opts.identity_files)
+    if opts.default_identities:
+        files += [str(home / ".ssh" / n) for n in DEFAULT_KEYS if (home / ".ssh" / n).is_file()]
     file_keys: list[tuple[str, paramiko.PKey]] = []
     public_blobs: set[bytes] = set()
     for path in files:
@@ -83,17 +87,6 @@ def _file_keys(files: list[str], opts: SshOptions, password: bytes | None,
             if with_cert is not None:
                 file_keys.append((f"certificate {home_relative(candidate)}", with_cert))
         file_keys.append((f"key {home_relative(path)}", key))
-    return file_keys, public_blobs
-
-
-def _candidates(device: str, opts: SshOptions, password: bytes | None,
-                problems: list[str]) -> list[tuple[str, paramiko.PKey]]:
-    """(description, key) in ssh's order: identity files (with their certificates), then agent keys."""
-    home = Path.home()
-    files = list(opts.identity_files)
-    if opts.default_identities:
-        files += [str(home / ".ssh" / n) for n in DEFAULT_KEYS if (home / ".ssh" / n).is_file()]
-    file_keys, public_blobs = _file_keys(files, opts, password, problems)
     agent = [(f"agent key {k.comment or fingerprint(k)}", k) for k in _agent_keys(device, opts)
              if not opts.identities_only or k.asbytes() in public_blobs
              or any(k.asbytes() == fk.asbytes() for _, fk in file_keys)]
@@ -103,22 +96,31 @@ def _candidates(device: str, opts: SshOptions, password: bytes | None,
     return file_keys + agent
 
 
-def _offered(transport: paramiko.Transport, user: str) -> list[str] | None:
-    """The methods the server offers (None: it let us in without credentials)."""
+def authenticate(device: str, transport: paramiko.Transport, opts: SshOptions, timeout: float, *,
+                 passphrase: str | None) -> None:
+    """Log in with the first key the server takes, or raise ``AuthRefused`` saying why none did."""
+    transport.auth_timeout = timeout
+    where = f"{opts.user}@{opts.hostname}" + ("" if opts.port == 22 else f":{opts.port}")
+    copy_id = f"ssh-copy-id {'-p ' + str(opts.port) + ' ' if opts.port != 22 else ''}" \
+              f"-i {home_relative(opts.identity_files[0]) if opts.identity_files else '~/.ssh/id_ed25519'}.pub " \
+              f"{opts.user}@{opts.hostname}"
+    copy_id = f"edgetk devices add-key --device {device} (or {copy_id})"  # a password login is enough
     try:
-        transport.auth_none(user)
-        return None
+        transport.auth_none(opts.user)
+        return  # the server lets us in without credentials
     except paramiko.BadAuthenticationType as exc:
-        return list(exc.allowed_types)
+        offered = list(exc.allowed_types)
     except paramiko.AuthenticationException:
-        return ["publickey"]
-
-
-def _try_keys(device: str, transport: paramiko.Transport, opts: SshOptions, where: str,
-              keys: list[tuple[str, paramiko.PKey]]) -> list[str] | None:
-    """Offer each key in turn: None once one is accepted, else the descriptions of those tried."""
+        offered = ["publickey"]
+    if "publickey" not in offered:
+        raise AuthRefused(
+            f"{device}: {where} does not accept keys (it offers: {', '.join(offered) or 'nothing'}); "
+            "edgetk logs in with keys only.",
+            hint=f"Enable PubkeyAuthentication in the device's sshd_config and install your key: {copy_id}",
+        )
+    problems: list[str] = []
     tried: list[str] = []
-    for description, key in keys:
+    for description, key in _candidates(device, opts, passphrase.encode() if passphrase else None, problems):
         try:
             rest = transport.auth_publickey(opts.user, key)
         except paramiko.AuthenticationException:
@@ -128,10 +130,10 @@ def _try_keys(device: str, transport: paramiko.Transport, opts: SshOptions, wher
             tried.append(f"{description} ({exc})")
             continue
         if not rest:
-            return None
+            return
         raise AuthRefused(f"{device}: {where} wants a second factor after the key ({', '.join(rest)}).",
                           hint="edgetk cannot answer it; allow key-only login for this user on the device.")
-    return tried
+    raise _refused(device, opts, where, offered, tried, problems, copy_id)
 
 
 def _refused(device: str, opts: SshOptions, where: str, offered: list[str], tried: list[str],
@@ -164,28 +166,3 @@ def _refused(device: str, opts: SshOptions, where: str, offered: list[str], trie
         hint=f"Install one of them on the device: {copy_id} (or set IdentityFile for this host in "
         "~/.ssh/config).",
     )
-
-
-def authenticate(device: str, transport: paramiko.Transport, opts: SshOptions, timeout: float, *,
-                 passphrase: str | None) -> None:
-    """Log in with the first key the server accepts, or raise ``AuthRefused`` saying why none did."""
-    transport.auth_timeout = timeout
-    where = f"{opts.user}@{opts.hostname}" + ("" if opts.port == 22 else f":{opts.port}")
-    copy_id = f"ssh-copy-id {'-p ' + str(opts.port) + ' ' if opts.port != 22 else ''}" \
-              f"-i {home_relative(opts.identity_files[0]) if opts.identity_files else '~/.ssh/id_ed25519'}.pub " \
-              f"{opts.user}@{opts.hostname}"
-    copy_id = f"edgetk devices add-key --device {device} (or {copy_id})"  # a password login is enough
-    offered = _offered(transport, opts.user)
-    if offered is None:
-        return  # the server lets us in without credentials
-    if "publickey" not in offered:
-        raise AuthRefused(
-            f"{device}: {where} does not accept keys (it offers: {', '.join(offered) or 'nothing'}); "
-            "edgetk logs in with keys only.",
-            hint=f"Enable PubkeyAuthentication in the device's sshd_config and install your key: {copy_id}",
-        )
-    problems: list[str] = []
-    password = passphrase.encode() if passphrase else None
-    tried = _try_keys(device, transport, opts, where, _candidates(device, opts, password, problems))
-    if tried is not None:
-        raise _refused(device, opts, where, offered, tried, problems, copy_id)
