@@ -288,7 +288,7 @@ def test_device_helper_is_python_36_compatible(tmp_path) -> None:  # type: ignor
     import subprocess
     import sys
 
-    from toolkit.delivery.helper_boot import helper_boot
+    from toolkit.delivery.deployment import helper_boot
 
     vermin = Path(sys.executable).parent / "vermin"
     helper = Path(__file__).resolve().parent.parent / "toolkit" / "device_side" / "device_helper.py"
@@ -321,7 +321,7 @@ def test_helper_compiled_cache_is_used_only_when_sound(local_home):  # type: ign
 def test_helper_is_installed_once_and_the_command_line_stays_small(local_home):  # type: ignore[no-untyped-def]
     """The helper is no longer sent with every call: installed once by its hash, then run by path. Linux caps
     one argument at 128 KiB and the whole remote command line is one `sh -c` argument over SSH."""
-    from toolkit.delivery.helper_boot import helper_digest, helper_source
+    from toolkit.delivery.deployment import helper_digest, helper_source
 
     spec = DeviceSpec(name="local")
     with open_connection(spec) as conn:

@@ -18,21 +18,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
+from toolkit.delivery.deployment import Device
 from toolkit.devices.connection import Progress
 from toolkit.errors import DeviceError, LinkDropped
 from toolkit.model.types import CommandResult
 
 BLOCK = 1 << 18
-
-
-class Device(Protocol):
-    """What a push needs of ``toolkit.delivery.deployment.Device``: the helper's command line and its answer."""
-
-    def helper_argv(self, command: str, *args: str) -> list[str]: ...
-
-    def answer(self, command: str, result: CommandResult) -> dict[str, Any]: ...
-
-    def install_helper(self) -> None: ...
 
 
 class Streams(Protocol):

@@ -51,7 +51,7 @@ import tempfile
 import time
 import uuid
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any, TextIO
 
@@ -59,9 +59,8 @@ from toolkit.delivery import locks
 from toolkit.delivery.bundle import Bundle
 from toolkit.delivery.deploy_stream import Outgoing, StreamedPush, streaming
 from toolkit.delivery.deploy_wire import UploadProgress, compress_files, resume_offsets
-from toolkit.delivery.deployment import HELPER_TIMEOUT_S, KEEP_VERSIONS, Device, HelperRefused, validate_name, \
-    version_dir
-from toolkit.delivery.helper_boot import FRAME_END
+from toolkit.delivery.deployment import FRAME_END, HELPER_TIMEOUT_S, KEEP_VERSIONS, Device, HelperRefused, \
+    validate_name, version_dir
 from toolkit.delivery.locks import LOCK_TIMEOUT_S
 from toolkit.devices.connection import Progress
 from toolkit.errors import DeviceDiskFull, DeviceError, LinkDropped, UsageError
@@ -96,17 +95,9 @@ class PushResult:
     pruned: tuple[str, ...] = ()  # old versions deploy --prune removed to make room
 
     def to_dict(self) -> dict[str, Any]:
-        return {
-            "name": self.name, "version": self.version, "arch": self.arch, "files_total": self.files_total,
-            "files_sent": self.files_sent, "files_reused": self.files_reused, "bytes_total": self.bytes_total,
-            "bytes_sent": self.bytes_sent, "seconds": round(self.seconds, 3), "previous": self.previous,
-            "removed": list(self.removed), "bytes_resumed": self.bytes_resumed,
-            "files_compressed": self.files_compressed, "bytes_uncompressed": self.bytes_uncompressed,
-            "warnings": list(self.warnings), "lock": self.lock.to_dict(), "previous_by": self.previous_by,
-            "pruned": list(self.pruned),
-        }
-
-
+        fields_ = {f.name: getattr(self, f.name) for f in fields(self) if f.name != "device"}
+        return {**fields_, "seconds": round(self.seconds, 3), "removed": list(self.removed),
+                "warnings": list(self.warnings), "lock": self.lock.to_dict(), "pruned": list(self.pruned)}
 
 
 def push(
@@ -131,16 +122,12 @@ def push(
     """
     name = validate_name(bundle.name)
     started = time.perf_counter()
-    job = _Job.of(device, bundle, name, force=force, keep=keep, break_lock=break_lock, prune=prune,
-                  progress_stream=progress_stream, compress=compress)
-    streams = streaming(device.conn)  # no SFTP there: begin, the files and finish go as one run on one channel
+    job = _Push(device, bundle, name, force=force, keep=keep, break_lock=break_lock, prune=prune,
+                progress_stream=progress_stream, compress=compress)
     with tempfile.TemporaryDirectory(prefix="edgetk-gz-") as packed_dir:
-        planner = _Planner(job, Path(packed_dir))
-        streamed = None if streams is None else StreamedPush(
-            device, streams, lambda wait: [*job.begin_args(wait), job.runner_python, str(keep)],
-            reply_end=FRAME_END, plan=planner.outgoing, timeout=HELPER_TIMEOUT_S)
-        plan, lock = _begin(job, streamed, lock_timeout)
-        done, arch, sending, sent = _Transfer(job, streamed).run(plan, planner)
+        job.packed_dir = Path(packed_dir)
+        plan, lock = job.begin(lock_timeout)
+        done, arch, sending, sent = job.transfer(plan)
     return PushResult(
         device=device.spec.name, name=name, version=bundle.version, arch=arch, files_total=len(job.sizes),
         files_sent=len(sending.missing), files_reused=len(plan.get("reused", [])), bytes_total=sum(job.sizes.values()),
@@ -151,42 +138,6 @@ def push(
         warnings=tuple(sending.warnings), lock=lock, previous_by=locks.installer(done.get("previous_by")),
         pruned=tuple((plan.get("pruned") or {}).get("removed", [])),
     )
-
-
-@dataclass(frozen=True)
-class _Job:
-    """One push's fixed facts: the bundle's files, the lock's request and token, what the device is told."""
-
-    device: Device
-    bundle: Bundle
-    name: str
-    sizes: dict[str, int]
-    digests: dict[str, str]
-    listing: str  # [[path, sha256, bytes], ...] as the helper reads it
-    token: str
-    asked: str
-    arches: str
-    runner_python: str
-    compress: bool
-    keep: int
-    progress_stream: TextIO | None
-
-    @classmethod
-    def of(cls, device: Device, bundle: Bundle, name: str, *, force: bool, keep: int, break_lock: bool,
-           prune: bool, progress_stream: TextIO | None, compress: bool) -> _Job:
-        files = bundle.files()  # hashed once per process while unchanged (toolkit.delivery.bundle.sha256_file)
-        return cls(
-            device, bundle, name, sizes={f.path: f.bytes for f in files}, digests={f.path: f.sha256 for f in files},
-            listing=json.dumps([[f.path, f.sha256, f.bytes] for f in files]), token=uuid.uuid4().hex,
-            asked=locks.request("deploy", version=bundle.version, break_lock=break_lock, prune=prune),
-            arches=json.dumps([] if force else accepted_arches(bundle.manifest.target_arch)),
-            runner_python=device.spec.python or (sys.executable if device.spec.is_local else ""),
-            compress=compress, keep=keep, progress_stream=progress_stream,
-        )
-
-    def begin_args(self, wait: float) -> list[str]:
-        """The arguments ``begin`` and the streamed ``push`` start with."""
-        return [self.name, self.bundle.version, self.listing, str(wait), self.asked, self.token, self.arches]
 
 
 @dataclass(frozen=True)
@@ -202,75 +153,86 @@ class _Sending:
     warnings: list[str]
 
 
-class _Planner:
-    """What to send, from begin's plan, worked out once (the probe reused, the setup warnings printed)."""
+class _Push:
+    """One push: the bundle's listing, the lock's request and token, what begin's plan leaves to send (worked out
+    once), and who releases the lock: ``finish`` or ``abort`` on the device, else (any failure on the host)
+    ``unlock``. A dropped link cannot: no reconnect just to unlock; the lock's holder (that session) is gone, and
+    the next deploy breaks it."""
 
-    def __init__(self, job: _Job, packed_dir: Path) -> None:
-        self.job, self.packed_dir = job, packed_dir
+    def __init__(self, device: Device, bundle: Bundle, name: str, *, force: bool, keep: int, break_lock: bool,
+                 prune: bool, progress_stream: TextIO | None, compress: bool) -> None:
+        self.device, self.bundle, self.name, self.keep, self.compress = device, bundle, name, keep, compress
+        self.progress_stream = progress_stream
+        files = bundle.files()  # hashed once per process while unchanged (toolkit.delivery.bundle.sha256_file)
+        self.listing = json.dumps([[f.path, f.sha256, f.bytes] for f in files])
+        self.sizes = {f.path: f.bytes for f in files}
+        self.digests = {f.path: f.sha256 for f in files}
+        self.token = uuid.uuid4().hex
+        self.arches = json.dumps([] if force else accepted_arches(bundle.manifest.target_arch))
+        streams = streaming(device.conn)  # no SFTP there: begin, the files and finish go as one run on one channel
+        self.asked = locks.request("deploy", version=bundle.version, break_lock=break_lock, prune=prune)
+        self.runner_python = device.spec.python or (sys.executable if device.spec.is_local else "")
+        self.streamed = None if streams is None else StreamedPush(
+            device, streams, lambda wait: [*self.begin_args(wait), self.runner_python, str(keep)],
+            reply_end=FRAME_END, plan=self.outgoing, timeout=HELPER_TIMEOUT_S)
+        self.packed_dir = Path()  # where compressed copies go: the push's temporary folder
         self.sending: _Sending | None = None
+        self.released = False  # the lock is the device's to release once finish or abort ran there
+
+    def begin_args(self, wait: float) -> list[str]:
+        """The arguments ``begin`` and the streamed ``push`` start with."""
+        return [self.name, self.bundle.version, self.listing, str(wait), self.asked, self.token, self.arches]
+
+    def begin(self, lock_timeout: float) -> tuple[dict[str, Any], locks.LockNote]:
+        """Take the lock and begin's plan (the streamed push's first answer); a foreign arch refused by name."""
+        device = self.device
+        call: Callable[[float], dict[str, Any]] = self.streamed.begin if self.streamed is not None else \
+            lambda wait: device.helper("begin", *self.begin_args(wait), "0" if self.compress else "1",
+                                       self.runner_python, timeout=wait + HELPER_TIMEOUT_S)
+        try:
+            # follow: the device hashes files sent as they are while they arrive (not compressed ones)
+            return locks.acquire(device, self.name, call, timeout=lock_timeout, stream=self.progress_stream)
+        except HelperRefused as refused:
+            if refused.kind == "arch":
+                raise _arch_refused(self.bundle, device, str(refused.data.get("arch"))) from None
+            raise
 
     def files(self, plan: Mapping[str, Any]) -> _Sending:
+        """What to send, from begin's plan (told once: the probe reused, the setup warnings printed)."""
         if self.sending is None:
-            self.sending = self._work_out(plan)
+            device = self.device
+            info = plan.get("info")
+            if isinstance(info, dict):
+                device._info = info  # the probe of this push, reused by whatever follows on this device (check)
+            warnings = _setup_warnings(device, info if isinstance(info, dict) else {})
+            for warning in warnings:
+                print(f"warning: {warning}", flush=True,
+                      file=self.progress_stream if self.progress_stream is not None else sys.stderr)
+            missing = [str(m) for m in plan.get("missing", [])]
+            offsets = resume_offsets(self.bundle, plan.get("partial") or {}, self.sizes)
+            packed: dict[str, Path] = {}
+            if self.compress and device.info().get("zlib", False):
+                # a cut-short raw upload is resumed as it is; everything else may go compressed
+                packed = compress_files(self.bundle, [m for m in missing if m not in offsets], self.packed_dir)
+            wire = {m: packed[m].stat().st_size if m in packed else self.sizes[m] - offsets.get(m, 0)
+                    for m in missing}
+            self.sending = _Sending(missing, offsets, packed, wire, warnings=warnings, progress=UploadProgress(
+                device.spec.name, sum(wire.values()), stream=self.progress_stream))
         return self.sending
-
-    def _work_out(self, plan: Mapping[str, Any]) -> _Sending:
-        job, device = self.job, self.job.device
-        info = plan.get("info")
-        if isinstance(info, dict):
-            device._info = info  # the probe of this push, reused by whatever follows on this device (check)
-        warnings = _setup_warnings(device, info if isinstance(info, dict) else {})
-        for warning in warnings:
-            print(f"warning: {warning}", file=job.progress_stream if job.progress_stream is not None else sys.stderr,
-                  flush=True)
-        missing = [str(m) for m in plan.get("missing", [])]
-        offsets = resume_offsets(job.bundle, plan.get("partial") or {}, job.sizes)
-        packed: dict[str, Path] = {}
-        if job.compress and device.info().get("zlib", False):
-            # a cut-short raw upload is resumed as it is; everything else may go compressed
-            packed = compress_files(job.bundle, [m for m in missing if m not in offsets], self.packed_dir)
-        wire = {m: packed[m].stat().st_size if m in packed else job.sizes[m] - offsets.get(m, 0) for m in missing}
-        return _Sending(missing, offsets, packed, wire,
-                        UploadProgress(device.spec.name, sum(wire.values()), stream=job.progress_stream), warnings)
 
     def outgoing(self, plan: dict[str, Any]) -> tuple[list[Outgoing], Progress | None]:
         """The files of a streamed push, and its progress."""
-        sending, job = self.files(plan), self.job
-        return [Outgoing(rel, sending.packed.get(rel, job.bundle.path / rel), sending.offsets.get(rel, 0),
-                         rel in sending.packed, job.digests[rel], job.sizes[rel]) for rel in sending.missing], \
+        sending = self.files(plan)
+        return [Outgoing(rel, sending.packed.get(rel, self.bundle.path / rel), sending.offsets.get(rel, 0),
+                         rel in sending.packed, self.digests[rel], self.sizes[rel]) for rel in sending.missing], \
             sending.progress.file_progress(0)
 
-
-def _begin(job: _Job, streamed: StreamedPush | None, lock_timeout: float) -> tuple[dict[str, Any], locks.LockNote]:
-    """Take the lock and begin's plan (the streamed push's first answer); a foreign arch refused by name."""
-    device = job.device
-    call: Callable[[float], dict[str, Any]] = streamed.begin if streamed is not None else lambda wait: device.helper(
-        "begin", *job.begin_args(wait), "0" if job.compress else "1", job.runner_python,
-        timeout=wait + HELPER_TIMEOUT_S)
-    try:
-        # follow: the device hashes files sent as they are while they arrive (not compressed ones)
-        return locks.acquire(device, job.name, call, timeout=lock_timeout, stream=job.progress_stream)
-    except HelperRefused as refused:
-        if refused.kind == "arch":
-            raise _arch_refused(job.bundle, device, str(refused.data.get("arch"))) from None
-        raise
-
-
-class _Transfer:
-    """The files' way to the device once begin took the lock, and who releases it: ``finish`` or ``abort`` on the
-    device, else (any failure on the host) ``unlock``. A dropped link cannot: no reconnect just to unlock, the
-    lock's holder (that session) is gone, and the next deploy breaks it."""
-
-    def __init__(self, job: _Job, streamed: StreamedPush | None) -> None:
-        self.job, self.streamed = job, streamed
-        self.released = False  # the lock is the device's to release once finish or abort ran there
-
-    def run(self, plan: dict[str, Any], planner: _Planner) -> tuple[Mapping[str, Any], str, _Sending, int]:
-        """(finish's answer, the device's arch, what was sent, the bytes that crossed the link)."""
-        job = self.job
+    def transfer(self, plan: dict[str, Any]) -> tuple[Mapping[str, Any], str, _Sending, int]:
+        """The files to the device and finish there: (finish's answer, the device's arch, what was sent, the
+        bytes that crossed the link)."""
         try:
-            sending = planner.files(plan)
-            arch = str(job.device.info().get("arch"))  # begin's probe (the planner keeps it)
+            sending = self.files(plan)
+            arch = str(self.device.info().get("arch"))  # begin's probe (files() keeps it)
             if self.streamed is not None:
                 done = self._finished(self.streamed)  # received and finished in the same run as begin
                 self.released, sent = True, sum(sending.wire.values())
@@ -280,13 +242,13 @@ class _Transfer:
             sending.progress.finish()
             if self.streamed is None:
                 self.released = True  # finish releases the lock in a finally, whatever it answers
-                done = job.device.helper("finish", job.name, job.bundle.version, job.listing, str(job.keep),
-                                         job.token, json.dumps(sorted(sending.packed)))
+                done = self.device.helper("finish", self.name, self.bundle.version, self.listing, str(self.keep),
+                                          self.token, json.dumps(sorted(sending.packed)))
         except LinkDropped:
             raise
         except BaseException:
             if not self.released:
-                locks.release(job.device, job.name, job.token)
+                locks.release(self.device, self.name, self.token)
             raise
         return done, arch, sending, sent
 
@@ -297,25 +259,46 @@ class _Transfer:
             raise
         except DeviceError as exc:
             self.released = True
-            raise _aborted(self.job, exc) from None
+            raise self._aborted(exc) from None
 
     def _upload(self, sending: _Sending) -> int:
         """Each missing file over the connection (SFTP, or exec channels); the bytes sent."""
-        job, sent = self.job, 0
-        vdir = version_dir(job.name, job.bundle.version)
+        sent = 0
+        vdir = version_dir(self.name, self.bundle.version)
         for rel in sending.missing:
             local, remote = (sending.packed[rel], f"{vdir}/{rel}{GZ_SUFFIX}") if rel in sending.packed else (
-                job.bundle.path / rel, f"{vdir}/{rel}")
+                self.bundle.path / rel, f"{vdir}/{rel}")
             try:
-                job.device.conn.put(local, remote, progress=sending.progress.file_progress(sent),
-                                    offset=sending.offsets.get(rel, 0))
+                self.device.conn.put(local, remote, progress=sending.progress.file_progress(sent),
+                                     offset=sending.offsets.get(rel, 0))
             except LinkDropped:
                 raise  # a dead link (or a device that stopped answering): no clean-up call can get through
             except DeviceError as exc:
                 self.released = True  # abort releases the lock (or the link is gone and it goes stale)
-                raise _aborted(job, exc) from None
+                raise self._aborted(exc) from None
             sent += sending.wire[rel]
         return sent
+
+    def _aborted(self, exc: DeviceError) -> DeviceError:
+        """A write failed on a live link (typically a full disk): remove the partial version and release the lock
+        (one helper call); the error that says why."""
+        device, name = self.device, self.name
+        free = None
+        try:
+            free = device.helper("abort", name, self.bundle.version, self.token).get("free_bytes")
+        except LinkDropped:
+            raise
+        except DeviceError:
+            pass
+        if free is not None and int(free) < (4 << 20):
+            return DeviceDiskFull(
+                f"{device.spec.name}: the device's disk is full ({int(free) / 1e6:.1f} MB free); the partial upload "
+                "was removed and the current version is untouched.",
+                hint=f"Remove old versions and keep the current one: edgetk prune {name} --device "
+                f"{device.spec.name}, then re-run the deploy (or deploy --prune).",
+            )
+        return DeviceError(f"{exc.message} The partial upload was removed; the current version is untouched.",
+                           hint=exc.hint)
 
 
 def _arch_refused(bundle: Bundle, device: Device, arch: str) -> UsageError:
@@ -338,26 +321,3 @@ def _setup_warnings(device: Device, info: dict[str, Any]) -> list[str]:
         return [f"{where}: {python} does not start on the device, so `edgetk check` cannot run there. Set "
                 f"`python` for it in the inventory, or run: edgetk devices setup --device {where}"]
     return []
-
-
-
-def _aborted(job: _Job, exc: DeviceError) -> DeviceError:
-    """A write failed on a live link (typically a full disk): remove the partial version and release the lock
-    (one helper call); the error that says why."""
-    device, name = job.device, job.name
-    free = None
-    try:
-        free = device.helper("abort", name, job.bundle.version, job.token).get("free_bytes")
-    except LinkDropped:
-        raise
-    except DeviceError:
-        pass
-    if free is not None and int(free) < (4 << 20):
-        return DeviceDiskFull(
-            f"{device.spec.name}: the device's disk is full ({int(free) / 1e6:.1f} MB free); the partial upload was "
-            "removed and the current version is untouched.",
-            hint=f"Remove old versions and keep the current one: edgetk prune {name} --device {device.spec.name}, "
-            "then re-run the deploy (or deploy --prune).",
-        )
-    return DeviceError(f"{exc.message} The partial upload was removed; the current version is untouched.",
-                       hint=exc.hint)
