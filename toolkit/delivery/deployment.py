@@ -151,7 +151,6 @@ def version_dir(name: str, version: str) -> str:
     return f"{bundle_dir(name)}/{version}"
 
 
-
 # --------------------------------------------------------------------------------------------- device calls
 
 
@@ -232,9 +231,7 @@ class Device:
     def python(self) -> str:
         """The Python that runs the runner: the spec's, else ~/.edgetk/config.json's, else python3 on the device's
         PATH; on ``local``, the interpreter running edgetk (a venv install has its runtimes there, not in PATH's)."""
-        fallback = sys.executable if self.spec.is_local else "python3"
-        return self.spec.python or self.info().get("config_python") or fallback
-
+        return self.spec.python or self.info().get("config_python") or self.helper_python
 
 
 class HelperRefused(DeviceError):
@@ -254,7 +251,6 @@ class HelperRefused(DeviceError):
 
 class HelperDiskFull(HelperRefused, DeviceDiskFull):
     """The helper's refusal ``disk_full``: what it needs is more than the device's disk has free."""
-
 
 
 # --------------------------------------------------------------------------------------------- the steps

@@ -98,7 +98,6 @@ class SshLink:
         self.shell_noise: str | None = None  # what the login shell printed before a command, if anything
         self.connect_seconds: float | None = None
 
-
     # ----------------------------------------------------------------------------------------- connecting
 
     def _resolve(self) -> SshOptions:
