@@ -27,7 +27,7 @@ import paramiko
 from toolkit.devices.fleet import DeviceOutcome, run_fleet
 from toolkit.devices.spec import DeviceSpec
 from toolkit.devices.ssh import SshConnection
-from toolkit.devices.ssh_hostkeys import home_relative
+from toolkit.devices.ssh_auth import home_relative
 from toolkit.devices.ssh_config import resolve
 from toolkit.errors import AuthRefused, DeviceError, UsageError
 

@@ -22,14 +22,14 @@ import logging
 import os
 import select
 import time
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 
 import paramiko
 
-from toolkit.devices.connection import Progress, quote_argv
+from toolkit.devices.connection import Progress, quote_argv, read_blocks
 from toolkit.devices.host_facts import host_id, remember_sftp, sftp_known
-from toolkit.devices.ssh_hostkeys import fingerprint
+from toolkit.devices.ssh_auth import fingerprint
 from toolkit.devices.ssh_link import SshLink
 from toolkit.errors import DeviceError, DeviceTimeout
 from toolkit.model.types import CommandResult
@@ -41,15 +41,6 @@ SFTP_MAX_PACKET = 1 << 15
 SFTP_WRITE_SIZE = 1 << 16  # bytes per SFTP write request (paramiko: 32 KiB; OpenSSH's server takes 256 KiB)
 OUT_MARK = "__edgetk_out_8c1e__"  # printed before each command's own output: what precedes it is shell noise
 UPLOAD_STALL_S = 60.0  # an upload whose data the device stops taking (a hung disk, sshd still alive) fails then
-
-
-def read_blocks(path: Path, offset: int = 0, size: int = 1 << 18) -> Iterator[bytes]:
-    """The bytes of ``path`` from ``offset`` on, in blocks of ``size``."""
-    with open(path, "rb") as handle:
-        handle.seek(offset)
-        while block := handle.read(size):
-            yield block
-
 
 
 class SshConnection(SshLink):
@@ -267,15 +258,14 @@ class SshConnection(SshLink):
             self._exec_put(Path(local), remote, size, progress=progress, offset=offset)
             return
         try:
-            with open(local, "rb") as handle, sftp.file(remote, "r+b" if offset else "wb") as target:
+            with sftp.file(remote, "r+b" if offset else "wb") as target:
                 target.set_pipelined(True)
                 target.MAX_REQUEST_SIZE = SFTP_WRITE_SIZE  # shadows paramiko's class constant
                 target.chmod(0o644)
                 if offset:
-                    handle.seek(offset)
                     target.seek(offset)
                 sent = 0
-                while block := handle.read(1 << 18):
+                for block in read_blocks(local, offset):
                     target.write(block)
                     sent += len(block)
                     if progress:

@@ -3,8 +3,8 @@
 Where to connect, and how, comes from the user's OpenSSH configuration as ``ssh`` reads it
 (:mod:`toolkit.devices.ssh_config`: Include, ProxyJump, ProxyCommand, IdentityFile/IdentitiesOnly/
 IdentityAgent/CertificateFile, UserKnownHostsFile/GlobalKnownHostsFile/HostKeyAlias/HashKnownHosts,
-ConnectTimeout, ServerAliveInterval/CountMax); an option it cannot follow is refused by name. Host keys:
-:mod:`toolkit.devices.ssh_hostkeys`; the login (public keys only): :mod:`toolkit.devices.ssh_auth`.
+ConnectTimeout, ServerAliveInterval/CountMax); an option it cannot follow is refused by name. Host keys and
+the login (public keys only): :mod:`toolkit.devices.ssh_auth`.
 
 Reliability (findings.md sections 4-5): a dead link is noticed by TCP (``TCP_USER_TIMEOUT`` on a socket we
 create, TCP keepalives). A device that stops answering while its kernel still ACKs TCP (a frozen userland, a
@@ -35,9 +35,8 @@ from typing import Any, Self
 import paramiko
 
 from toolkit.devices.spec import DeviceSpec, parse_spec
-from toolkit.devices.ssh_auth import authenticate
 from toolkit.devices.ssh_config import SshOptions, resolve
-from toolkit.devices.ssh_hostkeys import check_host_key, home_relative, prefer_known_key_types
+from toolkit.devices.ssh_auth import authenticate, check_host_key, home_relative, prefer_known_key_types
 from toolkit.devices.ssh_watch import _Watchdog, _WatchedSocket
 from toolkit.errors import DeviceError, DeviceStopped, DeviceUnreachable, LinkDropped
 
