@@ -19,7 +19,8 @@ import pytest
 
 from tests.fixtures.deploy import build_bundle
 from toolkit.delivery.bundle import read_bundle, sha256_file, write_manifest
-from toolkit.delivery.deployment import GZ_SUFFIX, Device, HelperRefused, push
+from toolkit.delivery.deployment import Device, HelperRefused
+from toolkit.delivery.push import GZ_SUFFIX, push
 from toolkit.devices import DeviceSpec, open_connection, parse_spec
 from toolkit.model.schemas.manifest import read_manifest
 

@@ -10,7 +10,9 @@ from pathlib import Path
 import pytest
 
 from toolkit.delivery.bundle import read_bundle
-from toolkit.delivery.deployment import Device, DeviceLock, push, remove, rollback, status, validate_name
+from toolkit.delivery.deployment import Device, remove, rollback, status, validate_name
+from toolkit.delivery.locks import DeviceLock
+from toolkit.delivery.push import push
 from toolkit.devices import DeviceSpec, open_connection, parse_spec
 from toolkit.errors import DeviceError, UsageError
 from toolkit.delivery.locks import LockHeld

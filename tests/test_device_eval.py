@@ -29,7 +29,8 @@ from tests.fixtures.home import Home
 from toolkit.conversion import layer_probe
 from toolkit.delivery.bundle import read_bundle, sha256_file
 from toolkit.checks.checking import GateOptions, check
-from toolkit.delivery.deployment import Device, push, version_dir
+from toolkit.delivery.deployment import Device, version_dir
+from toolkit.delivery.push import push
 from toolkit.devices.spec import DeviceSpec, parse_spec
 from toolkit.reporting.html import collect, render_html
 from toolkit.reporting.terminal import bundle_table

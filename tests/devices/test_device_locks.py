@@ -19,7 +19,9 @@ import pytest
 
 from tests.fixtures.dropbear import DropbearDevice
 from toolkit.delivery.bundle import read_bundle
-from toolkit.delivery.deployment import Device, DeviceLock, push, status
+from toolkit.delivery.deployment import Device, status
+from toolkit.delivery.locks import DeviceLock
+from toolkit.delivery.push import push
 from toolkit.devices import DeviceSpec, open_connection, parse_spec
 from toolkit.devices.connection import Connection
 from toolkit.delivery.locks import LockHeld, replaced_note

@@ -19,7 +19,7 @@ from tests.fixtures.cli import run_edgetk
 from tests.fixtures.dropbear import DropbearDevice
 from tests.fixtures.sshd import SshDevice
 from tests.fixtures.home import Home
-from toolkit.delivery import deployment
+from toolkit.delivery import deployment, push
 from toolkit.delivery.bundle import read_bundle
 from toolkit.devices import open_connection
 from toolkit.devices.host_facts import facts_path
@@ -37,10 +37,10 @@ def _spec(device: DropbearDevice, key: Path, known_hosts: Path, *, name: str = "
                       known_hosts=str(known_hosts))
 
 
-def _push(spec: DeviceSpec, bundle: Any, **options: Any) -> deployment.PushResult:
+def _push(spec: DeviceSpec, bundle: Any, **options: Any) -> push.PushResult:
     conn = open_connection(spec)
     try:
-        return deployment.push(deployment.Device(spec, conn), bundle, progress_stream=io.StringIO(), **options)
+        return push.push(deployment.Device(spec, conn), bundle, progress_stream=io.StringIO(), **options)
     finally:
         conn.close()
 
@@ -133,7 +133,7 @@ def test_a_push_without_sftp_is_one_channel_and_one_device_side_run(
 
         conn._open_command = recording  # type: ignore[attr-defined]
         try:
-            result = deployment.push(deployment.Device(spec, conn), bundle, progress_stream=io.StringIO())
+            result = push.push(deployment.Device(spec, conn), bundle, progress_stream=io.StringIO())
         finally:
             conn.close()
         assert result.files_sent == expect_sent

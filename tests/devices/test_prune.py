@@ -13,7 +13,8 @@ from tests.fixtures.cli import run_edgetk
 from tests.fixtures.dropbear import DropbearDevice
 from toolkit import api
 from toolkit.delivery.bundle import read_bundle
-from toolkit.delivery.deployment import Device, push, rollback, status
+from toolkit.delivery.deployment import Device, rollback, status
+from toolkit.delivery.push import push
 from toolkit.devices import DeviceSpec, open_connection, parse_spec
 from toolkit.errors import DeviceDiskFull
 

@@ -45,7 +45,7 @@ from toolkit.model.options import (
 
 if TYPE_CHECKING:  # pragma: no cover
     from toolkit.conversion.layers import LayerTable
-    from toolkit.delivery.deployment import PushResult
+    from toolkit.delivery.push import PushResult
     from toolkit.devices.spec import DeviceSpec
     from toolkit.runtimes.inspection import ModelInfo
     from toolkit.conversion.pipeline import ConvertResult

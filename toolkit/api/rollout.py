@@ -61,7 +61,7 @@ class BundleJob:
         """(push result or None, check reports, the device's Selection or None) for one connected
         ``toolkit.delivery.deployment.Device``."""
         from toolkit.checks.checking import check as run_check
-        from toolkit.delivery.deployment import push
+        from toolkit.delivery.push import push
         from toolkit.checks.selection import apply as select
 
         pushed = (

@@ -26,13 +26,13 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import Any
 
 from toolkit.delivery.bundle import Bundle
 from toolkit.delivery.deployment import Device, installed_version, version_dir
 from toolkit.errors import DeviceError, ToolkitError, UsageError
-from toolkit.model.policy import CheckPolicy, GateOptions, PlacementExpectation, RegressionPolicy
+from toolkit.model.policy import Budget, CheckPolicy, GateOptions, PlacementExpectation, RegressionPolicy, budget_for
 from toolkit.regression import RegressionVerdict, confirmed, decide
 from toolkit.checks.selection import throttled
 from toolkit.store import Store, StoredCheck
@@ -43,25 +43,6 @@ CHECK_TIMEOUT_S = 900.0
 NO_POLICY = ("the bundle carries no check policy (built by an older edgetk): its target's latency budget and "
              "placement expectations are unknown and the regression gate uses the default thresholds; rebuild it "
              "with `edgetk convert`, or pass --budget-ms")
-
-
-@dataclass(frozen=True)
-class Budget:
-    """The latency budget in force: ``ms`` with where it came from, or None with why not."""
-
-    ms: float | None
-    source: str = ""
-    skip: str | None = None
-
-
-def budget_for(policy: CheckPolicy | None, options: GateOptions) -> Budget:
-    if options.budget_ms is not None:
-        return Budget(options.budget_ms, "--budget-ms")
-    if policy is None:
-        return Budget(None)  # the NO_POLICY note says why
-    if policy.latency_budget_ms is None:
-        return Budget(None, skip=f"latency budget: the target {policy.target or '(none)'} sets none")
-    return Budget(policy.latency_budget_ms, f"target {policy.target}" if policy.target else "the bundle's policy")
 
 
 def regression_policy_for(policy: CheckPolicy | None, options: GateOptions) -> RegressionPolicy:

@@ -18,21 +18,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
-from toolkit.devices.connection import Progress
+from toolkit.delivery.deployment import Device
+from toolkit.devices.connection import Progress, read_blocks
 from toolkit.errors import DeviceError, LinkDropped
 from toolkit.model.types import CommandResult
 
 BLOCK = 1 << 18
-
-
-class Device(Protocol):
-    """What a push needs of ``toolkit.delivery.deployment.Device``: the helper's command line and its answer."""
-
-    def helper_argv(self, command: str, *args: str) -> list[str]: ...
-
-    def answer(self, command: str, result: CommandResult) -> dict[str, Any]: ...
-
-    def install_helper(self) -> None: ...
 
 
 class Streams(Protocol):
@@ -74,11 +65,7 @@ def frames(files: Sequence[Outgoing]) -> Iterator[bytes]:
     for item in files:
         yield (json.dumps([item.rel, item.offset, item.length, int(item.packed), item.sha256, item.size]) +
                "\n").encode()
-        with open(item.local, "rb") as handle:
-            if not item.packed:
-                handle.seek(item.offset)
-            while block := handle.read(BLOCK):
-                yield block
+        yield from read_blocks(item.local, 0 if item.packed else item.offset, BLOCK)
     yield b"[]\n"
 
 

@@ -1,12 +1,16 @@
-"""Which bytes of a bundle a push sends: gzip copies where they pay (``--compress``), and where a cut-short upload
-resumes (its bytes on the device are a prefix of ours)."""
+"""Which bytes of a bundle a push sends: gzip copies where they pay (``--compress``), where a cut-short upload
+resumes (its bytes on the device are a prefix of ours), and their progress on stderr."""
 
 from __future__ import annotations
 
+import sys
+import threading
+import time
 from pathlib import Path
-from typing import Any
+from typing import Any, TextIO
 
 from toolkit.delivery.bundle import Bundle
+from toolkit.devices.connection import Progress
 
 COMPRESS_LEVEL = 6  # zlib level: most of level 9's ratio on model files at a fraction of its CPU time
 COMPRESS_MIN_SAVING = 0.10  # send compressed only when that saves at least 10% of the file
@@ -60,3 +64,43 @@ def resume_offsets(bundle: Bundle, partial: dict[str, Any], sizes: dict[str, int
         if prefix.hexdigest() == digest:
             offsets[rel] = have
     return offsets
+
+
+class UploadProgress:
+    """Bytes sent and rate, on stderr, at most twice a second per device (threads write whole lines)."""
+
+    _lock = threading.Lock()
+
+    def __init__(self, device: str, total: int, *, stream: TextIO | None = None, interval: float = 0.5) -> None:
+        self.device = device
+        self.total = total
+        self.stream = stream if stream is not None else sys.stderr
+        self.interval = interval
+        self.done = 0
+        self.started = time.perf_counter()
+        self._last = self.started
+
+    def file_progress(self, base: int) -> Progress:
+        """The progress callback of one file whose first byte is the push's ``base``-th."""
+        def callback(sent: int, _total: int) -> None:
+            self.done = base + sent
+            now = time.perf_counter()
+            if now - self._last >= self.interval:
+                self._last = now
+                self._line("uploading")
+
+        return callback
+
+    def _line(self, what: str) -> None:
+        elapsed = max(time.perf_counter() - self.started, 1e-6)
+        with self._lock:
+            print(
+                f"{self.device}: {what} {self.done / 1e6:.1f}/{self.total / 1e6:.1f} MB "
+                f"({self.done / 1e6 / elapsed:.1f} MB/s)",
+                file=self.stream,
+                flush=True,
+            )
+
+    def finish(self) -> None:
+        if self.total:
+            self._line("sent")

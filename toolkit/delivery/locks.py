@@ -61,6 +61,11 @@ def request(what: str, *, version: str | None = None, break_lock: bool = False, 
                        "version": version, "break": break_lock, "prune": prune})
 
 
+def installer(by: Any) -> str | None:
+    """``HOST (pid N)`` from a ``by`` record (who installed a version or asked for a lock), None when unknown."""
+    return f"{by.get('host')} (pid {by.get('pid')})" if isinstance(by, dict) and by.get("host") else None
+
+
 def describe(owner: Any, name: str) -> str:
     """``a deploy of NAME (version 0123456789ab) from HOST (pid N)``, from an owner record."""
     owner = owner if isinstance(owner, dict) else {}
@@ -156,7 +161,7 @@ def replaced_note(device: Device, name: str, version: str) -> str | None:
     if current == version:
         return None
     by = next((v.get("by") for v in entry.get("versions", []) if v.get("version") == current), None)
-    who = f" from {by.get('host')} (pid {by.get('pid')})" if isinstance(by, dict) and by.get("host") else ""
+    who = f" from {installer(by)}" if installer(by) else ""
     now = f"by {str(current)[:12]}{who}" if current else "(it is no longer installed)"
     return f"{device.spec.name}: {name} {version[:12]} was replaced {now} before this command finished"
 
@@ -185,7 +190,13 @@ class DeviceLock:
         return self
 
     def __exit__(self, *exc: object) -> None:
-        try:
-            self.device.helper("unlock", self.name, self.token)
-        except DeviceError:
-            pass  # a dead link: the lock's holder (that session) is gone, and the next taker breaks it
+        release(self.device, self.name, self.token)
+
+
+def release(device: Device, name: str, token: str) -> None:
+    """Release the lock ``token`` took; on a dead link it cannot, but the lock's holder (that session) is gone
+    then, and the next taker breaks it."""
+    try:
+        device.helper("unlock", name, token)
+    except DeviceError:
+        pass

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from toolkit.errors import UsageError
+from toolkit.model.policy import GateOptions, budget_for
 
 MODULE_TYPE = "edgetk"
 MODULE_FILE = "mender_module.py"
@@ -51,13 +52,6 @@ def _tool() -> str:
         raise UsageError("Building a Mender artifact needs the `mender-artifact` tool, which is not installed.",
                          hint="Install it: apt-get install mender-artifact (Debian/Ubuntu), or from Mender's releases.")
     return found
-
-
-def _budget(bundle: Any, budget_ms: float | None) -> float | None:
-    """``--budget-ms``, else the bundle's check policy budget (what ``edgetk check`` gates on), else None."""
-    from toolkit.checks.checking import GateOptions, budget_for
-
-    return budget_for(bundle.manifest.check_policy, GateOptions(budget_ms=budget_ms)).ms
 
 
 def export_mender(
@@ -95,7 +89,8 @@ def export_mender(
         "schema": "edgetk-mender/1", "name": bundle.name, "version": bundle.version,
         "files": [[f.path, f.sha256, f.bytes] for f in files], "keep": KEEP_VERSIONS,
         "runner": bundle.manifest.runner.file if bundle.manifest.runner else None, "runs": runs, "warmup": warmup,
-        "budget_ms": _budget(bundle, budget_ms),
+        # --budget-ms, else the bundle's check policy budget (what `edgetk check` gates on), else None
+        "budget_ms": budget_for(bundle.manifest.check_policy, GateOptions(budget_ms=budget_ms)).ms,
         "target": bundle.manifest.target,
     }
     tool = _tool()

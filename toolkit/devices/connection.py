@@ -12,7 +12,7 @@ is passed as data and never run.
 from __future__ import annotations
 
 import shlex
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from types import TracebackType
 from typing import Protocol, runtime_checkable
@@ -21,6 +21,14 @@ from toolkit.model.types import CommandResult
 
 # progress(bytes_sent_so_far_for_this_file, total_bytes_of_this_file)
 Progress = Callable[[int, int], None]
+
+
+def read_blocks(path: Path, offset: int = 0, size: int = 1 << 18) -> Iterator[bytes]:
+    """The bytes of ``path`` from ``offset`` on, in blocks of ``size``."""
+    with open(path, "rb") as handle:
+        handle.seek(offset)
+        while block := handle.read(size):
+            yield block
 
 
 def quote_argv(argv: Sequence[str]) -> str:

@@ -26,7 +26,8 @@ import paramiko
 
 from toolkit.devices.fleet import DeviceOutcome, run_fleet
 from toolkit.devices.spec import DeviceSpec
-from toolkit.devices.ssh import SshConnection, _home_relative
+from toolkit.devices.ssh import SshConnection
+from toolkit.devices.ssh_auth import home_relative
 from toolkit.devices.ssh_config import resolve
 from toolkit.errors import AuthRefused, DeviceError, UsageError
 
@@ -177,7 +178,7 @@ def add_key(spec: DeviceSpec, key: PublicKey, password: str, *, trust_new_host: 
             f"{spec.name}: the key is in ~/.ssh/authorized_keys, but a key login still fails ({exc.message})",
             hint="The device's sshd may refuse keys in a group- or world-writable home or ~/.ssh (StrictModes), "
             "or read keys from another file (AuthorizedKeysFile).") from None
-    return {"key": key.fingerprint, "key_file": _home_relative(key.path),
+    return {"key": key.fingerprint, "key_file": home_relative(key.path),
             "added": [f for what, f in results if what == "added"],
             "present": [f for what, f in results if what == "present"], "key_login": proof.returncode == 0}
 

@@ -192,13 +192,11 @@ def _number(options: Mapping[str, Any], key: str, where: str) -> float | None:
             from None
 
 
-def resolve(host: str, *, user: str | None = None, port: int | None = None, identity_file: str | None = None,
-            proxy_jump: str | None = None, home: Path | None = None,
-            system_config: Path | None = SYSTEM_CONFIG) -> SshOptions:
-    """What ``ssh [-l user] [-p port] [-i identity_file] [-J proxy_jump] host`` would use, or a refusal."""
+def _read_options(host: str, home: Path, system_config: Path | None) -> tuple[dict[str, Any], list[Path]]:
+    """The options the user's and the system's configuration give ``host`` (Includes followed), and the files
+    read."""
     import paramiko
 
-    home = home or Path.home()
     texts: list[str] = []
     files: list[Path] = []
     user_config = home / ".ssh" / "config"
@@ -210,14 +208,21 @@ def resolve(host: str, *, user: str | None = None, port: int | None = None, iden
         text, read = expand_includes(system_config, home=home, user_config=False)
         texts.append("Host *\n" + text)
         files.extend(read)
-    where = ", ".join(str(f) for f in files[:3]) or "~/.ssh/config"
-    options: dict[str, Any] = {}
-    if texts:
-        try:
-            options = dict(paramiko.SSHConfig.from_text("\n".join(texts)).lookup(host))
-        except Exception as exc:  # a broken ssh config is the user's to fix; say where
-            raise UsageError(f"Cannot read the SSH configuration ({where}): {exc}.",
-                             hint="Check it with: ssh -G " + shlex.quote(host)) from None
+    if not texts:
+        return {}, files
+    try:
+        return dict(paramiko.SSHConfig.from_text("\n".join(texts)).lookup(host)), files
+    except Exception as exc:  # a broken ssh config is the user's to fix; say where
+        raise UsageError(f"Cannot read the SSH configuration ({_where(files)}): {exc}.",
+                         hint="Check it with: ssh -G " + shlex.quote(host)) from None
+
+
+def _where(files: list[Path]) -> str:
+    return ", ".join(str(f) for f in files[:3]) or "~/.ssh/config"
+
+
+def _refuse_unfollowed(host: str, options: Mapping[str, Any], where: str, proxy_jump: str | None) -> None:
+    """Refuse an option edgetk cannot follow for this host, by name (and ProxyCommand with ProxyJump)."""
     unsupported = sorted(k for k in options if k not in HONOURED and k not in NOT_APPLICABLE)
     canonical = _first(options, "canonicalizehostname")
     if canonical is not None and canonical.lower() in _CANONICAL_OFF:
@@ -235,6 +240,16 @@ def resolve(host: str, *, user: str | None = None, port: int | None = None, iden
             str(options.get("proxyjump")).lower() != "none":
         raise UsageError(f"{host}: your SSH configuration ({where}) sets both ProxyCommand and ProxyJump.",
                          hint="Keep one of them for this host (ssh itself uses whichever comes first).")
+
+
+def resolve(host: str, *, user: str | None = None, port: int | None = None, identity_file: str | None = None,
+            proxy_jump: str | None = None, home: Path | None = None,
+            system_config: Path | None = SYSTEM_CONFIG) -> SshOptions:
+    """What ``ssh [-l user] [-p port] [-i identity_file] [-J proxy_jump] host`` would use, or a refusal."""
+    home = home or Path.home()
+    options, files = _read_options(host, home, system_config)
+    where = _where(files)
+    _refuse_unfollowed(host, options, where, proxy_jump)
     hostname = str(options.get("hostname") or host)
     port_value = port or int(_number(options, "port", where) or 22)
     login = user or _first(options, "user") or _local_user()

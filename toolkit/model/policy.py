@@ -156,3 +156,22 @@ class GateOptions:
             raise UsageError(f"--regression-pct must be 0 or more, got {self.regression_pct}.")
         if not self.baseline:
             raise UsageError("--baseline needs a value: last, none or a CHECK_ID.")
+
+
+@dataclass(frozen=True)
+class Budget:
+    """The latency budget in force: ``ms`` with where it came from, or None with why not."""
+
+    ms: float | None
+    source: str = ""
+    skip: str | None = None
+
+
+def budget_for(policy: CheckPolicy | None, options: GateOptions) -> Budget:
+    if options.budget_ms is not None:
+        return Budget(options.budget_ms, "--budget-ms")
+    if policy is None:
+        return Budget(None)  # the NO_POLICY note says why
+    if policy.latency_budget_ms is None:
+        return Budget(None, skip=f"latency budget: the target {policy.target or '(none)'} sets none")
+    return Budget(policy.latency_budget_ms, f"target {policy.target}" if policy.target else "the bundle's policy")
