@@ -4,7 +4,7 @@ The table says *where* INT8 loses the model, layer by layer, on the calibration 
 ``QuantizationDebugger`` and ONNX Runtime's ``qdq_loss_debug`` do), so a user, and selective quantization, can
 see which layers to keep in float. Per route:
 
-* **TFLite** (Keras/SavedModel): one ``QuantizationDebugger`` run (``tflite._debug_run``); each op runs next to
+* **TFLite** (Keras/SavedModel): one ``QuantizationDebugger`` run (``tflite_debugger.debug_run``); each op runs next to
   a float copy fed the same dequantized input, so a row is that op's *own* error. ``rmse_range`` is the
   debugger's RMSE over the tensor's quantized range (``255 * scale``: the tutorial's ``rmse/scale`` / 255).
 * **ONNX** (QDQ): the float tensor before and after each quantized node's output Q/DQ pair (the activation
@@ -140,11 +140,11 @@ def ranked(scores: Sequence[Row]) -> tuple[LayerError, ...]:
 
 def tflite_table(request: ConversionRequest) -> LayerTable:
     """The table of a Keras/SavedModel -> TFLite INT8 recipe (one quantization-debugger run)."""
-    from toolkit.conversion import tflite
+    from toolkit.conversion import tflite_debugger
     from toolkit.conversion.sensitivity import DEBUG_SAMPLES, float_group
 
-    calibrated, channel, steps = tflite._debug_run(request)
-    ops, consumers = tflite._op_graph(calibrated)
+    calibrated, channel, steps = tflite_debugger.debug_run(request)
+    ops, consumers = tflite_debugger.op_graph(calibrated)
     kinds = {name: kind for kind, name in ops}
     position = {name: index for index, (_kind, name) in enumerate(ops)}  # execution order
 
@@ -157,7 +157,7 @@ def tflite_table(request: ConversionRequest) -> LayerTable:
     names = sorted(dict.fromkeys([*channel, *steps]), key=lambda n: position.get(op_of(n), len(position)))
     def group(name: str) -> tuple[str, ...]:
         op = op_of(name)
-        return float_group(op, consumers, lambda o: kinds.get(o) in tflite._PASSTHROUGH) if op else (name,)
+        return float_group(op, consumers, lambda o: kinds.get(o) in tflite_debugger.PASSTHROUGH) if op else (name,)
 
     rows: list[Row] = [(name, kinds.get(op_of(name), ""), channel.get(name, math.nan),
                         steps.get(name, math.nan) / INT8_LEVELS, None, group(name)) for name in names]
