@@ -172,12 +172,12 @@ def tflite_table(request: ConversionRequest) -> LayerTable:
 
 
 def pt2e_table(request: ConversionRequest) -> LayerTable:
-    """The PyTorch -> TFLite and -> ExecuTorch routes' table: PT2E's own measurement (``pt2e.layer_rows``, with
+    """The PyTorch -> TFLite and -> ExecuTorch routes' table: PT2E's own measurement (``pt2e_layers.layer_rows``, with
     the route's quantizer: litert-torch's or XNNPACK's)."""
-    from toolkit.conversion import pt2e
+    from toolkit.conversion import pt2e_layers
 
-    rows, samples = pt2e.layer_rows(request)
-    return LayerTable(route=str(request.recipe.format), method=pt2e.TABLE_METHOD, samples=samples, rows=ranked(rows))
+    rows, samples = pt2e_layers.layer_rows(request)
+    return LayerTable(route=str(request.recipe.format), method=pt2e_layers.TABLE_METHOD, samples=samples, rows=ranked(rows))
 
 
 def onnx_table(request: ConversionRequest, int8: BuiltArtifact) -> LayerTable:

@@ -180,7 +180,7 @@ def _named_inputs(torch: Any, module: Any, names: list[str], four_d: list[int]) 
     graph modules from ``torch.export`` that take positional inputs convert alike), with a transpose
     NHWC -> NCHW in front of the inputs at ``four_d``."""
 
-    class NamedInputs(torch.nn.Module):
+    class NamedInputs(torch.nn.Module):  # type: ignore[misc]  # torch arrives as an untyped module object
         def __init__(self) -> None:
             super().__init__()
             self.inner = module
