@@ -13,8 +13,8 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from toolkit.errors import MissingDependency, UsageError
+from toolkit.model.types import Framework, TensorSpec
 from toolkit.sources.base import SourceModel
-from toolkit.model.types import TensorSpec
 
 if TYPE_CHECKING:
     import onnx
@@ -87,7 +87,7 @@ def tensor_specs(model: onnx.ModelProto) -> tuple[tuple[TensorSpec, ...], tuple[
 class OnnxSource(SourceModel):
     """An ONNX model file. I/O come from the graph; ``predict`` runs the original file in onnxruntime."""
 
-    framework = "onnx"
+    framework = Framework.ONNX
 
     def __init__(self, path: Path) -> None:
         self.path = Path(path)
@@ -96,13 +96,6 @@ class OnnxSource(SourceModel):
         self.opset = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), None)
         self._session: Any = None
 
-    @property
-    def inputs(self) -> tuple[TensorSpec, ...]:
-        return self._inputs
-
-    @property
-    def outputs(self) -> tuple[TensorSpec, ...]:
-        return self._outputs
 
     def _open(self) -> Any:
         if self._session is None:

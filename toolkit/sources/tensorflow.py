@@ -22,8 +22,8 @@ from typing import Any
 import numpy as np
 
 from toolkit.errors import MissingDependency, UsageError
+from toolkit.model.types import Framework, TensorSpec
 from toolkit.sources.base import SourceModel
-from toolkit.model.types import TensorSpec
 
 Shapes = Mapping[str, Sequence[int | None]]
 
@@ -80,29 +80,18 @@ def _unique(names: Sequence[str]) -> list[str]:
     return result
 
 
-def open_tensorflow(path: Path, framework: str) -> SourceModel:
-    """Load a Keras file (``framework="keras"``) or a SavedModel directory (``"savedmodel"``)."""
+def open_tensorflow(path: Path, framework: Framework) -> SourceModel:
+    """Load a Keras file (``Framework.KERAS``) or a SavedModel directory (``Framework.SAVEDMODEL``)."""
     path = Path(path)
-    if framework == "keras":
+    if framework == Framework.KERAS:
         return KerasSource(path)
-    if framework == "savedmodel":
+    if framework == Framework.SAVEDMODEL:
         return SavedModelSource(path)
     raise UsageError(f"Unknown TensorFlow framework {framework!r}.", hint="Use 'keras' or 'savedmodel'.")
 
 
 class TensorFlowSource(SourceModel):
     """What Keras and SavedModel sources share: named I/O, a fixed-shape serving function, an export."""
-
-    _inputs: tuple[TensorSpec, ...]
-    _outputs: tuple[TensorSpec, ...]
-
-    @property
-    def inputs(self) -> tuple[TensorSpec, ...]:
-        return self._inputs
-
-    @property
-    def outputs(self) -> tuple[TensorSpec, ...]:
-        return self._outputs
 
     def _call(self, args: Sequence[Any]) -> Sequence[Any]:
         """Run the model on tensors in ``inputs`` order; outputs in ``outputs`` order."""
@@ -166,7 +155,7 @@ class TensorFlowSource(SourceModel):
 class KerasSource(TensorFlowSource):
     """A Keras 3 model file (.keras zip or legacy .h5)."""
 
-    framework = "keras"
+    framework = Framework.KERAS
 
     def __init__(self, path: Path) -> None:
         self.path = path
@@ -243,7 +232,7 @@ class KerasSource(TensorFlowSource):
 class SavedModelSource(TensorFlowSource):
     """A SavedModel directory, called through its serving signature."""
 
-    framework = "savedmodel"
+    framework = Framework.SAVEDMODEL
 
     def __init__(self, path: Path) -> None:
         self.path = path

@@ -17,13 +17,11 @@ from toolkit.errors import UsageError
 from toolkit.model.types import TensorSpec
 
 
-class HostSession(abc.ABC):
-    """A loaded artifact. ``run`` takes and returns float32 arrays; integer I/O is (de)quantized here with
-    the tensor's own scale and zero point, so callers compare every artifact with the float model alike."""
+class TensorIO:
+    """The inputs and outputs of a loaded model (a source) or artifact (a host session), read from it once by
+    its loader."""
 
-    runtime: str  # "litert" | "onnxruntime" | "executorch"
-    runtime_version: str
-    _inputs: tuple[TensorSpec, ...]  # set by each runtime's loader from the loaded artifact
+    _inputs: tuple[TensorSpec, ...]
     _outputs: tuple[TensorSpec, ...]
 
     @property
@@ -33,6 +31,14 @@ class HostSession(abc.ABC):
     @property
     def outputs(self) -> tuple[TensorSpec, ...]:
         return self._outputs
+
+
+class HostSession(TensorIO, abc.ABC):
+    """A loaded artifact. ``run`` takes and returns float32 arrays; integer I/O is (de)quantized here with
+    the tensor's own scale and zero point, so callers compare every artifact with the float model alike."""
+
+    runtime: str  # "litert" | "onnxruntime" | "executorch"
+    runtime_version: str
 
     @abc.abstractmethod
     def run_raw(self, feeds: Mapping[str, np.ndarray]) -> list[np.ndarray]:
