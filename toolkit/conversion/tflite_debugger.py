@@ -1,11 +1,7 @@
-"""The TFLite quantization debugger on a Keras / SavedModel source: per-layer int8 error (``layer_errors``) and
-the groups of ops worth keeping in float, measured on the model's outputs (``float_groups``).
-
+"""The TFLite quantization debugger on a Keras / SavedModel source, from the run's one calibration:
 ``layer_errors`` ranks layers by their quantization error relative to each channel's own magnitude, and
 ``float_groups`` orders candidate groups of layers by what keeping them in float does to the model's outputs
-(``toolkit.conversion.sensitivity``), so the pipeline can pick which to keep in float. Both quantize the run's
-one calibration (``tflite._calibrated``).
-"""
+(``toolkit.conversion.sensitivity``), so the pipeline can pick which to keep in float."""
 
 from __future__ import annotations
 
@@ -147,36 +143,17 @@ def layer_errors(request: ConversionRequest, *, limit: int) -> list[tuple[str, f
 def op_graph(model: bytes) -> tuple[list[tuple[str, str]], dict[str, list[str]]]:
     """(builtin op name, first output tensor name) of each op of the main graph, and which ops read each
     op's outputs (op name -> consumer op names, by first output tensor name)."""
-    from toolkit.runtimes.inspection.tflite import _schema
+    from toolkit.conversion import fragile
 
-    schema = _schema()
-    parsed = schema.ModelT.InitFromPackedBuf(model, 0)
-    codes = parsed.operatorCodes or []
-    op_names = {v: k for k, v in vars(schema.BuiltinOperator).items() if not k.startswith("_")}
-    graph = parsed.subgraphs[0]
-    tensors = graph.tensors or []
-    ops: list[tuple[str, str]] = []
-    producer: dict[int, str] = {}
-    readers: list[tuple[str, list[int]]] = []
-    for op in graph.operators or []:
-        code = codes[op.opcodeIndex]
-        kind = str(op_names.get(max(int(code.builtinCode), int(code.deprecatedBuiltinCode)), "CUSTOM"))
-        outs = [int(i) for i in (op.outputs if op.outputs is not None else []) if int(i) >= 0]
-        if not outs:
-            continue
-        raw = tensors[outs[0]].name
-        name = raw.decode() if isinstance(raw, bytes) else str(raw)
-        ops.append((kind, name))
-        for index in outs:
-            producer[index] = name
-        readers.append((name, [int(i) for i in (op.inputs if op.inputs is not None else []) if int(i) >= 0]))
+    ops = [(kind, ins, outs) for kind, ins, outs in fragile._tflite_graph(model)[0] if outs]
+    producer = {out: outs[0] for _kind, _ins, outs in ops for out in outs}
     consumers: dict[str, list[str]] = {}
-    for name, inputs in readers:
-        for index in inputs:
-            source = producer.get(index)
-            if source is not None and name not in consumers.setdefault(source, []):
-                consumers[source].append(name)
-    return ops, consumers
+    for _kind, ins, outs in ops:
+        for tensor in ins:
+            source = producer.get(tensor)
+            if source is not None and outs[0] not in consumers.setdefault(source, []):
+                consumers[source].append(outs[0])
+    return [(kind, outs[0]) for kind, _ins, outs in ops], consumers
 
 
 # Ops that move or select values without computing new ones: a tensor passes through them unchanged in
