@@ -1,12 +1,9 @@
-"""The layer-wise error table of a PT2E INT8 build (``layer_rows``, ranked by ``layers.pt2e_table``): what
-TFLite's ``QuantizationDebugger`` does, in torch. The converted graph runs on a few calibration samples; for
-every quantized activation (a ``quantize`` whose input is not a weight) the nodes that produce it from the
-previous dequantized tensors (its *region*: ``conv2d`` + ``relu``, or one ``max_pool2d``) are run again with
-the *float* weights on the same dequantized inputs, and the result is compared with the tensor after its
-``quantize -> dequantize`` pair. So each row is that layer's own error (weight rounding and output rounding),
-not what it inherited from the layers before it. A row's ``float_group`` is the layer and the layers that read
-its output (through pass-through ops such as ``relu`` and ``flatten``): a consumer left quantized would
-re-quantize the tensor with the same range. The table reuses the run's full calibration (``pt2e._CACHE``).
+"""The layer-wise error table of a PT2E INT8 build (``layer_rows``, ranked by ``layers.pt2e_table``): TFLite's
+``QuantizationDebugger`` in torch. Each quantized activation's *region* (``conv2d`` + ``relu``, or one
+``max_pool2d``) is run again with *float* weights on the same dequantized inputs and compared with the tensor
+after its ``quantize -> dequantize`` pair: the layer's own error, not what it inherited. A row's ``float_group``
+is the layer and the layers that read its output through pass-through ops (a consumer left quantized would
+re-quantize the tensor with the same range). The table reuses the run's full calibration (``pt2e._CACHE``).
 """
 
 from __future__ import annotations

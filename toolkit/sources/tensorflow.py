@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -124,15 +124,18 @@ class TensorFlowSource(SourceModel):
             specs.append(tf.TensorSpec(shape, tf.as_dtype(spec.dtype), name=spec.name))
         return specs
 
-    def serving_function(self, shapes: Shapes | None = None) -> Any:
-        """A ``tf.function`` taking the inputs positionally (fixed shapes) and returning {output name: tensor}."""
-        tf = _tf()
+    def _serve(self) -> Callable[..., dict[str, Any]]:
+        """The model taking the inputs positionally and returning {output name: tensor}."""
         names = [s.name for s in self._outputs]
 
         def serve(*args: Any) -> dict[str, Any]:
             return dict(zip(names, self._call(list(args))))
 
-        return tf.function(serve, input_signature=self.input_signature(shapes), autograph=False)
+        return serve
+
+    def serving_function(self, shapes: Shapes | None = None) -> Any:
+        """A ``tf.function`` of ``_serve`` with the inputs' shapes fixed."""
+        return _tf().function(self._serve(), input_signature=self.input_signature(shapes), autograph=False)
 
     def _write_saved_model(self, directory: Path, shapes: Shapes | None) -> None:
         raise NotImplementedError
@@ -217,15 +220,9 @@ class KerasSource(TensorFlowSource):
     def _write_saved_model(self, directory: Path, shapes: Shapes | None) -> None:
         # ExportArchive tracks the Keras 3 variables so the SavedModel carries their values; a plain
         # tf.Module holding the model does not, and its TFLite conversion reads uninitialised variables (NaN).
-        keras = _keras()
-        names = [s.name for s in self._outputs]
-
-        def serve(*args: Any) -> dict[str, Any]:
-            return dict(zip(names, self._call(list(args))))
-
-        archive = keras.export.ExportArchive()
+        archive = _keras().export.ExportArchive()
         archive.track(self.model)
-        archive.add_endpoint("serve", serve, input_signature=self.input_signature(shapes))
+        archive.add_endpoint("serve", self._serve(), input_signature=self.input_signature(shapes))
         archive.write_out(str(directory), verbose=False)
 
 
