@@ -243,7 +243,7 @@ def _selective_int8(
         return None
     model_obj = getattr(request.source, "model", None)
     layers = [str(layer.name) for layer in getattr(model_obj, "layers", [])]
-    nodes, types = resolve_nodes(recipe.nodes_to_exclude, op_outputs(calibrated, request.workdir), layers)
+    nodes, types = resolve_nodes(recipe.nodes_to_exclude, op_outputs(calibrated, request.workdir), layers=layers)
     nodes += [name for name, _ in found if name not in nodes]
     keep_float_io = {name: (FloatIOReason.MIXED_RANGES, why) for name, why in float_outputs.items()}
     stays: tuple[FloatIO, ...] = ()
@@ -384,7 +384,7 @@ def convert(request: ConversionRequest, output: Path) -> BuiltArtifact:
         if selective is not None:
             notes += unasked_float(tmp, resolved)
         if recipe.precision == Precision.INT8:
-            check_int8(tmp, recipe.io_dtype if float_nodes else IoDtype.FLOAT32, float_io)
+            check_int8(tmp, io_dtype=recipe.io_dtype if float_nodes else IoDtype.FLOAT32, float_io=float_io)
         os.replace(tmp, output)
     except BaseException:
         tmp.unlink(missing_ok=True)

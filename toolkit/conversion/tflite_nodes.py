@@ -54,7 +54,7 @@ def _layer_scopes(tensor_names: Sequence[str], layers: Sequence[str]) -> dict[st
 
 
 def resolve_nodes(
-    requested: Sequence[str], ops: Sequence[tuple[str, tuple[str, ...]]], layers: Sequence[str] = ()
+    requested: Sequence[str], ops: Sequence[tuple[str, tuple[str, ...]]], *, layers: Sequence[str] = ()
 ) -> tuple[list[str], list[str]]:
     """Map ``nodes_to_exclude`` entries to (denylisted node tensor names, denylisted op types).
 
