@@ -274,15 +274,15 @@ def _selective_int8(
     return bytes(model), nodes + types, stays, found
 
 
+def _reads_integer_input(model: bytes) -> bool:
+    """Whether the model has an integer input (token ids): the integer-input rule's candidates (its switch)."""
+    return bool(fragile.tflite_integer_inputs(model))
+
+
 def _has_output_concat(model: bytes) -> bool:
     """Whether a Concat reaches a graph output through pass-through ops only (the fragile rule's candidates):
     the cheap structural test that decides whether a calibration is spent on measuring its input ranges."""
-
     ops, outputs, _magnitude, _constants = fragile._tflite_graph(model)
-    readers: dict[str, list[str]] = {}
-    for kind, ins, _outs in ops:
-        for name in ins:
-            readers.setdefault(name, []).append(kind)
     writes = {out: (kind, ins) for kind, ins, outs in ops for out in outs}
     for name in outputs:
         current = name
@@ -358,9 +358,7 @@ def convert(request: ConversionRequest, output: Path) -> BuiltArtifact:
         model = _a16w8(request)
     elif recipe.precision == Precision.INT8:
         model = _full_int8(request, _calibrated(request))
-        # fragile candidates: an output Concat, an integer input (token ids), a decomposed LayerNorm/GELU
-        if (_has_output_concat(model) or fragile.tflite_integer_inputs(model)
-                or fragile.tflite_has_decomposition(model)):
+        if _has_output_concat(model) or _reads_integer_input(model) or fragile.tflite_has_decomposition(model):
             selective = _selective_int8(request, only_if_fragile=True)
     else:
         model = _run(_converter(request), recipe.precision)
