@@ -9,7 +9,7 @@ from typing import Mapping
 import numpy as np
 
 from toolkit.model.types import Framework
-from toolkit.runtimes.execution import TensorIO
+from toolkit.runtimes.tensor_io import TensorIO
 
 
 class SourceModel(TensorIO, abc.ABC):

@@ -15,22 +15,7 @@ import numpy as np
 
 from toolkit.errors import UsageError
 from toolkit.model.types import TensorSpec
-
-
-class TensorIO:
-    """The inputs and outputs of a loaded model (a source) or artifact (a host session), read from it once by
-    its loader."""
-
-    _inputs: tuple[TensorSpec, ...]
-    _outputs: tuple[TensorSpec, ...]
-
-    @property
-    def inputs(self) -> tuple[TensorSpec, ...]:
-        return self._inputs
-
-    @property
-    def outputs(self) -> tuple[TensorSpec, ...]:
-        return self._outputs
+from toolkit.runtimes.tensor_io import TensorIO
 
 
 class HostSession(TensorIO, abc.ABC):
