@@ -20,6 +20,7 @@ a selective rebuild copies the activation ranges of the full pass instead of cal
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -237,17 +238,10 @@ def _reuse_ranges(torch: Any, prepared: Any, ranges: Mapping[str, Mapping[str, A
         if node.op == "call_module" and node.args and getattr(node.args[0], "op", None) == "get_attr":
             module = getattr(prepared, str(node.target))
             with torch.no_grad():
-                module(_attr(prepared, str(node.args[0].target)))
+                module(functools.reduce(getattr, str(node.args[0].target).split("."), prepared))
     for module, state in pending:
         module.load_state_dict({k: v.clone() for k, v in state.items()})
     return True
-
-
-def _attr(graph: Any, target: str) -> Any:
-    value = graph
-    for part in target.split("."):
-        value = getattr(value, part)
-    return value
 
 
 

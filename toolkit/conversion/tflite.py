@@ -32,7 +32,7 @@ import hashlib
 import logging
 import os
 import tempfile
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -101,12 +101,12 @@ def fixed_saved_model(request: ConversionRequest) -> Path:
     return directory
 
 
-def _representative(request: ConversionRequest, limit: int | None = None) -> Any:
+def _representative(request: ConversionRequest) -> Callable[[], Iterator[dict[str, np.ndarray]]]:
+    """The converter's representative dataset: every calibration sample in the source's input dtypes."""
     source = _source(request)
-    samples = list(request.calibration[:limit] if limit else request.calibration)
 
     def generate() -> Iterator[dict[str, np.ndarray]]:
-        for feed in samples:
+        for feed in request.calibration:
             yield {s.name: as_input_dtype(feed[s.name], s.dtype) for s in source.inputs}
 
     return generate
