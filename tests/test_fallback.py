@@ -160,17 +160,17 @@ def test_selective_quantization_rescues_int8(fmt, culprit, request) -> None:
 
 
 def test_tflite_ranking_puts_the_outlier_layer_first(outlier_keras, digits, tmp_path) -> None:
-    from toolkit.conversion import tflite
+    from toolkit.conversion import tflite_debugger
     from toolkit.sources import open_source
 
     request = digits_request(open_source(str(outlier_keras)), digits, tmp_path, precision="int8", io_dtype="int8")
     start = time.perf_counter()
-    errors = tflite.layer_errors(request, limit=4)
+    errors = tflite_debugger.layer_errors(request, limit=4)
     cheap = time.perf_counter() - start
     assert "hidden_1/MatMul" in errors[0][0] and errors[0][1] > 0.5, errors  # the hidden units are lost
     assert min(score for _, score in errors[-2:]) < 0.05, errors  # healthy layers: a few percent
     start = time.perf_counter()
-    groups = tflite.float_groups(request, limit=3)
+    groups = tflite_debugger.float_groups(request, limit=3)
     ranking = time.perf_counter() - start
     print(f"tflite layer_errors {cheap:.2f}s, float_groups {ranking:.2f}s: {errors} {groups}")
     best, error = groups[0]

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from tests.fixtures.tflite import digits_request
-from toolkit.conversion import tflite
+from toolkit.conversion import tflite, tflite_checks, tflite_debugger
 from toolkit.errors import ConversionError, UsageError
 from toolkit.runtimes.execution.tflite import TFLiteSession
 from toolkit.runtimes.inspection.tflite import float_op_outputs, inspect_tflite
@@ -70,7 +70,7 @@ def test_sequential_and_savedmodel_sources(digits, digits_keras_sequential, digi
 
 def test_selective_quantization_keeps_named_nodes_float(digits, digits_source, tmp_path):
     request = digits_request(digits_source, digits, tmp_path / "w", precision="int8", io_dtype="int8")
-    worst = tflite.layer_errors(request, limit=3)
+    worst = tflite_debugger.layer_errors(request, limit=3)
     assert len(worst) == 3
     assert worst[0][1] >= worst[1][1] >= worst[2][1] > 0
     chosen = worst[0][0]
@@ -100,7 +100,7 @@ def test_selective_quantization_keeps_named_nodes_float(digits, digits_source, t
     # every float op was asked for, so no "also float" note; the same artifact judged as if nothing had been
     # asked names the float FULLY_CONNECTED (a mixed-mode build never leaves an op float silently)
     assert not any(n.startswith("also float") for n in built.notes), built.notes
-    (unasked,) = tflite._unasked_float(built.path, ())
+    (unasked,) = tflite_checks.unasked_float(built.path, ())
     assert unasked.startswith("also float without being asked (1 op(s)") and "FULLY_CONNECTED x1" in unasked
 
     unknown = digits_request(

@@ -102,7 +102,7 @@ def test_selective_rebuild_keeps_the_fragile_nodes_float(torch_yolo_detector: To
     reuses the full calibration's ranges; its own layers are listed apart from them."""
     import dataclasses
 
-    from toolkit.conversion import pt2e, torch_tflite
+    from toolkit.conversion import pt2e_layers, torch_tflite
     from toolkit.conversion.base import ConversionRequest
     from toolkit.sources.detect import open_source
     from toolkit.model.types import Recipe
@@ -112,7 +112,7 @@ def test_selective_rebuild_keeps_the_fragile_nodes_float(torch_yolo_detector: To
     request = ConversionRequest(source=source, recipe=Recipe(format="tflite", precision="int8", io_dtype="int8"),
                                 input_shapes={"image": (1, 3, 64, 64)},
                                 calibration=tuple({"image": x[None]} for x in calibration), workdir=tmp_path)
-    rows, _samples = pt2e.layer_rows(request)  # the full quantization's table: calibrates once, cached
+    rows, _samples = pt2e_layers.layer_rows(request)  # the full quantization's table: calibrates once, cached
     assert "conv2d_7" in {row[0] for row in rows}, [row[0] for row in rows]  # the score convolution
     mixed = dataclasses.replace(request, recipe=dataclasses.replace(request.recipe, nodes_to_exclude=("conv2d_7",)))
     built = torch_tflite.convert(mixed, tmp_path / "mixed.tflite")

@@ -4,7 +4,7 @@ The table says *where* INT8 loses the model, layer by layer, on the calibration 
 ``QuantizationDebugger`` and ONNX Runtime's ``qdq_loss_debug`` do), so a user, and selective quantization, can
 see which layers to keep in float. Per route:
 
-* **TFLite** (Keras/SavedModel): one ``QuantizationDebugger`` run (``tflite._debug_run``); each op runs next to
+* **TFLite** (Keras/SavedModel): one ``QuantizationDebugger`` run (``tflite_debugger.debug_run``); each op runs next to
   a float copy fed the same dequantized input, so a row is that op's *own* error. ``rmse_range`` is the
   debugger's RMSE over the tensor's quantized range (``255 * scale``: the tutorial's ``rmse/scale`` / 255).
 * **ONNX** (QDQ): the float tensor before and after each quantized node's output Q/DQ pair (the activation
@@ -146,11 +146,11 @@ def ranked(scores: Sequence[Row]) -> tuple[LayerError, ...]:
 def tflite_table(request: ConversionRequest, full: BuiltArtifact | None = None) -> LayerTable:
     """The table of a Keras/SavedModel -> TFLite INT8 recipe (one quantization-debugger run, which quantizes
     anew: ``full`` is not read)."""
-    from toolkit.conversion import tflite
+    from toolkit.conversion import tflite_debugger
     from toolkit.conversion.sensitivity import DEBUG_SAMPLES, float_group
 
-    calibrated, channel, steps = tflite._debug_run(request)
-    ops, consumers = tflite._op_graph(calibrated)
+    calibrated, channel, steps = tflite_debugger.debug_run(request)
+    ops, consumers = tflite_debugger.op_graph(calibrated)
     kinds = {name: kind for kind, name in ops}
     position = {name: index for index, (_kind, name) in enumerate(ops)}  # execution order
 
@@ -163,7 +163,7 @@ def tflite_table(request: ConversionRequest, full: BuiltArtifact | None = None) 
     names = sorted(dict.fromkeys([*channel, *steps]), key=lambda n: position.get(op_of(n), len(position)))
     def group(name: str) -> tuple[str, ...]:
         op = op_of(name)
-        return float_group(op, consumers, lambda o: kinds.get(o) in tflite._PASSTHROUGH) if op else (name,)
+        return float_group(op, consumers, lambda o: kinds.get(o) in tflite_debugger.PASSTHROUGH) if op else (name,)
 
     rows: list[Row] = [(name, kinds.get(op_of(name), ""), channel.get(name, math.nan),
                         steps.get(name, math.nan) / INT8_LEVELS, None, group(name)) for name in names]
@@ -178,12 +178,13 @@ def tflite_table(request: ConversionRequest, full: BuiltArtifact | None = None) 
 
 
 def pt2e_table(request: ConversionRequest, full: BuiltArtifact | None = None) -> LayerTable:
-    """The PyTorch -> TFLite and -> ExecuTorch routes' table: PT2E's own measurement (``pt2e.layer_rows``, with
-    the route's quantizer: litert-torch's or XNNPACK's; ``full`` is not read)."""
-    from toolkit.conversion import pt2e
+    """The PyTorch -> TFLite and -> ExecuTorch routes' table: PT2E's own measurement (``pt2e_layers.layer_rows``,
+    with the route's quantizer: litert-torch's or XNNPACK's; ``full`` is not read)."""
+    from toolkit.conversion import pt2e_layers
 
-    rows, samples = pt2e.layer_rows(request)
-    return LayerTable(route=Format(request.recipe.format), method=pt2e.TABLE_METHOD, samples=samples, rows=ranked(rows))
+    rows, samples = pt2e_layers.layer_rows(request)
+    return LayerTable(route=Format(request.recipe.format), method=pt2e_layers.TABLE_METHOD, samples=samples,
+                      rows=ranked(rows))
 
 
 def onnx_table(request: ConversionRequest, int8: BuiltArtifact) -> LayerTable:

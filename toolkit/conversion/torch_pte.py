@@ -31,9 +31,9 @@ from typing import Any
 from toolkit.conversion import pt2e
 from toolkit.conversion.base import BuiltArtifact, ConversionRequest
 from toolkit.errors import ConversionError, UsageError, key_line
+from toolkit.model.types import Precision, PteRecord
 from toolkit.runtimes.inspection.pte import QUANTIZED_METHOD, import_executorch
 from toolkit.sources.torch import TorchSource, import_torch, missing_shape_error
-from toolkit.model.types import PteRecord
 
 _PURPOSE = "Converting a PyTorch model to ExecuTorch (.pte)"
 
@@ -44,9 +44,9 @@ def convert(request: ConversionRequest, output: Path) -> BuiltArtifact:
     if not isinstance(source, TorchSource):
         raise UsageError(f"The PyTorch ExecuTorch route got a {source.framework} source.")
     precision = request.recipe.precision
-    if precision in ("fp16", "dynamic"):
+    if precision in (Precision.FP16, Precision.DYNAMIC):
         why = ("XNNPACK runs fp16 only on a model cast to half (float16 I/O) and only on ARMv8.2+ cores"
-               if precision == "fp16" else "PT2E dynamic quantization broke a trained model in our measurements")
+               if precision == Precision.FP16 else "PT2E dynamic quantization broke a trained model in our measurements")
         raise UsageError(f"The PyTorch -> ExecuTorch route does not build {precision} artifacts: {why}.",
                          hint=f"Use --format onnx for {precision}, or --precision int8 / fp32 for .pte.")
     if request.dynamic_batch:
@@ -62,7 +62,7 @@ def convert(request: ConversionRequest, output: Path) -> BuiltArtifact:
     notes: list[str] = []
     float_nodes: tuple[str, ...] = ()
     quantized_tensors = 0
-    if precision == "int8":
+    if precision == Precision.INT8:
         if not request.calibration:
             raise UsageError("INT8 .pte needs calibration data.", hint="Pass --calibration FILE.npz or a folder.")
         quantized = pt2e.quantize(torch, module, args, names, request, fragile=True)

@@ -38,13 +38,11 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
-from toolkit.conversion.base import BuiltArtifact, ConversionRequest
 from toolkit.conversion import pt2e
+from toolkit.conversion.base import BuiltArtifact, ConversionRequest
 from toolkit.conversion.fragile_pt2e import MixedOutput
 from toolkit.errors import ConversionError, MissingDependency, UsageError, key_line
-from toolkit.model.types import FloatIO, FloatIOReason, TensorRole
+from toolkit.model.types import FloatIO, FloatIOReason, Framework, IoDtype, Layout, Precision, TensorRole
 from toolkit.sources.torch import TorchSource, import_torch, missing_shape_error
 
 _PURPOSE = "Converting a PyTorch model to TFLite"
@@ -52,28 +50,8 @@ _PURPOSE = "Converting a PyTorch model to TFLite"
 
 def convert(request: ConversionRequest, output: Path) -> BuiltArtifact:
     """Build ``request.recipe`` (fp32 or int8) as a .tflite file at ``output``."""
-    source = request.source
-    if not isinstance(source, TorchSource):
-        raise UsageError(f"The PyTorch TFLite route got a {source.framework} source.")
+    source = _refuse_unbuilt(request)
     precision = request.recipe.precision
-    if precision in ("dynamic", "fp16"):
-        reason = (
-            "PT2E dynamic quantization produced a broken model in our measurements (accuracy 0.06 on digits)"
-            if precision == "dynamic"
-            else "litert-torch has no fp16 weight path"
-        )
-        raise UsageError(
-            f"The PyTorch -> TFLite route (litert-torch) does not build {precision} artifacts: {reason}.",
-            hint=f"Use --format onnx for {precision} (it is derived from the exported ONNX model), or "
-            "--precision int8 / fp32 for TFLite.",
-        )
-    if source.framework == "torchscript":
-        raise UsageError(
-            f"TorchScript ({str(source.path)!r}) cannot go to TFLite: litert-torch traces with torch.export, which "
-            "does not take ScriptModules.",
-            hint="Pass the factory (file.py:make_model) or an ExportedProgram (.pt2) for --format tflite, or use "
-            "--format onnx.",
-        )
     litert_torch = _import_litert_torch()
     torch = import_torch(_PURPOSE)
     missing = [spec.name for spec in source.inputs if spec.name not in request.input_shapes]
@@ -86,7 +64,7 @@ def convert(request: ConversionRequest, output: Path) -> BuiltArtifact:
         )
     shapes = {spec.name: tuple(int(d) for d in request.input_shapes[spec.name]) for spec in source.inputs}
     args, names = pt2e.inputs(torch, request)
-    nhwc = request.recipe.layout == "NHWC"
+    nhwc = request.recipe.layout == Layout.NHWC
     if nhwc and not any(len(shapes[n]) == 4 for n in names):
         raise UsageError(
             "NHWC layout was asked for, but the model has no 4-D (image) input.",
@@ -96,7 +74,7 @@ def convert(request: ConversionRequest, output: Path) -> BuiltArtifact:
     notes: list[str] = []
     float_nodes: tuple[str, ...] = ()
     mixed: tuple[MixedOutput, ...] = ()  # outputs a mixed-range final cat writes (kept float32)
-    if precision == "int8":
+    if precision == Precision.INT8:
         if not request.calibration:
             raise UsageError(
                 "INT8 TFLite from PyTorch needs calibration data.",
@@ -115,7 +93,7 @@ def convert(request: ConversionRequest, output: Path) -> BuiltArtifact:
     module = _named_inputs(torch, module, names, four_d)
     if nhwc:
         args = tuple(a.permute(0, 2, 3, 1).contiguous() if i in four_d else a for i, a in enumerate(args))
-        layout = "NHWC"
+        layout = Layout.NHWC
         notes.append(f"Channel-last (NHWC) I/O for {', '.join(names[i] for i in four_d)}; the model is NCHW.")
     output.parent.mkdir(parents=True, exist_ok=True)
     tmp = output.with_name(output.stem + ".partial.tflite")
@@ -140,6 +118,34 @@ def convert(request: ConversionRequest, output: Path) -> BuiltArtifact:
     )
 
 
+def _refuse_unbuilt(request: ConversionRequest) -> TorchSource:
+    """The request's PyTorch source, or a UsageError for what this route does not build (fp16, dynamic,
+    TorchScript), saying why and which route does."""
+    source = request.source
+    if not isinstance(source, TorchSource):
+        raise UsageError(f"The PyTorch TFLite route got a {source.framework} source.")
+    precision = request.recipe.precision
+    if precision in (Precision.DYNAMIC, Precision.FP16):
+        reason = (
+            "PT2E dynamic quantization produced a broken model in our measurements (accuracy 0.06 on digits)"
+            if precision == Precision.DYNAMIC
+            else "litert-torch has no fp16 weight path"
+        )
+        raise UsageError(
+            f"The PyTorch -> TFLite route (litert-torch) does not build {precision} artifacts: {reason}.",
+            hint=f"Use --format onnx for {precision} (it is derived from the exported ONNX model), or "
+            "--precision int8 / fp32 for TFLite.",
+        )
+    if source.framework == Framework.TORCHSCRIPT:
+        raise UsageError(
+            f"TorchScript ({str(source.path)!r}) cannot go to TFLite: litert-torch traces with torch.export, which "
+            "does not take ScriptModules.",
+            hint="Pass the factory (file.py:make_model) or an ExportedProgram (.pt2) for --format tflite, or use "
+            "--format onnx.",
+        )
+    return source
+
+
 def _float_io(path: Path, request: ConversionRequest, mixed: Sequence[MixedOutput] = ()) -> tuple[FloatIO, ...]:
     """The inputs/outputs that layers kept in float left float32 while the others are int8: the quantizer puts
     no quantize in front of a float layer, so the I/O next to it stays float (the runner feeds it as float).
@@ -148,7 +154,7 @@ def _float_io(path: Path, request: ConversionRequest, mixed: Sequence[MixedOutpu
 
     info = inspect_tflite(path)
     sides = [(TensorRole.INPUT, spec) for spec in info.inputs] + [(TensorRole.OUTPUT, spec) for spec in info.outputs]
-    if all(spec.quantization is None for _, spec in sides) and request.recipe.io_dtype == "float32":
+    if all(spec.quantization is None for _, spec in sides) and request.recipe.io_dtype == IoDtype.FLOAT32:
         return ()  # float I/O was asked for
     why = {info.outputs[m.index].name: m.why for m in mixed if m.index < len(info.outputs)}
 
@@ -180,7 +186,7 @@ def _named_inputs(torch: Any, module: Any, names: list[str], four_d: list[int]) 
     graph modules from ``torch.export`` that take positional inputs convert alike), with a transpose
     NHWC -> NCHW in front of the inputs at ``four_d``."""
 
-    class NamedInputs(torch.nn.Module):
+    class NamedInputs(torch.nn.Module):  # type: ignore[misc]  # torch arrives as an untyped module object
         def __init__(self) -> None:
             super().__init__()
             self.inner = module

@@ -8,26 +8,19 @@ from typing import Mapping
 
 import numpy as np
 
-from toolkit.model.types import TensorSpec
+from toolkit.model.types import Framework
+from toolkit.runtimes.tensor_io import TensorIO
 
 
-class SourceModel(abc.ABC):
-    """A loaded float model: its I/O as recorded in the model, and reference predictions.
+class SourceModel(TensorIO, abc.ABC):
+    """A loaded float model: its I/O as recorded in the model (set by each loader), and reference predictions.
 
     ``inputs`` keep ``None`` where a dimension is dynamic; the convert stage resolves them (calibration data,
     ``--input-shape``) and passes concrete shapes to the routes.
     """
 
-    framework: str  # keras | savedmodel | onnx | tflite | torchscript | exported_program | torch_factory
+    framework: Framework
     path: Path
-
-    @property
-    @abc.abstractmethod
-    def inputs(self) -> tuple[TensorSpec, ...]: ...
-
-    @property
-    @abc.abstractmethod
-    def outputs(self) -> tuple[TensorSpec, ...]: ...
 
     @abc.abstractmethod
     def predict(self, feeds: Mapping[str, np.ndarray]) -> list[np.ndarray]:

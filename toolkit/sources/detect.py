@@ -7,6 +7,7 @@ import zipfile
 from pathlib import Path
 
 from toolkit.errors import UsageError
+from toolkit.model.types import Framework
 from toolkit.sources.base import SourceModel
 
 _FACTORY = re.compile(r"^(?P<target>[^:]+):(?P<attr>[A-Za-z_][A-Za-z0-9_]*)$")
@@ -17,40 +18,40 @@ SUPPORTED = (
 )
 
 
-def detect_framework(source: str) -> str:
-    """keras | savedmodel | onnx | tflite | torchscript | exported_program | torch_factory."""
+def detect_framework(source: str) -> Framework:
+    """The framework ``source`` comes from, by its path and content."""
     factory = _FACTORY.match(source)
     if factory and not Path(source).exists():
         target = factory.group("target")
         if target.endswith(".py") or re.fullmatch(r"[A-Za-z_][\w.]*", target):
-            return "torch_factory"
+            return Framework.TORCH_FACTORY
     path = Path(source)
     if not path.exists():
         raise UsageError(f"The source {source!r} does not exist.", hint=f"Pass {SUPPORTED}.")
     if path.is_dir():
         if (path / "saved_model.pb").is_file() or (path / "saved_model.pbtxt").is_file():
-            return "savedmodel"
+            return Framework.SAVEDMODEL
         raise UsageError(
             f"The directory {source!r} is not a SavedModel (no saved_model.pb inside).",
             hint="Pass the directory written by model.export() or tf.saved_model.save(), or a model file.",
         )
     suffix = path.suffix.lower()
     if suffix in (".keras", ".h5", ".hdf5"):
-        return "keras"
+        return Framework.KERAS
     if suffix == ".onnx":
-        return "onnx"
+        return Framework.ONNX
     if suffix == ".tflite":
-        return "tflite"
+        return Framework.TFLITE
     if suffix == ".pt2":
-        return "exported_program"
+        return Framework.EXPORTED_PROGRAM
     if suffix in (".pt", ".jit", ".pth", ".torchscript"):
         if zipfile.is_zipfile(path):
             with zipfile.ZipFile(path) as archive:
                 names = archive.namelist()
             if any(n.endswith("/constants.pkl") or n.endswith("code/__torch__.py") or "/code/" in n for n in names):
-                return "torchscript"
+                return Framework.TORCHSCRIPT
             if any(n.endswith("/serialized_exported_program.json") or "/models/" in n for n in names):
-                return "exported_program"
+                return Framework.EXPORTED_PROGRAM
         raise UsageError(
             f"{source!r} is not a TorchScript or ExportedProgram file (a plain state dict or pickle cannot be "
             "converted on its own).",
@@ -63,21 +64,21 @@ def detect_framework(source: str) -> str:
 def open_source(source: str, *, weights: Path | None = None) -> SourceModel:
     """Load ``source`` with its framework's loader (heavy imports happen here, not at import time)."""
     framework = detect_framework(source)
-    if framework in ("keras", "savedmodel"):
+    if framework in (Framework.KERAS, Framework.SAVEDMODEL):
         from toolkit.quiet import import_tensorflow_quietly
         from toolkit.sources.tensorflow import open_tensorflow
 
         import_tensorflow_quietly()
 
         return open_tensorflow(Path(source), framework)
-    if framework == "onnx":
+    if framework == Framework.ONNX:
         from toolkit.sources.onnx import OnnxSource
 
         return OnnxSource(Path(source))
-    if framework == "tflite":
+    if framework == Framework.TFLITE:
         from toolkit.sources.tflite import TFLiteSource
 
         return TFLiteSource(Path(source))
-    from toolkit.sources.torch import open_torch
+    from toolkit.sources.torch_open import open_torch
 
     return open_torch(source, framework, weights=weights)

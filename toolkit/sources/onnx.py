@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 
 from toolkit.errors import MissingDependency, UsageError
-from toolkit.model.types import TensorSpec
+from toolkit.model.types import Framework, TensorSpec
 from toolkit.runtimes.inspection.onnx import load_onnx, tensor_specs
 from toolkit.sources.base import SourceModel
 
@@ -26,7 +26,7 @@ def _first_line(exc: BaseException) -> str:
 class OnnxSource(SourceModel):
     """An ONNX model file. I/O come from the graph; ``predict`` runs the original file in onnxruntime."""
 
-    framework = "onnx"
+    framework = Framework.ONNX
 
     def __init__(self, path: Path) -> None:
         self.path = Path(path)
@@ -35,13 +35,6 @@ class OnnxSource(SourceModel):
         self.opset = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), None)
         self._session: Any = None
 
-    @property
-    def inputs(self) -> tuple[TensorSpec, ...]:
-        return self._inputs
-
-    @property
-    def outputs(self) -> tuple[TensorSpec, ...]:
-        return self._outputs
 
     def _open(self) -> Any:
         if self._session is None:

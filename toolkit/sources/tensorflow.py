@@ -15,15 +15,15 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from toolkit.errors import MissingDependency, UsageError
+from toolkit.model.types import Framework, TensorSpec
 from toolkit.sources.base import SourceModel
-from toolkit.model.types import TensorSpec
 
 Shapes = Mapping[str, Sequence[int | None]]
 
@@ -80,29 +80,18 @@ def _unique(names: Sequence[str]) -> list[str]:
     return result
 
 
-def open_tensorflow(path: Path, framework: str) -> SourceModel:
-    """Load a Keras file (``framework="keras"``) or a SavedModel directory (``"savedmodel"``)."""
+def open_tensorflow(path: Path, framework: Framework) -> SourceModel:
+    """Load a Keras file (``Framework.KERAS``) or a SavedModel directory (``Framework.SAVEDMODEL``)."""
     path = Path(path)
-    if framework == "keras":
+    if framework == Framework.KERAS:
         return KerasSource(path)
-    if framework == "savedmodel":
+    if framework == Framework.SAVEDMODEL:
         return SavedModelSource(path)
     raise UsageError(f"Unknown TensorFlow framework {framework!r}.", hint="Use 'keras' or 'savedmodel'.")
 
 
 class TensorFlowSource(SourceModel):
     """What Keras and SavedModel sources share: named I/O, a fixed-shape serving function, an export."""
-
-    _inputs: tuple[TensorSpec, ...]
-    _outputs: tuple[TensorSpec, ...]
-
-    @property
-    def inputs(self) -> tuple[TensorSpec, ...]:
-        return self._inputs
-
-    @property
-    def outputs(self) -> tuple[TensorSpec, ...]:
-        return self._outputs
 
     def _call(self, args: Sequence[Any]) -> Sequence[Any]:
         """Run the model on tensors in ``inputs`` order; outputs in ``outputs`` order."""
@@ -135,15 +124,18 @@ class TensorFlowSource(SourceModel):
             specs.append(tf.TensorSpec(shape, tf.as_dtype(spec.dtype), name=spec.name))
         return specs
 
-    def serving_function(self, shapes: Shapes | None = None) -> Any:
-        """A ``tf.function`` taking the inputs positionally (fixed shapes) and returning {output name: tensor}."""
-        tf = _tf()
+    def _serve(self) -> Callable[..., dict[str, Any]]:
+        """The model taking the inputs positionally and returning {output name: tensor}."""
         names = [s.name for s in self._outputs]
 
         def serve(*args: Any) -> dict[str, Any]:
             return dict(zip(names, self._call(list(args))))
 
-        return tf.function(serve, input_signature=self.input_signature(shapes), autograph=False)
+        return serve
+
+    def serving_function(self, shapes: Shapes | None = None) -> Any:
+        """A ``tf.function`` of ``_serve`` with the inputs' shapes fixed."""
+        return _tf().function(self._serve(), input_signature=self.input_signature(shapes), autograph=False)
 
     def _write_saved_model(self, directory: Path, shapes: Shapes | None) -> None:
         raise NotImplementedError
@@ -166,7 +158,7 @@ class TensorFlowSource(SourceModel):
 class KerasSource(TensorFlowSource):
     """A Keras 3 model file (.keras zip or legacy .h5)."""
 
-    framework = "keras"
+    framework = Framework.KERAS
 
     def __init__(self, path: Path) -> None:
         self.path = path
@@ -228,22 +220,16 @@ class KerasSource(TensorFlowSource):
     def _write_saved_model(self, directory: Path, shapes: Shapes | None) -> None:
         # ExportArchive tracks the Keras 3 variables so the SavedModel carries their values; a plain
         # tf.Module holding the model does not, and its TFLite conversion reads uninitialised variables (NaN).
-        keras = _keras()
-        names = [s.name for s in self._outputs]
-
-        def serve(*args: Any) -> dict[str, Any]:
-            return dict(zip(names, self._call(list(args))))
-
-        archive = keras.export.ExportArchive()
+        archive = _keras().export.ExportArchive()
         archive.track(self.model)
-        archive.add_endpoint("serve", serve, input_signature=self.input_signature(shapes))
+        archive.add_endpoint("serve", self._serve(), input_signature=self.input_signature(shapes))
         archive.write_out(str(directory), verbose=False)
 
 
 class SavedModelSource(TensorFlowSource):
     """A SavedModel directory, called through its serving signature."""
 
-    framework = "savedmodel"
+    framework = Framework.SAVEDMODEL
 
     def __init__(self, path: Path) -> None:
         self.path = path

@@ -11,9 +11,9 @@ from pathlib import Path
 
 import numpy as np
 
+from toolkit.model.types import Framework
 from toolkit.runtimes.inspection.tflite import inspect_tflite
 from toolkit.sources.base import SourceModel
-from toolkit.model.types import TensorSpec
 
 
 def detect_precision(path: Path) -> str:
@@ -24,26 +24,19 @@ def detect_precision(path: Path) -> str:
 class TFLiteSource(SourceModel):
     """A ready .tflite model: the reference is the model itself, run in LiteRT."""
 
-    framework = "tflite"
+    framework = Framework.TFLITE
 
     def __init__(self, path: Path, *, threads: int | None = None) -> None:
         from toolkit.runtimes.execution.tflite import TFLiteSession
 
         self.path = Path(path)
         self._info = inspect_tflite(self.path)
+        self._inputs, self._outputs = self._info.inputs, self._info.outputs
         self._session = TFLiteSession(self.path, threads=threads)
 
     @property
     def precision(self) -> str:
         return self._info.precision
-
-    @property
-    def inputs(self) -> tuple[TensorSpec, ...]:
-        return self._info.inputs
-
-    @property
-    def outputs(self) -> tuple[TensorSpec, ...]:
-        return self._info.outputs
 
     def predict(self, feeds: Mapping[str, np.ndarray]) -> list[np.ndarray]:
         return self._session.run(feeds)

@@ -15,24 +15,15 @@ import numpy as np
 
 from toolkit.errors import UsageError
 from toolkit.model.types import Runtime, TensorSpec
+from toolkit.runtimes.tensor_io import TensorIO
 
 
-class HostSession(abc.ABC):
+class HostSession(TensorIO, abc.ABC):
     """A loaded artifact. ``run`` takes and returns float32 arrays; integer I/O is (de)quantized here with
     the tensor's own scale and zero point, so callers compare every artifact with the float model alike."""
 
     runtime: Runtime
     runtime_version: str
-    _inputs: tuple[TensorSpec, ...]  # set by each runtime's loader from the loaded artifact
-    _outputs: tuple[TensorSpec, ...]
-
-    @property
-    def inputs(self) -> tuple[TensorSpec, ...]:
-        return self._inputs
-
-    @property
-    def outputs(self) -> tuple[TensorSpec, ...]:
-        return self._outputs
 
     @abc.abstractmethod
     def run_raw(self, feeds: Mapping[str, np.ndarray]) -> list[np.ndarray]:
