@@ -72,7 +72,7 @@ def load(source: str) -> OptimizableModel:
     import torch
 
     if kind == "torchscript":
-        module = torch.jit.load(source, map_location="cpu")
+        module = torch.jit.load(source, map_location="cpu")  # type: ignore[no-untyped-call]  # torch.jit is untyped
         return OptimizableModel(kind=kind, model=module, source=source, input_names=["x"])
     if kind == "exported_program":
         program = torch.export.load(source)
@@ -195,7 +195,7 @@ def save(model: OptimizableModel, path: Path) -> None:
     if model.example is not None:
         args = tuple(torch.from_numpy(np.ascontiguousarray(a)) for a in model.example)
         with torch.no_grad():
-            scripted = torch.jit.trace(module, args if len(args) > 1 else args[0])
+            scripted = torch.jit.trace(module, args if len(args) > 1 else args[0])  # type: ignore[no-untyped-call]
     else:
         try:
             scripted = torch.jit.script(module)
