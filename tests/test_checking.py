@@ -8,7 +8,8 @@ import json
 import numpy as np
 import pytest
 
-from toolkit.checks.checking import Budget, GateOptions, budget_for, gate, parse_runner_output, regression_policy_for
+from toolkit.checks.checking import Budget, GateOptions, budget_for, gate, regression_policy_for
+from toolkit.model.runner_report import parse_runner_output
 from toolkit.errors import DeviceError, UsageError
 from toolkit.model.policy import CheckPolicy, PlacementExpectation, RegressionPolicy, check_policy_from_profile
 from toolkit.regression import RegressionVerdict, decide, mann_whitney_greater, median

@@ -29,7 +29,15 @@ from toolkit.api.end_to_end import quickstart, run
 from toolkit.api.fleet import add_key, check, deploy, probe, prune, remove, rollback, select_devices, setup, status
 from toolkit.api.models import convert, convert_options, export_mender, inspect, list_targets, optimize, show_target
 from toolkit.api.reports import history, history_import, history_sync, make_report
-from toolkit.api.results import BundleInspection, DeviceResult, FleetReport, History, RunResult, TargetCatalog, TargetView
+from toolkit.api.results import (
+    BundleInspection,
+    DeviceResult,
+    FleetReport,
+    History,
+    RunResult,
+    TargetCatalog,
+    TargetView,
+)
 
 __all__ = [
     "BundleInspection",

@@ -6,12 +6,22 @@ from __future__ import annotations
 import sys
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from toolkit.api.fleet import bundle_task, selection_of
 from toolkit.api.models import convert
-from toolkit.api.results import PathLike, Progress, RunResult, TextSink
-from toolkit.model.options import CheckOptions, ConvertOptions, DeviceOptions, build, split_keywords, with_option_keywords
+from toolkit.api.results import PathLike, Progress, RunResult
+from toolkit.model.options import (
+    CheckOptions,
+    ConvertOptions,
+    DeviceOptions,
+    build,
+    split_keywords,
+    with_option_keywords,
+)
+
+if TYPE_CHECKING:  # pragma: no cover
+    from toolkit.api.rollout import TextSink
 
 
 @with_option_keywords(ConvertOptions, DeviceOptions, CheckOptions)

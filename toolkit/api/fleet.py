@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from toolkit.api.results import DeviceLike, DeviceResult, FleetReport, PathLike, Progress, TextSink
+from toolkit.api.results import DeviceLike, DeviceResult, FleetReport, PathLike, Progress
 from toolkit.errors import UsageError
 from toolkit.model.options import (
     CheckOptions,
@@ -21,6 +21,7 @@ from toolkit.model.options import (
 )
 
 if TYPE_CHECKING:  # pragma: no cover
+    from toolkit.api.rollout import TextSink
     from toolkit.devices.spec import DeviceSpec
 
 

@@ -1,12 +1,12 @@
 """What the verbs return: one frozen record per verb, each with the ``to_dict()`` that is its CLI ``--json``
-document, and the small types the verbs share (paths, progress callbacks, text sinks)."""
+document, and the small types the verbs share (paths, progress callbacks)."""
 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol, TypeAlias
+from typing import TYPE_CHECKING, Any, TypeAlias
 
 from toolkit.errors import worst_exit_code
 
@@ -22,14 +22,6 @@ if TYPE_CHECKING:  # pragma: no cover
     from toolkit.runtimes.inspection import ModelInfo
     from toolkit.store import StoredCheck, Trend
     from toolkit.store.guard import StoreStatus
-
-
-class TextSink(Protocol):
-    """Where progress lines go: a text stream (``sys.stderr``) or anything with ``write`` and ``flush``."""
-
-    def write(self, text: str, /) -> int: ...
-
-    def flush(self) -> None: ...
 
 
 PathLike = str | Path

@@ -21,9 +21,8 @@ import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Generic, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar
 
-from toolkit.api.results import TextSink
 from toolkit.checks.checking import runner_flags
 from toolkit.delivery.bundle import Bundle, read_bundle
 from toolkit.devices.fleet import DeviceOutcome, FleetResult
@@ -40,6 +39,14 @@ if TYPE_CHECKING:  # pragma: no cover
     from toolkit.delivery.deployment import Device, PushResult
 
 T = TypeVar("T")
+
+
+class TextSink(Protocol):
+    """Where progress lines go: a text stream (``sys.stderr``) or anything with ``write`` and ``flush``."""
+
+    def write(self, text: str, /) -> int: ...
+
+    def flush(self) -> None: ...
 
 
 @dataclass(frozen=True, kw_only=True)
