@@ -224,11 +224,11 @@ def _inside(data: ReportData) -> str:
                             css_id="loads"))
     evaluated = plots.newest_with(checks, "evaluation")
     if evaluated:
-        from toolkit.checks.device_eval import table_row
+        from toolkit.reporting.evaluation import eval_row
 
         parts.append("<h2>The eval set on the device</h2>")
         parts.append(_table(("artifact", "device", "samples", "device vs labels", "float vs labels",
-                             "device vs float", "note"), [table_row(c) for c in evaluated], css_id="evaluation"))
+                             "device vs float", "note"), [eval_row(c) for c in evaluated], css_id="evaluation"))
     return "".join(parts)
 
 

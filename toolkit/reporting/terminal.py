@@ -143,10 +143,10 @@ def bundle_table(manifest: Manifest, reports: Sequence[CheckReport | Mapping[str
         lines += ["", "inside the runs (--profile / --throughput / --loads):", *inside]
     evaluated = [_report_dict(r) for r in reports if _report_dict(r).get("evaluation")]
     if evaluated:
-        from toolkit.checks.device_eval import text as eval_text
+        from toolkit.reporting.evaluation import eval_line
 
         lines += ["", "the eval set on the device (--eval):",
-                  *(f"  {d.get('device')}: {eval_text(str(d.get('artifact')), d['evaluation'])}" for d in evaluated)]
+                  *(f"  {d.get('device')}: {eval_line(str(d.get('artifact')), d['evaluation'])}" for d in evaluated)]
     return "\n".join(lines)
 
 
