@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from toolkit.model.types import Framework
 from toolkit.errors import UsageError
 from toolkit.optimization.report import ModelFigures, OptimizationReport, StepReport
 from toolkit.optimization.request import OptimizeOptions
@@ -46,7 +47,8 @@ def run_optimization(source: str, out: Path, options: OptimizeOptions) -> Optimi
     work = _open(source, out, options)
     work.steps.extend(_apply(work, options, config))
     _write(work.model, out)
-    output_format = {"keras": "keras", "exported_program": "exported_program"}.get(work.model.kind, "torchscript")
+    kind = work.model.kind
+    output_format = kind if kind in (Framework.KERAS, Framework.EXPORTED_PROGRAM) else Framework.TORCHSCRIPT
     return OptimizationReport(source=source, framework=work.model.framework, output=str(out),
                               output_format=output_format, baseline=work.baseline, steps=tuple(work.steps))
 
@@ -85,7 +87,7 @@ def _open(source: str, out: Path, options: OptimizeOptions) -> _Work:
                                                                  purpose="eval data")
     data_sample = train.first() if train is not None else (evaluation.first() if evaluation is not None else None)
     sample = models.example_inputs(model, data_sample)
-    if model.kind != "exported_program" and sample is not None:
+    if model.kind != Framework.EXPORTED_PROGRAM and sample is not None:
         model.example = sample
     if sample is None:
         raise UsageError(f"Cannot tell the input shape of {source!r}.",

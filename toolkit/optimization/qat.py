@@ -13,6 +13,7 @@ from __future__ import annotations
 import copy
 from typing import Any
 
+from toolkit.model.types import Framework
 from toolkit.errors import UsageError
 from toolkit.optimization import models
 from toolkit.optimization.data import LabelledData
@@ -20,7 +21,7 @@ from toolkit.optimization.training import FineTuneConfig, fine_tune
 
 
 def qat(model: models.OptimizableModel, *, train_data: LabelledData | None, config: FineTuneConfig) -> dict[str, Any]:
-    if model.kind == models.KERAS:
+    if model.kind == Framework.KERAS:
         raise UsageError("Quantization-aware training is implemented for PyTorch models only.",
                          hint="For a Keras model use post-training INT8 in convert, or train it in PyTorch.")
     if not model.is_torch_module_code:

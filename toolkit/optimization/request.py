@@ -7,7 +7,7 @@ import os
 from dataclasses import dataclass
 
 from toolkit.errors import UsageError
-from toolkit.optimization.training import FineTuneConfig
+from toolkit.optimization.training import FineTuneConfig, MixedPrecision
 
 DEFAULT_EPOCHS = 2
 _NEEDS_DATA = "Pass --train-data FILE.npz with the inputs and integer labels under 'y'."
@@ -89,6 +89,15 @@ class OptimizeOptions:
 
         return FineTuneConfig(epochs=DEFAULT_EPOCHS if self.epochs is None else self.epochs,
                               batch_size=self.batch_size, learning_rate=self.learning_rate,
-                              accumulate=self.accumulate, precision=self.precision,
+                              accumulate=self.accumulate, precision=_mixed_precision(self.precision),
                               checkpoint_activations=self.checkpoint_activations,
                               offload_optimizer=parse_offload(self.offload_optimizer))
+
+
+def _mixed_precision(text: str) -> MixedPrecision:
+    """``--mixed-precision`` (or the ``precision`` keyword) parsed; an unknown one names the choices."""
+    try:
+        return MixedPrecision(text)
+    except ValueError:
+        raise UsageError(f"Unknown training precision {text!r}.",
+                         hint=f"Pick one of {', '.join(MixedPrecision)}.") from None
