@@ -28,11 +28,12 @@ from toolkit.errors import UsageError
 from toolkit.model.policy import RegressionPolicy
 from toolkit.regression import MIN_SAMPLES, Difference, compare
 from toolkit.model.runner_report import throttled
-from toolkit.model.types import CheckReport, Manifest
+from toolkit.model.types import ArtifactStatus, CheckReport, Manifest
 
 SELECTED_FILE = "selected.json"  # in ~/.edgetk/bundles/<name>/, beside ``current``
-SELECTABLE = ("ok", "no_speedup_measured", "slower")  # statuses that passed verification at convert time
-UNVERIFIED = "unverified"  # verification proved nothing: in the running only where no verified artifact is
+# statuses that passed verification at convert time; UNVERIFIED (verification proved nothing) is in the running
+# only where no verified artifact is
+SELECTABLE = (ArtifactStatus.OK, ArtifactStatus.NO_SPEEDUP_MEASURED, ArtifactStatus.SLOWER)
 # the regression gate's test and minimum effects (alpha 0.01, 25%, 0.2 ms): artifacts are measured in separate
 # runner processes, whose medians land on levels up to ~1.5x apart on a shared device (toolkit/regression.py)
 _GATE = RegressionPolicy()
@@ -100,7 +101,7 @@ def runtimes_seen(reports: Sequence[CheckReport]) -> dict[str, str]:
 
 def _contender(report: CheckReport | None, record: Any) -> Contender:
     size = int(record.bytes)
-    if str(record.status) not in (*SELECTABLE, UNVERIFIED):
+    if record.status not in (*SELECTABLE, ArtifactStatus.UNVERIFIED):
         return Contender(record.file, size, None, f"did not pass verification at convert time ({record.status})")
     if report is None:
         return Contender(record.file, size, None, "not measured by this check")
@@ -140,11 +141,11 @@ def choose(reports: Sequence[CheckReport], manifest: Manifest, *, device: str, v
                          hint=f"Pick one of: {', '.join(files)}.")
     by_file = {r.artifact: r for r in reports}
     contenders = tuple(_contender(by_file.get(a.file), a) for a in manifest.artifacts)
-    statuses = {a.file: str(a.status) for a in manifest.artifacts}
-    if any(c.excluded is None and statuses[c.artifact] != UNVERIFIED for c in contenders):
+    statuses = {a.file: a.status for a in manifest.artifacts}
+    if any(c.excluded is None and statuses[c.artifact] != ArtifactStatus.UNVERIFIED for c in contenders):
         contenders = tuple(dataclasses.replace(c, excluded="unverified at convert time, and a verified artifact "
                                                "passes here") if c.excluded is None and
-                           statuses[c.artifact] == UNVERIFIED else c for c in contenders)
+                           statuses[c.artifact] == ArtifactStatus.UNVERIFIED else c for c in contenders)
     running = {c.artifact: by_file[c.artifact] for c in contenders if c.excluded is None}
     runtimes = runtimes_seen(reports)
     proposed = next((a.file for a in manifest.artifacts if a.preferred), None)

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from toolkit.model.quantized import precision_label
-from toolkit.model.types import CheckReport, Manifest
+from toolkit.model.types import CheckReport, Manifest, Precision
 
 HEADERS = ("artifact", "precision", "size", "accuracy (float)", "host p50", "device", "p50", "p90", "load",
            "peak mem", "gate")
@@ -72,11 +72,11 @@ def bundle_rows(manifest: Manifest, reports: Sequence[CheckReport | Mapping[str,
     for report in reports:
         data = _report_dict(report)
         by_artifact.setdefault(str(data.get("artifact")), []).append(data)
-    fp32 = {a.format: a.bytes for a in manifest.artifacts if a.precision == "fp32"}
+    fp32 = {a.format: a.bytes for a in manifest.artifacts if a.precision == Precision.FP32}
     rows = []
     for a in manifest.artifacts:
         size = human_bytes(a.bytes)
-        if a.precision != "fp32" and fp32.get(a.format):
+        if a.precision != Precision.FP32 and fp32.get(a.format):
             size += f" ({a.bytes / fp32[a.format]:.2f}x)"
         precision = precision_label(a.precision, a.recipe, a.quantized)
         base = [a.file, precision, size, accuracy_text(a.verification), _ms(a.host_latency_ms)]
