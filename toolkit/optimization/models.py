@@ -71,7 +71,8 @@ def load(source: str) -> OptimizableModel:
     import torch
 
     if kind == Framework.TORCHSCRIPT:
-        module = torch.jit.load(source, map_location="cpu")  # type: ignore[no-untyped-call]  # torch.jit is untyped
+        # torch.jit's functions are untyped (the ignore is needed under --strict only)
+        module = torch.jit.load(source, map_location="cpu")  # type: ignore[no-untyped-call, unused-ignore]
         return OptimizableModel(kind=kind, model=module, source=source, input_names=["x"])
     if kind == Framework.EXPORTED_PROGRAM:
         program = torch.export.load(source)
@@ -150,7 +151,8 @@ def check_output_path(model: OptimizableModel, out: Path) -> None:
     if model.kind == Framework.EXPORTED_PROGRAM and suffix != ".pt2":
         raise UsageError(f"--out {str(out)!r}: an ExportedProgram is written as a '.pt2' file.",
                          hint="Pass --out NAME.pt2.")
-    if model.kind in (Framework.TORCHSCRIPT, Framework.TORCH_FACTORY) and suffix not in (".pt", ".jit", ".pth", ".torchscript"):
+    torchscript = model.kind in (Framework.TORCHSCRIPT, Framework.TORCH_FACTORY)
+    if torchscript and suffix not in (".pt", ".jit", ".pth", ".torchscript"):
         raise UsageError(f"--out {str(out)!r}: a PyTorch model is written as TorchScript ('.pt').",
                          hint="Pass --out NAME.pt.")
 
@@ -194,7 +196,8 @@ def save(model: OptimizableModel, path: Path) -> None:
     if model.example is not None:
         args = tuple(torch.from_numpy(np.ascontiguousarray(a)) for a in model.example)
         with torch.no_grad():
-            scripted = torch.jit.trace(module, args if len(args) > 1 else args[0])  # type: ignore[no-untyped-call]
+            example = args if len(args) > 1 else args[0]
+            scripted = torch.jit.trace(module, example)  # type: ignore[no-untyped-call, unused-ignore]
     else:
         try:
             scripted = torch.jit.script(module)

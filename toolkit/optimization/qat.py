@@ -35,17 +35,17 @@ def qat(model: models.OptimizableModel, *, train_data: LabelledData | None, conf
 
     # torch.ao.quantization's factories are untyped (they return Any).
     float_module = model.model
-    activation = tq.FakeQuantize.with_args(  # type: ignore[no-untyped-call]
+    activation = tq.FakeQuantize.with_args(  # type: ignore[no-untyped-call, unused-ignore]
         observer=tq.MovingAverageMinMaxObserver, quant_min=0, quant_max=255, dtype=torch.quint8,
         qscheme=torch.per_tensor_affine)
-    weight = tq.FakeQuantize.with_args(  # type: ignore[no-untyped-call]
+    weight = tq.FakeQuantize.with_args(  # type: ignore[no-untyped-call, unused-ignore]
         observer=tq.MovingAverageMinMaxObserver, quant_min=-128, quant_max=127, dtype=torch.qint8,
         qscheme=torch.per_tensor_symmetric)
-    qconfig = tq.QConfig(activation=activation, weight=weight)  # type: ignore[no-untyped-call]
+    qconfig = tq.QConfig(activation=activation, weight=weight)  # type: ignore[no-untyped-call, unused-ignore]
     wrapped: Any = torch.nn.Sequential(tq.QuantStub(), copy.deepcopy(float_module))
     wrapped.qconfig = qconfig
     wrapped.train()
-    prepared = tq.prepare_qat(wrapped, inplace=False)  # type: ignore[no-untyped-call]
+    prepared = tq.prepare_qat(wrapped, inplace=False)  # type: ignore[no-untyped-call, unused-ignore]
     # The input stub only records and fake-quantizes the input here; it is never converted.
     prepared[0] = activation()
     trainee = models.OptimizableModel(kind=model.kind, model=prepared, source=model.source, example=model.example,

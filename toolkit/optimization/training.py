@@ -185,7 +185,7 @@ def _fine_tune_keras(model: models.OptimizableModel, data: LabelledData, config:
     )
     train_net.compile(optimizer=optimizer, loss=loss)
 
-    class _Hook(keras.callbacks.Callback):  # type: ignore[misc]  # keras is untyped: its classes are Any
+    class _Hook(keras.callbacks.Callback):  # type: ignore[misc, unused-ignore]  # keras is untyped: its classes are Any
         def __init__(self) -> None:
             super().__init__()
             self.batches = 0
