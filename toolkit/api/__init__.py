@@ -27,47 +27,12 @@ from __future__ import annotations
 
 from toolkit.api.end_to_end import quickstart, run
 from toolkit.api.fleet import add_key, check, deploy, probe, prune, remove, rollback, select_devices, setup, status
-from toolkit.api.models import convert, convert_options, export_mender, inspect, list_targets, optimize, show_target
-from toolkit.api.reports import history, history_import, history_sync, make_report
-from toolkit.api.results import (
-    BundleInspection,
-    DeviceResult,
-    FleetReport,
-    History,
-    RunResult,
-    TargetCatalog,
-    TargetView,
-)
+from toolkit.api.local import (convert, convert_options, export_mender, history, history_import, history_sync,
+                               inspect, list_targets, make_report, optimize, show_target)
+from toolkit.api.results import (BundleInspection, DeviceResult, FleetReport, History, RunResult, TargetCatalog,
+                                 TargetView)
 
-__all__ = [
-    "BundleInspection",
-    "DeviceResult",
-    "FleetReport",
-    "History",
-    "RunResult",
-    "TargetCatalog",
-    "TargetView",
-    "add_key",
-    "check",
-    "convert",
-    "convert_options",
-    "deploy",
-    "export_mender",
-    "history",
-    "history_import",
-    "history_sync",
-    "inspect",
-    "list_targets",
-    "make_report",
-    "optimize",
-    "probe",
-    "prune",
-    "quickstart",
-    "remove",
-    "rollback",
-    "run",
-    "select_devices",
-    "setup",
-    "show_target",
-    "status",
-]
+__all__ = ["BundleInspection", "DeviceResult", "FleetReport", "History", "RunResult", "TargetCatalog", "TargetView",
+           "add_key", "check", "convert", "convert_options", "deploy", "export_mender", "history", "history_import",
+           "history_sync", "inspect", "list_targets", "make_report", "optimize", "probe", "prune", "quickstart",
+           "remove", "rollback", "run", "select_devices", "setup", "show_target", "status"]

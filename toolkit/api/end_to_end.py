@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from toolkit.api.fleet import bundle_task, selection_of
-from toolkit.api.models import convert
+from toolkit.api.local import convert
 from toolkit.api.results import PathLike, Progress, RunResult
 from toolkit.model.options import (
     CheckOptions,

@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar
 
-from toolkit.checks.checking import runner_flags
+from toolkit.checks.checking import require_baseline, runner_flags
 from toolkit.delivery.bundle import Bundle, read_bundle
 from toolkit.devices.fleet import DeviceOutcome, FleetResult
 from toolkit.devices.spec import DeviceSpec
@@ -142,13 +142,10 @@ def prepare_job(bundle_path: str | Path, options: JobOptions, checking: CheckOpt
 
         require_eval_set(bundle)
     history = GuardedStore(checking.store, fallback=checking.store_fallback) if options.check else None
-    baseline = checking.baseline
-    if history is not None and history.probe() and baseline not in ("last", "none") and not history.exists(baseline):
-        raise UsageError(
-            f"No stored check {baseline!r} in {history.path}.",
-            hint="Use --baseline last, none, or an id from `edgetk history`.",
-        )
-    gates = GateOptions(budget_ms=checking.budget_ms, baseline=baseline, regression_pct=checking.regression_pct)
+    if history is not None and history.probe():
+        require_baseline(history, checking.baseline)
+    gates = GateOptions(budget_ms=checking.budget_ms, baseline=checking.baseline,
+                        regression_pct=checking.regression_pct)
     return BundleJob(bundle=bundle, options=options, checking=checking, gates=gates, store=history)
 
 

@@ -240,6 +240,13 @@ def on_device_accuracy(device: Device, bundle: Bundle, vdir: str, reports: list[
 
 
 
+def require_baseline(store: Store, baseline: str) -> None:
+    """A baseline named by its check id must be in the history (``last`` and ``none`` name no check)."""
+    if baseline not in ("last", "none") and not store.exists(baseline):
+        raise UsageError(f"No stored check {baseline!r} in {store.path}.",
+                         hint="Use --baseline last, none, or an id from `edgetk history`.")
+
+
 def runner_flags(*, profile: bool = False, throughput: bool = False, loads: bool = False) -> tuple[str, ...]:
     """The runner's flags for what a check measures beyond latency (each adds its own key to the report)."""
     return tuple(f"--{name}" for name, on in (("profile", profile), ("throughput", throughput), ("loads", loads))
@@ -277,11 +284,8 @@ def check(
     gates = gates or GateOptions()
     if runs < 1 or warmup < 0:
         raise UsageError(f"--runs must be at least 1 and --warmup at least 0 (got {runs} and {warmup}).")
-    if store is not None and gates.baseline not in ("last", "none") and not store.exists(gates.baseline):
-        raise UsageError(
-            f"No stored check {gates.baseline!r} in {store.path}.",
-            hint="Use --baseline last, none, or an id from `edgetk history`.",
-        )
+    if store is not None:
+        require_baseline(store, gates.baseline)
     name = bundle.name
     installed = installed_version(device, name)
     vdir = version_dir(name, bundle.version)

@@ -224,7 +224,7 @@ def _inside(data: ReportData) -> str:
                             css_id="loads"))
     evaluated = plots.newest_with(checks, "evaluation")
     if evaluated:
-        from toolkit.reporting.evaluation import eval_row
+        from toolkit.reporting.terminal import eval_row
 
         parts.append("<h2>The eval set on the device</h2>")
         parts.append(_table(("artifact", "device", "samples", "device vs labels", "float vs labels",
