@@ -10,6 +10,7 @@ measures the model after each, and writes it in the source's format. Heavy frame
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -35,6 +36,20 @@ def optimize(source: str | os.PathLike[str], *, out: str | os.PathLike[str], **o
     ``options`` are :class:`OptimizeOptions`' fields (the techniques and how to fine-tune; keyword values,
     checked there before any framework work)."""
     return run_optimization(str(source), Path(out), OptimizeOptions(**options))
+
+
+def _listing_options(function: Callable[..., object]) -> None:
+    """``optimize``'s signature names OptimizeOptions' fields as its keywords (help(), the CLI's front-door test)."""
+    import dataclasses
+    import inspect
+
+    head = list(inspect.signature(function).parameters.values())[:2]
+    keywords = [inspect.Parameter(f.name, inspect.Parameter.KEYWORD_ONLY, default=f.default, annotation=f.type)
+                for f in dataclasses.fields(OptimizeOptions)]
+    setattr(function, "__signature__", inspect.Signature([*head, *keywords]))
+
+
+_listing_options(optimize)
 
 
 def run_optimization(source: str, out: Path, options: OptimizeOptions) -> OptimizationReport:
