@@ -8,8 +8,9 @@ import json
 import numpy as np
 import pytest
 
-from toolkit.checks.checking import GateOptions, gate, parse_runner_output, regression_policy_for
+from toolkit.checks.checking import GateOptions, gate, regression_policy_for
 from toolkit.model.policy import Budget, budget_for
+from toolkit.model.runner_report import parse_runner_output
 from toolkit.errors import DeviceError, UsageError
 from toolkit.model.policy import CheckPolicy, PlacementExpectation, RegressionPolicy
 from toolkit.model.targets import check_policy_from_profile

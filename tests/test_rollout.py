@@ -9,7 +9,8 @@ import pytest
 
 from toolkit.devices.spec import DeviceSpec
 from toolkit.errors import UsageError
-from toolkit.api.rollout import FailureLimit, WavePlan, deploy_in_waves, fleet_runner, prepare_job
+from toolkit.api.rollout import FailureLimit, JobOptions, WavePlan, deploy_in_waves, fleet_runner, prepare_job
+from toolkit.model.options import CheckOptions
 
 
 def test_wave_sizes_follow_ansible_serial() -> None:
@@ -49,15 +50,15 @@ def test_a_failing_wave_stops_the_rollout_and_rolls_back(ssh_devices, ssh_client
     specs = _specs(devices, ssh_client_key, ssh_known_hosts(*devices), device_python, broken=1)
     old = deploy_bundle_factory(name="waves", seed=0)
     new = deploy_bundle_factory(name="waves", seed=1)
-    gates = dict(runs=3, warmup=1, budget_ms=100000.0, baseline="none", regression_pct=10.0,
-                 store=tmp_path / "h.sqlite")
-    first = prepare_job(old, install=True, check=False, **gates)  # type: ignore[arg-type]
+    gates = CheckOptions(runs=3, warmup=1, budget_ms=100000.0, baseline="none", regression_pct=10.0,
+                         store=str(tmp_path / "h.sqlite"))
+    first = prepare_job(old, JobOptions(install=True, check=False), gates)
     result = deploy_in_waves(first, specs, run_on=fleet_runner(open_connection, parallel=4), plan=WavePlan.parse("100%"),
                              max_failures=FailureLimit(), rollback_on_failure=False)
     assert result.stopped is None and [w.devices for w in result.waves] == [("d0", "d1", "d2", "d3")]
     old_version = first.bundle.version
 
-    job = prepare_job(new, install=True, check=True, **gates)  # type: ignore[arg-type]
+    job = prepare_job(new, JobOptions(install=True, check=True), gates)
     assert job.bundle.version != old_version
     result = deploy_in_waves(job, specs, run_on=fleet_runner(open_connection, parallel=4), plan=WavePlan.parse("1,1,100%"),
                              max_failures=FailureLimit.parse("0"), rollback_on_failure=True)

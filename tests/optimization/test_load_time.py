@@ -19,8 +19,8 @@ from toolkit.optimization.load_time import (
     _bundle_for,
     _reference,
     load_time_report,
-    optimize_onnx,
 )
+from toolkit.optimization.onnx_variants import optimize_onnx
 
 
 @pytest.fixture(scope="module")

@@ -86,7 +86,7 @@ for _ in range(DEPTH):
 net = keras.Model(inp, keras.layers.Dense(10)(x))
 x = np.random.default_rng(0).standard_normal((BATCH, WIDTH)).astype(np.float32)
 y = np.random.default_rng(1).integers(0, 10, BATCH)
-model = models.OptimizableModel(kind=models.KERAS, model=net, source="mlp.keras")
+model = models.OptimizableModel(kind="keras", model=net, source="mlp.keras")
 data = LabelledData(inputs=(x,), labels=y, path=__import__("pathlib").Path("mem.npz"))
 checkpoint = sys.argv[1] == "1"
 fine_tune(model, data, config=FineTuneConfig(epochs=1, batch_size=BATCH, checkpoint_activations=checkpoint))

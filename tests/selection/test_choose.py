@@ -10,7 +10,8 @@ import dataclasses
 import pytest
 
 from toolkit.errors import UsageError
-from toolkit.checks.selection import choose, throttled
+from toolkit.checks.selection import choose
+from toolkit.model.runner_report import throttled
 from toolkit.model.types import ArtifactRecord, CheckReport, GateResult, LatencyStats, Manifest, SourceRef
 
 pytestmark = pytest.mark.fast

@@ -21,103 +21,113 @@ import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Generic, TextIO, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar
 
+from toolkit.checks.checking import require_baseline, runner_flags
 from toolkit.delivery.bundle import Bundle, read_bundle
-from toolkit.checks.checking import GateOptions, runner_flags
 from toolkit.devices.fleet import DeviceOutcome, FleetResult
 from toolkit.devices.spec import DeviceSpec
 from toolkit.errors import UsageError
-from toolkit.store.guard import GuardedStore, StoreStatus
-from toolkit.model.waves import FailureLimit, WavePlan
+from toolkit.model.options import CheckOptions
+from toolkit.model.policy import GateOptions
 from toolkit.model.types import CheckReport
+from toolkit.model.waves import FailureLimit, WavePlan
+from toolkit.store.guard import GuardedStore, StoreStatus
+
+if TYPE_CHECKING:  # pragma: no cover
+    from toolkit.checks.selection import Selection
+    from toolkit.delivery.deployment import Device
+    from toolkit.delivery.push import PushResult
 
 T = TypeVar("T")
 
 
-@dataclass(frozen=True)
-class BundleJob:
-    """What to do with ``bundle`` on each device: install it (``install``), then check it (``check``)."""
+class TextSink(Protocol):
+    """Where progress lines go: a text stream (``sys.stderr``) or anything with ``write`` and ``flush``."""
 
-    bundle: Bundle
+    def write(self, text: str, /) -> int: ...
+
+    def flush(self) -> None: ...
+
+
+@dataclass(frozen=True, kw_only=True)
+class JobOptions:
+    """What a job does with the bundle on each device (the verb's own switches; the check's are CheckOptions)."""
+
     install: bool
     check: bool
-    force: bool
-    compress: bool
-    runs: int
-    warmup: int
-    gates: GateOptions
-    store: GuardedStore | None
-    runner_args: tuple[str, ...] = ()  # --profile / --throughput / --loads for the runner
+    force: bool = False  # deploy to a device of another arch than the bundle's target
+    compress: bool = False  # send files gzip-compressed where that pays
     break_lock: bool = False  # deploy --break-lock
     prune: bool = False  # deploy --prune: old versions go when the disk is short
     pin: str | None = None  # check --select FILE: the artifact every device runs (toolkit.checks.selection)
-    evaluate: bool = False  # --eval: the bundle's eval set on the device
+
+
+@dataclass(frozen=True)
+class BundleJob:
+    """What to do with ``bundle`` on each device: install it (``options.install``), then check it
+    (``options.check``) as ``checking`` says, gated by ``gates`` and recorded in ``store``."""
+
+    bundle: Bundle
+    options: JobOptions
+    checking: CheckOptions
+    gates: GateOptions
+    store: GuardedStore | None
     # devices this job switched to the bundle's version -> the version they ran before (for a rollback)
     switched: dict[str, str | None] = field(default_factory=dict, compare=False, repr=False)
     _lock: threading.Lock = field(default_factory=threading.Lock, compare=False, repr=False)
 
-    def run(self, device: Any, *, progress_stream: TextIO | Any | None) -> tuple[Any, list[CheckReport], Any]:
-        """(push result or None, check reports, the device's Selection or None) for one connected
-        ``toolkit.delivery.deployment.Device``."""
-        from toolkit.checks.checking import check as run_check
-        from toolkit.delivery.push import push
+    def run(self, device: Device, *, progress_stream: TextSink | None) -> tuple[PushResult | None, list[CheckReport],
+                                                                              Selection | None]:
+        """(push result or None, check reports, the device's Selection or None) on one connected device."""
         from toolkit.checks.selection import apply as select
 
-        pushed = (
-            push(device, self.bundle, force=self.force, progress_stream=progress_stream, compress=self.compress,
-                 break_lock=self.break_lock, prune=self.prune)
-            if self.install
-            else None
-        )
-        if pushed is not None and pushed.previous != pushed.version:
+        pushed = self._install(device, progress_stream) if self.options.install else None
+        if not self.options.check:
+            return pushed, [], None
+        reports = self._check(device)
+        if pushed is not None:
+            pushed = self._note_replaced(device, pushed, progress_stream)
+        return pushed, reports, select(device, self.bundle, reports, pin=self.options.pin, store=self.store)
+
+    def _install(self, device: Device, progress_stream: TextSink | None) -> PushResult:
+        from toolkit.delivery.push import push
+
+        what = self.options
+        # push's stream is typed TextIO but it only writes and flushes: a TextSink is what it uses.
+        pushed = push(device, self.bundle, force=what.force, progress_stream=progress_stream,  # type: ignore[arg-type]
+                      compress=what.compress, break_lock=what.break_lock, prune=what.prune)
+        if pushed.previous != pushed.version:
             with self._lock:
                 self.switched[device.spec.name] = pushed.previous
-        reports = (
-            run_check(device, self.bundle, runs=self.runs, warmup=self.warmup, gates=self.gates, store=self.store,
-                      runner_args=self.runner_args, evaluate=self.evaluate)
-            if self.check
-            else []
-        )
-        if pushed is not None and self.check:  # another controller may have deployed while this one checked
-            from dataclasses import replace
+        return pushed
 
-            from toolkit.delivery.locks import replaced_note
+    def _check(self, device: Device) -> list[CheckReport]:
+        from toolkit.checks.checking import check as run_check
 
-            note = replaced_note(device, self.bundle.name, pushed.version)
-            if note:
-                print(f"warning: {note}", file=progress_stream or sys.stderr, flush=True)
-                pushed = replace(pushed, warnings=(*pushed.warnings, note))
-        selection = select(device, self.bundle, reports, pin=self.pin, store=self.store) if self.check else None
-        return pushed, list(reports), selection
+        how = self.checking
+        flags = runner_flags(profile=how.profile, throughput=how.throughput, loads=how.loads)
+        return list(run_check(device, self.bundle, runs=how.runs, warmup=how.warmup, gates=self.gates,
+                              store=self.store, runner_args=flags, evaluate=how.evaluate))
+
+    def _note_replaced(self, device: Device, pushed: PushResult, progress_stream: TextSink | None) -> PushResult:
+        """Another controller may have deployed while this one checked: say so, on the stream and in the result."""
+        from dataclasses import replace
+
+        from toolkit.delivery.locks import replaced_note
+
+        note = replaced_note(device, self.bundle.name, pushed.version)
+        if not note:
+            return pushed
+        print(f"warning: {note}", file=progress_stream or sys.stderr, flush=True)
+        return replace(pushed, warnings=(*pushed.warnings, note))
 
     def store_status(self) -> StoreStatus | None:
         """Where the check reports went (None when the job checks nothing)."""
         return self.store.status() if self.store is not None else None
 
 
-def prepare_job(
-    bundle_path: str | Path,
-    *,
-    install: bool,
-    check: bool,
-    force: bool = False,
-    compress: bool = False,
-    break_lock: bool = False,
-    prune: bool = False,
-    runs: int,
-    warmup: int,
-    budget_ms: float | None,
-    baseline: str,
-    regression_pct: float | None,
-    store: str | Path | None,
-    store_fallback: bool = False,
-    profile: bool = False,
-    throughput: bool = False,
-    loads: bool = False,
-    pin: str | None = None,
-    evaluate: bool = False,
-) -> BundleJob:
+def prepare_job(bundle_path: str | Path, options: JobOptions, checking: CheckOptions) -> BundleJob:
     """Read and validate the bundle and the gate options once, before any device is contacted; open the history
     (migrating it if needed). A history that is down does not stop the job: its status says so afterwards."""
     from toolkit.delivery.deployment import validate_name
@@ -125,35 +135,19 @@ def prepare_job(
     bundle = read_bundle(Path(bundle_path))
     validate_name(bundle.name)
     files = [a.file for a in bundle.manifest.artifacts]
-    if pin is not None and pin not in files:
-        raise UsageError(f"--select {pin}: the bundle {bundle.name!r} has no artifact of that name.",
+    if options.pin is not None and options.pin not in files:
+        raise UsageError(f"--select {options.pin}: the bundle {bundle.name!r} has no artifact of that name.",
                          hint=f"Pick one of: {', '.join(files)}.")
-    if evaluate and check:
+    if checking.evaluate and options.check:
         from toolkit.checks.device_eval import require_eval_set
 
         require_eval_set(bundle)
-    history = GuardedStore(store, fallback=store_fallback) if check else None
-    if history is not None and history.probe() and baseline not in ("last", "none") and not history.exists(baseline):
-        raise UsageError(
-            f"No stored check {baseline!r} in {history.path}.",
-            hint="Use --baseline last, none, or an id from `edgetk history`.",
-        )
-    return BundleJob(
-        bundle=bundle,
-        install=install,
-        check=check,
-        force=force,
-        compress=compress,
-        runs=runs,
-        warmup=warmup,
-        gates=GateOptions(budget_ms=budget_ms, baseline=baseline, regression_pct=regression_pct),
-        store=history,
-        runner_args=runner_flags(profile=profile, throughput=throughput, loads=loads),
-        break_lock=break_lock,
-        prune=prune,
-        pin=pin,
-        evaluate=evaluate,
-    )
+    history = GuardedStore(checking.store, fallback=checking.store_fallback) if options.check else None
+    if history is not None and history.probe():
+        require_baseline(history, checking.baseline)
+    gates = GateOptions(budget_ms=checking.budget_ms, baseline=checking.baseline,
+                        regression_pct=checking.regression_pct)
+    return BundleJob(bundle=bundle, options=options, checking=checking, gates=gates, store=history)
 
 
 # ------------------------------------------------------------------------------------------ staged rollouts
@@ -258,7 +252,7 @@ def deploy_in_waves(
     plan: WavePlan,
     max_failures: FailureLimit,
     rollback_on_failure: bool,
-    progress_stream: TextIO | Any | None = None,
+    progress_stream: TextSink | None = None,
 ) -> RolloutResult[tuple[Any, list[CheckReport]]]:
     """``edgetk deploy --waves``: ``job`` on the fleet wave by wave through ``run_on`` (see
     :func:`fleet_runner`); a device fails a wave when its deploy or its check (gates included) fails."""

@@ -23,7 +23,6 @@ Gates (each failure is one line naming the artifact; the check fails when any re
 
 from __future__ import annotations
 
-import json
 import logging
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
@@ -34,9 +33,10 @@ from toolkit.delivery.deployment import Device, installed_version, version_dir
 from toolkit.errors import DeviceError, ToolkitError, UsageError
 from toolkit.model.policy import Budget, CheckPolicy, GateOptions, PlacementExpectation, RegressionPolicy, budget_for
 from toolkit.regression import RegressionVerdict, confirmed, decide
-from toolkit.checks.selection import throttled
 from toolkit.store import Store, StoredCheck
-from toolkit.model.types import CheckReport, GateResult, LatencyStats
+from toolkit.checks.gates import EMULATED_PLACEMENT, judge_placement, judge_throughput, regression_text
+from toolkit.model.runner_report import latency_samples, parse_runner_output
+from toolkit.model.types import CheckReport, GateResult
 
 log = logging.getLogger(__name__)
 CHECK_TIMEOUT_S = 900.0
@@ -53,156 +53,6 @@ def regression_policy_for(policy: CheckPolicy | None, options: GateOptions) -> R
 
 
 # --------------------------------------------------------------------------------------------- parsing
-
-
-def _latency(data: Mapping[str, Any] | None) -> LatencyStats | None:
-    if not data:
-        return None
-    try:
-        return LatencyStats(**{k: float(data[k]) for k in ("mean", "std", "min", "p50", "p90", "p99", "max")})
-    except (KeyError, TypeError, ValueError):
-        return None
-
-
-def _samples(data: Any) -> tuple[float, ...]:
-    if not isinstance(data, list):
-        return ()
-    try:
-        return tuple(float(v) for v in data if v is not None)
-    except (TypeError, ValueError):
-        return ()
-
-
-def parse_runner_output(stdout: str, *, device: str, artifacts: Sequence[str]) -> list[CheckReport]:
-    """The runner's JSON -> ungated CheckReports (a top-level error becomes one failed report per artifact)."""
-    try:
-        doc = json.loads(stdout)
-    except json.JSONDecodeError:
-        doc = None
-    if not isinstance(doc, dict):
-        raise DeviceError(f"{device}: the runner printed no JSON report.", hint="Run it by hand with --debug.")
-    environment = doc.get("environment") or {}
-    reports = []
-    for item in doc.get("reports") or []:
-        runtime = item.get("runtime") or {}
-        placement = item.get("placement")
-        reports.append(
-            CheckReport(
-                device=device,
-                artifact=str(item.get("artifact")),
-                runtime={k: v for k, v in runtime.items()} if isinstance(runtime, dict) else {},
-                threads=item.get("threads"),
-                load_ms=item.get("load_ms"),
-                first_inference_ms=item.get("first_inference_ms"),
-                latency_ms=_latency(item.get("latency_ms")),
-                runs=int(item.get("runs") or 0),
-                warmup=int(item.get("warmup") or 0),
-                peak_rss_mb=item.get("peak_rss_mb"),
-                outputs_match=item.get("outputs_match"),
-                environment=environment,
-                gates=GateResult(True),
-                error=item.get("error"),
-                throttled=throttled(environment),
-                latency_samples_ms=_samples(item.get("latency_samples_ms")),
-                placement=placement if isinstance(placement, dict) else None,
-                **{key: item.get(key) if isinstance(item.get(key), dict) else None
-                   for key in ("profile", "throughput", "loads")},
-            )
-        )
-    top_error = doc.get("error")
-    if top_error:
-        seen = {r.artifact for r in reports}
-        for artifact in artifacts:
-            if artifact not in seen:
-                reports.append(
-                    CheckReport(
-                        device=device, artifact=artifact, runtime={"name": None, "version": None}, threads=None,
-                        load_ms=None, first_inference_ms=None, latency_ms=None, runs=0, warmup=0,
-                        peak_rss_mb=None, outputs_match=None, environment=environment, gates=GateResult(True),
-                        error=top_error,
-                    )
-                )
-    if not reports:
-        raise DeviceError(f"{device}: the runner reported no artifacts.", hint="Is the bundle empty?")
-    return reports
-
-
-# --------------------------------------------------------------------------------------------- placement
-
-
-def _same_place(a: str, b: str) -> bool:
-    return a.strip().lower() == b.strip().lower()
-
-
-def _op_label(entry: Any) -> str:
-    if isinstance(entry, Mapping):
-        op, name = entry.get("op_type"), entry.get("name")
-        label = " ".join(str(p) for p in (op, name) if p)
-        return f"{label} (on {entry['on']})" if entry.get("on") else label or "?"
-    return str(entry)
-
-
-def _fallback_text(ops: Any, limit: int = 8) -> str:
-    labels = [_op_label(e) for e in ops] if isinstance(ops, list) else []
-    if not labels:
-        return ""
-    shown = ", ".join(labels[:limit])
-    return f"; fell back: {shown}" + (f" and {len(labels) - limit} more" if len(labels) > limit else "")
-
-
-EMULATED_PLACEMENT = ("placement of {name}: not judged on an emulated device (the probe saw an ARM kernel on an x86 "
-                      "CPU); check {want} on the real board")
-
-
-def judge_placement(report: CheckReport, expectation: PlacementExpectation) -> tuple[str | None, str | None,
-                                                                                    dict[str, Any]]:
-    """(failure, skip note, detail) of one placement expectation for one measured artifact."""
-    name, want, floor = report.artifact, expectation.on, expectation.min_nodes_pct
-    detail: dict[str, Any] = {"artifact": name, "expected": want, "min_nodes_pct": floor}
-    placement = report.placement or {}
-    runtime = report.runtime or {}
-    missing = [str(p) for p in runtime.get("providers_missing") or []]
-    total = placement.get("nodes_total")
-    if placement.get("intended") is not None and isinstance(total, int) and total > 0:
-        intended = str(placement["intended"])
-        on = int(placement.get("nodes_on_intended") or 0)
-        share = 100.0 * on / total
-        detail.update(intended=intended, nodes_total=total, nodes_on_expected=on if _same_place(intended, want)
-                      else None, time_share_on_intended=placement.get("time_share_on_intended"))
-        if not _same_place(intended, want):
-            return (f"{name}: the target expects its nodes on {want}, but the artifact asks for {intended} "
-                    f"(rebuild the bundle for this target)", None, detail)
-        if share + 1e-9 < floor:
-            why = f" ({want} is not available in this runtime)" if want in missing else ""
-            return (f"{name}: {on} of {total} nodes ({share:.0f}%) ran on {want}{why}; the target expects at "
-                    f"least {floor:g}%{_fallback_text(placement.get('fallback_ops'))}", None, detail)
-        return None, None, detail
-    if expectation.format == "onnx":
-        used = [str(p) for p in runtime.get("providers") or []]
-        detail.update(providers=used, providers_missing=missing)
-        if not any(_same_place(p, want) for p in used):
-            why = ("this onnxruntime does not have it" if want in missing
-                   else "the session was not opened with it")
-            return (f"{name}: no node ran on {want} ({why}; the session ran on {', '.join(used) or 'no provider'}), "
-                    f"so every node fell back to the CPU; the target expects at least {floor:g}% on {want}",
-                    None, detail)
-        return None, f"placement of {name}: {want} was used, but the runner reported no per-node placement", detail
-    return None, f"placement of {name}: the runner reported no per-node placement to judge {want}", detail
-
-
-# --------------------------------------------------------------------------------------------- gates
-
-
-def _regression_text(name: str, verdict: RegressionVerdict, policy: RegressionPolicy, explicit: bool) -> str:
-    assert verdict.current_p50_ms is not None and verdict.reference_ms is not None
-    against = (f"baseline {verdict.baseline_checks[0]}" if explicit
-               else f"the slowest of the last {len(verdict.baseline_checks)} checks")
-    return (f"{name}: p50 {verdict.current_p50_ms:.3f} ms is {verdict.ratio:.2f}x {against} "
-            f"({verdict.reference_ms:.3f} ms; {verdict.baseline_samples} baseline samples, Mann-Whitney "
-            f"p={verdict.p_value:.2g}); a regression is more than +{policy.min_slowdown_pct:g}% and "
-            f"+{policy.min_slowdown_ms:g} ms"
-            + (f"; a second runner process confirmed it (p50 {verdict.confirm_p50_ms:.3f} ms)"
-               if verdict.confirmed else ""))
 
 
 def gate(
@@ -244,7 +94,7 @@ def gate(
     if regression is not None:
         details["regression"] = regression.to_dict()
         if regression.regressed:
-            failures.append(_regression_text(name, regression, regression_policy, explicit_baseline))
+            failures.append(regression_text(name, regression, regression_policy, explicit_baseline))
         elif regression.confirmed is False and regression.current_p50_ms is not None:
             skipped.append(f"regression of {name}: not confirmed: p50 {regression.current_p50_ms:.3f} ms was "
                            f"{regression.ratio:.2f}x the baseline, a second runner process measured "
@@ -279,37 +129,11 @@ def gate(
     return GateResult(not failures, tuple(failures), tuple(dict.fromkeys(skipped)), details)
 
 
-def judge_throughput(report: CheckReport, floor: float | None) -> tuple[str | None, str | None]:
-    """(failure, skip note) of the throughput gates: batched outputs must equal batch-1 outputs per sample, and
-    the best point of the curve must reach the policy's floor (skipped, and said, without --throughput)."""
-    name = report.artifact
-    curve = report.throughput or {}
-    per_sample = curve.get("per_sample") or {}
-    if per_sample.get("ok") is False:
-        bad = [c for c in per_sample.get("checks") or [] if not c.get("ok")]
-        worst = ", ".join(f"batch {c.get('batch')}: max abs error {c.get('max_abs_error')}" for c in bad)
-        return (f"{name}: outputs at batch > 1 differ from batch-1 outputs per sample ({worst}; tolerance "
-                f"{per_sample.get('tolerance')})", None)
-    if floor is None:
-        return None, None
-    points = [p for p in curve.get("points") or [] if p.get("inferences_per_s")]
-    if not points:
-        why = curve.get("error") or "run the check with --throughput"
-        return None, f"throughput floor of {floor:g}/s for {name}: not measured ({why})"
-    best = max(points, key=lambda p: float(p["inferences_per_s"]))
-    where = (f"batch {best.get('batch')}" if curve.get("mode") == "batch"
-             else f"{best.get('in_flight')} requests in flight")
-    if float(best["inferences_per_s"]) < floor:
-        return (f"{name}: at most {float(best['inferences_per_s']):.1f} inferences/s ({where}); the target asks "
-                f"for at least {floor:g}/s", None)
-    return None, None
-
-
 # --------------------------------------------------------------------------------------------- baselines
 
 
 def _stored_samples(stored: StoredCheck) -> list[float]:
-    return list(_samples(stored.report.get("latency_samples_ms")))
+    return list(latency_samples(stored.report.get("latency_samples_ms")))
 
 
 def _was_regression(stored: StoredCheck) -> bool:
@@ -397,6 +221,13 @@ def on_device_accuracy(device: Device, bundle: Bundle, vdir: str, reports: list[
 
 
 
+def require_baseline(store: Store, baseline: str) -> None:
+    """A baseline named by its check id must be in the history (``last`` and ``none`` name no check)."""
+    if baseline not in ("last", "none") and not store.exists(baseline):
+        raise UsageError(f"No stored check {baseline!r} in {store.path}.",
+                         hint="Use --baseline last, none, or an id from `edgetk history`.")
+
+
 def runner_flags(*, profile: bool = False, throughput: bool = False, loads: bool = False) -> tuple[str, ...]:
     """The runner's flags for what a check measures beyond latency (each adds its own key to the report)."""
     return tuple(f"--{name}" for name, on in (("profile", profile), ("throughput", throughput), ("loads", loads))
@@ -434,11 +265,8 @@ def check(
     gates = gates or GateOptions()
     if runs < 1 or warmup < 0:
         raise UsageError(f"--runs must be at least 1 and --warmup at least 0 (got {runs} and {warmup}).")
-    if store is not None and gates.baseline not in ("last", "none") and not store.exists(gates.baseline):
-        raise UsageError(
-            f"No stored check {gates.baseline!r} in {store.path}.",
-            hint="Use --baseline last, none, or an id from `edgetk history`.",
-        )
+    if store is not None:
+        require_baseline(store, gates.baseline)
     name = bundle.name
     installed = installed_version(device, name)
     vdir = version_dir(name, bundle.version)

@@ -28,6 +28,7 @@ from toolkit.conversion.layer_probe import PROBE_SAMPLES, debug_name, float_name
 from toolkit.conversion.layers import LAYERS_DIR
 from toolkit.delivery import on_demand
 from toolkit.delivery.bundle import load_npz
+from toolkit.model.types import Format
 
 if TYPE_CHECKING:
     from toolkit.delivery.bundle import Bundle
@@ -77,8 +78,8 @@ def locate(device: Device, bundle: Bundle, vdir: str, artifact: str) -> dict[str
                 if (bundle.path / probe).is_file() else "the bundle carries no layer probe for this "
                 "artifact (INT8 artifacts with a layer table get one at convert time)"}
     doc = json.loads(on_demand.verified(bundle, probe).read_text())
-    fmt = next(str(a.format) for a in bundle.manifest.artifacts if a.file == artifact)
-    pushed = [probe, debug_name(artifact)] if fmt == "onnx" else [probe]
+    fmt = next(a.format for a in bundle.manifest.artifacts if a.file == artifact)
+    pushed = [probe, debug_name(artifact)] if fmt == Format.ONNX else [probe]
     on_demand.push(device, bundle, vdir, pushed)
     runner = bundle.manifest.runner.file if bundle.manifest.runner else "edgetk_runner.py"
     out = f"{vdir}/{LAYERS_DIR}/out/{artifact}.npz"

@@ -11,8 +11,8 @@ When the fastest and others are inside each other's noise (the regression gate's
 A selection is sticky: it is re-done when the installed version or the device's runtimes change; otherwise the
 previous selection stays unless it no longer passes, or another artifact is measurably faster. A pinned
 selection (``edgetk check --select FILE``) stays until the version changes or the pinned file cannot run there.
-Runs taken while the device throttles (:func:`throttled`) decide nothing. Nothing passing selects nothing,
-with the reason per artifact. The selection is written on the device as ``selected.json`` beside ``current``
+Runs taken while the device throttles (:func:`toolkit.model.runner_report.throttled`) decide nothing.
+Nothing passing selects nothing, with the reason per artifact. The selection is written on the device as ``selected.json`` beside ``current``
 (:func:`on_device`), in the history, and in every check's report.
 """
 
@@ -27,31 +27,17 @@ from typing import Any
 from toolkit.errors import UsageError
 from toolkit.model.policy import RegressionPolicy
 from toolkit.regression import MIN_SAMPLES, Difference, compare
-from toolkit.model.types import CheckReport, Manifest
+from toolkit.model.runner_report import throttled
+from toolkit.model.types import ArtifactStatus, CheckReport, Manifest
 
 SELECTED_FILE = "selected.json"  # in ~/.edgetk/bundles/<name>/, beside ``current``
-SELECTABLE = ("ok", "no_speedup_measured", "slower")  # statuses that passed verification at convert time
-UNVERIFIED = "unverified"  # verification proved nothing: in the running only where no verified artifact is
-HOT_C = 80.0  # Raspberry Pi firmware starts to cap the clock at 80 C; most SoCs throttle in 80-95 C
-CAPPED_SHARE = 0.85  # a performance governor running below this share of the maximum clock is capped
+# statuses that passed verification at convert time; UNVERIFIED (verification proved nothing) is in the running
+# only where no verified artifact is
+SELECTABLE = (ArtifactStatus.OK, ArtifactStatus.NO_SPEEDUP_MEASURED, ArtifactStatus.SLOWER)
 # the regression gate's test and minimum effects (alpha 0.01, 25%, 0.2 ms): artifacts are measured in separate
 # runner processes, whose medians land on levels up to ~1.5x apart on a shared device (toolkit/regression.py)
 _GATE = RegressionPolicy()
 ALPHA, MIN_PCT, MIN_MS = _GATE.alpha, _GATE.min_slowdown_pct, _GATE.min_slowdown_ms
-
-
-def throttled(environment: Mapping[str, Any]) -> str | None:
-    """Why a run with this environment (the runner's ``environment`` section) was taken while the device
-    throttled, or None: its hottest thermal zone at or above :data:`HOT_C`, or a ``performance`` governor
-    whose current clock is below :data:`CAPPED_SHARE` of its maximum (thermal or power capping)."""
-    temp = environment.get("temperature_c")
-    if isinstance(temp, (int, float)) and temp >= HOT_C:
-        return f"the device was at {temp:g} C (throttling from {HOT_C:g} C)"
-    freq, top = environment.get("cpu_freq_mhz"), environment.get("cpu_freq_max_mhz")
-    if (environment.get("governor") == "performance" and isinstance(freq, (int, float))
-            and isinstance(top, (int, float)) and top > 0 and freq < CAPPED_SHARE * top):
-        return f"its CPU ran at {freq:g} of {top:g} MHz under the performance governor (capped)"
-    return None
 
 
 @dataclass(frozen=True)
@@ -115,7 +101,7 @@ def runtimes_seen(reports: Sequence[CheckReport]) -> dict[str, str]:
 
 def _contender(report: CheckReport | None, record: Any) -> Contender:
     size = int(record.bytes)
-    if str(record.status) not in (*SELECTABLE, UNVERIFIED):
+    if record.status not in (*SELECTABLE, ArtifactStatus.UNVERIFIED):
         return Contender(record.file, size, None, f"did not pass verification at convert time ({record.status})")
     if report is None:
         return Contender(record.file, size, None, "not measured by this check")
@@ -155,11 +141,11 @@ def choose(reports: Sequence[CheckReport], manifest: Manifest, *, device: str, v
                          hint=f"Pick one of: {', '.join(files)}.")
     by_file = {r.artifact: r for r in reports}
     contenders = tuple(_contender(by_file.get(a.file), a) for a in manifest.artifacts)
-    statuses = {a.file: str(a.status) for a in manifest.artifacts}
-    if any(c.excluded is None and statuses[c.artifact] != UNVERIFIED for c in contenders):
+    statuses = {a.file: a.status for a in manifest.artifacts}
+    if any(c.excluded is None and statuses[c.artifact] != ArtifactStatus.UNVERIFIED for c in contenders):
         contenders = tuple(dataclasses.replace(c, excluded="unverified at convert time, and a verified artifact "
                                                "passes here") if c.excluded is None and
-                           statuses[c.artifact] == UNVERIFIED else c for c in contenders)
+                           statuses[c.artifact] == ArtifactStatus.UNVERIFIED else c for c in contenders)
     running = {c.artifact: by_file[c.artifact] for c in contenders if c.excluded is None}
     runtimes = runtimes_seen(reports)
     proposed = next((a.file for a in manifest.artifacts if a.preferred), None)

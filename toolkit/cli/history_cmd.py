@@ -26,7 +26,7 @@ _STORE_HELP = ("Check history: a file (SQLite) or postgresql://USER@HOST:PORT/DB
 @click.option("--store", default=None, metavar="PATH|URL", help=_STORE_HELP)
 @click.option("--json", "as_json", is_flag=True, help="Print the stored reports as one JSON list.")
 @click.pass_context
-def history(ctx: click.Context, as_json: bool, **values: Any) -> None:
+def history(ctx: click.Context, /, as_json: bool, **values: Any) -> None:
     """List stored checks (who ran them, where), and the p50 trend per device, bundle and artifact.
     ``history sync`` and ``history import`` fill the history from elsewhere."""
     if ctx.invoked_subcommand is not None:

@@ -31,7 +31,7 @@ class PathType(click.Path):
         return Path(str(super().convert(value, param, ctx)))
 
 
-class LazyChoice(click.Choice):
+class LazyChoice(click.Choice[str]):
     """A ``click.Choice`` whose choices come from a function, called on first use."""
 
     def __init__(self, load: Callable[[], Sequence[str]], case_sensitive: bool = True) -> None:

@@ -116,7 +116,7 @@ def _finish(result: Any, as_json: bool, *, next_hint: bool = True) -> None:
               help="Replay a run: a run.toml (or a bundle made by `edgetk run`); flags given beside it win.")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON document on stdout (docs/schemas/run.md).")
 @click.pass_context
-def run(ctx: click.Context, **values: Any) -> None:
+def run(ctx: click.Context, /, **values: Any) -> None:
     """Convert SOURCE, deploy the bundle to the devices and check it there, in one go.
 
     Stops at the first stage that fails, with that stage's exit code. The options are kept in the bundle

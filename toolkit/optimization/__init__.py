@@ -10,152 +10,155 @@ measures the model after each, and writes it in the source's format. Heavy frame
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
+from toolkit.model.types import Framework
 from toolkit.errors import UsageError
 from toolkit.optimization.report import ModelFigures, OptimizationReport, StepReport
+from toolkit.optimization.request import OptimizeOptions
 from toolkit.optimization.training import FineTuneConfig
 
-__all__ = ["FineTuneConfig", "ModelFigures", "OptimizationReport", "StepReport", "optimize"]
+if TYPE_CHECKING:  # pragma: no cover
+    import numpy as np
 
-DEFAULT_EPOCHS = 2
+    from toolkit.optimization.data import LabelledData
+    from toolkit.optimization.models import OptimizableModel
+
+__all__ = ["FineTuneConfig", "ModelFigures", "OptimizationReport", "OptimizeOptions", "StepReport", "optimize"]
 
 
-def optimize(
-    source: str | os.PathLike[str],
-    *,
-    out: str | os.PathLike[str],
-    prune: float | None = None,
-    structured: bool = False,
-    prune_scope: str = "global",
-    cluster: int | None = None,
-    low_rank: float | None = None,
-    rank: int | None = None,
-    distill_from: str | os.PathLike[str] | None = None,
-    temperature: float = 4.0,
-    alpha: float = 0.3,
-    qat: bool = False,
-    train_data: str | os.PathLike[str] | None = None,
-    eval_data: str | os.PathLike[str] | None = None,
-    epochs: int | None = None,
-    batch_size: int = 32,
-    learning_rate: float = 1e-3,
-    accumulate: int = 1,
-    precision: str = "fp32",
-    checkpoint_activations: bool = False,
-    offload_optimizer: str | None = None,
-) -> OptimizationReport:
+def optimize(source: str | os.PathLike[str], *, out: str | os.PathLike[str], **options: Any) -> OptimizationReport:
     """Apply the requested techniques to ``source`` and write the result to ``out``.
 
-    ``prune`` is the target sparsity in (0, 1) (with ``structured``, the fraction of channels removed);
-    ``cluster`` the number of shared values per kernel (>= 2); ``low_rank`` the singular-value energy to keep
-    in (0, 1] (or ``rank``, a fixed rank); ``distill_from`` a teacher model (``source`` is the student);
-    ``qat`` fine-tunes with fake quantization (PyTorch). With ``train_data`` every step is fine-tuned for
-    ``epochs`` (default 2); distillation and QAT need it. ``eval_data`` with labels ``y`` adds accuracy.
-    ``checkpoint_activations`` (PyTorch) recomputes activations in backward to lower peak memory;
-    ``offload_optimizer`` (PyTorch; ``"cpu"`` off a GPU, ``"disk"`` on a CPU host) keeps Adam's state elsewhere.
-    """
-    from toolkit.optimization import models
-    from toolkit.optimization.clustering import check_clusters
-    from toolkit.optimization.data import load_npz
-    from toolkit.optimization.low_rank import check_low_rank
-    from toolkit.optimization.measure import measure
-    from toolkit.optimization.offload import parse_offload
-    from toolkit.optimization.pruning import SCOPES, check_sparsity
+    ``options`` are :class:`OptimizeOptions`' fields (the techniques and how to fine-tune; keyword values,
+    checked there before any framework work)."""
+    return run_optimization(str(source), Path(out), OptimizeOptions(**options))
 
-    source = str(source)
-    out_path = Path(out)
-    # Validate every option before any framework work.
-    if prune is None and cluster is None and low_rank is None and rank is None and distill_from is None and not qat:
-        raise UsageError("Nothing to do: no technique was requested.",
-                         hint="Pass at least one of --prune, --cluster, --low-rank, --distill-from, --qat.")
-    if prune is not None:
-        check_sparsity(prune)
-    if structured and prune is None:
-        raise UsageError("--structured needs --prune FRACTION (the fraction of channels to remove).")
-    if prune_scope not in SCOPES:
-        raise UsageError(f"Unknown pruning scope {prune_scope!r}.", hint="Pick 'global' or 'layer'.")
-    if cluster is not None:
-        check_clusters(cluster)
-    if low_rank is not None or rank is not None:
-        check_low_rank(low_rank, rank)
-    if (distill_from is not None or qat) and train_data is None:
-        technique = "Distillation" if distill_from is not None else "Quantization-aware training"
-        raise UsageError(f"{technique} trains the model, so it needs training data.",
-                         hint="Pass --train-data FILE.npz with the inputs and integer labels under 'y'.")
-    if epochs is not None and epochs > 0 and train_data is None:
-        raise UsageError(f"--epochs {epochs} asks for fine-tuning, which needs training data.",
-                         hint="Pass --train-data FILE.npz with the inputs and integer labels under 'y'.")
-    config = FineTuneConfig(epochs=DEFAULT_EPOCHS if epochs is None else epochs, batch_size=batch_size,
-                            learning_rate=learning_rate, accumulate=accumulate, precision=precision,
-                            checkpoint_activations=checkpoint_activations,
-                            offload_optimizer=parse_offload(offload_optimizer))
-    if distill_from is not None:
-        models.detect_framework(str(distill_from))
+
+def _listing_options(function: Callable[..., object]) -> None:
+    """``optimize``'s signature names OptimizeOptions' fields as its keywords (help(), the CLI's front-door test)."""
+    import dataclasses
+    import inspect
+
+    head = list(inspect.signature(function).parameters.values())[:2]
+    keywords = [inspect.Parameter(f.name, inspect.Parameter.KEYWORD_ONLY, default=f.default, annotation=f.type)
+                for f in dataclasses.fields(OptimizeOptions)]
+    setattr(function, "__signature__", inspect.Signature([*head, *keywords]))
+
+
+_listing_options(optimize)
+
+
+def run_optimization(source: str, out: Path, options: OptimizeOptions) -> OptimizationReport:
+    """``optimize`` on one validated options record: load, apply each technique in order, write."""
+    from toolkit.sources.detect import detect_framework
+
+    config = options.fine_tune_config()
+    if options.distill_from is not None:
+        detect_framework(str(options.distill_from))
+    work = _open(source, out, options)
+    work.steps.extend(_apply(work, options, config))
+    _write(work.model, out)
+    kind = work.model.kind
+    output_format = kind if kind in (Framework.KERAS, Framework.EXPORTED_PROGRAM) else Framework.TORCHSCRIPT
+    return OptimizationReport(source=source, framework=work.model.framework, output=str(out),
+                              output_format=output_format, baseline=work.baseline, steps=tuple(work.steps))
+
+
+@dataclass
+class _Work:
+    """The model being optimized, the data it is tuned and measured on, and its figures so far."""
+
+    model: OptimizableModel
+    sample: tuple[np.ndarray, ...]
+    train: LabelledData | None
+    evaluation: LabelledData | None
+    baseline: ModelFigures
+    steps: list[StepReport] = field(default_factory=list)
+
+    def measured(self, technique: str, settings: dict[str, object], details: dict[str, object],
+                 tuned: bool) -> StepReport:
+        from toolkit.optimization.measure import measure
+
+        figures = measure(self.model, sample=self.sample, eval_data=self.evaluation)
+        return StepReport(technique=technique, settings=settings, details=details, figures=figures, fine_tuned=tuned)
+
+
+def _open(source: str, out: Path, options: OptimizeOptions) -> _Work:
+    """Load the model and its data, find one input sample, measure the baseline."""
+    from toolkit.optimization import models
+    from toolkit.optimization.data import load_npz
+    from toolkit.optimization.measure import measure
 
     model = models.load(source)
-    models.check_output_path(model, out_path)
-    train = None if train_data is None else load_npz(train_data, input_names=model.input_names,
-                                                     purpose="training data", need_labels=True)
-    evaluation = None if eval_data is None else load_npz(eval_data, input_names=model.input_names,
-                                                         purpose="eval data")
+    models.check_output_path(model, out)
+    names = model.input_names
+    train = None if options.train_data is None else load_npz(options.train_data, input_names=names,
+                                                             purpose="training data", need_labels=True)
+    evaluation = None if options.eval_data is None else load_npz(options.eval_data, input_names=names,
+                                                                 purpose="eval data")
     data_sample = train.first() if train is not None else (evaluation.first() if evaluation is not None else None)
     sample = models.example_inputs(model, data_sample)
-    if model.kind != "exported_program" and sample is not None:
+    if model.kind != Framework.EXPORTED_PROGRAM and sample is not None:
         model.example = sample
     if sample is None:
         raise UsageError(f"Cannot tell the input shape of {source!r}.",
                          hint="Pass --train-data or --eval-data so the model can be run on one sample.")
-
     baseline = measure(model, sample=sample, eval_data=evaluation)
-    steps: list[StepReport] = []
-    fine_tuning = train is not None and config.epochs > 0
+    return _Work(model, sample, train, evaluation, baseline)
 
-    def record(technique: str, settings: dict[str, object], details: dict[str, object], tuned: bool) -> None:
-        figures = measure(model, sample=sample, eval_data=evaluation)
-        steps.append(StepReport(technique=technique, settings=settings, details=details, figures=figures,
-                                fine_tuned=tuned))
 
-    if distill_from is not None:
+def _apply(work: _Work, options: OptimizeOptions, config: FineTuneConfig) -> list[StepReport]:
+    """Each requested technique in the fixed order, the model measured after each."""
+    model, train, o = work.model, work.train, options
+    tuned = train is not None and config.epochs > 0
+    steps = []
+    if o.distill_from is not None:
         from toolkit.optimization.distillation import distill
 
-        details = distill(model, teacher_source=str(distill_from), train_data=train, config=config,
-                          temperature=temperature, alpha=alpha)
-        record("distill", {"teacher": str(distill_from), "temperature": temperature, "alpha": alpha},
-               details, True)
-    if low_rank is not None or rank is not None:
+        details = distill(model, teacher_source=str(o.distill_from), train_data=train, config=config,
+                          temperature=o.temperature, alpha=o.alpha)
+        settings: dict[str, object] = {"teacher": str(o.distill_from), "temperature": o.temperature, "alpha": o.alpha}
+        steps.append(work.measured("distill", settings, details, True))
+    if o.factorizes:
         from toolkit.optimization.low_rank import low_rank as factorize
 
-        details = factorize(model, energy=low_rank, rank=rank, train_data=train, config=config)
-        record("low_rank", {"energy": low_rank, "rank": rank}, details, fine_tuning)
-    if prune is not None and structured:
+        details = factorize(model, energy=o.low_rank, rank=o.rank, train_data=train, config=config)
+        steps.append(work.measured("low_rank", {"energy": o.low_rank, "rank": o.rank}, details, tuned))
+    if o.prune is not None and o.structured:
         from toolkit.optimization.structured import prune_structured
 
-        details = prune_structured(model, sparsity=prune, sample=sample, train_data=train, config=config)
-        record("prune_structured", {"fraction": prune}, details, fine_tuning)
-    elif prune is not None:
+        details = prune_structured(model, sparsity=o.prune, sample=work.sample, train_data=train, config=config)
+        steps.append(work.measured("prune_structured", {"fraction": o.prune}, details, tuned))
+    elif o.prune is not None:
         from toolkit.optimization.pruning import prune as magnitude_prune
 
-        details = magnitude_prune(model, sparsity=prune, scope=prune_scope, train_data=train, config=config)
-        record("prune", {"sparsity": prune, "scope": prune_scope}, details, fine_tuning)
-    if cluster is not None:
+        details = magnitude_prune(model, sparsity=o.prune, scope=o.prune_scope, train_data=train, config=config)
+        steps.append(work.measured("prune", {"sparsity": o.prune, "scope": o.prune_scope}, details, tuned))
+    if o.cluster is not None:
         from toolkit.optimization.clustering import cluster as share_weights
 
-        details = share_weights(model, clusters=cluster, train_data=train, config=config)
-        record("cluster", {"clusters": cluster}, details, fine_tuning)
-    if qat:
+        details = share_weights(model, clusters=o.cluster, train_data=train, config=config)
+        steps.append(work.measured("cluster", {"clusters": o.cluster}, details, tuned))
+    if o.qat:
         from toolkit.optimization.qat import qat as quantization_aware
 
         details = quantization_aware(model, train_data=train, config=config)
-        record("qat", {}, details, True)
+        steps.append(work.measured("qat", {}, details, True))
+    return steps
 
-    partial = out_path.with_name(f".{out_path.name}.partial{out_path.suffix}")
+
+def _write(model: OptimizableModel, out: Path) -> None:
+    """Save beside ``out`` first, then move it into place (a failed save leaves no half-written model)."""
+    from toolkit.optimization import models
+
+    partial = out.with_name(f".{out.name}.partial{out.suffix}")
     try:
         models.save(model, partial)
-        partial.replace(out_path)
+        partial.replace(out)
     finally:
         if partial.exists():
             partial.unlink()
-    output_format = {"keras": "keras", "exported_program": "exported_program"}.get(model.kind, "torchscript")
-    return OptimizationReport(source=source, framework=model.framework, output=str(out_path),
-                              output_format=output_format, baseline=baseline, steps=tuple(steps))

@@ -45,7 +45,8 @@ def kmeans_1d(values: np.ndarray, clusters: int, *, iterations: int = 40) -> tup
 
 
 def _nearest(values: np.ndarray, centroids: np.ndarray) -> np.ndarray:
-    return np.abs(values[:, None] - centroids[None, :]).argmin(axis=1)
+    nearest: np.ndarray = np.abs(values[:, None] - centroids[None, :]).argmin(axis=1)
+    return nearest
 
 
 class _Clustered:

@@ -11,6 +11,7 @@ from typing import Any
 
 import numpy as np
 
+from toolkit.model.types import Framework
 from toolkit.errors import UsageError
 from toolkit.optimization import models
 from toolkit.optimization.data import LabelledData
@@ -28,7 +29,7 @@ def distill(student: models.OptimizableModel, *, teacher_source: str, train_data
     if not 0.0 <= alpha <= 1.0:
         raise UsageError(f"The hard-label weight alpha must lie in [0, 1], got {alpha}.")
     teacher = models.load(teacher_source)
-    teacher.example = student.example if teacher.kind != "exported_program" else teacher.example
+    teacher.example = student.example if teacher.kind != Framework.EXPORTED_PROGRAM else teacher.example
     teacher_out = models.predict(teacher, train_data.inputs)
     student_out = models.predict(student, train_data.first(2))
     if teacher_out.shape[1:] != student_out.shape[1:]:

@@ -181,7 +181,8 @@ def _expand(keep: np.ndarray, channels: int, positions: int) -> np.ndarray:
     """Indices kept in a flattened (positions x channels, channels last) feature vector."""
     if positions == 1:
         return keep
-    return (np.arange(positions)[:, None] * channels + keep[None, :]).reshape(-1)
+    expanded: np.ndarray = (np.arange(positions)[:, None] * channels + keep[None, :]).reshape(-1)
+    return expanded
 
 
 def prune_keras_channels(net: Any, sparsity: float, sample: np.ndarray) -> tuple[Any, dict[str, Any]]:

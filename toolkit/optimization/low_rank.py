@@ -13,6 +13,7 @@ from typing import Any
 
 import numpy as np
 
+from toolkit.model.types import Framework
 from toolkit.errors import UsageError
 from toolkit.optimization import models
 from toolkit.optimization.data import LabelledData
@@ -59,7 +60,7 @@ def _factor(name: str, matrix: np.ndarray, energy: float | None, rank: int | Non
 def low_rank(model: models.OptimizableModel, *, energy: float | None, rank: int | None,
              train_data: LabelledData | None, config: FineTuneConfig) -> dict[str, Any]:
     check_low_rank(energy, rank)
-    if model.kind == models.KERAS:
+    if model.kind == Framework.KERAS:
         plans, kept = _keras(model, energy, rank)
     elif model.is_torch_module_code:
         plans, kept = _torch(model, energy, rank)

@@ -12,6 +12,7 @@ from typing import Any
 
 import numpy as np
 
+from toolkit.model.types import Framework
 from toolkit.optimization import models
 from toolkit.optimization.data import LabelledData
 from toolkit.optimization.report import ModelFigures
@@ -21,7 +22,7 @@ def measure(model: models.OptimizableModel, *, sample: tuple[np.ndarray, ...] | 
             eval_data: LabelledData | None, runs: int = 30) -> ModelFigures:
     params, nonzero = count_params(model)
     with tempfile.TemporaryDirectory(prefix="edgetk-opt-") as tmp:
-        suffix = {"keras": ".keras", "exported_program": ".pt2"}.get(model.kind, ".pt")
+        suffix = {Framework.KERAS: ".keras", Framework.EXPORTED_PROGRAM: ".pt2"}.get(model.kind, ".pt")
         path = Path(tmp) / f"model{suffix}"
         models.save(model, path)
         raw = path.read_bytes()
@@ -46,7 +47,7 @@ def accuracy_of(model: models.OptimizableModel, data: LabelledData) -> float:
 
 
 def weights(model: models.OptimizableModel) -> list[np.ndarray]:
-    if model.kind == models.KERAS:
+    if model.kind == Framework.KERAS:
         return [np.asarray(v) for v in model.model.weights]
     return [p.detach().cpu().numpy() for p in model.model.state_dict().values() if p.is_floating_point()]
 
@@ -58,7 +59,7 @@ def count_params(model: models.OptimizableModel) -> tuple[int, int]:
 
 def latency_ms(model: models.OptimizableModel, sample: tuple[np.ndarray, ...], *, runs: int = 30) -> float:
     """Median wall time of one inference on ``sample`` (batch of 1) after a few warm-up runs."""
-    if model.kind == models.KERAS:
+    if model.kind == Framework.KERAS:
         import tensorflow as tf
 
         net = model.model
@@ -88,7 +89,7 @@ def latency_ms(model: models.OptimizableModel, sample: tuple[np.ndarray, ...], *
 
 def count_macs(model: models.OptimizableModel, sample: tuple[np.ndarray, ...]) -> int:
     """Multiply-accumulates of conv and dense layers for one sample (the layers' own shapes, per sample)."""
-    if model.kind == models.KERAS:
+    if model.kind == Framework.KERAS:
         return _keras_macs(model.model)
     return _torch_macs(model, sample)
 
@@ -129,7 +130,7 @@ def _torch_macs(model: models.OptimizableModel, sample: tuple[np.ndarray, ...]) 
     import torch
 
     module = model.model
-    if model.kind == "exported_program" or isinstance(module, torch.jit.ScriptModule):
+    if model.kind == Framework.EXPORTED_PROGRAM or isinstance(module, torch.jit.ScriptModule):
         return _torch_macs_from_weights(module, sample)
     total = 0
 

@@ -18,20 +18,19 @@ from typing import Any
 import numpy as np
 
 from toolkit.errors import UsageError
+from toolkit.model.types import Framework
 from toolkit.sources.detect import detect_framework
 
-KERAS = "keras"
-TORCH_KINDS = ("torchscript", "exported_program", "torch_factory")
 
 
 class OptimizableModel:
     """A model being optimized: its framework object plus what is needed to save it in the source's format.
 
-    ``kind`` is keras | torchscript | exported_program | torch_factory. Techniques replace ``model`` (Keras
+    ``kind`` is Framework.KERAS, TORCHSCRIPT, EXPORTED_PROGRAM or TORCH_FACTORY. Techniques replace ``model`` (Keras
     rebuilds) or change it in place (PyTorch module surgery).
     """
 
-    def __init__(self, *, kind: str, model: Any, source: str, example: tuple[np.ndarray, ...] | None = None,
+    def __init__(self, *, kind: Framework, model: Any, source: str, example: tuple[np.ndarray, ...] | None = None,
                  input_names: Sequence[str] = ()) -> None:
         self.kind = kind
         self.model = model
@@ -42,27 +41,27 @@ class OptimizableModel:
 
     @property
     def framework(self) -> str:
-        return "keras" if self.kind == KERAS else "torch"
+        return "keras" if self.kind == Framework.KERAS else "torch"
 
     @property
     def is_torch_module_code(self) -> bool:
         """True when the PyTorch model is plain Python modules (a factory), so its layers can be replaced."""
-        return self.kind == "torch_factory"
+        return self.kind == Framework.TORCH_FACTORY
 
 
 def load(source: str) -> OptimizableModel:
     """Open ``source`` (Keras 3 file or a PyTorch model); anything else is a UsageError naming the choices."""
-    kind = detect_framework(source)
-    if kind == "keras":
+    kind = Framework(detect_framework(source))
+    if kind == Framework.KERAS:
         if not source.endswith(".keras"):
             raise UsageError(f"{source!r} is a legacy HDF5 Keras file; optimize writes Keras 3 '.keras' files.",
                              hint="Re-save it with model.save('model.keras') and pass that file.")
         import keras
 
         model = keras.saving.load_model(source, compile=False)
-        return OptimizableModel(kind=KERAS, model=model, source=source,
+        return OptimizableModel(kind=Framework.KERAS, model=model, source=source,
                                 input_names=[_keras_input_name(t) for t in model.inputs])
-    if kind not in TORCH_KINDS:
+    if kind not in (Framework.TORCHSCRIPT, Framework.EXPORTED_PROGRAM, Framework.TORCH_FACTORY):
         raise UsageError(
             f"Cannot optimize {source!r}: it is a {kind} model, and optimize works on the framework a model was "
             "trained in.",
@@ -71,10 +70,11 @@ def load(source: str) -> OptimizableModel:
         )
     import torch
 
-    if kind == "torchscript":
-        module = torch.jit.load(source, map_location="cpu")
+    if kind == Framework.TORCHSCRIPT:
+        # torch.jit's functions are untyped (the ignore is needed under --strict only)
+        module = torch.jit.load(source, map_location="cpu")  # type: ignore[no-untyped-call, unused-ignore]
         return OptimizableModel(kind=kind, model=module, source=source, input_names=["x"])
-    if kind == "exported_program":
+    if kind == Framework.EXPORTED_PROGRAM:
         program = torch.export.load(source)
         example, dynamic = _exported_example(program)
         loaded = OptimizableModel(kind=kind, model=program.module(), source=source, example=example,
@@ -145,13 +145,14 @@ def _load_factory(source: str) -> Any:
 def check_output_path(model: OptimizableModel, out: Path) -> None:
     """The output suffix must be one ``convert`` recognises as the source's format."""
     suffix = out.suffix.lower()
-    if model.kind == KERAS and suffix != ".keras":
+    if model.kind == Framework.KERAS and suffix != ".keras":
         raise UsageError(f"--out {str(out)!r}: a Keras model is written as a '.keras' file.",
                          hint="Pass --out NAME.keras.")
-    if model.kind == "exported_program" and suffix != ".pt2":
+    if model.kind == Framework.EXPORTED_PROGRAM and suffix != ".pt2":
         raise UsageError(f"--out {str(out)!r}: an ExportedProgram is written as a '.pt2' file.",
                          hint="Pass --out NAME.pt2.")
-    if model.kind in ("torchscript", "torch_factory") and suffix not in (".pt", ".jit", ".pth", ".torchscript"):
+    torchscript = model.kind in (Framework.TORCHSCRIPT, Framework.TORCH_FACTORY)
+    if torchscript and suffix not in (".pt", ".jit", ".pth", ".torchscript"):
         raise UsageError(f"--out {str(out)!r}: a PyTorch model is written as TorchScript ('.pt').",
                          hint="Pass --out NAME.pt.")
 
@@ -162,7 +163,7 @@ def example_inputs(model: OptimizableModel, data: tuple[np.ndarray, ...] | None)
         return tuple(a[:1] for a in data)
     if model.example is not None:
         return model.example
-    if model.kind == KERAS:
+    if model.kind == Framework.KERAS:
         shapes = [tuple(1 if d is None else int(d) for d in t.shape) for t in model.model.inputs]
         return tuple(np.zeros(s, dtype=np.float32) for s in shapes)
     return None
@@ -171,13 +172,13 @@ def example_inputs(model: OptimizableModel, data: tuple[np.ndarray, ...] | None)
 def save(model: OptimizableModel, path: Path) -> None:
     """Write the model in the source's own format (see the module docstring for factories)."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    if model.kind == KERAS:
+    if model.kind == Framework.KERAS:
         model.model.save(path)
         return
     import torch
 
     module = model.model
-    if model.kind == "exported_program":
+    if model.kind == Framework.EXPORTED_PROGRAM:
         assert model.example is not None
         args = tuple(torch.from_numpy(np.ascontiguousarray(a)) for a in model.example)
         dynamic = None
@@ -195,7 +196,8 @@ def save(model: OptimizableModel, path: Path) -> None:
     if model.example is not None:
         args = tuple(torch.from_numpy(np.ascontiguousarray(a)) for a in model.example)
         with torch.no_grad():
-            scripted = torch.jit.trace(module, args if len(args) > 1 else args[0])
+            example = args if len(args) > 1 else args[0]
+            scripted = torch.jit.trace(module, example)  # type: ignore[no-untyped-call, unused-ignore]
     else:
         try:
             scripted = torch.jit.script(module)
@@ -212,7 +214,7 @@ def predict(model: OptimizableModel, inputs: tuple[np.ndarray, ...], *, batch_si
     """First output of the model for all samples, as float32 numpy."""
     chunks = []
     count = inputs[0].shape[0]
-    if model.kind == KERAS:
+    if model.kind == Framework.KERAS:
         for start in range(0, count, batch_size):
             batch = [a[start:start + batch_size] for a in inputs]
             out = model.model(batch if len(batch) > 1 else batch[0], training=False)
@@ -222,17 +224,17 @@ def predict(model: OptimizableModel, inputs: tuple[np.ndarray, ...], *, batch_si
     import torch
 
     module = model.model
-    if model.kind == "exported_program" and not model.dynamic_batch:
+    if model.kind == Framework.EXPORTED_PROGRAM and not model.dynamic_batch:
         # An ExportedProgram's module checks the batch size it was exported with: run in chunks of that size.
         assert model.example is not None
         batch_size = int(model.example[0].shape[0])
-    elif model.kind != "exported_program":
+    elif model.kind != Framework.EXPORTED_PROGRAM:
         module.eval()  # an ExportedProgram's module refuses eval()/train(); it has no mode to set
     with torch.no_grad():
         for start in range(0, count, batch_size):
             arrays = [a[start:start + batch_size] for a in inputs]
             real = arrays[0].shape[0]
-            if model.kind == "exported_program" and not model.dynamic_batch and real < batch_size:
+            if model.kind == Framework.EXPORTED_PROGRAM and not model.dynamic_batch and real < batch_size:
                 arrays = [np.concatenate([a, np.zeros((batch_size - real, *a.shape[1:]), a.dtype)]) for a in arrays]
             out = module(*[torch.from_numpy(np.ascontiguousarray(a)) for a in arrays])
             out = out[0] if isinstance(out, (list, tuple)) else out

@@ -13,6 +13,7 @@ from __future__ import annotations
 import copy
 from typing import Any
 
+from toolkit.model.types import Framework
 from toolkit.errors import UsageError
 from toolkit.optimization import models
 from toolkit.optimization.data import LabelledData
@@ -20,7 +21,7 @@ from toolkit.optimization.training import FineTuneConfig, fine_tune
 
 
 def qat(model: models.OptimizableModel, *, train_data: LabelledData | None, config: FineTuneConfig) -> dict[str, Any]:
-    if model.kind == models.KERAS:
+    if model.kind == Framework.KERAS:
         raise UsageError("Quantization-aware training is implemented for PyTorch models only.",
                          hint="For a Keras model use post-training INT8 in convert, or train it in PyTorch.")
     if not model.is_torch_module_code:
@@ -32,16 +33,19 @@ def qat(model: models.OptimizableModel, *, train_data: LabelledData | None, conf
     import torch
     from torch.ao import quantization as tq
 
+    # torch.ao.quantization's factories are untyped (they return Any).
     float_module = model.model
-    activation = tq.FakeQuantize.with_args(observer=tq.MovingAverageMinMaxObserver, quant_min=0, quant_max=255,
-                                           dtype=torch.quint8, qscheme=torch.per_tensor_affine)
-    weight = tq.FakeQuantize.with_args(observer=tq.MovingAverageMinMaxObserver, quant_min=-128, quant_max=127,
-                                       dtype=torch.qint8, qscheme=torch.per_tensor_symmetric)
-    qconfig = tq.QConfig(activation=activation, weight=weight)
+    activation = tq.FakeQuantize.with_args(  # type: ignore[no-untyped-call, unused-ignore]
+        observer=tq.MovingAverageMinMaxObserver, quant_min=0, quant_max=255, dtype=torch.quint8,
+        qscheme=torch.per_tensor_affine)
+    weight = tq.FakeQuantize.with_args(  # type: ignore[no-untyped-call, unused-ignore]
+        observer=tq.MovingAverageMinMaxObserver, quant_min=-128, quant_max=127, dtype=torch.qint8,
+        qscheme=torch.per_tensor_symmetric)
+    qconfig = tq.QConfig(activation=activation, weight=weight)  # type: ignore[no-untyped-call, unused-ignore]
     wrapped: Any = torch.nn.Sequential(tq.QuantStub(), copy.deepcopy(float_module))
     wrapped.qconfig = qconfig
     wrapped.train()
-    prepared = tq.prepare_qat(wrapped, inplace=False)
+    prepared = tq.prepare_qat(wrapped, inplace=False)  # type: ignore[no-untyped-call, unused-ignore]
     # The input stub only records and fake-quantizes the input here; it is never converted.
     prepared[0] = activation()
     trainee = models.OptimizableModel(kind=model.kind, model=prepared, source=model.source, example=model.example,

@@ -13,6 +13,7 @@ from typing import Any
 
 import numpy as np
 
+from toolkit.model.types import Framework
 from toolkit.errors import UsageError
 from toolkit.optimization import models
 from toolkit.optimization.data import LabelledData
@@ -24,7 +25,7 @@ def prune_structured(model: models.OptimizableModel, *, sparsity: float, sample:
                      train_data: LabelledData | None, config: FineTuneConfig) -> dict[str, Any]:
     check_sparsity(sparsity)
     left_whole: dict[str, str] = {}
-    if model.kind == models.KERAS:
+    if model.kind == Framework.KERAS:
         shapes, left_whole = _keras(model, sparsity, sample[0])
     elif model.is_torch_module_code:
         shapes = _torch(model, sparsity, sample)

@@ -16,17 +16,27 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from enum import StrEnum
 from typing import Any
 
 import numpy as np
 
 from toolkit.errors import UsageError
+from toolkit.model.types import Framework
 from toolkit.optimization import models
 from toolkit.optimization.data import LabelledData
 from toolkit.optimization.memory import KERAS_REMAT_MODE
 from toolkit.optimization.offload import Offload, OffloadedOptimizer
 
-PRECISIONS = ("fp32", "bf16", "fp16")
+
+class MixedPrecision(StrEnum):
+    """The precision fine-tuning computes in (weights stay fp32): fp32, or bf16/fp16 autocast."""
+
+    FP32 = "fp32"
+    BF16 = "bf16"
+    FP16 = "fp16"  # needs a CUDA GPU: dynamic loss scaling (loss_scaler)
+
+
 AfterUpdate = Callable[[int], None]
 
 
@@ -39,7 +49,7 @@ class FineTuneConfig:
     batch_size: int = 32
     learning_rate: float = 1e-3
     accumulate: int = 1
-    precision: str = "fp32"
+    precision: MixedPrecision = MixedPrecision.FP32
     seed: int = 0
     # Recompute each block's activations in backward instead of keeping them (PyTorch; toolkit.optimization.memory)
     checkpoint_activations: bool = False
@@ -55,9 +65,6 @@ class FineTuneConfig:
             raise UsageError(f"gradient accumulation must be >= 1 micro-batch, got {self.accumulate}.")
         if not self.learning_rate > 0:
             raise UsageError(f"learning rate must be > 0, got {self.learning_rate}.")
-        if self.precision not in PRECISIONS:
-            raise UsageError(f"Unknown training precision {self.precision!r}.",
-                             hint=f"Pick one of {', '.join(PRECISIONS)}.")
 
     def updates(self, samples: int) -> int:
         """Optimizer updates the loop will make over ``samples`` training samples."""
@@ -88,10 +95,10 @@ def fine_tune(model: models.OptimizableModel, data: LabelledData, *, config: Fin
                          hint="Fine-tuning needs integer class labels stored under 'y'.")
     probe = models.predict(model, data.first(min(len(data), 16)))
     probabilities = outputs_are_probabilities(probe)
-    if config.precision == "fp16" and not _gpu_available(model):
+    if config.precision == MixedPrecision.FP16 and not _gpu_available(model):
         raise UsageError("fp16 mixed precision with loss scaling needs a CUDA GPU, and none is available here.",
                          hint="Use --mixed-precision bf16 on a CPU.")
-    if model.kind == models.KERAS:
+    if model.kind == Framework.KERAS:
         if config.offload_optimizer is not None:
             raise UsageError("Optimizer-state offloading is offered for PyTorch models; this one is Keras.",
                              hint="Fine-tune without --offload-optimizer.")
@@ -105,7 +112,7 @@ def fine_tune(model: models.OptimizableModel, data: LabelledData, *, config: Fin
 
 
 def _gpu_available(model: models.OptimizableModel) -> bool:
-    if model.kind == models.KERAS:
+    if model.kind == Framework.KERAS:
         import tensorflow as tf
 
         return bool(tf.config.list_physical_devices("GPU"))
@@ -151,7 +158,7 @@ def _fine_tune_keras(model: models.OptimizableModel, data: LabelledData, config:
         raise UsageError("Fine-tuning supports models with one output (the class scores); this one has "
                          f"{len(net.outputs)}.")
     keras.utils.set_random_seed(config.seed)
-    policy = {"bf16": "mixed_bfloat16", "fp16": "mixed_float16"}.get(config.precision)
+    policy = {MixedPrecision.BF16: "mixed_bfloat16", MixedPrecision.FP16: "mixed_float16"}.get(config.precision)
     train_net = _with_policy(net, policy, remat=config.checkpoint_activations)
     temperature = distill.temperature if distill else 1.0
     alpha = distill.alpha if distill else 1.0
@@ -178,7 +185,7 @@ def _fine_tune_keras(model: models.OptimizableModel, data: LabelledData, config:
     )
     train_net.compile(optimizer=optimizer, loss=loss)
 
-    class _Hook(keras.callbacks.Callback):
+    class _Hook(keras.callbacks.Callback):  # type: ignore[misc, unused-ignore]  # keras is untyped: its classes are Any
         def __init__(self) -> None:
             super().__init__()
             self.batches = 0
@@ -204,11 +211,11 @@ def _fine_tune_keras(model: models.OptimizableModel, data: LabelledData, config:
 # --- PyTorch -------------------------------------------------------------------------------------------------
 
 
-def loss_scaler(precision: str, device: str) -> Any | None:
+def loss_scaler(precision: MixedPrecision, device: str) -> Any | None:
     """fp16 trains with dynamic loss scaling (``torch.amp.GradScaler``): the loss is multiplied before backward
     so small fp16 gradients do not flush to zero; a step whose gradients overflow is skipped and the scale
     halved, and after a run of good steps the scale grows. None for fp32/bf16, which need no scaling."""
-    if precision != "fp16":
+    if precision != MixedPrecision.FP16:
         return None
     import torch
 
@@ -236,9 +243,9 @@ def _fine_tune_torch(model: models.OptimizableModel, data: LabelledData, config:
 
     module = model.model
     torch.manual_seed(config.seed)
-    device = "cuda" if config.precision == "fp16" else "cpu"
+    device = "cuda" if config.precision == MixedPrecision.FP16 else "cpu"
     module.to(device)
-    if model.kind != "exported_program":
+    if model.kind != Framework.EXPORTED_PROGRAM:
         module.train()
     params = [p for p in module.parameters() if p.requires_grad]
     from toolkit.optimization.offloaded_adam import make_adam
@@ -246,13 +253,13 @@ def _fine_tune_torch(model: models.OptimizableModel, data: LabelledData, config:
     optimizer = make_adam(params, learning_rate=config.learning_rate, offload=config.offload_optimizer,
                           device=device)
     scaler = loss_scaler(config.precision, device)
-    autocast_dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(config.precision)
+    autocast_dtype = {MixedPrecision.BF16: torch.bfloat16, MixedPrecision.FP16: torch.float16}.get(config.precision)
     temperature = distill.temperature if distill else 1.0
     alpha = distill.alpha if distill else 1.0
     inputs = [torch.from_numpy(np.ascontiguousarray(a)) for a in data.inputs]
     labels = torch.from_numpy(data.labels if data.labels is not None else np.zeros(len(data), np.int64))
     teacher = torch.from_numpy(distill.teacher_logits.astype(np.float32)) if distill else None
-    fixed_batch = (model.example[0].shape[0] if model.kind == "exported_program" and model.example
+    fixed_batch = (model.example[0].shape[0] if model.kind == Framework.EXPORTED_PROGRAM and model.example
                    and not model.dynamic_batch else None)
     batch_size = fixed_batch or config.batch_size
     generator = torch.Generator().manual_seed(config.seed)
@@ -293,6 +300,6 @@ def _fine_tune_torch(model: models.OptimizableModel, data: LabelledData, config:
     if isinstance(optimizer, OffloadedOptimizer):
         optimizer.close()  # the state file goes now, not when the collector finds it
     module.to("cpu")
-    if model.kind != "exported_program":
+    if model.kind != Framework.EXPORTED_PROGRAM:
         module.eval()
     return epoch_loss

@@ -13,6 +13,7 @@ from typing import Any
 
 import numpy as np
 
+from toolkit.model.types import Framework
 from toolkit.optimization import models
 
 _KERAS_KERNELS = ("kernel", "depthwise_kernel", "pointwise_kernel")
@@ -28,7 +29,7 @@ class WeightRef:
 
 
 def prunable_weights(model: models.OptimizableModel) -> list[WeightRef]:
-    if model.kind == models.KERAS:
+    if model.kind == Framework.KERAS:
         return _keras_refs(model.model)
     return _torch_refs(model.model)
 

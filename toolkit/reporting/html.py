@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from toolkit.__about__ import __version__
-from toolkit.model.types import Manifest, is_a16w8
+from toolkit.model.types import AttemptOutcome, Manifest, is_a16w8
 
 
 @dataclass(frozen=True)
@@ -149,7 +149,7 @@ def _facts(data: ReportData) -> str:
         ("runner", m.runner.file if m.runner else None),
     ]
     items = "".join(f"<dt>{_e(k)}</dt><dd>{_e(v)}</dd>" for k, v in facts)
-    dropped = [a for a in m.attempts if a.outcome != "kept"]
+    dropped = [a for a in m.attempts if a.outcome != AttemptOutcome.KEPT]
     extra = ""
     if dropped:
         rows = [(f"{a.recipe.get('format')} {a.recipe.get('precision')}" + (" A16W8" if is_a16w8(a.recipe) else ""),
@@ -224,11 +224,11 @@ def _inside(data: ReportData) -> str:
                             css_id="loads"))
     evaluated = plots.newest_with(checks, "evaluation")
     if evaluated:
-        from toolkit.checks.device_eval import table_row
+        from toolkit.reporting.terminal import eval_row
 
         parts.append("<h2>The eval set on the device</h2>")
         parts.append(_table(("artifact", "device", "samples", "device vs labels", "float vs labels",
-                             "device vs float", "note"), [table_row(c) for c in evaluated], css_id="evaluation"))
+                             "device vs float", "note"), [eval_row(c) for c in evaluated], css_id="evaluation"))
     return "".join(parts)
 
 

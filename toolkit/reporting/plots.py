@@ -16,7 +16,7 @@ from typing import Any
 
 from toolkit.errors import MissingDependency
 from toolkit.model.quantized import precision_label
-from toolkit.model.types import Manifest
+from toolkit.model.types import Format, Manifest
 
 PRECISION_COLOURS = {"fp32": "#4c72b0", "fp16": "#55a868", "dynamic": "#dd8452", "int8": "#c44e52"}
 
@@ -92,7 +92,7 @@ def tradeoff_plot(manifest: Manifest, reports: Sequence[Mapping[str, Any]]) -> b
     labels_at: dict[tuple[float, float], list[str]] = {}  # points that (nearly) coincide share one label
     span = max(p[1] for p in points) or 1.0
     for a, size, y, _metric, latency, where in points:
-        marker = "o" if a.format == "tflite" else "s"
+        marker = "o" if a.format == Format.TFLITE else "s"
         ax.scatter(size, y, s=90, marker=marker, color=PRECISION_COLOURS.get(a.precision, "#8172b3"),
                    edgecolors="black", linewidths=0.5, label=f"{precision_label(a.precision, a.recipe, a.quantized)} {a.format}", alpha=0.85)
         text = a.file if latency is None else f"{a.file}: {latency:.3f} ms ({where})"

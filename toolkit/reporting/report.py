@@ -7,7 +7,7 @@ from pathlib import Path
 
 from toolkit.runtimes.inspection import ModelInfo
 from toolkit.model.quantized import QuantizedShare, precision_label
-from toolkit.model.types import Manifest, TensorSpec, is_a16w8
+from toolkit.model.types import AttemptOutcome, Manifest, Precision, TensorSpec, is_a16w8
 
 
 def table(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
@@ -34,15 +34,15 @@ def _num(value: float | None, fmt: str = "{:.4f}") -> str:
 
 def convert_table(manifest: Manifest, *, bundle_dir: Path, cached: bool = False) -> str:
     """Every artifact with its size, accuracy and speed against fp32, then the recipes that were dropped."""
-    fp32_bytes = {a.format: a.bytes for a in manifest.artifacts if a.precision == "fp32"}
+    fp32_bytes = {a.format: a.bytes for a in manifest.artifacts if a.precision == Precision.FP32}
     rows = []
     for a in manifest.artifacts:
         v = a.verification
         size = human_bytes(a.bytes)
-        if a.format in fp32_bytes and a.precision != "fp32":
+        if a.format in fp32_bytes and a.precision != Precision.FP32:
             size += f" ({a.bytes / fp32_bytes[a.format]:.2f}x)"
         latency = _num(a.host_latency_ms, "{:.3f} ms")
-        if a.fp32_latency_ms and a.precision != "fp32" and a.host_latency_ms:
+        if a.fp32_latency_ms and a.precision != Precision.FP32 and a.host_latency_ms:
             latency += f" ({a.host_latency_ms / a.fp32_latency_ms:.2f}x)"
         accuracy = "-"
         if v is not None and v.accuracy is not None:
@@ -70,7 +70,7 @@ def convert_table(manifest: Manifest, *, bundle_dir: Path, cached: bool = False)
     shares = [(a.file, a.quantized) for a in manifest.artifacts if a.quantized is not None]
     if shares:
         parts += ["", "quantized in substance:"] + [f"  {file}: {share.summary()}" for file, share in shares]
-    dropped = [a for a in manifest.attempts if a.outcome != "kept"]
+    dropped = [a for a in manifest.attempts if a.outcome != AttemptOutcome.KEPT]
     if dropped:
         parts += ["", "not shipped:"]
         for attempt in dropped:

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from toolkit.model.quantized import precision_label
-from toolkit.model.types import CheckReport, Manifest
+from toolkit.model.types import CheckReport, Manifest, Precision
 
 HEADERS = ("artifact", "precision", "size", "accuracy (float)", "host p50", "device", "p50", "p90", "load",
            "peak mem", "gate")
@@ -72,11 +72,11 @@ def bundle_rows(manifest: Manifest, reports: Sequence[CheckReport | Mapping[str,
     for report in reports:
         data = _report_dict(report)
         by_artifact.setdefault(str(data.get("artifact")), []).append(data)
-    fp32 = {a.format: a.bytes for a in manifest.artifacts if a.precision == "fp32"}
+    fp32 = {a.format: a.bytes for a in manifest.artifacts if a.precision == Precision.FP32}
     rows = []
     for a in manifest.artifacts:
         size = human_bytes(a.bytes)
-        if a.precision != "fp32" and fp32.get(a.format):
+        if a.precision != Precision.FP32 and fp32.get(a.format):
             size += f" ({a.bytes / fp32[a.format]:.2f}x)"
         precision = precision_label(a.precision, a.recipe, a.quantized)
         base = [a.file, precision, size, accuracy_text(a.verification), _ms(a.host_latency_ms)]
@@ -143,10 +143,8 @@ def bundle_table(manifest: Manifest, reports: Sequence[CheckReport | Mapping[str
         lines += ["", "inside the runs (--profile / --throughput / --loads):", *inside]
     evaluated = [_report_dict(r) for r in reports if _report_dict(r).get("evaluation")]
     if evaluated:
-        from toolkit.checks.device_eval import text as eval_text
-
         lines += ["", "the eval set on the device (--eval):",
-                  *(f"  {d.get('device')}: {eval_text(str(d.get('artifact')), d['evaluation'])}" for d in evaluated)]
+                  *(f"  {d.get('device')}: {eval_line(str(d.get('artifact')), d['evaluation'])}" for d in evaluated)]
     return "\n".join(lines)
 
 
@@ -290,3 +288,42 @@ def inside_lines(report: Mapping[str, Any]) -> list[str]:
     lines.append(throughput_line(report.get("throughput")))
     lines += loads_lines(report.get("loads"))
     return [f"  {line}" for line in lines if line]
+
+
+# --------------------------------------------------------------------------------------------- eval set
+
+
+def eval_line(artifact: str, result: Mapping[str, Any]) -> str:
+    """One line for the terminal: the device against the labels and the float model, side by side."""
+    if not result.get("available"):
+        return f"{artifact}: eval set not run: {result.get('note')}"
+    parts = []
+    vs_labels = result.get("vs_labels")
+    if vs_labels:
+        parts.append(f"accuracy on the device {_pct(vs_labels.get('device_accuracy'))} vs the float model "
+                     f"{_pct(vs_labels.get('float_accuracy'))}")
+    agreement = (result.get("vs_float") or {}).get("top1_agreement")
+    if agreement is not None:
+        parts.append(f"top-1 agreement with the float model {_pct(agreement)}")
+    else:
+        parts.append(f"cosine with the float model {(result.get('vs_float') or {}).get('cosine_similarity')}")
+    line = (f"{artifact}: eval set on the device ({result.get('samples')} samples, {result.get('chunks')} chunks of "
+            f"up to {result.get('chunk')}): " + "; ".join(parts))
+    return line + (f" ({result['note']})" if result.get("note") else "")
+
+
+def eval_row(report: Mapping[str, Any]) -> list[Any]:
+    """artifact, device, samples, device vs labels, float vs labels, device vs float (top-1 agreement, else
+    cosine), note: one row of the report's table."""
+    result = report.get("evaluation") or {}
+    labels = result.get("vs_labels") or {}
+    vs_float = result.get("vs_float") or {}
+    agreement = vs_float.get("top1_agreement")
+    return [report.get("artifact"), report.get("device"), result.get("samples", "-"),
+            _pct(labels.get("device_accuracy")), _pct(labels.get("float_accuracy")),
+            f"top-1 {_pct(agreement)}" if agreement is not None else f"cosine {vs_float.get('cosine_similarity')}",
+            result.get("note") or ""]
+
+
+def _pct(value: Any) -> str:
+    return "-" if value is None else f"{100.0 * float(value):.1f}%"

@@ -57,7 +57,7 @@ def _when(stamp: str) -> str:
 
 def import_reports(paths: Sequence[Path], store: Store, *, device: str | None = None) -> ImportResult:
     """Record every report file (``device`` overrides the name the device gave itself)."""
-    from toolkit.checks.checking import parse_runner_output
+    from toolkit.model.runner_report import parse_runner_output
     from toolkit.errors import DeviceError
     from toolkit.model.types import GateResult
 
