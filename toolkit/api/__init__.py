@@ -57,7 +57,8 @@ if TYPE_CHECKING:  # pragma: no cover
     from toolkit.store.imports import ImportResult
     from toolkit.store import StoredCheck, Trend
     from toolkit.model.targets import TargetProfile
-    from toolkit.model.types import CheckReport, Manifest
+    from toolkit.model.device_records import CheckReport
+    from toolkit.model.manifest import Manifest
 
 __all__ = [
     "BundleInspection",

@@ -30,7 +30,7 @@ from toolkit.devices.spec import DeviceSpec
 from toolkit.errors import UsageError
 from toolkit.store.guard import GuardedStore, StoreStatus
 from toolkit.model.waves import FailureLimit, WavePlan
-from toolkit.model.types import CheckReport
+from toolkit.model.device_records import CheckReport
 
 T = TypeVar("T")
 

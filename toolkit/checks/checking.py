@@ -36,7 +36,7 @@ from toolkit.model.policy import CheckPolicy, GateOptions, PlacementExpectation,
 from toolkit.regression import RegressionVerdict, confirmed, decide
 from toolkit.checks.selection import throttled
 from toolkit.store import Store, StoredCheck
-from toolkit.model.types import CheckReport, GateResult, LatencyStats
+from toolkit.model.device_records import CheckReport, GateResult, LatencyStats
 
 log = logging.getLogger(__name__)
 CHECK_TIMEOUT_S = 900.0

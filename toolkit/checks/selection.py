@@ -27,7 +27,8 @@ from typing import Any
 from toolkit.errors import UsageError
 from toolkit.model.policy import RegressionPolicy
 from toolkit.regression import MIN_SAMPLES, Difference, compare
-from toolkit.model.types import CheckReport, Manifest
+from toolkit.model.device_records import CheckReport
+from toolkit.model.manifest import Manifest
 
 SELECTED_FILE = "selected.json"  # in ~/.edgetk/bundles/<name>/, beside ``current``
 SELECTABLE = ("ok", "no_speedup_measured", "slower")  # statuses that passed verification at convert time

@@ -32,7 +32,10 @@ from toolkit.errors import ConversionError, ToolkitError, UsageError
 from toolkit.runtimes.inspection.share import artifact_share
 from toolkit.quiet import native_stderr_silenced
 from toolkit.sources import SourceModel
-from toolkit.model.types import ArtifactRecord, Attempt, Recipe, TensorSpec, artifact_file_name
+from toolkit.model.artifact import ArtifactRecord, Attempt
+from toolkit.model.recipe import Recipe
+from toolkit.model.tensors import TensorSpec
+from toolkit.model.vocabulary import ArtifactStatus, AttemptOutcome, Precision, artifact_file_name
 from toolkit.model.batching import FIXED_BATCH_NOTE, batch_is_dynamic, output_step, verify_batches
 
 Progress = Callable[[str], None]
@@ -77,7 +80,7 @@ class Failure:
     workaround: str
 
     def attempt(self, outcome: str = "failed") -> Attempt:
-        return Attempt(self.recipe.to_dict(), outcome, self.reason, workaround=self.workaround)
+        return Attempt(self.recipe.to_dict(), AttemptOutcome(outcome), self.reason, workaround=self.workaround)
 
 
 FP32_OUT_OF_TOLERANCE_WORKAROUND = (
@@ -120,7 +123,7 @@ class Candidate:
             "bytes": record.bytes,
             "float_nodes": list(record.float_nodes),
         }
-        return Attempt(self.recipe.to_dict(), outcome, reason, file=record.file, metrics=metrics,
+        return Attempt(self.recipe.to_dict(), AttemptOutcome(outcome), reason, file=record.file, metrics=metrics,
                        workaround=workaround)
 
     @property
@@ -288,7 +291,7 @@ def build_and_verify(run: ConvertRun, recipe: Recipe, *, explicit: bool) -> Cand
         if incompatible:
             return failure(recipe, FailureKind.INCOMPATIBLE, f"the target's runtime cannot load it: {incompatible}")
     if source.framework == "tflite" and recipe.format == "tflite":  # taken as it is: the file's precision
-        recipe = dataclasses.replace(recipe, precision=info.precision)
+        recipe = dataclasses.replace(recipe, precision=Precision(info.precision))
     if recipe.precision in ("int8", "dynamic") and info.quantized_ops == 0:
         return failure(recipe, FailureKind.NOT_QUANTIZED,
                        "quantization changed nothing: the artifact holds no quantized operators")
@@ -369,7 +372,7 @@ def build_and_verify(run: ConvertRun, recipe: Recipe, *, explicit: bool) -> Cand
         fp32_latency_ms=base,
         host_cpu=host_cpu(),
         runtime=runtime,
-        status=status,
+        status=ArtifactStatus(status),
         recipe=recipe.to_dict(),
         float_nodes=built.float_nodes,
         execution_providers=recipe.execution_providers,

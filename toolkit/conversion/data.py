@@ -16,7 +16,7 @@ import numpy as np
 
 from toolkit.conversion import calibration as cal
 from toolkit.sources import SourceModel
-from toolkit.model.types import CalibrationRef, Preprocessing
+from toolkit.model.manifest import CalibrationRef, Preprocessing
 from toolkit.model.roles import OutputDeclaration
 
 if TYPE_CHECKING:

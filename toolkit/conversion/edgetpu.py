@@ -14,7 +14,8 @@ from pathlib import Path
 
 from toolkit.delivery.bundle import sha256_file
 from toolkit.conversion.plan import Policy
-from toolkit.model.types import ArtifactRecord, Attempt
+from toolkit.model.artifact import ArtifactRecord, Attempt
+from toolkit.model.vocabulary import ArtifactStatus, AttemptOutcome
 
 EDGETPU_COMPILER = "edgetpu_compiler"
 EDGETPU_LOG = "edgetpu_compiler.log"
@@ -38,7 +39,7 @@ def compile_for_edgetpu(
                  and str(r.recipe.get("io_dtype")) in ("uint8", "int8")), None)
     recipe = dict(int8.recipe) if int8 else {"format": "tflite", "precision": "int8", "io_dtype": "uint8"}
     if int8 is None:
-        attempts.append(Attempt(recipe, "failed", "not compiled for the Edge TPU: no full-integer TFLite artifact "
+        attempts.append(Attempt(recipe, AttemptOutcome.FAILED, "not compiled for the Edge TPU: no full-integer TFLite artifact "
                                 "passed verification (the Edge TPU runs only those)"))
         return []
     stem = Path(int8.file).stem  # model.int8
@@ -67,12 +68,12 @@ def compile_for_edgetpu(
         produced = out_dir / compiled_name
         if proc.returncode != 0 or not produced.is_file():
             tail = " ".join(log.strip().splitlines()[-3:])[:400]
-            attempts.append(Attempt(recipe, "failed", f"{EDGETPU_COMPILER} failed (exit {proc.returncode}): {tail}; "
+            attempts.append(Attempt(recipe, AttemptOutcome.FAILED, f"{EDGETPU_COMPILER} failed (exit {proc.returncode}): {tail}; "
                                     f"see {EDGETPU_LOG}", file=int8.file))
             return []
         shutil.move(str(produced), staging / compiled_name)
     except (OSError, subprocess.TimeoutExpired) as exc:
-        attempts.append(Attempt(recipe, "failed", f"{EDGETPU_COMPILER} could not run: {exc}", file=int8.file))
+        attempts.append(Attempt(recipe, AttemptOutcome.FAILED, f"{EDGETPU_COMPILER} could not run: {exc}", file=int8.file))
         return []
     finally:
         shutil.rmtree(out_dir, ignore_errors=True)
@@ -90,12 +91,12 @@ def compile_for_edgetpu(
         host_latency_ms=None,
         fp32_latency_ms=None,
         runtime=None,
-        status="no_speedup_measured",
+        status=ArtifactStatus.NO_SPEEDUP_MEASURED,
         preferred=False,
         delegate=policy.delegate or "libedgetpu.so.1",
         notes=(f"compiled from {int8.file} by {EDGETPU_COMPILER} ({version}); log: {EDGETPU_LOG}",
                "runs only with the Edge TPU delegate; not verified on this host (no Edge TPU here): "
                f"{int8.file} is the verified CPU artifact"),
     )
-    attempts.append(Attempt(recipe, "kept", f"compiled for the Edge TPU by {EDGETPU_COMPILER}", file=compiled_name))
+    attempts.append(Attempt(recipe, AttemptOutcome.KEPT, f"compiled for the Edge TPU by {EDGETPU_COMPILER}", file=compiled_name))
     return [record]

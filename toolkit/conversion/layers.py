@@ -42,7 +42,7 @@ from toolkit.errors import ConversionError, ToolkitError
 
 if TYPE_CHECKING:
     from toolkit.conversion.candidate import Candidate, ConvertRun
-    from toolkit.model.types import Recipe
+    from toolkit.model.recipe import Recipe
 
 LAYERS_DIR = "layers"  # bundle folder of the tables: layers/<artifact file>.json
 INT8_LEVELS = 255.0  # an int8 activation's range in quantization steps

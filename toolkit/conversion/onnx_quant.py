@@ -40,7 +40,7 @@ from toolkit.conversion.onnx_io import run_outputs as _run_outputs
 from toolkit.conversion.onnx_io import save_model
 from toolkit.conversion.onnx_prepare import Transform, apply_checked, fill_output_shapes
 from toolkit.errors import ConversionError, MissingDependency, UsageError
-from toolkit.model.types import A16W8_MIN_ONNXRUNTIME
+from toolkit.model.vocabulary import A16W8_MIN_ONNXRUNTIME
 
 if TYPE_CHECKING:
     import onnx

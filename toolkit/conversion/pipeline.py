@@ -59,7 +59,9 @@ from toolkit.conversion.write import write_bundle
 from toolkit.errors import ConversionError, ToolkitError, UsageError
 from toolkit.model.options import ConvertOptions  # the one definition (the CLI and the API share it)
 from toolkit.sources import SourceModel, detect_framework, open_source
-from toolkit.model.types import Attempt, Manifest
+from toolkit.model.artifact import Attempt
+from toolkit.model.manifest import Manifest
+from toolkit.model.vocabulary import AttemptOutcome
 
 if TYPE_CHECKING:
     from toolkit.model.targets import TargetProfile
@@ -173,7 +175,7 @@ def _build_all(run: ConvertRun, plan: Plan) -> list[Candidate]:
         if item.when in (When.DYNAMIC_FALLBACK, When.A16W8_FALLBACK) and recipe.format in quantized | done:
             continue
         if not item.explicit and recipe.precision != "fp32" and recipe.format in done:
-            run.attempts.append(Attempt(recipe.to_dict(), "dropped", f"skipped: an earlier {recipe.format} recipe was kept"))
+            run.attempts.append(Attempt(recipe.to_dict(), AttemptOutcome.DROPPED, f"skipped: an earlier {recipe.format} recipe was kept"))
             continue
         blocked = _precondition(run, item)
         if blocked is not None:

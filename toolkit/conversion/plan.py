@@ -33,7 +33,17 @@ from typing import TYPE_CHECKING, Any
 from toolkit.verification import verify
 from toolkit.errors import UsageError
 from toolkit.model.policy import CheckPolicy, check_policy_from_profile
-from toolkit.model.types import A16W8_MIN_ONNXRUNTIME, FORMATS, Attempt, Recipe
+from toolkit.model.artifact import Attempt
+from toolkit.model.recipe import Recipe
+from toolkit.model.vocabulary import (
+    A16W8_MIN_ONNXRUNTIME,
+    FORMATS,
+    AttemptOutcome,
+    CalibrationMethod,
+    Format,
+    IoDtype,
+    Precision,
+)
 
 if TYPE_CHECKING:
     from toolkit.model.options import ConvertOptions
@@ -151,23 +161,23 @@ def _plain_recipe(fmt: str, precision: str, options: ConvertOptions, profile_rec
     """The profile's recipe for (format, precision) if it has one, else the toolkit's defaults."""
     base = next((r for r in profile_recipes if r.format == fmt and r.precision == precision and not r.a16w8), None)
     if base is None:
-        base = Recipe(format=fmt, precision=precision, io_dtype=_io_default(fmt, precision))
+        base = Recipe.parse({"format": fmt, "precision": precision, "io_dtype": _io_default(fmt, precision)})
     return _apply_overrides(base, options)
 
 
 def _apply_overrides(recipe: Recipe, options: ConvertOptions) -> Recipe:
     changes: dict[str, Any] = {}
     if options.io_dtype and recipe.format == "tflite" and recipe.precision == "int8" and not recipe.a16w8:
-        changes["io_dtype"] = options.io_dtype
+        changes["io_dtype"] = IoDtype(options.io_dtype)
     if options.calibration_method and recipe.precision == "int8":
-        changes["calibration_method"] = options.calibration_method
+        changes["calibration_method"] = CalibrationMethod(options.calibration_method)
     if options.threads:
         changes["threads"] = options.threads
     return dataclasses.replace(recipe, **changes) if changes else recipe
 
 
 def _skip(recipe: Recipe, reason: str) -> Attempt:
-    return Attempt(recipe.to_dict(), "failed", f"skipped: {reason}")
+    return Attempt(recipe.to_dict(), AttemptOutcome.FAILED, f"skipped: {reason}")
 
 
 def a16w8_refusal(recipe: Recipe, policy: Policy) -> str | None:
@@ -206,7 +216,7 @@ def plan_recipes(options: ConvertOptions, policy: Policy, framework: str, *, has
             )
     else:
         candidates = [_apply_overrides(r, options) for r in policy.recipes] or [
-            Recipe(format=fmt, precision=p, io_dtype=_io_default(fmt, p))
+            Recipe.parse({"format": fmt, "precision": p, "io_dtype": _io_default(fmt, p)})
             for fmt in default_formats(framework)
             for p in ("int8", "fp32")
         ]
@@ -256,7 +266,7 @@ def _as_is_plan(planned: Sequence[PlannedRecipe], skipped: list[Attempt], has_ca
     )
     others = [p.recipe for p in planned if p not in chosen]
     if has_calibration and tflite and not any(r.format == "tflite" and r.precision == "int8" for r in others):
-        others.append(Recipe(format="tflite", precision="int8", io_dtype="int8"))  # what the data would be for
+        others.append(Recipe(format=Format.TFLITE, precision=Precision.INT8, io_dtype=IoDtype.INT8))  # what the data would be for
     for recipe in others:
         if recipe.format == "onnx":
             skipped.append(_skip(recipe, "ONNX artifacts of a .tflite source are built only when asked for: pass "
@@ -316,7 +326,7 @@ def _fallback_recipes(
                 continue
             recipe = dataclasses.replace(_plain_recipe(fmt, precision, options, ()), execution_providers=providers)
             if precision == "int8" and not has_calibration:
-                skipped.append(Attempt(recipe.to_dict(), "failed", "skipped (fallback): INT8 needs --calibration data",
+                skipped.append(Attempt(recipe.to_dict(), AttemptOutcome.FAILED, "skipped (fallback): INT8 needs --calibration data",
                                        workaround="pass --calibration with a few hundred representative samples"))
                 continue
             extra.append(PlannedRecipe(recipe, False))

@@ -47,7 +47,8 @@ import numpy as np
 from toolkit.conversion import fragile
 from toolkit.conversion.base import BuiltArtifact, ConversionRequest, as_input_dtype
 from toolkit.errors import ConversionError, UsageError
-from toolkit.model.types import FloatIO, FloatIOReason, TensorRole
+from toolkit.model.artifact import FloatIO
+from toolkit.model.vocabulary import FloatIOReason, TensorRole
 
 _IO_TYPES = {"int8": "int8", "uint8": "uint8", "float32": "float32"}
 INT8_LEVELS = 255.0  # an int8 tensor's range in quantization steps

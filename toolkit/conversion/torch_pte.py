@@ -32,7 +32,7 @@ from toolkit.conversion import pt2e
 from toolkit.conversion.base import BuiltArtifact, ConversionRequest
 from toolkit.errors import ConversionError, MissingDependency, UsageError
 from toolkit.sources.torch import TorchSource, first_line, import_torch, missing_shape_error
-from toolkit.model.types import PteRecord
+from toolkit.model.artifact import PteRecord
 
 _PURPOSE = "Converting a PyTorch model to ExecuTorch (.pte)"
 

@@ -44,7 +44,8 @@ from toolkit.conversion.base import BuiltArtifact, ConversionRequest
 from toolkit.conversion import pt2e
 from toolkit.conversion.fragile import MixedOutput
 from toolkit.errors import ConversionError, MissingDependency, UsageError
-from toolkit.model.types import FloatIO, FloatIOReason, TensorRole
+from toolkit.model.artifact import FloatIO
+from toolkit.model.vocabulary import FloatIOReason, TensorRole
 from toolkit.sources.torch import TorchSource, first_line, import_torch, missing_shape_error
 
 _PURPOSE = "Converting a PyTorch model to TFLite"

@@ -20,7 +20,7 @@ from typing import Any, Protocol
 
 from toolkit.devices.connection import Progress
 from toolkit.errors import DeviceError, LinkDropped
-from toolkit.model.types import CommandResult
+from toolkit.model.device_records import CommandResult
 
 BLOCK = 1 << 18
 

@@ -66,7 +66,7 @@ from toolkit.delivery import locks
 from toolkit.errors import DeviceDiskFull, DeviceError, DeviceShellNoise, LinkDropped, UsageError
 from toolkit.delivery.locks import LOCK_TIMEOUT_S, DeviceLock
 from toolkit.model.platform import accepted_arches, normalize_arch
-from toolkit.model.types import CommandResult
+from toolkit.model.device_records import CommandResult
 
 BASE = ".edgetk"
 KEEP_VERSIONS = 3

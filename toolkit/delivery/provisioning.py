@@ -42,7 +42,7 @@ from typing import Any
 
 from toolkit.errors import DeviceError, UsageError
 from toolkit.model.platform import DevicePlatform, match_environment
-from toolkit.model.types import RUNTIMES, TFLITE_RUNTIMES
+from toolkit.model.vocabulary import RUNTIMES, TFLITE_RUNTIMES
 
 DEFAULT_VENV = ".edgetk/venv"
 CONFIG_FILE = ".edgetk/config.json"

@@ -69,7 +69,7 @@ from toolkit.errors import (
     HostKeyRefused,
     LinkDropped,
 )
-from toolkit.model.types import CommandResult
+from toolkit.model.device_records import CommandResult
 
 log = logging.getLogger(__name__)
 if not os.environ.get("EDGETK_DEBUG"):

@@ -1,7 +1,7 @@
 """The verification records written to the manifest: per output, per slice, and the device's slice checks.
 
-Stdlib only (``toolkit.model.types`` embeds them in :class:`~toolkit.model.types.Verification` and
-:class:`~toolkit.model.types.Golden`). A slice is a group of indices along one axis of one output (for a YOLO head
+Stdlib only (embedded in :class:`~toolkit.model.artifact.Verification` and
+:class:`~toolkit.model.artifact.Golden`). A slice is a group of indices along one axis of one output (for a YOLO head
 ``[1, 4+C, N]``: the box coordinates ``[:, 0:4, :]`` and the class scores ``[:, 4:4+C, :]``), verified with its
 error relative to its own float range, so a score channel drowned by box coordinates cannot hide.
 """
@@ -14,7 +14,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 
-def _num(value: float | None) -> float | None:
+def finite_or_none(value: float | None) -> float | None:
+    """JSON has no NaN/Inf; metrics that are not finite are written as null."""
     return None if value is None or not math.isfinite(value) else float(value)
 
 
@@ -64,8 +65,8 @@ class SliceMetrics:
 
     def to_dict(self) -> dict[str, Any]:
         return {"name": self.name, "axis": self.axis, "runs": [list(r) for r in self.runs],
-                "float_range": _num(self.float_range), "max_abs_error": _num(self.max_abs_error),
-                "mean_abs_error": _num(self.mean_abs_error), "max_error_ratio": _num(self.max_error_ratio)}
+                "float_range": finite_or_none(self.float_range), "max_abs_error": finite_or_none(self.max_abs_error),
+                "mean_abs_error": finite_or_none(self.mean_abs_error), "max_error_ratio": finite_or_none(self.max_error_ratio)}
 
 
 
@@ -94,11 +95,11 @@ class OutputMetrics:
         return max(self.slices, key=lambda s: s.max_error_ratio if math.isfinite(s.max_error_ratio) else math.inf)
 
     def to_dict(self) -> dict[str, Any]:
-        return {"name": self.name, "index": self.index, "max_abs_error": _num(self.max_abs_error),
-                "mean_abs_error": _num(self.mean_abs_error), "cosine_similarity": _num(self.cosine_similarity),
-                "float_range": _num(self.float_range), "max_error_ratio": _num(self.max_error_ratio),
+        return {"name": self.name, "index": self.index, "max_abs_error": finite_or_none(self.max_abs_error),
+                "mean_abs_error": finite_or_none(self.mean_abs_error), "cosine_similarity": finite_or_none(self.cosine_similarity),
+                "float_range": finite_or_none(self.float_range), "max_error_ratio": finite_or_none(self.max_error_ratio),
                 "slices": [s.to_dict() for s in self.slices], "role": self.role, "role_source": self.role_source,
-                "metrics": {k: _num(v) if isinstance(v, float) else v for k, v in self.metrics.items()}}
+                "metrics": {k: finite_or_none(v) if isinstance(v, float) else v for k, v in self.metrics.items()}}
 
 
 @dataclass(frozen=True)

@@ -2,7 +2,7 @@
 
 A profile is what the toolkit knows about one kind of device: its CPU, memory, OS and Python, the runtimes it
 can carry (with version bounds), its accelerators, the highest ONNX opset its runtime loads, and an ORDERED
-list of :class:`~toolkit.model.types.Recipe` (the first one that passes verification and is faster than fp32 ships
+list of :class:`~toolkit.model.recipe.Recipe` (the first one that passes verification and is faster than fp32 ships
 as the preferred artifact), a latency budget, an accuracy tolerance and a fallback order of precisions.
 
 Where profiles come from, later wins (a user profile with a shipped name replaces it):
@@ -32,7 +32,8 @@ from typing import Any
 from toolkit.errors import UsageError
 from toolkit.model.tolerance import Tolerance  # the one Tolerance type (re-exported here)
 from toolkit.model.policy import PlacementExpectation, RegressionPolicy
-from toolkit.model.types import FORMATS, PRECISIONS, RUNTIMES, TFLITE_RUNTIMES, Recipe, RecipeError
+from toolkit.model.recipe import Recipe, RecipeError
+from toolkit.model.vocabulary import FORMATS, PRECISIONS, RUNTIMES, TFLITE_RUNTIMES
 
 ENV_VAR = "EDGETK_TARGETS_PATH"
 
@@ -237,7 +238,7 @@ def _validate_file(path: Path, data: Mapping[str, Any]) -> None:
 def _build_recipe(path: Path, index: int, kwargs: Mapping[str, Any]) -> Recipe:
     """A recipe table (already through the schema) -> Recipe; its own cross-field refusals name the key."""
     try:
-        return Recipe(**kwargs)
+        return Recipe.parse(kwargs)
     except RecipeError as exc:
         raise _fail(path, f"recipes[{index}].{exc.key}", exc.message, exc.hint or f"See {DOCS}.") from exc
 

@@ -8,7 +8,7 @@ from typing import Mapping
 
 import numpy as np
 
-from toolkit.model.types import TensorSpec
+from toolkit.model.tensors import TensorSpec
 
 
 class SourceModel(abc.ABC):

@@ -14,7 +14,7 @@ import numpy as np
 
 from toolkit.errors import MissingDependency, UsageError
 from toolkit.sources.base import SourceModel
-from toolkit.model.types import TensorSpec
+from toolkit.model.tensors import TensorSpec
 
 if TYPE_CHECKING:
     import onnx

@@ -13,7 +13,7 @@ import numpy as np
 
 from toolkit.runtimes.inspection.tflite import inspect_tflite
 from toolkit.sources.base import SourceModel
-from toolkit.model.types import TensorSpec
+from toolkit.model.tensors import TensorSpec
 
 
 def detect_precision(path: Path) -> str:

@@ -38,7 +38,7 @@ import numpy as np
 
 from toolkit.errors import MissingDependency, UsageError
 from toolkit.sources.base import SourceModel
-from toolkit.model.types import TensorSpec
+from toolkit.model.tensors import TensorSpec
 
 _UNKNOWN_RANK: tuple[int | None, ...] = (None,)
 

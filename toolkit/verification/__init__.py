@@ -11,6 +11,6 @@ The modules, each with one job (numpy is imported only by the ones that compute)
 * :mod:`.outputs`: :func:`verify_outputs`, the one call the convert stage makes per candidate.
 * :mod:`.batching`: a dynamic-batch artifact's outputs per sample at batch 4 and 8 against batch 1.
 
-This package file imports nothing, so that ``toolkit.model.types`` and ``edgetk --help`` can reach the records and
+This package file imports nothing, so that ``toolkit.model`` and ``edgetk --help`` can reach the records and
 the tolerance for free.
 """

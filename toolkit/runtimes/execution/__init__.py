@@ -14,7 +14,7 @@ from typing import Mapping
 import numpy as np
 
 from toolkit.errors import UsageError
-from toolkit.model.types import TensorSpec
+from toolkit.model.tensors import TensorSpec
 
 
 class HostSession(abc.ABC):

@@ -10,7 +10,7 @@ import numpy as np
 
 from toolkit.errors import MissingDependency, UsageError
 from toolkit.runtimes.execution import HostSession
-from toolkit.model.types import TensorSpec
+from toolkit.model.tensors import TensorSpec
 
 _ORT_TYPES = {
     "tensor(float)": "float32",

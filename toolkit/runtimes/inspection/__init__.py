@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from toolkit.errors import UsageError
-from toolkit.model.types import TensorSpec
+from toolkit.model.tensors import TensorSpec
 
 
 @dataclass(frozen=True)

@@ -11,7 +11,7 @@ from typing import Any
 
 from toolkit.errors import UsageError
 from toolkit.runtimes.inspection import ModelInfo
-from toolkit.model.types import TensorSpec
+from toolkit.model.tensors import TensorSpec
 
 # ExecuTorch ScalarType codes -> numpy dtype names (the ones a model's I/O can have)
 SCALAR_TYPES = {0: "uint8", 1: "int8", 2: "int16", 3: "int32", 4: "int64", 5: "float16", 6: "float32",

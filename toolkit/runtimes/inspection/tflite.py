@@ -16,7 +16,7 @@ from typing import Any
 
 from toolkit.errors import MissingDependency, UsageError
 from toolkit.runtimes.inspection import ModelInfo
-from toolkit.model.types import Quantization, TensorSpec
+from toolkit.model.tensors import Quantization, TensorSpec
 
 # Operators that only convert between float and integer: they never count as computing in integer.
 CONVERSION_OPS = frozenset({"QUANTIZE", "DEQUANTIZE"})
