@@ -48,7 +48,7 @@ def compile_for_edgetpu(
     compiler = shutil.which(EDGETPU_COMPILER)
     if compiler is None:
         attempts.append(Attempt(
-            recipe, "failed",
+            recipe, AttemptOutcome.FAILED,
             f"not compiled for the Edge TPU: {EDGETPU_COMPILER} is not on PATH (it runs only on x86-64 "
             f"Debian/Ubuntu); {int8.file} runs on the CPU meanwhile",
             file=int8.file,
