@@ -11,7 +11,7 @@ from typing import Any
 
 from toolkit.model.batching import BatchVerification
 from toolkit.model.quantized import QuantizedShare
-from toolkit.model.records import OutputMetrics, SliceCheck, finite_or_none
+from toolkit.model.records import OutputMetrics, Record, SliceCheck, finite_or_none
 from toolkit.model.tensors import TensorSpec
 from toolkit.model.vocabulary import (
     ArtifactStatus,
@@ -84,17 +84,13 @@ class Golden:
 
 
 @dataclass(frozen=True)
-class FloatIO:
+class FloatIO(Record):
     """An input or output of an INT8 artifact that is float32 where the recipe asked for int8/uint8 I/O."""
 
     name: str  # the source's input/output name
     role: TensorRole
     reason: FloatIOReason
     detail: str = ""  # the same in words, for people
-
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"name": self.name, "role": self.role, "reason": self.reason, "detail": self.detail}
 
 
 @dataclass(frozen=True)

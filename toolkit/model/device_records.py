@@ -6,6 +6,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from toolkit.model.records import Record
+
 
 @dataclass(frozen=True)
 class CommandResult:
@@ -21,7 +23,7 @@ class CommandResult:
 
 
 @dataclass(frozen=True)
-class LatencyStats:
+class LatencyStats(Record):
     mean: float
     std: float
     min: float
@@ -29,9 +31,6 @@ class LatencyStats:
     p90: float
     p99: float
     max: float
-
-    def to_dict(self) -> dict[str, float]:
-        return {k: getattr(self, k) for k in ("mean", "std", "min", "p50", "p90", "p99", "max")}
 
 
 @dataclass(frozen=True)
@@ -49,11 +48,6 @@ class GateResult:
     def __post_init__(self) -> None:
         if self.passed == bool(self.failures):
             raise ValueError("GateResult: passed must be True exactly when there are no failures")
-
-    @property
-    def reasons(self) -> tuple[str, ...]:
-        """The failures (the check report's ``gates.reasons`` key, kept for the JSON contract)."""
-        return self.failures
 
     def to_dict(self) -> dict[str, Any]:
         return {"passed": self.passed, "reasons": list(self.failures), "skipped": list(self.skipped),

@@ -13,6 +13,7 @@ from typing import Any
 from toolkit.errors import UsageError
 from toolkit.model.artifact import ArtifactRecord, Attempt
 from toolkit.model.policy import CheckPolicy
+from toolkit.model.records import Record
 from toolkit.model.vocabulary import Framework
 
 MANIFEST_SCHEMA_VERSION = 4  # 2: attempts[].workaround, artifacts[].float_io and .batching; 3: on_demand (the
@@ -21,28 +22,21 @@ MANIFEST_SCHEMA_VERSION = 4  # 2: attempts[].workaround, artifacts[].float_io an
 
 
 @dataclass(frozen=True)
-class SourceRef:
+class SourceRef(Record):
     path: str
     sha256: str
     framework: Framework
 
 
-    def to_dict(self) -> dict[str, Any]:
-        return {"path": self.path, "sha256": self.sha256, "framework": self.framework}
-
-
 @dataclass(frozen=True)
-class CalibrationRef:
+class CalibrationRef(Record):
     path: str
     sha256: str
     samples: int
 
-    def to_dict(self) -> dict[str, Any]:
-        return {"path": self.path, "sha256": self.sha256, "samples": self.samples}
-
 
 @dataclass(frozen=True)
-class Preprocessing:
+class Preprocessing(Record):
     """How raw data becomes the model's input: ``x = (raw * scale - mean) / std`` in ``layout``/``color_order``."""
 
     layout: str | None = None  # "NHWC" | "NCHW"
@@ -53,37 +47,20 @@ class Preprocessing:
     dtype: str | None = None
     size: tuple[int, int] | None = None  # (height, width) images are resized to
 
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "layout": self.layout,
-            "color_order": self.color_order,
-            "mean": list(self.mean) if self.mean is not None else None,
-            "std": list(self.std) if self.std is not None else None,
-            "scale": self.scale,
-            "dtype": self.dtype,
-            "size": list(self.size) if self.size is not None else None,
-        }
-
 
 @dataclass(frozen=True)
-class RunnerRef:
+class RunnerRef(Record):
     file: str
     sha256: str
 
-    def to_dict(self) -> dict[str, Any]:
-        return {"file": self.file, "sha256": self.sha256}
-
 
 @dataclass(frozen=True)
-class FileRef:
+class FileRef(Record):
     """A bundle file with its hash and size (``on_demand``: pushed only when a check asks, verified where read)."""
 
     file: str
     sha256: str
     bytes: int
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"file": self.file, "sha256": self.sha256, "bytes": self.bytes}
 
 
 @dataclass(frozen=True)
@@ -108,10 +85,6 @@ class Manifest:
     schema_version: int = MANIFEST_SCHEMA_VERSION
     check_policy: CheckPolicy | None = None  # what check gates on (budget, regression, placement); None: old bundle
     on_demand: tuple[FileRef, ...] = ()  # eval/ and layers/: deploy leaves them out (toolkit.delivery.on_demand)
-
-    def preferred_artifacts(self) -> tuple[ArtifactRecord, ...]:
-        """The artifacts marked preferred (at most one per format), in manifest order."""
-        return tuple(record for record in self.artifacts if record.preferred)
 
     def artifact(self, file: str) -> ArtifactRecord:
         for record in self.artifacts:

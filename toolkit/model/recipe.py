@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from toolkit.errors import UsageError
+from toolkit.model.records import Record
 from toolkit.model.vocabulary import (
     CalibrationMethod,
     Format,
@@ -38,7 +39,7 @@ def _word(vocabulary: type[_Word], value: object, key: str) -> _Word:
 
 
 @dataclass(frozen=True)
-class Recipe:
+class Recipe(Record):
     """How to build one artifact: format and precision, plus the knobs that decide whether it is fast.
 
     Target profiles list recipes in order of preference; ``--precision``/``--format`` build plain ones.
@@ -120,23 +121,6 @@ class Recipe:
         act = "U" if self.activation_type == QuantType.UINT8 else "S"
         wt = "U" if self.weight_type == QuantType.UINT8 else "S"
         return f"onnx int8 ({act}8{wt}8 {self.quant_format} {self.calibration_method})"
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "format": self.format,
-            "precision": self.precision,
-            "io_dtype": self.io_dtype,
-            "activation_type": self.activation_type,
-            "weight_type": self.weight_type,
-            "calibration_method": self.calibration_method,
-            "per_channel": self.per_channel,
-            "quant_format": self.quant_format,
-            "threads": self.threads,
-            "opset": self.opset,
-            "nodes_to_exclude": list(self.nodes_to_exclude),
-            "execution_providers": list(self.execution_providers),
-            "layout": self.layout,
-        }
 
 
 def is_a16w8(recipe: Mapping[str, Any]) -> bool:

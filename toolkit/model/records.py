@@ -10,8 +10,23 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass, field
-from typing import Any
+from dataclasses import dataclass, field, fields
+from typing import Any, ClassVar
+
+
+class Record:
+    """A frozen dataclass whose JSON object is its fields in order, tuples as lists, records as their objects."""
+
+    __dataclass_fields__: ClassVar[dict[str, Any]]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {f.name: _plain(getattr(self, f.name)) for f in fields(self)}
+
+
+def _plain(value: object) -> object:
+    if isinstance(value, tuple):
+        return [_plain(item) for item in value]
+    return value.to_dict() if isinstance(value, Record) else value
 
 
 def finite_or_none(value: float | None) -> float | None:
@@ -89,11 +104,6 @@ class OutputMetrics:
     def max_error_ratio(self) -> float:
         return _ratio(self.max_abs_error, self.float_range)
 
-    def worst_slice(self) -> SliceMetrics | None:
-        if not self.slices:
-            return None
-        return max(self.slices, key=lambda s: s.max_error_ratio if math.isfinite(s.max_error_ratio) else math.inf)
-
     def to_dict(self) -> dict[str, Any]:
         return {"name": self.name, "index": self.index, "max_abs_error": finite_or_none(self.max_abs_error),
                 "mean_abs_error": finite_or_none(self.mean_abs_error), "cosine_similarity": finite_or_none(self.cosine_similarity),
@@ -103,7 +113,7 @@ class OutputMetrics:
 
 
 @dataclass(frozen=True)
-class SliceCheck:
+class SliceCheck(Record):
     """What the device check compares: one slice of the device's output against the float reference shipped
     in the bundle, failing when the worst error exceeds ``max_error`` times ``float_range``."""
 
@@ -113,8 +123,4 @@ class SliceCheck:
     runs: tuple[tuple[int, int], ...]
     float_range: float
     max_error: float  # the tolerance's max_slice_error
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"output": self.output, "name": self.name, "axis": self.axis, "runs": [list(r) for r in self.runs],
-                "float_range": self.float_range, "max_error": self.max_error}
 

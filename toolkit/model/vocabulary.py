@@ -6,7 +6,6 @@ Stdlib only, so that every stage (and the CLI's ``--help``) can import it for fr
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from enum import StrEnum
 
 
@@ -116,7 +115,6 @@ FORMATS: tuple[str, ...] = Format.values()
 RUNTIMES: tuple[str, ...] = Runtime.values()
 TFLITE_RUNTIMES: tuple[str, ...] = tuple(r.value for r in (Runtime.LITERT, Runtime.TFLITE_RUNTIME, Runtime.TENSORFLOW))
 FRAMEWORKS: tuple[str, ...] = Framework.values()
-FORMAT_SUFFIX: Mapping[str, str] = {fmt: f".{fmt}" for fmt in Format}
 
 
 class TensorRole(_Word):
