@@ -11,7 +11,7 @@ from typing import Any
 
 from toolkit.model.batching import BatchVerification
 from toolkit.model.quantized import QuantizedShare
-from toolkit.model.records import OutputMetrics, Record, SliceCheck, finite_or_none
+from toolkit.model.records import JsonObject, OutputMetrics, Record, SliceCheck, finite_or_none
 from toolkit.model.tensors import TensorSpec
 from toolkit.model.vocabulary import (
     ArtifactStatus,
@@ -39,11 +39,11 @@ class Verification:
     # named, why the verdict proves nothing when it does not, and a --metric's result
     task: str | None = None
     task_source: str | None = None
-    task_metrics: Mapping[str, Any] = field(default_factory=dict, hash=False)
+    task_metrics: JsonObject = field(default_factory=dict, hash=False)
     outputs: tuple[OutputMetrics, ...] = ()
     worst: str | None = None
     vacuous: str | None = None
-    user_metric: Mapping[str, Any] | None = field(default=None, hash=False)
+    user_metric: JsonObject | None = field(default=None, hash=False)
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -133,7 +133,7 @@ class ArtifactRecord:
     host_cpu: str | None = None  # the CPU the host latencies were measured on (they inform only that CPU)
     runtime: str | None = None
     status: ArtifactStatus = ArtifactStatus.OK
-    recipe: Mapping[str, Any] = field(default_factory=dict)
+    recipe: JsonObject = field(default_factory=dict)
     float_nodes: tuple[str, ...] = ()  # nodes/ops kept in float by selective quantization
     execution_providers: tuple[str, ...] = ()  # ONNX Runtime providers the device should try, in order
     layout: str | None = None  # NCHW/NHWC of the artifact's image inputs, when it differs from the source's
@@ -142,7 +142,7 @@ class ArtifactRecord:
     # the profile's (or the user's) order of preference. At most one per format; none when every one failed.
     preferred: bool = False
     # ONNX Runtime options per provider (from the target profile), passed with each provider the device has.
-    provider_options: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
+    provider_options: Mapping[str, JsonObject] = field(default_factory=dict)
     delegate: str | None = None  # a TFLite delegate the artifact needs (``libedgetpu.so.1`` for Edge TPU models)
     # I/O that stayed float in an INT8 artifact whose recipe asks for integer I/O, and why (none: as asked)
     float_io: tuple[FloatIO, ...] = ()
@@ -189,11 +189,11 @@ class ArtifactRecord:
 class Attempt:
     """One recipe the convert stage tried, and why its artifact was kept, dropped or never built."""
 
-    recipe: Mapping[str, Any]
+    recipe: JsonObject
     outcome: AttemptOutcome
     reason: str
     file: str | None = None
-    metrics: Mapping[str, Any] | None = None
+    metrics: JsonObject | None = None
     workaround: str | None = None  # what the user can do about it, when the recipe failed or was dropped
 
 

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from toolkit.model.records import finite_or_none
+from toolkit.model.tensors import TensorSpec
 
 BATCH_SIZES = (4, 8)
 FIXED_BATCH_NOTE = ("the batch dimension is fixed in this artifact: --dynamic-batch did not apply to its route, "
@@ -69,7 +70,7 @@ class BatchVerification:
         return {"checks": [c.to_dict() for c in self.checks], "problem": self.problem, "ok": self.ok}
 
 
-Infer = Callable[[Mapping[str, Any]], Sequence[Any]]
+Infer = Callable[[Mapping[str, Any]], Sequence[Any]]  # numpy arrays in and out (Any: numpy is imported inside)
 
 
 def verify_batches(infer: Infer, feeds: Sequence[Mapping[str, Any]], single: Sequence[Sequence[Any]], *,
@@ -122,14 +123,14 @@ def verify_batches(infer: Infer, feeds: Sequence[Mapping[str, Any]], single: Seq
     return BatchVerification(tuple(checks))
 
 
-def batch_is_dynamic(specs: Sequence[Any]) -> bool:
-    """Every input (a :class:`~toolkit.model.tensors.TensorSpec`) has a dynamic first dimension (None or negative)."""
+def batch_is_dynamic(specs: Sequence[TensorSpec]) -> bool:
+    """Every input has a dynamic first dimension (None or negative)."""
     return bool(specs) and all(s.shape and (s.shape[0] is None or s.shape[0] < 0) for s in specs)
 
 
-def output_step(spec: Any) -> float:
-    """The quantization step of an integer output (a :class:`~toolkit.model.tensors.TensorSpec`); 0 for a float one."""
-    quantization = getattr(spec, "quantization", None)
+def output_step(spec: TensorSpec) -> float:
+    """The quantization step of an integer output; 0 for a float one."""
+    quantization = spec.quantization
     if quantization is None or not quantization.scale or "int" not in str(spec.dtype):
         return 0.0
     return float(max(quantization.scale))

@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from toolkit.model.records import Record
+from toolkit.model.records import JsonObject, Record
 
 
 @dataclass(frozen=True)
@@ -43,7 +42,7 @@ class GateResult:
     passed: bool
     failures: tuple[str, ...] = ()
     skipped: tuple[str, ...] = ()
-    details: Mapping[str, Any] = field(default_factory=dict)
+    details: JsonObject = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if self.passed == bool(self.failures):
@@ -60,7 +59,7 @@ class CheckReport:
 
     device: str
     artifact: str
-    runtime: Mapping[str, Any]  # {"name", "version"}
+    runtime: JsonObject  # {"name", "version"}
     threads: int | None
     load_ms: float | None
     first_inference_ms: float | None
@@ -68,20 +67,20 @@ class CheckReport:
     runs: int
     warmup: int
     peak_rss_mb: float | None
-    outputs_match: Mapping[str, Any] | None  # {"max_abs_error", "top1_agreement", "ok"}
-    environment: Mapping[str, Any]
+    outputs_match: JsonObject | None  # {"max_abs_error", "top1_agreement", "ok"}
+    environment: JsonObject
     gates: GateResult
-    error: Mapping[str, Any] | None = None  # {"kind", "message", "hint"} when the runner could not measure
+    error: JsonObject | None = None  # {"kind", "message", "hint"} when the runner could not measure
     check_id: str | None = None
     latency_samples_ms: tuple[float, ...] = ()  # every timed run, kept in the history for regression tests
-    placement: Mapping[str, Any] | None = None  # where the nodes ran (the runner's ``placement``), when reported
+    placement: JsonObject | None = None  # where the nodes ran (the runner's ``placement``), when reported
     # measured on request (check --profile / --throughput / --loads; docs/runner.md has their shapes)
-    profile: Mapping[str, Any] | None = None  # per-operator times per op type and top nodes, profiler overhead
-    throughput: Mapping[str, Any] | None = None  # the latency-throughput curve (batch sizes or requests in flight)
-    loads: Mapping[str, Any] | None = None  # cold / warm loads with the first inference, load options before/after
+    profile: JsonObject | None = None  # per-operator times per op type and top nodes, profiler overhead
+    throughput: JsonObject | None = None  # the latency-throughput curve (batch sizes or requests in flight)
+    loads: JsonObject | None = None  # cold / warm loads with the first inference, load options before/after
     throttled: str | None = None  # why the device was throttling during the run (toolkit.checks.selection.throttled)
     # check --eval: the eval set on the device, scored against the labels and the float model (toolkit.checks.device_eval)
-    evaluation: Mapping[str, Any] | None = None
+    evaluation: JsonObject | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return {

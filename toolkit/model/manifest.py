@@ -6,14 +6,13 @@ imported only when a bundle is read), refusing malformed input with a UsageError
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from toolkit.errors import UsageError
 from toolkit.model.artifact import ArtifactRecord, Attempt
 from toolkit.model.policy import CheckPolicy
-from toolkit.model.records import Record
+from toolkit.model.records import JsonObject, Record
 from toolkit.model.vocabulary import Framework
 
 MANIFEST_SCHEMA_VERSION = 4  # 2: attempts[].workaround, artifacts[].float_io and .batching; 3: on_demand (the
@@ -80,8 +79,8 @@ class Manifest:
     runner: RunnerRef | None = None
     attempts: tuple[Attempt, ...] = ()
     target_arch: str | None = None  # the profile's arch: deploy refuses a device of another arch
-    runtime_preferences: Mapping[str, Any] = field(default_factory=dict)  # from the target profile
-    config: Mapping[str, Any] = field(default_factory=dict)  # the effective options, replayable
+    runtime_preferences: JsonObject = field(default_factory=dict)  # from the target profile
+    config: JsonObject = field(default_factory=dict)  # the effective options, replayable
     schema_version: int = MANIFEST_SCHEMA_VERSION
     check_policy: CheckPolicy | None = None  # what check gates on (budget, regression, placement); None: old bundle
     on_demand: tuple[FileRef, ...] = ()  # eval/ and layers/: deploy leaves them out (toolkit.delivery.on_demand)

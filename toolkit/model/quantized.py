@@ -11,11 +11,11 @@ Stdlib only (embedded in :class:`~toolkit.model.artifact.ArtifactRecord`).
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from toolkit.model.recipe import is_a16w8
+from toolkit.model.records import JsonObject
 from toolkit.model.vocabulary import Precision
 
 MIXED_BELOW = 0.5  # quantized share of the weights under which an int8/dynamic artifact is labelled mixed
@@ -37,7 +37,7 @@ class FloatLayer:
                 "why": self.why}
 
     @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> FloatLayer:
+    def from_dict(cls, data: JsonObject) -> FloatLayer:
         return cls(str(data["name"]), str(data.get("op", "")), float(data.get("weights", 0.0)),
                    float(data.get("macs", 0.0)), str(data.get("why", "")))
 
@@ -74,7 +74,7 @@ class QuantizedShare:
                 "float_layers": [layer.to_dict() for layer in self.float_layers]}
 
     @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> QuantizedShare:
+    def from_dict(cls, data: JsonObject) -> QuantizedShare:
         return cls(float(data["weights"]), float(data.get("macs", data["weights"])),
                    int(data.get("quantized_bytes", 0)), int(data.get("float_bytes", 0)),
                    tuple(FloatLayer.from_dict(f) for f in data.get("float_layers", ())))
@@ -84,7 +84,7 @@ def _pct(value: float) -> str:
     return "-" if not math.isfinite(value) else f"{100 * value:.0f}%"
 
 
-def precision_label(precision: Precision, recipe: Mapping[str, Any], share: QuantizedShare | None) -> str:
+def precision_label(precision: Precision, recipe: JsonObject, share: QuantizedShare | None) -> str:
     """How every table names an artifact's precision: ``int8``, ``int8 A16W8``, ``int8 mixed: 31% of weights int``."""
     label = f"{precision} A16W8" if is_a16w8(recipe) else str(precision)
     if share is not None and share.mixed and precision in (Precision.INT8, Precision.DYNAMIC):

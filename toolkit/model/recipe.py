@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from toolkit.errors import UsageError
-from toolkit.model.records import Record
+from toolkit.model.records import JsonObject, Record
 from toolkit.model.vocabulary import (
     CalibrationMethod,
     Format,
@@ -61,7 +61,7 @@ class Recipe(Record):
     layout: Layout | None = None  # NHWC to ask a PyTorch -> TFLite route for channel-last I/O
 
     @classmethod
-    def parse(cls, fields: Mapping[str, Any]) -> Recipe:
+    def parse(cls, fields: JsonObject) -> Recipe:
         """A recipe from the words of a file or a flag (``{"format": "onnx", ...}``): each vocabulary word
         becomes its member; a word outside it raises a :class:`RecipeError` naming the key."""
         words: dict[str, Any] = {  # Any: the file's values, each checked by the constructor
@@ -123,7 +123,7 @@ class Recipe(Record):
         return f"onnx int8 ({act}8{wt}8 {self.quant_format} {self.calibration_method})"
 
 
-def is_a16w8(recipe: Mapping[str, Any]) -> bool:
+def is_a16w8(recipe: JsonObject) -> bool:
     """A written recipe (a manifest's ``recipe`` object) is the A16W8 recipe: 16-bit activations, 8-bit weights."""
     return recipe.get("precision") == Precision.INT8 and recipe.get("activation_type") == QuantType.INT16
 

@@ -14,6 +14,11 @@ from dataclasses import dataclass, field, fields
 from typing import Any, ClassVar
 
 
+JsonObject = Mapping[str, Any]
+"""A free-form JSON object a record carries as it is (metrics, config, a runner's report): Any because its keys
+and values are not fixed by the manifest's schema (docs/schemas/convert.md) and are read back unchecked inside."""
+
+
 class Record:
     """A frozen dataclass whose JSON object is its fields in order, tuples as lists, records as their objects."""
 
@@ -98,7 +103,7 @@ class OutputMetrics:
     slices: tuple[SliceMetrics, ...] = ()  # empty: the output is verified whole
     role: str | None = None  # what the output carries (toolkit.model.roles.Role)
     role_source: str | None = None  # declared where, or inferred: why
-    metrics: Mapping[str, Any] = field(default_factory=dict, hash=False)  # its role's metrics (role_metrics)
+    metrics: JsonObject = field(default_factory=dict, hash=False)  # its role's metrics (role_metrics)
 
     @property
     def max_error_ratio(self) -> float:
