@@ -48,6 +48,11 @@ class GateResult:
         if self.passed == bool(self.failures):
             raise ValueError("GateResult: passed must be True exactly when there are no failures")
 
+    @property
+    def reasons(self) -> tuple[str, ...]:
+        """The failures (the check report's ``gates.reasons`` key, kept for the JSON contract)."""
+        return self.failures
+
     def to_dict(self) -> dict[str, Any]:
         return {"passed": self.passed, "reasons": list(self.failures), "skipped": list(self.skipped),
                 "details": dict(self.details)}
