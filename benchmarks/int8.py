@@ -187,7 +187,7 @@ def _ort_a16w8(fp32: Path, root: Path, samples: np.ndarray) -> Path:
     from toolkit.conversion import onnx_quant
     from toolkit.conversion.base import ConversionRequest
     from toolkit.sources import open_source
-    from toolkit.model.types import Recipe
+    from toolkit.model.recipe import Recipe
 
     path = root / "mobilenetv2.a16w8.onnx"
     if path.is_file():

@@ -16,7 +16,7 @@ from toolkit.model.policy import CheckPolicy, PlacementExpectation, RegressionPo
 from toolkit.model.targets import check_policy_from_profile
 from toolkit.regression import RegressionVerdict, decide, mann_whitney_greater, median
 from toolkit.model.schemas.manifest import read_manifest
-from toolkit.model.types import GateResult
+from toolkit.model.device_records import GateResult
 
 pytestmark = pytest.mark.fast  # no device, no conversion: part of the edit-test loop
 
@@ -243,7 +243,7 @@ def test_baseline_is_the_last_checks_that_measured_and_were_not_regressions(tmp_
     versions of the bundle (a new model under the same name) are in."""
     from toolkit.checks.checking import baseline_samples
     from toolkit.store import Store
-    from toolkit.model.types import CheckReport, LatencyStats
+    from toolkit.model.device_records import CheckReport, LatencyStats
 
     def report(device: str, artifact: str, level: float, *, regressed: bool = False,
                error: bool = False) -> CheckReport:

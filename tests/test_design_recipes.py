@@ -104,7 +104,7 @@ def test_add_a_route_recipe() -> None:
 
 
 def test_add_a_runtime_recipe() -> None:
-    from toolkit.model.types import Runtime
+    from toolkit.model.vocabulary import Runtime
     from toolkit.runtimes import execution, spec
 
     recipe = _recipe("A runtime")

@@ -31,7 +31,7 @@ from toolkit.devices.spec import parse_spec
 from toolkit.model.policy import CheckPolicy, PlacementExpectation
 from toolkit.model.targets import check_policy_from_profile
 from toolkit.store import Store
-from toolkit.model.types import CheckReport
+from toolkit.model.device_records import CheckReport
 
 UNCHANGED_CHECKS = 20
 SLOW_CHECKS = 3

@@ -17,7 +17,7 @@ from tests.fixtures.deploy import build_bundle
 from toolkit.delivery.bundle import read_bundle
 from toolkit.errors import UsageError
 from toolkit.model.schemas.manifest import read_manifest
-from toolkit.model.types import MANIFEST_SCHEMA_VERSION
+from toolkit.model.manifest import MANIFEST_SCHEMA_VERSION
 
 
 @pytest.fixture(scope="module")

@@ -70,7 +70,7 @@ def test_the_runner_and_setup_read_one_runtime_table() -> None:
     import importlib.util
 
     from toolkit import device_side
-    from toolkit.model.types import Format, Runtime
+    from toolkit.model.vocabulary import Format, Runtime
     from toolkit.runtimes.spec import RUNTIME_SPECS, runtimes_for
 
     path = device_side.source_path(device_side.RUNNER_FILE)

@@ -34,7 +34,7 @@ from toolkit.errors import ConversionError
 from toolkit.runtimes.inspection import inspect_model
 from toolkit.conversion.pipeline import ConvertOptions, ConvertResult, convert_bundle
 from toolkit.model.targets import TargetProfile, load_profiles
-from toolkit.model.types import Recipe
+from toolkit.model.recipe import Recipe
 
 SHIPPED = {
     "raspberry-pi-3b", "raspberry-pi-4", "raspberry-pi-5", "raspberry-pi-zero-2w", "jetson-nano",

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from toolkit.store import Store, default_store_path, trends
-from toolkit.model.types import CheckReport, GateResult, LatencyStats
+from toolkit.model.device_records import CheckReport, GateResult, LatencyStats
 
 
 def _report(device: str, artifact: str, p50: float, passed: bool = True) -> CheckReport:

@@ -20,7 +20,7 @@ from toolkit.model.targets import (
     load_profiles,
     runtime_supports,
 )
-from toolkit.model.types import Recipe
+from toolkit.model.recipe import Recipe
 
 SHIPPED = {
     "raspberry-pi-3b", "raspberry-pi-4", "raspberry-pi-5", "raspberry-pi-zero-2w", "jetson-nano",

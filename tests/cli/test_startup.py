@@ -18,7 +18,7 @@ HEAVY = ("numpy", "tensorflow", "torch", "onnx", "onnxruntime", "paramiko", "ker
          "sqlalchemy", "matplotlib", "yaml")
 # What `edgetk --help` may load of the toolkit itself: the package, the CLI group and the exception tree; the
 # command modules load only when their command runs or shows its own help. A command module in turn keeps
-# toolkit.model.types, targets, api, devices... inside the command's body.
+# toolkit.model, targets, api, devices... inside the command's body.
 LIGHT_TOOLKIT = {"toolkit", "toolkit.__about__", "toolkit.errors", "toolkit.cli", "toolkit.cli._output"}
 
 

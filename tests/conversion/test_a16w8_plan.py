@@ -12,7 +12,7 @@ from toolkit.conversion.plan import When, plan_recipes, policy_for
 from toolkit.errors import UsageError
 from toolkit.model.options import ConvertOptions
 from toolkit.model.targets import get_profile
-from toolkit.model.types import Recipe
+from toolkit.model.recipe import Recipe
 
 
 def _onnx_rows(plan):  # (label, when) of the ONNX recipes, in build order

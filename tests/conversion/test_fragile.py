@@ -71,7 +71,7 @@ def test_rule_records_which_nodes_and_why(detector_int8: dict[str, Any]) -> None
 
 def _token_request(source: Any, workdir: Path, fmt: str, calibration: Any) -> Any:
     from toolkit.conversion.base import ConversionRequest, as_input_dtype
-    from toolkit.model.types import Recipe
+    from toolkit.model.recipe import Recipe
 
     dtype = source.inputs[0].dtype
     feeds = tuple({"tokens": as_input_dtype(x[None], dtype)} for x in calibration)

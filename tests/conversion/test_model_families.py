@@ -21,7 +21,7 @@ from toolkit.errors import ConversionError
 from toolkit.runtimes.inspection.onnx import iter_graphs
 from toolkit.conversion.pipeline import ConvertOptions, convert_bundle
 from toolkit.sources import open_source
-from toolkit.model.types import Recipe, is_a16w8
+from toolkit.model.recipe import Recipe, is_a16w8
 
 
 def _calibration(count: int = 40) -> tuple[dict[str, np.ndarray], ...]:

@@ -19,7 +19,7 @@ from toolkit.errors import ConversionError, UsageError, key_line
 from toolkit.runtimes.execution.onnx import OnnxSession
 from toolkit.runtimes.inspection.onnx import inspect_onnx
 from toolkit.sources.onnx import OnnxSource
-from toolkit.model.types import Recipe
+from toolkit.model.recipe import Recipe
 
 # --------------------------------------------------------------------------------------------- digits
 

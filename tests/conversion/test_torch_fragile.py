@@ -105,7 +105,7 @@ def test_selective_rebuild_keeps_the_fragile_nodes_float(torch_yolo_detector: To
     from toolkit.conversion import pt2e_layers, torch_tflite
     from toolkit.conversion.base import ConversionRequest
     from toolkit.sources.detect import open_source
-    from toolkit.model.types import Recipe
+    from toolkit.model.recipe import Recipe
 
     source = open_source(torch_yolo_detector.factory, weights=torch_yolo_detector.weights)
     calibration = np.load(torch_yolo_detector.calibration)["image"][:32]

@@ -14,7 +14,7 @@ from toolkit.errors import ConversionError, UsageError
 from toolkit.runtimes.execution import open_session
 from toolkit.sources.base import SourceModel
 from toolkit.sources.detect import open_source
-from toolkit.model.types import Recipe
+from toolkit.model.recipe import Recipe
 
 
 def _request(

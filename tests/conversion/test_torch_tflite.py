@@ -20,7 +20,7 @@ from toolkit.errors import MissingDependency, UsageError
 from toolkit.runtimes.execution import open_session
 from toolkit.sources.base import SourceModel
 from toolkit.sources.detect import open_source
-from toolkit.model.types import Recipe
+from toolkit.model.recipe import Recipe
 
 needs_litert_torch = pytest.mark.skipif(
     importlib.util.find_spec("litert_torch") is None,

@@ -27,7 +27,7 @@ from toolkit.errors import UsageError
 from toolkit.runtimes.execution import open_session
 from toolkit.sources.base import SourceModel
 from toolkit.sources.detect import open_source
-from toolkit.model.types import Recipe
+from toolkit.model.recipe import Recipe
 
 pytestmark = pytest.mark.skipif(
     importlib.util.find_spec("litert_torch") is None,

@@ -93,7 +93,7 @@ def test_exported_program_to_pte_int8(torch_digits_net: TorchModel, tmp_path: Pa
     from toolkit.conversion.base import ConversionRequest
     from toolkit.runtimes.execution import open_session
     from toolkit.sources.detect import open_source
-    from toolkit.model.types import Recipe
+    from toolkit.model.recipe import Recipe
 
     path = tmp_path / "digits.pt2"
     eager = _eager(torch_digits_net)

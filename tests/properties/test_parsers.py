@@ -30,7 +30,8 @@ from toolkit.devices.inventory import DEVICE_KEYS, load_inventory, parse_invento
 from toolkit.errors import ToolkitError
 from toolkit.model.targets import load_profiles
 from toolkit.model.schemas.manifest import read_manifest
-from toolkit.model.types import Manifest, TensorSpec
+from toolkit.model.manifest import Manifest
+from toolkit.model.tensors import TensorSpec
 
 REPO = Path(__file__).resolve().parents[2]
 SETTINGS = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])

@@ -12,7 +12,9 @@ import pytest
 from toolkit.errors import UsageError
 from toolkit.checks.selection import choose
 from toolkit.model.runner_report import throttled
-from toolkit.model.types import ArtifactRecord, CheckReport, GateResult, LatencyStats, Manifest, SourceRef
+from toolkit.model.artifact import ArtifactRecord
+from toolkit.model.device_records import CheckReport, GateResult, LatencyStats
+from toolkit.model.manifest import Manifest, SourceRef
 
 pytestmark = pytest.mark.fast
 COOL = {"temperature_c": 45.0, "cpu_freq_mhz": 1500.0, "cpu_freq_max_mhz": 1500.0, "governor": "ondemand"}

@@ -71,7 +71,7 @@ def test_state_calibrated_at_zero_breaks_only_with_feedback(sine_step_model: Ste
     ((("x", (None, 1)), ("state", (None, 16))), ((("state_out", (None, 16)), ("y", (None, 1))), [("state", 0)])),
 ])
 def test_state_pairs_match_by_shape_and_name(names, expected) -> None:
-    from toolkit.model.types import TensorSpec
+    from toolkit.model.tensors import TensorSpec
     from toolkit.verification.verify import state_pairs
 
     inputs = [TensorSpec(n, s, "float32") for n, s in names]

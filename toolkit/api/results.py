@@ -18,7 +18,8 @@ if TYPE_CHECKING:  # pragma: no cover
     from toolkit.delivery.push import PushResult
     from toolkit.devices.spec import DeviceSpec
     from toolkit.model.targets import TargetProfile
-    from toolkit.model.types import CheckReport, Manifest
+    from toolkit.model.device_records import CheckReport
+    from toolkit.model.manifest import Manifest
     from toolkit.runtimes.inspection import ModelInfo
     from toolkit.store import StoredCheck, Trend
     from toolkit.store.guard import StoreStatus

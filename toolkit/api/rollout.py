@@ -30,7 +30,7 @@ from toolkit.devices.spec import DeviceSpec
 from toolkit.errors import UsageError
 from toolkit.model.options import CheckOptions
 from toolkit.model.policy import GateOptions
-from toolkit.model.types import CheckReport
+from toolkit.model.device_records import CheckReport
 from toolkit.model.waves import FailureLimit, WavePlan
 from toolkit.store.guard import GuardedStore, StoreStatus
 

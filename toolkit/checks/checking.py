@@ -36,7 +36,7 @@ from toolkit.regression import RegressionVerdict, confirmed, decide
 from toolkit.store import Store, StoredCheck
 from toolkit.checks.gates import EMULATED_PLACEMENT, judge_placement, judge_throughput, regression_text
 from toolkit.model.runner_report import latency_samples, parse_runner_output
-from toolkit.model.types import CheckReport, GateResult
+from toolkit.model.device_records import CheckReport, GateResult
 
 log = logging.getLogger(__name__)
 CHECK_TIMEOUT_S = 900.0

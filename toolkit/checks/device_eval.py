@@ -34,7 +34,8 @@ from toolkit.errors import UsageError
 
 if TYPE_CHECKING:
     from toolkit.delivery.deployment import Device
-    from toolkit.model.types import ArtifactRecord, CheckReport, Verification
+    from toolkit.model.artifact import ArtifactRecord, Verification
+    from toolkit.model.device_records import CheckReport
     from toolkit.model.tasks import TaskChoice
 
 INPUT = re.compile(rf"{EVAL_DIR}/input_(\d+)\.npy")

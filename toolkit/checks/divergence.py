@@ -28,7 +28,7 @@ from toolkit.conversion.layer_probe import PROBE_SAMPLES, debug_name, float_name
 from toolkit.conversion.layers import LAYERS_DIR
 from toolkit.delivery import on_demand
 from toolkit.delivery.bundle import load_npz
-from toolkit.model.types import Format
+from toolkit.model.vocabulary import Format
 
 if TYPE_CHECKING:
     from toolkit.delivery.bundle import Bundle

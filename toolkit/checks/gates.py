@@ -8,7 +8,8 @@ from collections.abc import Mapping
 from typing import Any
 
 from toolkit.model.policy import PlacementExpectation, RegressionPolicy
-from toolkit.model.types import CheckReport, Format
+from toolkit.model.device_records import CheckReport
+from toolkit.model.vocabulary import Format
 from toolkit.regression import RegressionVerdict
 
 

@@ -28,7 +28,9 @@ from toolkit.errors import UsageError
 from toolkit.model.policy import RegressionPolicy
 from toolkit.regression import MIN_SAMPLES, Difference, compare
 from toolkit.model.runner_report import throttled
-from toolkit.model.types import ArtifactStatus, CheckReport, Manifest
+from toolkit.model.device_records import CheckReport
+from toolkit.model.manifest import Manifest
+from toolkit.model.vocabulary import ArtifactStatus
 
 SELECTED_FILE = "selected.json"  # in ~/.edgetk/bundles/<name>/, beside ``current``
 # statuses that passed verification at convert time; UNVERIFIED (verification proved nothing) is in the running

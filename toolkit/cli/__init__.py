@@ -2,7 +2,7 @@
 
 Each command lives in its own module under ``toolkit.cli``: it parses its flags, calls ONE ``toolkit.api``
 function and renders the result (``result.to_dict()`` is its ``--json`` document). Command modules import
-nothing heavy at module level (no numpy, no framework, no ``toolkit.model.types``), so ``edgetk --help`` stays
+nothing heavy at module level (no numpy, no framework, no ``toolkit.model``), so ``edgetk --help`` stays
 about as fast as importing click (tests/cli/test_startup.py, scripts/bench startup).
 
 Errors: a :class:`~toolkit.errors.ToolkitError` prints ``error: MESSAGE`` and its hint on stderr and exits

@@ -2,7 +2,7 @@
 and run.toml), plus the parameter types every command uses.
 
 The types here keep ``edgetk --help`` light: :class:`PathType` turns a value into a ``pathlib.Path`` only when
-one is given, and :class:`LazyChoice` reads its vocabulary (``toolkit.model.types``) only when a value is checked or
+one is given, and :class:`LazyChoice` reads its vocabulary (``toolkit.model.vocabulary``) only when a value is checked or
 a command's own help is shown.
 """
 

@@ -10,7 +10,8 @@ from typing import Mapping
 import numpy as np
 
 from toolkit.sources.base import SourceModel
-from toolkit.model.types import FloatIO, PteRecord, Recipe
+from toolkit.model.artifact import FloatIO, PteRecord
+from toolkit.model.recipe import Recipe
 
 
 @dataclass(frozen=True)

@@ -23,7 +23,10 @@ from toolkit.conversion import calibration as cal
 from toolkit.__about__ import __version__
 from toolkit.conversion.base import BuiltArtifact
 from toolkit.conversion.plan import Policy, detect_is_factory
-from toolkit.model.types import MANIFEST_SCHEMA_VERSION, FloatIO, Recipe
+from toolkit.model.artifact import FloatIO
+from toolkit.model.manifest import MANIFEST_SCHEMA_VERSION
+from toolkit.model.recipe import Recipe
+from toolkit.model.vocabulary import FloatIOReason, TensorRole
 
 if TYPE_CHECKING:
     from toolkit.conversion.data import RunData
@@ -139,7 +142,8 @@ def reuse_build(builds: Path | None, recipe: Recipe, output: Path) -> BuiltArtif
         notes=tuple(meta.get("notes", ())),
         exporter=meta.get("exporter"),
         layout=meta.get("layout"),
-        float_io=tuple(FloatIO(f["name"], f["role"], f["reason"], f.get("detail", "")) for f in meta.get("float_io", ())),
+        float_io=tuple(FloatIO(f["name"], TensorRole(f["role"]), FloatIOReason(f["reason"]), f.get("detail", ""))
+                       for f in meta.get("float_io", ())),
     )
 
 

@@ -25,7 +25,8 @@ from pathlib import Path
 import numpy as np
 
 from toolkit.errors import UsageError
-from toolkit.model.types import Preprocessing, TensorSpec
+from toolkit.model.manifest import Preprocessing
+from toolkit.model.tensors import TensorSpec
 from toolkit.model.roles import OutputDeclaration
 
 IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".bmp", ".gif", ".webp")

@@ -28,9 +28,10 @@ from toolkit.conversion.run import WORKAROUNDS, Candidate, ConvertRun, Failure, 
 from toolkit.errors import ConversionError, ToolkitError, UsageError
 from toolkit.runtimes.inspection.share import artifact_share
 from toolkit.quiet import native_stderr_silenced
-from toolkit.model.types import (
-    ArtifactRecord, ArtifactStatus, Format, Framework, Precision, Recipe, TensorSpec, artifact_file_name,
-)
+from toolkit.model.artifact import ArtifactRecord
+from toolkit.model.recipe import Recipe
+from toolkit.model.tensors import TensorSpec
+from toolkit.model.vocabulary import ArtifactStatus, Format, Framework, Precision, artifact_file_name
 from toolkit.model.batching import FIXED_BATCH_NOTE, BatchVerification, batch_is_dynamic, output_step, verify_batches
 
 if TYPE_CHECKING:

@@ -17,7 +17,7 @@ import numpy as np
 from toolkit.conversion import calibration as cal
 from toolkit.conversion.input_shapes import resolve_shapes
 from toolkit.sources import SourceModel
-from toolkit.model.types import CalibrationRef, Preprocessing
+from toolkit.model.manifest import CalibrationRef, Preprocessing
 from toolkit.model.roles import OutputDeclaration
 
 if TYPE_CHECKING:

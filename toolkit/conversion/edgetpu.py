@@ -14,9 +14,8 @@ from pathlib import Path
 
 from toolkit.conversion.plan import Policy
 from toolkit.delivery.bundle import sha256_file
-from toolkit.model.types import (
-    ArtifactRecord, ArtifactStatus, Attempt, AttemptOutcome, Format, IoDtype, Precision,
-)
+from toolkit.model.artifact import ArtifactRecord, Attempt
+from toolkit.model.vocabulary import ArtifactStatus, AttemptOutcome, Format, IoDtype, Precision
 
 EDGETPU_COMPILER = "edgetpu_compiler"
 EDGETPU_LOG = "edgetpu_compiler.log"

@@ -6,7 +6,7 @@ from collections.abc import Collection, Mapping, Sequence
 from typing import TYPE_CHECKING
 
 from toolkit.errors import UsageError
-from toolkit.model.types import TensorSpec
+from toolkit.model.tensors import TensorSpec
 
 if TYPE_CHECKING:
     from toolkit.conversion.calibration import DataFile

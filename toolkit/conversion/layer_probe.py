@@ -22,7 +22,7 @@ import numpy as np
 
 from toolkit.conversion.layers import LAYERS_DIR, LayerError, read_table
 from toolkit.delivery.bundle import save_npz
-from toolkit.model.types import Format
+from toolkit.model.vocabulary import Format
 
 PROBE_SAMPLES = 2
 

@@ -39,11 +39,11 @@ from toolkit.conversion.base import BuiltArtifact, ConversionRequest
 from toolkit.conversion.sensitivity import Row
 from toolkit.model.quantized import names_layer
 from toolkit.errors import ConversionError, ToolkitError
-from toolkit.model.types import Format, Precision
+from toolkit.model.vocabulary import Format, Precision
 
 if TYPE_CHECKING:
     from toolkit.conversion.run import Candidate, ConvertRun
-    from toolkit.model.types import Recipe
+    from toolkit.model.recipe import Recipe
 
 LAYERS_DIR = "layers"  # bundle folder of the tables: layers/<artifact file>.json
 INT8_LEVELS = 255.0  # an int8 activation's range in quantization steps

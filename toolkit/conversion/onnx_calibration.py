@@ -19,7 +19,7 @@ from toolkit.conversion.base import BuiltArtifact, ConversionRequest, as_input_d
 from toolkit.conversion.onnx_checks import transform_problem
 from toolkit.conversion.onnx_io import quiet, require_onnx
 from toolkit.errors import UsageError, key_line
-from toolkit.model.types import CalibrationMethod
+from toolkit.model.vocabulary import CalibrationMethod
 
 
 class Reader:

@@ -26,7 +26,14 @@ from toolkit.conversion.onnx_checks import check_runs, failure
 from toolkit.conversion.onnx_io import opset_of, quiet, require_onnx, save_model, staged_file
 from toolkit.conversion.onnx_prepare import QDQ_MIN_OPSET
 from toolkit.errors import ConversionError, MissingDependency, UsageError, key_line
-from toolkit.model.types import A16W8_MIN_ONNXRUNTIME, CalibrationMethod, Format, Precision, QuantFormat, QuantType
+from toolkit.model.vocabulary import (
+    A16W8_MIN_ONNXRUNTIME,
+    CalibrationMethod,
+    Format,
+    Precision,
+    QuantFormat,
+    QuantType,
+)
 
 if TYPE_CHECKING:
     import onnx

@@ -46,7 +46,9 @@ from toolkit.conversion.write import write_bundle
 from toolkit.errors import ConversionError, ToolkitError, UsageError
 from toolkit.model.options import ConvertOptions  # the one definition (the CLI and the API share it)
 from toolkit.sources import SourceModel, detect_framework, open_source
-from toolkit.model.types import Attempt, AttemptOutcome, Manifest, Precision
+from toolkit.model.artifact import Attempt
+from toolkit.model.manifest import Manifest
+from toolkit.model.vocabulary import AttemptOutcome, Precision
 
 if TYPE_CHECKING:
     from toolkit.model.targets import TargetProfile

@@ -35,9 +35,18 @@ from toolkit.errors import UsageError
 from toolkit.conversion.routes import default_formats
 from toolkit.model.policy import CheckPolicy
 from toolkit.model.targets import check_policy_from_profile
-from toolkit.model.types import (
-    A16W8_MIN_ONNXRUNTIME, FORMATS, TFLITE_RUNTIMES, Attempt, AttemptOutcome, Format, Framework, IoDtype, Precision,
-    Recipe, Runtime,
+from toolkit.model.artifact import Attempt
+from toolkit.model.recipe import Recipe
+from toolkit.model.vocabulary import (
+    A16W8_MIN_ONNXRUNTIME, CalibrationMethod,
+    FORMATS,
+    TFLITE_RUNTIMES,
+    AttemptOutcome,
+    Format,
+    Framework,
+    IoDtype,
+    Precision,
+    Runtime,
 )
 
 if TYPE_CHECKING:
@@ -146,16 +155,16 @@ def _plain_recipe(fmt: str, precision: str, options: ConvertOptions, profile_rec
     """The profile's recipe for (format, precision) if it has one, else the toolkit's defaults."""
     base = next((r for r in profile_recipes if r.format == fmt and r.precision == precision and not r.a16w8), None)
     if base is None:
-        base = Recipe(format=fmt, precision=precision, io_dtype=_io_default(fmt, precision))
+        base = Recipe.parse({"format": fmt, "precision": precision, "io_dtype": _io_default(fmt, precision)})
     return _apply_overrides(base, options)
 
 
 def _apply_overrides(recipe: Recipe, options: ConvertOptions) -> Recipe:
     changes: dict[str, Any] = {}  # Any: keyword values of dataclasses.replace, each field its own type
     if options.io_dtype and recipe.format == Format.TFLITE and recipe.precision == Precision.INT8 and not recipe.a16w8:
-        changes["io_dtype"] = options.io_dtype
+        changes["io_dtype"] = IoDtype(options.io_dtype)
     if options.calibration_method and recipe.precision == Precision.INT8:
-        changes["calibration_method"] = options.calibration_method
+        changes["calibration_method"] = CalibrationMethod(options.calibration_method)
     if options.threads:
         changes["threads"] = options.threads
     return dataclasses.replace(recipe, **changes) if changes else recipe
@@ -201,7 +210,7 @@ def plan_recipes(options: ConvertOptions, policy: Policy, framework: str, *, has
             )
     else:
         candidates = [_apply_overrides(r, options) for r in policy.recipes] or [
-            Recipe(format=fmt, precision=p, io_dtype=_io_default(fmt, p))
+            Recipe.parse({"format": fmt, "precision": p, "io_dtype": _io_default(fmt, p)})
             for fmt in default_formats(framework)
             for p in (Precision.INT8, Precision.FP32)
         ]

@@ -32,7 +32,7 @@ from toolkit.conversion.fragile_pt2e import MixedOutput
 from toolkit.conversion.pt2e_quantizer import excluding_quantizer
 from toolkit.conversion.sensitivity import Row
 from toolkit.errors import ConversionError, UsageError, key_line
-from toolkit.model.types import Format, IoDtype
+from toolkit.model.vocabulary import Format, IoDtype
 from toolkit.sources.torch import TorchSource, import_torch
 
 PURPOSE = "Quantizing a PyTorch model with PT2E"

@@ -104,7 +104,7 @@ def _interpreter(torch: Any, graph: Any) -> Any:
             constant.add(node)
     cache: dict[Any, Any] = {}
 
-    class Keep(torch.fx.Interpreter):  # type: ignore[misc]  # torch arrives as an untyped module object
+    class Keep(torch.fx.Interpreter):  # type: ignore[misc,unused-ignore]  # torch arrives as an untyped module object
         def run_node(self, n: Any) -> Any:
             if n in cache:
                 value = cache[n]

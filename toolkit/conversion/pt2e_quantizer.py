@@ -10,7 +10,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from toolkit.errors import UsageError
-from toolkit.model.types import Format
+from toolkit.model.vocabulary import Format
 
 
 def _backend(fmt: Format | str) -> tuple[Any, Any, Any]:

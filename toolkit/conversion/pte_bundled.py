@@ -19,7 +19,8 @@ from pathlib import Path
 
 import numpy as np
 
-from toolkit.model.types import ArtifactRecord, PteRecord, TensorSpec
+from toolkit.model.artifact import ArtifactRecord, PteRecord
+from toolkit.model.tensors import TensorSpec
 
 BUNDLED_SAMPLES = 4
 FLOAT_ROUNDING = 1e-4  # of the outputs' magnitude: what an fp32 kernel on another CPU may differ by

@@ -15,7 +15,7 @@ from typing import cast
 from toolkit.conversion.base import BuiltArtifact, ConversionRequest
 from toolkit.conversion.routes import Refusal, resolve, route
 from toolkit.errors import UsageError
-from toolkit.model.types import Format
+from toolkit.model.vocabulary import Format
 
 # One float export per run directory: every ONNX precision of a run derives from the same file.
 _FP32_EXPORTS: dict[Path, BuiltArtifact] = {}

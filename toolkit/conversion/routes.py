@@ -15,7 +15,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import cast
 
-from toolkit.model.types import FORMATS, Format, Framework, Precision
+from toolkit.model.vocabulary import FORMATS, Format, Framework, Precision
 
 
 @dataclass(frozen=True)

@@ -20,7 +20,9 @@ from toolkit.conversion.base import BuiltArtifact, ConversionRequest
 from toolkit.conversion.data import RunData
 from toolkit.conversion.plan import Policy
 from toolkit.sources import SourceModel
-from toolkit.model.types import ArtifactRecord, Attempt, AttemptOutcome, Recipe
+from toolkit.model.artifact import ArtifactRecord, Attempt
+from toolkit.model.recipe import Recipe
+from toolkit.model.vocabulary import AttemptOutcome
 
 Progress = Callable[[str], None]
 MATMUL_OPS = frozenset({

@@ -22,7 +22,7 @@ import re
 from toolkit.conversion.candidate import build_and_verify
 from toolkit.conversion.run import Candidate, ConvertRun, Failure, FailureKind
 from toolkit.conversion.routes import TF
-from toolkit.model.types import Format, Precision
+from toolkit.model.vocabulary import Format, Precision
 from toolkit.runtimes.inspection.share import artifact_share
 
 RETRIED = (FailureKind.INCOMPATIBLE, FailureKind.DOES_NOT_RUN)

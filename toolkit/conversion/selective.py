@@ -29,7 +29,7 @@ from pathlib import Path
 from toolkit.conversion.candidate import build_and_verify
 from toolkit.conversion.run import Candidate, ConvertRun, Failure
 from toolkit.errors import ToolkitError
-from toolkit.model.types import AttemptOutcome
+from toolkit.model.vocabulary import AttemptOutcome
 from toolkit.quiet import native_stderr_silenced
 
 SELECTIVE_STEPS = (1, 2, 4)  # how many of the cheapest options the float set holds at each try

@@ -44,7 +44,8 @@ from toolkit.conversion.tflite_borders import int8_borders
 from toolkit.conversion.tflite_checks import check_int8, unasked_float
 from toolkit.conversion.tflite_nodes import op_outputs, resolve_nodes
 from toolkit.errors import ConversionError, UsageError, key_line
-from toolkit.model.types import FloatIO, FloatIOReason, Format, IoDtype, Precision
+from toolkit.model.artifact import FloatIO
+from toolkit.model.vocabulary import FloatIOReason, Format, IoDtype, Precision
 
 
 def _tf() -> Any:

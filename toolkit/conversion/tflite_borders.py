@@ -6,7 +6,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from toolkit.model.types import FloatIO, FloatIOReason, TensorRole
+from toolkit.model.artifact import FloatIO
+from toolkit.model.vocabulary import FloatIOReason, TensorRole
 
 INT8_LEVELS = 255.0  # an int8 tensor's range in quantization steps
 

@@ -7,7 +7,8 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from toolkit.errors import ConversionError
-from toolkit.model.types import FloatIO, IoDtype
+from toolkit.model.artifact import FloatIO
+from toolkit.model.vocabulary import IoDtype
 
 
 def unasked_float(path: Path, asked: Sequence[str]) -> list[str]:

@@ -25,7 +25,7 @@ from toolkit.conversion.base import BuiltArtifact, ConversionRequest
 from toolkit.conversion.onnx_io import export_opset, save_model
 from toolkit.conversion.tf_onnx import DEFAULT_OPSET, check_written, rename_io, require_tf2onnx
 from toolkit.errors import ConversionError, UsageError, key_line
-from toolkit.model.types import Precision
+from toolkit.model.vocabulary import Precision
 
 
 def unconverted_ops(model: object) -> list[str]:

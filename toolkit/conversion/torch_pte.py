@@ -31,7 +31,8 @@ from typing import Any
 from toolkit.conversion import pt2e
 from toolkit.conversion.base import BuiltArtifact, ConversionRequest
 from toolkit.errors import ConversionError, UsageError, key_line
-from toolkit.model.types import Precision, PteRecord
+from toolkit.model.artifact import PteRecord
+from toolkit.model.vocabulary import Precision
 from toolkit.runtimes.inspection.pte import QUANTIZED_METHOD, import_executorch
 from toolkit.sources.torch import TorchSource, import_torch, missing_shape_error
 

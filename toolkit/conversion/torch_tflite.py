@@ -42,7 +42,8 @@ from toolkit.conversion import pt2e
 from toolkit.conversion.base import BuiltArtifact, ConversionRequest
 from toolkit.conversion.fragile_pt2e import MixedOutput
 from toolkit.errors import ConversionError, MissingDependency, UsageError, key_line
-from toolkit.model.types import FloatIO, FloatIOReason, Framework, IoDtype, Layout, Precision, TensorRole
+from toolkit.model.artifact import FloatIO
+from toolkit.model.vocabulary import FloatIOReason, Framework, IoDtype, Layout, Precision, TensorRole
 from toolkit.sources.torch import TorchSource, import_torch, missing_shape_error
 
 _PURPOSE = "Converting a PyTorch model to TFLite"
@@ -186,7 +187,7 @@ def _named_inputs(torch: Any, module: Any, names: list[str], four_d: list[int]) 
     graph modules from ``torch.export`` that take positional inputs convert alike), with a transpose
     NHWC -> NCHW in front of the inputs at ``four_d``."""
 
-    class NamedInputs(torch.nn.Module):  # type: ignore[misc]  # torch arrives as an untyped module object
+    class NamedInputs(torch.nn.Module):  # type: ignore[misc,unused-ignore]  # torch arrives as an untyped module object
         def __init__(self) -> None:
             super().__init__()
             self.inner = module

@@ -27,7 +27,9 @@ from toolkit.conversion.run import Candidate, ConvertRun
 from toolkit.conversion.edgetpu import compile_for_edgetpu
 from toolkit.conversion.layers import bundle_table
 from toolkit.errors import UsageError
-from toolkit.model.types import ArtifactRecord, ArtifactStatus, Format, Golden, Manifest, Precision, SourceRef
+from toolkit.model.artifact import ArtifactRecord, Golden
+from toolkit.model.manifest import Manifest, SourceRef
+from toolkit.model.vocabulary import ArtifactStatus, Format, Framework, Precision
 
 if TYPE_CHECKING:
     from toolkit.model.options import ConvertOptions
@@ -88,7 +90,7 @@ def write_bundle(run: ConvertRun, options: ConvertOptions, name: str, kept: Sequ
         name=name,
         created_at=_dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"),
         toolkit_version=__version__,
-        source=SourceRef(path=options.source, sha256=source_hash(options.source), framework=source.framework),
+        source=SourceRef(path=options.source, sha256=source_hash(options.source), framework=Framework(source.framework)),
         target=policy.name,
         target_arch=policy.arch,
         artifacts=tuple(records),

@@ -2,7 +2,7 @@
 
 Layout (architecture.md)::
 
-    <bundle>/manifest.json               the contract (toolkit.model.types.Manifest)
+    <bundle>/manifest.json               the contract (toolkit.model.manifest.Manifest)
     <bundle>/model.<precision>.<ext>     the artifacts
     <bundle>/golden/inputs.npz           held-out inputs: key ``input_<i>`` (i = position in the artifact's
                                          inputs), shape ``(samples, *input_shape)``, float32, not quantized
@@ -40,7 +40,7 @@ import numpy as np
 from toolkit import device_side
 from toolkit.device_side import RUNNER_FILE
 from toolkit.errors import UsageError
-from toolkit.model.types import Manifest, RunnerRef
+from toolkit.model.manifest import Manifest, RunnerRef
 
 MANIFEST = "manifest.json"
 GOLDEN_DIR = "golden"

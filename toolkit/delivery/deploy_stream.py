@@ -21,7 +21,7 @@ from typing import Any, Protocol
 from toolkit.delivery.deployment import Device
 from toolkit.devices.connection import Progress, read_blocks
 from toolkit.errors import DeviceError, LinkDropped
-from toolkit.model.types import CommandResult
+from toolkit.model.device_records import CommandResult
 
 BLOCK = 1 << 18
 

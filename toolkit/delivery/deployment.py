@@ -20,7 +20,7 @@ from toolkit.delivery.locks import DeviceLock
 from toolkit.devices.connection import Connection
 from toolkit.devices.spec import DeviceSpec
 from toolkit.errors import DeviceDiskFull, DeviceError, DeviceShellNoise, UsageError
-from toolkit.model.types import CommandResult
+from toolkit.model.device_records import CommandResult
 
 KEEP_VERSIONS = 3
 HELPER_TIMEOUT_S = 120.0

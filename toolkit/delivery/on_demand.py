@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING
 
 from toolkit.delivery.bundle import safe_relative, sha256_file
 from toolkit.errors import DeviceError, UsageError
-from toolkit.model.types import FileRef
+from toolkit.model.manifest import FileRef
 
 if TYPE_CHECKING:
     from toolkit.delivery.bundle import Bundle

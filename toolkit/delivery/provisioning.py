@@ -41,7 +41,8 @@ from toolkit.delivery.wheels import Log, Requirement, WheelSet, download_wheels,
 from toolkit.device_side import PROBE_FILE, SETUP_FILE, source_path
 from toolkit.errors import DeviceError, UsageError
 from toolkit.model.platform import DevicePlatform, match_environment
-from toolkit.model.types import RUNTIMES, TFLITE_RUNTIMES, CommandResult, Runtime
+from toolkit.model.device_records import CommandResult
+from toolkit.model.vocabulary import RUNTIMES, TFLITE_RUNTIMES, Runtime
 from toolkit.runtimes.spec import SPECS
 
 if TYPE_CHECKING:

@@ -16,7 +16,7 @@ from pathlib import Path
 
 from toolkit.errors import DeviceError, UsageError
 from toolkit.model.platform import DevicePlatform
-from toolkit.model.types import Runtime
+from toolkit.model.vocabulary import Runtime
 from toolkit.runtimes.spec import RUNTIME_SPECS
 
 Log = Callable[[str], None]

@@ -17,7 +17,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Protocol, runtime_checkable
 
-from toolkit.model.types import CommandResult
+from toolkit.model.device_records import CommandResult
 
 # progress(bytes_sent_so_far_for_this_file, total_bytes_of_this_file)
 Progress = Callable[[int, int], None]

@@ -12,7 +12,7 @@ from types import TracebackType
 from toolkit.devices.connection import Progress
 from toolkit.devices.spec import DeviceSpec
 from toolkit.errors import DeviceError, DeviceTimeout
-from toolkit.model.types import CommandResult
+from toolkit.model.device_records import CommandResult
 
 _CHUNK = 1 << 20
 

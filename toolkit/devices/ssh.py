@@ -32,7 +32,7 @@ from toolkit.devices.host_facts import host_id, remember_sftp, sftp_known
 from toolkit.devices.ssh_auth import fingerprint
 from toolkit.devices.ssh_link import SshLink
 from toolkit.errors import DeviceError, DeviceTimeout
-from toolkit.model.types import CommandResult
+from toolkit.model.device_records import CommandResult
 
 log = logging.getLogger(__name__)
 

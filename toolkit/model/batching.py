@@ -9,7 +9,7 @@ batch dimension from an output, is then not ``ok``.
 
 The limit per output is the runner's per-sample rule (``edgetk check --throughput``): 1e-4 x the output's
 largest magnitude at batch 1 (at least 1e-4: kernels may sum in another order at another batch size), plus one
-quantization step for an integer output. Records are stdlib only (``toolkit.model.types`` embeds them); the check
+quantization step for an integer output. Records are stdlib only (:class:`~toolkit.model.artifact.ArtifactRecord` embeds them); the check
 imports numpy inside.
 """
 
@@ -20,14 +20,13 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from toolkit.model.records import finite_or_none
+from toolkit.model.tensors import TensorSpec
+
 BATCH_SIZES = (4, 8)
 FIXED_BATCH_NOTE = ("the batch dimension is fixed in this artifact: --dynamic-batch did not apply to its route, "
                     "so it runs one sample per call")
 RELATIVE_LIMIT = 1e-4  # of the output's largest magnitude at batch 1
-
-
-def _num(value: float) -> float | None:
-    return float(value) if math.isfinite(value) else None
 
 
 @dataclass(frozen=True)
@@ -44,7 +43,7 @@ class BatchCheck:
         return math.isfinite(self.max_abs_error) and self.max_abs_error <= self.limit
 
     def to_dict(self) -> dict[str, Any]:
-        return {"batch": self.batch, "max_abs_error": _num(self.max_abs_error), "limit": self.limit,
+        return {"batch": self.batch, "max_abs_error": finite_or_none(self.max_abs_error), "limit": self.limit,
                 "output": self.output, "ok": self.ok}
 
 
@@ -71,7 +70,7 @@ class BatchVerification:
         return {"checks": [c.to_dict() for c in self.checks], "problem": self.problem, "ok": self.ok}
 
 
-Infer = Callable[[Mapping[str, Any]], Sequence[Any]]
+Infer = Callable[[Mapping[str, Any]], Sequence[Any]]  # numpy arrays in and out (Any: numpy is imported inside)
 
 
 def verify_batches(infer: Infer, feeds: Sequence[Mapping[str, Any]], single: Sequence[Sequence[Any]], *,
@@ -124,14 +123,14 @@ def verify_batches(infer: Infer, feeds: Sequence[Mapping[str, Any]], single: Seq
     return BatchVerification(tuple(checks))
 
 
-def batch_is_dynamic(specs: Sequence[Any]) -> bool:
-    """Every input (a :class:`~toolkit.model.types.TensorSpec`) has a dynamic first dimension (None or negative)."""
+def batch_is_dynamic(specs: Sequence[TensorSpec]) -> bool:
+    """Every input has a dynamic first dimension (None or negative)."""
     return bool(specs) and all(s.shape and (s.shape[0] is None or s.shape[0] < 0) for s in specs)
 
 
-def output_step(spec: Any) -> float:
-    """The quantization step of an integer output (a :class:`~toolkit.model.types.TensorSpec`); 0 for a float one."""
-    quantization = getattr(spec, "quantization", None)
+def output_step(spec: TensorSpec) -> float:
+    """The quantization step of an integer output; 0 for a float one."""
+    quantization = spec.quantization
     if quantization is None or not quantization.scale or "int" not in str(spec.dtype):
         return 0.0
     return float(max(quantization.scale))

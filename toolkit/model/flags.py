@@ -36,7 +36,7 @@ class Flag:
     """How a field appears on the command line.
 
     ``name`` defaults to ``--<field-name>`` with dashes; ``inverted`` makes a switch that turns the field off
-    (``--no-cache`` sets ``use_cache=False``); ``choices`` is a function so the vocabulary (``toolkit.model.types``)
+    (``--no-cache`` sets ``use_cache=False``); ``choices`` is a function so the vocabulary (``toolkit.model.vocabulary``)
     loads only when a value is checked; ``minimum``/``maximum`` bound numbers.
     """
 
@@ -90,14 +90,14 @@ def options_of(cls: type) -> tuple[Option, ...]:
 
 
 def vocabulary(name: str) -> Callable[[], tuple[str, ...]]:
-    """The values of ``toolkit.model.types.<name>`` (a tuple, a Literal alias or an Enum), loaded on first use."""
+    """The values of ``toolkit.model.vocabulary.<name>`` (a tuple, a Literal alias or an Enum), loaded on first use."""
 
     def load() -> tuple[str, ...]:
         import typing
 
-        from toolkit.model import types
+        from toolkit.model import vocabulary as words
 
-        value = getattr(types, name)
+        value = getattr(words, name)
         if isinstance(value, type) and issubclass(value, enum.Enum):
             return tuple(str(m.value) for m in value)
         if isinstance(value, tuple):

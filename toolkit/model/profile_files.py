@@ -16,7 +16,7 @@ from typing import Any
 
 from toolkit.errors import UsageError
 from toolkit.model.schemas.problems import did_you_mean
-from toolkit.model.types import Recipe, RecipeError
+from toolkit.model.recipe import Recipe, RecipeError
 
 ENV_VAR = "EDGETK_TARGETS_PATH"
 DOCS = "docs/targets.md"
@@ -30,7 +30,7 @@ def refusal(path: Path, key: str, problem: str, fix: str) -> UsageError:
 def build_recipe(path: Path, index: int, kwargs: Mapping[str, Any]) -> Recipe:
     """A recipe table (already through the schema) -> Recipe; its own cross-field refusals name the key."""
     try:
-        return Recipe(**kwargs)
+        return Recipe.parse(kwargs)
     except RecipeError as exc:
         raise refusal(path, f"recipes[{index}].{exc.key}", exc.message, exc.hint or f"See {DOCS}.") from exc
 

@@ -5,15 +5,18 @@ A selective or fragile-op build can keep the layers that hold most of the weight
 The label of such an artifact says ``mixed``: below ``MIXED_BELOW`` of its weights in int8/int16 compute it is
 never presented as plain INT8. ``toolkit.runtimes.inspection.share`` reads the figures from the artifact itself.
 
-Stdlib only (``toolkit.model.types`` embeds it in :class:`~toolkit.model.types.ArtifactRecord`).
+Stdlib only (embedded in :class:`~toolkit.model.artifact.ArtifactRecord`).
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
+
+from toolkit.model.recipe import is_a16w8
+from toolkit.model.records import JsonObject
+from toolkit.model.vocabulary import Precision
 
 MIXED_BELOW = 0.5  # quantized share of the weights under which an int8/dynamic artifact is labelled mixed
 LARGE_LAYER = 0.05  # a float layer holding at least this share of the weights (or of the MACs) is listed
@@ -34,7 +37,7 @@ class FloatLayer:
                 "why": self.why}
 
     @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> FloatLayer:
+    def from_dict(cls, data: JsonObject) -> FloatLayer:
         return cls(str(data["name"]), str(data.get("op", "")), float(data.get("weights", 0.0)),
                    float(data.get("macs", 0.0)), str(data.get("why", "")))
 
@@ -71,7 +74,7 @@ class QuantizedShare:
                 "float_layers": [layer.to_dict() for layer in self.float_layers]}
 
     @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> QuantizedShare:
+    def from_dict(cls, data: JsonObject) -> QuantizedShare:
         return cls(float(data["weights"]), float(data.get("macs", data["weights"])),
                    int(data.get("quantized_bytes", 0)), int(data.get("float_bytes", 0)),
                    tuple(FloatLayer.from_dict(f) for f in data.get("float_layers", ())))
@@ -81,11 +84,10 @@ def _pct(value: float) -> str:
     return "-" if not math.isfinite(value) else f"{100 * value:.0f}%"
 
 
-def precision_label(precision: str, recipe: Mapping[str, Any], share: QuantizedShare | None) -> str:
+def precision_label(precision: Precision, recipe: JsonObject, share: QuantizedShare | None) -> str:
     """How every table names an artifact's precision: ``int8``, ``int8 A16W8``, ``int8 mixed: 31% of weights int``."""
-    a16w8 = precision == "int8" and recipe.get("activation_type") == "int16"
-    label = f"{precision} A16W8" if a16w8 else str(precision)
-    if share is not None and share.mixed and precision in ("int8", "dynamic"):
+    label = f"{precision} A16W8" if is_a16w8(recipe) else str(precision)
+    if share is not None and share.mixed and precision in (Precision.INT8, Precision.DYNAMIC):
         label += f" mixed: {_pct(share.weights)} of weights int"
     return label
 

@@ -1,7 +1,7 @@
 """The verification records written to the manifest: per output, per slice, and the device's slice checks.
 
-Stdlib only (``toolkit.model.types`` embeds them in :class:`~toolkit.model.types.Verification` and
-:class:`~toolkit.model.types.Golden`). A slice is a group of indices along one axis of one output (for a YOLO head
+Stdlib only (embedded in :class:`~toolkit.model.artifact.Verification` and
+:class:`~toolkit.model.artifact.Golden`). A slice is a group of indices along one axis of one output (for a YOLO head
 ``[1, 4+C, N]``: the box coordinates ``[:, 0:4, :]`` and the class scores ``[:, 4:4+C, :]``), verified with its
 error relative to its own float range, so a score channel drowned by box coordinates cannot hide.
 """
@@ -10,11 +10,32 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass, field
-from typing import Any
+from dataclasses import dataclass, field, fields
+from typing import Any, ClassVar
 
 
-def _num(value: float | None) -> float | None:
+JsonObject = Mapping[str, Any]
+"""A free-form JSON object a record carries as it is (metrics, config, a runner's report): Any because its keys
+and values are not fixed by the manifest's schema (docs/schemas/convert.md) and are read back unchecked inside."""
+
+
+class Record:
+    """A frozen dataclass whose JSON object is its fields in order, tuples as lists, records as their objects."""
+
+    __dataclass_fields__: ClassVar[dict[str, Any]]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {f.name: _plain(getattr(self, f.name)) for f in fields(self)}
+
+
+def _plain(value: object) -> object:
+    if isinstance(value, tuple):
+        return [_plain(item) for item in value]
+    return value.to_dict() if isinstance(value, Record) else value
+
+
+def finite_or_none(value: float | None) -> float | None:
+    """JSON has no NaN/Inf; metrics that are not finite are written as null."""
     return None if value is None or not math.isfinite(value) else float(value)
 
 
@@ -64,8 +85,8 @@ class SliceMetrics:
 
     def to_dict(self) -> dict[str, Any]:
         return {"name": self.name, "axis": self.axis, "runs": [list(r) for r in self.runs],
-                "float_range": _num(self.float_range), "max_abs_error": _num(self.max_abs_error),
-                "mean_abs_error": _num(self.mean_abs_error), "max_error_ratio": _num(self.max_error_ratio)}
+                "float_range": finite_or_none(self.float_range), "max_abs_error": finite_or_none(self.max_abs_error),
+                "mean_abs_error": finite_or_none(self.mean_abs_error), "max_error_ratio": finite_or_none(self.max_error_ratio)}
 
 
 
@@ -82,27 +103,22 @@ class OutputMetrics:
     slices: tuple[SliceMetrics, ...] = ()  # empty: the output is verified whole
     role: str | None = None  # what the output carries (toolkit.model.roles.Role)
     role_source: str | None = None  # declared where, or inferred: why
-    metrics: Mapping[str, Any] = field(default_factory=dict, hash=False)  # its role's metrics (role_metrics)
+    metrics: JsonObject = field(default_factory=dict, hash=False)  # its role's metrics (role_metrics)
 
     @property
     def max_error_ratio(self) -> float:
         return _ratio(self.max_abs_error, self.float_range)
 
-    def worst_slice(self) -> SliceMetrics | None:
-        if not self.slices:
-            return None
-        return max(self.slices, key=lambda s: s.max_error_ratio if math.isfinite(s.max_error_ratio) else math.inf)
-
     def to_dict(self) -> dict[str, Any]:
-        return {"name": self.name, "index": self.index, "max_abs_error": _num(self.max_abs_error),
-                "mean_abs_error": _num(self.mean_abs_error), "cosine_similarity": _num(self.cosine_similarity),
-                "float_range": _num(self.float_range), "max_error_ratio": _num(self.max_error_ratio),
+        return {"name": self.name, "index": self.index, "max_abs_error": finite_or_none(self.max_abs_error),
+                "mean_abs_error": finite_or_none(self.mean_abs_error), "cosine_similarity": finite_or_none(self.cosine_similarity),
+                "float_range": finite_or_none(self.float_range), "max_error_ratio": finite_or_none(self.max_error_ratio),
                 "slices": [s.to_dict() for s in self.slices], "role": self.role, "role_source": self.role_source,
-                "metrics": {k: _num(v) if isinstance(v, float) else v for k, v in self.metrics.items()}}
+                "metrics": {k: finite_or_none(v) if isinstance(v, float) else v for k, v in self.metrics.items()}}
 
 
 @dataclass(frozen=True)
-class SliceCheck:
+class SliceCheck(Record):
     """What the device check compares: one slice of the device's output against the float reference shipped
     in the bundle, failing when the worst error exceeds ``max_error`` times ``float_range``."""
 
@@ -112,8 +128,4 @@ class SliceCheck:
     runs: tuple[tuple[int, int], ...]
     float_range: float
     max_error: float  # the tolerance's max_slice_error
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"output": self.output, "name": self.name, "axis": self.axis, "runs": [list(r) for r in self.runs],
-                "float_range": self.float_range, "max_error": self.max_error}
 

@@ -9,7 +9,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from toolkit.errors import DeviceError
-from toolkit.model.types import CheckReport, GateResult, LatencyStats
+from toolkit.model.device_records import CheckReport, GateResult, LatencyStats
 
 HOT_C = 80.0  # Raspberry Pi firmware starts to cap the clock at 80 C; most SoCs throttle in 80-95 C
 CAPPED_SHARE = 0.85  # a performance governor running below this share of the maximum clock is capped

@@ -2,7 +2,7 @@
 
 A profile is what the toolkit knows about one kind of device: its CPU, memory, OS and Python, the runtimes it
 can carry (with version bounds), its accelerators, the highest ONNX opset its runtime loads, and an ORDERED
-list of :class:`~toolkit.model.types.Recipe` (the first one that passes verification and is faster than fp32 ships
+list of :class:`~toolkit.model.recipe.Recipe` (the first one that passes verification and is faster than fp32 ships
 as the preferred artifact), a latency budget, an accuracy tolerance and a fallback order of precisions.
 
 Where profiles come from, later wins (a user profile with a shipped name replaces it):
@@ -32,7 +32,8 @@ from toolkit.model.policy import CheckPolicy, PlacementExpectation, RegressionPo
 from toolkit.model.profile_files import DOCS, ProfileSource, build_recipe, read_layers, refusal, resolve
 from toolkit.model.schemas.problems import did_you_mean
 from toolkit.model.tolerance import Tolerance  # the one Tolerance type
-from toolkit.model.types import TFLITE_RUNTIMES, Format, IoDtype, Precision, Recipe, Runtime
+from toolkit.model.recipe import Recipe
+from toolkit.model.vocabulary import TFLITE_RUNTIMES, Format, IoDtype, Precision, Runtime
 
 if TYPE_CHECKING:  # pragma: no cover - pydantic loads only when a file is read
     from toolkit.model.schemas.targets import ProfileFile

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from toolkit.model.types import Framework
+from toolkit.model.vocabulary import Framework
 from toolkit.errors import UsageError
 from toolkit.optimization.report import ModelFigures, OptimizationReport, StepReport
 from toolkit.optimization.request import OptimizeOptions

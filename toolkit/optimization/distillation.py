@@ -11,7 +11,7 @@ from typing import Any
 
 import numpy as np
 
-from toolkit.model.types import Framework
+from toolkit.model.vocabulary import Framework
 from toolkit.errors import UsageError
 from toolkit.optimization import models
 from toolkit.optimization.data import LabelledData

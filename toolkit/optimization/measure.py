@@ -12,7 +12,7 @@ from typing import Any
 
 import numpy as np
 
-from toolkit.model.types import Framework
+from toolkit.model.vocabulary import Framework
 from toolkit.optimization import models
 from toolkit.optimization.data import LabelledData
 from toolkit.optimization.report import ModelFigures

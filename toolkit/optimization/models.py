@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 
 from toolkit.errors import UsageError
-from toolkit.model.types import Framework
+from toolkit.model.vocabulary import Framework
 from toolkit.sources.detect import detect_framework
 
 

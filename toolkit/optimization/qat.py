@@ -13,7 +13,7 @@ from __future__ import annotations
 import copy
 from typing import Any
 
-from toolkit.model.types import Framework
+from toolkit.model.vocabulary import Framework
 from toolkit.errors import UsageError
 from toolkit.optimization import models
 from toolkit.optimization.data import LabelledData

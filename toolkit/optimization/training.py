@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 
 from toolkit.errors import UsageError
-from toolkit.model.types import Framework
+from toolkit.model.vocabulary import Framework
 from toolkit.optimization import models
 from toolkit.optimization.data import LabelledData
 from toolkit.optimization.memory import KERAS_REMAT_MODE

@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from toolkit.model.types import Framework
+from toolkit.model.vocabulary import Framework
 from toolkit.optimization import models
 
 _KERAS_KERNELS = ("kernel", "depthwise_kernel", "pointwise_kernel")

@@ -18,7 +18,9 @@ from pathlib import Path
 from typing import Any
 
 from toolkit.__about__ import __version__
-from toolkit.model.types import AttemptOutcome, Manifest, is_a16w8
+from toolkit.model.manifest import Manifest
+from toolkit.model.recipe import is_a16w8
+from toolkit.model.vocabulary import AttemptOutcome
 
 
 @dataclass(frozen=True)

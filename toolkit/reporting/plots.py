@@ -16,7 +16,8 @@ from typing import Any
 
 from toolkit.errors import MissingDependency
 from toolkit.model.quantized import precision_label
-from toolkit.model.types import Format, Manifest
+from toolkit.model.manifest import Manifest
+from toolkit.model.vocabulary import Format
 
 PRECISION_COLOURS = {"fp32": "#4c72b0", "fp16": "#55a868", "dynamic": "#dd8452", "int8": "#c44e52"}
 

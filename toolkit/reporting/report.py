@@ -7,7 +7,10 @@ from pathlib import Path
 
 from toolkit.runtimes.inspection import ModelInfo
 from toolkit.model.quantized import QuantizedShare, precision_label
-from toolkit.model.types import AttemptOutcome, Manifest, Precision, TensorSpec, is_a16w8
+from toolkit.model.manifest import Manifest
+from toolkit.model.recipe import is_a16w8
+from toolkit.model.tensors import TensorSpec
+from toolkit.model.vocabulary import AttemptOutcome, Precision
 
 
 def table(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
@@ -100,7 +103,7 @@ def inspect_text(info: ModelInfo) -> str:
     share = QuantizedShare.from_dict(info.extra["quantized"]) if info.extra.get("quantized") else None
     lines = [
         f"{info.path}",
-        f"  format {info.format}  precision {precision_label(info.precision, info.extra.get('recipe', {}), share)}"
+        f"  format {info.format}  precision {precision_label(Precision(info.precision), info.extra.get('recipe', {}), share)}"
         f"  size {human_bytes(info.bytes)}"
         + (f"  opset {info.opset}" if info.opset else ""),
         "inputs:",

@@ -14,7 +14,9 @@ from pathlib import Path
 from typing import Any
 
 from toolkit.model.quantized import precision_label
-from toolkit.model.types import CheckReport, Manifest, Precision
+from toolkit.model.device_records import CheckReport
+from toolkit.model.manifest import Manifest
+from toolkit.model.vocabulary import Precision
 
 HEADERS = ("artifact", "precision", "size", "accuracy (float)", "host p50", "device", "p50", "p90", "load",
            "peak mem", "gate")

@@ -19,7 +19,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from toolkit.model.types import Runtime
+from toolkit.model.vocabulary import Runtime
 
 # Highest version of each builtin operator that tflite-runtime 2.14.0 resolves (measured, see above).
 TFLITE_RUNTIME_2_14: Mapping[str, int] = {

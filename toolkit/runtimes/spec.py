@@ -3,7 +3,7 @@
 Everything that names a runtime's package reads this table: device setup (:mod:`toolkit.delivery.provisioning`:
 what to install, what to import to prove it loads) and the on-device runner, whose own copy of the table
 (``_PACKAGES``, ``INSTALL_HINTS``; the runner is a standalone file and imports nothing from here) a test keeps
-equal to these rows. A new runtime is one row here, its name in :class:`toolkit.model.types.Runtime`, and its
+equal to these rows. A new runtime is one row here, its name in :class:`toolkit.model.vocabulary.Runtime`, and its
 loader (a host session in :mod:`toolkit.runtimes.execution`, the runner's loader on the device).
 """
 
@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from toolkit.model.types import Format, Runtime
+from toolkit.model.vocabulary import Format, Runtime
 
 
 @dataclass(frozen=True)

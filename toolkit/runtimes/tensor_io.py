@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from toolkit.model.types import TensorSpec
+from toolkit.model.tensors import TensorSpec
 
 
 class TensorIO:

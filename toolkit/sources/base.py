@@ -8,7 +8,7 @@ from typing import Mapping
 
 import numpy as np
 
-from toolkit.model.types import Framework
+from toolkit.model.vocabulary import Framework
 from toolkit.runtimes.tensor_io import TensorIO
 
 

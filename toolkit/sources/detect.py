@@ -7,7 +7,7 @@ import zipfile
 from pathlib import Path
 
 from toolkit.errors import UsageError
-from toolkit.model.types import Framework
+from toolkit.model.vocabulary import Framework
 from toolkit.sources.base import SourceModel
 
 _FACTORY = re.compile(r"^(?P<target>[^:]+):(?P<attr>[A-Za-z_][A-Za-z0-9_]*)$")

@@ -13,7 +13,8 @@ from typing import Any
 import numpy as np
 
 from toolkit.errors import MissingDependency, UsageError
-from toolkit.model.types import Framework, TensorSpec
+from toolkit.model.tensors import TensorSpec
+from toolkit.model.vocabulary import Framework
 from toolkit.runtimes.inspection.onnx import load_onnx, tensor_specs
 from toolkit.sources.base import SourceModel
 

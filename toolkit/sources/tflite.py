@@ -11,7 +11,7 @@ from pathlib import Path
 
 import numpy as np
 
-from toolkit.model.types import Framework
+from toolkit.model.vocabulary import Framework
 from toolkit.runtimes.inspection.tflite import inspect_tflite
 from toolkit.sources.base import SourceModel
 

@@ -33,7 +33,8 @@ from typing import Any
 import numpy as np
 
 from toolkit.errors import MissingDependency, UsageError, key_line
-from toolkit.model.types import Framework, TensorSpec
+from toolkit.model.tensors import TensorSpec
+from toolkit.model.vocabulary import Framework
 from toolkit.sources.base import SourceModel
 
 UNKNOWN_RANK: tuple[int | None, ...] = (None,)

@@ -13,7 +13,8 @@ from pathlib import Path
 from typing import Any
 
 from toolkit.errors import UsageError, key_line
-from toolkit.model.types import Framework, TensorSpec
+from toolkit.model.tensors import TensorSpec
+from toolkit.model.vocabulary import Framework
 from toolkit.sources.torch import UNKNOWN_RANK, TorchSource, import_torch
 
 

@@ -18,7 +18,7 @@ from typing import Any
 from toolkit.store.engine import StoreUnavailable
 from toolkit.store.history import Store, StoredCheck
 from toolkit.store.location import StoreLocation, fallback_store_path
-from toolkit.model.types import CheckReport
+from toolkit.model.device_records import CheckReport
 
 
 @dataclass(frozen=True)

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from toolkit.store.location import StoreLocation, parse_location
-from toolkit.model.types import CheckReport
+from toolkit.model.device_records import CheckReport
 
 if TYPE_CHECKING:
     from sqlalchemy.engine import Engine

@@ -59,7 +59,7 @@ def import_reports(paths: Sequence[Path], store: Store, *, device: str | None = 
     """Record every report file (``device`` overrides the name the device gave itself)."""
     from toolkit.model.runner_report import parse_runner_output
     from toolkit.errors import DeviceError
-    from toolkit.model.types import GateResult
+    from toolkit.model.device_records import GateResult
 
     files = _files([Path(p) for p in paths])
     checks = imported = 0

@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from toolkit.model.types import Verification
+from toolkit.model.artifact import Verification
 from toolkit.verification import dense, detection, role_metrics, segmentation, slices
 from toolkit.model import roles
 from toolkit.model.records import OutputMetrics, SliceMetrics

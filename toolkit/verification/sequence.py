@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:  # pragma: no cover
     import numpy as np
 
-    from toolkit.model.types import TensorSpec
+    from toolkit.model.tensors import TensorSpec
 
 STATE_WORDS = ("state", "hidden", "cell", "memory", "carry", "h0", "c0", "h_", "c_")
 

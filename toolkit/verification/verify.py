@@ -1,7 +1,7 @@
 """Compare an artifact's outputs with the float model's on held-out inputs, and time it on this host.
 
 The convert stage calls :func:`verify_outputs` once per candidate artifact; it returns a
-:class:`VerificationResult` (the manifest's :class:`~toolkit.model.types.Verification` record, every broken
+:class:`VerificationResult` (the manifest's :class:`~toolkit.model.artifact.Verification` record, every broken
 tolerance in plain words, and why the verdict is vacuous when it proves nothing). The metrics live in
 :mod:`toolkit.verification`: per output and per slice of outputs that mix ranges (a detection head's boxes and
 scores), and per task (classification top-1/top-5 and accuracy, detection recall/precision against the float
@@ -17,7 +17,7 @@ from collections.abc import Callable, Mapping, Sequence
 
 import numpy as np
 
-from toolkit.model.types import Verification
+from toolkit.model.artifact import Verification
 from toolkit.verification.outputs import VerificationResult, verify_outputs
 from toolkit.model.records import SliceCheck
 from toolkit.model.roles import OutputDeclaration, check_names, parse_output_tasks

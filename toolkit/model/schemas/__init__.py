@@ -3,7 +3,7 @@
 2 models with ``extra="forbid"``, at the file boundary only.
 
 A file is parsed (``tomllib``), validated here, and turned into the frozen dataclasses of
-:mod:`toolkit.model.types` and friends that flow between the stages; nothing past the boundary sees pydantic.
+:mod:`toolkit.model` and friends that flow between the stages; nothing past the boundary sees pydantic.
 Every refusal goes through :mod:`toolkit.model.schemas.problems`, the one did-you-mean formatter, so each message
 names the file, the key and the fix. pydantic is imported only when a file is read (``edgetk --help`` never
 loads it): import these modules inside functions.

@@ -1,6 +1,6 @@
 """The schema of a bundle's ``manifest.json`` (docs/schemas/convert.md), as pydantic 2 models with
 ``extra="forbid"``, and :func:`read_manifest`, which turns a validated one into the frozen
-:class:`~toolkit.model.types.Manifest` the stages share.
+:class:`~toolkit.model.manifest.Manifest` the stages share.
 
 Unknown keys are refused: a manifest is written by ``edgetk convert`` and read under the same contract
 (``schema_version``); a key this edgetk does not know is a hand edit gone wrong, or comes from a newer edgetk,
@@ -19,51 +19,45 @@ from typing import Annotated, Any
 from pydantic import ValidationError
 
 from toolkit.errors import UsageError
-from toolkit.model.policy import CheckPolicy, PlacementExpectation, RegressionPolicy
+from toolkit.model.policy import CheckPolicy, RegressionPolicy
 from toolkit.model.schemas.fields import Bool, Int, Number, Str, Table, choice
 from toolkit.model.schemas.problems import problems
 from toolkit.model.schemas.quantized import QuantizedM, read_quantized
-from toolkit.model.types import (
+from toolkit.model.schemas.verification import (
+    Free,
+    GoldenM,
+    Real,
+    VerificationM,
+    float_or_none,
+    nan_if_null,
+    read_golden,
+    read_verification,
+)
+from toolkit.model.artifact import ArtifactRecord, Attempt, FloatIO, PteRecord
+from toolkit.model.manifest import (
     MANIFEST_SCHEMA_VERSION,
-    ArtifactRecord,
-    ArtifactStatus,
-    Attempt,
-    AttemptOutcome,
     CalibrationRef,
-    FloatIO,
-    FloatIOReason,
-    PteRecord,
-    Format,
-    Framework,
-    Golden,
     FileRef,
     Manifest,
-    Precision,
     Preprocessing,
-    Quantization,
     RunnerRef,
     SourceRef,
+)
+from toolkit.model.tensors import Quantization, TensorSpec
+from toolkit.model.vocabulary import (
+    ArtifactStatus,
+    AttemptOutcome,
+    FloatIOReason,
+    Format,
+    Framework,
+    Precision,
     TensorRole,
-    TensorSpec,
-    Verification,
 )
 from toolkit.model.batching import BatchCheck, BatchVerification
-from toolkit.model.records import OutputMetrics, SliceCheck, SliceMetrics
 
 DOCS = "docs/schemas/convert.md"
 REBUILD = "Rebuild the bundle with `edgetk convert`"
 
-Free = dict[str, Any]  # a table whose keys the manifest does not fix
-Real = Number | None  # null: not finite when written (JSON has no NaN), read back as NaN
-Run = tuple[Int, Int]
-
-
-def _nan(value: float | None) -> float:
-    return float("nan") if value is None else float(value)
-
-
-def _float(value: float | None) -> float | None:
-    return None if value is None else float(value)
 
 
 # ------------------------------------------------------------------------------------------- the schema
@@ -80,63 +74,6 @@ class TensorM(Table):
     shape: list[Int | None]
     dtype: Str
     quantization: QuantizationM | None = None
-
-
-class SliceMetricsM(Table):
-    name: Str
-    axis: Int
-    runs: list[Run]
-    float_range: Real = None
-    max_abs_error: Real = None
-    mean_abs_error: Real = None
-    max_error_ratio: Real = None  # derived when written; not read back
-
-
-class OutputMetricsM(Table):
-    name: Str
-    index: Int
-    max_abs_error: Real = None
-    mean_abs_error: Real = None
-    cosine_similarity: Real = None
-    float_range: Real = None
-    max_error_ratio: Real = None  # derived when written; not read back
-    slices: list[SliceMetricsM] = []
-    role: Str | None = None  # schema 4: the output's role, how it was chosen, its role's metrics
-    role_source: Str | None = None
-    metrics: Free | None = None
-
-
-class VerificationM(Table):
-    max_abs_error: Real = None
-    mean_abs_error: Real = None
-    cosine_similarity: Real = None
-    top1_agreement: Real = None
-    samples: Int
-    accuracy: Real = None
-    reference_accuracy: Real = None
-    task: Str | None = None
-    task_source: Str | None = None
-    task_metrics: Free | None = None
-    outputs: list[OutputMetricsM] | None = None
-    worst: Str | None = None
-    vacuous: Str | None = None
-    user_metric: Free | None = None
-
-
-class SliceCheckM(Table):
-    output: Int
-    name: Str
-    axis: Int
-    runs: list[Run]
-    float_range: Number
-    max_error: Number
-
-
-class GoldenM(Table):
-    outputs: Str
-    atol: Number
-    slices: list[SliceCheckM] | None = None
-    reference: Str | None = None
 
 
 class FloatIOM(Table):
@@ -329,14 +266,14 @@ def _manifest(m: ManifestM) -> Manifest:
         name=m.name,
         created_at=m.created_at,
         toolkit_version=m.toolkit_version,
-        source=SourceRef(path=m.source.path, sha256=m.source.sha256, framework=m.source.framework),
+        source=SourceRef(path=m.source.path, sha256=m.source.sha256, framework=Framework(m.source.framework)),
         target=target.name,
         target_arch=target.arch,
         preprocessing=Preprocessing(
             layout=pre.layout, color_order=pre.color_order,
             mean=tuple(float(v) for v in pre.mean) if pre.mean is not None else None,
             std=tuple(float(v) for v in pre.std) if pre.std is not None else None,
-            scale=_float(pre.scale), dtype=pre.dtype,
+            scale=float_or_none(pre.scale), dtype=pre.dtype,
             size=(pre.size[0], pre.size[1]) if pre.size is not None and len(pre.size) == 2 else None,
         ) if pre is not None else None,
         labels=tuple(m.labels) if m.labels is not None else None,
@@ -344,12 +281,13 @@ def _manifest(m: ManifestM) -> Manifest:
                                    samples=m.calibration.samples) if m.calibration else None,
         golden_inputs=m.golden_inputs,
         artifacts=tuple(_artifact(a) for a in m.artifacts),
-        attempts=tuple(Attempt(recipe=a.recipe, outcome=a.outcome, reason=a.reason, file=a.file,
+        attempts=tuple(Attempt(recipe=a.recipe, outcome=AttemptOutcome(a.outcome), reason=a.reason, file=a.file,
                                metrics=a.metrics, workaround=a.workaround) for a in m.attempts or ()),
         runtime_preferences=m.runtime_preferences or {},
         runner=RunnerRef(file=m.runner.file, sha256=m.runner.sha256) if m.runner else None,
         config=m.config or {},
-        check_policy=_check_policy(m.check_policy) if m.check_policy is not None else None,
+        check_policy=CheckPolicy.from_dict(m.check_policy.model_dump(exclude_none=True))
+        if m.check_policy is not None else None,
         on_demand=tuple(FileRef(file=f.file, sha256=f.sha256, bytes=f.bytes) for f in m.on_demand or ()),
     )
 
@@ -360,73 +298,25 @@ def _tensor(t: TensorM) -> TensorSpec:
         tuple(float(s) for s in q.scale), tuple(q.zero_point), q.axis) if q is not None else None)
 
 
-def _slice_metrics(s: SliceMetricsM) -> SliceMetrics:
-    return SliceMetrics(name=s.name, axis=s.axis, runs=tuple(s.runs), float_range=_nan(s.float_range),
-                        max_abs_error=_nan(s.max_abs_error), mean_abs_error=_nan(s.mean_abs_error))
-
-
-def _output_metrics(o: OutputMetricsM) -> OutputMetrics:
-    return OutputMetrics(name=o.name, index=o.index, max_abs_error=_nan(o.max_abs_error),
-                         mean_abs_error=_nan(o.mean_abs_error), cosine_similarity=_nan(o.cosine_similarity),
-                         float_range=_nan(o.float_range), slices=tuple(_slice_metrics(s) for s in o.slices),
-                         role=o.role, role_source=o.role_source, metrics=o.metrics or {})
-
-
-def _verification(v: VerificationM) -> Verification:
-    return Verification(
-        max_abs_error=_nan(v.max_abs_error), mean_abs_error=_nan(v.mean_abs_error),
-        cosine_similarity=_nan(v.cosine_similarity), top1_agreement=_float(v.top1_agreement),
-        samples=v.samples,
-        accuracy=_float(v.accuracy), reference_accuracy=_float(v.reference_accuracy), task=v.task,
-        task_source=v.task_source, task_metrics=v.task_metrics or {},
-        outputs=tuple(_output_metrics(o) for o in v.outputs or ()), worst=v.worst, vacuous=v.vacuous,
-        user_metric=v.user_metric,
-    )
-
-
-def _golden(g: GoldenM) -> Golden:
-    slices = tuple(SliceCheck(output=s.output, name=s.name, axis=s.axis, runs=tuple(s.runs),
-                              float_range=float(s.float_range), max_error=float(s.max_error))
-                   for s in g.slices or ())
-    return Golden(g.outputs, float(g.atol), slices=slices, reference=g.reference)
-
-
 def _artifact(a: ArtifactM) -> ArtifactRecord:
     return ArtifactRecord(
-        file=a.file, format=a.format, precision=a.precision, sha256=a.sha256, bytes=a.bytes,
+        file=a.file, format=Format(a.format), precision=Precision(a.precision), sha256=a.sha256, bytes=a.bytes,
         inputs=tuple(_tensor(t) for t in a.inputs), outputs=tuple(_tensor(t) for t in a.outputs),
-        verification=_verification(a.verification) if a.verification is not None else None,
-        golden=_golden(a.golden) if a.golden is not None else None,
-        host_latency_ms=_float(a.host_latency_ms), fp32_latency_ms=_float(a.fp32_latency_ms), host_cpu=a.host_cpu,
+        verification=read_verification(a.verification) if a.verification is not None else None,
+        golden=read_golden(a.golden) if a.golden is not None else None,
+        host_latency_ms=float_or_none(a.host_latency_ms), fp32_latency_ms=float_or_none(a.fp32_latency_ms), host_cpu=a.host_cpu,
         runtime=a.runtime,
-        status=a.status or ArtifactStatus.OK, recipe=a.recipe or {}, float_nodes=tuple(a.float_nodes or ()),
+        status=ArtifactStatus(a.status or ArtifactStatus.OK), recipe=a.recipe or {}, float_nodes=tuple(a.float_nodes or ()),
         execution_providers=tuple(a.execution_providers or ()), layout=a.layout, notes=tuple(a.notes or ()),
         preferred=bool(a.preferred), provider_options=a.provider_options or {}, delegate=a.delegate,
-        float_io=tuple(FloatIO(f.name, f.role, f.reason, f.detail) for f in a.float_io or ()),
+        float_io=tuple(FloatIO(f.name, TensorRole(f.role), FloatIOReason(f.reason), f.detail) for f in a.float_io or ()),
         batching=_batching(a.batching) if a.batching is not None else None,
         quantized=read_quantized(a.quantized),
-        pte=PteRecord(a.pte.delegated_nodes, a.pte.total_nodes, a.pte.bundled, _float(a.pte.bundled_atol))
+        pte=PteRecord(a.pte.delegated_nodes, a.pte.total_nodes, a.pte.bundled, float_or_none(a.pte.bundled_atol))
         if a.pte is not None else None,
     )
 
 
-
 def _batching(b: BatchingM) -> BatchVerification:
     return BatchVerification(
-        tuple(BatchCheck(c.batch, _nan(c.max_abs_error), float(c.limit), c.output) for c in b.checks), b.problem)
-
-
-def _check_policy(p: CheckPolicyM) -> CheckPolicy:
-    r = p.regression or RegressionM()
-    return CheckPolicy(
-        target=p.target,
-        latency_budget_ms=_float(p.latency_budget_ms),
-        regression=RegressionPolicy(min_slowdown_pct=float(r.min_slowdown_pct),
-                                    min_slowdown_ms=float(r.min_slowdown_ms), alpha=float(r.alpha),
-                                    baseline_checks=r.baseline_checks,
-                                    min_baseline_checks=r.min_baseline_checks),
-        placement=tuple(PlacementExpectation(format=x.format, on=x.on, min_nodes_pct=float(x.min_nodes_pct),
-                                             artifacts=x.artifacts) for x in p.placement or ()),
-        tolerance={k: float(v) for k, v in p.tolerance.items()} if p.tolerance is not None else None,
-        min_throughput_ips=_float(p.min_throughput_ips),
-    )
+        tuple(BatchCheck(c.batch, nan_if_null(c.max_abs_error), float(c.limit), c.output) for c in b.checks), b.problem)

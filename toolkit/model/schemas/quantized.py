@@ -4,7 +4,7 @@ A manifest written before it existed has none (None: the share was not recorded)
 
 from __future__ import annotations
 
-from toolkit.model.quantized import FloatLayer, QuantizedShare
+from toolkit.model.quantized import QuantizedShare
 from toolkit.model.schemas.fields import Bool, Int, Number, Str, Table
 
 
@@ -28,8 +28,4 @@ class QuantizedM(Table):
 def read_quantized(q: QuantizedM | None) -> QuantizedShare | None:
     if q is None or q.weights is None:
         return None
-    weights = float(q.weights)
-    layers = tuple(FloatLayer(f.name, f.op or "", float(f.weights or 0.0), float(f.macs or 0.0), f.why or "")
-                   for f in q.float_layers or ())
-    return QuantizedShare(weights, float(q.macs) if q.macs is not None else weights, q.quantized_bytes or 0,
-                          q.float_bytes or 0, layers)
+    return QuantizedShare.from_dict(q.model_dump(exclude_none=True))

@@ -28,7 +28,7 @@ from toolkit.model.schemas.fields import (
 )
 from toolkit.model.tolerance import LIMITS
 from toolkit.model.platform import ACCELERATOR_KINDS, ARCHES, EXECUTION_PROVIDERS
-from toolkit.model.types import (
+from toolkit.model.vocabulary import (
     FORMATS,
     PRECISIONS,
     RUNTIMES,
@@ -111,7 +111,7 @@ class AcceleratorEntry(Table):
 
 
 class RecipeEntry(Table):
-    """A ``[[recipes]]`` table: the fields of :class:`toolkit.model.types.Recipe` (a test keeps them in step)."""
+    """A ``[[recipes]]`` table: the fields of :class:`toolkit.model.recipe.Recipe` (a test keeps them in step)."""
 
     format: Annotated[Str, choice(FORMATS, "format")]
     precision: Precision
@@ -128,7 +128,7 @@ class RecipeEntry(Table):
     layout: Annotated[Str, choice(Layout.values(), "layout")] | None = None
 
     def recipe_kwargs(self) -> dict[str, Any]:
-        """The keys the file set, as :class:`~toolkit.model.types.Recipe` arguments (lists as tuples)."""
+        """The keys the file set, as :class:`~toolkit.model.recipe.Recipe` arguments (lists as tuples)."""
         kwargs = self.model_dump(exclude_unset=True)
         for key in ("nodes_to_exclude", "execution_providers"):
             if key in kwargs:

@@ -14,7 +14,8 @@ from typing import Mapping
 import numpy as np
 
 from toolkit.errors import UsageError
-from toolkit.model.types import Runtime, TensorSpec
+from toolkit.model.tensors import TensorSpec
+from toolkit.model.vocabulary import Runtime
 from toolkit.runtimes.tensor_io import TensorIO
 
 

@@ -10,7 +10,8 @@ import numpy as np
 
 from toolkit.errors import MissingDependency, UsageError
 from toolkit.runtimes.execution import HostSession
-from toolkit.model.types import Runtime, TensorSpec
+from toolkit.model.tensors import TensorSpec
+from toolkit.model.vocabulary import Runtime
 
 _ORT_TYPES = {
     "tensor(float)": "float32",

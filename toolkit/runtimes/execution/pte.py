@@ -9,7 +9,7 @@ from typing import Any
 
 import numpy as np
 
-from toolkit.model.types import Runtime
+from toolkit.model.vocabulary import Runtime
 from toolkit.runtimes.execution import HostSession
 from toolkit.runtimes.inspection.pte import load_program, tensor_specs
 

@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 
 from toolkit.errors import MissingDependency, UsageError
-from toolkit.model.types import Runtime
+from toolkit.model.vocabulary import Runtime
 from toolkit.runtimes.execution import HostSession
 from toolkit.runtimes.inspection.tflite import parse_tflite
 

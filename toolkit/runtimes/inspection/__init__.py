@@ -7,7 +7,8 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from toolkit.errors import UsageError
-from toolkit.model.types import Format, Precision, TensorSpec
+from toolkit.model.tensors import TensorSpec
+from toolkit.model.vocabulary import Format, Precision
 
 
 @dataclass(frozen=True)

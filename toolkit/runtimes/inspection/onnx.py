@@ -19,7 +19,8 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from toolkit.errors import MissingDependency, UsageError
-from toolkit.model.types import Format, Precision, TensorSpec
+from toolkit.model.tensors import TensorSpec
+from toolkit.model.vocabulary import Format, Precision
 from toolkit.runtimes.inspection import ModelInfo
 
 if TYPE_CHECKING:

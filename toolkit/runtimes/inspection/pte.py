@@ -10,7 +10,8 @@ from pathlib import Path
 from typing import Any
 
 from toolkit.errors import MissingDependency, UsageError
-from toolkit.model.types import Format, Precision, TensorSpec
+from toolkit.model.tensors import TensorSpec
+from toolkit.model.vocabulary import Format, Precision
 from toolkit.runtimes.inspection import ModelInfo
 
 # ExecuTorch ScalarType codes -> numpy dtype names (the ones a model's I/O can have)

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from toolkit.model.quantized import LARGE_LAYER, FloatLayer, QuantizedShare, names_layer
-from toolkit.model.types import Precision
+from toolkit.model.vocabulary import Precision
 
 TFLITE_WEIGHTED = frozenset({
     "CONV_2D", "DEPTHWISE_CONV_2D", "FULLY_CONNECTED", "BATCH_MATMUL", "TRANSPOSE_CONV", "CONV_3D",

@@ -15,7 +15,8 @@ from typing import Any
 
 from toolkit.errors import MissingDependency, UsageError
 from toolkit.runtimes.inspection import ModelInfo
-from toolkit.model.types import Format, Precision, Quantization, TensorSpec
+from toolkit.model.tensors import Quantization, TensorSpec
+from toolkit.model.vocabulary import Format, Precision
 
 # Operators that only convert between float and integer: they never count as computing in integer.
 CONVERSION_OPS = frozenset({"QUANTIZE", "DEQUANTIZE"})

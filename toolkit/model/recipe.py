@@ -1,0 +1,135 @@
+"""A recipe: how to build one artifact (format, precision and the knobs that decide whether it is fast)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from toolkit.errors import UsageError
+from toolkit.model.records import JsonObject, Record
+from toolkit.model.vocabulary import (
+    CalibrationMethod,
+    Format,
+    IoDtype,
+    Layout,
+    Precision,
+    QuantFormat,
+    QuantType,
+    _Word,
+)
+
+
+class RecipeError(UsageError):
+    """A recipe refused by :class:`Recipe`; ``key`` is the field at fault, so a profile loader can name it
+    without reading the message."""
+
+    def __init__(self, key: str, message: str, *, hint: str | None = None) -> None:
+        super().__init__(message, hint=hint)
+        self.key = key
+
+
+def _word(vocabulary: type[_Word], value: object, key: str) -> _Word:
+    choices = vocabulary.values()
+    if isinstance(value, str) and value in choices:
+        return vocabulary(value)
+    last = " or ".join(choices[-2:])
+    hint = f"Use one of: {', '.join(choices)}." if len(choices) > 3 else f"Use {', '.join([*choices[:-2], last])}."
+    raise RecipeError(key, f"Unknown {key} {value!r}.", hint=hint)
+
+
+@dataclass(frozen=True)
+class Recipe(Record):
+    """How to build one artifact: format and precision, plus the knobs that decide whether it is fast.
+
+    Target profiles list recipes in order of preference; ``--precision``/``--format`` build plain ones.
+    ``__post_init__`` refuses a recipe its format cannot express, so a wrong one never reaches a converter.
+    """
+
+    format: Format
+    precision: Precision
+    io_dtype: IoDtype = IoDtype.FLOAT32  # TFLite int8: the input/output type ("int8" for int8 recipes)
+    activation_type: QuantType = QuantType.UINT8  # ONNX static int8: U8S8 2x faster than S8S8 on x86
+    weight_type: QuantType = QuantType.INT8
+    calibration_method: CalibrationMethod = CalibrationMethod.MINMAX
+    per_channel: bool = True
+    quant_format: QuantFormat = QuantFormat.QDQ
+    threads: int | None = None
+    opset: int | None = None
+    nodes_to_exclude: tuple[str, ...] = ()  # selective quantization: kept in float
+    execution_providers: tuple[str, ...] = ()  # ONNX Runtime providers for the device, in order
+    layout: Layout | None = None  # NHWC to ask a PyTorch -> TFLite route for channel-last I/O
+
+    @classmethod
+    def parse(cls, fields: JsonObject) -> Recipe:
+        """A recipe from the words of a file or a flag (``{"format": "onnx", ...}``): each vocabulary word
+        becomes its member; a word outside it raises a :class:`RecipeError` naming the key."""
+        words: dict[str, Any] = {  # Any: the file's values, each checked by the constructor
+            key: _word(_RECIPE_WORDS[key], value, key) if key in _RECIPE_WORDS and value is not None else value
+            for key, value in fields.items()}
+        return cls(**words)
+
+    def __post_init__(self) -> None:
+        if self.io_dtype != IoDtype.FLOAT32 and not (self.format == Format.TFLITE and self.precision == Precision.INT8):
+            raise RecipeError(
+                "io_dtype",
+                f"io_dtype {self.io_dtype!r} needs a full-integer TFLite recipe (got {self.format} {self.precision}).",
+                hint="Only TFLite int8 artifacts take integer input/output; leave io_dtype at float32.",
+            )
+        if self.activation_type == QuantType.INT16 or self.weight_type == QuantType.INT16:
+            self._check_a16w8()
+        if self.threads is not None and self.threads < 1:
+            raise RecipeError("threads", f"threads must be at least 1 (got {self.threads}).")
+
+    def _check_a16w8(self) -> None:
+        """int16 is the activation type of the A16W8 recipe only: an int8 recipe with int8 weights, QDQ in ONNX
+        (ONNX Runtime's only 16-bit format), float I/O in TFLite (the 16x8 converter's inputs stay float)."""
+        hint = ('For A16W8 write precision = "int8", activation_type = "int16", weight_type = "int8" '
+                '(quant_format = "qdq" in ONNX, io_dtype = "float32" in TFLite).')
+        if self.weight_type == QuantType.INT16:
+            raise RecipeError("weight_type", "weight_type 'int16' is not offered: 16 bits are for activations "
+                              "(A16W8).", hint=hint)
+        if self.precision != Precision.INT8:
+            raise RecipeError("activation_type", f"activation_type 'int16' needs precision int8 (got "
+                              f"{self.precision}).", hint=hint)
+        if self.weight_type != QuantType.INT8:
+            raise RecipeError("weight_type", f"A16W8 takes int8 weights (got {self.weight_type}).", hint=hint)
+        if self.format == Format.ONNX and self.quant_format != QuantFormat.QDQ:
+            raise RecipeError("quant_format", "16-bit activations exist in ONNX Runtime only as QDQ (got "
+                              f"{self.quant_format}).", hint=hint)
+        if self.format == Format.TFLITE and self.io_dtype != IoDtype.FLOAT32:
+            raise RecipeError("io_dtype", f"A16W8 TFLite takes float32 input/output (got {self.io_dtype}).",
+                              hint=hint)
+
+    @property
+    def a16w8(self) -> bool:
+        """16-bit activations, 8-bit weights: the accuracy fallback after plain INT8 (never preferred to it)."""
+        return self.precision == Precision.INT8 and self.activation_type == QuantType.INT16
+
+    @property
+    def label(self) -> str:
+        """A short human name: ``tflite int8 (int8 io)``, ``onnx int8 (U8S8 qdq minmax)``, ``onnx int8 (A16W8 qdq
+        minmax)``, ``tflite int8 (A16W8, float32 io)``."""
+        if self.precision != Precision.INT8:
+            return f"{self.format} {self.precision}"
+        if self.format == Format.TFLITE:
+            return f"tflite int8 ({'A16W8, ' if self.a16w8 else ''}{self.io_dtype} io)"
+        if self.format == Format.PTE:
+            return f"pte int8 (XNNPACK, {'per-channel' if self.per_channel else 'per-tensor'} weights)"
+        if self.a16w8:
+            return f"onnx int8 (A16W8 {self.quant_format} {self.calibration_method})"
+        act = "U" if self.activation_type == QuantType.UINT8 else "S"
+        wt = "U" if self.weight_type == QuantType.UINT8 else "S"
+        return f"onnx int8 ({act}8{wt}8 {self.quant_format} {self.calibration_method})"
+
+
+def is_a16w8(recipe: JsonObject) -> bool:
+    """A written recipe (a manifest's ``recipe`` object) is the A16W8 recipe: 16-bit activations, 8-bit weights."""
+    return recipe.get("precision") == Precision.INT8 and recipe.get("activation_type") == QuantType.INT16
+
+
+_RECIPE_WORDS: Mapping[str, type[_Word]] = {
+    "format": Format, "precision": Precision, "io_dtype": IoDtype, "activation_type": QuantType,
+    "weight_type": QuantType, "calibration_method": CalibrationMethod, "quant_format": QuantFormat,
+    "layout": Layout,
+}
