@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from toolkit.errors import UsageError
+from toolkit.model.vocabulary import Format
 
 # Where a TFLite artifact's nodes can run besides the CPU kernels: the runner's names for its delegates.
 TFLITE_PLACES: tuple[str, ...] = ("xnnpack", "edgetpu", "gpu")
@@ -70,18 +71,25 @@ class PlacementExpectation:
     (``*_edgetpu.tflite``: only the compiled Edge TPU model, not the CPU fallbacks beside it).
     """
 
-    format: str
+    format: Format
     on: str
     min_nodes_pct: float = 100.0
     artifacts: str = "*"
 
+    @classmethod
+    def parse(cls, data: Mapping[str, Any]) -> PlacementExpectation:
+        """From a profile's or a manifest's ``[[placement]]`` table: the format word becomes its member."""
+        if data.get("format") not in (Format.TFLITE, Format.ONNX):
+            raise UsageError(f"placement: unknown format {data.get('format')!r}.", hint="Use tflite or onnx.")
+        return cls(**{**data, "format": Format(data["format"])})
+
     def __post_init__(self) -> None:
-        if self.format not in ("tflite", "onnx"):
+        if self.format not in (Format.TFLITE, Format.ONNX):
             raise UsageError(f"placement: unknown format {self.format!r}.", hint="Use tflite or onnx.")
-        if self.format == "tflite" and self.on not in TFLITE_PLACES:
+        if self.format == Format.TFLITE and self.on not in TFLITE_PLACES:
             raise UsageError(f"placement: {self.on!r} is not a TFLite delegate.",
                              hint=f"Use one of: {', '.join(TFLITE_PLACES)}.")
-        if self.format == "onnx" and not self.on.endswith("ExecutionProvider"):
+        if self.format == Format.ONNX and not self.on.endswith("ExecutionProvider"):
             raise UsageError(f"placement: {self.on!r} is not an ONNX Runtime execution provider.",
                              hint="For example TensorrtExecutionProvider or CUDAExecutionProvider.")
         if not 0 < self.min_nodes_pct <= 100:
@@ -135,7 +143,7 @@ class CheckPolicy:
             target=data.get("target"),
             latency_budget_ms=None if budget is None else float(budget),
             regression=RegressionPolicy(**(data.get("regression") or {})),
-            placement=tuple(PlacementExpectation(**p) for p in data.get("placement") or ()),
+            placement=tuple(PlacementExpectation.parse(p) for p in data.get("placement") or ()),
             tolerance={str(k): float(v) for k, v in tolerance.items()} if tolerance is not None else None,
             min_throughput_ips=None if floor is None else float(floor),
         )

@@ -288,7 +288,7 @@ def _policies(path: Path, profile: ProfileFile) -> tuple[RegressionPolicy, tuple
     placement = []
     for index, expectation in enumerate(profile.placement):
         try:
-            placement.append(PlacementExpectation(**expectation.model_dump(exclude_none=True)))
+            placement.append(PlacementExpectation.parse(expectation.model_dump(exclude_none=True)))
         except UsageError as exc:
             raise refusal(path, f"placement[{index}]", exc.message, exc.hint or f"See {DOCS}.") from exc
     return regression, tuple(placement)
