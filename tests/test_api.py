@@ -279,3 +279,47 @@ def test_no_import_cycles_between_toolkit_modules():
     assert cycles == [], "import cycles (break them by moving the shared piece down): " + "; ".join(
         " -> ".join(c) for c in cycles)
 
+
+
+def _floors() -> dict[str, int]:
+    """docs/design.md's floor table: room (``toolkit/x.py`` or ``toolkit/x/``) -> its floor."""
+    import re
+
+    text = (Path(__file__).resolve().parents[1] / "docs" / "design.md").read_text()
+    table = text[text.index("## The rooms, floor by floor"):]
+    table = table[table.index("```") + 3:]
+    table = table[:table.index("```")]
+    floors: dict[str, int] = {}
+    floor = 0
+    for line in table.splitlines():
+        found = re.match(r"^(?:floor\s+(\d+))?\s+(toolkit/[\w.]+/?)", line)
+        if found:
+            floor = int(found.group(1)) if found.group(1) else floor
+            floors[found.group(2)] = floor
+    return floors
+
+
+@pytest.mark.fast
+def test_rooms_import_only_lower_floors():
+    """Every room of toolkit/ stands on docs/design.md's floor table, and imports only rooms below it."""
+    floors = _floors()
+    root = Path(toolkit.__file__).parent
+
+    def room(module: str) -> str:
+        parts = module.split(".")
+        if len(parts) == 2 and parts[1] == "__init__" or len(parts) == 1:
+            return "toolkit/__init__.py"
+        return f"toolkit/{parts[1]}/" if (root / parts[1]).is_dir() else f"toolkit/{parts[1]}.py"
+
+    rooms = {f"toolkit/{p.name}/" if p.is_dir() else f"toolkit/{p.name}" for p in root.iterdir()
+             if (p.is_dir() and (p / "__init__.py").exists()) or p.suffix == ".py"}
+    assert rooms <= set(floors), f"rooms missing from docs/design.md's floor table: {sorted(rooms - set(floors))}"
+    upward = []
+    for module, imported in _toolkit_imports().items():
+        source = room(module if "." in module else module + ".__init__")
+        for target in imported:
+            destination = room(target)
+            if destination != source and floors[destination] >= floors[source]:
+                upward.append(f"{module} -> {target} ({source} floor {floors[source]}, {destination} floor "
+                              f"{floors[destination]})")
+    assert upward == [], "imports that run up the floors (move the shared piece down): " + "; ".join(sorted(upward))
