@@ -117,7 +117,7 @@ def test_add_a_runtime_recipe() -> None:
     assert {row.runtime for row in spec.RUNTIME_SPECS} == set(Runtime), "a runtime without its row"
     fields = {f.name for f in dataclasses.fields(spec.RuntimeSpec)}
     assert {"format", "distributions", "module", "install_hint", "requirements"} <= fields
-    assert "`types.Runtime`" in recipe and "`open_session`" in recipe and hasattr(execution, "open_session")
+    assert "`vocabulary.Runtime`" in recipe and "`open_session`" in recipe and hasattr(execution, "open_session")
     assert "toolkit.runtimes.spec" in _imports(ROOT / "toolkit" / "delivery" / "provisioning.py"), \
         "setup does not read the rows"
     runner = _names(ROOT / "toolkit" / "device_side" / "src" / "edgetk_runner.py")
