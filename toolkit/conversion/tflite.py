@@ -1,28 +1,13 @@
-"""Keras / SavedModel -> TFLite: fp32, fp16, dynamic range, and full int8 from calibration data.
+"""Keras / SavedModel -> TFLite: fp32, fp16, dynamic range, full int8 (I/O ``recipe.io_dtype``) and A16W8.
 
-Route (findings.md): the source is exported once to a SavedModel with the requested input shapes pinned
-(``keras.export.ExportArchive`` for Keras 3, which freezes the variables correctly) and converted with
-``TFLiteConverter.from_saved_model``. ``from_concrete_functions`` on a live Keras 3 model yields NaN models;
-every artifact therefore passes a sanity run (``sanity_check``) on one calibration sample before it is
-written, and a non-finite output stops the conversion with a :class:`ConversionError`.
-
-Full int8 takes ``request.recipe.io_dtype`` (int8 by default, uint8, or float32 I/O). A16W8 (``activation_type
-= "int16"``: 16-bit activations, 8-bit weights) is the converter's own 16x8 build with float I/O (``_a16w8``):
-TF quantizes 16x8 with its calibrate-and-quantize path, not the MLIR quantizer the cached calibration feeds,
-so it calibrates once more for itself. Selective quantization (``recipe.nodes_to_exclude``) goes through the
-MLIR quantizer the TFLite quantization debugger uses: the model is calibrated once, then quantized with those
-nodes (op output tensor names, Keras layer names, or builtin op names such as ``FULLY_CONNECTED``)
-denylisted, so they stay float.
-Which entries name which ops: ``tflite_nodes``; integer I/O around float islands: ``tflite_borders``; the
-per-layer error ranking (the quantization debugger): ``tflite_debugger``.
-
-A run calibrates once (``_calibrated``, kept per source, calibration set, per-channel and pinned shapes): the
-full int8 artifact, the layer table, the fragile-pattern pass and every selective rebuild quantize that one
-calibrated model, as the converter itself does after calibrating; the quantization parameters are those of a
-fresh calibration.
-
-Nothing is ever left half-written at ``output``: the model is written to a temporary file next to it and
-renamed only after the sanity run passed.
+The source is exported once to a SavedModel with the input shapes pinned (``keras.export.ExportArchive`` for
+Keras 3, which freezes the variables correctly) and converted with ``TFLiteConverter.from_saved_model``:
+``from_concrete_functions`` on a live Keras 3 model yields NaN models (findings.md), so every artifact passes
+``sanity_check`` before it is renamed into place at ``output`` (never left half-written). A run calibrates
+once (``_calibrated``); full int8, the fragile-pattern pass and selective rebuilds (``nodes_to_exclude``
+denylisted in the MLIR quantizer the debugger uses) quantize that one calibrated model. A16W8 is the
+converter's own 16x8 build with float I/O: it calibrates for itself (``_a16w8``). Which entries name which ops:
+``tflite_nodes``; integer I/O around float islands: ``tflite_borders``; the layer table: ``tflite_debugger``.
 """
 
 from __future__ import annotations
