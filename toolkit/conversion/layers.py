@@ -1,25 +1,16 @@
-"""One layer-wise error analysis of full INT8: each quantized layer's output against its float value.
+"""One layer-wise error analysis of full INT8: each quantized layer's output against its float value, layer by
+layer on the calibration data, so a user and selective quantization see which layers to keep in float.
 
-The table says *where* INT8 loses the model, layer by layer, on the calibration data (as TFLite's
-``QuantizationDebugger`` and ONNX Runtime's ``qdq_loss_debug`` do), so a user, and selective quantization, can
-see which layers to keep in float. Per route:
+* **TFLite** (Keras/SavedModel): one ``QuantizationDebugger`` run (``tflite_debugger.debug_run``); each op runs
+  next to a float copy fed the same dequantized input, so a row is that op's *own* error. ``rmse_range`` is the
+  debugger's RMSE over the quantized range (``255 * scale``: the tutorial's ``rmse/scale`` / 255).
+* **ONNX** (QDQ): the float tensor before and after each quantized node's output Q/DQ pair (``qdq_loss_debug``'s
+  activation matching). ``rmse_range`` is the RMSE over the observed range (max - min); ``sqnr_db`` is
+  ``qdq_loss_debug``'s ``qdq_err``.
 
-* **TFLite** (Keras/SavedModel): one ``QuantizationDebugger`` run (``tflite_debugger.debug_run``); each op runs next to
-  a float copy fed the same dequantized input, so a row is that op's *own* error. ``rmse_range`` is the
-  debugger's RMSE over the tensor's quantized range (``255 * scale``: the tutorial's ``rmse/scale`` / 255).
-* **ONNX** (QDQ): the float tensor before and after each quantized node's output Q/DQ pair (the activation
-  matching of ``qdq_loss_debug``), on a few calibration samples. ``rmse_range`` is the RMSE over the float
-  tensor's observed range (max - min); ``sqnr_db`` is ``qdq_loss_debug``'s ``qdq_err`` (20 log10 of signal
-  over noise).
-
-Both give ``channel_error`` (``sensitivity.ChannelError``): each channel's RMS error over that channel's own
-RMS, the median over channels that carry signal. It is what ranks: an outlier channel sets one per-tensor
-scale and flattens every other channel (~1 = the layer's output is lost), while the range-relative errors
-stay small there (findings of ``sensitivity``). Rank 1 is the worst layer.
-
-The table is of the recipe's *full* INT8 quantization (before any layer was kept float), written next to each
-INT8 artifact of a bundle as ``layers/<artifact>.json`` (``bundle_table``) and shown by ``edgetk inspect
---layers``; ``kept_float`` marks the rows that artifact keeps in float.
+Rows rank by ``channel_error`` (``sensitivity.ChannelError``; why: see ``sensitivity``); rank 1 is the worst.
+The table is of the *full* INT8 quantization, written as ``layers/<artifact>.json`` (``bundle_table``) and
+shown by ``edgetk inspect --layers``; ``kept_float`` marks the rows that artifact keeps in float.
 """
 
 from __future__ import annotations
