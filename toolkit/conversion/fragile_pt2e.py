@@ -1,21 +1,13 @@
-"""The Concat rule of ``fragile`` on the PyTorch -> TFLite route, applied to the float graph ``torch.export``
-gives (the graph ``pt2e.quantize`` annotates, so the node names are the ones its exclusion takes).
+"""The Concat rule of ``fragile`` on the PyTorch routes, on the float graph ``torch.export`` gives (the graph
+``pt2e.quantize`` annotates, so the node names are the ones its exclusion takes).
 
-``pt2e_fragile_nodes`` applies the Concat rule and the head behind it; ``pt2e`` drops the nodes' quantization
-annotations and ``torch_tflite`` keeps that output float.
-
-The ranges cannot come from PT2E's observers. Where litert-torch's ``cat`` annotation applies, the cat's inputs
-and output share one observer (``SharedQuantizationSpec`` with the first input), which sees them all together;
-on the trained detector of the tests it did not match the exported cats at all, and their inputs were observed
-only where an op before them is quantized (the box sizes' ``mul``, but not the box centres' ``add`` nor the
-scores' sigmoid). The TFLite converter then gives the concatenations the scale of their one quantized input
-(its same-scale rule for CONCATENATION): the int8 output got 0.53, the scores collapsed to {0, 0.53}. So the
-ranges come from running the float graph (a ``torch.fx.Interpreter``) on up to ``RANGE_SAMPLES`` calibration
-samples.
-
-The other two rules are not needed on this route: litert-torch's quantizer annotates no ``layer_norm``,
-``gelu`` or ``embedding`` node (they are converted as float ops; softmax and sigmoid get fixed [0, 1]
-parameters), so a LayerNorm/GELU and the first op after an integer input already stay float.
+The ranges cannot come from PT2E's observers: where litert-torch's ``cat`` annotation applies, the cat's inputs
+and output share one observer; on the tests' trained detector it did not match the exported cats at all, and
+their inputs were observed only behind a quantized op (the box sizes' ``mul``, not the centres' ``add`` nor
+the scores' sigmoid). The converter then gave the concatenation the scale of its one quantized input (0.53),
+and the scores collapsed to {0, 0.53}. So the float graph is run (a ``torch.fx.Interpreter``) instead.
+The other two rules are not needed here: litert-torch's quantizer annotates no ``layer_norm``, ``gelu`` or
+``embedding`` node, so they already stay float.
 """
 
 from __future__ import annotations

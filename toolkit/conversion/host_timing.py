@@ -1,19 +1,13 @@
 """What host latency may say about an artifact: only a profile that IS this host lets it decide anything.
 
-The host is not the device. A ``raspberry-pi-4`` bundle built on an x86 laptop used to mark the profile's own
-first recipe (full-INT8 TFLite) ``slower`` because INT8 is slower on an x86 CPU without VNNI, while a
-Cortex-A72 runs the same file with XNNPACK's int8 kernels (findings.md section 6). And even on the host, one
-median per artifact, minutes apart, flipped a landmark model's INT8 between ``slower`` and preferred with only
-another job's load changed. So:
-
-- for a profile whose CPU is not this host's (another arch, or a profile that names a device kind rather than
-  "this machine"), the host latency is measured and recorded, labelled with the host CPU it was measured on,
-  and never demotes or promotes anything: the device measures and chooses (``toolkit.checks.selection``);
-- for the profile that matches this machine (``generic-x86_64`` on x86-64, a profile named ``local``) the
-  artifact is timed against the fp32 artifact of its format in one process, in alternating rounds (so a load
-  that comes and goes hits both alike), and judged with the regression gate's statistics (a one-sided
-  Mann-Whitney U test at ``alpha`` plus minimum effects in percent and milliseconds,
-  :mod:`toolkit.regression`). A difference inside the noise is :attr:`Speed.NO_SPEEDUP`, never ``slower``.
+The host is not the device: a ``raspberry-pi-4`` bundle built on an x86 laptop used to mark full-INT8 TFLite
+``slower`` (INT8 is slower on x86 without VNNI, while a Cortex-A72 runs it with XNNPACK's int8 kernels,
+findings.md section 6); and one median per artifact, minutes apart, flipped a model's INT8 between ``slower``
+and preferred with only another job's load changed. So for another CPU the latency is recorded, labelled with
+the host CPU, and decides nothing (the device chooses: ``toolkit.checks.selection``); for the profile that
+matches this machine (``generic-x86_64`` on x86-64, ``local``) the artifact is timed against fp32 of its
+format in alternating rounds in one process and judged with the regression gate's statistics
+(:mod:`toolkit.regression`). A difference inside the noise is :attr:`Speed.NO_SPEEDUP`, never ``slower``.
 """
 
 from __future__ import annotations

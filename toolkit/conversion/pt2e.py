@@ -1,21 +1,16 @@
-"""PT2E static INT8 for the PyTorch -> TFLite and -> ExecuTorch routes: quantize, optionally with layers kept in
-float (the route's quantizer with exclusions: ``pt2e_quantizer``; the layer-wise error table: ``pt2e_layers``).
+"""PT2E static INT8 for the PyTorch -> TFLite and -> ExecuTorch routes, optionally with layers kept in float
+(the quantizer with exclusions: ``pt2e_quantizer``; the layer table: ``pt2e_layers``).
 
-**Quantization.** ``torch.export`` of the module, ``prepare_pt2e`` with the route's quantizer (symmetric,
-per-channel weights as the recipe says), calibration on every calibration sample, ``convert_pt2e``
-(``fold_quantize=False``: every quantized tensor is a ``quantize -> dequantize`` pair in the graph). litert-torch
-converts a float island as float ops between ``DEQUANTIZE`` and ``QUANTIZE``. A name is an FX node name as the
-table shows it (``linear_1``) or a module's qualified name (``fc2``, ``layer1.0.conv1``: every node inside it).
-With ``fragile`` (the route's int8 builds) the known-fragile nodes of ``fragile.pt2e_fragile_nodes`` join
-them, found on the float graph the build exports anyway (the float range run only when a ``cat`` reaches an
-output: ``_has_output_cat``), and the output a mixed-range cat writes gets no int8 quantization.
+``torch.export``, ``prepare_pt2e`` with the route's quantizer, calibration on every sample, ``convert_pt2e``
+(``fold_quantize=False``: each quantized tensor is a ``quantize -> dequantize`` pair; litert-torch converts a
+float island as float ops between them). A name is an FX node name (``linear_1``) or a module's qualified name
+(``layer1.0.conv1``: every node inside it); ``fragile`` adds ``fragile_pt2e``'s nodes (the float range run
+only when a ``cat`` reaches an output: ``_has_output_cat``).
 
-**Calibration cache.** The full quantization of one run is calibrated once: the calibrated, converted graph is
-kept (one entry, per source object, calibration tuple and per-channel choice), so the table reuses the pass
-the plain INT8 artifact already paid for. Observers see float values only (``prepare_pt2e`` inserts observers,
-not fake quantizers), so the ranges of the layers left quantized do not depend on which layers are kept float:
-a selective rebuild copies the activation ranges of the full pass instead of calibrating again
-(``_reuse_ranges``; weight observers are filled from the weights themselves).
+**Calibration cache.** One run calibrates its full quantization once (``_CACHE``). Observers see float values
+only (``prepare_pt2e`` inserts observers, not fake quantizers), so the ranges of the layers left quantized do
+not depend on which layers are kept float: a selective rebuild copies them (``_reuse_ranges``; weight observers
+are filled from the weights themselves).
 """
 
 from __future__ import annotations
