@@ -40,11 +40,8 @@ if TYPE_CHECKING:
 
 
 def align(source: Sequence[TensorSpec], artifact: Sequence[TensorSpec], *, what: str) -> list[int]:
-    """For each source tensor, the index of the artifact tensor that carries it.
-
-    Converters rename tensors (``image`` -> ``serving_default_image:0``) and may reorder them; match by exact
-    name, then by a name that contains the source name, then by position among the rest.
-    """
+    """For each source tensor, the index of the artifact tensor that carries it: converters rename tensors (``image``
+    -> ``serving_default_image:0``) and may reorder them; match by name, then containment, then position."""
     if len(source) != len(artifact):
         extra = [a.name for a in artifact if a.name not in {s.name for s in source}]
         raise ConversionError(

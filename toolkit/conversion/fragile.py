@@ -99,9 +99,7 @@ def _decompositions(graph: onnx.GraphProto, producers: Mapping[str, onnx.NodePro
 
 
 def _integer_input_readers(graph: onnx.GraphProto, consumers: Mapping[str, list[onnx.NodeProto]]) -> list[tuple[str, str]]:
-    """The first float op after each integer graph input (through integer pass-through nodes): the Gather of an
-    embedding, the Cast or OneHot of ids. Quantized, an embedding table's rows and a one-hot's levels are
-    rounded; kept float they stay exact (the layers after them quantize their inputs as usual)."""
+    """The first float op after each integer graph input (through integer pass-through nodes): the integer-input rule."""
     from toolkit.conversion.onnx_io import require_onnx
 
     proto = require_onnx().TensorProto

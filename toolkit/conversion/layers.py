@@ -263,9 +263,8 @@ def table_path(bundle: Path, artifact_file: str) -> Path:
 
 
 def bundle_table(run: ConvertRun, item: Candidate, staging: Path) -> str | None:
-    """Write ``layers/<artifact>.json`` for an INT8 artifact; the note for its record (None: not INT8).
-
-    A failed analysis never costs the artifact: the note says why the table is missing."""
+    """Write ``layers/<artifact>.json`` for an INT8 artifact; the note for its record (None: not INT8). A failed
+    analysis never costs the artifact: the note says why the table is missing."""
     from toolkit.quiet import native_stderr_silenced
 
     if item.recipe.precision != Precision.INT8 or not run.data.calibration.feeds:

@@ -43,11 +43,8 @@ INT16_QDQ_OPSET = 21  # ai.onnx QuantizeLinear/DequantizeLinear take int16 from 
 
 
 def derive(request: ConversionRequest, base: BuiltArtifact, output: Path) -> BuiltArtifact:
-    """Build ``request.recipe``'s artifact (fp32 copy, fp16, dynamic int8, static int8) from the fp32 base.
-
-    The artifact is loaded and run once in onnxruntime before it is returned; quantized artifacts must hold
-    quantized compute nodes. Any failure raises :class:`ConversionError` and leaves nothing at ``output``.
-    """
+    """Build ``request.recipe``'s artifact (fp32 copy, fp16, dynamic int8, static int8) from the fp32 base, loaded and
+    run once, quantized ones holding quantized compute nodes; any failure leaves nothing at ``output``."""
     recipe = request.recipe
     if recipe.format != Format.ONNX:
         raise UsageError(f"onnx_quant builds ONNX artifacts, not {recipe.format}.")

@@ -299,12 +299,9 @@ def _fallback_recipes(
     has_calibration: bool,
     skipped: list[Attempt],
 ) -> list[PlannedRecipe]:
-    """The profile's ``fallback`` precisions each format does not list a recipe for, after its own recipes.
-
-    ``fallback = ["int8", "fp16", "fp32"]`` with only an int8 and an fp32 recipe: when int8 (and its mixed
-    int8/float retry) loses, fp16 is tried before fp32. They are built only when every earlier recipe of the
-    format was dropped (the stage stops at the first one kept). fp32 is planned for every format anyway.
-    """
+    """The profile's ``fallback`` precisions each format does not list a recipe for, after its own recipes
+    (``["int8", "fp16", "fp32"]`` with int8 and fp32 recipes: fp16 is tried before fp32); built only when every
+    earlier recipe of the format was dropped. fp32 is planned for every format anyway."""
     extra: list[PlannedRecipe] = []
     for fmt in dict.fromkeys(p.recipe.format for p in planned):
         have = {p.recipe.precision for p in planned if p.recipe.format == fmt}

@@ -84,12 +84,9 @@ def quantize(
     torch: Any, module: Any, args: tuple[Any, ...], names: list[str], request: ConversionRequest, *,
     fragile: bool = False,
 ) -> Quantized:
-    """Static PT2E int8 of ``module`` with ``request.recipe.nodes_to_exclude`` kept in float. With ``fragile``
-    the known-fragile nodes (``fragile.pt2e_fragile_nodes``: a mixed-range final cat and the detection head
-    behind it) are kept float too, and the outputs such a cat writes stay float32 even with int8 I/O. They are
-    looked for once per source (the structural test on the graph this build exports anyway; the float range
-    run only when a candidate cat exists); when found, the full quantization is calibrated first and the
-    build with them float reuses its ranges, as selective rebuilds do."""
+    """Static PT2E int8 of ``module`` with ``nodes_to_exclude`` (and, with ``fragile``, the known-fragile nodes)
+    kept float. Fragile nodes are looked for once per source; when found, the full quantization is calibrated
+    first and the build with them float reuses its ranges, as selective rebuilds do."""
     from torchao.quantization.pt2e import quantize_pt2e
 
     from toolkit.conversion.torch_onnx import quiet_export
@@ -165,9 +162,8 @@ def _export(torch: Any, module: Any, args: tuple[Any, ...]) -> Any:
 
 
 def _has_output_cat(graph: Any) -> bool:
-    """Whether a ``cat`` reaches a graph output through pass-through ops only (the fragile rule's candidates):
-    the cheap structural test that decides whether the float graph runs to measure the cat's input ranges.
-    The rule's one switch (a test turns it off here)."""
+    """Whether a ``cat`` reaches a graph output through pass-through ops only: the cheap test that decides whether the
+    float graph runs to measure the cat's input ranges (the rule's one switch: a test turns it off here)."""
     from toolkit.conversion import fragile_pt2e
 
     return bool(fragile_pt2e.pt2e_output_cats(graph))

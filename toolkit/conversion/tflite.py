@@ -130,14 +130,9 @@ _CACHE_SIZE = 4  # recipes of one run differ in per_channel at most; each entry 
 
 
 def _calibrated(request: ConversionRequest) -> bytes:
-    """The source calibrated on ``request.calibration`` (``_experimental_calibrate_only``), once per run.
-
-    The plain INT8 layer table, the fragile-pattern pass and every selective rebuild quantize from it with
-    ``mlir_quantize`` (what the quantization debugger does), so a run calibrates once, not once per build.
-    Calibration ignores the recipe's float nodes and I/O types: only the source, the calibration samples
-    (the same objects: requests of one run share them), per-channel and the pinned shapes (the SavedModel
-    export) decide it.
-    """
+    """The source calibrated on ``request.calibration`` (``_experimental_calibrate_only``), once per run: only the
+    source, the calibration samples (the same objects: requests of one run share them), per-channel and the pinned
+    shapes decide it, not the recipe's float nodes or I/O types."""
     _require_calibration(request)
     saved_model = str(fixed_saved_model(request))
     per_channel = bool(request.recipe.per_channel)
@@ -275,11 +270,8 @@ def _has_output_concat(model: bytes) -> bool:
 
 
 def sanity_check(path: Path, request: ConversionRequest) -> None:
-    """Run the artifact once (first calibration sample, or zeros) and refuse non-finite outputs.
-
-    This is what catches the silent NaN models that some converter entry points produce (uninitialised
-    variables), before such a file is ever written where the pipeline would ship it.
-    """
+    """Run the artifact once (first calibration sample, or zeros) and refuse non-finite outputs: the silent NaN
+    models some converter entry points produce (uninitialised variables) are caught before they are written."""
     from toolkit.runtimes.execution.tflite import TFLiteSession
 
     try:

@@ -128,14 +128,9 @@ def _ranked(scores: dict[str, float]) -> list[tuple[str, float]]:
 
 
 def layer_errors(request: ConversionRequest, *, limit: int) -> list[tuple[str, float]]:
-    """Per-layer int8 quantization error, worst first: (op output tensor name, per-channel relative error).
-
-    Each op's quantized output against its float copy fed the same input (the TFLite quantization
-    debugger), as RMS error over RMS value of each output channel, the median over the channels that carry
-    signal (``sensitivity.ChannelError``): ~1 means the layer's output is lost, a few percent is normal. The
-    debugger's own RMSE / scale hides exactly the layers that hurt most (an outlier sets the scale), so it is
-    not used to rank. The names are accepted by ``nodes_to_exclude``.
-    """
+    """Per-layer int8 quantization error, worst first: (op output tensor name, ``sensitivity.ChannelError`` of the op's
+    quantized output against its float copy). The debugger's own RMSE / scale hides exactly the layers that hurt
+    most, so it does not rank."""
     _model, channel, steps = debug_run(request)
     return _ranked(channel or steps)[:limit]
 
@@ -168,11 +163,9 @@ PASSTHROUGH = {
 def float_groups(request: ConversionRequest, *, limit: int) -> list[tuple[tuple[str, ...], float]]:
     """The groups of ops worth keeping in float, best first: (op output tensor names, output error).
 
-    Shortlists ``sensitivity.MAX_CULPRITS`` ops by per-channel error and by error in steps, then builds each
-    one alone and with its consumers in float (``sensitivity.float_group``) from one calibration, runs them on
-    ``sensitivity.SENSITIVITY_SAMPLES`` calibration samples and orders them by the relative error of the
-    outputs against the source model (0 = as good as float). The names go straight into ``nodes_to_exclude``.
-    """
+    Shortlists ``sensitivity.MAX_CULPRITS`` ops by per-channel error and by error in steps, builds each alone and
+    with its consumers in float (``sensitivity.float_group``) from one calibration, and orders them by the relative
+    error of the outputs on ``sensitivity.SENSITIVITY_SAMPLES`` samples (0 = as good as float)."""
     from tensorflow.lite.python import convert as tf_convert
 
     from toolkit.conversion import sensitivity

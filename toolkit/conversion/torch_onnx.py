@@ -204,12 +204,10 @@ def _export(
 
 
 def _finish(tmp: Path, output: Path) -> None:
-    """Drop the exporter's intermediate ``value_info`` and move the file into place (no ``.data`` beside it).
-
-    The current exporter records a shape for every intermediate tensor; onnxruntime's ``quantize_dynamic``
-    rewrites MatMuls and then fails shape inference against those stale entries on a transformer ("Inferred
-    shape and existing shape differ in dimension 0: (32) vs (10)"). onnxruntime infers them again on load.
-    """
+    """Drop the exporter's intermediate ``value_info`` and move the file into place (no ``.data`` beside it):
+    ``quantize_dynamic`` rewrites MatMuls and then fails shape inference against those stale entries on a
+    transformer ("Inferred shape and existing shape differ in dimension 0: (32) vs (10)"); onnxruntime infers
+    them again on load."""
     import onnx
 
     model = onnx.load(str(tmp))
