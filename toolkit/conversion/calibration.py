@@ -76,7 +76,6 @@ def hash_path(path: Path) -> str:
 
 
 def read_data(path: Path, inputs: Sequence[TensorSpec], *, what: str = "calibration data") -> DataFile:
-    """Read ``path`` and key its arrays by the model's input names."""
     path = Path(path)
     if not path.exists():
         raise UsageError(f"The {what} {str(path)!r} does not exist.", hint="Pass a .npy, .npz or image folder.")

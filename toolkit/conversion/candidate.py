@@ -207,7 +207,6 @@ def _built(run: ConvertRun, recipe: Recipe, *, explicit: bool
 
 
 def _measure(run: ConvertRun, recipe: Recipe, built: BuiltArtifact) -> _Measured | Failure:
-    """Load the artifact in its runtime, verify it on the held-out samples and time it."""
     from toolkit.runtimes.execution import open_session
 
     source, data = run.source, run.data
@@ -287,7 +286,6 @@ def _speed(run: ConvertRun, recipe: Recipe, measured: _Measured, *, failed: bool
 
 def _record(run: ConvertRun, recipe: Recipe, built: BuiltArtifact, info: ModelInfo, measured: _Measured,
             speed: _Speed) -> ArtifactRecord:
-    """The manifest record of a verified artifact."""
     verdict, batching, policy = measured.verdict, measured.batching, run.policy
     return ArtifactRecord(
         file=artifact_file_name(recipe.precision, recipe.format),

@@ -43,7 +43,6 @@ class TFLiteGraph(NamedTuple):
 
 
 def tflite_graph(model: bytes) -> TFLiteGraph:
-    """The main graph of ``model`` (a TFLite flatbuffer)."""
     from tensorflow.lite.python import schema_py_generated as fb
     from tensorflow.lite.python import util as tf_util
 

@@ -91,7 +91,6 @@ class LayerTable:
         return self.rows[0] if self.rows else None
 
     def with_float(self, float_nodes: Sequence[str]) -> LayerTable:
-        """The table with ``kept_float`` set on the rows an artifact keeps in float."""
         kept = set(float_nodes)
         rows = tuple(dataclasses.replace(r, kept_float=names_layer(r.name, kept)) for r in self.rows)
         return dataclasses.replace(self, rows=rows)
@@ -287,7 +286,6 @@ def bundle_table(run: ConvertRun, item: Candidate, staging: Path) -> str | None:
 
 
 def read_table(bundle: Path, artifact_file: str) -> LayerTable | None:
-    """The table written for ``artifact_file`` in ``bundle``, or None when there is none."""
     path = table_path(bundle, artifact_file)
     if not path.is_file():
         return None

@@ -51,7 +51,6 @@ class Reader:
 
 
 def reader(request: ConversionRequest, model_path: Path, limit: int | None = None) -> Reader:
-    """The calibration feeds (the first ``limit``) for the model at ``model_path``."""
     from onnxruntime.quantization import CalibrationDataReader
 
     onnx = require_onnx()

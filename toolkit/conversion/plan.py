@@ -92,8 +92,6 @@ def policy_for(profile: TargetProfile, *, threads: int | None = None) -> Policy:
 
 
 class When(StrEnum):
-    """When a planned recipe is built."""
-
     ALWAYS = "always"
     DYNAMIC_FALLBACK = "dynamic_fallback"  # static INT8 of the format lost, and MatMul/Gemm/RNN dominate
     A16W8_FALLBACK = "a16w8_fallback"  # no 8-bit INT8 artifact of the format was kept

@@ -151,7 +151,6 @@ def _failed(exc: BaseException) -> ConversionError:
 
 
 def _export(torch: Any, module: Any, args: tuple[Any, ...]) -> Any:
-    """The float FX graph PT2E annotates: ``torch.export.export(module, args).module()``."""
     from toolkit.conversion.torch_onnx import quiet_export
 
     try:

@@ -37,7 +37,6 @@ def supports_precision(framework: str, fmt: str, precision: str) -> bool:
 
 
 def check_supported(framework: str, fmt: str) -> None:
-    """Refuse, before any work, a route that is not offered."""
     refusal = supports(framework, fmt)
     if refusal is not None:
         raise UsageError(refusal.message, hint=refusal.hint)
@@ -72,7 +71,6 @@ def take_as_is(request: ConversionRequest, output: Path) -> BuiltArtifact:
 
 
 def build(request: ConversionRequest, output: Path) -> BuiltArtifact:
-    """Build ``request.recipe``'s artifact at ``output`` through its route."""
     framework, fmt = request.source.framework, request.recipe.format
     check_supported(framework, fmt)
     row = route(framework, fmt)

@@ -122,8 +122,6 @@ class Candidate:
 
 @dataclass
 class ConvertRun:
-    """What every candidate of one conversion run shares."""
-
     source: SourceModel
     data: RunData
     reference: list[list[np.ndarray]]

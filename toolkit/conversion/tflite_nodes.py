@@ -13,7 +13,6 @@ from toolkit.errors import UsageError
 
 
 def op_outputs(model: bytes, workdir: Path) -> list[tuple[str, tuple[str, ...]]]:
-    """(builtin op name, output tensor names) of every op of ``model``."""
     from toolkit.runtimes.inspection.tflite import parse_tflite
 
     with tempfile.NamedTemporaryFile(suffix=".tflite", dir=workdir, delete=False) as handle:

@@ -36,7 +36,6 @@ _QUIET_LOGGERS = ("torch.onnx", "torch.export", "torch._dynamo", "onnxscript", "
 
 
 def export(request: ConversionRequest, output: Path) -> BuiltArtifact:
-    """Write the float ONNX model of ``request.source`` to ``output``."""
     source = _torch_source(request)
     torch = import_torch("Exporting a PyTorch model to ONNX")
     _require_onnxscript()
