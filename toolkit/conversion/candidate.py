@@ -1,10 +1,8 @@
 """One candidate artifact: build it through its route, prove what it is, verify it against the float model.
 
-``build_and_verify`` returns either a :class:`~toolkit.conversion.run.Candidate` (built, loaded, run,
-measured: kept or dropped by the caller) or a :class:`~toolkit.conversion.run.Failure` (typed by
-``FailureKind``, with the reason and a workaround), never raises for a recipe that merely failed, so one route
-failing cannot abort the bundle. Only bad input (a :class:`UsageError` the user must fix) propagates, and
-only for recipes the user asked for explicitly.
+``build_and_verify`` returns a :class:`~toolkit.conversion.run.Candidate` or a typed
+:class:`~toolkit.conversion.run.Failure` and never raises for a recipe that merely failed, so one route failing
+cannot abort the bundle. Only bad input (a :class:`UsageError`) propagates, and only for explicit recipes.
 """
 
 from __future__ import annotations

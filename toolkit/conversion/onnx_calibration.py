@@ -1,8 +1,5 @@
 """Calibration for static INT8 on the ONNX route: the feeds onnxruntime's quantizer reads, the pre-processed
-model it quantizes, and the cache of its measured activation ranges.
-
-``quant_pre_process`` fails with "Incomplete symbolic shape inference" on some real models (findings.md 3,
-PP-OCRv4 det): ``preprocessed`` retries with ``skip_symbolic_shape=True``, then quantizes the base as it is.
+model it quantizes (``preprocessed``), and the cache of its measured activation ranges.
 """
 
 from __future__ import annotations

@@ -1,9 +1,6 @@
 """Building an artifact through its route (``routes.ROUTES``): refuse a pair or precision that is not offered,
-else call the row's builder.
-
-ONNX artifacts are built in two steps: the source's float export (the row's ``float_export``) writes a float
-ONNX model once per run (shared by every precision), then ``onnx_quant.derive`` builds fp16 / dynamic / int8
-from it, whatever the source.
+else call the row's builder. ONNX artifacts derive (``onnx_quant.derive``) from one float export per run (the
+row's ``float_export``), whatever the source.
 """
 
 from __future__ import annotations

@@ -1,11 +1,9 @@
 """Every conversion route as data: one :class:`Route` row per (source framework, artifact format).
 
-A row says what builds the artifact (``builder``), or why the pair is refused and what to use instead
-(``refusal``); the precisions it refuses by design; whether it is one of the framework's default formats; and
-its format backend: the float ONNX export every ONNX precision derives from, and the layer-wise INT8 error
-table. Functions are named ``"module:function"`` and imported only when a route is used (``resolve``), so
-reading the table costs nothing (``edgetk --help`` stays light). A new route is one row plus its backend
-module; ``tests/conversion/test_registry.py`` proves every built route has a conversion test.
+A row names its builder or its refusal, the precisions it refuses, whether it is a default format, and its
+format backend (float ONNX export, layer table). Functions are ``"module:function"`` strings imported only when
+used (``resolve``), so reading the table costs nothing (``edgetk --help`` stays light). A new route is one row
+plus its module; ``tests/conversion/test_registry.py`` proves every built route has a conversion test.
 """
 
 from __future__ import annotations

@@ -1,10 +1,9 @@
-"""Keras / SavedModel -> float ONNX through tf2onnx 1.17 (the precisions derive from it in ``onnx_quant``).
+"""Keras / SavedModel -> float ONNX through tf2onnx 1.17 (``onnx_quant`` derives the precisions).
 
 tf2onnx's ``from_keras`` raises ``KeyError: 'keras_tensor_5'`` on Keras 3 Sequential models (findings.md), so
-every TensorFlow source goes through ``from_function`` on the source's serving function: input shapes pinned
-(or the batch left dynamic when ``request.dynamic_batch``), outputs named after the source's outputs. Input
-and output names of the ONNX graph are then set to the source's names so the pipeline can feed by name.
-If ``from_function`` fails, the fixed-shape SavedModel export is tried the same way before giving up.
+every source goes through ``from_function`` on its serving function (shapes pinned, or the batch dynamic with
+``request.dynamic_batch``), then the fixed-shape SavedModel export if that fails. Graph inputs and outputs get
+the source's names so the pipeline can feed by name.
 """
 
 from __future__ import annotations
