@@ -1,7 +1,7 @@
 """Writing a bundle: the kept artifacts, their golden outputs, the runner and ``manifest.json``.
 
-Per format one artifact is marked preferred (:func:`preferred`; host latency decides only on a profile that is this
-host: ``host_timing``); the device measures every verified artifact and selects (toolkit.checks.selection).
+Per format one artifact is marked preferred (:func:`preferred`; host latency counts only on a profile that is
+this host: ``host_timing``); the device measures every verified artifact and selects (toolkit.checks.selection).
 Golden inputs are the first held-out samples in the model's own dtype; golden outputs are what each artifact
 gave on this host, with the drift a device may show.
 """
