@@ -82,11 +82,10 @@ def pt2e_output_cats(graph: Any) -> list[tuple[Any, list[Any], int]]:
 def pt2e_fragile_nodes(
     torch: Any, graph: Any, samples: Sequence[Sequence[Any]]
 ) -> tuple[list[tuple[str, str]], list[MixedOutput]]:
-    """``(node, why)`` for the nodes of a float FX graph (``torch.export(...).module()``) that PT2E INT8 should
-    leave float, and the outputs that must then stay float: a final cat whose inputs' max |value| on the first
-    ``RANGE_SAMPLES`` of ``samples`` (argument tuples) are more than ``RANGE_RATIO`` apart, the pass-through ops
-    between it and the output, and the head's post-processing behind it (``PT2E_HEAD_OPS`` through pass-through
-    ops; a convolution or linear layer reading a softmax: the DFL), up to ``HEAD_DEPTH`` ops back."""
+    """``(node, why)`` for the nodes of a float FX graph (``torch.export(...).module()``) that PT2E INT8 should leave
+    float, and the outputs that must then stay float: ``fragile``'s Concat rule on the first ``RANGE_SAMPLES`` of
+    ``samples`` (argument tuples), with the head behind the cat (``PT2E_HEAD_OPS``, a layer reading a softmax: the
+    DFL) up to ``HEAD_DEPTH`` ops back."""
     import torch.fx
 
     cats = pt2e_output_cats(graph)

@@ -114,12 +114,10 @@ def preprocessed(request: ConversionRequest, base: BuiltArtifact, notes: list[st
 
 
 def calibration_cache(request: ConversionRequest, source: Path, method: str) -> Path | None:
-    """Where ``quantize_static`` keeps the activation ranges of this run's calibration pass, so that every
-    static INT8 build of the same model, data and method (the recipe, its selective retries, other
-    activation/weight types) calibrates once: ORT's ``calibration_cache_path`` loads the ranges instead of
-    running the augmented model over the data again. Keyed by the model file and a digest of the
-    calibration feeds (a run's scratch directory, so nothing outlives the run). MinMax only: the method the
-    profiles use and the one tested with the cache (tests/conversion/test_onnx_quant.py)."""
+    """Where ``quantize_static`` keeps this run's activation ranges (ORT's ``calibration_cache_path``), so every static
+    INT8 build of the same model, data and method calibrates once; keyed by the model file and a digest of the
+    feeds, in the run's scratch directory. MinMax only: the method the profiles use and the one tested with the
+    cache (tests/conversion/test_onnx_quant.py)."""
     if method != CalibrationMethod.MINMAX:
         return None
     import hashlib

@@ -1,12 +1,9 @@
-"""ONNX float base -> fp32 / fp16 / dynamic / int8 artifacts, with onnxruntime's own tools.
-
-``derive`` builds one recipe's artifact from the fp32 base (``onnx_prepare.prepare`` for ONNX sources, the
-framework exporters otherwise; see ``registry``), whatever exported it. Per-channel QDQ on opset < 13 writes a
-model onnxruntime refuses ("Unrecognized attribute: axis for operator DequantizeLinear", findings.md 3): static
-int8 is per-tensor when the opset must stay old. fp16 conversion clips a BatchNormalization variance of 9.8e7
-to 1e4 ("will be truncated") and the output collapses: the nodes that read a constant fp16 cannot hold stay
-float32 (``float_nodes`` and the notes); onnxconverter-common honours its node block list only when the blocked
-node's initializers carry no value_info, so those entries are dropped first.
+"""ONNX float base -> fp32 / fp16 / dynamic / int8 artifacts with onnxruntime's own tools (``derive``), whatever
+exported the base (see ``registry``). Per-channel QDQ on opset < 13 writes a model onnxruntime refuses
+("Unrecognized attribute: axis for operator DequantizeLinear", findings.md 3): static int8 is per-tensor when
+the opset must stay old. fp16 conversion clips a BatchNormalization variance of 9.8e7 to 1e4 ("will be
+truncated") and the output collapses: the nodes that read a constant fp16 cannot hold stay float32
+(``float_nodes`` and the notes).
 """
 
 from __future__ import annotations

@@ -32,8 +32,7 @@ from toolkit.sources.torch import TorchSource, import_torch
 
 PURPOSE = "Quantizing a PyTorch model with PT2E"
 
-# Ops that move or gate data without weights: a float island is followed through them to the compute layers
-# behind (sensitivity.float_group), which would otherwise re-quantize the tensor.
+# Ops that move or gate data without weights: a float island follows them (sensitivity.float_group).
 PASSTHROUGH = frozenset({
     "relu", "relu_", "relu6", "hardtanh", "hardtanh_", "clamp", "flatten", "view", "reshape", "_unsafe_view",
     "permute", "transpose", "squeeze", "unsqueeze", "contiguous", "clone", "dropout", "max_pool2d",

@@ -1,9 +1,8 @@
 """The layer-wise error table of a PT2E INT8 build (``layer_rows``, ranked by ``layers.pt2e_table``): TFLite's
 ``QuantizationDebugger`` in torch. Each quantized activation's *region* (``conv2d`` + ``relu``, or one
 ``max_pool2d``) is run again with *float* weights on the same dequantized inputs and compared with the tensor
-after its ``quantize -> dequantize`` pair: the layer's own error, not what it inherited. A row's ``float_group``
-is the layer and the layers that read its output through pass-through ops (a consumer left quantized would
-re-quantize the tensor with the same range). The table reuses the run's full calibration (``pt2e._CACHE``).
+after its ``quantize -> dequantize`` pair: the layer's own error, not what it inherited. Rows carry their
+``float_group`` (``sensitivity.float_group``); the table reuses the run's full calibration (``pt2e._CACHE``).
 """
 
 from __future__ import annotations

@@ -28,10 +28,9 @@ def _backend(fmt: Format | str) -> tuple[Any, Any, Any]:
 
 def excluding_quantizer(per_channel: bool, exclude: Sequence[str], *, keep_io: bool,
                         float_outputs: frozenset[str] = frozenset(), fmt: Format | str = Format.TFLITE) -> Any:
-    """The route's PT2E quantizer (``_backend``) whose annotations skip the layers named in ``exclude``; with
-    ``keep_io`` an excluded layer next to a model input or output keeps that input's or output's quantization,
-    so the float island stays inside the graph and the artifact's I/O stays int8, except the outputs written by
-    the nodes in ``float_outputs`` (a mixed-range cat: one int8 scale there would flatten the scores again)."""
+    """The route's PT2E quantizer (``_backend``) whose annotations skip the layers named in ``exclude``; ``keep_io``
+    and ``float_outputs`` as in ``_drop_annotations`` (a mixed-range cat's output: one int8 scale would flatten
+    the scores again)."""
     base, config, propagate_annotation = _backend(fmt)
 
     class Excluding(base):  # type: ignore[misc,valid-type]

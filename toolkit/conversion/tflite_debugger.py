@@ -23,21 +23,14 @@ from toolkit.errors import ConversionError, key_line
 
 
 def debug_run(request: ConversionRequest) -> tuple[bytes, dict[str, float], dict[str, float]]:
-    """One TFLite quantization-debugger run: (calibrated model, per-channel error, error in steps) per op
-    output tensor name.
+    """One TFLite quantization-debugger run: (calibrated model, per-channel error, error in steps) per op output
+    tensor name. ``layer_direct_compare_metrics`` gets the float and quantized outputs but not the tensor's name;
+    the debugger calls it in its ``layer_statistics`` key order for every sample, which maps calls to names.
 
-    The debugger runs every quantized op next to a float copy fed the same (dequantized) input, so each
-    op's own error is measured, not what it inherited. ``layer_direct_compare_metrics`` hands our function the
-    float and quantized outputs but not the tensor's name; the debugger calls it in the order of its
-    ``layer_statistics`` keys for every sample, which maps the calls back to names.
-
-    The debugger is given the instrumented model (``quant_debug_model_content``), not the converter: built
-    from a converter it opens its interpreter without ``experimental_preserve_all_tensors``, and reads the
-    float and quantized tensors only after ``invoke()``, from an arena that later ops have reused by then
-    (the float copy of the last layer before the output read back zeros in its first elements, so a healthy
-    logits layer ranked first with channel error 1.0). Its own NumericVerify differences are computed during
-    ``invoke()`` and were right either way.
-    """
+    The debugger is given the instrumented model (``quant_debug_model_content``), not the converter: built from a
+    converter it opens its interpreter without ``experimental_preserve_all_tensors`` and reads the tensors after
+    ``invoke()`` from an arena later ops have reused (the float copy of the last layer read back zeros, so a
+    healthy logits layer ranked first with channel error 1.0). Its own NumericVerify differences were right."""
     tf = _tf()
     from tensorflow.lite.python import convert as tf_convert
 
@@ -151,8 +144,7 @@ def op_graph(model: bytes) -> tuple[list[tuple[str, str]], dict[str, list[str]]]
     return [(kind, outs[0]) for kind, _ins, outs in ops], consumers
 
 
-# Ops that move or select values without computing new ones: a tensor passes through them unchanged in
-# scale, so the compute op behind them is the one that would re-quantize it.
+# Ops that move or select values without computing new ones (sensitivity.float_group follows them).
 PASSTHROUGH = {
     "RESHAPE", "SQUEEZE", "EXPAND_DIMS", "TRANSPOSE", "MAX_POOL_2D", "CONCATENATION", "PAD", "PADV2",
     "STRIDED_SLICE", "SLICE", "GATHER", "SPLIT", "SPLIT_V", "PACK", "UNPACK", "RELU", "RELU6", "DEPTH_TO_SPACE",
