@@ -52,9 +52,8 @@ def host_cpu() -> str:
 
 @lru_cache(maxsize=8)
 def is_this_host(profile: str) -> bool:
-    """Whether the target profile ``profile`` is this machine: the shipped profile that matches it, or ``local``.
-    A profile that names a device kind (``raspberry-pi-4``, ``jetson-nano``, a user's board) is not, even on
-    the same arch: its CPU is another one."""
+    """Whether ``profile`` is this machine: the shipped profile that matches it, or ``local``; a profile naming a
+    device kind (``raspberry-pi-4``, a user's board) is not, even on the same arch."""
     from toolkit.errors import ToolkitError
     from toolkit.model.platform import host_profile_name
 
@@ -125,9 +124,8 @@ def paired(candidate: Infer, fp32: Infer, feed: Mapping[str, np.ndarray], *, rou
 
 def paired_with_fp32(fp32_path: object, *, threads: int, source_inputs: Sequence[object], candidate: Infer,
                      feed: Mapping[str, np.ndarray], align: Callable[..., list[int]]) -> PairedTiming | None:
-    """:func:`paired` against the fp32 artifact at ``fp32_path`` (opened again here, in this process; ``align``
-    maps the source's inputs onto its inputs: ``candidate.align``); None when it cannot be opened (then nothing
-    is compared)."""
+    """:func:`paired` against the fp32 artifact at ``fp32_path``, opened again in this process (``align``:
+    ``candidate.align``); None when it cannot be opened (then nothing is compared)."""
     from pathlib import Path
 
     from toolkit.runtimes.execution import open_session

@@ -288,11 +288,9 @@ def _contrib_ops(request: ConversionRequest, opset: int, notes: list[str]) -> bo
 
 
 def _contrib_only_for_16_bits(path: Path) -> None:
-    """Move the Q/DQ nodes of 8- and 32-bit tensors (int8 weights, int32 biases) back to the ai.onnx domain.
-
-    ORT's quantizer puts every Q/DQ node of a 16-bit model in the com.microsoft domain; older runtimes'
-    contrib DequantizeLinear takes no int32 (the quantized biases: ORT 1.16.3 refuses them), and only the
-    int16 activations need the contrib ops."""
+    """Move the Q/DQ nodes of 8- and 32-bit tensors (int8 weights, int32 biases) back to the ai.onnx domain: ORT puts
+    every Q/DQ node of a 16-bit model in com.microsoft, older runtimes' contrib DequantizeLinear takes no int32
+    (ORT 1.16.3 refuses the biases), and only the int16 activations need the contrib ops."""
     onnx = require_onnx()
     from toolkit.runtimes.inspection.onnx import iter_nodes
 
@@ -313,13 +311,11 @@ def _contrib_only_for_16_bits(path: Path) -> None:
 
 @contextlib.contextmanager
 def _opset_kept(keep: bool) -> Iterator[None]:
-    """While ``keep``: ``quantize_static`` leaves the model's opset as it is for 16-bit types.
-
-    onnxruntime >= 1.20 raises a model below opset 21 to 21 before quantizing it to 16 bits (its
-    ``update_opset_version``), which the profiles' runtimes cannot load (Pi 4: opset <= 19, ORT 1.16). With the
-    opset kept, ORT's own QDQ quantizer takes its pre-21 path: the int16 Q/DQ nodes go to the com.microsoft
-    domain (``UseQDQContribOps``), which ORT runs from ``A16W8_MIN_ONNXRUNTIME``. The artifact's opset is
-    checked after the build (``_require_opset``)."""
+    """While ``keep``: ``quantize_static`` leaves the model's opset as it is for 16-bit types. onnxruntime >= 1.20
+    raises a model below opset 21 to 21 first (``update_opset_version``), which the profiles' runtimes cannot load
+    (Pi 4: opset <= 19, ORT 1.16). With the opset kept, ORT's QDQ quantizer takes its pre-21 path: int16 Q/DQ in the
+    com.microsoft domain (``UseQDQContribOps``), which ORT runs from ``A16W8_MIN_ONNXRUNTIME``. The artifact's
+    opset is checked after the build (``_require_opset``)."""
     import importlib
 
     # the module, not the package's ``quantize`` function of the same name

@@ -73,11 +73,10 @@ def _selected(node: Any, names: set[str]) -> bool:
 
 def _drop_annotations(model: Any, exclude: Sequence[str], *, fused: bool = True, keep_io: bool = False,
                       float_outputs: frozenset[str] = frozenset()) -> list[str]:
-    """Remove the quantization annotations of the nodes ``exclude`` names (and, with ``fused``, of the nodes
-    annotated in one pattern with them); returns the compute nodes made float. Unknown names are a
-    UsageError. With ``keep_io`` the quantization of a model input read, or of a model output written, by
-    such a node stays (only that one edge: the node itself computes in float), except an output written by a
-    node in ``float_outputs``."""
+    """Remove the quantization annotations of the nodes ``exclude`` names (with ``fused``, also of the nodes annotated
+    in one pattern with them); returns the compute nodes made float; unknown names are a UsageError. With
+    ``keep_io`` a model input read or output written by such a node stays quantized (that edge only), except an
+    output written by a node in ``float_outputs``."""
     from torchao.quantization.pt2e.quantizer import QuantizationAnnotation
 
     names = set(exclude)

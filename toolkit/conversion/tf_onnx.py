@@ -82,11 +82,9 @@ def rename_io(model: Any, inputs: list[str], outputs: list[str]) -> None:
 
 
 def _bind_captured_constants(proto: Any, function: Any, inputs: list[str]) -> list[str]:
-    """Graph inputs that are really constants captured by the traced function become initializers.
-
-    tf2onnx turns the tensors a ``tf.function`` captures by value (Keras' ``Normalization`` mean and variance,
-    as in ``keras.applications.EfficientNetB0``) into extra graph inputs, so the model asks the device for
-    data it should hold. Their values are the captures' own: fold them in. Returns the names folded."""
+    """Graph inputs that are really constants captured by the traced function become initializers: tf2onnx turns
+    what a ``tf.function`` captures by value (Keras' ``Normalization`` mean and variance, as in
+    ``keras.applications.EfficientNetB0``) into graph inputs the device would be asked for. Returns the names folded."""
     from onnx import numpy_helper
 
     try:

@@ -1,7 +1,5 @@
-"""The TFLite quantization debugger on a Keras / SavedModel source, from the run's one calibration:
-``layer_errors`` ranks layers by their quantization error relative to each channel's own magnitude, and
-``float_groups`` orders candidate groups of layers by what keeping them in float does to the model's outputs
-(``toolkit.conversion.sensitivity``), so the pipeline can pick which to keep in float."""
+"""The TFLite quantization debugger on a Keras / SavedModel source, from the run's one calibration: the TFLite
+side of ``sensitivity`` (``layer_errors`` ranks layers, ``float_groups`` orders groups to keep in float)."""
 
 from __future__ import annotations
 
