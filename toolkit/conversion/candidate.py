@@ -123,8 +123,8 @@ def _device_only(recipe: Recipe, policy: Policy) -> list[str]:
 
 
 def _paired(run: ConvertRun, recipe: Recipe, infer: Callable[[Mapping[str, np.ndarray]], object]) -> PairedTiming | None:
-    """The paired, interleaved comparison with the fp32 artifact of the format, made only when the profile is
-    this host and the recipe runs on this host's CPU (toolkit.conversion.host_timing)."""
+    """The paired comparison with fp32 of the format, only where the profile is this host and the recipe runs on
+    its CPU (``host_timing``)."""
     fp32 = run.fp32.get(recipe.format)
     if (recipe.precision == Precision.FP32 or not isinstance(fp32, Candidate) or not is_this_host(run.policy.name)
             or _device_only(recipe, run.policy)):
@@ -264,7 +264,6 @@ def _speed(run: ConvertRun, recipe: Recipe, measured: _Measured, *, failed: bool
     device_only = _device_only(recipe, policy)
     timing = measured.timing
     if device_only:
-        # The device runs it on an accelerator this host lacks: CPU timings say nothing about that speed.
         note = (f"timed on this host's CPU only; the device runs it on {', '.join(device_only)} "
                 "(not available here), so it is not compared with fp32")
         ok = status == ArtifactStatus.OK

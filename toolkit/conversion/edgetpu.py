@@ -1,7 +1,6 @@
-"""The Edge TPU step: compile the verified full-int8 TFLite artifact with ``edgetpu_compiler``.
-
-Without the compiler the bundle still ships (the CPU int8 artifact runs anywhere) and an attempt says exactly
-what to install and run. The compiled model cannot be verified here: it needs an Edge TPU.
+"""The Edge TPU step: compile the verified full-int8 TFLite artifact with ``edgetpu_compiler``. Without the
+compiler the bundle still ships (the CPU int8 artifact runs anywhere) and an attempt says exactly what to
+install and run. The compiled model cannot be verified here: it needs an Edge TPU.
 """
 
 from __future__ import annotations

@@ -23,8 +23,7 @@ PT2E_PASSTHROUGH = frozenset({
     "view", "reshape", "_unsafe_view", "permute", "transpose", "t", "flatten", "squeeze", "unsqueeze", "contiguous",
     "clone", "alias", "expand", "unflatten", "slice", "select", "narrow", "split", "split_with_sizes", "getitem",
 })
-# a detection head's post-processing: Sigmoid/Softmax, the box decoding arithmetic, the inner cat of centres and
-# sizes (as TFLITE_HEAD_OPS); a convolution or linear layer reading a Softmax is the DFL
+# a detection head's post-processing, as TFLITE_HEAD_OPS (a convolution or linear layer reading a Softmax: the DFL)
 PT2E_HEAD_OPS = frozenset({"sigmoid", "softmax", "_softmax", "mul", "add", "sub", "div", "cat"})
 PT2E_WEIGHTED = frozenset({"conv1d", "conv2d", "convolution", "linear"})
 

@@ -51,8 +51,7 @@ class LayerError:
     rmse_range: float  # RMS(error) / the tensor's float range
     sqnr_db: float | None = None  # signal-to-quantization-noise ratio (ONNX only)
     kept_float: bool = False  # the artifact this table describes keeps this layer in float
-    # what keeping this layer float takes (``nodes_to_exclude`` names): the layer and the compute layers that
-    # read its output (through pass-through ops), which would re-quantize it with the same range
+    # what keeping this layer float takes (``nodes_to_exclude`` names; ``sensitivity.float_group``)
     float_group: tuple[str, ...] = ()
 
     def to_dict(self) -> dict[str, Any]:  # Any: JSON values, as in the other records
@@ -111,7 +110,6 @@ TableFunction = Callable[[ConversionRequest, BuiltArtifact | None], LayerTable]
 
 def _finite(value: float | None) -> float | None:
     return None if value is None or not math.isfinite(value) else float(value)
-
 
 
 def ranked(scores: Sequence[Row]) -> tuple[LayerError, ...]:

@@ -43,10 +43,9 @@ def _copy(model: onnx.ModelProto) -> onnx.ModelProto:
 
 def apply_checked(model: onnx.ModelProto, transforms: Sequence[Transform], request: ConversionRequest,
                   notes: list[str]) -> onnx.ModelProto:
-    """``model`` with every transform that keeps it computing what the source does (``notes`` say which were
-    skipped and why; the check is ``onnx_checks.model_problem``, the model-vs-source comparison). Raises
-    :class:`ConversionError` naming the source when even the untransformed model fails: then the problem is the
-    user's model, not a transform."""
+    """``model`` with every transform that keeps it computing what the source does (the rest skipped, in ``notes``);
+    a :class:`ConversionError` naming the source when even the untransformed model fails (then the problem is the
+    user's model, not a transform)."""
     together = _copy(model)
     local: list[str] = []
     for transform in transforms:

@@ -4,8 +4,7 @@
 ``torch.export``, ``prepare_pt2e`` with the route's quantizer, calibration on every sample, ``convert_pt2e``
 (``fold_quantize=False``: each quantized tensor is a ``quantize -> dequantize`` pair; litert-torch converts a
 float island as float ops between them). A name is an FX node name (``linear_1``) or a module's qualified name
-(``layer1.0.conv1``: every node inside it); ``fragile`` adds ``fragile_pt2e``'s nodes (the float range run
-only when a ``cat`` reaches an output: ``_has_output_cat``).
+(``layer1.0.conv1``: every node inside it); ``fragile`` adds ``fragile_pt2e``'s nodes (see ``quantize``).
 
 **Calibration cache.** One run calibrates its full quantization once (``_CACHE``). Observers see float values
 only (``prepare_pt2e`` inserts observers, not fake quantizers), so the ranges of the layers left quantized do

@@ -143,9 +143,8 @@ TABLE_METHOD = "PT2E: each quantized layer re-run with float weights on its dequ
 
 
 def layer_rows(request: ConversionRequest) -> tuple[list[Row], int]:
-    """The rows of the layer-wise error table of ``request``'s recipe quantized in full (PT2E, the TFLite route)
-    and the samples measured: up to ``DEBUG_SAMPLES`` calibration samples (fewer for big models:
-    ``TABLE_ELEMENTS``). ``layers.table_for`` ranks them into the bundle's table."""
+    """The rows of the PT2E table of ``request``'s recipe quantized in full, and the samples measured: up to
+    ``DEBUG_SAMPLES`` (fewer for big models: ``TABLE_ELEMENTS``); ``layers.table_for`` ranks them."""
     from toolkit.conversion.sensitivity import DEBUG_SAMPLES, ChannelError, float_group
 
     if not request.calibration:

@@ -14,7 +14,6 @@ from toolkit.conversion.routes import Refusal, resolve, route
 from toolkit.errors import UsageError
 from toolkit.model.vocabulary import Format
 
-# One float export per run directory: every ONNX precision of a run derives from the same file.
 _FP32_EXPORTS: dict[Path, BuiltArtifact] = {}
 
 Builder = Callable[[ConversionRequest, Path], BuiltArtifact]

@@ -71,7 +71,6 @@ _ROWS: tuple[Route, ...] = (
                 "PyTorch -> ExecuTorch (XNNPACK quantizer) quantizes activations to 8 bits only: it cannot build "
                 "A16W8.", "Use --format onnx for A16W8 (16-bit activation QDQ through ONNX Runtime)."))
       for fw in TORCH_EXPORT),
-    # ONNX: the source's exporter writes one float model per run, then onnx_quant.derive builds each precision
     *(Route(fw, Format.ONNX, "toolkit.conversion.registry:derive_onnx", default=fw != Framework.TFLITE,
             float_export=export, layer_table="toolkit.conversion.layers:onnx_full_table")
       for fw, export in _FLOAT_EXPORTS.items()),

@@ -172,9 +172,8 @@ def _full_int8(request: ConversionRequest, calibrated: bytes) -> bytes:
 
 
 def _a16w8(request: ConversionRequest) -> bytes:
-    """16-bit activations, 8-bit weights, float I/O: the converter's 16x8 ops set (reference kernels in LiteRT,
-    no XNNPACK: accuracy and 4x smaller weights, not speed). No builtin falls back to float (no
-    ``TFLITE_BUILTINS`` beside it): an op without a 16x8 kernel fails the build and says so."""
+    """16-bit activations, 8-bit weights, float I/O: the converter's 16x8 ops set (reference kernels, no XNNPACK). No
+    builtin falls back to float (no ``TFLITE_BUILTINS`` beside it): an op without a 16x8 kernel fails the build."""
     tf = _tf()
     converter = _converter(request)
     converter.target_spec.supported_ops = [tf.lite.OpsSet.EXPERIMENTAL_TFLITE_BUILTINS_ACTIVATIONS_INT16_WEIGHTS_INT8]
@@ -198,10 +197,9 @@ def _run(converter: Any, what: str) -> bytes:
 def _selective_int8(
     request: ConversionRequest, *, only_if_fragile: bool = False
 ) -> tuple[bytes, list[str], tuple[FloatIO, ...], list[tuple[str, str]]] | None:
-    """Calibrate once, then quantize with the requested nodes and the known-fragile ones (``fragile``) denylisted
-    (kept float); integer I/O stays integer through ``int8_borders`` except an output a mixed-range Concat
-    writes. Returns (model, denylisted names, I/O left float with why, fragile (node, why)); None when
-    ``only_if_fragile`` and no fragile pattern was found (the plain conversion stands)."""
+    """Quantize the run's calibration with the requested and the known-fragile nodes denylisted; integer I/O stays
+    integer (``int8_borders``) except an output a mixed-range Concat writes. Returns (model, denylisted names, I/O
+    left float with why, fragile (node, why)); None when ``only_if_fragile`` and nothing fragile was found."""
     tf = _tf()
     from tensorflow.lite.python import convert as tf_convert  # the quantizer the debugger uses
     from tensorflow.lite.python import util as tf_util

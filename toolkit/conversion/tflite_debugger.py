@@ -119,9 +119,8 @@ def _ranked(scores: dict[str, float]) -> list[tuple[str, float]]:
 
 
 def layer_errors(request: ConversionRequest, *, limit: int) -> list[tuple[str, float]]:
-    """Per-layer int8 quantization error, worst first: (op output tensor name, ``sensitivity.ChannelError`` of the op's
-    quantized output against its float copy). The debugger's own RMSE / scale hides exactly the layers that hurt
-    most, so it does not rank."""
+    """Per-layer int8 error, worst first: (op output tensor name, ``sensitivity.ChannelError`` of its quantized output
+    against its float copy); the debugger's own RMSE / scale hides the layers that hurt most, so it does not rank."""
     _model, channel, steps = debug_run(request)
     return _ranked(channel or steps)[:limit]
 
@@ -151,11 +150,9 @@ PASSTHROUGH = {
 
 
 def float_groups(request: ConversionRequest, *, limit: int) -> list[tuple[tuple[str, ...], float]]:
-    """The groups of ops worth keeping in float, best first: (op output tensor names, output error).
-
-    Shortlists ``sensitivity.MAX_CULPRITS`` ops by per-channel error and by error in steps, builds each alone and
-    with its consumers in float (``sensitivity.float_group``) from one calibration, and orders them by the relative
-    error of the outputs on ``sensitivity.SENSITIVITY_SAMPLES`` samples (0 = as good as float)."""
+    """The groups of ops worth keeping in float, best first: (op output tensor names, output error). Shortlists
+    ``sensitivity.MAX_CULPRITS`` ops by per-channel error and error in steps, builds each alone and with its
+    consumers float from one calibration, ordered by output error on ``sensitivity.SENSITIVITY_SAMPLES`` samples."""
     from tensorflow.lite.python import convert as tf_convert
 
     from toolkit.conversion import sensitivity
