@@ -8,8 +8,7 @@
 * **The first op after an integer input** (an embedding's Gather, the Cast/OneHot of ids): kept float, an
   embedding table's rows and a one-hot's levels stay exact.
 * **Decomposed LayerNorm and GELU**: quantizing their elementwise ops destroys models that MatMul-only
-  quantization keeps intact (findings.md 5); the statistics, nonlinear and neighbouring elementwise nodes stay
-  float, the MatMuls around them are quantized.
+  quantization keeps intact (findings.md 5); those nodes stay float, the MatMuls around them are quantized.
 
 ``onnx_fragile_nodes`` (here) returns ``(node name, why)`` pairs for ``onnx_quant``'s ``nodes_to_exclude``;
 the same rules on the other routes' graphs: ``fragile_tflite`` and ``fragile_pt2e``.

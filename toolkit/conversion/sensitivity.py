@@ -5,8 +5,7 @@ scale set by that outlier, so every other channel collapses to a few levels; but
 quantization steps* (the TFLite debugger's RMSE / scale) stays at the usual ~0.3, and a relative L2 error over
 the whole tensor is dominated by the outlier channel. Both rank such a layer last. Two measures replace them:
 
-* ``ChannelError``: each channel's error relative to its own RMS, the median over channels that carry signal
-  (~1: the channel is lost; a healthy layer a few percent). One debug run; it shortlists.
+* ``ChannelError`` (~1: the channel is lost; a healthy layer a few percent): one debug run; it shortlists.
 * Sensitivity: candidates built with a few layers in float, ordered by the relative error of the model's
   *outputs*. A tensor stays float only when its producer *and* its consumers are float (a quantized consumer
   re-quantizes it with the same outlier-dominated range), so each culprit is tried with its consumers

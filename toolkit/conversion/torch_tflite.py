@@ -9,10 +9,10 @@
   already wrong in the torch graph: findings.md), and litert-torch has no fp16 weight path. The ONNX route
   builds both.
 
-Layout: with ``recipe.layout == "NHWC"`` the 4-D inputs are made channel-last by a wrapper that keeps the
-inputs' names (``litert_torch.to_channel_last_io``'s positional wrapper loses them); outputs keep the model's
-layout. TorchScript modules cannot be traced by ``torch.export`` and are refused with the route to use instead.
-Signature inputs keep the source's input names. Without litert-torch the route raises MissingDependency.
+Layout: with ``recipe.layout == "NHWC"`` 4-D inputs are made channel-last by a wrapper that keeps their names
+(``litert_torch.to_channel_last_io``'s positional wrapper loses them); outputs keep the model's layout.
+TorchScript modules cannot be traced by ``torch.export``: refused, naming the route to use. Without the
+``litert-torch`` extra the route raises MissingDependency.
 """
 
 from __future__ import annotations
