@@ -29,7 +29,7 @@ EDGETPU_INSTALL = (
 def compile_for_edgetpu(
     records: Sequence[ArtifactRecord], policy: Policy, attempts: list[Attempt], staging: Path
 ) -> list[ArtifactRecord]:
-    """Compile the full-int8 artifact for the Edge TPU with ``edgetpu_compiler`` when it is on PATH (see the module)."""
+    """Compile the full-int8 artifact for the Edge TPU with ``edgetpu_compiler`` when it is on PATH."""
     int8 = next((r for r in records if r.format == Format.TFLITE and r.precision == Precision.INT8
                  and str(r.recipe.get("io_dtype")) in (IoDtype.UINT8, IoDtype.INT8)), None)
     recipe = dict(int8.recipe) if int8 else {"format": "tflite", "precision": "int8", "io_dtype": "uint8"}

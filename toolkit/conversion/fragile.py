@@ -98,7 +98,7 @@ def _decompositions(graph: onnx.GraphProto, producers: Mapping[str, onnx.NodePro
 
 
 def _integer_input_readers(graph: onnx.GraphProto, consumers: Mapping[str, list[onnx.NodeProto]]) -> list[tuple[str, str]]:
-    """The first float op after each integer graph input (through integer pass-through nodes): the integer-input rule."""
+    """The integer-input rule: the first float op after each integer graph input (through integer pass-throughs)."""
     from toolkit.conversion.onnx_io import require_onnx
 
     proto = require_onnx().TensorProto

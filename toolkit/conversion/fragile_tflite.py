@@ -6,7 +6,7 @@ and keeps an output such a Concat writes float even with int8 I/O (recorded as `
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any, NamedTuple
+from typing import NamedTuple
 
 import numpy as np
 
@@ -46,7 +46,7 @@ def tflite_graph(model: bytes) -> TFLiteGraph:
     graph = obj.subgraphs[0]
     names = {v: k for k, v in vars(fb.BuiltinOperator).items() if not k.startswith("_")}
 
-    def text(raw: Any) -> str:
+    def text(raw: object) -> str:  # a flatbuffer name: bytes or str
         return raw.decode() if isinstance(raw, bytes) else str(raw)
 
     tensors = graph.tensors or []

@@ -126,7 +126,7 @@ def record(staging: Path, artifact: str, fmt: str, float_artifact: Path | None,
     names = [t for _, t in order]
     floats = tensors(float_artifact, fmt, names, samples, input_names)
     quantized = tensors(staging / artifact, fmt, names, samples, input_names)
-    layers: list[dict[str, Any]] = []
+    layers: list[dict[str, Any]] = []  # Any: JSON values of probe.json
     arrays: dict[str, np.ndarray] = {}
     for row, tensor in order:
         if tensor not in floats or tensor not in quantized or floats[tensor].size != quantized[tensor].size:

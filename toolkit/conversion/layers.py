@@ -62,7 +62,7 @@ class LayerError:
         }
 
     @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> LayerError:
+    def from_dict(cls, data: Mapping[str, Any]) -> LayerError:  # Any: JSON values
         def num(key: str) -> float:
             value = data.get(key)
             return math.nan if value is None else float(value)
@@ -94,12 +94,12 @@ class LayerTable:
         rows = tuple(dataclasses.replace(r, kept_float=names_layer(r.name, kept)) for r in self.rows)
         return dataclasses.replace(self, rows=rows)
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, Any]:  # Any: JSON values
         return {"route": self.route, "method": self.method, "samples": self.samples,
                 "layers": [r.to_dict() for r in self.rows]}
 
     @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> LayerTable:
+    def from_dict(cls, data: Mapping[str, Any]) -> LayerTable:  # Any: JSON values
         return cls(route=Format(data["route"]), method=str(data.get("method", "")), samples=int(data.get("samples", 0)),
                    rows=tuple(LayerError.from_dict(r) for r in data.get("layers", ())))
 
@@ -235,9 +235,8 @@ def onnx_full_table(request: ConversionRequest, full: BuiltArtifact | None) -> L
 
 
 def table_for(run: ConvertRun, recipe: Recipe, built: BuiltArtifact) -> LayerTable:
-    """The table of ``recipe`` quantized in full (its ``nodes_to_exclude`` dropped), measured once per run by
-    its route's ``layer_table``: selective quantization and the bundle share it. ``built`` is the recipe's
-    artifact (ONNX: measured directly when it is the full quantization)."""
+    """The table of ``recipe`` quantized in full (``nodes_to_exclude`` dropped), measured once per run by its route's
+    ``layer_table`` and shared by selective quantization and the bundle (ONNX: ``built`` when it is the full one)."""
     from toolkit.conversion import cache
     from toolkit.conversion.routes import resolve, route
 

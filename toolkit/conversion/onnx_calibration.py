@@ -8,7 +8,6 @@ import os
 import shutil
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 
@@ -79,7 +78,7 @@ def preprocessed(request: ConversionRequest, base: BuiltArtifact, notes: list[st
         if marker.is_file():
             notes += [line for line in marker.read_text().splitlines() if line]
         return target
-    attempts: list[tuple[str, dict[str, Any]]] = [
+    attempts: list[tuple[str, dict[str, bool]]] = [
         ("", {}),
         ("without symbolic shape inference", {"skip_symbolic_shape": True}),
     ]

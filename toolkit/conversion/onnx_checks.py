@@ -1,6 +1,7 @@
 """Is this ONNX model still the model? ``check_runs`` loads an artifact and runs it once (rejected, or NaN/Inf:
 a ConversionError); ``transform_problem`` also compares a float model's outputs with the source's, so a graph
 transform that changes what the model computes is caught. ``hint_for`` says what to do about a failure.
+``Any``: onnxruntime sessions and their input descriptions (onnxruntime is untyped).
 """
 
 from __future__ import annotations

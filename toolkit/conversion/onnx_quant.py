@@ -325,7 +325,7 @@ def _opset_kept(keep: bool) -> Iterator[None]:
         yield
         return
 
-    def unchanged(model: Any, *args: Any, **kwargs: Any) -> Any:
+    def unchanged(model: Any, *args: Any, **kwargs: Any) -> Any:  # Any: onnxruntime's untyped signature
         return model
 
     setattr(ort_quantize, "update_opset_version", unchanged)  # noqa: B010 (mypy: untyped module)

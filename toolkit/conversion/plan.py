@@ -236,9 +236,8 @@ def plan_recipes(options: ConvertOptions, policy: Policy, framework: str, *, has
 
 def _as_is_plan(planned: Sequence[PlannedRecipe], skipped: list[Attempt], has_calibration: bool, *,
                 onnx_asked: bool) -> Plan:
-    """A .tflite source is shipped as it is as its one TFLite artifact (every other TFLite recipe says why it
-    does not apply); ONNX recipes are built from it (``tflite_onnx``: INT8 with the calibration data) when
-    ``--format onnx`` asks for them, never just because the profile lists them."""
+    """A .tflite source ships as it is as its one TFLite artifact (the other TFLite recipes say why not); ONNX recipes
+    are built from it (``tflite_onnx``) only when ``--format onnx`` asks, never just because the profile lists them."""
     tflite = [p for p in planned if p.recipe.format == Format.TFLITE]
     onnx = [p for p in planned if p.recipe.format == Format.ONNX] if onnx_asked else []
     chosen = tflite[:1] + onnx if tflite or onnx else list(planned)[:1]

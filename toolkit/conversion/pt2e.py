@@ -9,7 +9,7 @@ float island as float ops between them). A name is an FX node name (``linear_1``
 **Calibration cache.** One run calibrates its full quantization once (``_CACHE``). Observers see float values
 only (``prepare_pt2e`` inserts observers, not fake quantizers), so the ranges of the layers left quantized do
 not depend on which layers are kept float: a selective rebuild copies them (``_reuse_ranges``; weight observers
-are filled from the weights themselves).
+are filled from the weights themselves). ``Any``: torch and FX objects (torch is imported lazily).
 """
 
 from __future__ import annotations

@@ -3,6 +3,7 @@
 ``max_pool2d``) is run again with *float* weights on the same dequantized inputs and compared with the tensor
 after its ``quantize -> dequantize`` pair: the layer's own error, not what it inherited. Rows carry their
 ``float_group`` (``sensitivity.float_group``); the table reuses the run's full calibration (``pt2e._CACHE``).
+``Any``: FX graphs and nodes, torch tensors and the torch module (torch is imported lazily).
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 ``XNNPACKQuantizer`` for ``.pte``; both annotate the same way: patterns, then shared-range ops propagated) with
 layers kept in float (``recipe.nodes_to_exclude``): the annotations of each named node, and of the nodes fused
 with it in one pattern (``conv2d`` with its ``relu``), are removed after the quantizer annotated the graph, so
-no observer lands on that layer's weights, inputs or output."""
+no observer lands on that layer's weights, inputs or output. ``Any``: FX nodes and quantizers (lazy torch)."""
 
 from __future__ import annotations
 

@@ -28,9 +28,8 @@ def bundled_name(artifact: str) -> str:
 
 def attach(record: ArtifactRecord, staging: Path, inputs: Sequence[TensorSpec], feeds: Sequence[Mapping[str, np.ndarray]],
            reference: Sequence[Sequence[np.ndarray]], outputs: Sequence[Sequence[np.ndarray]]) -> ArtifactRecord:
-    """Write ``record``'s bundled program into ``staging`` (the first ``BUNDLED_SAMPLES`` held-out ``feeds``,
-    ``reference`` = the float model's outputs, ``outputs`` = this artifact's on this host) and return the record
-    naming it with its limit."""
+    """Write ``record``'s bundled program into ``staging`` (the first ``BUNDLED_SAMPLES`` held-out ``feeds``, the float
+    ``reference`` and this artifact's ``outputs`` on this host); the record naming it with its limit."""
     import torch
     from executorch.devtools import BundledProgram
     from executorch.devtools.bundled_program.config import MethodTestCase, MethodTestSuite

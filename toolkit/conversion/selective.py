@@ -106,8 +106,7 @@ def selective(run: ConvertRun, failed: Candidate) -> Candidate | None:
 
 
 def _explained(result: Candidate, failed: Candidate, union: Group, share: float) -> Candidate:
-    """``result`` with its float layers' reason (the selective retry) and, when the float set holds most of the
-    weights, a note saying so."""
+    """``result`` with its float layers' reason and, when the float set holds most of the weights, a note saying so."""
     from toolkit.runtimes.inspection.share import artifact_share
 
     why = f"selective retry: full INT8 out of tolerance ({'; '.join(failed.failures)[:160]})"

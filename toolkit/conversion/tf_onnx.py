@@ -3,7 +3,7 @@
 tf2onnx's ``from_keras`` raises ``KeyError: 'keras_tensor_5'`` on Keras 3 Sequential models (findings.md), so
 every source goes through ``from_function`` on its serving function (shapes pinned, or the batch dynamic with
 ``request.dynamic_batch``), then the fixed-shape SavedModel export if that fails. Graph inputs and outputs get
-the source's names so the pipeline can feed by name.
+the source's names so the pipeline can feed by name. ``Any``: tf2onnx, TensorFlow and ONNX protos (untyped).
 """
 
 from __future__ import annotations
@@ -84,7 +84,7 @@ def rename_io(model: Any, inputs: list[str], outputs: list[str]) -> None:
 def _bind_captured_constants(proto: Any, function: Any, inputs: list[str]) -> list[str]:
     """Graph inputs that are really constants captured by the traced function become initializers: tf2onnx turns
     what a ``tf.function`` captures by value (Keras' ``Normalization`` mean and variance, as in
-    ``keras.applications.EfficientNetB0``) into graph inputs the device would be asked for. Returns the names folded."""
+    ``keras.applications.EfficientNetB0``) into graph inputs the device would have to feed. Returns the names folded."""
     from onnx import numpy_helper
 
     try:

@@ -8,6 +8,7 @@ once (``_calibrated``); full int8, the fragile-pattern pass and selective rebuil
 denylisted in the MLIR quantizer the debugger uses) quantize that one calibrated model. A16W8 is the
 converter's own 16x8 build with float I/O: it calibrates for itself (``_a16w8``). Which entries name which ops:
 ``tflite_nodes``; integer I/O around float islands: ``tflite_borders``; the layer table: ``tflite_debugger``.
+``Any``: TensorFlow objects (tensorflow is imported lazily and untyped).
 """
 
 from __future__ import annotations

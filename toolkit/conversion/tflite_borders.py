@@ -32,7 +32,7 @@ def _tensor_ranges(calibrated: bytes) -> dict[str, tuple[float, float]]:
     return ranges
 
 
-def _text(raw: Any) -> str:  # a flatbuffer name: bytes or str
+def _text(raw: object) -> str:  # a flatbuffer name: bytes or str
     return raw.decode() if isinstance(raw, bytes) else str(raw)
 
 

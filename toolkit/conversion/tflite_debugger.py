@@ -37,7 +37,7 @@ def debug_run(request: ConversionRequest) -> tuple[bytes, dict[str, float], dict
     calibrated = _calibrated(request)
     source = _source(request)
     samples = list(request.calibration[:DEBUG_SAMPLES])
-    holder: dict[str, Any] = {}
+    holder: dict[str, Any] = {}  # Any: the QuantizationDebugger (tensorflow is untyped)
     calls: list[ChannelError] = []
 
     def channel_error(floats: np.ndarray, quants: np.ndarray, scale: float, zero_point: int) -> float:

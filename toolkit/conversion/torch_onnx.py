@@ -8,6 +8,7 @@ below 18: the current exporter down-converts with the ONNX version converter, wh
 (``Assertion node->hasAttribute(kaxes)``, findings.md) and then silently keeps 18, so the written opset is
 checked, never assumed. Opset: ``recipe.opset``, else 18, capped by ``request.max_opset``. Inputs keep the
 source's names; outputs are named like the source's (``output`` or ``output_0``, ...).
+``Any``: torch and its tensors and modules (torch is imported lazily).
 """
 
 from __future__ import annotations

@@ -7,6 +7,7 @@ share of operator nodes the delegate took (``get_delegation_info``) is recorded 
 (``routes.py``): XNNPACK runs fp16 only on a half model with float16 I/O, with fp16 arithmetic only on ARMv8.2+
 (a Raspberry Pi 4's Cortex-A72 has none); PT2E dynamic quantization broke digits in our measurements. The
 bundled program is ``pte_bundled``. Without the ``executorch`` extra the route raises MissingDependency.
+``Any``: torch and ExecuTorch objects (both are imported lazily).
 """
 
 from __future__ import annotations

@@ -12,7 +12,7 @@
 Layout: with ``recipe.layout == "NHWC"`` 4-D inputs are made channel-last by a wrapper that keeps their names
 (``litert_torch.to_channel_last_io``'s positional wrapper loses them); outputs keep the model's layout.
 TorchScript modules cannot be traced by ``torch.export``: refused, naming the route to use. Without the
-``litert-torch`` extra the route raises MissingDependency.
+``litert-torch`` extra the route raises MissingDependency. ``Any``: torch and litert-torch objects (lazy imports).
 """
 
 from __future__ import annotations

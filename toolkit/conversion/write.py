@@ -124,9 +124,8 @@ def _layer_probe(run: ConvertRun, item: Candidate, staging: Path, feeds: Sequenc
 
 
 def preferred(kept: Sequence[Candidate], options: ConvertOptions) -> list[Candidate]:
-    """Per format, the artifact the device should run: the first, in order of preference, whose accuracy is
-    within the tolerance and that is not slower than fp32. Order: the user's ``--precision`` order when they
-    asked; else the profile's recipe (the stage keeps at most one non-fp32 per format) before fp32."""
+    """Per format, the artifact the device should run: the first within the tolerance and not slower than fp32, in
+    the user's ``--precision`` order, else the profile's recipe (at most one non-fp32 per format) before fp32."""
     chosen: dict[str, Candidate] = {}
 
     def rank(item: Candidate) -> int:
