@@ -16,12 +16,8 @@ from toolkit.model.recipe import Recipe
 
 @dataclass(frozen=True)
 class ConversionRequest:
-    """One artifact to build.
-
-    ``calibration`` holds one feed per sample, already shaped like ``input_shapes`` (batch 1 unless the user
-    pinned another), each input in the model's own dtype (token ids stay integers: :func:`as_input_dtype`),
-    validated, and never the held-out samples used for verification.
-    """
+    """One artifact to build. ``calibration``: one validated feed per sample, shaped like ``input_shapes``, each input
+    in the model's own dtype (:func:`as_input_dtype`), never the held-out samples used for verification."""
 
     source: SourceModel
     recipe: Recipe

@@ -1,11 +1,7 @@
-"""Caches of the convert stage: whole bundles and single built artifacts, keyed by what they depend on.
-
-* The bundle cache (``cache_root()/<key>``): a run with the same source, data, options, profile and tool
-  versions copies the bundle it wrote before (verification included) instead of converting again.
-* The build cache (``ConvertOptions.workdir``): built artifacts are reused by later runs with the same source,
-  data, recipe and tool versions; conversion is the slow part, verification always runs again.
-
-Both are optimisations: a read-only or broken cache never fails a conversion.
+"""Caches of the convert stage, keyed by what they depend on: whole bundles (``cache_root()/<key>``: same source,
+data, options, profile and tool versions copy the bundle, verification included) and built artifacts
+(``ConvertOptions.workdir``: verification always runs again). Both are optimisations: a read-only or broken
+cache never fails a conversion.
 """
 
 from __future__ import annotations

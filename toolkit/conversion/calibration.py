@@ -1,16 +1,10 @@
 """Calibration and evaluation data: read it, settle the model's dynamic dimensions from it, validate it
 against the model's inputs before any converter sees it, and split off a held-out part for verification.
 
-Formats (see calibration/README.md):
-
-- ``.npy``: one array, for a single-input model;
-- ``.npz``: arrays keyed by input name (``x`` accepted for a single-input model), labels under ``y``;
-- a folder of images with a ``dataset.toml`` beside them (size, layout, colour order, mean/std or scale,
-  dtype, and optionally which input they feed).
-
-Samples lie along the first axis. An array with the input's rank holds samples along the batch axis; an array
-with one more dimension than the input has a sample axis in front (for inputs whose batch is not the first
-axis, recurrent states, or scalars).
+Formats (calibration/README.md): ``.npy`` (one array, single-input model); ``.npz`` (arrays keyed by input
+name, ``x`` for a single input, labels under ``y``); a folder of images with a ``dataset.toml``. Samples lie
+along the first axis: an array with the input's rank along the batch axis, an array with one more dimension
+with a sample axis in front (inputs whose batch is not first, recurrent states, scalars).
 """
 
 from __future__ import annotations
@@ -82,7 +76,6 @@ def hash_path(path: Path) -> str:
 
 
 def read_data(path: Path, inputs: Sequence[TensorSpec], *, what: str = "calibration data") -> DataFile:
-    """Read ``path`` and key its arrays by the model's input names."""
     path = Path(path)
     if not path.exists():
         raise UsageError(f"The {what} {str(path)!r} does not exist.", hint="Pass a .npy, .npz or image folder.")

@@ -1,10 +1,8 @@
 """One candidate artifact: build it through its route, prove what it is, verify it against the float model.
 
-``build_and_verify`` returns either a :class:`~toolkit.conversion.run.Candidate` (built, loaded, run,
-measured: kept or dropped by the caller) or a :class:`~toolkit.conversion.run.Failure` (typed by
-``FailureKind``, with the reason and a workaround), never raises for a recipe that merely failed, so one route
-failing cannot abort the bundle. Only bad input (a :class:`UsageError` the user must fix) propagates, and
-only for recipes the user asked for explicitly.
+``build_and_verify`` returns a :class:`~toolkit.conversion.run.Candidate` or a typed
+:class:`~toolkit.conversion.run.Failure` and never raises for a recipe that merely failed, so one route failing
+cannot abort the bundle. Only bad input (a :class:`UsageError`) propagates, and only for explicit recipes.
 """
 
 from __future__ import annotations
@@ -40,11 +38,8 @@ if TYPE_CHECKING:
 
 
 def align(source: Sequence[TensorSpec], artifact: Sequence[TensorSpec], *, what: str) -> list[int]:
-    """For each source tensor, the index of the artifact tensor that carries it.
-
-    Converters rename tensors (``image`` -> ``serving_default_image:0``) and may reorder them; match by exact
-    name, then by a name that contains the source name, then by position among the rest.
-    """
+    """For each source tensor, the index of the artifact tensor that carries it: converters rename tensors (``image``
+    -> ``serving_default_image:0``) and may reorder them; match by name, then containment, then position."""
     if len(source) != len(artifact):
         extra = [a.name for a in artifact if a.name not in {s.name for s in source}]
         raise ConversionError(
@@ -128,8 +123,8 @@ def _device_only(recipe: Recipe, policy: Policy) -> list[str]:
 
 
 def _paired(run: ConvertRun, recipe: Recipe, infer: Callable[[Mapping[str, np.ndarray]], object]) -> PairedTiming | None:
-    """The paired, interleaved comparison with the fp32 artifact of the format, made only when the profile is
-    this host and the recipe runs on this host's CPU (toolkit.conversion.host_timing)."""
+    """The paired comparison with fp32 of the format, only where the profile is this host and the recipe runs on
+    its CPU (``host_timing``)."""
     fp32 = run.fp32.get(recipe.format)
     if (recipe.precision == Precision.FP32 or not isinstance(fp32, Candidate) or not is_this_host(run.policy.name)
             or _device_only(recipe, run.policy)):
@@ -210,7 +205,6 @@ def _built(run: ConvertRun, recipe: Recipe, *, explicit: bool
 
 
 def _measure(run: ConvertRun, recipe: Recipe, built: BuiltArtifact) -> _Measured | Failure:
-    """Load the artifact in its runtime, verify it on the held-out samples and time it."""
     from toolkit.runtimes.execution import open_session
 
     source, data = run.source, run.data
@@ -270,7 +264,6 @@ def _speed(run: ConvertRun, recipe: Recipe, measured: _Measured, *, failed: bool
     device_only = _device_only(recipe, policy)
     timing = measured.timing
     if device_only:
-        # The device runs it on an accelerator this host lacks: CPU timings say nothing about that speed.
         note = (f"timed on this host's CPU only; the device runs it on {', '.join(device_only)} "
                 "(not available here), so it is not compared with fp32")
         ok = status == ArtifactStatus.OK
@@ -290,7 +283,6 @@ def _speed(run: ConvertRun, recipe: Recipe, measured: _Measured, *, failed: bool
 
 def _record(run: ConvertRun, recipe: Recipe, built: BuiltArtifact, info: ModelInfo, measured: _Measured,
             speed: _Speed) -> ArtifactRecord:
-    """The manifest record of a verified artifact."""
     verdict, batching, policy = measured.verdict, measured.batching, run.policy
     return ArtifactRecord(
         file=artifact_file_name(recipe.precision, recipe.format),

@@ -1,8 +1,6 @@
-"""The data a conversion run works on: calibration samples, held-out samples, resolved input shapes.
-
-Every sample keeps each input in the model's own dtype (token ids stay int64, byte features uint8; see
-``calibration.to_samples``): routes, calibration readers and verification feed them as they are, so an
-embedding never sees a float and the golden data carry what the device will be fed.
+"""The data a conversion run works on: calibration samples, held-out samples, resolved input shapes. Every input
+keeps the model's own dtype (``calibration.to_samples``, ``base.as_input_dtype``): an embedding never sees a
+float, and the golden data carry what the device will be fed.
 """
 
 from __future__ import annotations

@@ -1,7 +1,6 @@
-"""The Edge TPU step: compile the verified full-int8 TFLite artifact with ``edgetpu_compiler``.
-
-Without the compiler the bundle still ships (the CPU int8 artifact runs anywhere) and an attempt says exactly
-what to install and run. The compiled model cannot be verified here: it needs an Edge TPU.
+"""The Edge TPU step: compile the verified full-int8 TFLite artifact with ``edgetpu_compiler``. Without the
+compiler the bundle still ships (the CPU int8 artifact runs anywhere) and an attempt says exactly what to
+install and run. The compiled model cannot be verified here: it needs an Edge TPU.
 """
 
 from __future__ import annotations
@@ -30,11 +29,7 @@ EDGETPU_INSTALL = (
 def compile_for_edgetpu(
     records: Sequence[ArtifactRecord], policy: Policy, attempts: list[Attempt], staging: Path
 ) -> list[ArtifactRecord]:
-    """Compile the full-int8 artifact for the Edge TPU with ``edgetpu_compiler`` when it is on PATH.
-
-    Without the compiler the bundle still ships (the CPU int8 artifact runs anywhere) and an attempt says
-    exactly what to install and run. The compiled model cannot be verified here: it needs an Edge TPU.
-    """
+    """Compile the full-int8 artifact for the Edge TPU with ``edgetpu_compiler`` when it is on PATH."""
     int8 = next((r for r in records if r.format == Format.TFLITE and r.precision == Precision.INT8
                  and str(r.recipe.get("io_dtype")) in (IoDtype.UINT8, IoDtype.INT8)), None)
     recipe = dict(int8.recipe) if int8 else {"format": "tflite", "precision": "int8", "io_dtype": "uint8"}

@@ -1,22 +1,17 @@
 """Patterns static INT8 is known to break, found before quantizing and kept in float up front.
 
-* **A Concat of quantities with different ranges feeding an output**: a detection head's final Concat puts box
-  coordinates (0-320) and class scores (0-1) in one tensor, which gets ONE int8 scale, so the scores collapse
-  to two or three levels (a YOLOv8-style detector lost half its detections that way while the whole-tensor
-  cosine stayed at 0.998). When the float ranges of a Concat's inputs on the calibration samples differ by more
-  than ``RANGE_RATIO``, the Concat (and the reshapes between it and the output) stay float; each input keeps
-  the scale of its own producer.
-* **The first op after an integer input** (the Gather of an embedding, the Cast/OneHot of ids): quantized, an
-  embedding table's rows and a one-hot's levels are rounded; kept float they stay exact, and the layers after
-  them quantize their inputs as usual.
-* **Decomposed LayerNorm and GELU** (ReduceMean/Sub/Pow/Sqrt/Div chains, Erf or Tanh with Pow): quantizing their
-  elementwise ops destroys models that MatMul-only quantization keeps intact (findings.md 5). The statistics
-  and nonlinear nodes and the elementwise nodes next to them stay float; the MatMuls around them are quantized.
+* **A Concat of quantities with different ranges feeding an output**: a detection head's Concat of box
+  coordinates (0-320) and class scores (0-1) gets ONE int8 scale and the scores collapse to two or three
+  levels (a YOLOv8-style detector lost half its detections while the whole-tensor cosine stayed at 0.998).
+  Input ranges more than ``RANGE_RATIO`` apart keep the Concat (and reshapes to the output) float; each input
+  keeps its producer's scale.
+* **The first op after an integer input** (an embedding's Gather, the Cast/OneHot of ids): kept float, an
+  embedding table's rows and a one-hot's levels stay exact.
+* **Decomposed LayerNorm and GELU**: quantizing their elementwise ops destroys models that MatMul-only
+  quantization keeps intact (findings.md 5); those nodes stay float, the MatMuls around them are quantized.
 
-``onnx_fragile_nodes`` (here) returns ``(node name, why)`` pairs; ``onnx_quant`` adds them to ``nodes_to_exclude``
-and lists them in the artifact's ``float_nodes`` and notes. The same rules on the other routes' graphs:
-``fragile_tflite`` (a calibrated Keras/SavedModel -> TFLite graph) and ``fragile_pt2e`` (the float FX graph of
-the PyTorch -> TFLite route).
+``onnx_fragile_nodes`` (here) returns ``(node name, why)`` pairs for ``onnx_quant``'s ``nodes_to_exclude``;
+the same rules on the other routes' graphs: ``fragile_tflite`` and ``fragile_pt2e``.
 """
 
 from __future__ import annotations
@@ -103,9 +98,7 @@ def _decompositions(graph: onnx.GraphProto, producers: Mapping[str, onnx.NodePro
 
 
 def _integer_input_readers(graph: onnx.GraphProto, consumers: Mapping[str, list[onnx.NodeProto]]) -> list[tuple[str, str]]:
-    """The first float op after each integer graph input (through integer pass-through nodes): the Gather of an
-    embedding, the Cast or OneHot of ids. Quantized, an embedding table's rows and a one-hot's levels are
-    rounded; kept float they stay exact (the layers after them quantize their inputs as usual)."""
+    """The integer-input rule: the first float op after each integer graph input (through integer pass-throughs)."""
     from toolkit.conversion.onnx_io import require_onnx
 
     proto = require_onnx().TensorProto

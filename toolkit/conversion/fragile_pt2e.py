@@ -1,21 +1,13 @@
-"""The Concat rule of ``fragile`` on the PyTorch -> TFLite route, applied to the float graph ``torch.export``
-gives (the graph ``pt2e.quantize`` annotates, so the node names are the ones its exclusion takes).
+"""The Concat rule of ``fragile`` on the PyTorch routes, on the float graph ``torch.export`` gives (the graph
+``pt2e.quantize`` annotates, so the node names are the ones its exclusion takes).
 
-``pt2e_fragile_nodes`` applies the Concat rule and the head behind it; ``pt2e`` drops the nodes' quantization
-annotations and ``torch_tflite`` keeps that output float.
-
-The ranges cannot come from PT2E's observers. Where litert-torch's ``cat`` annotation applies, the cat's inputs
-and output share one observer (``SharedQuantizationSpec`` with the first input), which sees them all together;
-on the trained detector of the tests it did not match the exported cats at all, and their inputs were observed
-only where an op before them is quantized (the box sizes' ``mul``, but not the box centres' ``add`` nor the
-scores' sigmoid). The TFLite converter then gives the concatenations the scale of their one quantized input
-(its same-scale rule for CONCATENATION): the int8 output got 0.53, the scores collapsed to {0, 0.53}. So the
-ranges come from running the float graph (a ``torch.fx.Interpreter``) on up to ``RANGE_SAMPLES`` calibration
-samples.
-
-The other two rules are not needed on this route: litert-torch's quantizer annotates no ``layer_norm``,
-``gelu`` or ``embedding`` node (they are converted as float ops; softmax and sigmoid get fixed [0, 1]
-parameters), so a LayerNorm/GELU and the first op after an integer input already stay float.
+The ranges cannot come from PT2E's observers: where litert-torch's ``cat`` annotation applies, the cat's inputs
+and output share one observer; on the tests' trained detector it did not match the exported cats at all, and
+their inputs were observed only behind a quantized op (the box sizes' ``mul``, not the centres' ``add`` nor
+the scores' sigmoid). The converter then gave the concatenation the scale of its one quantized input (0.53),
+and the scores collapsed to {0, 0.53}. So the float graph is run (a ``torch.fx.Interpreter``) instead.
+The other two rules are not needed here: litert-torch's quantizer annotates no ``layer_norm``, ``gelu`` or
+``embedding`` node, so they already stay float. ``Any``: FX nodes and torch (torch is imported lazily).
 """
 
 from __future__ import annotations
@@ -31,8 +23,7 @@ PT2E_PASSTHROUGH = frozenset({
     "view", "reshape", "_unsafe_view", "permute", "transpose", "t", "flatten", "squeeze", "unsqueeze", "contiguous",
     "clone", "alias", "expand", "unflatten", "slice", "select", "narrow", "split", "split_with_sizes", "getitem",
 })
-# a detection head's post-processing: Sigmoid/Softmax, the box decoding arithmetic, the inner cat of centres and
-# sizes (as TFLITE_HEAD_OPS); a convolution or linear layer reading a Softmax is the DFL
+# a detection head's post-processing, as TFLITE_HEAD_OPS (a convolution or linear layer reading a Softmax: the DFL)
 PT2E_HEAD_OPS = frozenset({"sigmoid", "softmax", "_softmax", "mul", "add", "sub", "div", "cat"})
 PT2E_WEIGHTED = frozenset({"conv1d", "conv2d", "convolution", "linear"})
 
@@ -90,11 +81,10 @@ def pt2e_output_cats(graph: Any) -> list[tuple[Any, list[Any], int]]:
 def pt2e_fragile_nodes(
     torch: Any, graph: Any, samples: Sequence[Sequence[Any]]
 ) -> tuple[list[tuple[str, str]], list[MixedOutput]]:
-    """``(node, why)`` for the nodes of a float FX graph (``torch.export(...).module()``) that PT2E INT8 should
-    leave float, and the outputs that must then stay float: a final cat whose inputs' max |value| on the first
-    ``RANGE_SAMPLES`` of ``samples`` (argument tuples) are more than ``RANGE_RATIO`` apart, the pass-through ops
-    between it and the output, and the head's post-processing behind it (``PT2E_HEAD_OPS`` through pass-through
-    ops; a convolution or linear layer reading a softmax: the DFL), up to ``HEAD_DEPTH`` ops back."""
+    """``(node, why)`` for the nodes of a float FX graph (``torch.export(...).module()``) that PT2E INT8 should leave
+    float, and the outputs that must then stay float: ``fragile``'s Concat rule on the first ``RANGE_SAMPLES`` of
+    ``samples`` (argument tuples), with the head behind the cat (``PT2E_HEAD_OPS``, a layer reading a softmax: the
+    DFL) up to ``HEAD_DEPTH`` ops back."""
     import torch.fx
 
     cats = pt2e_output_cats(graph)

@@ -1,16 +1,12 @@
 """The known-fragile rules of ``fragile`` on a Keras/SavedModel -> TFLite graph, read from the calibrated model
-(each tensor carries the min/max the calibration measured).
-
-``tflite_fragile_nodes`` applies the Concat rule, with the detection head's Sigmoid/Softmax/DFL post-processing
-behind it, the integer-input rule and the LayerNorm/GELU rule (RSQRT/SQRT/POW/SQUARED_DIFFERENCE and the
-elementwise ops next to them); ``tflite`` denylists the nodes (``mlir_quantize``'s denylisted nodes) and keeps
-an output such a Concat writes float even when the recipe asks for int8 I/O (recorded as ``FloatIO``).
+(each tensor carries the min/max the calibration measured). ``tflite`` denylists the nodes in ``mlir_quantize``
+and keeps an output such a Concat writes float even with int8 I/O (recorded as ``FloatIO``).
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any, NamedTuple
+from typing import NamedTuple
 
 import numpy as np
 
@@ -43,7 +39,6 @@ class TFLiteGraph(NamedTuple):
 
 
 def tflite_graph(model: bytes) -> TFLiteGraph:
-    """The main graph of ``model`` (a TFLite flatbuffer)."""
     from tensorflow.lite.python import schema_py_generated as fb
     from tensorflow.lite.python import util as tf_util
 
@@ -51,7 +46,7 @@ def tflite_graph(model: bytes) -> TFLiteGraph:
     graph = obj.subgraphs[0]
     names = {v: k for k, v in vars(fb.BuiltinOperator).items() if not k.startswith("_")}
 
-    def text(raw: Any) -> str:
+    def text(raw: object) -> str:  # a flatbuffer name: bytes or str
         return raw.decode() if isinstance(raw, bytes) else str(raw)
 
     tensors = graph.tensors or []
@@ -81,11 +76,9 @@ def tflite_graph(model: bytes) -> TFLiteGraph:
 
 
 def tflite_fragile_nodes(calibrated: bytes) -> tuple[list[tuple[str, str]], dict[str, str]]:
-    """``(node, why)`` for the ops of a calibrated TFLite model that INT8 should leave float, and the graph
-    outputs that must then stay float (output tensor name -> why): a final Concat whose inputs' calibrated
-    ranges are more than ``RANGE_RATIO`` apart, the pass-through ops between it and the output, and the head's
-    post-processing behind it (``TFLITE_HEAD_OPS`` through pass-through ops; a convolution reading a Softmax:
-    the DFL). Node names are op output tensor names, as ``tflite.resolve_nodes`` takes them."""
+    """``(node, why)`` for the ops of a calibrated TFLite model that INT8 should leave float, and the outputs that
+    must then stay float (tensor name -> why): ``fragile``'s rules on the calibrated ranges, the head behind a
+    final Concat through ``TFLITE_HEAD_OPS``. Node names are op output tensor names (``tflite.resolve_nodes``)."""
     ops, outputs, magnitude, constants, integer, ids = tflite_graph(calibrated)
     producer = {out: index for index, (_kind, _ins, outs) in enumerate(ops) for out in outs}
     readers: dict[str, list[int]] = {}

@@ -1,19 +1,13 @@
 """What host latency may say about an artifact: only a profile that IS this host lets it decide anything.
 
-The host is not the device. A ``raspberry-pi-4`` bundle built on an x86 laptop used to mark the profile's own
-first recipe (full-INT8 TFLite) ``slower`` because INT8 is slower on an x86 CPU without VNNI, while a
-Cortex-A72 runs the same file with XNNPACK's int8 kernels (findings.md section 6). And even on the host, one
-median per artifact, minutes apart, flipped a landmark model's INT8 between ``slower`` and preferred with only
-another job's load changed. So:
-
-- for a profile whose CPU is not this host's (another arch, or a profile that names a device kind rather than
-  "this machine"), the host latency is measured and recorded, labelled with the host CPU it was measured on,
-  and never demotes or promotes anything: the device measures and chooses (``toolkit.checks.selection``);
-- for the profile that matches this machine (``generic-x86_64`` on x86-64, a profile named ``local``) the
-  artifact is timed against the fp32 artifact of its format in one process, in alternating rounds (so a load
-  that comes and goes hits both alike), and judged with the regression gate's statistics (a one-sided
-  Mann-Whitney U test at ``alpha`` plus minimum effects in percent and milliseconds,
-  :mod:`toolkit.regression`). A difference inside the noise is :attr:`Speed.NO_SPEEDUP`, never ``slower``.
+The host is not the device: a ``raspberry-pi-4`` bundle built on an x86 laptop used to mark full-INT8 TFLite
+``slower`` (INT8 is slower on x86 without VNNI, while a Cortex-A72 runs it with XNNPACK's int8 kernels,
+findings.md section 6); and one median per artifact, minutes apart, flipped a model's INT8 between ``slower``
+and preferred with only another job's load changed. So for another CPU the latency is recorded, labelled with
+the host CPU, and decides nothing (the device chooses: ``toolkit.checks.selection``); for the profile that
+matches this machine (``generic-x86_64`` on x86-64, ``local``) the artifact is timed against fp32 of its
+format in alternating rounds in one process and judged with the regression gate's statistics
+(:mod:`toolkit.regression`). A difference inside the noise is :attr:`Speed.NO_SPEEDUP`, never ``slower``.
 """
 
 from __future__ import annotations
@@ -58,9 +52,8 @@ def host_cpu() -> str:
 
 @lru_cache(maxsize=8)
 def is_this_host(profile: str) -> bool:
-    """Whether the target profile ``profile`` is this machine: the shipped profile that matches it, or ``local``.
-    A profile that names a device kind (``raspberry-pi-4``, ``jetson-nano``, a user's board) is not, even on
-    the same arch: its CPU is another one."""
+    """Whether ``profile`` is this machine: the shipped profile that matches it, or ``local``; a profile naming a
+    device kind (``raspberry-pi-4``, a user's board) is not, even on the same arch."""
     from toolkit.errors import ToolkitError
     from toolkit.model.platform import host_profile_name
 
@@ -131,9 +124,8 @@ def paired(candidate: Infer, fp32: Infer, feed: Mapping[str, np.ndarray], *, rou
 
 def paired_with_fp32(fp32_path: object, *, threads: int, source_inputs: Sequence[object], candidate: Infer,
                      feed: Mapping[str, np.ndarray], align: Callable[..., list[int]]) -> PairedTiming | None:
-    """:func:`paired` against the fp32 artifact at ``fp32_path`` (opened again here, in this process; ``align``
-    maps the source's inputs onto its inputs: ``candidate.align``); None when it cannot be opened (then nothing
-    is compared)."""
+    """:func:`paired` against the fp32 artifact at ``fp32_path``, opened again in this process (``align``:
+    ``candidate.align``); None when it cannot be opened (then nothing is compared)."""
     from pathlib import Path
 
     from toolkit.runtimes.execution import open_session

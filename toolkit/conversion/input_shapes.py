@@ -19,11 +19,8 @@ def resolve_shapes(
     data: DataFile | None,
     unknown_rank: Collection[str] = (),
 ) -> dict[str, tuple[int, ...]]:
-    """Concrete shapes for every input: ``--input-shape`` first, then the data, batch 1 by default.
-
-    A dimension that neither settles is an error naming the input and the flag to use. Inputs named in
-    ``unknown_rank`` (a TorchScript model records no shapes at all) take an ``--input-shape`` of any rank.
-    """
+    """Concrete shapes for every input; a dimension nothing settles is an error naming the input and the flag.
+    Inputs in ``unknown_rank`` (a TorchScript model records no shapes) take an ``--input-shape`` of any rank."""
     names = [s.name for s in inputs]
     unknown = [n for n in overrides if n not in names]
     if unknown:

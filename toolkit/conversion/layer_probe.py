@@ -1,12 +1,8 @@
-"""The layer probe convert writes next to each INT8 artifact with a layer table, for a failed device check to
-name the first diverging layer (:mod:`toolkit.checks.divergence` reads it).
-
-The host runs the first golden samples through the float artifact of the same format and through the INT8
-artifact, with their intermediate tensors exposed, and keeps, for the table's layers in graph order, the float
-values (float16, ``layers/<artifact>.float.npz``) and the INT8 artifact's own error there
-(``layers/<artifact>.probe.json``; error = RMS error over the float tensor's range, as the table's
-``rmse_range``); for an ONNX artifact also a copy of it with those tensors added as graph outputs
-(``layers/<artifact>.debug.onnx``).
+"""The layer probe written next to each INT8 artifact with a layer table, so a failed device check names the
+first diverging layer (:mod:`toolkit.checks.divergence`). On the first golden samples the host keeps, per table
+layer in graph order, the float values (float16, ``layers/<artifact>.float.npz``) and the INT8 artifact's own
+error there (``layers/<artifact>.probe.json``, RMS error over the float range as ``rmse_range``); for ONNX also
+a copy with those tensors as graph outputs (``layers/<artifact>.debug.onnx``).
 """
 
 from __future__ import annotations
@@ -130,7 +126,7 @@ def record(staging: Path, artifact: str, fmt: str, float_artifact: Path | None,
     names = [t for _, t in order]
     floats = tensors(float_artifact, fmt, names, samples, input_names)
     quantized = tensors(staging / artifact, fmt, names, samples, input_names)
-    layers: list[dict[str, Any]] = []
+    layers: list[dict[str, Any]] = []  # Any: JSON values of probe.json
     arrays: dict[str, np.ndarray] = {}
     for row, tensor in order:
         if tensor not in floats or tensor not in quantized or floats[tensor].size != quantized[tensor].size:

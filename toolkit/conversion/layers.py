@@ -1,25 +1,16 @@
-"""One layer-wise error analysis of full INT8: each quantized layer's output against its float value.
+"""One layer-wise error analysis of full INT8: each quantized layer's output against its float value, layer by
+layer on the calibration data, so a user and selective quantization see which layers to keep in float.
 
-The table says *where* INT8 loses the model, layer by layer, on the calibration data (as TFLite's
-``QuantizationDebugger`` and ONNX Runtime's ``qdq_loss_debug`` do), so a user, and selective quantization, can
-see which layers to keep in float. Per route:
+* **TFLite** (Keras/SavedModel): one ``QuantizationDebugger`` run (``tflite_debugger.debug_run``); each op runs
+  next to a float copy fed the same dequantized input, so a row is that op's *own* error. ``rmse_range`` is the
+  debugger's RMSE over the quantized range (``255 * scale``: the tutorial's ``rmse/scale`` / 255).
+* **ONNX** (QDQ): the float tensor before and after each quantized node's output Q/DQ pair (``qdq_loss_debug``'s
+  activation matching). ``rmse_range`` is the RMSE over the observed range (max - min); ``sqnr_db`` is
+  ``qdq_loss_debug``'s ``qdq_err``.
 
-* **TFLite** (Keras/SavedModel): one ``QuantizationDebugger`` run (``tflite_debugger.debug_run``); each op runs next to
-  a float copy fed the same dequantized input, so a row is that op's *own* error. ``rmse_range`` is the
-  debugger's RMSE over the tensor's quantized range (``255 * scale``: the tutorial's ``rmse/scale`` / 255).
-* **ONNX** (QDQ): the float tensor before and after each quantized node's output Q/DQ pair (the activation
-  matching of ``qdq_loss_debug``), on a few calibration samples. ``rmse_range`` is the RMSE over the float
-  tensor's observed range (max - min); ``sqnr_db`` is ``qdq_loss_debug``'s ``qdq_err`` (20 log10 of signal
-  over noise).
-
-Both give ``channel_error`` (``sensitivity.ChannelError``): each channel's RMS error over that channel's own
-RMS, the median over channels that carry signal. It is what ranks: an outlier channel sets one per-tensor
-scale and flattens every other channel (~1 = the layer's output is lost), while the range-relative errors
-stay small there (findings of ``sensitivity``). Rank 1 is the worst layer.
-
-The table is of the recipe's *full* INT8 quantization (before any layer was kept float), written next to each
-INT8 artifact of a bundle as ``layers/<artifact>.json`` (``bundle_table``) and shown by ``edgetk inspect
---layers``; ``kept_float`` marks the rows that artifact keeps in float.
+Rows rank by ``channel_error`` (``sensitivity.ChannelError``; why: see ``sensitivity``); rank 1 is the worst.
+The table is of the *full* INT8 quantization, written as ``layers/<artifact>.json`` (``bundle_table``) and
+shown by ``edgetk inspect --layers``; ``kept_float`` marks the rows that artifact keeps in float.
 """
 
 from __future__ import annotations
@@ -60,8 +51,7 @@ class LayerError:
     rmse_range: float  # RMS(error) / the tensor's float range
     sqnr_db: float | None = None  # signal-to-quantization-noise ratio (ONNX only)
     kept_float: bool = False  # the artifact this table describes keeps this layer in float
-    # what keeping this layer float takes (``nodes_to_exclude`` names): the layer and the compute layers that
-    # read its output (through pass-through ops), which would re-quantize it with the same range
+    # what keeping this layer float takes (``nodes_to_exclude`` names; ``sensitivity.float_group``)
     float_group: tuple[str, ...] = ()
 
     def to_dict(self) -> dict[str, Any]:  # Any: JSON values, as in the other records
@@ -72,7 +62,7 @@ class LayerError:
         }
 
     @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> LayerError:
+    def from_dict(cls, data: Mapping[str, Any]) -> LayerError:  # Any: JSON values
         def num(key: str) -> float:
             value = data.get(key)
             return math.nan if value is None else float(value)
@@ -100,17 +90,16 @@ class LayerTable:
         return self.rows[0] if self.rows else None
 
     def with_float(self, float_nodes: Sequence[str]) -> LayerTable:
-        """The table with ``kept_float`` set on the rows an artifact keeps in float."""
         kept = set(float_nodes)
         rows = tuple(dataclasses.replace(r, kept_float=names_layer(r.name, kept)) for r in self.rows)
         return dataclasses.replace(self, rows=rows)
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, Any]:  # Any: JSON values
         return {"route": self.route, "method": self.method, "samples": self.samples,
                 "layers": [r.to_dict() for r in self.rows]}
 
     @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> LayerTable:
+    def from_dict(cls, data: Mapping[str, Any]) -> LayerTable:  # Any: JSON values
         return cls(route=Format(data["route"]), method=str(data.get("method", "")), samples=int(data.get("samples", 0)),
                    rows=tuple(LayerError.from_dict(r) for r in data.get("layers", ())))
 
@@ -121,7 +110,6 @@ TableFunction = Callable[[ConversionRequest, BuiltArtifact | None], LayerTable]
 
 def _finite(value: float | None) -> float | None:
     return None if value is None or not math.isfinite(value) else float(value)
-
 
 
 def ranked(scores: Sequence[Row]) -> tuple[LayerError, ...]:
@@ -247,9 +235,8 @@ def onnx_full_table(request: ConversionRequest, full: BuiltArtifact | None) -> L
 
 
 def table_for(run: ConvertRun, recipe: Recipe, built: BuiltArtifact) -> LayerTable:
-    """The table of ``recipe`` quantized in full (its ``nodes_to_exclude`` dropped), measured once per run by
-    its route's ``layer_table``: selective quantization and the bundle share it. ``built`` is the recipe's
-    artifact (ONNX: measured directly when it is the full quantization)."""
+    """The table of ``recipe`` quantized in full (``nodes_to_exclude`` dropped), measured once per run by its route's
+    ``layer_table`` and shared by selective quantization and the bundle (ONNX: ``built`` when it is the full one)."""
     from toolkit.conversion import cache
     from toolkit.conversion.routes import resolve, route
 
@@ -272,9 +259,8 @@ def table_path(bundle: Path, artifact_file: str) -> Path:
 
 
 def bundle_table(run: ConvertRun, item: Candidate, staging: Path) -> str | None:
-    """Write ``layers/<artifact>.json`` for an INT8 artifact; the note for its record (None: not INT8).
-
-    A failed analysis never costs the artifact: the note says why the table is missing."""
+    """Write ``layers/<artifact>.json`` for an INT8 artifact; the note for its record (None: not INT8). A failed
+    analysis never costs the artifact: the note says why the table is missing."""
     from toolkit.quiet import native_stderr_silenced
 
     if item.recipe.precision != Precision.INT8 or not run.data.calibration.feeds:
@@ -297,7 +283,6 @@ def bundle_table(run: ConvertRun, item: Candidate, staging: Path) -> str | None:
 
 
 def read_table(bundle: Path, artifact_file: str) -> LayerTable | None:
-    """The table written for ``artifact_file`` in ``bundle``, or None when there is none."""
     path = table_path(bundle, artifact_file)
     if not path.is_file():
         return None

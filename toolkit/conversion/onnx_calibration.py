@@ -1,8 +1,5 @@
 """Calibration for static INT8 on the ONNX route: the feeds onnxruntime's quantizer reads, the pre-processed
-model it quantizes, and the cache of its measured activation ranges.
-
-``quant_pre_process`` fails with "Incomplete symbolic shape inference" on some real models (findings.md 3,
-PP-OCRv4 det): ``preprocessed`` retries with ``skip_symbolic_shape=True``, then quantizes the base as it is.
+model it quantizes (``preprocessed``), and the cache of its measured activation ranges.
 """
 
 from __future__ import annotations
@@ -11,7 +8,6 @@ import os
 import shutil
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 
@@ -51,7 +47,6 @@ class Reader:
 
 
 def reader(request: ConversionRequest, model_path: Path, limit: int | None = None) -> Reader:
-    """The calibration feeds (the first ``limit``) for the model at ``model_path``."""
     from onnxruntime.quantization import CalibrationDataReader
 
     onnx = require_onnx()
@@ -72,10 +67,9 @@ def reader(request: ConversionRequest, model_path: Path, limit: int | None = Non
 
 
 def preprocessed(request: ConversionRequest, base: BuiltArtifact, notes: list[str]) -> Path:
-    """``quant_pre_process`` of the base, once per run (every int8 recipe and ``node_errors`` share it).
-
-    Symbolic shape inference fails on some real models (PP-OCRv4: "Incomplete symbolic shape inference"):
-    retry without it, and as a last resort quantize the base as it is."""
+    """``quant_pre_process`` of the base, once per run (every int8 recipe and ``node_errors`` share it). Symbolic
+    shape inference fails on some real models (PP-OCRv4: "Incomplete symbolic shape inference"): retry without
+    it, and as a last resort quantize the base as it is."""
     from onnxruntime.quantization.shape_inference import quant_pre_process
 
     target = request.workdir / f"{base.path.stem}.preprocessed.onnx"
@@ -84,7 +78,7 @@ def preprocessed(request: ConversionRequest, base: BuiltArtifact, notes: list[st
         if marker.is_file():
             notes += [line for line in marker.read_text().splitlines() if line]
         return target
-    attempts: list[tuple[str, dict[str, Any]]] = [
+    attempts: list[tuple[str, dict[str, bool]]] = [
         ("", {}),
         ("without symbolic shape inference", {"skip_symbolic_shape": True}),
     ]
@@ -118,12 +112,10 @@ def preprocessed(request: ConversionRequest, base: BuiltArtifact, notes: list[st
 
 
 def calibration_cache(request: ConversionRequest, source: Path, method: str) -> Path | None:
-    """Where ``quantize_static`` keeps the activation ranges of this run's calibration pass, so that every
-    static INT8 build of the same model, data and method (the recipe, its selective retries, other
-    activation/weight types) calibrates once: ORT's ``calibration_cache_path`` loads the ranges instead of
-    running the augmented model over the data again. Keyed by the model file and a digest of the
-    calibration feeds (a run's scratch directory, so nothing outlives the run). MinMax only: the method the
-    profiles use and the one tested with the cache (tests/conversion/test_onnx_quant.py)."""
+    """Where ``quantize_static`` keeps this run's activation ranges (ORT's ``calibration_cache_path``), so every static
+    INT8 build of the same model, data and method calibrates once; keyed by the model file and a digest of the
+    feeds, in the run's scratch directory. MinMax only: the method the profiles use and the one tested with the
+    cache (tests/conversion/test_onnx_quant.py)."""
     if method != CalibrationMethod.MINMAX:
         return None
     import hashlib

@@ -1,6 +1,7 @@
 """Is this ONNX model still the model? ``check_runs`` loads an artifact and runs it once (rejected, or NaN/Inf:
 a ConversionError); ``transform_problem`` also compares a float model's outputs with the source's, so a graph
 transform that changes what the model computes is caught. ``hint_for`` says what to do about a failure.
+``Any``: onnxruntime sessions and their input descriptions (onnxruntime is untyped).
 """
 
 from __future__ import annotations
@@ -88,11 +89,8 @@ def check_runs(path: Path, request: ConversionRequest, what: str) -> list[np.nda
 
 
 def transform_problem(path: Path, request: ConversionRequest) -> str | None:
-    """Why the float model at ``path`` no longer is the source model: it does not load in onnxruntime, does
-    not run, or computes other outputs than the source on a calibration sample. None when it is the same.
-
-    Every graph transform of this module (opset conversion, shape inference, ``quant_pre_process``) is checked
-    with it: transforms can break models with control flow (an LSTM inside an ``If``) that load fine before."""
+    """Why the float model at ``path`` no longer is the source model (does not load, does not run, or computes other
+    outputs on a calibration sample); None when it is. Transforms can break models with control flow."""
     try:
         runner = session(path)
     except Exception as exc:  # noqa: BLE001

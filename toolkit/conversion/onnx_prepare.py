@@ -1,13 +1,10 @@
 """The fp32 base of an ONNX source (``prepare``, the route's float export in ``registry``), every step checked.
 
-The inputs are pinned (``quant_pre_process``'s symbolic shape inference fails on dynamic ones, findings.md 3),
-Constant nodes become initializers, nodes are named, shapes inferred, and the opset moved to what the recipe,
-the target and per-channel QDQ need (< 13 writes a model onnxruntime refuses; raised to 17, never above
-``request.max_opset``, and only when the raised model still computes what the source does). One check of the
-transformed model (``onnx_checks.model_problem``) proves it still computes what the source does; when it fails
-(control flow such as an LSTM inside an ``If`` can trip onnxruntime's shape checks once shapes are pinned), the
-transforms are redone one at a time, each checked, and the one that breaks the model is skipped and named in
-the notes: the user's model loads, so the message names the transform, never "the model".
+The inputs are pinned (``quant_pre_process``'s symbolic shape inference fails on dynamic ones, findings.md 3)
+and the opset raised to 17 for per-channel QDQ (< 13 writes a model onnxruntime refuses). One check
+(``onnx_checks.model_problem``) proves the transformed model still computes what the source does; when it
+fails (an LSTM inside an ``If`` can trip onnxruntime's shape checks once shapes are pinned), the transforms are
+redone one at a time and the one that breaks the model is skipped and named in the notes, never "the model".
 """
 
 from __future__ import annotations
@@ -46,10 +43,9 @@ def _copy(model: onnx.ModelProto) -> onnx.ModelProto:
 
 def apply_checked(model: onnx.ModelProto, transforms: Sequence[Transform], request: ConversionRequest,
                   notes: list[str]) -> onnx.ModelProto:
-    """``model`` with every transform that keeps it computing what the source does (``notes`` say which were
-    skipped and why; the check is ``onnx_checks.model_problem``, the model-vs-source comparison). Raises
-    :class:`ConversionError` naming the source when even the untransformed model fails: then the problem is the
-    user's model, not a transform."""
+    """``model`` with every transform that keeps it computing what the source does (the rest skipped, in ``notes``);
+    a :class:`ConversionError` naming the source when even the untransformed model fails (then the problem is the
+    user's model, not a transform)."""
     together = _copy(model)
     local: list[str] = []
     for transform in transforms:
@@ -296,10 +292,9 @@ def _move_opset(model: onnx.ModelProto, request: ConversionRequest, notes: list[
 
 
 def prepare(request: ConversionRequest, output: Path) -> BuiltArtifact:
-    """The fp32 base for an ONNX source: inputs pinned to ``request.input_shapes`` (batch kept dynamic only
-    with ``request.dynamic_batch``), Constant weights turned into initializers, nodes named, opset raised to
-    what per-channel QDQ needs (never above ``request.max_opset``), shapes inferred, external data folded in.
-    Every change is listed in ``notes``."""
+    """The fp32 base for an ONNX source: inputs pinned (batch dynamic only with ``request.dynamic_batch``), Constant
+    weights as initializers, nodes named, opset raised (never above ``request.max_opset``), shapes inferred,
+    external data folded in; every change listed in ``notes``."""
     from toolkit.runtimes.inspection.onnx import load_onnx
 
     onnx = require_onnx()

@@ -1,12 +1,9 @@
-"""ONNX float base -> fp32 / fp16 / dynamic / int8 artifacts, with onnxruntime's own tools.
-
-``derive`` builds one recipe's artifact from the fp32 base (``onnx_prepare.prepare`` for ONNX sources, the
-framework exporters otherwise; see ``registry``), whatever exported it. Per-channel QDQ on opset < 13 writes a
-model onnxruntime refuses ("Unrecognized attribute: axis for operator DequantizeLinear", findings.md 3): static
-int8 is per-tensor when the opset must stay old. fp16 conversion clips a BatchNormalization variance of 9.8e7
-to 1e4 ("will be truncated") and the output collapses: the nodes that read a constant fp16 cannot hold stay
-float32 (``float_nodes`` and the notes); onnxconverter-common honours its node block list only when the blocked
-node's initializers carry no value_info, so those entries are dropped first.
+"""ONNX float base -> fp32 / fp16 / dynamic / int8 artifacts with onnxruntime's own tools (``derive``), whatever
+exported the base (see ``registry``). Per-channel QDQ on opset < 13 writes a model onnxruntime refuses
+("Unrecognized attribute: axis for operator DequantizeLinear", findings.md 3): static int8 is per-tensor when
+the opset must stay old. fp16 conversion clips a BatchNormalization variance of 9.8e7 to 1e4 ("will be
+truncated") and the output collapses: the nodes that read a constant fp16 cannot hold stay float32
+(``float_nodes`` and the notes).
 """
 
 from __future__ import annotations
@@ -43,11 +40,8 @@ INT16_QDQ_OPSET = 21  # ai.onnx QuantizeLinear/DequantizeLinear take int16 from 
 
 
 def derive(request: ConversionRequest, base: BuiltArtifact, output: Path) -> BuiltArtifact:
-    """Build ``request.recipe``'s artifact (fp32 copy, fp16, dynamic int8, static int8) from the fp32 base.
-
-    The artifact is loaded and run once in onnxruntime before it is returned; quantized artifacts must hold
-    quantized compute nodes. Any failure raises :class:`ConversionError` and leaves nothing at ``output``.
-    """
+    """Build ``request.recipe``'s artifact (fp32 copy, fp16, dynamic int8, static int8) from the fp32 base, loaded and
+    run once, quantized ones holding quantized compute nodes; any failure leaves nothing at ``output``."""
     recipe = request.recipe
     if recipe.format != Format.ONNX:
         raise UsageError(f"onnx_quant builds ONNX artifacts, not {recipe.format}.")
@@ -294,11 +288,9 @@ def _contrib_ops(request: ConversionRequest, opset: int, notes: list[str]) -> bo
 
 
 def _contrib_only_for_16_bits(path: Path) -> None:
-    """Move the Q/DQ nodes of 8- and 32-bit tensors (int8 weights, int32 biases) back to the ai.onnx domain.
-
-    ORT's quantizer puts every Q/DQ node of a 16-bit model in the com.microsoft domain; older runtimes'
-    contrib DequantizeLinear takes no int32 (the quantized biases: ORT 1.16.3 refuses them), and only the
-    int16 activations need the contrib ops."""
+    """Move the Q/DQ nodes of 8- and 32-bit tensors (int8 weights, int32 biases) back to the ai.onnx domain: ORT puts
+    every Q/DQ node of a 16-bit model in com.microsoft, older runtimes' contrib DequantizeLinear takes no int32
+    (ORT 1.16.3 refuses the biases), and only the int16 activations need the contrib ops."""
     onnx = require_onnx()
     from toolkit.runtimes.inspection.onnx import iter_nodes
 
@@ -319,13 +311,11 @@ def _contrib_only_for_16_bits(path: Path) -> None:
 
 @contextlib.contextmanager
 def _opset_kept(keep: bool) -> Iterator[None]:
-    """While ``keep``: ``quantize_static`` leaves the model's opset as it is for 16-bit types.
-
-    onnxruntime >= 1.20 raises a model below opset 21 to 21 before quantizing it to 16 bits (its
-    ``update_opset_version``), which the profiles' runtimes cannot load (Pi 4: opset <= 19, ORT 1.16). With the
-    opset kept, ORT's own QDQ quantizer takes its pre-21 path: the int16 Q/DQ nodes go to the com.microsoft
-    domain (``UseQDQContribOps``), which ORT runs from ``A16W8_MIN_ONNXRUNTIME``. The artifact's opset is
-    checked after the build (``_require_opset``)."""
+    """While ``keep``: ``quantize_static`` leaves the model's opset as it is for 16-bit types. onnxruntime >= 1.20
+    raises a model below opset 21 to 21 first (``update_opset_version``), which the profiles' runtimes cannot load
+    (Pi 4: opset <= 19, ORT 1.16). With the opset kept, ORT's QDQ quantizer takes its pre-21 path: int16 Q/DQ in the
+    com.microsoft domain (``UseQDQContribOps``), which ORT runs from ``A16W8_MIN_ONNXRUNTIME``. The artifact's
+    opset is checked after the build (``_require_opset``)."""
     import importlib
 
     # the module, not the package's ``quantize`` function of the same name
@@ -335,7 +325,7 @@ def _opset_kept(keep: bool) -> Iterator[None]:
         yield
         return
 
-    def unchanged(model: Any, *args: Any, **kwargs: Any) -> Any:
+    def unchanged(model: Any, *args: Any, **kwargs: Any) -> Any:  # Any: onnxruntime's untyped signature
         return model
 
     setattr(ort_quantize, "update_opset_version", unchanged)  # noqa: B010 (mypy: untyped module)

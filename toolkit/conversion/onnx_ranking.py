@@ -88,16 +88,10 @@ def _channel_errors(request: ConversionRequest, int8_path: Path, scratch: Path) 
 def node_errors(
     request: ConversionRequest, base: BuiltArtifact, int8: BuiltArtifact, *, limit: int
 ) -> list[tuple[str, float]]:
-    """The quantized nodes of a QDQ ``int8`` artifact whose output quantization loses most, worst first.
-
-    For each quantized compute node: the error the Q/DQ pair on its output adds, per channel relative to
-    that channel's own magnitude, median over the channels that carry signal (``sensitivity.ChannelError``;
-    ~1 = the output is lost, a few percent is normal), over a few calibration samples. A relative L2 error
-    over the whole tensor would hide the layer that hurts most (an outlier channel dominates the norm).
-    Nodes without an output Q/DQ pair are ranked by ``added_errors``. Names are usable as
-    ``nodes_to_exclude``. A QOperator artifact renames its nodes and keeps no float intermediates, so it
-    gives an empty list.
-    """
+    """The quantized nodes of a QDQ ``int8`` artifact whose output quantization loses most, worst first: the error
+    the Q/DQ pair on each output adds (``sensitivity.ChannelError``) over a few calibration samples. Nodes without
+    an output Q/DQ pair are ranked by ``added_errors``. A QOperator artifact renames its nodes and keeps no float
+    intermediates, so it gives an empty list."""
     quant_model = require_onnx().load(str(int8.path))
     if any(is_integer_op(n.op_type) for n in iter_nodes(quant_model.graph)) or not request.calibration or limit <= 0:
         return []
@@ -143,14 +137,9 @@ def float_group_map(quant_model: onnx.ModelProto, names: Sequence[str]) -> dict[
 def float_groups(
     request: ConversionRequest, base: BuiltArtifact, int8: BuiltArtifact, *, limit: int
 ) -> list[tuple[tuple[str, ...], float]]:
-    """The groups of nodes worth keeping in float, best first: (node names, output error).
-
-    Shortlists ``sensitivity.MAX_CULPRITS`` nodes by per-channel error (``node_errors``) and by the relative
-    error each node adds (``added_errors``), then quantizes the model again with each one alone and with its
-    consumers excluded (``sensitivity.float_group``; calibrated on at most 64 samples), runs each on
-    ``sensitivity.SENSITIVITY_SAMPLES`` calibration samples and orders them by the relative error of the
-    outputs against the fp32 base (0 = as good as float).
-    """
+    """The groups of nodes worth keeping in float, best first: (node names, output error), as
+    ``tflite_debugger.float_groups`` does; shortlisted by ``node_errors`` and ``added_errors``, calibrated on at most
+    64 samples, ordered by output error against the fp32 base."""
     ranked = node_errors(request, base, int8, limit=10_000)
     if not ranked:
         return []
@@ -178,13 +167,8 @@ def float_groups(
 def added_errors(
     request: ConversionRequest, base: BuiltArtifact, int8: BuiltArtifact, *, limit: int
 ) -> list[tuple[str, float]]:
-    """The quantized nodes of a QDQ ``int8`` artifact that add the most error, worst first (all when
-    ``limit`` is 0).
-
-    For each quantized compute node: relative L2 error of its output against the float model's, minus the
-    largest such error among its inputs (what the node itself adds: its weight and input quantization), over
-    a few calibration samples.
-    """
+    """The quantized nodes of a QDQ ``int8`` artifact that add the most error, worst first (all when ``limit`` is 0):
+    the relative L2 error of each output against float, minus the largest such error among its inputs."""
     quant_model = require_onnx().load(str(int8.path))
     if any(is_integer_op(n.op_type) for n in iter_nodes(quant_model.graph)) or not request.calibration or limit < 0:
         return []

@@ -1,21 +1,13 @@
 """The convert stage: source + data + target profile -> a verified bundle directory.
 
-For every recipe (the profile's, in its order of preference, or the precisions/formats the user asked for)
-the stage builds the artifact through the real converter, proves that it really is what its label says
-(quantized operators counted), runs it in its real runtime on held-out inputs against the float model, times
-it against the fp32 artifact of the same format, and keeps or drops it with the reason written down. An INT8
-recipe that breaks the tolerance is retried with its worst layers kept in float, then (for MatMul/RNN-heavy
-models) as dynamic INT8, before the stage falls back to the next recipe. What the user asked for explicitly
-is never silently changed: it ships, marked.
-
-One recipe failing never aborts the bundle: every artifact that passed is written, and every failed, dropped
-or skipped recipe is listed in the manifest's ``attempts`` with its reason and a workaround. The stage fails
-(exit 3) only when nothing survived, and then the error lists every reason.
-
-This module is the orchestration only; the jobs live under ``toolkit.conversion``: ``plan`` (profile ->
-policy, options -> recipes), ``data`` (calibration and held-out samples), ``candidate`` (build + verify one
-recipe, in a shared :class:`~toolkit.conversion.run.ConvertRun`), ``selective`` (float layers),
-``cache`` (bundle and build caches), ``edgetpu`` and ``write`` (the bundle directory).
+For every recipe (the profile's, in its order of preference, or the ones the user asked for) the stage builds
+the artifact, proves it is what its label says, verifies it on held-out inputs against the float model, times
+it against fp32 of its format, and keeps or drops it with the reason. An INT8 recipe that breaks the
+tolerance is retried with its worst layers in float, then (MatMul/RNN-heavy models) as dynamic INT8, before
+the next recipe. What the user asked for explicitly is never silently changed: it ships, marked. One recipe
+failing never aborts the bundle: failures are listed in the manifest's ``attempts``; the stage fails (exit 3)
+only when nothing survived. The jobs live in ``plan``, ``data``, ``candidate``, ``selective``, ``cache``,
+``edgetpu`` and ``write``.
 """
 
 from __future__ import annotations
@@ -65,7 +57,7 @@ class ConvertResult:
     manifest: Manifest
     cached: bool = False
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, Any]:  # Any: JSON values
         """The document ``edgetk convert --json`` prints: the bundle's path, whether it came from the cache,
         and the manifest's keys."""
         return {"bundle": str(self.bundle_dir), "cached": self.cached, **self.manifest.to_dict()}

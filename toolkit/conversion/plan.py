@@ -1,22 +1,14 @@
-"""Planning a conversion: the target profile -> a typed policy, and the options -> the recipes to build.
+"""Planning a conversion: the target profile -> a typed policy, and the options -> the recipes to build, in
+order, with what will not be built and why (``Plan.skipped``), before any slow work starts.
 
-Nothing here converts or runs a model; it decides *what* the run builds and in which order, and records what
-it will not build and why (``Plan.skipped``), before any slow work starts:
-
-* ``policy_for`` reads a typed :class:`~toolkit.model.targets.TargetProfile` into the few facts the stage uses.
-* ``plan_recipes`` turns ``--precision``/``--format`` (explicit: built as asked) or the profile's recipes
-  (in its order of preference, with its ``fallback`` precisions) into :class:`PlannedRecipe` rows, fp32 of
-  each format first (every other artifact of that format is timed against it).
-* Every profile that lists INT8 also gets a *dynamic* (weight-only) INT8 recipe per format, right after its
-  static INT8 ones. It is conditional (``when=DYNAMIC_FALLBACK``): the stage builds it only when static INT8
-  of that format failed or lost accuracy *and* the model is dominated by MatMul/Gemm/LSTM/GRU (transformers,
-  recurrent models), where weight-only quantization is the right tool; on a Conv network it is skipped with
-  that reason (ONNX Runtime runs ConvInteger up to 6x slower than fp32 on x86, findings.md 2).
-* A profile's A16W8 recipes (``activation_type = "int16"``: 16-bit activations, 8-bit weights) are conditional
-  too (``when=A16W8_FALLBACK``): built only when no 8-bit INT8 artifact of the format was kept (static INT8
-  and its selective retries lost accuracy or failed), after the dynamic fallback. They buy accuracy and 4x
-  smaller weights, not speed (on CPUs they run slower than fp32, docs/targets.md), so they are never
-  preferred to a passing 8-bit INT8 artifact, and ``--precision int8`` builds the profile's 8-bit recipe.
+* ``plan_recipes``: ``--precision``/``--format`` (explicit: built as asked) or the profile's recipes (with its
+  ``fallback`` precisions), fp32 of each format first (every other artifact of it is timed against it).
+* A profile that lists INT8 also gets a conditional *dynamic* INT8 recipe per format (``DYNAMIC_FALLBACK``),
+  built only when static INT8 failed or lost *and* MatMul/Gemm/LSTM/GRU dominate; on a Conv network it is
+  skipped (ONNX Runtime runs ConvInteger up to 6x slower than fp32 on x86, findings.md 2).
+* A16W8 recipes (``A16W8_FALLBACK``) are built only when no 8-bit INT8 artifact of the format was kept: they buy
+  accuracy and 4x smaller weights, not speed (slower than fp32 on CPUs, docs/targets.md), so they are never
+  preferred to a passing 8-bit INT8, and ``--precision int8`` builds the profile's 8-bit recipe.
 """
 
 from __future__ import annotations
@@ -100,8 +92,6 @@ def policy_for(profile: TargetProfile, *, threads: int | None = None) -> Policy:
 
 
 class When(StrEnum):
-    """When a planned recipe is built."""
-
     ALWAYS = "always"
     DYNAMIC_FALLBACK = "dynamic_fallback"  # static INT8 of the format lost, and MatMul/Gemm/RNN dominate
     A16W8_FALLBACK = "a16w8_fallback"  # no 8-bit INT8 artifact of the format was kept
@@ -246,9 +236,8 @@ def plan_recipes(options: ConvertOptions, policy: Policy, framework: str, *, has
 
 def _as_is_plan(planned: Sequence[PlannedRecipe], skipped: list[Attempt], has_calibration: bool, *,
                 onnx_asked: bool) -> Plan:
-    """A .tflite source is shipped as it is as its one TFLite artifact (every other TFLite recipe says why it
-    does not apply); ONNX recipes are built from it (``tflite_onnx``: INT8 with the calibration data) when
-    ``--format onnx`` asks for them, never just because the profile lists them."""
+    """A .tflite source ships as it is as its one TFLite artifact (the other TFLite recipes say why not); ONNX recipes
+    are built from it (``tflite_onnx``) only when ``--format onnx`` asks, never just because the profile lists them."""
     tflite = [p for p in planned if p.recipe.format == Format.TFLITE]
     onnx = [p for p in planned if p.recipe.format == Format.ONNX] if onnx_asked else []
     chosen = tflite[:1] + onnx if tflite or onnx else list(planned)[:1]
@@ -307,12 +296,9 @@ def _fallback_recipes(
     has_calibration: bool,
     skipped: list[Attempt],
 ) -> list[PlannedRecipe]:
-    """The profile's ``fallback`` precisions each format does not list a recipe for, after its own recipes.
-
-    ``fallback = ["int8", "fp16", "fp32"]`` with only an int8 and an fp32 recipe: when int8 (and its mixed
-    int8/float retry) loses, fp16 is tried before fp32. They are built only when every earlier recipe of the
-    format was dropped (the stage stops at the first one kept). fp32 is planned for every format anyway.
-    """
+    """The profile's ``fallback`` precisions each format does not list a recipe for, after its own recipes
+    (``["int8", "fp16", "fp32"]`` with int8 and fp32 recipes: fp16 is tried before fp32); built only when every
+    earlier recipe of the format was dropped. fp32 is planned for every format anyway."""
     extra: list[PlannedRecipe] = []
     for fmt in dict.fromkeys(p.recipe.format for p in planned):
         have = {p.recipe.precision for p in planned if p.recipe.format == fmt}

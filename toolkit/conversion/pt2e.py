@@ -1,21 +1,15 @@
-"""PT2E static INT8 for the PyTorch -> TFLite and -> ExecuTorch routes: quantize, optionally with layers kept in
-float (the route's quantizer with exclusions: ``pt2e_quantizer``; the layer-wise error table: ``pt2e_layers``).
+"""PT2E static INT8 for the PyTorch -> TFLite and -> ExecuTorch routes, optionally with layers kept in float
+(the quantizer with exclusions: ``pt2e_quantizer``; the layer table: ``pt2e_layers``).
 
-**Quantization.** ``torch.export`` of the module, ``prepare_pt2e`` with the route's quantizer (symmetric,
-per-channel weights as the recipe says), calibration on every calibration sample, ``convert_pt2e``
-(``fold_quantize=False``: every quantized tensor is a ``quantize -> dequantize`` pair in the graph). litert-torch
-converts a float island as float ops between ``DEQUANTIZE`` and ``QUANTIZE``. A name is an FX node name as the
-table shows it (``linear_1``) or a module's qualified name (``fc2``, ``layer1.0.conv1``: every node inside it).
-With ``fragile`` (the route's int8 builds) the known-fragile nodes of ``fragile.pt2e_fragile_nodes`` join
-them, found on the float graph the build exports anyway (the float range run only when a ``cat`` reaches an
-output: ``_has_output_cat``), and the output a mixed-range cat writes gets no int8 quantization.
+``torch.export``, ``prepare_pt2e`` with the route's quantizer, calibration on every sample, ``convert_pt2e``
+(``fold_quantize=False``: each quantized tensor is a ``quantize -> dequantize`` pair; litert-torch converts a
+float island as float ops between them). A name is an FX node name (``linear_1``) or a module's qualified name
+(``layer1.0.conv1``: every node inside it); ``fragile`` adds ``fragile_pt2e``'s nodes (see ``quantize``).
 
-**Calibration cache.** The full quantization of one run is calibrated once: the calibrated, converted graph is
-kept (one entry, per source object, calibration tuple and per-channel choice), so the table reuses the pass
-the plain INT8 artifact already paid for. Observers see float values only (``prepare_pt2e`` inserts observers,
-not fake quantizers), so the ranges of the layers left quantized do not depend on which layers are kept float:
-a selective rebuild copies the activation ranges of the full pass instead of calibrating again
-(``_reuse_ranges``; weight observers are filled from the weights themselves).
+**Calibration cache.** One run calibrates its full quantization once (``_CACHE``). Observers see float values
+only (``prepare_pt2e`` inserts observers, not fake quantizers), so the ranges of the layers left quantized do
+not depend on which layers are kept float: a selective rebuild copies them (``_reuse_ranges``; weight observers
+are filled from the weights themselves). ``Any``: torch and FX objects (torch is imported lazily).
 """
 
 from __future__ import annotations
@@ -37,8 +31,7 @@ from toolkit.sources.torch import TorchSource, import_torch
 
 PURPOSE = "Quantizing a PyTorch model with PT2E"
 
-# Ops that move or gate data without weights: a float island is followed through them to the compute layers
-# behind (sensitivity.float_group), which would otherwise re-quantize the tensor.
+# Ops that move or gate data without weights: a float island follows them (sensitivity.float_group).
 PASSTHROUGH = frozenset({
     "relu", "relu_", "relu6", "hardtanh", "hardtanh_", "clamp", "flatten", "view", "reshape", "_unsafe_view",
     "permute", "transpose", "squeeze", "unsqueeze", "contiguous", "clone", "dropout", "max_pool2d",
@@ -89,12 +82,9 @@ def quantize(
     torch: Any, module: Any, args: tuple[Any, ...], names: list[str], request: ConversionRequest, *,
     fragile: bool = False,
 ) -> Quantized:
-    """Static PT2E int8 of ``module`` with ``request.recipe.nodes_to_exclude`` kept in float. With ``fragile``
-    the known-fragile nodes (``fragile.pt2e_fragile_nodes``: a mixed-range final cat and the detection head
-    behind it) are kept float too, and the outputs such a cat writes stay float32 even with int8 I/O. They are
-    looked for once per source (the structural test on the graph this build exports anyway; the float range
-    run only when a candidate cat exists); when found, the full quantization is calibrated first and the
-    build with them float reuses its ranges, as selective rebuilds do."""
+    """Static PT2E int8 of ``module`` with ``nodes_to_exclude`` (and, with ``fragile``, the known-fragile nodes)
+    kept float. Fragile nodes are looked for once per source; when found, the full quantization is calibrated
+    first and the build with them float reuses its ranges, as selective rebuilds do."""
     from torchao.quantization.pt2e import quantize_pt2e
 
     from toolkit.conversion.torch_onnx import quiet_export
@@ -159,7 +149,6 @@ def _failed(exc: BaseException) -> ConversionError:
 
 
 def _export(torch: Any, module: Any, args: tuple[Any, ...]) -> Any:
-    """The float FX graph PT2E annotates: ``torch.export.export(module, args).module()``."""
     from toolkit.conversion.torch_onnx import quiet_export
 
     try:
@@ -170,9 +159,8 @@ def _export(torch: Any, module: Any, args: tuple[Any, ...]) -> Any:
 
 
 def _has_output_cat(graph: Any) -> bool:
-    """Whether a ``cat`` reaches a graph output through pass-through ops only (the fragile rule's candidates):
-    the cheap structural test that decides whether the float graph runs to measure the cat's input ranges.
-    The rule's one switch (a test turns it off here)."""
+    """Whether a ``cat`` reaches a graph output through pass-through ops only: the cheap test that decides whether the
+    float graph runs to measure the cat's input ranges (the rule's one switch: a test turns it off here)."""
     from toolkit.conversion import fragile_pt2e
 
     return bool(fragile_pt2e.pt2e_output_cats(graph))

@@ -1,9 +1,9 @@
 """The layer-wise error table of a PT2E INT8 build (``layer_rows``, ranked by ``layers.pt2e_table``): TFLite's
 ``QuantizationDebugger`` in torch. Each quantized activation's *region* (``conv2d`` + ``relu``, or one
 ``max_pool2d``) is run again with *float* weights on the same dequantized inputs and compared with the tensor
-after its ``quantize -> dequantize`` pair: the layer's own error, not what it inherited. A row's ``float_group``
-is the layer and the layers that read its output through pass-through ops (a consumer left quantized would
-re-quantize the tensor with the same range). The table reuses the run's full calibration (``pt2e._CACHE``).
+after its ``quantize -> dequantize`` pair: the layer's own error, not what it inherited. Rows carry their
+``float_group`` (``sensitivity.float_group``); the table reuses the run's full calibration (``pt2e._CACHE``).
+``Any``: FX graphs and nodes, torch tensors and the torch module (torch is imported lazily).
 """
 
 from __future__ import annotations
@@ -144,9 +144,8 @@ TABLE_METHOD = "PT2E: each quantized layer re-run with float weights on its dequ
 
 
 def layer_rows(request: ConversionRequest) -> tuple[list[Row], int]:
-    """The rows of the layer-wise error table of ``request``'s recipe quantized in full (PT2E, the TFLite route)
-    and the samples measured: up to ``DEBUG_SAMPLES`` calibration samples (fewer for big models:
-    ``TABLE_ELEMENTS``). ``layers.table_for`` ranks them into the bundle's table."""
+    """The rows of the PT2E table of ``request``'s recipe quantized in full, and the samples measured: up to
+    ``DEBUG_SAMPLES`` (fewer for big models: ``TABLE_ELEMENTS``); ``layers.table_for`` ranks them."""
     from toolkit.conversion.sensitivity import DEBUG_SAMPLES, ChannelError, float_group
 
     if not request.calibration:

@@ -2,7 +2,7 @@
 ``XNNPACKQuantizer`` for ``.pte``; both annotate the same way: patterns, then shared-range ops propagated) with
 layers kept in float (``recipe.nodes_to_exclude``): the annotations of each named node, and of the nodes fused
 with it in one pattern (``conv2d`` with its ``relu``), are removed after the quantizer annotated the graph, so
-no observer lands on that layer's weights, inputs or output."""
+no observer lands on that layer's weights, inputs or output. ``Any``: FX nodes and quantizers (lazy torch)."""
 
 from __future__ import annotations
 
@@ -28,10 +28,9 @@ def _backend(fmt: Format | str) -> tuple[Any, Any, Any]:
 
 def excluding_quantizer(per_channel: bool, exclude: Sequence[str], *, keep_io: bool,
                         float_outputs: frozenset[str] = frozenset(), fmt: Format | str = Format.TFLITE) -> Any:
-    """The route's PT2E quantizer (``_backend``) whose annotations skip the layers named in ``exclude``; with
-    ``keep_io`` an excluded layer next to a model input or output keeps that input's or output's quantization,
-    so the float island stays inside the graph and the artifact's I/O stays int8, except the outputs written by
-    the nodes in ``float_outputs`` (a mixed-range cat: one int8 scale there would flatten the scores again)."""
+    """The route's PT2E quantizer (``_backend``) whose annotations skip the layers named in ``exclude``; ``keep_io``
+    and ``float_outputs`` as in ``_drop_annotations`` (a mixed-range cat's output: one int8 scale would flatten
+    the scores again)."""
     base, config, propagate_annotation = _backend(fmt)
 
     class Excluding(base):  # type: ignore[misc,valid-type]
@@ -74,11 +73,10 @@ def _selected(node: Any, names: set[str]) -> bool:
 
 def _drop_annotations(model: Any, exclude: Sequence[str], *, fused: bool = True, keep_io: bool = False,
                       float_outputs: frozenset[str] = frozenset()) -> list[str]:
-    """Remove the quantization annotations of the nodes ``exclude`` names (and, with ``fused``, of the nodes
-    annotated in one pattern with them); returns the compute nodes made float. Unknown names are a
-    UsageError. With ``keep_io`` the quantization of a model input read, or of a model output written, by
-    such a node stays (only that one edge: the node itself computes in float), except an output written by a
-    node in ``float_outputs``."""
+    """Remove the quantization annotations of the nodes ``exclude`` names (with ``fused``, also of the nodes annotated
+    in one pattern with them); returns the compute nodes made float; unknown names are a UsageError. With
+    ``keep_io`` a model input read or output written by such a node stays quantized (that edge only), except an
+    output written by a node in ``float_outputs``."""
     from torchao.quantization.pt2e.quantizer import QuantizationAnnotation
 
     names = set(exclude)

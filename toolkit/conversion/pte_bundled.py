@@ -1,14 +1,9 @@
-"""The ExecuTorch bundled program that ships beside each ``.pte``: ``model.<precision>.bpte``, the program with a
-few held-out inputs and the FLOAT model's outputs for them (ExecuTorch's ``BundledProgram``), so the device
-checks its own numbers with ExecuTorch's own ``verify_result_with_bundled_expected_output``, without the host's
-golden files. The limit (``PteRecord.bundled_atol``) is twice the error this artifact showed on the same inputs
-here plus float rounding (1e-4 of the outputs' magnitude): a device whose kernels compute what this host's did
-(an INT8 kernel that rounds a step differently included) passes; one that computes something else (a broken
-kernel, a corrupted delegate payload) fails.
-
-ExecuTorch's runtime refuses a bundled file as a plain program (identifier ``BP08``, not ``ET12``), so the
-``.pte`` itself stays a plain program every ExecuTorch runner loads; the bundled copy costs one more file of
-the same size.
+"""The ExecuTorch bundled program beside each ``.pte``: ``model.<precision>.bpte``, the program with a few held-out
+inputs and the FLOAT model's outputs, so the device checks itself with ExecuTorch's own
+``verify_result_with_bundled_expected_output``. The limit (``PteRecord.bundled_atol``) is twice this artifact's
+error here plus float rounding (1e-4 of the outputs' magnitude): kernels that compute what this host's did
+pass, a broken kernel or corrupted delegate payload fails. ExecuTorch refuses a bundled file as a plain program
+(identifier ``BP08``, not ``ET12``), so the ``.pte`` itself stays plain.
 """
 
 from __future__ import annotations
@@ -33,9 +28,8 @@ def bundled_name(artifact: str) -> str:
 
 def attach(record: ArtifactRecord, staging: Path, inputs: Sequence[TensorSpec], feeds: Sequence[Mapping[str, np.ndarray]],
            reference: Sequence[Sequence[np.ndarray]], outputs: Sequence[Sequence[np.ndarray]]) -> ArtifactRecord:
-    """Write ``record``'s bundled program into ``staging`` (the first ``BUNDLED_SAMPLES`` held-out ``feeds``,
-    ``reference`` = the float model's outputs, ``outputs`` = this artifact's on this host) and return the record
-    naming it with its limit."""
+    """Write ``record``'s bundled program into ``staging`` (the first ``BUNDLED_SAMPLES`` held-out ``feeds``, the float
+    ``reference`` and this artifact's ``outputs`` on this host); the record naming it with its limit."""
     import torch
     from executorch.devtools import BundledProgram
     from executorch.devtools.bundled_program.config import MethodTestCase, MethodTestSuite

@@ -1,9 +1,6 @@
 """Building an artifact through its route (``routes.ROUTES``): refuse a pair or precision that is not offered,
-else call the row's builder.
-
-ONNX artifacts are built in two steps: the source's float export (the row's ``float_export``) writes a float
-ONNX model once per run (shared by every precision), then ``onnx_quant.derive`` builds fp16 / dynamic / int8
-from it, whatever the source.
+else call the row's builder. ONNX artifacts derive (``onnx_quant.derive``) from one float export per run (the
+row's ``float_export``), whatever the source.
 """
 
 from __future__ import annotations
@@ -17,7 +14,6 @@ from toolkit.conversion.routes import Refusal, resolve, route
 from toolkit.errors import UsageError
 from toolkit.model.vocabulary import Format
 
-# One float export per run directory: every ONNX precision of a run derives from the same file.
 _FP32_EXPORTS: dict[Path, BuiltArtifact] = {}
 
 Builder = Callable[[ConversionRequest, Path], BuiltArtifact]
@@ -37,7 +33,6 @@ def supports_precision(framework: str, fmt: str, precision: str) -> bool:
 
 
 def check_supported(framework: str, fmt: str) -> None:
-    """Refuse, before any work, a route that is not offered."""
     refusal = supports(framework, fmt)
     if refusal is not None:
         raise UsageError(refusal.message, hint=refusal.hint)
@@ -72,7 +67,6 @@ def take_as_is(request: ConversionRequest, output: Path) -> BuiltArtifact:
 
 
 def build(request: ConversionRequest, output: Path) -> BuiltArtifact:
-    """Build ``request.recipe``'s artifact at ``output`` through its route."""
     framework, fmt = request.source.framework, request.recipe.format
     check_supported(framework, fmt)
     row = route(framework, fmt)

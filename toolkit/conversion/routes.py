@@ -1,11 +1,9 @@
 """Every conversion route as data: one :class:`Route` row per (source framework, artifact format).
 
-A row says what builds the artifact (``builder``), or why the pair is refused and what to use instead
-(``refusal``); the precisions it refuses by design; whether it is one of the framework's default formats; and
-its format backend: the float ONNX export every ONNX precision derives from, and the layer-wise INT8 error
-table. Functions are named ``"module:function"`` and imported only when a route is used (``resolve``), so
-reading the table costs nothing (``edgetk --help`` stays light). A new route is one row plus its backend
-module; ``tests/conversion/test_registry.py`` proves every built route has a conversion test.
+A row names its builder or its refusal, the precisions it refuses, whether it is a default format, and its
+format backend (float ONNX export, layer table). Functions are ``"module:function"`` strings imported only when
+used (``resolve``), so reading the table costs nothing (``edgetk --help`` stays light). A new route is one row
+plus its module; ``tests/conversion/test_registry.py`` proves every built route has a conversion test.
 """
 
 from __future__ import annotations
@@ -73,7 +71,6 @@ _ROWS: tuple[Route, ...] = (
                 "PyTorch -> ExecuTorch (XNNPACK quantizer) quantizes activations to 8 bits only: it cannot build "
                 "A16W8.", "Use --format onnx for A16W8 (16-bit activation QDQ through ONNX Runtime)."))
       for fw in TORCH_EXPORT),
-    # ONNX: the source's exporter writes one float model per run, then onnx_quant.derive builds each precision
     *(Route(fw, Format.ONNX, "toolkit.conversion.registry:derive_onnx", default=fw != Framework.TFLITE,
             float_export=export, layer_table="toolkit.conversion.layers:onnx_full_table")
       for fw, export in _FLOAT_EXPORTS.items()),

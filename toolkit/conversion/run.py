@@ -1,9 +1,6 @@
-"""What the candidates of one conversion run share, and what each one became.
-
-``ConvertRun`` is the context every candidate of one run shares (the source, the data, the float reference,
-the policy, the scratch folder, the fp32 latency per format...), so the stages take one object instead of
-eight positional arguments. A recipe ends as a :class:`Candidate` (built, loaded, run, measured) or a
-:class:`Failure` (typed by :class:`FailureKind`, with the reason and a workaround).
+"""What the candidates of one conversion run share (``ConvertRun``: source, data, float reference, policy,
+scratch folder, fp32 latency per format), and what each became: a :class:`Candidate` (built, loaded, run,
+measured) or a :class:`Failure` (typed by :class:`FailureKind`, with the reason and a workaround).
 """
 
 from __future__ import annotations
@@ -122,8 +119,6 @@ class Candidate:
 
 @dataclass
 class ConvertRun:
-    """What every candidate of one conversion run shares."""
-
     source: SourceModel
     data: RunData
     reference: list[list[np.ndarray]]

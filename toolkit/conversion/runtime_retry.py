@@ -1,17 +1,8 @@
-"""An INT8 artifact that its runtime cannot load or run gets the selective retry too: the failing op in float.
-
-Selective quantization (``selective``) answers an artifact that loses accuracy; an artifact that does not load
-in the target's runtime (an op version the profile's bounded runtime does not know: ``FailureKind.INCOMPATIBLE``)
-or that the runtime refuses or crashes on while running (``FailureKind.DOES_NOT_RUN``) names the op that
-failed, and keeping that op in float is the fix (findings.md 6: a TFLite INT8 with a DIV whose divisor is
-quantized crashes at run time). The op is read from the runtime's own message:
-
-* TFLite: ``LOG version 2 (tflite-runtime 2.14 knows up to 1)`` (the compatibility check), ``Node number 7 (DIV)
-  failed to invoke`` (the interpreter); the op type goes into ``nodes_to_exclude`` (the Keras/SavedModel route
-  denylists that op type; PyTorch -> TFLite names FX nodes, so it gets no retry here);
-* ONNX Runtime: ``... running Div node. Name:'div_3'``; the node name goes into ``nodes_to_exclude``.
-
-The rebuilt artifact is verified like any other; when it loses accuracy, ``selective`` continues from it.
+"""An INT8 artifact its runtime cannot load or run (``FailureKind.INCOMPATIBLE`` / ``DOES_NOT_RUN``) is rebuilt
+with the failing op in float (findings.md 6: a TFLite INT8 DIV with a quantized divisor crashes at run time).
+The op comes from the runtime's own message: TFLite's ``LOG version 2 (...)`` or ``Node number 7 (DIV) failed
+to invoke`` (an op type; PyTorch -> TFLite names FX nodes, so it gets no retry), ONNX Runtime's ``... running
+Div node. Name:'div_3'`` (a node name). The rebuild is verified like any other; ``selective`` continues from it.
 """
 
 from __future__ import annotations

@@ -1,22 +1,13 @@
 """Selective quantization: when full INT8 breaks the tolerance, keep the cheapest sensitive layers in float.
 
-The sensitive layers come from the one layer-wise error analysis of the full INT8 quantization
-(``layers.table_for``: each quantized layer's output against float on calibration samples, worst first), the
-table the bundle ships. Each of the worst ``CANDIDATE_ROWS`` layers is an option alone and with the layers that
-read its output (its ``float_group``: a consumer would re-quantize the tensor). The options are ordered by what
-keeping them float costs, their share of the model's weights (``inspection.share``), per unit of their error:
-a weightless op (a DIV, a Concat, an activation) or a small layer is tried before a large one, so a dense layer
-holding most of the weights stays int8 unless nothing cheaper passes (findings.md 6: an "int8" TFLite kept 75%
-of its weights float, 0.91x the fp32 file, 1.9x its latency). The float set grows along that order (after 1, 2,
-4, 8 options: at most ``len(SELECTIVE_STEPS)`` builds) and the first set that passes is kept; when it holds
-most of the weights the artifact's notes say so and its record is labelled mixed.
-
-A result that passes keeps the label int8 with its float layers in ``float_nodes`` and their reason in its
-``quantized`` record, and is preferred over the fp16/fp32 fallback. No candidate is converted just to rank.
-
-Every INT8 route has its table: Keras/SavedModel -> TFLite (the quantization debugger), PyTorch -> TFLite
-(``pt2e.layer_table``; its FX node names do not name the artifact's tensors, so there the order is by error
-alone) and ONNX (Q/DQ activation matching).
+The worst ``CANDIDATE_ROWS`` rows of the layer table (``layers.table_for``) are options, alone and with their
+``float_group``, ordered by their share of the model's weights (``inspection.share``) per unit of error: a
+weightless op or a small layer is tried before a dense layer holding most of the weights (findings.md 6: an
+"int8" TFLite kept 75% of its weights float, 0.91x the fp32 file, 1.9x its latency). The float set grows along
+that order (1, 2, 4, 8 options: at most ``len(SELECTIVE_STEPS)`` builds) and the first set that passes is
+kept: labelled int8 with its layers in ``float_nodes`` (mixed when they hold most of the weights), preferred
+over the fp16/fp32 fallback. PyTorch -> TFLite's FX node names do not name the artifact's tensors, so there
+the order is by error alone. No candidate is converted just to rank.
 """
 
 from __future__ import annotations
@@ -115,8 +106,7 @@ def selective(run: ConvertRun, failed: Candidate) -> Candidate | None:
 
 
 def _explained(result: Candidate, failed: Candidate, union: Group, share: float) -> Candidate:
-    """``result`` with its float layers' reason (the selective retry) and, when the float set holds most of the
-    weights, a note saying so."""
+    """``result`` with its float layers' reason and, when the float set holds most of the weights, a note saying so."""
     from toolkit.runtimes.inspection.share import artifact_share
 
     why = f"selective retry: full INT8 out of tolerance ({'; '.join(failed.failures)[:160]})"

@@ -3,20 +3,13 @@
 Why not the quantizers' own per-layer numbers: an activation with one outlier channel gets a per-tensor int8
 scale set by that outlier, so every other channel collapses to a few levels; but the rounding error *in
 quantization steps* (the TFLite debugger's RMSE / scale) stays at the usual ~0.3, and a relative L2 error over
-the whole tensor is dominated by the outlier channel, which is represented well. Both rank such a layer last.
-Two measures replace them:
+the whole tensor is dominated by the outlier channel. Both rank such a layer last. Two measures replace them:
 
-* ``ChannelError``: the error of each channel relative to that channel's own typical magnitude (RMS of its
-  float values over the samples), and the median over the channels that carry signal. A collapsed tensor
-  scores ~1 (the channel is lost), a healthy one a few percent. It is cheap: one debug run. It shortlists.
-* Sensitivity: the candidates are actually built with a few layers in float and run on a few samples; the
-  relative error of the model's *outputs* against the float model orders them. A tensor stays float only
-  when its producer *and* its consumers are kept in float (a quantized consumer re-quantizes its input with
-  the same outlier-dominated range, and its own weights may hold the matching 1/outlier row), so each
-  culprit is tried alone and together with its consumers (``float_group``).
-
-The candidates and samples are capped (``MAX_CULPRITS``, ``SENSITIVITY_SAMPLES``) so ranking stays in seconds on
-small models and tens of seconds on MobileNet-sized ones.
+* ``ChannelError`` (~1: the channel is lost; a healthy layer a few percent): one debug run; it shortlists.
+* Sensitivity: candidates built with a few layers in float, ordered by the relative error of the model's
+  *outputs*. A tensor stays float only when its producer *and* its consumers are float (a quantized consumer
+  re-quantizes it with the same outlier-dominated range), so each culprit is tried with its consumers
+  (``float_group``). ``MAX_CULPRITS`` and ``SENSITIVITY_SAMPLES`` keep ranking to seconds on small models.
 """
 
 from __future__ import annotations

@@ -1,10 +1,9 @@
-"""Keras / SavedModel -> float ONNX through tf2onnx 1.17 (the precisions derive from it in ``onnx_quant``).
+"""Keras / SavedModel -> float ONNX through tf2onnx 1.17 (``onnx_quant`` derives the precisions).
 
 tf2onnx's ``from_keras`` raises ``KeyError: 'keras_tensor_5'`` on Keras 3 Sequential models (findings.md), so
-every TensorFlow source goes through ``from_function`` on the source's serving function: input shapes pinned
-(or the batch left dynamic when ``request.dynamic_batch``), outputs named after the source's outputs. Input
-and output names of the ONNX graph are then set to the source's names so the pipeline can feed by name.
-If ``from_function`` fails, the fixed-shape SavedModel export is tried the same way before giving up.
+every source goes through ``from_function`` on its serving function (shapes pinned, or the batch dynamic with
+``request.dynamic_batch``), then the fixed-shape SavedModel export if that fails. Graph inputs and outputs get
+the source's names so the pipeline can feed by name. ``Any``: tf2onnx, TensorFlow and ONNX protos (untyped).
 """
 
 from __future__ import annotations
@@ -83,11 +82,9 @@ def rename_io(model: Any, inputs: list[str], outputs: list[str]) -> None:
 
 
 def _bind_captured_constants(proto: Any, function: Any, inputs: list[str]) -> list[str]:
-    """Graph inputs that are really constants captured by the traced function become initializers.
-
-    tf2onnx turns the tensors a ``tf.function`` captures by value (Keras' ``Normalization`` mean and variance,
-    as in ``keras.applications.EfficientNetB0``) into extra graph inputs, so the model asks the device for
-    data it should hold. Their values are the captures' own: fold them in. Returns the names folded."""
+    """Graph inputs that are really constants captured by the traced function become initializers: tf2onnx turns
+    what a ``tf.function`` captures by value (Keras' ``Normalization`` mean and variance, as in
+    ``keras.applications.EfficientNetB0``) into graph inputs the device would have to feed. Returns the names folded."""
     from onnx import numpy_helper
 
     try:

@@ -1,28 +1,14 @@
-"""Keras / SavedModel -> TFLite: fp32, fp16, dynamic range, and full int8 from calibration data.
+"""Keras / SavedModel -> TFLite: fp32, fp16, dynamic range, full int8 (I/O ``recipe.io_dtype``) and A16W8.
 
-Route (findings.md): the source is exported once to a SavedModel with the requested input shapes pinned
-(``keras.export.ExportArchive`` for Keras 3, which freezes the variables correctly) and converted with
-``TFLiteConverter.from_saved_model``. ``from_concrete_functions`` on a live Keras 3 model yields NaN models;
-every artifact therefore passes a sanity run (``sanity_check``) on one calibration sample before it is
-written, and a non-finite output stops the conversion with a :class:`ConversionError`.
-
-Full int8 takes ``request.recipe.io_dtype`` (int8 by default, uint8, or float32 I/O). A16W8 (``activation_type
-= "int16"``: 16-bit activations, 8-bit weights) is the converter's own 16x8 build with float I/O (``_a16w8``):
-TF quantizes 16x8 with its calibrate-and-quantize path, not the MLIR quantizer the cached calibration feeds,
-so it calibrates once more for itself. Selective quantization (``recipe.nodes_to_exclude``) goes through the
-MLIR quantizer the TFLite quantization debugger uses: the model is calibrated once, then quantized with those
-nodes (op output tensor names, Keras layer names, or builtin op names such as ``FULLY_CONNECTED``)
-denylisted, so they stay float.
-Which entries name which ops: ``tflite_nodes``; integer I/O around float islands: ``tflite_borders``; the
-per-layer error ranking (the quantization debugger): ``tflite_debugger``.
-
-A run calibrates once (``_calibrated``, kept per source, calibration set, per-channel and pinned shapes): the
-full int8 artifact, the layer table, the fragile-pattern pass and every selective rebuild quantize that one
-calibrated model, as the converter itself does after calibrating; the quantization parameters are those of a
-fresh calibration.
-
-Nothing is ever left half-written at ``output``: the model is written to a temporary file next to it and
-renamed only after the sanity run passed.
+The source is exported once to a SavedModel with the input shapes pinned (``keras.export.ExportArchive`` for
+Keras 3, which freezes the variables correctly) and converted with ``TFLiteConverter.from_saved_model``:
+``from_concrete_functions`` on a live Keras 3 model yields NaN models (findings.md), so every artifact passes
+``sanity_check`` before it is renamed into place at ``output`` (never left half-written). A run calibrates
+once (``_calibrated``); full int8, the fragile-pattern pass and selective rebuilds (``nodes_to_exclude``
+denylisted in the MLIR quantizer the debugger uses) quantize that one calibrated model. A16W8 is the
+converter's own 16x8 build with float I/O: it calibrates for itself (``_a16w8``). Which entries name which ops:
+``tflite_nodes``; integer I/O around float islands: ``tflite_borders``; the layer table: ``tflite_debugger``.
+``Any``: TensorFlow objects (tensorflow is imported lazily and untyped).
 """
 
 from __future__ import annotations
@@ -145,14 +131,9 @@ _CACHE_SIZE = 4  # recipes of one run differ in per_channel at most; each entry 
 
 
 def _calibrated(request: ConversionRequest) -> bytes:
-    """The source calibrated on ``request.calibration`` (``_experimental_calibrate_only``), once per run.
-
-    The plain INT8 layer table, the fragile-pattern pass and every selective rebuild quantize from it with
-    ``mlir_quantize`` (what the quantization debugger does), so a run calibrates once, not once per build.
-    Calibration ignores the recipe's float nodes and I/O types: only the source, the calibration samples
-    (the same objects: requests of one run share them), per-channel and the pinned shapes (the SavedModel
-    export) decide it.
-    """
+    """The source calibrated on ``request.calibration`` (``_experimental_calibrate_only``), once per run: only the
+    source, the calibration samples (the same objects: requests of one run share them), per-channel and the pinned
+    shapes decide it, not the recipe's float nodes or I/O types."""
     _require_calibration(request)
     saved_model = str(fixed_saved_model(request))
     per_channel = bool(request.recipe.per_channel)
@@ -192,9 +173,8 @@ def _full_int8(request: ConversionRequest, calibrated: bytes) -> bytes:
 
 
 def _a16w8(request: ConversionRequest) -> bytes:
-    """16-bit activations, 8-bit weights, float I/O: the converter's 16x8 ops set (reference kernels in LiteRT,
-    no XNNPACK: accuracy and 4x smaller weights, not speed). No builtin falls back to float (no
-    ``TFLITE_BUILTINS`` beside it): an op without a 16x8 kernel fails the build and says so."""
+    """16-bit activations, 8-bit weights, float I/O: the converter's 16x8 ops set (reference kernels, no XNNPACK). No
+    builtin falls back to float (no ``TFLITE_BUILTINS`` beside it): an op without a 16x8 kernel fails the build."""
     tf = _tf()
     converter = _converter(request)
     converter.target_spec.supported_ops = [tf.lite.OpsSet.EXPERIMENTAL_TFLITE_BUILTINS_ACTIVATIONS_INT16_WEIGHTS_INT8]
@@ -218,10 +198,9 @@ def _run(converter: Any, what: str) -> bytes:
 def _selective_int8(
     request: ConversionRequest, *, only_if_fragile: bool = False
 ) -> tuple[bytes, list[str], tuple[FloatIO, ...], list[tuple[str, str]]] | None:
-    """Calibrate once, then quantize with the requested nodes and the known-fragile ones (``fragile``) denylisted
-    (kept float); integer I/O stays integer through ``int8_borders`` except an output a mixed-range Concat
-    writes. Returns (model, denylisted names, I/O left float with why, fragile (node, why)); None when
-    ``only_if_fragile`` and no fragile pattern was found (the plain conversion stands)."""
+    """Quantize the run's calibration with the requested and the known-fragile nodes denylisted; integer I/O stays
+    integer (``int8_borders``) except an output a mixed-range Concat writes. Returns (model, denylisted names, I/O
+    left float with why, fragile (node, why)); None when ``only_if_fragile`` and nothing fragile was found."""
     tf = _tf()
     from tensorflow.lite.python import convert as tf_convert  # the quantizer the debugger uses
     from tensorflow.lite.python import util as tf_util
@@ -290,11 +269,8 @@ def _has_output_concat(model: bytes) -> bool:
 
 
 def sanity_check(path: Path, request: ConversionRequest) -> None:
-    """Run the artifact once (first calibration sample, or zeros) and refuse non-finite outputs.
-
-    This is what catches the silent NaN models that some converter entry points produce (uninitialised
-    variables), before such a file is ever written where the pipeline would ship it.
-    """
+    """Run the artifact once (first calibration sample, or zeros) and refuse non-finite outputs: the silent NaN
+    models some converter entry points produce (uninitialised variables) are caught before they are written."""
     from toolkit.runtimes.execution.tflite import TFLiteSession
 
     try:

@@ -32,7 +32,7 @@ def _tensor_ranges(calibrated: bytes) -> dict[str, tuple[float, float]]:
     return ranges
 
 
-def _text(raw: Any) -> str:  # a flatbuffer name: bytes or str
+def _text(raw: object) -> str:  # a flatbuffer name: bytes or str
     return raw.decode() if isinstance(raw, bytes) else str(raw)
 
 
@@ -131,15 +131,10 @@ class _Graph:
 def int8_borders(
     model: bytes, calibrated: bytes, *, keep_float: Mapping[str, tuple[FloatIOReason, str]] | None = None
 ) -> tuple[bytes, tuple[FloatIO, ...]]:
-    """Give every float I/O tensor of ``model`` whose neighbouring op is kept float a QUANTIZE -> DEQUANTIZE pair
-    at the border, so that ``modify_model_io_type`` can make that I/O integer: the float island then sits inside
-    the graph (int8 input -> DEQUANTIZE -> float ops -> QUANTIZE -> int8 output), with the scale the calibration
-    measured on that tensor, the one full INT8 would have given it.
-
-    ``keep_float`` names I/O tensors (source input/output names or tensor names) that must stay float, with why
-    (an output that mixes ranges: one int8 scale would flatten its small part). Returns the model and the I/O
-    that stays float, with the reason; the caller records those in the artifact (``FloatIO``).
-    """
+    """Give every float I/O tensor of ``model`` whose neighbouring op is kept float a QUANTIZE -> DEQUANTIZE pair, with
+    the scale calibration measured there, so ``modify_model_io_type`` can make that I/O integer and the float island
+    sits inside the graph. ``keep_float`` names I/O that must stay float, with why (an output that mixes ranges).
+    Returns the model and the I/O that stays float with the reason (the caller records it: ``FloatIO``)."""
     from tensorflow.lite.python import util as tf_util
 
     obj = tf_util._convert_model_from_bytearray_to_object(model)

@@ -37,9 +37,8 @@ def check_int8(path: Path, *, io_dtype: IoDtype | str = IoDtype.FLOAT32, float_i
             "int8 quantization changed nothing: the converted model has no operator computing in integer.",
             hint="The model's ops may have no int8 kernels; use fp16 or dynamic instead.",
         )
-    # The quantizer silently leaves an I/O float when the op next to it is float ("inference_input_type will
-    # default to the original type"): an Edge TPU or an integer-only pipeline would get a model it cannot feed.
-    # ``int8_borders`` prevents that; an I/O that still is not ``io_dtype`` must be one it recorded, with why.
+    # The quantizer silently leaves an I/O float next to a float op: an Edge TPU or an integer-only pipeline could
+    # not feed it. ``int8_borders`` prevents that; an I/O still not ``io_dtype`` must be one it recorded, with why.
     recorded = {f.name for f in float_io}
     wrong = [f"{spec.name} is {spec.dtype}" for spec in (*info.inputs, *info.outputs)  # token ids stay integers
              if spec.dtype == "float32" and spec.name not in recorded]

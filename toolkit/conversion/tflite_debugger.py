@@ -1,7 +1,5 @@
-"""The TFLite quantization debugger on a Keras / SavedModel source, from the run's one calibration:
-``layer_errors`` ranks layers by their quantization error relative to each channel's own magnitude, and
-``float_groups`` orders candidate groups of layers by what keeping them in float does to the model's outputs
-(``toolkit.conversion.sensitivity``), so the pipeline can pick which to keep in float."""
+"""The TFLite quantization debugger on a Keras / SavedModel source, from the run's one calibration: the TFLite
+side of ``sensitivity`` (``layer_errors`` ranks layers, ``float_groups`` orders groups to keep in float)."""
 
 from __future__ import annotations
 
@@ -23,21 +21,14 @@ from toolkit.errors import ConversionError, key_line
 
 
 def debug_run(request: ConversionRequest) -> tuple[bytes, dict[str, float], dict[str, float]]:
-    """One TFLite quantization-debugger run: (calibrated model, per-channel error, error in steps) per op
-    output tensor name.
+    """One TFLite quantization-debugger run: (calibrated model, per-channel error, error in steps) per op output
+    tensor name. ``layer_direct_compare_metrics`` gets the float and quantized outputs but not the tensor's name;
+    the debugger calls it in its ``layer_statistics`` key order for every sample, which maps calls to names.
 
-    The debugger runs every quantized op next to a float copy fed the same (dequantized) input, so each
-    op's own error is measured, not what it inherited. ``layer_direct_compare_metrics`` hands our function the
-    float and quantized outputs but not the tensor's name; the debugger calls it in the order of its
-    ``layer_statistics`` keys for every sample, which maps the calls back to names.
-
-    The debugger is given the instrumented model (``quant_debug_model_content``), not the converter: built
-    from a converter it opens its interpreter without ``experimental_preserve_all_tensors``, and reads the
-    float and quantized tensors only after ``invoke()``, from an arena that later ops have reused by then
-    (the float copy of the last layer before the output read back zeros in its first elements, so a healthy
-    logits layer ranked first with channel error 1.0). Its own NumericVerify differences are computed during
-    ``invoke()`` and were right either way.
-    """
+    The debugger is given the instrumented model (``quant_debug_model_content``), not the converter: built from a
+    converter it opens its interpreter without ``experimental_preserve_all_tensors`` and reads the tensors after
+    ``invoke()`` from an arena later ops have reused (the float copy of the last layer read back zeros, so a
+    healthy logits layer ranked first with channel error 1.0). Its own NumericVerify differences were right."""
     tf = _tf()
     from tensorflow.lite.python import convert as tf_convert
 
@@ -46,7 +37,7 @@ def debug_run(request: ConversionRequest) -> tuple[bytes, dict[str, float], dict
     calibrated = _calibrated(request)
     source = _source(request)
     samples = list(request.calibration[:DEBUG_SAMPLES])
-    holder: dict[str, Any] = {}
+    holder: dict[str, Any] = {}  # Any: the QuantizationDebugger (tensorflow is untyped)
     calls: list[ChannelError] = []
 
     def channel_error(floats: np.ndarray, quants: np.ndarray, scale: float, zero_point: int) -> float:
@@ -128,14 +119,8 @@ def _ranked(scores: dict[str, float]) -> list[tuple[str, float]]:
 
 
 def layer_errors(request: ConversionRequest, *, limit: int) -> list[tuple[str, float]]:
-    """Per-layer int8 quantization error, worst first: (op output tensor name, per-channel relative error).
-
-    Each op's quantized output against its float copy fed the same input (the TFLite quantization
-    debugger), as RMS error over RMS value of each output channel, the median over the channels that carry
-    signal (``sensitivity.ChannelError``): ~1 means the layer's output is lost, a few percent is normal. The
-    debugger's own RMSE / scale hides exactly the layers that hurt most (an outlier sets the scale), so it is
-    not used to rank. The names are accepted by ``nodes_to_exclude``.
-    """
+    """Per-layer int8 error, worst first: (op output tensor name, ``sensitivity.ChannelError`` of its quantized output
+    against its float copy); the debugger's own RMSE / scale hides the layers that hurt most, so it does not rank."""
     _model, channel, steps = debug_run(request)
     return _ranked(channel or steps)[:limit]
 
@@ -156,8 +141,7 @@ def op_graph(model: bytes) -> tuple[list[tuple[str, str]], dict[str, list[str]]]
     return [(kind, outs[0]) for kind, _ins, outs in ops], consumers
 
 
-# Ops that move or select values without computing new ones: a tensor passes through them unchanged in
-# scale, so the compute op behind them is the one that would re-quantize it.
+# Ops that move or select values without computing new ones (sensitivity.float_group follows them).
 PASSTHROUGH = {
     "RESHAPE", "SQUEEZE", "EXPAND_DIMS", "TRANSPOSE", "MAX_POOL_2D", "CONCATENATION", "PAD", "PADV2",
     "STRIDED_SLICE", "SLICE", "GATHER", "SPLIT", "SPLIT_V", "PACK", "UNPACK", "RELU", "RELU6", "DEPTH_TO_SPACE",
@@ -166,13 +150,9 @@ PASSTHROUGH = {
 
 
 def float_groups(request: ConversionRequest, *, limit: int) -> list[tuple[tuple[str, ...], float]]:
-    """The groups of ops worth keeping in float, best first: (op output tensor names, output error).
-
-    Shortlists ``sensitivity.MAX_CULPRITS`` ops by per-channel error and by error in steps, then builds each
-    one alone and with its consumers in float (``sensitivity.float_group``) from one calibration, runs them on
-    ``sensitivity.SENSITIVITY_SAMPLES`` calibration samples and orders them by the relative error of the
-    outputs against the source model (0 = as good as float). The names go straight into ``nodes_to_exclude``.
-    """
+    """The groups of ops worth keeping in float, best first: (op output tensor names, output error). Shortlists
+    ``sensitivity.MAX_CULPRITS`` ops by per-channel error and error in steps, builds each alone and with its
+    consumers float from one calibration, ordered by output error on ``sensitivity.SENSITIVITY_SAMPLES`` samples."""
     from tensorflow.lite.python import convert as tf_convert
 
     from toolkit.conversion import sensitivity

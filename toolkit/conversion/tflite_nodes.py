@@ -13,7 +13,6 @@ from toolkit.errors import UsageError
 
 
 def op_outputs(model: bytes, workdir: Path) -> list[tuple[str, tuple[str, ...]]]:
-    """(builtin op name, output tensor names) of every op of ``model``."""
     from toolkit.runtimes.inspection.tflite import parse_tflite
 
     with tempfile.NamedTemporaryFile(suffix=".tflite", dir=workdir, delete=False) as handle:
@@ -25,11 +24,8 @@ def op_outputs(model: bytes, workdir: Path) -> list[tuple[str, tuple[str, ...]]]
 
 
 def _layer_scopes(tensor_names: Sequence[str], layers: Sequence[str]) -> dict[str, set[str]]:
-    """Keras layer name -> the name scopes its ops got in the exported graph.
-
-    TensorFlow uniquifies scopes (layer ``conv2d`` may become ``conv2d_1`` and layer ``conv2d_1`` become
-    ``conv2d_1_2``), so a scope is assigned to a layer only once it has a single candidate left.
-    """
+    """Keras layer name -> the name scopes its ops got. TensorFlow uniquifies scopes (``conv2d`` may become
+    ``conv2d_1``, ``conv2d_1`` then ``conv2d_1_2``), so a scope goes to a layer once it has one candidate left."""
     scopes = {comp for name in tensor_names for part in name.split(";") for comp in part.split("/")[:-1]}
 
     def candidates(scope: str, free: set[str]) -> list[str]:
@@ -56,12 +52,8 @@ def _layer_scopes(tensor_names: Sequence[str], layers: Sequence[str]) -> dict[st
 def resolve_nodes(
     requested: Sequence[str], ops: Sequence[tuple[str, tuple[str, ...]]], *, layers: Sequence[str] = ()
 ) -> tuple[list[str], list[str]]:
-    """Map ``nodes_to_exclude`` entries to (denylisted node tensor names, denylisted op types).
-
-    An entry is an op's output tensor name (what ``layer_errors`` returns), a builtin op name
-    (``FULLY_CONNECTED``), or a Keras layer name (``dense_1``, given in ``layers``), matched against the name
-    scopes inside the tensor names.
-    """
+    """Map ``nodes_to_exclude`` entries (op output tensor names, builtin op names such as ``FULLY_CONNECTED``, or
+    Keras layer names in ``layers``) to (denylisted node tensor names, denylisted op types)."""
     tensor_names = [name for _, outs in ops for name in outs]
     op_types = {op for op, _ in ops}
     scope_map = _layer_scopes(tensor_names, layers)

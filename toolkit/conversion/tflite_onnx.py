@@ -1,19 +1,10 @@
 """A float ``.tflite`` source -> float ONNX through tf2onnx 1.17's TFLite frontend (``from_tflite``).
 
-A TFLite file is usually all a user has of a model (MediaPipe's BlazeFace ships only as ``.tflite``), so
-quantizing it with the user's calibration data needs a graph a quantizer can rewrite: TFLite has none that
-takes a float file to full INT8, ONNX Runtime's does. This route writes the float ONNX base; ``onnx_quant``
-derives fp16 / dynamic / INT8 from it like any other ONNX base, and the stage verifies each against the
-``.tflite`` file itself (the float reference).
-
-tf2onnx reads the flatbuffer directly (no TensorFlow graph), keeps the TFLite tensor names for the graph's
-inputs and outputs, and leaves an operator it has no handler for in the graph as a ``TFL_*`` node of the
-default domain that no runtime can load (MediaPipe's ``Convolution2DTransposeBias`` in selfie segmentation).
-Such a graph is refused here, naming the operator and what to do, rather than failing later at load time.
-A source with fp16 weights (BlazeFace's) is taken: its weights are
-read back to float32 with the Dequantize ops that hold them. A source that is already integer-quantized is
-refused: its float weights are gone, and dequantizing them only to
-quantize again proves nothing.
+A ``.tflite`` file is often all a user has (MediaPipe's BlazeFace), and no TFLite tool takes a float file to
+full INT8; ONNX Runtime's quantizer does, so ``onnx_quant`` derives the other precisions from this base, each
+verified against the ``.tflite`` itself. tf2onnx leaves an op it has no handler for as a ``TFL_*`` node no
+runtime loads (MediaPipe's ``Convolution2DTransposeBias``): refused here, naming it. fp16 weights are read
+back to float32; an integer-quantized source is refused (its float weights are gone).
 """
 
 from __future__ import annotations

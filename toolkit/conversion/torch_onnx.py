@@ -1,20 +1,14 @@
-"""PyTorch -> float ONNX with ``torch.onnx.export``; the shared ``onnx_quant`` module derives the other precisions.
+"""PyTorch -> float ONNX with ``torch.onnx.export``; ``onnx_quant`` derives the other precisions.
 
-Which exporter, and why:
-
-- The current exporter (``dynamo=True``, through ``torch.export`` and onnxscript) is tried first for eager
-  modules and ExportedPrograms. It writes one self-contained file here (``external_data=False``), batch fixed
-  to ``request.input_shapes`` or dynamic (``dynamic_shapes``) when ``request.dynamic_batch``.
-- The legacy TorchScript exporter (``dynamo=False``) is used, and named in ``BuiltArtifact.exporter`` and
-  ``notes``, when (a) the source is a TorchScript module (the current exporter refuses ScriptModules),
-  (b) the current exporter fails (the reason is recorded), or (c) the target's highest opset is below what the
-  current exporter can write: it implements opset 18 and down-converts with the ONNX version converter, which
-  fails on many graphs (``Assertion node->hasAttribute(kaxes)``, findings.md) and then silently keeps 18.
-  The opset of the written file is checked, never assumed.
-
-Opset: ``recipe.opset`` if set, else 18 (the current exporter's own), capped by ``request.max_opset`` (the target
-runtime's highest). An op neither exporter handles is a ConversionError naming the op.
-Inputs keep the source's names; outputs are named like the source's (``output`` or ``output_0``, ...).
+The current exporter (``dynamo=True``) is tried first for eager modules and ExportedPrograms: one
+self-contained file, batch fixed or dynamic (``request.dynamic_batch``). The legacy TorchScript exporter
+(``dynamo=False``, named in ``BuiltArtifact.exporter`` and the notes) is used for TorchScript modules (the
+current one refuses them), when the current one fails (reason recorded), or when the target's highest opset is
+below 18: the current exporter down-converts with the ONNX version converter, which fails on many graphs
+(``Assertion node->hasAttribute(kaxes)``, findings.md) and then silently keeps 18, so the written opset is
+checked, never assumed. Opset: ``recipe.opset``, else 18, capped by ``request.max_opset``. Inputs keep the
+source's names; outputs are named like the source's (``output`` or ``output_0``, ...).
+``Any``: torch and its tensors and modules (torch is imported lazily).
 """
 
 from __future__ import annotations
@@ -43,7 +37,6 @@ _QUIET_LOGGERS = ("torch.onnx", "torch.export", "torch._dynamo", "onnxscript", "
 
 
 def export(request: ConversionRequest, output: Path) -> BuiltArtifact:
-    """Write the float ONNX model of ``request.source`` to ``output``."""
     source = _torch_source(request)
     torch = import_torch("Exporting a PyTorch model to ONNX")
     _require_onnxscript()
@@ -211,12 +204,10 @@ def _export(
 
 
 def _finish(tmp: Path, output: Path) -> None:
-    """Drop the exporter's intermediate ``value_info`` and move the file into place (no ``.data`` beside it).
-
-    The current exporter records a shape for every intermediate tensor; onnxruntime's ``quantize_dynamic``
-    rewrites MatMuls and then fails shape inference against those stale entries on a transformer ("Inferred
-    shape and existing shape differ in dimension 0: (32) vs (10)"). onnxruntime infers them again on load.
-    """
+    """Drop the exporter's intermediate ``value_info`` and move the file into place (no ``.data`` beside it):
+    ``quantize_dynamic`` rewrites MatMuls and then fails shape inference against those stale entries on a
+    transformer ("Inferred shape and existing shape differ in dimension 0: (32) vs (10)"); onnxruntime infers
+    them again on load."""
     import onnx
 
     model = onnx.load(str(tmp))

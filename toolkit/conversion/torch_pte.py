@@ -1,24 +1,13 @@
 """PyTorch -> ExecuTorch (``.pte``), XNNPACK-delegated: PyTorch's own on-device runtime.
 
-``torch.export`` of the module (or the ExportedProgram's module) -> ``to_edge_transform_and_lower`` with the
-``XnnpackPartitioner`` -> ``to_executorch()`` -> the program's bytes. The share of the edge graph's operator
-nodes the XNNPACK delegate took is counted by ExecuTorch's ``get_delegation_info`` and recorded per artifact
-(``BuiltArtifact.pte``); what is left runs on ExecuTorch's portable kernels.
-
-Precisions:
-
-- ``fp32``: the float module as it is.
-- ``int8``: PT2E static quantization with ExecuTorch's ``XNNPACKQuantizer`` (symmetric, per-channel weights as
-  the recipe says) calibrated on ``request.calibration`` through ``pt2e.quantize`` (the TFLite route's
-  machinery: layers kept float by ``recipe.nodes_to_exclude``, the fragile rule, the range cache, the layer
-  table). Inputs and outputs stay float32: the delegate quantizes at its boundary.
-- ``fp16`` and ``dynamic`` are refused here (the route row's ``unbuilt``, ``routes.py``): XNNPACK runs fp16 only on a
-  model cast to half, with float16 inputs and outputs, and with fp16 arithmetic only on ARMv8.2+ cores (a
-  Raspberry Pi 4's Cortex-A72 has none); PT2E dynamic quantization broke digits in our measurements. The ONNX
-  route builds both.
-
-The bundled program the device checks itself with is written with the bundle (``conversion.pte_bundled``).
-ExecuTorch is optional (the ``executorch`` extra); without it the route raises MissingDependency.
+``torch.export`` -> ``to_edge_transform_and_lower`` with the ``XnnpackPartitioner`` -> ``to_executorch()``; the
+share of operator nodes the delegate took (``get_delegation_info``) is recorded in ``BuiltArtifact.pte``.
+``fp32`` is the float module; ``int8`` is PT2E static quantization with ``XNNPACKQuantizer`` through
+``pt2e.quantize`` (float I/O: the delegate quantizes at its boundary). ``fp16`` and ``dynamic`` are refused
+(``routes.py``): XNNPACK runs fp16 only on a half model with float16 I/O, with fp16 arithmetic only on ARMv8.2+
+(a Raspberry Pi 4's Cortex-A72 has none); PT2E dynamic quantization broke digits in our measurements. The
+bundled program is ``pte_bundled``. Without the ``executorch`` extra the route raises MissingDependency.
+``Any``: torch and ExecuTorch objects (both are imported lazily).
 """
 
 from __future__ import annotations

@@ -1,31 +1,18 @@
 """PyTorch -> TFLite through ``litert-torch`` (Google's route; ``ai-edge-torch`` is its deprecated alias).
 
-Precisions:
-
 - ``fp32``: ``litert_torch.convert`` of the eager module (or the ExportedProgram's module).
-- ``int8``: PT2E static quantization (``PT2EQuantizer``, symmetric, per-channel weights as the recipe says)
-  calibrated on ``request.calibration``, then converted; the artifact takes and returns int8 tensors with
-  their scale and zero point recorded in the file. ``recipe.nodes_to_exclude`` keeps layers in float
-  (selective quantization, ``pt2e``: FX node names from the layer table, or module names); an excluded
-  layer next to an input or output keeps that tensor int8, so the float island stays inside the graph.
-  Known-fragile nodes are kept float up front in every int8 build, selective rebuilds included
-  (``fragile.pt2e_fragile_nodes``: a final ``cat`` of inputs whose float ranges are more than 100x apart, a
-  detection head's boxes and scores, with the head's sigmoid/softmax/DFL and box arithmetic behind it), listed
-  in ``float_nodes`` and one "kept in float up front" note; the output that cat writes stays float32 even with
-  int8 I/O (``FloatIO`` reason ``MIXED_RANGES``: one int8 scale would collapse the scores again).
-- ``dynamic`` and ``fp16`` are refused here: PT2E dynamic quantization gave a broken model (accuracy 0.06 on
-  digits, already wrong in the torch graph: findings.md), and litert-torch has no fp16 weight path of its own.
-  The ONNX route builds both (``--format onnx``), and the TFLite converter builds them for Keras sources.
+- ``int8``: PT2E static quantization (``pt2e.quantize``) calibrated on ``request.calibration``; the artifact takes
+  and returns int8 tensors. Layers of ``recipe.nodes_to_exclude`` and the known-fragile nodes
+  (``fragile_pt2e``) stay float; an output a mixed-range cat writes stays float32 even with int8 I/O
+  (``FloatIO`` reason ``MIXED_RANGES``: one int8 scale would collapse the scores again).
+- ``dynamic`` and ``fp16`` are refused: PT2E dynamic quantization gave a broken model (accuracy 0.06 on digits,
+  already wrong in the torch graph: findings.md), and litert-torch has no fp16 weight path. The ONNX route
+  builds both.
 
-Layout: torch models are NCHW. With ``recipe.layout == "NHWC"`` the 4-D inputs are made channel-last
-(a wrapper that transposes NHWC -> NCHW in front of the model, as ``litert_torch.to_channel_last_io`` does,
-but keeping the inputs' names, which that helper's positional wrapper loses; outputs keep the model's layout, so they compare with the eager outputs
-as they are) and ``BuiltArtifact.layout`` says ``NHWC``, so the bundle's
-runner feeds NHWC data. TorchScript modules cannot be traced by ``torch.export`` and are refused with the
-route to use instead.
-
-Signature input names are the source's input names (passed as keyword sample inputs). litert-torch is never
-installed here: without it the route raises MissingDependency naming the ``litert-torch`` extra.
+Layout: with ``recipe.layout == "NHWC"`` 4-D inputs are made channel-last by a wrapper that keeps their names
+(``litert_torch.to_channel_last_io``'s positional wrapper loses them); outputs keep the model's layout.
+TorchScript modules cannot be traced by ``torch.export``: refused, naming the route to use. Without the
+``litert-torch`` extra the route raises MissingDependency. ``Any``: torch and litert-torch objects (lazy imports).
 """
 
 from __future__ import annotations

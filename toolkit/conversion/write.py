@@ -1,10 +1,9 @@
 """Writing a bundle: the kept artifacts, their golden outputs, the runner and ``manifest.json``.
 
-Per format one artifact is marked ``preferred``: the profile's proposal, the first in order of preference
-within the tolerance (and not measurably slower than fp32, a verdict only a profile that is this host can
-reach: toolkit.conversion.host_timing). The device measures every verified artifact and selects the one it
-runs (toolkit.checks.selection). Golden inputs are the first held-out samples, each in the model's own
-dtype; each artifact's golden outputs are what it gave on this host, with the drift a device may show.
+Per format one artifact is marked preferred (:func:`preferred`; host latency counts only on a profile that is
+this host: ``host_timing``); the device measures every verified artifact and selects (toolkit.checks.selection).
+Golden inputs are the first held-out samples in the model's own dtype; golden outputs are what each artifact
+gave on this host, with the drift a device may show.
 """
 
 from __future__ import annotations
@@ -125,9 +124,8 @@ def _layer_probe(run: ConvertRun, item: Candidate, staging: Path, feeds: Sequenc
 
 
 def preferred(kept: Sequence[Candidate], options: ConvertOptions) -> list[Candidate]:
-    """Per format, the artifact the device should run: the first, in order of preference, whose accuracy is
-    within the tolerance and that is not slower than fp32. Order: the user's ``--precision`` order when they
-    asked; else the profile's recipe (the stage keeps at most one non-fp32 per format) before fp32."""
+    """Per format, the artifact the device should run: the first within the tolerance and not slower than fp32, in
+    the user's ``--precision`` order, else the profile's recipe (at most one non-fp32 per format) before fp32."""
     chosen: dict[str, Candidate] = {}
 
     def rank(item: Candidate) -> int:
