@@ -1,10 +1,11 @@
 """Memory-lean fine-tuning: activation checkpointing for PyTorch models, and the process's own peak memory.
 
 Checkpointing: each repeated block (a ``nn.ModuleList``'s entries, else the children of the largest
-``nn.Sequential``) keeps only its input and recomputes its activations in backward (``torch.utils.checkpoint``,
-non-reentrant). Keras 3 uses ``keras.RematScope(mode="activations")`` in the training clone instead; not
-``mode="full"``, which TensorFlow refuses under ``fit``'s ``tf.function`` (docs/optimization.md has why and
-the figures). Peak memory is read from the process (``VmHWM``, reset through ``clear_refs``), never estimated.
+``nn.Sequential``) keeps only its input and recomputes its activations in backward (non-reentrant
+``torch.utils.checkpoint``). Keras 3 uses ``keras.RematScope(mode="activations")`` in the training clone;
+not ``mode="full"``, which TensorFlow refuses under ``fit``'s ``tf.function`` (docs/optimization.md has why
+and the figures). Peak memory is read from the process (``VmHWM``, reset through ``clear_refs``), never
+estimated.
 """
 
 from __future__ import annotations

@@ -1,11 +1,11 @@
-"""Optimizer-state offloading for PyTorch fine-tuning: Adam/AdamW whose two float32 moments per parameter (twice
-the weights) do not sit where memory binds; docs/optimization.md has the design and the figures.
+"""Optimizer-state offloading for PyTorch fine-tuning: Adam/AdamW whose two float32 moments per parameter
+(twice the weights) do not sit where memory binds; docs/optimization.md has the design and the figures.
 
 - ``Offload.CPU`` (ZeRO-Offload): the model on an accelerator, the moments and a float32 master copy in host
   memory, the step on the CPU. A model that trains on the CPU gains nothing, so that combination is refused.
 - ``Offload.DISK`` (ZeRO-Infinity's NVMe offload, for a CPU host where RAM binds): the moments in one unlinked
-  file in ``tempfile.gettempdir()``, streamed one parameter at a time through one buffer sized for the largest.
-  The page cache, unlike anonymous memory, is evicted without swap; a folder on a tmpfs (RAM) is refused.
+  file in ``tempfile.gettempdir()``, streamed one parameter at a time through one buffer sized for the
+  largest. The page cache, unlike anonymous memory, is evicted without swap; a tmpfs folder is refused.
 
 The update is torch's own single-tensor Adam (``foreach=False``), per parameter, so the result is bitwise
 ``torch.optim.Adam``'s (tests/optimization/test_offload.py). ``OffloadedAdam`` lives in ``offloaded_adam``
