@@ -15,6 +15,7 @@ from typing import Any
 
 from toolkit.model.quantized import precision_label
 from toolkit.model.device_records import CheckReport
+from toolkit.model.artifact import Verification
 from toolkit.model.manifest import Manifest
 from toolkit.model.vocabulary import Precision
 
@@ -58,7 +59,7 @@ def verdict(report: Mapping[str, Any]) -> str:
     return "PASS" if gates.get("passed") else "FAIL"
 
 
-def accuracy_text(verification: Any) -> str:
+def accuracy_text(verification: Verification | None) -> str:
     if verification is None:
         return "-"
     if verification.accuracy is not None:
