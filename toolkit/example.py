@@ -11,6 +11,7 @@ report.
 The gates are real but cannot fail from timing noise: the latency budget is the profile's (20 ms for
 generic-x86_64, hundreds of times what this model needs) and there is no regression baseline
 (``--baseline none``): a first run has nothing to regress from, and a busy machine must not fail the demo.
+``Any``: a Keras model (Keras is untyped).
 """
 
 from __future__ import annotations

@@ -1,5 +1,6 @@
 """The whole job in one verb: ``run`` (convert -> deploy -> check, stopping at the first stage that fails) and
-``quickstart`` (the bundled example on this machine)."""
+``quickstart`` (the bundled example on this machine).
+``Any``: keyword options checked by the options records; JSON values of run.toml."""
 
 from __future__ import annotations
 

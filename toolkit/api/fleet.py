@@ -1,5 +1,6 @@
 """The verbs on devices: ``deploy``, ``check``, ``rollback``, ``status``, ``remove``, ``prune``, ``probe``,
-``setup`` and ``add_key``; each resolves the device selection once and runs its task on the fleet."""
+``setup`` and ``add_key``; each resolves the device selection once and runs its task on the fleet.
+``Any``: keyword options checked by DeviceOptions; a Device connection and a task's own result."""
 
 from __future__ import annotations
 

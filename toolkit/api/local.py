@@ -1,5 +1,6 @@
 """The verbs that stay on this machine: ``convert``, ``inspect``, ``list_targets``/``show_target``, ``optimize``,
-``export_mender``, ``history`` (and its ``sync``/``import``) and ``make_report``."""
+``export_mender``, ``history`` (and its ``sync``/``import``) and ``make_report``.
+``Any``: keyword options checked by the options records; optimize returns either report."""
 
 from __future__ import annotations
 

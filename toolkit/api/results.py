@@ -1,5 +1,6 @@
 """What the verbs return: one frozen record per verb, each with the ``to_dict()`` that is its CLI ``--json``
-document, and the small types the verbs share (paths, progress callbacks)."""
+document, and the small types the verbs share (paths, progress callbacks).
+``Any``: JSON values of the ``--json`` documents."""
 
 from __future__ import annotations
 

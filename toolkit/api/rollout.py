@@ -12,6 +12,7 @@ connection per device at a time, closed after its task):
   failed (deploy or check, exit code != 0); the default 0 stops at the first failing device;
 - ``--rollback-on-failure``: when it stops, every device that this rollout switched to the new version (all
   waves so far, the failing one included) goes back to the version it ran before.
+``Any``: a task's own result type and a Device connection (devices/ is imported lazily).
 """
 
 from __future__ import annotations

@@ -1,5 +1,6 @@
 """How the device commands print an ``api.FleetReport``: a per-device table (or its ``--json`` document), every
-device's error on stderr in both modes, and the worst device's exit code. Light imports only."""
+device's error on stderr in both modes, and the worst device's exit code. Light imports only.
+``Any``: an api.FleetReport (imported lazily) and its JSON entries."""
 
 from __future__ import annotations
 

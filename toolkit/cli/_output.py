@@ -1,6 +1,6 @@
 """How a command hands its result to the user: one JSON document on stdout (``--json``) or text, and the exit
 code. The group's error handler (``toolkit.cli``) uses :func:`emit` too, so a failing ``--json`` command still
-prints exactly one document."""
+prints exactly one document. ``Any``: a JSON document."""
 
 from __future__ import annotations
 

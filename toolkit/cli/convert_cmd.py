@@ -1,4 +1,5 @@
-"""``edgetk convert``: a source model -> a verified bundle directory (``toolkit.api.convert``)."""
+"""``edgetk convert``: a source model -> a verified bundle directory (``toolkit.api.convert``).
+``Any``: click's parsed values."""
 
 from __future__ import annotations
 

@@ -1,5 +1,6 @@
 """``edgetk export BUNDLE --mender --device-type T [-o FILE]`` (``toolkit.api.export_mender``): the bundle as a
-Mender module-image artifact for pull-based fleets, and the ``edgetk`` Update Module beside it."""
+Mender module-image artifact for pull-based fleets, and the ``edgetk`` Update Module beside it.
+``Any``: click's parsed values."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""``edgetk inspect``: what is inside an artifact or a bundle (``toolkit.api.inspect``)."""
+"""``edgetk inspect``: what is inside an artifact or a bundle (``toolkit.api.inspect``).
+``Any``: click's parsed values."""
 
 from __future__ import annotations
 

@@ -1,6 +1,7 @@
 """``edgetk optimize``: compress a Keras 3 or PyTorch model before converting it (pruning, clustering,
 low-rank, distillation, QAT) and report what each step changed; ``--load-time`` measures a converted
-artifact's cold-load variants (``toolkit.api.optimize``). Heavy frameworks load inside the command."""
+artifact's cold-load variants (``toolkit.api.optimize``). Heavy frameworks load inside the command.
+``Any``: click's parsed values."""
 
 from __future__ import annotations
 

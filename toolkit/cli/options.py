@@ -3,7 +3,7 @@ and run.toml), plus the parameter types every command uses.
 
 The types here keep ``edgetk --help`` light: :class:`PathType` turns a value into a ``pathlib.Path`` only when
 one is given, and :class:`LazyChoice` reads its vocabulary (``toolkit.model.vocabulary``) only when a value is checked or
-a command's own help is shown.
+a command's own help is shown. ``Any``: click's untyped values and keyword arguments.
 """
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """``edgetk prune NAME``: old versions of a bundle away, the current one and the rollback target kept
-(``toolkit.api.prune``)."""
+(``toolkit.api.prune``). ``Any``: click's parsed values; JSON entries."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """``edgetk targets list|show``: the device profiles, shipped and the user's, and where each came from
-(``toolkit.api.list_targets`` / ``show_target``)."""
+(``toolkit.api.list_targets`` / ``show_target``). ``Any``: click's parsed paths."""
 
 from __future__ import annotations
 

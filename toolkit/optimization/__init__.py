@@ -5,6 +5,7 @@ factorization, knowledge distillation and quantization-aware training, on Keras 
 order (distill -> low-rank -> structured pruning -> pruning -> clustering -> QAT: the ones that change the
 architecture first, the ones that constrain weight values last, so later steps keep what earlier ones did),
 measures the model after each, and writes it in the source's format. Heavy frameworks load only inside.
+``**options: Any``: OptimizeOptions checks each keyword.
 """
 
 from __future__ import annotations

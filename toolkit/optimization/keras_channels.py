@@ -12,6 +12,7 @@ model output, a layer shared between calls, a reshape, softmax over channels, a 
 know) is left whole. So in a MobileNetV2-style inverted residual the expansion and depthwise channels inside
 the block are pruned, and the block's input/output channels, which feed the residual ``Add`` and must match on
 both of its sides, are not; in a plain chain every layer but the classifier is pruned, as before.
+``Any``: Keras layers and nodes (Keras is untyped); ``dict[str, Any]``: JSON-ready details.
 """
 
 from __future__ import annotations

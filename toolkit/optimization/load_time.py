@@ -8,6 +8,7 @@ reboot. ``load_ms`` (file read/mapped + session or interpreter creation + alloca
 unseen). The variants: ONNX graph optimizations saved offline at ``basic``/``extended`` (not ``all``: its
 NCHWc layout transforms are for the host's CPU, not the device's), the ORT format, external data, TFLite
 path (mmap) vs bytes, and the gzip size of each (what ``deploy --compress`` sends).
+``Any``: JSON values (runner reports, manifests), numpy dtypes of any kind.
 """
 
 from __future__ import annotations

@@ -1,5 +1,6 @@
 """Measure a model state: parameter counts, file and gzip size in the source's format, host latency, MACs,
-accuracy. Each figure is measured on the real model, never estimated from the technique's settings."""
+accuracy. Each figure is measured on the real model, never estimated from the technique's settings.
+``Any``: Keras/PyTorch objects (untyped frameworks, imported lazily)."""
 
 from __future__ import annotations
 

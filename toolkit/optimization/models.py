@@ -4,6 +4,7 @@ Only Keras 3 files and PyTorch models (TorchScript, ExportedProgram, a ``file.py
 optimized: the techniques change weights and layers, which needs the framework the model was written in.
 Factories are written out as TorchScript (traced with one sample of the training or eval data, scripted when
 there is none), since a factory's Python code cannot be written back.
+``Any``: Keras/PyTorch objects (untyped frameworks, imported lazily).
 """
 
 from __future__ import annotations

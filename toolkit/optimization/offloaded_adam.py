@@ -1,5 +1,6 @@
 """The offloaded Adam/AdamW itself and the fine-tune loop's optimizer choice (toolkit.optimization.offload says what
-and why); torch is imported at the top, so only the fine-tune loop imports this module."""
+and why); torch is imported at the top, so only the fine-tune loop imports this module.
+``Any``: torch parameters and optimizers, as the fine-tune loop passes them untyped."""
 
 from __future__ import annotations
 

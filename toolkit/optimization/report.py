@@ -1,4 +1,5 @@
-"""What each optimization step changed: frozen dataclasses with ``to_dict`` for ``--json`` and the API."""
+"""What each optimization step changed: frozen dataclasses with ``to_dict`` for ``--json`` and the API.
+``Any``: JSON values of the ``--json`` document."""
 
 from __future__ import annotations
 

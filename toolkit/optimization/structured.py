@@ -5,6 +5,7 @@ pooling, dropout and flatten). Keras 3: any Functional/Sequential graph, residua
 channels inside a block are pruned; those feeding an add, a concatenation or the output stay, see
 ``keras_channels.py``). PyTorch: factory modules whose traced graph is one chain (branching graphs are refused).
 Fine-tunes afterwards when training data is given.
+``Any``: torch modules and fx nodes (imported lazily); ``dict[str, Any]``: JSON-ready details.
 """
 
 from __future__ import annotations

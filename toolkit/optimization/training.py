@@ -4,6 +4,7 @@ Gradient accumulation, mixed precision (``bf16`` autocast on the CPU, Keras thro
 clone; ``fp16`` with loss scaling needs a CUDA GPU), activation checkpointing (toolkit.optimization.memory),
 optimizer offloading (toolkit.optimization.offload) and distillation's soft targets. After every optimizer
 update it calls ``after_update(index)``: where pruning keeps its mask and clustering its centroids.
+``Any``: Keras/PyTorch objects (untyped frameworks, imported lazily).
 """
 
 from __future__ import annotations

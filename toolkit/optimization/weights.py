@@ -3,6 +3,7 @@
 Keras: every layer's ``kernel`` / ``depthwise_kernel`` / ``pointwise_kernel``. PyTorch: every parameter named
 ``*weight`` with two or more dimensions (Linear and Conv weights; works on TorchScript and ExportedProgram
 modules too, whose module types are not visible).
+``Any``: Keras/PyTorch objects (untyped frameworks, imported lazily).
 """
 
 from __future__ import annotations

@@ -5,6 +5,7 @@ A bundle report holds the manifest facts, the per-bundle table (host measurement
 each device), the latency and trade-off plots, and the trend of that bundle's history. A ``--history`` report
 holds the trend plot and table of every stored check. :func:`collect` gathers the data (also what
 ``edgetk report --json`` prints); :func:`render_html` draws it.
+``Any``: JSON values of stored checks and table cells of any printable type.
 """
 
 from __future__ import annotations

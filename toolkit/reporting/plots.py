@@ -5,6 +5,7 @@
 - trade-off: accuracy (or top-1 agreement with the float model) against size, one marker per artifact, coloured
   by precision and labelled with its latency (device p50 when checked, else host latency).
 - trend: p50 over time per device and artifact, from the check history.
+``Any``: matplotlib objects (imported lazily) and JSON values of stored checks.
 """
 
 from __future__ import annotations

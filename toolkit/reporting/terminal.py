@@ -4,6 +4,7 @@ Columns: artifact, precision, size (and x fp32 of the same format), accuracy vs 
 device, device latency p50/p90, load time, peak memory, gate verdict. One row per artifact and device (an
 artifact not checked anywhere gets one row with the device columns empty). Colour (verdicts, header) only when
 ``colour`` is true: the CLI passes ``stdout.isatty()``, so piped output stays plain text.
+``Any``: JSON values of stored reports; ``run_summary`` takes an api.RunResult (a higher layer).
 """
 
 from __future__ import annotations
