@@ -5,7 +5,7 @@ channel-wise layers (BatchNormalization, activations, depthwise convs, padding, 
 until convs or dense layers consume it; removing a channel removes the producer's filter, the per-channel
 weights in between and the consumers' input rows, so the model computes the same function minus that channel.
 A group whose channels reach anything else (a residual ``Add`` or ``Concatenate``, a model output, a shared
-layer, a reshape, softmax, an unknown layer) is left whole (docs/optimization.md has the inverted-residual example).
+layer, a reshape, softmax, an unknown layer) is left whole (docs/optimization.md: the inverted residual).
 ``Any``: Keras layers and nodes (Keras is untyped); ``dict[str, Any]``: JSON-ready details.
 """
 
