@@ -5,12 +5,11 @@ The public API mirrors the CLI: ``toolkit.convert``, ``toolkit.deploy``, ``toolk
 ``toolkit.probe``, ``toolkit.setup``, ``toolkit.add_key``, ``toolkit.optimize``, ``toolkit.history``, ``toolkit.make_report``, ``toolkit.list_targets``,
 ``toolkit.show_target`` (docs/api.md). They are imported lazily from ``toolkit.api`` so that ``import toolkit``
 stays light. Module names are nouns, so no submodule ever shadows one of these functions.
-``Any``: the API function ``__getattr__`` imports lazily.
 """
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any  # Any: the API function __getattr__ imports lazily
 
 from toolkit.__about__ import __version__
 

@@ -10,7 +10,6 @@ report.
 The gates are real but cannot fail from timing noise: the latency budget is the profile's (20 ms for
 generic-x86_64, hundreds of times what this model needs) and there is no regression baseline
 (``--baseline none``): a first run has nothing to regress from, and a busy machine must not fail the demo.
-``Any``: a Keras model (Keras is untyped).
 """
 
 from __future__ import annotations
@@ -21,7 +20,7 @@ import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any  # Any: a Keras model (Keras is untyped)
 
 import numpy as np
 

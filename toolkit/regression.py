@@ -6,7 +6,7 @@ section 5), so comparing one process against one other failed about half the tim
 ratcheted to the luckiest run. The decision here (:func:`decide`, thresholds in
 :class:`toolkit.model.policy.RegressionPolicy`) pools the raw samples of several earlier checks, asks a
 rank test whether the new samples are slower at all, and demands an effect beyond the slowest level the
-unchanged artifact has already shown, in percent AND in milliseconds. ``Any``: JSON values.
+unchanged artifact has already shown, in percent AND in milliseconds.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from enum import StrEnum
-from typing import Any
+from typing import Any  # Any: JSON values
 
 from toolkit.model.policy import RegressionPolicy
 

@@ -1,13 +1,12 @@
 """The whole job in one verb: ``run`` (convert -> deploy -> check, stopping at the first stage that fails) and
-``quickstart`` (the bundled example on this machine).
-``Any``: keyword options checked by the options records; JSON values of run.toml."""
+``quickstart`` (the bundled example on this machine)."""
 
 from __future__ import annotations
 
 import sys
 from collections.abc import Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any  # Any: keywords the options records check; run.toml values
 
 from toolkit.api.fleet import bundle_task, selection_of
 from toolkit.api.local import convert

@@ -1,6 +1,5 @@
 """The verbs on devices: ``deploy``, ``check``, ``rollback``, ``status``, ``remove``, ``prune``, ``probe``,
-``setup`` and ``add_key``; each resolves the device selection once and runs its task on the fleet.
-``Any``: keyword options checked by DeviceOptions; a Device connection and a task's own result."""
+``setup`` and ``add_key``; each resolves the device selection once and runs its task on the fleet."""
 
 from __future__ import annotations
 
@@ -8,7 +7,7 @@ import sys
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any  # Any: keywords DeviceOptions checks; connections, results
 
 from toolkit.api.results import DeviceLike, DeviceResult, FleetReport, PathLike, Progress
 from toolkit.errors import UsageError

@@ -1,12 +1,11 @@
 """The verbs that stay on this machine: ``convert``, ``inspect``, ``list_targets``/``show_target``, ``optimize``,
-``export_mender``, ``history`` (and its ``sync``/``import``) and ``make_report``.
-``Any``: keyword options checked by the options records; optimize returns either report."""
+``export_mender``, ``history`` (and its ``sync``/``import``) and ``make_report``."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any  # Any: keywords the options records check; either optimize report
 
 from toolkit.api.results import BundleInspection, History, PathLike, Progress, TargetCatalog, TargetView
 from toolkit.errors import UsageError

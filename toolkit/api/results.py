@@ -1,13 +1,12 @@
 """What the verbs return: one frozen record per verb, each with the ``to_dict()`` that is its CLI ``--json``
-document, and the small types the verbs share (paths, progress callbacks).
-``Any``: JSON values of the ``--json`` documents."""
+document, and the small types the verbs share (paths, progress callbacks)."""
 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypeAlias
+from typing import TYPE_CHECKING, Any, TypeAlias  # Any: JSON values of the --json documents
 
 from toolkit.errors import worst_exit_code
 

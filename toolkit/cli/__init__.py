@@ -8,7 +8,6 @@ about as fast as importing click (tests/cli/test_startup.py, scripts/bench start
 Errors: a :class:`~toolkit.errors.ToolkitError` prints ``error: MESSAGE`` and its hint on stderr and exits
 with its code; with ``--json`` the same error is also printed as the command's one JSON document on stdout
 (``{"passed": false, "exit_code", "error": {"kind", "message", "hint"}}``), so stdout is never empty.
-``Any``: what click's invoke returns.
 """
 
 from __future__ import annotations
@@ -17,7 +16,7 @@ import importlib
 import os
 import sys
 from collections.abc import Sequence
-from typing import Any
+from typing import Any  # Any: what click's invoke returns
 
 import click
 

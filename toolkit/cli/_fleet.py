@@ -1,11 +1,10 @@
 """How the device commands print an ``api.FleetReport``: a per-device table (or its ``--json`` document), every
-device's error on stderr in both modes, and the worst device's exit code. Light imports only.
-``Any``: an api.FleetReport (imported lazily) and its JSON entries."""
+device's error on stderr in both modes, and the worst device's exit code. Light imports only."""
 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import Any  # Any: an api.FleetReport (imported lazily) and its JSON entries
 
 import click
 

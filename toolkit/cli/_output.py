@@ -1,11 +1,11 @@
 """How a command hands its result to the user: one JSON document on stdout (``--json``) or text, and the exit
 code. The group's error handler (``toolkit.cli``) uses :func:`emit` too, so a failing ``--json`` command still
-prints exactly one document. ``Any``: a JSON document."""
+prints exactly one document."""
 
 from __future__ import annotations
 
 import sys
-from typing import Any
+from typing import Any  # Any: a JSON document
 
 import click
 

@@ -1,9 +1,8 @@
-"""``edgetk convert``: a source model -> a verified bundle directory (``toolkit.api.convert``).
-``Any``: click's parsed values."""
+"""``edgetk convert``: a source model -> a verified bundle directory (``toolkit.api.convert``)."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any  # Any: click's parsed values
 
 import click
 

@@ -8,14 +8,14 @@ parallel (``--parallel``), and prints a per-device table or, with ``--json``, on
 
 Each device's error also goes to stderr, with or without ``--json``. Exit code: the worst device wins (4
 device error, else 2 usage, else 1 gate failed, else 0). Heavy modules (paramiko) load only when a device is
-actually contacted. ``Any``: click's parsed values; JSON entries of the fleet document.
+actually contacted.
 """
 
 from __future__ import annotations
 
 import sys
 from collections.abc import Mapping
-from typing import Any
+from typing import Any  # Any: click's parsed values; JSON entries of the fleet document
 
 import click
 

@@ -4,13 +4,12 @@ the user's key on a first-boot device (``toolkit.api.probe`` / ``toolkit.api.set
 The probe copies the runner to ``~/.edgetk/runner/edgetk_runner.py`` (only when its hash differs) and runs
 ``edgetk_runner.py probe`` with the device's Python (stdlib only, so it works before numpy is installed). It
 adds the shipped target profile that matches best (``toolkit.model.platform.match_profile``).
-``Any``: click's parsed values; JSON entries.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import Any  # Any: click's parsed values; JSON entries
 
 import click
 

@@ -1,10 +1,9 @@
 """``edgetk export BUNDLE --mender --device-type T [-o FILE]`` (``toolkit.api.export_mender``): the bundle as a
-Mender module-image artifact for pull-based fleets, and the ``edgetk`` Update Module beside it.
-``Any``: click's parsed values."""
+Mender module-image artifact for pull-based fleets, and the ``edgetk`` Update Module beside it."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any  # Any: click's parsed values
 
 import click
 

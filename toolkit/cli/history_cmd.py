@@ -3,12 +3,11 @@
 
 ``--json`` prints a list of stored check reports, each with ``device``, ``bundle``, ``version``,
 ``created_at``, ``check_id``, ``run_id`` and ``passed`` added (docs/schemas/deploy.md).
-``Any``: click's parsed values.
 """
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any  # Any: click's parsed values
 
 import click
 

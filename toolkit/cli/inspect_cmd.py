@@ -1,9 +1,8 @@
-"""``edgetk inspect``: what is inside an artifact or a bundle (``toolkit.api.inspect``).
-``Any``: click's parsed values."""
+"""``edgetk inspect``: what is inside an artifact or a bundle (``toolkit.api.inspect``)."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any  # Any: click's parsed values
 
 import click
 

@@ -1,11 +1,10 @@
 """``edgetk optimize``: compress a Keras 3 or PyTorch model before converting it (pruning, clustering,
 low-rank, distillation, QAT) and report what each step changed; ``--load-time`` measures a converted
-artifact's cold-load variants (``toolkit.api.optimize``). Heavy frameworks load inside the command.
-``Any``: click's parsed values."""
+artifact's cold-load variants (``toolkit.api.optimize``). Heavy frameworks load inside the command."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any  # Any: click's parsed values
 
 import click
 

@@ -3,13 +3,13 @@ and run.toml), plus the parameter types every command uses.
 
 The types here keep ``edgetk --help`` light: :class:`PathType` turns a value into a ``pathlib.Path`` only when
 one is given, and :class:`LazyChoice` reads its vocabulary (``toolkit.model.vocabulary``) only when a value is checked or
-a command's own help is shown. ``Any``: click's untyped values and keyword arguments.
+a command's own help is shown.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import Any, TypeVar
+from typing import Any, TypeVar  # Any: click's untyped values and keyword arguments
 
 import click
 

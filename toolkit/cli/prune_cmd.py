@@ -1,10 +1,10 @@
 """``edgetk prune NAME``: old versions of a bundle away, the current one and the rollback target kept
-(``toolkit.api.prune``). ``Any``: click's parsed values; JSON entries."""
+(``toolkit.api.prune``)."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import Any  # Any: click's parsed values; JSON entries
 
 import click
 

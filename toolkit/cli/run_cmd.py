@@ -5,12 +5,11 @@ the bundled example).
 1 or 4 check). The effective options are written to the bundle as ``run.toml``; ``edgetk run --config FILE``
 (or a bundle directory) replays them, and flags given beside ``--config`` win. ``--json`` prints one document
 (docs/schemas/run.md); progress goes to stderr, one line per step, prefixed with its stage.
-``Any``: click's parsed values and run.toml values; the api result (imported lazily).
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any  # Any: click and run.toml values; the api result (lazy)
 
 import click
 

@@ -1,9 +1,9 @@
 """``edgetk targets list|show``: the device profiles, shipped and the user's, and where each came from
-(``toolkit.api.list_targets`` / ``show_target``). ``Any``: click's parsed paths."""
+(``toolkit.api.list_targets`` / ``show_target``)."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any  # Any: click's parsed paths
 
 import click
 

@@ -5,7 +5,6 @@ factorization, knowledge distillation and quantization-aware training, on Keras 
 order (distill -> low-rank -> structured pruning -> pruning -> clustering -> QAT: the ones that change the
 architecture first, the ones that constrain weight values last, so later steps keep what earlier ones did),
 measures the model after each, and writes it in the source's format. Heavy frameworks load only inside.
-``**options: Any``: OptimizeOptions checks each keyword.
 """
 
 from __future__ import annotations
@@ -14,7 +13,7 @@ import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any  # Any: **options: Any: OptimizeOptions checks each keyword
 
 from toolkit.model.vocabulary import Framework
 from toolkit.errors import UsageError

@@ -4,12 +4,11 @@ initialisation between the kernel's min and max, as tfmot does). A kernel that a
 model is fine-tuned; after every update each weight goes back to its cluster, whose value becomes the mean of
 its members (the assignment is fixed, the centroids learn), so the weights never leave N values.
 Float files do not shrink; the gzip size (and an int8/palette encoding downstream) does.
-``dict[str, Any]``: the step's JSON-ready details.
 """
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any  # Any: dict[str, Any]: the step's JSON-ready details
 
 import numpy as np
 

@@ -3,12 +3,11 @@
 The teacher (any Keras 3 or PyTorch model ``optimize`` can open) runs once over the training data; its logits
 (log of its outputs when it ends in softmax) become soft targets for the shared fine-tune loop, whose loss is
 ``alpha * CE(labels) + (1 - alpha) * T^2 * KL(softmax(teacher/T) || softmax(student/T))``.
-``dict[str, Any]``: the step's JSON-ready details.
 """
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any  # Any: dict[str, Any]: the step's JSON-ready details
 
 import numpy as np
 

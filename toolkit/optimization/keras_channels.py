@@ -6,14 +6,13 @@ until convs or dense layers consume it; removing a channel removes the producer'
 weights in between and the consumers' input rows, so the model computes the same function minus that channel.
 A group whose channels reach anything else (a residual ``Add`` or ``Concatenate``, a model output, a shared
 layer, a reshape, softmax, an unknown layer) is left whole (docs/optimization.md: the inverted residual).
-``Any``: Keras layers and nodes (Keras is untyped); ``dict[str, Any]``: JSON-ready details.
 """
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any  # Any: Keras layers and nodes (Keras is untyped); dict[str, Any]: JSON-ready details
 
 import numpy as np
 

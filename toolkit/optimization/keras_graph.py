@@ -1,13 +1,13 @@
 """Rebuild Keras 3 models with some layers replaced (low-rank factors; structured pruning: keras_channels.py).
 
 Every rebuild returns a plain Functional model of built-in layers, so the result saves to ``.keras`` and loads
-with ``keras.saving.load_model`` and no custom objects. ``Any``: Keras models and tensors (Keras is untyped).
+with ``keras.saving.load_model`` and no custom objects.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import Any  # Any: Keras models and tensors (Keras is untyped)
 
 
 def as_functional(net: Any) -> Any:

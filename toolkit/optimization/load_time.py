@@ -8,7 +8,6 @@ reboot. ``load_ms`` (file read/mapped + session or interpreter creation + alloca
 unseen). The variants: ONNX graph optimizations saved offline at ``basic``/``extended`` (not ``all``: its
 NCHWc layout transforms are for the host's CPU, not the device's), the ORT format, external data, TFLite
 path (mmap) vs bytes, and the gzip size of each (what ``deploy --compress`` sends).
-``Any``: JSON values (runner reports, manifests), numpy dtypes of any kind.
 """
 
 from __future__ import annotations
@@ -24,7 +23,7 @@ import zlib
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any  # Any: JSON values (runner reports, manifests), numpy dtypes of any kind
 
 import numpy as np
 

@@ -4,13 +4,12 @@ channels followed by a 1x1 conv to cout. The rank r is the smallest that keeps `
 singular values, or a fixed ``rank``. A layer is replaced only where it pays: r * (in + out) < in * out. The
 classifier (the model's last dense layer) is left alone. Keras 3 models are rebuilt with built-in layers;
 PyTorch factory models get their ``nn.Linear``/``nn.Conv2d`` modules replaced by ``nn.Sequential`` pairs.
-``Any``: Keras/PyTorch objects (untyped frameworks, imported lazily); ``dict[str, Any]``: JSON-ready details.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any  # Any: Keras/PyTorch objects (untyped, lazy); JSON details
 
 import numpy as np
 

@@ -1,6 +1,5 @@
 """Measure a model state: parameter counts, file and gzip size in the source's format, host latency, MACs,
-accuracy. Each figure is measured on the real model, never estimated from the technique's settings.
-``Any``: Keras/PyTorch objects (untyped frameworks, imported lazily)."""
+accuracy. Each figure is measured on the real model, never estimated from the technique's settings."""
 
 from __future__ import annotations
 
@@ -9,7 +8,7 @@ import statistics
 import tempfile
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any  # Any: Keras/PyTorch objects (untyped frameworks, imported lazily)
 
 import numpy as np
 

@@ -5,7 +5,7 @@ Checkpointing: each repeated block (a ``nn.ModuleList``'s entries, else the chil
 ``torch.utils.checkpoint``). Keras 3 uses ``keras.RematScope(mode="activations")`` in the training clone;
 not ``mode="full"``, which TensorFlow refuses under ``fit``'s ``tf.function`` (docs/optimization.md has why
 and the figures). Peak memory is read from the process (``VmHWM``, reset through ``clear_refs``), never
-estimated. ``Any``: torch modules (torch imported lazily).
+estimated.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any  # Any: torch modules (torch imported lazily)
 
 from toolkit.errors import UsageError
 

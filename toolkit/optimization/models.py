@@ -4,7 +4,6 @@ Only Keras 3 files and PyTorch models (TorchScript, ExportedProgram, a ``file.py
 optimized: the techniques change weights and layers, which needs the framework the model was written in.
 Factories are written out as TorchScript (traced with one sample of the training or eval data, scripted when
 there is none), since a factory's Python code cannot be written back.
-``Any``: Keras/PyTorch objects (untyped frameworks, imported lazily).
 """
 
 from __future__ import annotations
@@ -14,7 +13,7 @@ import importlib.util
 import sys
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any  # Any: Keras/PyTorch objects (untyped frameworks, imported lazily)
 
 import numpy as np
 

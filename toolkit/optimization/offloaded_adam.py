@@ -1,13 +1,12 @@
 """The offloaded Adam/AdamW itself and the fine-tune loop's optimizer choice (toolkit.optimization.offload says what
-and why); torch is imported at the top, so only the fine-tune loop imports this module.
-``Any``: torch parameters and optimizers, as the fine-tune loop passes them untyped."""
+and why); torch is imported at the top, so only the fine-tune loop imports this module."""
 
 from __future__ import annotations
 
 import os
 import tempfile
 from collections.abc import Callable, Iterable
-from typing import Any
+from typing import Any  # Any: torch parameters and optimizers, as the fine-tune loop passes them untyped
 from pathlib import Path
 
 import torch

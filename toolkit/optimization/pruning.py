@@ -4,13 +4,12 @@ polynomial schedule (tfmot's PolynomialDecay: ``s_t = s * (1 - (1 - t/T)^3)``, m
 updates, pruned weights kept at zero after every update); the last mask is the target one.
 
 Structured pruning (filters and channels removed, layers rebuilt smaller) lives in ``structured.py``.
-``dict[str, Any]``: the step's JSON-ready details.
 """
 
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import Any  # Any: dict[str, Any]: the step's JSON-ready details
 
 import numpy as np
 

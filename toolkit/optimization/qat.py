@@ -6,13 +6,12 @@ input; the model is fine-tuned through the fake quantization (straight-through g
 weights that survive rounding to the int8 grid. The result is written back as a plain float model (fake-quant
 removed), which ``convert`` quantizes to INT8 with calibration data like any other model: the weights are what
 QAT changed. Keras 3 has no QAT here (tfmot does not take Keras 3 models; findings.md).
-``Any``: torch.ao.quantization is untyped; ``dict[str, Any]``: JSON-ready details.
 """
 
 from __future__ import annotations
 
 import copy
-from typing import Any
+from typing import Any  # Any: torch.ao.quantization is untyped; dict[str, Any]: JSON-ready details
 
 from toolkit.model.vocabulary import Framework
 from toolkit.errors import UsageError

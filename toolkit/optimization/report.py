@@ -1,10 +1,9 @@
-"""What each optimization step changed: frozen dataclasses with ``to_dict`` for ``--json`` and the API.
-``Any``: JSON values of the ``--json`` document."""
+"""What each optimization step changed: frozen dataclasses with ``to_dict`` for ``--json`` and the API."""
 
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import Any  # Any: JSON values of the --json document
 
 
 @dataclass(frozen=True)

@@ -3,12 +3,11 @@ L1 norm from conv and dense layers and the matching inputs of the next layers, a
 so parameters, MACs and latency drop (not only the zipped size). Keras 3: any Functional/Sequential graph
 (``keras_channels.py``). PyTorch: factory modules whose traced graph is one chain (branching graphs are refused).
 Fine-tunes afterwards when training data is given.
-``Any``: torch modules and fx nodes (imported lazily); ``dict[str, Any]``: JSON-ready details.
 """
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any  # Any: torch modules, fx nodes (lazy); JSON details
 
 import numpy as np
 

@@ -4,7 +4,6 @@ Gradient accumulation, mixed precision (``bf16`` autocast on the CPU, Keras thro
 clone; ``fp16`` with loss scaling needs a CUDA GPU), activation checkpointing (toolkit.optimization.memory),
 optimizer offloading (toolkit.optimization.offload) and distillation's soft targets. After every optimizer
 update it calls ``after_update(index)``: where pruning keeps its mask and clustering its centroids.
-``Any``: Keras/PyTorch objects (untyped frameworks, imported lazily).
 """
 
 from __future__ import annotations
@@ -12,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 from enum import StrEnum
-from typing import Any
+from typing import Any  # Any: Keras/PyTorch objects (untyped frameworks, imported lazily)
 
 import numpy as np
 

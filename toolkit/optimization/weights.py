@@ -3,14 +3,13 @@
 Keras: every layer's ``kernel`` / ``depthwise_kernel`` / ``pointwise_kernel``. PyTorch: every parameter named
 ``*weight`` with two or more dimensions (Linear and Conv weights; works on TorchScript and ExportedProgram
 modules too, whose module types are not visible).
-``Any``: Keras/PyTorch objects (untyped frameworks, imported lazily).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any  # Any: Keras/PyTorch objects (untyped frameworks, imported lazily)
 
 import numpy as np
 

@@ -5,7 +5,6 @@ A bundle report holds the manifest facts, the per-bundle table (host measurement
 each device), the latency and trade-off plots, and the trend of that bundle's history. A ``--history`` report
 holds the trend plot and table of every stored check. :func:`collect` gathers the data (also what
 ``edgetk report --json`` prints); :func:`render_html` draws it.
-``Any``: JSON values of stored checks and table cells of any printable type.
 """
 
 from __future__ import annotations
@@ -16,7 +15,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import Any  # Any: JSON values of stored checks and table cells of any printable type
 
 from toolkit.__about__ import __version__
 from toolkit.model.manifest import Manifest

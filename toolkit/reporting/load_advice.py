@@ -7,14 +7,13 @@ median and the [min, max] of the load time, the first inference and the peak RSS
 *pays* for a metric when every round with it beat every round without it (the ranges do not overlap: with 3
 rounds a side, chance alone does that 1 time in 20) and the median gain is at least 10% (and 1 ms or 1 MiB).
 Anything less is within the device's noise and is not suggested.
-``Any``: JSON values of a report's ``loads`` entry.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any  # Any: JSON values of a report's loads entry
 
 METRICS = (("load_ms", "load", "ms"), ("first_inference_ms", "first inference", "ms"), ("peak_rss_mb", "peak RSS", "MiB"))
 MIN_GAIN = 0.10

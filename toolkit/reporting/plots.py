@@ -5,7 +5,6 @@
 - trade-off: accuracy (or top-1 agreement with the float model) against size, one marker per artifact, coloured
   by precision and labelled with its latency (device p50 when checked, else host latency).
 - trend: p50 over time per device and artifact, from the check history.
-``Any``: matplotlib objects (imported lazily) and JSON values of stored checks.
 """
 
 from __future__ import annotations
@@ -13,7 +12,7 @@ from __future__ import annotations
 import io
 from collections.abc import Mapping, Sequence
 from datetime import datetime
-from typing import Any
+from typing import Any  # Any: matplotlib objects (imported lazily) and JSON values of stored checks
 
 from toolkit.errors import MissingDependency
 from toolkit.model.quantized import precision_label

@@ -4,7 +4,6 @@ Columns: artifact, precision, size (and x fp32 of the same format), accuracy vs 
 device, device latency p50/p90, load time, peak memory, gate verdict. One row per artifact and device (an
 artifact not checked anywhere gets one row with the device columns empty). Colour (verdicts, header) only when
 ``colour`` is true: the CLI passes ``stdout.isatty()``, so piped output stays plain text.
-``Any``: JSON values of stored reports; ``run_summary`` takes an api.RunResult (a higher layer).
 """
 
 from __future__ import annotations
@@ -12,7 +11,7 @@ from __future__ import annotations
 import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any  # Any: JSON values; run_summary's api.RunResult (a higher layer)
 
 from toolkit.model.quantized import precision_label
 from toolkit.model.device_records import CheckReport
@@ -121,7 +120,7 @@ def render_table(headers: Sequence[str], rows: Sequence[Sequence[str]], *, colou
 
 
 def bundle_table(manifest: Manifest, reports: Sequence[CheckReport | Mapping[str, Any]], *,
-                 colour: bool = False, bundle_dir: Any = None) -> str:
+                 colour: bool = False, bundle_dir: str | Path | None = None) -> str:
     """The per-bundle table, with a title line (name, target, where it is) and the gate reasons under it."""
     import click
 
