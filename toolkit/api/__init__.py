@@ -13,8 +13,8 @@
 Every command of ``edgetk`` calls exactly one function here and renders its result; ``result.to_dict()`` is
 the command's ``--json`` document. Shared option groups (:mod:`toolkit.model.options`) are taken as keywords;
 an unknown one is a ``TypeError``. Errors are ``toolkit.errors`` types; a device that fails inside a fleet is
-not an exception but its :class:`DeviceResult`, with the CLI's exit code (docs/api.md). Heavy frameworks load
-only inside the functions that need them; ``import toolkit.api`` is light.
+not an exception but its :class:`DeviceResult`, and the fleet's ``exit_code`` is the CLI's (4, else 2, else
+1, else 0). Heavy frameworks load only inside the functions that need them; ``import toolkit.api`` is light.
 """
 
 from __future__ import annotations
