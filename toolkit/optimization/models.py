@@ -22,7 +22,6 @@ from toolkit.model.vocabulary import Framework
 from toolkit.sources.detect import detect_framework
 
 
-
 class OptimizableModel:
     """A model being optimized: its framework object plus what is needed to save it in the source's format.
 
