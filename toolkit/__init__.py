@@ -9,7 +9,7 @@ stays light. Module names are nouns, so no submodule ever shadows one of these f
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any  # Any: the API function __getattr__ imports lazily
 
 from toolkit.__about__ import __version__
 

@@ -1,5 +1,4 @@
-"""The bundled example behind ``edgetk quickstart`` (a noun module: ``toolkit.quickstart`` is the function,
-in ``toolkit.api``, which runs this example; this module only provides it and imports nothing from the API).
+"""The bundled example that ``toolkit.quickstart`` (``edgetk quickstart``) runs; imports nothing from the API.
 
 The bundled example is a small Keras CNN for the 8x8 handwritten digits that ship inside the package
 (``calibration/digits/``). It is trained once at first use from ``train.npz`` (1,100 images, a few seconds on
@@ -21,7 +20,7 @@ import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any  # Any: a Keras model (Keras is untyped)
 
 import numpy as np
 

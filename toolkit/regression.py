@@ -15,7 +15,7 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from enum import StrEnum
-from typing import Any
+from typing import Any  # Any: JSON values
 
 from toolkit.model.policy import RegressionPolicy
 

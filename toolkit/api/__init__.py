@@ -11,16 +11,10 @@
     print(result.exit_code, result.to_dict())       # the same document as `edgetk run --json`
 
 Every command of ``edgetk`` calls exactly one function here and renders its result; ``result.to_dict()`` is
-the command's ``--json`` document. The option groups several commands share (convert, device selection,
-check) are defined once in :mod:`toolkit.model.options`; the functions take them as keywords (listed in their
-signatures) and refuse unknown ones with ``TypeError``.
-
-Errors are raised as the toolkit's exception types (``toolkit.errors``: UsageError, ConversionError,
-DeviceError...), each with ``message``, ``hint`` and ``exit_code``. A device that fails inside a fleet is not
-an exception: its :class:`DeviceResult` says what went wrong, as in the CLI, and the fleet's ``exit_code``
-follows the contract (4 device error, else 2, else 1 gate failed, else 0).
-
-Heavy frameworks load only inside the functions that need them; ``import toolkit.api`` is light.
+the command's ``--json`` document. Shared option groups (:mod:`toolkit.model.options`) are taken as keywords;
+an unknown one is a ``TypeError``. Errors are ``toolkit.errors`` types; a device that fails inside a fleet is
+not an exception but its :class:`DeviceResult`, and the fleet's ``exit_code`` is the CLI's (4, else 2, else
+1, else 0). Heavy frameworks load only inside the functions that need them; ``import toolkit.api`` is light.
 """
 
 from __future__ import annotations

@@ -6,7 +6,7 @@ from __future__ import annotations
 import sys
 from collections.abc import Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any  # Any: keywords the options records check; run.toml values
 
 from toolkit.api.fleet import bundle_task, selection_of
 from toolkit.api.local import convert

@@ -7,7 +7,7 @@ import sys
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any  # Any: keywords DeviceOptions checks; connections, results
 
 from toolkit.api.results import DeviceLike, DeviceResult, FleetReport, PathLike, Progress
 from toolkit.errors import UsageError

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any  # Any: keywords the options records check; either optimize report
 
 from toolkit.api.results import BundleInspection, History, PathLike, Progress, TargetCatalog, TargetView
 from toolkit.errors import UsageError

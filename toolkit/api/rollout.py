@@ -1,17 +1,8 @@
 """One bundle deployed and/or checked on one device (:class:`BundleJob`, the unit of work that ``edgetk
 deploy``/``check`` and ``toolkit.deploy``/``toolkit.check`` hand to the fleet runner), and staged rollouts:
-the fleet in waves, stopped when a wave fails too often, the devices already updated rolled back on request.
-
-Staged rollouts follow Ansible's ``serial`` + ``max_fail_percentage`` (and what hawkBit's rollout groups and
-Mender's phased deployments do), on the same fleet runner as every other command (bounded threads, one
-connection per device at a time, closed after its task):
-
-- ``--waves 1,10%,100%``: batch sizes, each a device count or a share of the fleet (rounded up, at least 1);
-  the last size repeats until every device had its turn (``1,10%`` = one canary, then 10% at a time);
-- ``--max-failures 5%`` (or a count): the rollout stops after a wave in which MORE than that many devices
-  failed (deploy or check, exit code != 0); the default 0 stops at the first failing device;
-- ``--rollback-on-failure``: when it stops, every device that this rollout switched to the new version (all
-  waves so far, the failing one included) goes back to the version it ran before.
+the fleet in waves (Ansible's ``serial`` + ``max_fail_percentage``), stopped after a wave in which MORE than
+``--max-failures`` devices failed, the devices this rollout switched rolled back on request (docs/devices.md,
+"Staged rollouts"). ``Any``: a task's own result type and a Device connection (devices/ is imported lazily).
 """
 
 from __future__ import annotations

@@ -4,7 +4,7 @@ device's error on stderr in both modes, and the worst device's exit code. Light 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import Any  # Any: an api.FleetReport (imported lazily) and its JSON entries
 
 import click
 

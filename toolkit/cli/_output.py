@@ -5,7 +5,7 @@ prints exactly one document."""
 from __future__ import annotations
 
 import sys
-from typing import Any
+from typing import Any  # Any: a JSON document
 
 import click
 

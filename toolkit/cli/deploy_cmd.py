@@ -6,16 +6,15 @@ parallel (``--parallel``), and prints a per-device table or, with ``--json``, on
 
     {"passed": bool, "devices": [{"device", "ok", "error", "reports": [CHECK REPORT...], ...}]}
 
-Each device's error also goes to stderr, with or without ``--json``. Exit code: the worst device wins (4
-device error, else 2 usage, else 1 gate failed, else 0). Heavy modules (paramiko) load only when a device is
-actually contacted.
+Each device's error also goes to stderr, with or without ``--json``; the worst device's exit code wins (4,
+else 2, else 1, else 0: docs/cli.md). Heavy modules (paramiko) load only when a device is actually contacted.
 """
 
 from __future__ import annotations
 
 import sys
 from collections.abc import Mapping
-from typing import Any
+from typing import Any  # Any: click's parsed values; JSON entries of the fleet document
 
 import click
 

@@ -1,15 +1,12 @@
 """``edgetk devices probe|setup|add-key``: what a device is and what it can run, a venv with its runtimes, and
-the user's key on a first-boot device (``toolkit.api.probe`` / ``toolkit.api.setup`` / ``toolkit.api.add_key``).
-
-The probe copies the runner to ``~/.edgetk/runner/edgetk_runner.py`` (only when its hash differs) and runs
-``edgetk_runner.py probe`` with the device's Python (stdlib only, so it works before numpy is installed). It
-adds the shipped target profile that matches best (``toolkit.model.platform.match_profile``).
+the user's key on a first-boot device (``toolkit.api.probe`` / ``setup`` / ``add_key``; how the probe works:
+``toolkit.devices.probe``).
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import Any  # Any: click's parsed values; JSON entries
 
 import click
 

@@ -3,7 +3,7 @@ Mender module-image artifact for pull-based fleets, and the ``edgetk`` Update Mo
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any  # Any: click's parsed values
 
 import click
 

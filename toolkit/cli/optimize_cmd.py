@@ -4,7 +4,7 @@ artifact's cold-load variants (``toolkit.api.optimize``). Heavy frameworks load 
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any  # Any: click's parsed values
 
 import click
 

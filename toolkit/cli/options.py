@@ -9,7 +9,7 @@ a command's own help is shown.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import Any, TypeVar
+from typing import Any, TypeVar  # Any: click's untyped values and keyword arguments
 
 import click
 

@@ -1,14 +1,11 @@
-"""``edgetk report (BUNDLE | --history) [--html OUT.html] [--store PATH] [--json]`` (``toolkit.api.make_report``).
-
-For a bundle: the per-bundle table (what convert measured on the host beside the newest stored check on each
-device). ``--history``: every stored check and the p50 trends. ``--html`` writes a self-contained page with
-plots (matplotlib, embedded as base64 PNG); ``--json`` prints the data the page is drawn from
-(docs/schemas/report.md).
+"""``edgetk report (BUNDLE | --history) [--html OUT.html] [--store PATH] [--json]`` (``toolkit.api.make_report``):
+what a bundle's or the history's report holds is told in ``toolkit.reporting.html``; ``--json`` prints the
+data the page is drawn from (docs/schemas/report.md).
 """
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any  # Any: click's parsed values
 
 import click
 

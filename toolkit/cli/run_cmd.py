@@ -9,7 +9,7 @@ the bundled example).
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any  # Any: click and run.toml values; the api result (lazy)
 
 import click
 

@@ -13,7 +13,7 @@ import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any  # Any: **options: Any: OptimizeOptions checks each keyword
 
 from toolkit.model.vocabulary import Framework
 from toolkit.errors import UsageError

@@ -8,7 +8,7 @@ Float files do not shrink; the gzip size (and an int8/palette encoding downstrea
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any  # Any: dict[str, Any]: the step's JSON-ready details
 
 import numpy as np
 

@@ -1,24 +1,18 @@
 """Structured (channel) pruning of Keras 3 Functional and Sequential models, residual blocks included.
 
-The model graph is split into *channel groups*: a conv (``groups=1``) or dense layer, the producer, and every
-layer its output reaches through layers that work channel by channel (BatchNormalization, activations,
-depthwise convolutions, padding, pooling, dropout, flatten) until convs or dense layers consume it. Removing a
-channel from a group means removing one output filter of the producer, the matching per-channel weights of
-the layers in between (BatchNorm statistics, depthwise filters) and the matching input rows of every consumer;
-the model computes the same function minus that channel.
-
-A group whose channels reach anything else (an ``Add`` or ``Concatenate`` of a residual or parallel branch, a
-model output, a layer shared between calls, a reshape, softmax over channels, a layer this module does not
-know) is left whole. So in a MobileNetV2-style inverted residual the expansion and depthwise channels inside
-the block are pruned, and the block's input/output channels, which feed the residual ``Add`` and must match on
-both of its sides, are not; in a plain chain every layer but the classifier is pruned, as before.
+A *channel group* is a conv (``groups=1``) or dense producer and every layer its output reaches through
+channel-wise layers (BatchNormalization, activations, depthwise convs, padding, pooling, dropout, flatten)
+until convs or dense layers consume it; removing a channel removes the producer's filter, the per-channel
+weights in between and the consumers' input rows, so the model computes the same function minus that channel.
+A group whose channels reach anything else (a residual ``Add`` or ``Concatenate``, a model output, a shared
+layer, a reshape, softmax, an unknown layer) is left whole (docs/optimization.md: the inverted residual).
 """
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any  # Any: Keras layers and nodes (Keras is untyped); dict[str, Any]: JSON-ready details
 
 import numpy as np
 

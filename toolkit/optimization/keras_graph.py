@@ -7,7 +7,7 @@ with ``keras.saving.load_model`` and no custom objects.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import Any  # Any: Keras models and tensors (Keras is untyped)
 
 
 def as_functional(net: Any) -> Any:

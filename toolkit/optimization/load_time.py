@@ -1,32 +1,13 @@
-"""Load time: what a cold start costs, and what shortens it (issue 8, "Load time").
+"""Load time: what a cold start costs, and what shortens it (issue 8, "Load time"); docs/optimization.md has
+the variants, why each, and the figures.
 
-Devices restart and apps cold-start, so the time from "process starts" to "first result" matters as much as
-the steady-state latency. Everything here is measured with the on-device runner itself
-(``toolkit/device_side/edgetk_runner.py run-one``), one fresh process per measurement, with the artifact's pages
-dropped from the OS page cache first (``--cold``), so each figure is what a device sees after a reboot:
-
-- ``load_ms``: model file read/mapped + session or interpreter creation + tensor allocation (ONNX Runtime:
-  ``InferenceSession(path)``, which parses, optimizes the graph and allocates initializers; TFLite:
-  ``Interpreter(model_path=...)`` + ``allocate_tensors()``);
-- ``first_inference_ms``: the first ``run``/``invoke`` (lazy work lands here: arena allocation, kernel
-  preparation, page faults of a memory-mapped file);
-- ``latency_ms``: the steady-state median, so a faster load is never bought with slower inference unseen.
-
-What shortens it, each produced here and measured against the plain artifact:
-
-- ONNX graph optimizations applied offline and saved (``SessionOptions.optimized_model_filepath``) at
-  ``basic`` or ``extended`` level. Not ``all``: that level adds layout transforms (NCHWc) chosen for the CPU
-  this runs on; onnxruntime itself warns that such a file "should only be used in the same environment the
-  model was optimized in", and the host is not the device. Basic/extended rewrites are hardware-independent
-  (constant folding, redundant-node removal, Conv+BN/Add/Mul and Gemm/activation fusions, ``com.microsoft``
-  fused ops), so the saved model is portable, and the device still applies its own layout optimizations at
-  load (the runner keeps the default level).
-- The ORT format (``.ort``, the flatbuffer onnxruntime's minimal builds load; full builds load it through
-  ``InferenceSession`` too), saved from the ``extended`` graph.
-- Memory mapping: TFLite flatbuffers loaded from a path are ``mmap``-ed (the runner loads from ``model_path``,
-  never from bytes read into Python); ``tflite_rows`` measures path vs bytes. For ONNX, one file vs weights in
-  an external data file (``onnx.save(..., save_as_external_data=True)``) is measured too.
-- Transfer size: the gzip size of every variant (what ``edgetk deploy --compress`` sends).
+Everything is measured with the on-device runner itself (``edgetk_runner.py run-one --cold``), one fresh
+process per measurement, the artifact's pages dropped from the page cache first: what a device sees after a
+reboot. ``load_ms`` (file read/mapped + session or interpreter creation + allocation), ``first_inference_ms``
+(lazy work lands here) and the steady ``latency_ms`` (a faster load is never bought with slower inference
+unseen). The variants: ONNX graph optimizations saved offline at ``basic``/``extended`` (not ``all``: its
+NCHWc layout transforms are for the host's CPU, not the device's), the ORT format, external data, TFLite
+path (mmap) vs bytes, and the gzip size of each (what ``deploy --compress`` sends).
 """
 
 from __future__ import annotations
@@ -42,7 +23,7 @@ import zlib
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any  # Any: JSON values (runner reports, manifests), numpy dtypes of any kind
 
 import numpy as np
 

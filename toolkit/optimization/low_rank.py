@@ -9,7 +9,7 @@ PyTorch factory models get their ``nn.Linear``/``nn.Conv2d`` modules replaced by
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any  # Any: Keras/PyTorch objects (untyped, lazy); JSON details
 
 import numpy as np
 

@@ -1,22 +1,11 @@
 """Memory-lean fine-tuning: activation checkpointing for PyTorch models, and the process's own peak memory.
 
-Training keeps every block's activations from the forward pass until backward needs them; for a deep model at
-a large batch they, not the weights, fill memory. With checkpointing each repeated block (the entries of a
-``nn.ModuleList``, such as a transformer's layers, or else the children of the model's largest
-``nn.Sequential``) keeps only its input, and recomputes its activations in backward
-(``torch.utils.checkpoint``, non-reentrant): less memory for one more forward per block. Measured side by side
-in ``scripts/bench optimize-memory`` (docs/benchmarks.md); a test asserts the drop in measured peak memory.
-
-Keras 3 (TensorFlow backend): the same flag builds the training clone's layers inside
-``keras.RematScope(mode="activations")``, so each layer's activation function (GELU, ...) is recomputed in
-backward instead of its intermediates being kept. ``mode="full"`` (the whole layer call recomputed) is not
-used: under ``fit``'s ``tf.function`` TensorFlow refuses it ("The custom_gradient decorator currently supports
-keywords arguments only when eager execution is enabled", Keras passes ``training=``), and eager training costs
-more memory than it saves (docs/optimization.md has the figures). Layers without an activation (LayerNorm,
-attention) keep their intermediates.
-
-Peak memory is read from the process (``VmHWM`` in ``/proc/self/status``, reset through ``clear_refs``), never
-estimated from tensor sizes.
+Checkpointing: each repeated block (a ``nn.ModuleList``'s entries, else the children of the largest
+``nn.Sequential``) keeps only its input and recomputes its activations in backward (non-reentrant
+``torch.utils.checkpoint``). Keras 3 uses ``keras.RematScope(mode="activations")`` in the training clone;
+not ``mode="full"``, which TensorFlow refuses under ``fit``'s ``tf.function`` (docs/optimization.md has why
+and the figures). Peak memory is read from the process (``VmHWM``, reset through ``clear_refs``), never
+estimated.
 """
 
 from __future__ import annotations
@@ -24,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any  # Any: torch modules (torch imported lazily)
 
 from toolkit.errors import UsageError
 

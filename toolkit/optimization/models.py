@@ -13,14 +13,13 @@ import importlib.util
 import sys
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any  # Any: Keras/PyTorch objects (untyped frameworks, imported lazily)
 
 import numpy as np
 
 from toolkit.errors import UsageError
 from toolkit.model.vocabulary import Framework
 from toolkit.sources.detect import detect_framework
-
 
 
 class OptimizableModel:

@@ -1,27 +1,15 @@
-"""Optimizer-state offloading for PyTorch fine-tuning: Adam/AdamW whose state does not sit where memory binds.
+"""Optimizer-state offloading for PyTorch fine-tuning: Adam/AdamW whose two float32 moments per parameter
+(twice the weights) do not sit where memory binds; docs/optimization.md has the design and the figures.
 
-Adam keeps two float32 moments per parameter (``exp_avg``, ``exp_avg_sq``): for a 50M-parameter model that is
-400 MB, twice the weights. ``OffloadedAdam`` (toolkit.optimization.offloaded_adam; torch at its top, so it is
-imported only when asked for) keeps them elsewhere and runs the update where they are:
+- ``Offload.CPU`` (ZeRO-Offload): the model on an accelerator, the moments and a float32 master copy in host
+  memory, the step on the CPU. A model that trains on the CPU gains nothing, so that combination is refused.
+- ``Offload.DISK`` (ZeRO-Infinity's NVMe offload, for a CPU host where RAM binds): the moments in one unlinked
+  file in ``tempfile.gettempdir()``, streamed one parameter at a time through one buffer sized for the
+  largest. The page cache, unlike anonymous memory, is evicted without swap; a tmpfs folder is refused.
 
-- ``Offload.CPU`` (ZeRO-Offload): the model sits on an accelerator; the moments and a float32 master copy of
-  each parameter live in host memory, and the step runs on the CPU: the gradient is copied down, the master
-  updated, the parameter copied back up. The accelerator holds weights, gradients and activations only.
-  A model that already trains on the CPU gains nothing (its state is in host memory either way), so the fine-tune
-  loop refuses that combination by name.
-- ``Offload.DISK`` (ZeRO-Infinity's NVMe offload, for a CPU host where host RAM binds): the moments of every
-  parameter live in one unlinked file; each step streams them one parameter at a time into a reusable buffer
-  sized for the largest parameter, updates, and writes them back. Resident: that buffer (2 x the largest
-  parameter), not 2 x all of them. The file goes through the page cache, which the kernel writes back and
-  evicts under memory pressure (anonymous memory would need swap, which these hosts often lack). The file goes
-  to ``tempfile.gettempdir()`` (``$TMPDIR``); a folder on a tmpfs (RAM) is refused, since there it would save
-  nothing.
-
-The update is torch's own single-tensor Adam (``torch.optim.adam.adam``, ``foreach=False``), called per
-parameter: elementwise, so the result is bitwise the one ``torch.optim.Adam`` (foreach off, the CPU default)
-gives; tests/optimization/test_offload.py checks that, and that the measured peak memory drops. The optimizer's
-``state_dict`` carries no moments (they are in the file or the host store): resuming a run is not offered,
-and the saved model never carried optimizer state anyway.
+The update is torch's own single-tensor Adam (``foreach=False``), per parameter, so the result is bitwise
+``torch.optim.Adam``'s (tests/optimization/test_offload.py). ``OffloadedAdam`` lives in ``offloaded_adam``
+(torch at its top). Its ``state_dict`` carries no moments: resuming a run is not offered.
 """
 
 from __future__ import annotations

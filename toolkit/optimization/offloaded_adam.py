@@ -6,7 +6,7 @@ from __future__ import annotations
 import os
 import tempfile
 from collections.abc import Callable, Iterable
-from typing import Any
+from typing import Any  # Any: torch parameters and optimizers, as the fine-tune loop passes them untyped
 from pathlib import Path
 
 import torch

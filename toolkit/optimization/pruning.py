@@ -9,7 +9,7 @@ Structured pruning (filters and channels removed, layers rebuilt smaller) lives 
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import Any  # Any: dict[str, Any]: the step's JSON-ready details
 
 import numpy as np
 

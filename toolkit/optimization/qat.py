@@ -11,7 +11,7 @@ QAT changed. Keras 3 has no QAT here (tfmot does not take Keras 3 models; findin
 from __future__ import annotations
 
 import copy
-from typing import Any
+from typing import Any  # Any: torch.ao.quantization is untyped; dict[str, Any]: JSON-ready details
 
 from toolkit.model.vocabulary import Framework
 from toolkit.errors import UsageError

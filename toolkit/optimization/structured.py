@@ -1,15 +1,13 @@
 """Structured (filter/channel) pruning: remove the ``sparsity`` fraction of output channels with the smallest
-L1 norm from conv and dense layers, and rebuild the layers smaller, so parameters, MACs and latency drop (not
-only the zipped size). The next layer loses the matching input channels (through BatchNorm, activations,
-pooling, dropout and flatten). Keras 3: any Functional/Sequential graph, residual blocks included (only the
-channels inside a block are pruned; those feeding an add, a concatenation or the output stay, see
-``keras_channels.py``). PyTorch: factory modules whose traced graph is one chain (branching graphs are refused).
+L1 norm from conv and dense layers and the matching inputs of the next layers, and rebuild the layers smaller,
+so parameters, MACs and latency drop (not only the zipped size). Keras 3: any Functional/Sequential graph
+(``keras_channels.py``). PyTorch: factory modules whose traced graph is one chain (branching graphs are refused).
 Fine-tunes afterwards when training data is given.
 """
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any  # Any: torch modules, fx nodes (lazy); JSON details
 
 import numpy as np
 

@@ -1,15 +1,9 @@
 """The one fine-tune loop every technique shares, for Keras 3 and PyTorch.
 
-It supports gradient accumulation (``accumulate`` micro-batches per optimizer update) and mixed precision:
-``bf16`` autocasts on the CPU (PyTorch ``torch.autocast("cpu", bfloat16)``; Keras a ``mixed_bfloat16`` clone of
-the model whose float32 weights are copied back), ``fp16`` with dynamic loss scaling needs a CUDA GPU. After
-every optimizer update it calls ``after_update(index)``: that is where pruning keeps its mask and clustering
-keeps weights on their centroids. ``checkpoint_activations`` recomputes each block's activations in backward
-(PyTorch; Keras: each layer's activation function, through keras.RematScope; toolkit.optimization.memory): less
-peak memory for one more forward per block. ``offload_optimizer``
-keeps Adam's state in host memory while the model is on a GPU, or in a file on a CPU host
-(toolkit.optimization.offload). With ``soft_targets`` (teacher logits) the loss is distillation's
-``alpha * CE(labels) + (1 - alpha) * T^2 * KL(softmax(teacher/T) || softmax(student/T))``.
+Gradient accumulation, mixed precision (``bf16`` autocast on the CPU, Keras through a ``mixed_bfloat16``
+clone; ``fp16`` with loss scaling needs a CUDA GPU), activation checkpointing (toolkit.optimization.memory),
+optimizer offloading (toolkit.optimization.offload) and distillation's soft targets. After every optimizer
+update it calls ``after_update(index)``: where pruning keeps its mask and clustering its centroids.
 """
 
 from __future__ import annotations
@@ -17,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 from enum import StrEnum
-from typing import Any
+from typing import Any  # Any: Keras/PyTorch objects (untyped frameworks, imported lazily)
 
 import numpy as np
 

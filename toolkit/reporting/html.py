@@ -15,7 +15,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import Any  # Any: JSON values of stored checks and table cells of any printable type
 
 from toolkit.__about__ import __version__
 from toolkit.model.manifest import Manifest

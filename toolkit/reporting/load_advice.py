@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any  # Any: JSON values of a report's loads entry
 
 METRICS = (("load_ms", "load", "ms"), ("first_inference_ms", "first inference", "ms"), ("peak_rss_mb", "peak RSS", "MiB"))
 MIN_GAIN = 0.10

@@ -12,7 +12,7 @@ from __future__ import annotations
 import io
 from collections.abc import Mapping, Sequence
 from datetime import datetime
-from typing import Any
+from typing import Any  # Any: matplotlib objects (imported lazily) and JSON values of stored checks
 
 from toolkit.errors import MissingDependency
 from toolkit.model.quantized import precision_label

@@ -11,10 +11,11 @@ from __future__ import annotations
 import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any  # Any: JSON values; run_summary's api.RunResult (a higher layer)
 
 from toolkit.model.quantized import precision_label
 from toolkit.model.device_records import CheckReport
+from toolkit.model.artifact import Verification
 from toolkit.model.manifest import Manifest
 from toolkit.model.vocabulary import Precision
 
@@ -58,7 +59,7 @@ def verdict(report: Mapping[str, Any]) -> str:
     return "PASS" if gates.get("passed") else "FAIL"
 
 
-def accuracy_text(verification: Any) -> str:
+def accuracy_text(verification: Verification | None) -> str:
     if verification is None:
         return "-"
     if verification.accuracy is not None:
@@ -119,7 +120,7 @@ def render_table(headers: Sequence[str], rows: Sequence[Sequence[str]], *, colou
 
 
 def bundle_table(manifest: Manifest, reports: Sequence[CheckReport | Mapping[str, Any]], *,
-                 colour: bool = False, bundle_dir: Any = None) -> str:
+                 colour: bool = False, bundle_dir: str | Path | None = None) -> str:
     """The per-bundle table, with a title line (name, target, where it is) and the gate reasons under it."""
     import click
 
