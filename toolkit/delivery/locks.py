@@ -1,12 +1,9 @@
 """The per-bundle lock on a device, seen from the host: who asks for it, whom a controller waits for, and what it
 says about a lock it broke (the device side, ``acquire_lock`` in ``toolkit/device_side/device_helper.py``, decides).
 
-A lock is ``~/.edgetk/locks/<name>/`` on the device with an owner record: the device's boot id, the holder
-process (the connection's sshd/dropbear process, with its start time from /proc) and who asked for it (this
-controller's host, pid and user, what it does and which version). It is broken only when its holder is provably
-gone (another boot, or the same boot and that process dead or its pid reused), never by its age, so a device
-clock that jumps cannot break a live lock; ``--break-lock`` breaks it on request for the stuck case (a holder
-whose SSH session lives on although its controller is gone).
+A lock is ``~/.edgetk/locks/<name>/`` on the device with an owner record; what it holds and when it is broken:
+``device_helper.py``'s header. ``--break-lock`` breaks it on request for the stuck case (a holder whose SSH
+session lives on although its controller is gone).
 
 Waiting: the first helper call waits at most ``FIRST_WAIT_S``; when the lock is held, the controller says at once
 whom it waits for ("waiting for a deploy of NAME from HOST (pid N) ..."), then waits the rest of its timeout in

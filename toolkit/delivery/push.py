@@ -8,10 +8,8 @@ of milliseconds each), so a push makes exactly two, with the SFTP upload between
 ``begin``
   1. probes the device (arch, free disk; kept as ``Device.info()`` for the rest of the session) and refuses a
      bundle built for another arch (exit 2) unless ``force``, before anything is locked or written;
-  2. takes the device-side lock ``~/.edgetk/locks/<name>`` (atomic mkdir; broken only when its holder is
-     provably gone, never by age: :mod:`toolkit.delivery.locks`), so two deploys of one bundle to one device run one
-     after the other, the waiting one saying whom it waits for; any failure after this point releases the lock
-     before the helper exits;
+  2. takes the device-side lock ``~/.edgetk/locks/<name>`` (:mod:`toolkit.delivery.locks`), so two deploys of one
+     bundle to one device run one after the other; any failure after this point releases it before the helper exits;
   3. prepares ``~/.edgetk/bundles/<name>/<version>/``: files already there with the right sha256, or found
      with that sha256 in another installed version (hard-linked), are not sent; refuses early when the disk
      cannot hold what is left (with ``prune``, old versions go first, never the current or rollback target).
@@ -22,12 +20,8 @@ upload
 ``finish``
   5. inflates compressed uploads, verifies every file's sha256 ON the device, fixes permissions (0644/0755),
      switches ``current`` with an atomic rename, keeps the last ``keep`` versions and releases the lock (in a
-     ``finally``). The hashing is mostly done by then: a child that ``begin`` forks (the follower) hashes each
-     file sent as it is while it arrives, and ``begin`` hashed the files it found in place; ``finish`` takes
-     such a digest only when it is the expected one and the file's stat (inode, size, mtime, ctime) is the same
-     as when it was hashed, and hashes every other file itself (compressed or resumed uploads, a file that
-     changed). Like any stat check, a same-size rewrite by another process within one filesystem timestamp
-     tick of the hashing would not show; the upload itself writes each byte once, before it is hashed.
+     ``finally``). Most hashing is done by then (``begin``'s forked follower hashes each file as it arrives,
+     trusted only while the file's stat is unchanged: ``device_helper.py``'s ``stat_key`` says its limit).
 
 On a device where SFTP does not start (Dropbear without sftp-server), the whole push is ONE helper run on one
 exec channel (``push``): it answers ``begin``'s plan on stdout, then takes every missing file the host sends on
@@ -38,9 +32,7 @@ that drops cannot, and the next deploy breaks that lock at once because its hold
 process) is gone. The partial version stays for the next push to complete; ``current`` is switched only after
 every file is verified, so the running version is never touched by a failed push.
 
-The host hashes each bundle file once per process (``toolkit.delivery.bundle.sha256_file`` keeps a digest per file stat,
-trusted only for files last changed well before they were hashed): reading the bundle verifies the artifacts,
-and the push's listing reuses those digests.
+The push's listing reuses the digests reading the bundle made (``toolkit.delivery.bundle.sha256_file``).
 """
 
 from __future__ import annotations
