@@ -86,7 +86,7 @@ class PushResult:
     previous_by: str | None = None  # who installed the version this push replaced ("host (pid N)")
     pruned: tuple[str, ...] = ()  # old versions deploy --prune removed to make room
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, Any]:  # Any: JSON
         fields_ = {f.name: getattr(self, f.name) for f in fields(self) if f.name != "device"}
         return {**fields_, "seconds": round(self.seconds, 3), "removed": list(self.removed),
                 "warnings": list(self.warnings), "lock": self.lock.to_dict(), "pruned": list(self.pruned)}
@@ -175,7 +175,7 @@ class _Push:
         """The arguments ``begin`` and the streamed ``push`` start with."""
         return [self.name, self.bundle.version, self.listing, str(wait), self.asked, self.token, self.arches]
 
-    def begin(self, lock_timeout: float) -> tuple[dict[str, Any], locks.LockNote]:
+    def begin(self, lock_timeout: float) -> tuple[dict[str, Any], locks.LockNote]:  # Any: JSON
         """Take the lock and begin's plan (the streamed push's first answer); a foreign arch refused by name."""
         device = self.device
         call: Callable[[float], dict[str, Any]] = self.streamed.begin if self.streamed is not None else \
@@ -189,7 +189,7 @@ class _Push:
                 raise _arch_refused(self.bundle, device, str(refused.data.get("arch"))) from None
             raise
 
-    def files(self, plan: Mapping[str, Any]) -> _Sending:
+    def files(self, plan: Mapping[str, Any]) -> _Sending:  # Any: JSON
         """What to send, from begin's plan (told once: the probe reused, the setup warnings printed)."""
         if self.sending is None:
             device = self.device
@@ -212,14 +212,14 @@ class _Push:
                 device.spec.name, sum(wire.values()), stream=self.progress_stream))
         return self.sending
 
-    def outgoing(self, plan: dict[str, Any]) -> tuple[list[Outgoing], Progress | None]:
+    def outgoing(self, plan: dict[str, Any]) -> tuple[list[Outgoing], Progress | None]:  # Any: JSON
         """The files of a streamed push, and its progress."""
         sending = self.files(plan)
         return [Outgoing(rel, sending.packed.get(rel, self.bundle.path / rel), sending.offsets.get(rel, 0),
                          rel in sending.packed, self.digests[rel], self.sizes[rel]) for rel in sending.missing], \
             sending.progress.file_progress(0)
 
-    def transfer(self, plan: dict[str, Any]) -> tuple[Mapping[str, Any], str, _Sending, int]:
+    def transfer(self, plan: dict[str, Any]) -> tuple[Mapping[str, Any], str, _Sending, int]:  # Any: JSON
         """The files to the device and finish there: (finish's answer, the device's arch, what was sent, the
         bytes that crossed the link)."""
         try:
@@ -244,7 +244,7 @@ class _Push:
             raise
         return done, arch, sending, sent
 
-    def _finished(self, streamed: StreamedPush) -> Mapping[str, Any]:
+    def _finished(self, streamed: StreamedPush) -> Mapping[str, Any]:  # Any: JSON
         try:
             return streamed.finished()
         except LinkDropped:
@@ -302,7 +302,7 @@ def _arch_refused(bundle: Bundle, device: Device, arch: str) -> UsageError:
 
 
 
-def _setup_warnings(device: Device, info: dict[str, Any]) -> list[str]:
+def _setup_warnings(device: Device, info: dict[str, Any]) -> list[str]:  # Any: JSON
     """Told at the start of a push, not after it: the runner's Python lacks numpy (or does not start)."""
     python = info.get("runner_python") or device.spec.python or "python3"
     where = device.spec.name

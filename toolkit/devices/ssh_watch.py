@@ -28,7 +28,7 @@ class _WatchedSocket:
     """The transport's byte stream (a socket, a ProxyJump channel or a ProxyCommand) with the time of the last
     byte received: the watchdog's clock."""
 
-    def __init__(self, inner: Any) -> None:
+    def __init__(self, inner: Any) -> None:  # Any: a paramiko socket or channel
         self.inner = inner
         self.last_recv = time.monotonic()
 
