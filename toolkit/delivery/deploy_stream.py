@@ -1,13 +1,11 @@
 """A push's files as ONE framed stream on one exec channel, for devices where SFTP does not start (Dropbear on
-OpenWrt, Buildroot, Yocto: no sftp-server).
+OpenWrt, Buildroot, Yocto: no sftp-server): not a channel per file, which Dropbear sometimes answers, right
+after the failed SFTP request, by ending the connection.
 
-Before, such a device got one exec channel per file (``sh -c 'cat > f'``, then ``wc -c``): a channel, a shell
-and two commands per file, and, right after the failed SFTP request, channels that Dropbear sometimes answered
-by ending the connection. Now the device helper's ``receive`` reads every missing file from its stdin as frames
-(a JSON header line ``[rel, offset, length, packed, sha256, size]`` and the bytes; ``[]`` ends the stream),
-writes each where the push's ``begin`` prepared it, hashes it as it arrives and refuses a file whose sha256 is
-wrong. Resuming is as before: a cut-short file stays on the device, and the next push's ``begin`` reports it as
-partial; a compressed file (``--compress``) is inflated as it arrives, so nothing is left to inflate.
+The device helper's ``receive`` reads every missing file from its stdin as frames (a JSON header line
+``[rel, offset, length, packed, sha256, size]`` and the bytes; ``[]`` ends the stream), writes each where the
+push's ``begin`` prepared it, hashes it as it arrives and refuses a file whose sha256 is wrong. A cut-short file
+stays for the next push's ``begin`` to report as partial; a ``--compress`` file is inflated as it arrives.
 """
 
 from __future__ import annotations

@@ -7,8 +7,6 @@ Besides reference predictions, each source can give the conversion routes one th
 Exporting through a SavedModel (``keras.export.ExportArchive`` / ``tf.saved_model.save``) is the route that
 freezes the variables correctly with Keras 3; ``from_concrete_functions`` on a live model gives NaN models
 (findings.md).
-
-TensorFlow is imported inside the functions, never at module import.
 """
 
 from __future__ import annotations

@@ -1,6 +1,5 @@
-"""Open a PyTorch source: a TorchScript file (``torch.jit.load``), an ExportedProgram file (``torch.export.load``)
-or a factory's eager module (``file.py:make_model`` / ``pkg.module:make_model``, with ``--weights``), and read
-its inputs' names, shapes and dtypes where the model records them (see ``toolkit.sources.torch``)."""
+"""Open a PyTorch source and read its inputs where the model records them (the forms and rules:
+``toolkit.sources.torch``)."""
 
 from __future__ import annotations
 

@@ -49,7 +49,6 @@ class ModelInfo:
 
 
 def inspect_model(path: Path) -> ModelInfo:
-    """Inspect a .tflite, .onnx or .pte file."""
     suffix = path.suffix.lower()
     if suffix == ".tflite":
         from toolkit.runtimes.inspection.tflite import inspect_tflite
