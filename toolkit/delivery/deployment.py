@@ -36,7 +36,7 @@ FRAME_END = "\n\x1eedgetk-end\n"
 # holds a CRC-32 of the code, is written atomically with mode 0644 and used only when it is the user's own and
 # not writable by others; the installed source is compiled only when its sha256 is the expected one. Any cache
 # problem falls back to compiling the source, so the cache can only save time. The command line stays ~1.5 KB
-# whatever the helper's size (it used to carry the whole 30 KB helper with every call).
+# whatever the helper's size.
 _BOOT = """import marshal, os, sys
 d = os.path.join(os.path.expanduser("~"), ".edgetk", "helper")
 src = os.path.join(d, "HASH.py")

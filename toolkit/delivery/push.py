@@ -1,9 +1,8 @@
 """Push a bundle to a device, install it atomically, roll back, list and remove (issue 5).
 
-The host decides, the device does the file work: each step is one call of the stdlib-only helper
-(``toolkit/device_side/device_helper.py``) run with the device's Python, its arguments passed as separate argv
-words, quoted for the remote shell by the connection. Every helper call is a fresh Python on the device (tens
-of milliseconds each), so a push makes exactly two, with the SFTP upload between them:
+The host decides, the device does the file work: each step is one call of the device helper
+(:mod:`toolkit.delivery.deployment`), a fresh Python on the device (tens of milliseconds each), so a push makes
+exactly two, with the SFTP upload between them:
 
 ``begin``
   1. probes the device (arch, free disk; kept as ``Device.info()`` for the rest of the session) and refuses a
