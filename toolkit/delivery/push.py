@@ -23,13 +23,11 @@ upload
      trusted only while the file's stat is unchanged: ``device_helper.py``'s ``stat_key`` says its limit).
 
 On a device where SFTP does not start (Dropbear without sftp-server), the whole push is ONE helper run on one
-exec channel (``push``): it answers ``begin``'s plan on stdout, then takes every missing file the host sends on
-the same stdin as a framed stream, hashes each as it arrives, and finishes (``toolkit.delivery.deploy_stream``).
+exec channel (``push``, :mod:`toolkit.delivery.deploy_stream`).
 
-Any other failure on the host between the two (an exception, Ctrl-C) releases the lock with ``unlock``; a link
-that drops cannot, and the next deploy breaks that lock at once because its holder (the dead session's sshd
-process) is gone. The partial version stays for the next push to complete; ``current`` is switched only after
-every file is verified, so the running version is never touched by a failed push.
+A failure on the host between the two releases the lock (``_Push`` says how, and why a dropped link need not).
+The partial version stays for the next push to complete; ``current`` is switched only after every file is
+verified, so the running version is never touched by a failed push.
 
 The push's listing reuses the digests reading the bundle made (``toolkit.delivery.bundle.sha256_file``).
 """
