@@ -4,8 +4,8 @@ after the failed SFTP request, by ending the connection.
 
 The device helper's ``receive`` reads every missing file from its stdin as frames (a JSON header line
 ``[rel, offset, length, packed, sha256, size]`` and the bytes; ``[]`` ends the stream), writes each where the
-push's ``begin`` prepared it, hashes it as it arrives and refuses a file whose sha256 is wrong. A cut-short file
-stays for the next push's ``begin`` to report as partial; a ``--compress`` file is inflated as it arrives.
+push's ``begin`` prepared it, hashes it as it arrives and refuses a file whose sha256 is wrong. A cut-short
+file stays for the next push's ``begin`` to report as partial; a ``--compress`` file is inflated on arrival.
 """
 
 from __future__ import annotations

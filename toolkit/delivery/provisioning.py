@@ -23,8 +23,8 @@ A runtime with no wheel for the device (ai-edge-litert on armv7l, anything on an
 (:class:`~toolkit.errors.UsageError`, exit 2, like a bundle for another arch) with a message naming the
 platform, the tags tried and the runtimes that do have a wheel there. Device commands that fail are
 :class:`~toolkit.errors.DeviceError` (exit 4). Every device-side step is a command of the stdlib-only
-``toolkit/device_side/device_setup.py`` (Python >= 3.6) run as ``python -c SOURCE COMMAND ARGS...``. The wheels
-are :mod:`toolkit.delivery.wheels`'; what each runtime is, :mod:`toolkit.runtimes.spec`.
+``toolkit/device_side/device_setup.py`` (Python >= 3.6) run as ``python -c SOURCE COMMAND ARGS...``. The
+wheels are :mod:`toolkit.delivery.wheels`'; what each runtime is, :mod:`toolkit.runtimes.spec`.
 """
 
 from __future__ import annotations

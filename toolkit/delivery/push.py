@@ -1,14 +1,15 @@
 """Push a bundle to a device, install it atomically, roll back, list and remove (issue 5).
 
 The host decides, the device does the file work: each step is one call of the device helper
-(:mod:`toolkit.delivery.deployment`), a fresh Python on the device (tens of milliseconds each), so a push makes
-exactly two, with the SFTP upload between them:
+(:mod:`toolkit.delivery.deployment`), a fresh Python on the device (tens of milliseconds each), so a push
+makes exactly two, with the SFTP upload between them:
 
 ``begin``
   1. probes the device (arch, free disk; kept as ``Device.info()`` for the rest of the session) and refuses a
      bundle built for another arch (exit 2) unless ``force``, before anything is locked or written;
-  2. takes the device-side lock ``~/.edgetk/locks/<name>`` (:mod:`toolkit.delivery.locks`), so two deploys of one
-     bundle to one device run one after the other; any failure after this point releases it before the helper exits;
+  2. takes the device-side lock ``~/.edgetk/locks/<name>`` (:mod:`toolkit.delivery.locks`), so two deploys
+     of one bundle to one device run one after the other; any failure after this releases it before the helper
+     exits;
   3. prepares ``~/.edgetk/bundles/<name>/<version>/``: files already there with the right sha256, or found
      with that sha256 in another installed version (hard-linked), are not sent; refuses early when the disk
      cannot hold what is left (with ``prune``, old versions go first, never the current or rollback target).

@@ -1,4 +1,4 @@
-"""How an SSH connection notices a dead link or a frozen device (see :mod:`toolkit.devices.ssh_link`, "Reliability").
+"""How an SSH connection notices a dead link or a frozen device (``ssh_link``'s "Reliability").
 
 ``_WatchedSocket`` wraps the transport's byte stream and keeps the time of the last byte received;
 ``_Watchdog`` sends keepalives after silence and cuts the connection after ``ServerAliveCountMax`` silent
