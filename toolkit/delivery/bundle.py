@@ -11,10 +11,10 @@ Layout (architecture.md)::
     <bundle>/golden/reference.npz        what the float source model returned for them (same keys)
     <bundle>/model.<precision>.bpte      beside each .pte: its ExecuTorch bundled program (the device's
                                          self-check: a few held-out inputs and the float outputs)
+    <bundle>/edgetk_runner.py            the on-device runner (stdlib + numpy + one runtime)
 
 Keys are positional because tensor names (``serving_default_image:0``) are not safe file names inside an
 ``.npz``; every artifact of a bundle has the same inputs and outputs in the same order.
-    <bundle>/edgetk_runner.py            the on-device runner (stdlib + numpy + one runtime)
 
 A bundle's *version* is the sha256 of its ``manifest.json`` (which holds every artifact's and the runner's
 hash), so two different bundles never share a version. Writing goes to a temporary sibling directory that is
@@ -183,7 +183,7 @@ def read_bundle(path: Path, *, verify: bool = True) -> Bundle:
 
 def save_npz(path: Path, arrays: Mapping[str, np.ndarray]) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
-    named: dict[str, Any] = {k: np.asarray(v) for k, v in arrays.items()}
+    named: dict[str, Any] = {k: np.asarray(v) for k, v in arrays.items()}  # Any: numpy arrays of any dtype
     with path.open("wb") as handle:
         np.savez(handle, **named)
 

@@ -1,13 +1,11 @@
 """A push's files as ONE framed stream on one exec channel, for devices where SFTP does not start (Dropbear on
-OpenWrt, Buildroot, Yocto: no sftp-server).
+OpenWrt, Buildroot, Yocto: no sftp-server): not a channel per file, which Dropbear sometimes answers, right
+after the failed SFTP request, by ending the connection.
 
-Before, such a device got one exec channel per file (``sh -c 'cat > f'``, then ``wc -c``): a channel, a shell
-and two commands per file, and, right after the failed SFTP request, channels that Dropbear sometimes answered
-by ending the connection. Now the device helper's ``receive`` reads every missing file from its stdin as frames
-(a JSON header line ``[rel, offset, length, packed, sha256, size]`` and the bytes; ``[]`` ends the stream),
-writes each where the push's ``begin`` prepared it, hashes it as it arrives and refuses a file whose sha256 is
-wrong. Resuming is as before: a cut-short file stays on the device, and the next push's ``begin`` reports it as
-partial; a compressed file (``--compress``) is inflated as it arrives, so nothing is left to inflate.
+The device helper's ``receive`` reads every missing file from its stdin as frames (a JSON header line
+``[rel, offset, length, packed, sha256, size]`` and the bytes; ``[]`` ends the stream), writes each where the
+push's ``begin`` prepared it, hashes it as it arrives and refuses a file whose sha256 is wrong. A cut-short
+file stays for the next push's ``begin`` to report as partial; a ``--compress`` file is inflated on arrival.
 """
 
 from __future__ import annotations
@@ -36,7 +34,7 @@ class Streams(Protocol):
                reply_end: str = "") -> CommandResult: ...
 
 
-def streaming(conn: Any) -> Streams | None:
+def streaming(conn: Any) -> Streams | None:  # Any: any connection (duck-typed)
     """The connection, when a push's files should go to it as one stream (it cannot start SFTP); else None."""
     if callable(getattr(conn, "stream", None)) and callable(getattr(conn, "sftp_available", None)):
         return None if conn.sftp_available() else conn
@@ -87,15 +85,15 @@ class StreamedPush:
     push, most of a small push's fixed cost on a slow device."""
 
     def __init__(self, device: Device, conn: Streams, args: Callable[[float], list[str]], *, reply_end: str,
-                 plan: Callable[[dict[str, Any]], tuple[Sequence[Outgoing], Progress | None]],
+                 plan: Callable[[dict[str, Any]], tuple[Sequence[Outgoing], Progress | None]],  # Any: JSON
                  timeout: float) -> None:
         self.device, self.conn, self.args, self.reply_end = device, conn, args, reply_end
         self.plan, self.timeout = plan, timeout
-        self.begun: dict[str, Any] | None = None
+        self.begun: dict[str, Any] | None = None  # Any: JSON
         self.result: CommandResult | None = None
         self.error: DeviceError | None = None
 
-    def begin(self, wait: float) -> dict[str, Any]:
+    def begin(self, wait: float) -> dict[str, Any]:  # Any: JSON
         """Run the push, waiting up to ``wait`` s on the device for the lock: begin's plan, or its refusal
         raised. What the rest of the run said is read with ``finished``."""
         for attempt in (1, 2):
@@ -127,7 +125,7 @@ class StreamedPush:
         files, progress = self.plan(answer)
         return counted(frames(files), sum(item.length for item in files), progress)
 
-    def finished(self) -> Mapping[str, Any]:
+    def finished(self) -> Mapping[str, Any]:  # Any: JSON
         """``finish``'s answer, or the error the receiving part said (a full disk, a wrong hash, a broken lock)."""
         if self.error is not None:
             raise self.error

@@ -41,7 +41,7 @@ def compress_files(bundle: Bundle, rels: list[str], folder: Path) -> dict[str, P
 
 
 def resume_offsets(bundle: Bundle, partial: dict[str, Any], sizes: dict[str, int]) -> dict[str, int]:
-    """For each cut-short file on the device: resume at its size when its bytes are a prefix of ours."""
+    """For each cut-short file on the device: resume at its size when its bytes prefix ours (Any: JSON)."""
     import hashlib
 
     offsets: dict[str, int] = {}

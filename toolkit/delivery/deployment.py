@@ -36,7 +36,7 @@ FRAME_END = "\n\x1eedgetk-end\n"
 # holds a CRC-32 of the code, is written atomically with mode 0644 and used only when it is the user's own and
 # not writable by others; the installed source is compiled only when its sha256 is the expected one. Any cache
 # problem falls back to compiling the source, so the cache can only save time. The command line stays ~1.5 KB
-# whatever the helper's size (it used to carry the whole 30 KB helper with every call).
+# whatever the helper's size.
 _BOOT = """import marshal, os, sys
 d = os.path.join(os.path.expanduser("~"), ".edgetk", "helper")
 src = os.path.join(d, "HASH.py")
@@ -110,7 +110,7 @@ def unframe(stdout: str) -> str | None:
     return stdout[start + len(FRAME_BEGIN):end if end >= 0 else None]
 
 
-def helper_json(stdout: str) -> dict[str, Any] | None:
+def helper_json(stdout: str) -> dict[str, Any] | None:  # Any: JSON
     """The helper's JSON answer (framed, or plain from an older helper), None when there is none."""
     text = unframe(stdout)
     if text is None:
@@ -156,11 +156,11 @@ def version_dir(name: str, version: str) -> str:
 
 @dataclass
 class Device:
-    """A connection plus what we learned about the device; ``helper`` runs one helper command."""
+    """A connection plus what we learned about the device; ``helper`` runs one helper command (Any: JSON)."""
 
     spec: DeviceSpec
     conn: Connection
-    _info: dict[str, Any] | None = field(default=None, repr=False)
+    _info: dict[str, Any] | None = field(default=None, repr=False)  # Any: JSON
 
     @property
     def helper_python(self) -> str:
@@ -194,7 +194,7 @@ class Device:
             result = self.conn.run(self.helper_argv(command, *args), timeout=timeout)
         return self.answer(command, result)
 
-    def answer(self, command: str, result: CommandResult) -> dict[str, Any]:
+    def answer(self, command: str, result: CommandResult) -> dict[str, Any]:  # Any: JSON
         """The helper's JSON answer to ``command``, or the error its run says (a refusal, no Python, noise)."""
         data = helper_json(result.stdout)
         if result.returncode == 3 and isinstance(data, dict):
@@ -222,7 +222,7 @@ class Device:
             raise DeviceError(f"{self.spec.name}: the device-side step {command!r} failed ({tail}).")
         return data
 
-    def info(self) -> dict[str, Any]:
+    def info(self) -> dict[str, Any]:  # Any: JSON
         if self._info is None:
             self._info = self.helper("info")
         return self._info
@@ -237,7 +237,7 @@ class Device:
 class HelperRefused(DeviceError):
     """The device-side helper refused a step; ``kind`` says which refusal (disk_full, integrity, locked...)."""
 
-    def __init__(self, device: str, data: dict[str, Any]) -> None:
+    def __init__(self, device: str, data: dict[str, Any]) -> None:  # Any: JSON
         self.kind = str(data.get("kind"))
         self.data = data
         message = f"{device}: {str(data.get('error')).rstrip('.')}."
@@ -256,25 +256,25 @@ class HelperDiskFull(HelperRefused, DeviceDiskFull):
 # --------------------------------------------------------------------------------------------- the steps
 
 
-def rollback(device: Device, name: str, *, break_lock: bool = False) -> dict[str, Any]:
+def rollback(device: Device, name: str, *, break_lock: bool = False) -> dict[str, Any]:  # Any: JSON
     """``current`` back to the previous installed version, after verifying that version's files."""
     with DeviceLock(device, validate_name(name), what="rollback", break_lock=break_lock):
         return device.helper("rollback", validate_name(name))
 
 
-def status(device: Device) -> dict[str, Any]:
+def status(device: Device) -> dict[str, Any]:  # Any: JSON
     """``{"bundles": {name: {"current": version, "versions": [{"version", "installed_at", "by"}]}}}``."""
     return device.helper("status")
 
 
-def remove(device: Device, name: str, *, break_lock: bool = False) -> dict[str, Any]:
+def remove(device: Device, name: str, *, break_lock: bool = False) -> dict[str, Any]:  # Any: JSON
     with DeviceLock(device, validate_name(name), what="remove", break_lock=break_lock):
         return device.helper("remove", validate_name(name))
 
 
 def prune(device: Device, name: str, *, keep: int = 2, break_lock: bool = False) -> dict[str, Any]:
     """Remove old versions of ``name``: keep the current one and the ``keep - 1`` installed before it, always the
-    rollback target (``{"current", "rollback_target", "removed", "kept", "freed_bytes"}``)."""
+    rollback target (``{"current", "rollback_target", "removed", "kept", "freed_bytes"}``; Any: JSON)."""
     with DeviceLock(device, validate_name(name), what="prune", break_lock=break_lock):
         return device.helper("prune", validate_name(name), str(int(keep)))
 

@@ -1,12 +1,9 @@
 """The per-bundle lock on a device, seen from the host: who asks for it, whom a controller waits for, and what it
 says about a lock it broke (the device side, ``acquire_lock`` in ``toolkit/device_side/device_helper.py``, decides).
 
-A lock is ``~/.edgetk/locks/<name>/`` on the device with an owner record: the device's boot id, the holder
-process (the connection's sshd/dropbear process, with its start time from /proc) and who asked for it (this
-controller's host, pid and user, what it does and which version). It is broken only when its holder is provably
-gone (another boot, or the same boot and that process dead or its pid reused), never by its age, so a device
-clock that jumps cannot break a live lock; ``--break-lock`` breaks it on request for the stuck case (a holder
-whose SSH session lives on although its controller is gone).
+A lock is ``~/.edgetk/locks/<name>/`` on the device with an owner record; what it holds and when it is broken:
+``device_helper.py``'s header. ``--break-lock`` breaks it on request for the stuck case (a holder whose SSH
+session lives on although its controller is gone).
 
 Waiting: the first helper call waits at most ``FIRST_WAIT_S``; when the lock is held, the controller says at once
 whom it waits for ("waiting for a deploy of NAME from HOST (pid N) ..."), then waits the rest of its timeout in
@@ -34,7 +31,7 @@ class Device(Protocol):
 
     spec: DeviceSpec
 
-    def helper(self, command: str, *args: str, timeout: float = ...) -> dict[str, Any]: ...
+    def helper(self, command: str, *args: str, timeout: float = ...) -> dict[str, Any]: ...  # Any: JSON
 
 
 def _locked(exc: DeviceError) -> bool:
@@ -61,12 +58,12 @@ def request(what: str, *, version: str | None = None, break_lock: bool = False, 
                        "version": version, "break": break_lock, "prune": prune})
 
 
-def installer(by: Any) -> str | None:
+def installer(by: Any) -> str | None:  # Any: JSON
     """``HOST (pid N)`` from a ``by`` record (who installed a version or asked for a lock), None when unknown."""
     return f"{by.get('host')} (pid {by.get('pid')})" if isinstance(by, dict) and by.get("host") else None
 
 
-def describe(owner: Any, name: str) -> str:
+def describe(owner: Any, name: str) -> str:  # Any: JSON
     """``a deploy of NAME (version 0123456789ab) from HOST (pid N)``, from an owner record."""
     owner = owner if isinstance(owner, dict) else {}
     what = owner.get("what") or "deploy"
@@ -89,7 +86,7 @@ class LockNote:
     broke: str | None = None
 
     @classmethod
-    def from_answer(cls, answer: dict[str, Any], name: str, waited_for: str | None) -> LockNote:
+    def from_answer(cls, answer: dict[str, Any], name: str, waited_for: str | None) -> LockNote:  # Any: JSON
         broke = answer.get("broke") if isinstance(answer.get("broke"), dict) else None
         owner = answer.get("waited_for")
         return cls(
@@ -106,12 +103,12 @@ class LockNote:
             out.append(f"waited {self.waited_s:.1f} s for {self.waited_for}")
         return out
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, Any]:  # Any: JSON
         return {"waited_s": round(self.waited_s, 3), "waited_for": self.waited_for, "broke": self.broke}
 
 
 def acquire(device: Device, name: str, call: Callable[[float], dict[str, Any]], *, timeout: float,
-            stream: TextIO | None = None) -> tuple[dict[str, Any], LockNote]:
+            stream: TextIO | None = None) -> tuple[dict[str, Any], LockNote]:  # Any: JSON
     """``call(wait_s)`` is one helper run that takes the lock (waiting up to ``wait_s`` on the device) and answers
     with ``{"lock": {...}}`` or the lock's own answer; a held lock is announced on ``stream`` and waited for."""
     first = min(timeout, FIRST_WAIT_S)
@@ -121,7 +118,7 @@ def acquire(device: Device, name: str, call: Callable[[float], dict[str, Any]], 
     except DeviceError as refused:
         if not _locked(refused) or timeout <= first:
             raise _held(device, name, refused, timeout) if _locked(refused) else refused from None
-        data: dict[str, Any] = getattr(refused, "data")
+        data: dict[str, Any] = getattr(refused, "data")  # Any: JSON
         announced = describe(data.get("owner"), name)
         held = data.get("held_s")
         since = f", which has held it for {held:.0f} s" if isinstance(held, (int, float)) else ""
@@ -131,14 +128,14 @@ def acquire(device: Device, name: str, call: Callable[[float], dict[str, Any]], 
             answer = call(timeout - first)
         except DeviceError as again:
             raise _held(device, name, again, timeout) if _locked(again) else again from None
-    lock: dict[str, Any] = answer["lock"] if isinstance(answer.get("lock"), dict) else answer
+    lock: dict[str, Any] = answer["lock"] if isinstance(answer.get("lock"), dict) else answer  # Any: JSON
     note = LockNote.from_answer(lock, name, announced)
     if announced and note.waited_s < first:  # the first try's wait counts too
         note = LockNote(note.waited_s + first, note.waited_for, note.broke)
     return answer, note
 
 
-def _held(device: Device, name: str, refused: Any, timeout: float) -> LockHeld:
+def _held(device: Device, name: str, refused: Any, timeout: float) -> LockHeld:  # Any: a refused DeviceError
     owner = refused.data.get("owner")
     held = refused.data.get("held_s")
     since = f" for {held:.0f} s" if isinstance(held, (int, float)) else ""

@@ -23,9 +23,8 @@ A runtime with no wheel for the device (ai-edge-litert on armv7l, anything on an
 (:class:`~toolkit.errors.UsageError`, exit 2, like a bundle for another arch) with a message naming the
 platform, the tags tried and the runtimes that do have a wheel there. Device commands that fail are
 :class:`~toolkit.errors.DeviceError` (exit 4). Every device-side step is a command of the stdlib-only
-``toolkit/device_side/device_setup.py`` (Python >= 3.6) run as ``python -c SOURCE COMMAND ARGS...``; the connection
-quotes each argument for the remote shell. The wheels are :mod:`toolkit.delivery.wheels`'; what each runtime is,
-:mod:`toolkit.runtimes.spec`.
+``toolkit/device_side/device_setup.py`` (Python >= 3.6) run as ``python -c SOURCE COMMAND ARGS...``. The
+wheels are :mod:`toolkit.delivery.wheels`'; what each runtime is, :mod:`toolkit.runtimes.spec`.
 """
 
 from __future__ import annotations
@@ -50,12 +49,11 @@ if TYPE_CHECKING:
     from toolkit.model.targets import TargetProfile
 
 DEFAULT_VENV = ".edgetk/venv"
-CONFIG_FILE = ".edgetk/config.json"
 REMOTE_WHEELS = ".edgetk/wheels"
 FALLBACK_RUNTIMES = (Runtime.LITERT.value, Runtime.ONNXRUNTIME.value)
 
 
-def platform_from_probe(doc: dict[str, Any]) -> DevicePlatform:
+def platform_from_probe(doc: dict[str, Any]) -> DevicePlatform:  # Any: JSON
     """A :class:`DevicePlatform` from the device probe's document (``toolkit/device_side/device_probe.py``)."""
     return DevicePlatform.from_probe(doc)
 
@@ -151,7 +149,7 @@ class SetupResult:
     seconds: float
     notes: tuple[str, ...] = field(default=())
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, Any]:  # Any: JSON
         return {"mode": self.mode, "python": self.python, "venv_reused": self.venv_reused,
                 "platform": self.platform, "profile": self.profile, "installed": dict(self.installed),
                 "wheels_sent": self.wheels_sent, "bytes_sent": self.bytes_sent, "seconds": round(self.seconds, 2),
@@ -177,7 +175,7 @@ def base_python(device: Device) -> str:
     return str(device.helper_python)
 
 
-def probe_platform(device: Device) -> tuple[DevicePlatform, dict[str, Any]]:
+def probe_platform(device: Device) -> tuple[DevicePlatform, dict[str, Any]]:  # Any: JSON
     """Arch, pointer width, glibc, Python and ABI of the device's base python (nothing needs installing)."""
     python = base_python(device)
     result = device.conn.run([python, "-c", probe_script()], timeout=120)
@@ -194,7 +192,7 @@ def probe_platform(device: Device) -> tuple[DevicePlatform, dict[str, Any]]:
 
 def choose_profile(device: Device, probe: dict[str, Any], target: str | None) -> TargetProfile | None:
     """``--target``, else the inventory's ``target``, else the shipped profile matching the probe; None when
-    none matches (setup then installs the fallback runtimes unbounded)."""
+    none matches (setup then installs the fallback runtimes unbounded). Any: the probe's JSON."""
     from toolkit.model.targets import get_profile
 
     name = target or device.spec.target
@@ -207,7 +205,7 @@ def choose_profile(device: Device, probe: dict[str, Any], target: str | None) ->
     return get_profile(name)
 
 
-def _venv_state(device: Device, python: str, venv: str) -> dict[str, Any]:
+def _venv_state(device: Device, python: str, venv: str) -> dict[str, Any]:  # Any: JSON
     """The venv as it is: ``ok`` is reused, ``broken`` removed (and made again), ``foreign`` refused."""
     state = _run_json(device, _setup_step(python, "venv-state", venv), "looking at the venv")
     if state["state"] == "foreign":

@@ -1,17 +1,15 @@
 """Push a bundle to a device, install it atomically, roll back, list and remove (issue 5).
 
-The host decides, the device does the file work: each step is one call of the stdlib-only helper
-(``toolkit/device_side/device_helper.py``) run with the device's Python, its arguments passed as separate argv
-words, quoted for the remote shell by the connection. Every helper call is a fresh Python on the device (tens
-of milliseconds each), so a push makes exactly two, with the SFTP upload between them:
+The host decides, the device does the file work: each step is one call of the device helper
+(:mod:`toolkit.delivery.deployment`), a fresh Python on the device (tens of milliseconds each), so a push
+makes exactly two, with the SFTP upload between them:
 
 ``begin``
   1. probes the device (arch, free disk; kept as ``Device.info()`` for the rest of the session) and refuses a
      bundle built for another arch (exit 2) unless ``force``, before anything is locked or written;
-  2. takes the device-side lock ``~/.edgetk/locks/<name>`` (atomic mkdir; broken only when its holder is
-     provably gone, never by age: :mod:`toolkit.delivery.locks`), so two deploys of one bundle to one device run one
-     after the other, the waiting one saying whom it waits for; any failure after this point releases the lock
-     before the helper exits;
+  2. takes the device-side lock ``~/.edgetk/locks/<name>`` (:mod:`toolkit.delivery.locks`), so two deploys
+     of one bundle to one device run one after the other; any failure after this releases it before the helper
+     exits;
   3. prepares ``~/.edgetk/bundles/<name>/<version>/``: files already there with the right sha256, or found
      with that sha256 in another installed version (hard-linked), are not sent; refuses early when the disk
      cannot hold what is left (with ``prune``, old versions go first, never the current or rollback target).
@@ -22,25 +20,17 @@ upload
 ``finish``
   5. inflates compressed uploads, verifies every file's sha256 ON the device, fixes permissions (0644/0755),
      switches ``current`` with an atomic rename, keeps the last ``keep`` versions and releases the lock (in a
-     ``finally``). The hashing is mostly done by then: a child that ``begin`` forks (the follower) hashes each
-     file sent as it is while it arrives, and ``begin`` hashed the files it found in place; ``finish`` takes
-     such a digest only when it is the expected one and the file's stat (inode, size, mtime, ctime) is the same
-     as when it was hashed, and hashes every other file itself (compressed or resumed uploads, a file that
-     changed). Like any stat check, a same-size rewrite by another process within one filesystem timestamp
-     tick of the hashing would not show; the upload itself writes each byte once, before it is hashed.
+     ``finally``). Most hashing is done by then (``begin``'s forked follower hashes each file as it arrives,
+     trusted only while the file's stat is unchanged: ``device_helper.py``'s ``stat_key`` says its limit).
 
 On a device where SFTP does not start (Dropbear without sftp-server), the whole push is ONE helper run on one
-exec channel (``push``): it answers ``begin``'s plan on stdout, then takes every missing file the host sends on
-the same stdin as a framed stream, hashes each as it arrives, and finishes (``toolkit.delivery.deploy_stream``).
+exec channel (``push``, :mod:`toolkit.delivery.deploy_stream`).
 
-Any other failure on the host between the two (an exception, Ctrl-C) releases the lock with ``unlock``; a link
-that drops cannot, and the next deploy breaks that lock at once because its holder (the dead session's sshd
-process) is gone. The partial version stays for the next push to complete; ``current`` is switched only after
-every file is verified, so the running version is never touched by a failed push.
+A failure on the host between the two releases the lock (``_Push`` says how, and why a dropped link need not).
+The partial version stays for the next push to complete; ``current`` is switched only after every file is
+verified, so the running version is never touched by a failed push.
 
-The host hashes each bundle file once per process (``toolkit.delivery.bundle.sha256_file`` keeps a digest per file stat,
-trusted only for files last changed well before they were hashed): reading the bundle verifies the artifacts,
-and the push's listing reuses those digests.
+The push's listing reuses the digests reading the bundle made (``toolkit.delivery.bundle.sha256_file``).
 """
 
 from __future__ import annotations
@@ -94,7 +84,7 @@ class PushResult:
     previous_by: str | None = None  # who installed the version this push replaced ("host (pid N)")
     pruned: tuple[str, ...] = ()  # old versions deploy --prune removed to make room
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, Any]:  # Any: JSON
         fields_ = {f.name: getattr(self, f.name) for f in fields(self) if f.name != "device"}
         return {**fields_, "seconds": round(self.seconds, 3), "removed": list(self.removed),
                 "warnings": list(self.warnings), "lock": self.lock.to_dict(), "pruned": list(self.pruned)}
@@ -183,7 +173,7 @@ class _Push:
         """The arguments ``begin`` and the streamed ``push`` start with."""
         return [self.name, self.bundle.version, self.listing, str(wait), self.asked, self.token, self.arches]
 
-    def begin(self, lock_timeout: float) -> tuple[dict[str, Any], locks.LockNote]:
+    def begin(self, lock_timeout: float) -> tuple[dict[str, Any], locks.LockNote]:  # Any: JSON
         """Take the lock and begin's plan (the streamed push's first answer); a foreign arch refused by name."""
         device = self.device
         call: Callable[[float], dict[str, Any]] = self.streamed.begin if self.streamed is not None else \
@@ -197,7 +187,7 @@ class _Push:
                 raise _arch_refused(self.bundle, device, str(refused.data.get("arch"))) from None
             raise
 
-    def files(self, plan: Mapping[str, Any]) -> _Sending:
+    def files(self, plan: Mapping[str, Any]) -> _Sending:  # Any: JSON
         """What to send, from begin's plan (told once: the probe reused, the setup warnings printed)."""
         if self.sending is None:
             device = self.device
@@ -220,14 +210,14 @@ class _Push:
                 device.spec.name, sum(wire.values()), stream=self.progress_stream))
         return self.sending
 
-    def outgoing(self, plan: dict[str, Any]) -> tuple[list[Outgoing], Progress | None]:
+    def outgoing(self, plan: dict[str, Any]) -> tuple[list[Outgoing], Progress | None]:  # Any: JSON
         """The files of a streamed push, and its progress."""
         sending = self.files(plan)
         return [Outgoing(rel, sending.packed.get(rel, self.bundle.path / rel), sending.offsets.get(rel, 0),
                          rel in sending.packed, self.digests[rel], self.sizes[rel]) for rel in sending.missing], \
             sending.progress.file_progress(0)
 
-    def transfer(self, plan: dict[str, Any]) -> tuple[Mapping[str, Any], str, _Sending, int]:
+    def transfer(self, plan: dict[str, Any]) -> tuple[Mapping[str, Any], str, _Sending, int]:  # Any: JSON
         """The files to the device and finish there: (finish's answer, the device's arch, what was sent, the
         bytes that crossed the link)."""
         try:
@@ -252,7 +242,7 @@ class _Push:
             raise
         return done, arch, sending, sent
 
-    def _finished(self, streamed: StreamedPush) -> Mapping[str, Any]:
+    def _finished(self, streamed: StreamedPush) -> Mapping[str, Any]:  # Any: JSON
         try:
             return streamed.finished()
         except LinkDropped:
@@ -310,7 +300,7 @@ def _arch_refused(bundle: Bundle, device: Device, arch: str) -> UsageError:
 
 
 
-def _setup_warnings(device: Device, info: dict[str, Any]) -> list[str]:
+def _setup_warnings(device: Device, info: dict[str, Any]) -> list[str]:  # Any: JSON
     """Told at the start of a push, not after it: the runner's Python lacks numpy (or does not start)."""
     python = info.get("runner_python") or device.spec.python or "python3"
     where = device.spec.name

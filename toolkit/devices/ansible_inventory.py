@@ -67,7 +67,7 @@ def _executable() -> str:
     return found
 
 
-def ansible_list(path: Path, *, limit: str | None = None) -> dict[str, Any]:
+def ansible_list(path: Path, *, limit: str | None = None) -> dict[str, Any]:  # Any: JSON
     """``ansible-inventory -i PATH --list`` as parsed JSON; an inventory Ansible cannot parse is an error."""
     argv = [_executable(), "-i", str(path), "--list"]
     if limit:
@@ -101,7 +101,7 @@ def ansible_list(path: Path, *, limit: str | None = None) -> dict[str, Any]:
     return data
 
 
-def _group_members(data: Mapping[str, Any]) -> dict[str, set[str]]:
+def _group_members(data: Mapping[str, Any]) -> dict[str, set[str]]:  # Any: JSON
     """Every group -> its hosts, including those of its child groups."""
     direct = {g: set(v.get("hosts") or ()) for g, v in data.items() if g != "_meta" and isinstance(v, dict)}
     children = {g: list(v.get("children") or ()) for g, v in data.items() if g != "_meta" and isinstance(v, dict)}
@@ -116,7 +116,7 @@ def _group_members(data: Mapping[str, Any]) -> dict[str, set[str]]:
     return {g: hosts(g, frozenset({g})) for g in direct}
 
 
-def _host_order(data: Mapping[str, Any]) -> list[str]:
+def _host_order(data: Mapping[str, Any]) -> list[str]:  # Any: JSON
     """Every host, in natural name order (pi-2 before pi-10): ``ansible-inventory --list`` keeps no file order,
     and a staged rollout's first wave must not depend on a dict's whims."""
     import re
@@ -163,16 +163,16 @@ def _proxy_jump(args: str, where: str) -> str | None:
     return jump or None
 
 
-def _text(value: Any, key: str, where: str) -> str:
+def _text(value: Any, key: str, where: str) -> str:  # Any: JSON
     if isinstance(value, bool) or not isinstance(value, (str, int, float)) or not str(value).strip():
         raise UsageError(f"{where}: {key} must be a non-empty string, got {value!r}.")
     return str(value)
 
 
 def host_spec(name: str, hostvars: Mapping[str, Any], groups: tuple[str, ...], *, where: str) -> DeviceSpec:
-    """One Ansible host (its merged variables) -> a DeviceSpec."""
+    """One Ansible host (its merged variables: JSON, hence Any) -> a DeviceSpec."""
     here = f"{where}: host {name}"
-    fields: dict[str, Any] = {}
+    fields: dict[str, Any] = {}  # Any: JSON
     for key, aliases in _ANSIBLE.items():
         for alias in aliases:
             if hostvars.get(alias) not in (None, ""):

@@ -28,7 +28,7 @@ from toolkit.devices.fleet import DeviceOutcome, run_fleet
 from toolkit.devices.spec import DeviceSpec
 from toolkit.devices.ssh import SshConnection
 from toolkit.devices.ssh_auth import home_relative
-from toolkit.devices.ssh_config import resolve
+from toolkit.devices.ssh_config import SshOptions, resolve
 from toolkit.errors import AuthRefused, DeviceError, UsageError
 
 KEY_TYPES = ("ssh-ed25519", "ssh-rsa", "ecdsa-sha2-nistp256", "ecdsa-sha2-nistp384", "ecdsa-sha2-nistp521",
@@ -137,11 +137,11 @@ def read_password(path: str | os.PathLike[str] | None, env: str | None, ask: Cal
 class _PasswordLogin(SshConnection):
     """An SSH connection that logs in with a password (host keys checked as always); for add-key only."""
 
-    def __init__(self, spec: DeviceSpec, *, password: str, **kwargs: Any) -> None:
+    def __init__(self, spec: DeviceSpec, *, password: str, **kwargs: Any) -> None:  # Any: SshConnection's
         super().__init__(spec, **kwargs)
         self.__password = password  # never logged, never in a message
 
-    def _authenticate(self, transport: paramiko.Transport, opts: Any, timeout: float) -> None:
+    def _authenticate(self, transport: paramiko.Transport, opts: SshOptions, timeout: float) -> None:
         transport.auth_timeout = timeout
         where = f"{opts.user}@{opts.hostname}" + ("" if opts.port == 22 else f":{opts.port}")
         try:
@@ -157,7 +157,7 @@ class _PasswordLogin(SshConnection):
 
 
 def add_key(spec: DeviceSpec, key: PublicKey, password: str, *, trust_new_host: bool,
-            known_hosts: str | None) -> dict[str, Any]:
+            known_hosts: str | None) -> dict[str, Any]:  # Any: JSON
     """Install ``key`` on one device over a password login, then prove a key login works."""
     if spec.is_local:
         raise UsageError("add-key installs a key on an SSH device; `local` needs none.")
@@ -186,14 +186,14 @@ def add_key(spec: DeviceSpec, key: PublicKey, password: str, *, trust_new_host: 
 def add_keys(specs: Sequence[DeviceSpec], *, public_key: str | os.PathLike[str] | None,
              password_file: str | os.PathLike[str] | None, password_env: str | None,
              ask: Callable[[], str] | None, trust_new_host: bool, known_hosts: str | os.PathLike[str] | None,
-             parallel: int) -> tuple[DeviceOutcome[dict[str, Any]], ...]:
+             parallel: int) -> tuple[DeviceOutcome[dict[str, Any]], ...]:  # Any: JSON
     """``add_key`` on every device (``{"add_key": ...}`` each): the key and the password are read once, before
     any device is contacted, so a missing key or password source fails at once (exit 2)."""
     key = read_public_key(Path(public_key)) if public_key else default_public_key(specs[0]) if specs else None
     password = read_password(password_file, password_env, ask)
     known = str(known_hosts) if known_hosts else None
 
-    def one(spec: DeviceSpec) -> dict[str, Any]:
+    def one(spec: DeviceSpec) -> dict[str, Any]:  # Any: JSON
         assert key is not None
         return {"add_key": add_key(spec, key, password, trust_new_host=trust_new_host,
                                    known_hosts=known or spec.known_hosts)}

@@ -34,7 +34,7 @@ def _did_you_mean(key: str, choices: tuple[str, ...] | list[str]) -> str:
     return did_you_mean(key, choices, sentence=True)
 
 
-def parse_inventory(data: Mapping[str, Any], *, where: str) -> dict[str, DeviceSpec]:
+def parse_inventory(data: Mapping[str, Any], *, where: str) -> dict[str, DeviceSpec]:  # Any: parsed TOML
     """Validate parsed TOML and return the devices by name (in file order)."""
     from toolkit.model.schemas import validate
     from toolkit.model.schemas.inventory import Inventory

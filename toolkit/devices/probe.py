@@ -29,7 +29,7 @@ class ProbedDevice(Protocol):
     def python(self) -> str: ...
 
 
-def _best_profile(env: dict[str, Any]) -> tuple[str | None, str | None]:
+def _best_profile(env: dict[str, Any]) -> tuple[str | None, str | None]:  # Any: JSON
     from toolkit.model.platform import match_environment
 
     try:
@@ -38,7 +38,7 @@ def _best_profile(env: dict[str, Any]) -> tuple[str | None, str | None]:
         return None, exc.message
 
 
-def probe_device(device: ProbedDevice) -> dict[str, Any]:
+def probe_device(device: ProbedDevice) -> dict[str, Any]:  # Any: JSON
     """Install the runner if needed and run its probe; returns the runner's document plus ``profile``."""
     local = source_path(RUNNER_FILE)
     digest = hashlib.sha256(local.read_bytes()).hexdigest()

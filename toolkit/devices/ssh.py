@@ -6,10 +6,7 @@ and breaks the SFTP stream. Each command prints a marker first and whatever prec
 reported once, naming the device and the fix); when SFTP cannot start, files go over exec channels
 (``cat``, or one framed stream per push: ``toolkit.delivery.deploy_stream``), which that noise cannot corrupt.
 
-Dropbear without an sftp-server (findings.md section 6): whether SFTP starts is asked once per device and
-remembered (:mod:`toolkit.devices.host_facts`); a connection whose SFTP start failed is closed at once and never
-used again, and a session channel that is refused, or whose connection closes while it opens, is tried once
-more on a fresh connection (the command has not started then) before it counts as a failure.
+Dropbear without an sftp-server (findings.md section 6): ``_sftp_client`` and ``_open_command`` say how.
 
 Throughput: SFTP is opened with a large window so a 50 MB push is not window-bound; writes are pipelined, and
 each write request carries 64 KiB instead of paramiko's 32 KiB (``SFTP_WRITE_SIZE``). paramiko ships no type

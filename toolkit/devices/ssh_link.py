@@ -147,7 +147,7 @@ class SshLink:
                 sock.setsockopt(socket.IPPROTO_TCP, getattr(socket, opt), value)
         return sock
 
-    def _open_stream(self, opts: SshOptions, timeout: float) -> Any:
+    def _open_stream(self, opts: SshOptions, timeout: float) -> Any:  # Any: any socket-like stream
         """A byte stream to the device's sshd: through the jump host(s), a ProxyCommand, or straight."""
         if opts.proxy_jump:
             chain = [j.strip() for j in opts.proxy_jump.split(",") if j.strip()]

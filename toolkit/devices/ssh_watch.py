@@ -1,4 +1,4 @@
-"""How an SSH connection notices a dead link or a frozen device (see :mod:`toolkit.devices.ssh`, "Reliability").
+"""How an SSH connection notices a dead link or a frozen device (``ssh_link``'s "Reliability").
 
 ``_WatchedSocket`` wraps the transport's byte stream and keeps the time of the last byte received;
 ``_Watchdog`` sends keepalives after silence and cuts the connection after ``ServerAliveCountMax`` silent
@@ -28,7 +28,7 @@ class _WatchedSocket:
     """The transport's byte stream (a socket, a ProxyJump channel or a ProxyCommand) with the time of the last
     byte received: the watchdog's clock."""
 
-    def __init__(self, inner: Any) -> None:
+    def __init__(self, inner: Any) -> None:  # Any: a paramiko socket or channel
         self.inner = inner
         self.last_recv = time.monotonic()
 

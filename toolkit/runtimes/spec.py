@@ -16,12 +16,11 @@ from toolkit.model.vocabulary import Format, Runtime
 
 @dataclass(frozen=True)
 class RuntimeSpec:
-    """A runtime's facts.
-
-    ``distributions``: the pip distributions that can be it, the one setup installs first (the runner asks each
-    for its version, in order). ``module``: what the runner imports; ``verify_module``: what setup imports to prove
-    the install loads. ``requirements``: what it needs but does not declare (a version rule such as ``numpy<2``
-    included); ``without_deps``: installed ``--no-deps`` (its declared dependencies are exporter tooling).
+    """A runtime's facts. ``distributions``: the pip distributions that can be it, the one setup installs
+    first (the runner asks each for its version, in order). ``module``: what the runner imports;
+    ``verify_module``: what setup imports to prove the install loads. ``requirements``: what it needs but does
+    not declare (a version rule such as ``numpy<2`` included); ``without_deps``: installed ``--no-deps`` (its
+    declared dependencies are exporter tooling).
     """
 
     runtime: Runtime

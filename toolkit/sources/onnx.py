@@ -34,7 +34,7 @@ class OnnxSource(SourceModel):
         model = load_onnx(self.path)
         self._inputs, self._outputs = tensor_specs(model)
         self.opset = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), None)
-        self._session: Any = None
+        self._session: Any = None  # Any: an onnxruntime InferenceSession
 
 
     def _open(self) -> Any:

@@ -7,8 +7,6 @@ Besides reference predictions, each source can give the conversion routes one th
 Exporting through a SavedModel (``keras.export.ExportArchive`` / ``tf.saved_model.save``) is the route that
 freezes the variables correctly with Keras 3; ``from_concrete_functions`` on a live model gives NaN models
 (findings.md).
-
-TensorFlow is imported inside the functions, never at module import.
 """
 
 from __future__ import annotations
@@ -57,12 +55,12 @@ def _first_line(exc: BaseException) -> str:
     return text if len(text) <= 300 else text[:297] + "..."
 
 
-def _dtype_name(dtype: Any) -> str:
+def _dtype_name(dtype: Any) -> str:  # Any: a tf.DType
     name = getattr(dtype, "name", None) or str(dtype)
     return str(np.dtype(name).name) if name not in ("string", "resource", "variant") else str(name)
 
 
-def _spec_shape(shape: Any) -> tuple[int | None, ...]:
+def _spec_shape(shape: Any) -> tuple[int | None, ...]:  # Any: a tf.TensorShape
     dims = shape.as_list() if hasattr(shape, "as_list") else list(shape)
     return tuple(None if d is None or int(d) < 0 else int(d) for d in dims)
 
@@ -94,7 +92,7 @@ def open_tensorflow(path: Path, framework: Framework) -> SourceModel:
 class TensorFlowSource(SourceModel):
     """What Keras and SavedModel sources share: named I/O, a fixed-shape serving function, an export."""
 
-    def _call(self, args: Sequence[Any]) -> Sequence[Any]:
+    def _call(self, args: Sequence[Any]) -> Sequence[Any]:  # Any: tf tensors
         """Run the model on tensors in ``inputs`` order; outputs in ``outputs`` order."""
         raise NotImplementedError
 
@@ -110,7 +108,7 @@ class TensorFlowSource(SourceModel):
         outputs = self._call(args)
         return [np.asarray(o.numpy() if hasattr(o, "numpy") else o, dtype=np.float32) for o in outputs]
 
-    def input_signature(self, shapes: Shapes | None = None) -> list[Any]:
+    def input_signature(self, shapes: Shapes | None = None) -> list[Any]:  # Any: tf.TensorSpec
         """``tf.TensorSpec`` per input, named as the input, with ``shapes`` pinned (None stays dynamic)."""
         tf = _tf()
         specs = []
@@ -125,11 +123,11 @@ class TensorFlowSource(SourceModel):
             specs.append(tf.TensorSpec(shape, tf.as_dtype(spec.dtype), name=spec.name))
         return specs
 
-    def _serve(self) -> Callable[..., dict[str, Any]]:
+    def _serve(self) -> Callable[..., dict[str, Any]]:  # Any: tf tensors
         """The model taking the inputs positionally and returning {output name: tensor}."""
         names = [s.name for s in self._outputs]
 
-        def serve(*args: Any) -> dict[str, Any]:
+        def serve(*args: Any) -> dict[str, Any]:  # Any: tf tensors
             return dict(zip(names, self._call(list(args))))
 
         return serve
@@ -213,7 +211,7 @@ class KerasSource(TensorFlowSource):
         flat_names = [str(t.name) for t in keras.tree.flatten(self._structure)]
         return keras.tree.pack_sequence_as(self._structure, [by_name[n] for n in flat_names])
 
-    def _call(self, args: Sequence[Any]) -> Sequence[Any]:
+    def _call(self, args: Sequence[Any]) -> Sequence[Any]:  # Any: tf tensors
         keras = _keras()
         result = self.model(self._pack(args), training=False)
         return list(keras.tree.flatten(result))
@@ -280,7 +278,7 @@ class SavedModelSource(TensorFlowSource):
             for name in self._output_keys
         )
 
-    def _call(self, args: Sequence[Any]) -> Sequence[Any]:
+    def _call(self, args: Sequence[Any]) -> Sequence[Any]:  # Any: tf tensors
         result = self._fn(**{s.name: a for s, a in zip(self._inputs, args)})
         return [result[k] for k in self._output_keys]
 
@@ -295,14 +293,14 @@ class SavedModelSource(TensorFlowSource):
 
 class _FrozenSignature:
     """One serving signature read by the v1 loader with its variables folded into constants: called with
-    keyword tensors like a loaded signature, with the same ``structured_*`` description."""
+    keyword tensors like a loaded signature, with the same ``structured_*`` description (Any: tf objects)."""
 
     def __init__(self, function: Any, inputs: Mapping[str, Any], outputs: Mapping[str, Any]) -> None:
         self._function = function
         self.structured_input_signature = ((), dict(inputs))
         self.structured_outputs = dict(outputs)
 
-    def __call__(self, **kwargs: Any) -> dict[str, Any]:
+    def __call__(self, **kwargs: Any) -> dict[str, Any]:  # Any: tf tensors
         return dict(self._function(*[kwargs[name] for name in self.structured_input_signature[1]]))
 
 

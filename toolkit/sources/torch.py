@@ -54,7 +54,7 @@ def output_names(count: int) -> tuple[str, ...]:
     return ("output",) if count == 1 else tuple(f"output_{i}" for i in range(count))
 
 
-def flatten_outputs(value: Any) -> list[Any]:
+def flatten_outputs(value: Any) -> list[Any]:  # Any: torch tensors, nested
     """Tensors of a forward() result in order: tuples/lists/dicts (by insertion order) are flattened."""
     if isinstance(value, (tuple, list)):
         return [t for item in value for t in flatten_outputs(item)]
@@ -73,9 +73,9 @@ class TorchSource(SourceModel):
         *,
         framework: Framework,
         path: Path,
-        module: Any,
+        module: Any,  # Any: a torch.nn.Module (torch is lazy)
         inputs: tuple[TensorSpec, ...],
-        exported_program: Any = None,
+        exported_program: Any = None,  # Any: torch ExportedProgram
     ) -> None:
         self.framework = framework
         self.path = path
@@ -136,7 +136,7 @@ class TorchSource(SourceModel):
             raise missing_shape_error(self, missing)
         return shapes
 
-    def torch_inputs(self, feeds: Mapping[str, np.ndarray]) -> tuple[Any, ...]:
+    def torch_inputs(self, feeds: Mapping[str, np.ndarray]) -> tuple[Any, ...]:  # Any: torch tensors
         """Feeds as tensors in ``forward`` order; a missing input is a UsageError."""
         torch = import_torch()
         args = []

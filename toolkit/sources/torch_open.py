@@ -1,6 +1,5 @@
-"""Open a PyTorch source: a TorchScript file (``torch.jit.load``), an ExportedProgram file (``torch.export.load``)
-or a factory's eager module (``file.py:make_model`` / ``pkg.module:make_model``, with ``--weights``), and read
-its inputs' names, shapes and dtypes where the model records them (see ``toolkit.sources.torch``)."""
+"""Open a PyTorch source and read its inputs where the model records them (the forms and rules:
+``toolkit.sources.torch``)."""
 
 from __future__ import annotations
 
@@ -36,7 +35,7 @@ def open_torch(source: str, framework: str, *, weights: Path | None) -> TorchSou
     raise UsageError(f"{source!r} is not a PyTorch model ({framework}).")
 
 
-def _open_torchscript(torch: Any, path: Path) -> TorchSource:
+def _open_torchscript(torch: Any, path: Path) -> TorchSource:  # Any: torch (imported lazily)
     try:
         module = torch.jit.load(str(path), map_location="cpu")
     except Exception as exc:
@@ -55,7 +54,7 @@ def _open_torchscript(torch: Any, path: Path) -> TorchSource:
     return TorchSource(framework=Framework.TORCHSCRIPT, path=path, module=module, inputs=specs)
 
 
-def _open_exported_program(torch: Any, path: Path) -> TorchSource:
+def _open_exported_program(torch: Any, path: Path) -> TorchSource:  # Any: torch (imported lazily)
     """``torch.export.load``. A program whose outputs are Hugging Face ``ModelOutput`` dataclasses loads only
     once transformers has registered those types with torch's pytree (``torch.export.save`` records the type
     by name): the load is retried after importing ``transformers.modeling_outputs``."""
@@ -109,7 +108,7 @@ def _load_with_transformers_outputs(torch: Any, path: Path) -> Any:
         return None
 
 
-def exported_input_specs(torch: Any, program: Any) -> tuple[TensorSpec, ...]:
+def exported_input_specs(torch: Any, program: Any) -> tuple[TensorSpec, ...]:  # Any: torch objects (lazy)
     """Names, shapes (symbolic dimension -> None) and dtypes of an ExportedProgram's user inputs."""
     user_inputs = list(program.graph_signature.user_inputs)
     by_name = {node.name: node for node in program.graph.nodes if node.op == "placeholder"}
@@ -126,7 +125,7 @@ def exported_input_specs(torch: Any, program: Any) -> tuple[TensorSpec, ...]:
     return tuple(specs)
 
 
-def load_factory(source: str) -> tuple[Callable[[], Any], Any, Path]:
+def load_factory(source: str) -> tuple[Callable[[], Any], Any, Path]:  # Any: a torch.nn.Module
     """``file.py:attr`` or ``pkg.mod:attr`` -> (the callable, its module, a path for the report)."""
     target, _, attr = source.rpartition(":")
     if target.endswith(".py"):
@@ -171,7 +170,7 @@ def load_factory(source: str) -> tuple[Callable[[], Any], Any, Path]:
     return factory, module, path
 
 
-def _open_factory(torch: Any, source: str, weights: Path | None) -> TorchSource:
+def _open_factory(torch: Any, source: str, weights: Path | None) -> TorchSource:  # Any: torch (lazy)
     factory, module, path = load_factory(source)
     try:
         model = factory()
@@ -193,7 +192,7 @@ def _open_factory(torch: Any, source: str, weights: Path | None) -> TorchSource:
     return TorchSource(framework=Framework.TORCH_FACTORY, path=path, module=model, inputs=specs)
 
 
-def _load_weights(torch: Any, model: Any, weights: Path) -> None:
+def _load_weights(torch: Any, model: Any, weights: Path) -> None:  # Any: torch objects (lazy)
     if not weights.is_file():
         raise UsageError(f"The weights file {str(weights)!r} does not exist.")
     try:
@@ -222,7 +221,7 @@ def _load_weights(torch: Any, model: Any, weights: Path) -> None:
     del result
 
 
-def forward_parameter_names(model: Any) -> list[str]:
+def forward_parameter_names(model: Any) -> list[str]:  # Any: a torch.nn.Module
     """Positional parameter names of ``model.forward`` (without self); ``input`` when it takes *args."""
     try:
         signature = inspect.signature(model.forward)
@@ -237,7 +236,7 @@ def forward_parameter_names(model: Any) -> list[str]:
 
 
 def _declared_specs(torch: Any, module: Any, model: Any, names: list[str]) -> tuple[TensorSpec, ...]:
-    """Specs from ``example_inputs()`` or ``model.example_input_shapes``, else unknown-rank placeholders."""
+    """Specs from ``example_inputs()`` or ``model.example_input_shapes``, else unknown rank (Any: torch)."""
     example = getattr(module, "example_inputs", None)
     if callable(example):
         value = example()

@@ -30,7 +30,7 @@ _ORT_TYPES = {
 }
 
 
-def _spec(arg: Any) -> TensorSpec:
+def _spec(arg: Any) -> TensorSpec:  # Any: an onnxruntime NodeArg (untyped)
     shape = tuple(d if isinstance(d, int) and d > 0 else None for d in (arg.shape or ()))
     return TensorSpec(arg.name, shape, _ORT_TYPES.get(arg.type, "float32"))
 

@@ -30,7 +30,7 @@ class PteSession(HostSession):
 
             portable_lib._unsafe_reset_threadpool(int(threads))
         self._program = program
-        self._method: Any = program.load_method("forward")
+        self._method: Any = program.load_method("forward")  # Any: ExecuTorch's Method (untyped)
         meta = program.metadata("forward")
         self._inputs = tensor_specs(meta, "input")
         self._outputs = tensor_specs(meta, "output")

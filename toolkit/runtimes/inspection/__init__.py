@@ -30,9 +30,9 @@ class ModelInfo:
     float_compute_ops: int
     precision: Precision  # best guess from the content
     opset: int | None = None
-    extra: Mapping[str, Any] = field(default_factory=dict)
+    extra: Mapping[str, Any] = field(default_factory=dict)  # Any: JSON values
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, Any]:  # Any: JSON
         return {
             "path": self.path,
             "format": self.format,
@@ -49,7 +49,6 @@ class ModelInfo:
 
 
 def inspect_model(path: Path) -> ModelInfo:
-    """Inspect a .tflite, .onnx or .pte file."""
     suffix = path.suffix.lower()
     if suffix == ".tflite":
         from toolkit.runtimes.inspection.tflite import inspect_tflite

@@ -87,7 +87,7 @@ def _macs(op: str, out_shape: Sequence[int] | None, weight_shapes: Sequence[Sequ
 # --------------------------------------------------------------------------------------------- TFLite
 
 
-def _size(buffer: Any) -> int:
+def _size(buffer: Any) -> int:  # Any: generated schema code
     """Bytes of a flatbuffer buffer: inline data, or the size of data stored after the flatbuffer (> 2 GB)."""
     return len(buffer.data) if buffer.data is not None else int(buffer.size or 0)
 
@@ -100,13 +100,13 @@ def tflite_layers(path: Path) -> list[Layer]:
     type_names, op_names = schema_names(schema)
     buffers = model.buffers or []
 
-    def dtype(tensor: Any) -> str:
+    def dtype(tensor: Any) -> str:  # Any: generated schema code
         return tensor_dtype(type_names, tensor)
 
-    def _rank(tensor: Any) -> int:
+    def _rank(tensor: Any) -> int:  # Any: generated schema code
         return 0 if tensor.shape is None else len(tensor.shape)
 
-    def constant(tensor: Any) -> bool:
+    def constant(tensor: Any) -> bool:  # Any: generated schema code
         buffer = buffers[tensor.buffer] if 0 < tensor.buffer < len(buffers) else None
         return buffer is not None and _size(buffer) > 0
 
@@ -153,7 +153,7 @@ def onnx_layers(path: Path) -> list[Layer]:
         model = onnx.shape_inference.infer_shapes(model, strict_mode=False)
     except Exception:  # noqa: BLE001 - shapes are only for the MAC estimate
         pass
-    inits: dict[str, Any] = {}
+    inits: dict[str, Any] = {}  # Any: numpy arrays of any dtype
     shapes: dict[str, list[int]] = {}
     dequantized: dict[str, str] = {}
     for graph in iter_graphs(model.graph):

@@ -111,7 +111,7 @@ def parse_tflite(path: Path) -> TFLiteContents:
 
 def schema_names(schema: Any) -> tuple[dict[int, str], dict[int, str]]:
     """The schema's (Any: generated code) tensor type and builtin operator names by their codes."""
-    def names(enum: Any) -> dict[int, str]:
+    def names(enum: Any) -> dict[int, str]:  # Any: generated schema code
         return {int(v): str(k) for k, v in vars(enum).items() if not k.startswith("_")}
 
     return names(schema.TensorType), names(schema.BuiltinOperator)
@@ -123,13 +123,13 @@ def tensor_dtype(type_names: dict[int, str], tensor: Any) -> str:
     return _NUMPY_NAMES.get(name, name.lower() or "unknown")
 
 
-def _contents(model: Any, schema: Any) -> TFLiteContents:
+def _contents(model: Any, schema: Any) -> TFLiteContents:  # Any: generated schema objects
     type_names, op_names = schema_names(schema)
 
-    def dtype_of(tensor: Any) -> str:
+    def dtype_of(tensor: Any) -> str:  # Any: generated schema code
         return tensor_dtype(type_names, tensor)
 
-    def op_name(code: Any) -> str:
+    def op_name(code: Any) -> str:  # Any: generated schema code
         builtin = max(int(code.builtinCode), int(code.deprecatedBuiltinCode))
         name = op_names.get(builtin, f"BUILTIN_{builtin}")
         if name == "CUSTOM":
@@ -199,13 +199,13 @@ def _contents(model: Any, schema: Any) -> TFLiteContents:
     )
 
 
-def _text(value: Any) -> str:
+def _text(value: Any) -> str:  # Any: a schema string field (bytes or str)
     if value is None:
         return ""
     return value.decode("utf-8", "replace") if isinstance(value, bytes) else str(value)
 
 
-def _quantization(params: Any) -> Quantization | None:
+def _quantization(params: Any) -> Quantization | None:  # Any: generated schema code
     if params is None or params.scale is None or len(params.scale) == 0:
         return None
     scale = tuple(float(s) for s in params.scale)
