@@ -24,14 +24,14 @@ Gates (each failure is one line naming the artifact; the check fails when any re
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import replace
-from typing import Any
 
 from toolkit.delivery.bundle import Bundle
 from toolkit.delivery.deployment import Device, installed_version, version_dir
 from toolkit.errors import DeviceError, ToolkitError, UsageError
 from toolkit.model.policy import Budget, CheckPolicy, GateOptions, PlacementExpectation, RegressionPolicy, budget_for
+from toolkit.model.records import JsonDict
 from toolkit.regression import RegressionVerdict, confirmed, decide
 from toolkit.store import Store, StoredCheck
 from toolkit.checks.gates import EMULATED_PLACEMENT, judge_placement, judge_throughput, regression_text
@@ -70,7 +70,7 @@ def gate(
     """Gate one measured report. ``regression`` None: no baseline asked for (``--baseline none``)."""
     failures: list[str] = []
     skipped: list[str] = list(notes)
-    details: dict[str, Any] = {}
+    details: JsonDict = {}
     name = report.artifact
     if report.error:
         err = report.error

@@ -23,7 +23,7 @@ import re
 import tempfile
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -31,6 +31,7 @@ from toolkit.delivery import on_demand
 from toolkit.conversion.eval_set import EVAL_DIR, EVAL_LABELS, EVAL_REFERENCE
 from toolkit.delivery.bundle import Bundle, load_npz
 from toolkit.errors import UsageError
+from toolkit.model.records import JsonDict, JsonObject
 
 if TYPE_CHECKING:
     from toolkit.delivery.deployment import Device
@@ -72,7 +73,7 @@ def require_eval_set(bundle: Bundle) -> None:
             on_demand.verified(bundle, ref.file)
 
 
-def _dequantized(raw: np.ndarray, spec: Mapping[str, Any]) -> np.ndarray:
+def _dequantized(raw: np.ndarray, spec: JsonObject) -> np.ndarray:
     if spec.get("scale"):
         return (raw.astype(np.float32) - float(spec.get("zero_point") or 0)) * np.float32(spec["scale"])
     return raw.astype(np.float32)
@@ -107,7 +108,7 @@ def convert_task(record: ArtifactRecord) -> TaskChoice | None:
                       declared)
 
 
-def summary(verification: Verification, *, labels: bool) -> dict[str, Any]:
+def summary(verification: Verification, *, labels: bool) -> JsonDict:
     """The side-by-side numbers: vs the labels (device and float model), vs the float model (agreement)."""
     data = verification.to_dict()
     return {
@@ -124,7 +125,7 @@ def summary(verification: Verification, *, labels: bool) -> dict[str, Any]:
 
 
 def evaluate(device: Device, bundle: Bundle, vdir: str, artifacts: Sequence[str], *,
-             timeout: float = EVAL_TIMEOUT_S) -> dict[str, dict[str, Any]]:
+             timeout: float = EVAL_TIMEOUT_S) -> dict[str, JsonDict]:
     """Per artifact: the eval set run on the device and scored here (``{"available": False, "note"}`` when the
     bundle has no usable eval set or the artifact could not run it; ``"refused": True`` as well when the device
     refused an eval input whose sha256 is not the manifest's)."""
@@ -137,7 +138,7 @@ def evaluate(device: Device, bundle: Bundle, vdir: str, artifacts: Sequence[str]
               if on_demand.recorded(bundle, EVAL_LABELS) else None)
     runner = bundle.manifest.runner.file if bundle.manifest.runner else "edgetk_runner.py"
     records = {a.file: a for a in bundle.manifest.artifacts}
-    results: dict[str, dict[str, Any]] = {}
+    results: dict[str, JsonDict] = {}
     for artifact in artifacts:
         out = f"{vdir}/{EVAL_DIR}/out/{artifact}"
         argv = [device.python, f"{vdir}/{runner}", "eval", "--bundle", vdir, "--artifact", artifact, "--out", out]
@@ -168,7 +169,7 @@ def evaluate(device: Device, bundle: Bundle, vdir: str, artifacts: Sequence[str]
     return results
 
 
-def attach(report: CheckReport, result: Mapping[str, Any] | None) -> CheckReport:
+def attach(report: CheckReport, result: JsonObject | None) -> CheckReport:
     """The report with its eval result; an eval input the device refused (its sha256 is not the manifest's)
     fails the check, as a tampered artifact does: the accuracy asked for was not proven."""
     report = dataclasses.replace(report, evaluation=result)

@@ -20,7 +20,7 @@ import math
 import tempfile
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -28,6 +28,7 @@ from toolkit.conversion.layer_probe import PROBE_SAMPLES, debug_name, float_name
 from toolkit.conversion.layers import LAYERS_DIR
 from toolkit.delivery import on_demand
 from toolkit.delivery.bundle import load_npz
+from toolkit.model.records import JsonDict, JsonObject
 from toolkit.model.vocabulary import Format
 
 if TYPE_CHECKING:
@@ -41,13 +42,13 @@ TIMEOUT_S = 600.0
 # --------------------------------------------------------------------------------------------- device
 
 
-def limit_of(layer: Mapping[str, Any]) -> float:
+def limit_of(layer: JsonObject) -> float:
     """The error a layer may show on a device before it counts as diverged."""
     return 2.0 * float(layer.get("host_error") or 0.0) + 2.0 * float(layer.get("table_error") or 0.0) + FLOOR
 
 
-def first_divergence(layers: Sequence[Mapping[str, Any]], device: Mapping[str, np.ndarray],
-                     floats: Mapping[str, np.ndarray]) -> dict[str, Any]:
+def first_divergence(layers: Sequence[JsonObject], device: Mapping[str, np.ndarray],
+                     floats: Mapping[str, np.ndarray]) -> JsonDict:
     """Compare the device's tensors with the float ones layer by layer, in graph order."""
     compared = []
     first = None
@@ -70,7 +71,7 @@ def _num(value: float) -> float | None:
     return round(value, 6) if math.isfinite(value) else None
 
 
-def locate(device: Device, bundle: Bundle, vdir: str, artifact: str) -> dict[str, Any]:
+def locate(device: Device, bundle: Bundle, vdir: str, artifact: str) -> JsonDict:
     """Run the probe on the device; ``{"available": False, "note"}`` when the bundle has none or it fails."""
     probe, floats = probe_name(artifact), float_name(artifact)
     if not on_demand.recorded(bundle, probe) or not on_demand.recorded(bundle, floats):
@@ -100,7 +101,7 @@ def locate(device: Device, bundle: Bundle, vdir: str, artifact: str) -> dict[str
     return first_divergence(doc["layers"], values, load_npz(on_demand.verified(bundle, floats)))
 
 
-def text(found: Mapping[str, Any]) -> str:
+def text(found: JsonObject) -> str:
     """The clause the failed outputs gate gets."""
     if not found.get("available"):
         return f"; no layer named: {found.get('note')}"

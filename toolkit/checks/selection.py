@@ -26,8 +26,10 @@ from typing import Any
 
 from toolkit.errors import UsageError
 from toolkit.model.policy import RegressionPolicy
+from toolkit.model.records import JsonDict, JsonObject
 from toolkit.regression import MIN_SAMPLES, Difference, compare
 from toolkit.model.runner_report import throttled
+from toolkit.model.artifact import ArtifactRecord
 from toolkit.model.device_records import CheckReport
 from toolkit.model.manifest import Manifest
 from toolkit.model.vocabulary import ArtifactStatus
@@ -51,7 +53,7 @@ class Contender:
     p50_ms: float | None
     excluded: str | None = None  # None: it passed and was in the running
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> JsonDict:
         return {"artifact": self.artifact, "bytes": self.bytes, "p50_ms": self.p50_ms, "excluded": self.excluded}
 
 
@@ -75,7 +77,7 @@ class Selection:
     def p50_ms(self) -> float | None:
         return next((c.p50_ms for c in self.contenders if c.artifact == self.artifact), None)
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> JsonDict:
         """The ``selected`` entry of a device in ``check``/``deploy --check``/``run`` --json (docs/schemas)."""
         return {
             "artifact": self.artifact, "reason": self.reason, "pinned": self.pinned, "version": self.version,
@@ -84,7 +86,7 @@ class Selection:
             "contenders": [c.to_dict() for c in self.contenders],
         }
 
-    def on_device(self) -> dict[str, Any]:
+    def on_device(self) -> JsonDict:
         """``selected.json`` on the device: what an application there needs to load the selected model."""
         doc = self.to_dict()
         doc.update({"bundle": self.bundle, "path": f"{self.version}/{self.artifact}" if self.artifact else None})
@@ -101,7 +103,7 @@ def runtimes_seen(reports: Sequence[CheckReport]) -> dict[str, str]:
     return dict(sorted(seen.items()))
 
 
-def _contender(report: CheckReport | None, record: Any) -> Contender:
+def _contender(report: CheckReport | None, record: ArtifactRecord) -> Contender:
     size = int(record.bytes)
     if record.status not in (*SELECTABLE, ArtifactStatus.UNVERIFIED):
         return Contender(record.file, size, None, f"did not pass verification at convert time ({record.status})")
@@ -133,7 +135,7 @@ def _faster(a: CheckReport, b: CheckReport) -> bool:
 
 
 def choose(reports: Sequence[CheckReport], manifest: Manifest, *, device: str, version: str,
-           previous: Mapping[str, Any] | None = None, pin: str | None = None) -> Selection:
+           previous: JsonObject | None = None, pin: str | None = None) -> Selection:
     """Select the artifact ``device`` runs, from this check's gated ``reports`` (module docstring).
 
     ``previous``: the device's ``selected.json`` (or None); ``pin``: the file the user pins (``--select``)."""
@@ -186,7 +188,7 @@ def choose(reports: Sequence[CheckReport], manifest: Manifest, *, device: str, v
 
 
 def apply(device: Any, bundle: Any, reports: Sequence[CheckReport], *, pin: str | None = None,
-          store: Any = None) -> Selection:
+          store: Any = None) -> Selection:  # Any: delivery's Device and Bundle, a Store (lazy imports)
     """Select on ``device`` (a connected ``toolkit.delivery.deployment.Device``) from this check's gated ``reports`` of
     ``bundle``: read its previous ``selected.json``, :func:`choose`, write the new one there, record it in
     ``store`` (a history that is down loses only the record: the check's store status says so)."""

@@ -16,11 +16,11 @@ imports numpy inside.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from toolkit.model.records import finite_or_none
+from toolkit.model.records import JsonDict, JsonObject, finite_or_none
 from toolkit.model.tensors import TensorSpec
 
 BATCH_SIZES = (4, 8)
@@ -42,7 +42,7 @@ class BatchCheck:
     def ok(self) -> bool:
         return math.isfinite(self.max_abs_error) and self.max_abs_error <= self.limit
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> JsonDict:
         return {"batch": self.batch, "max_abs_error": finite_or_none(self.max_abs_error), "limit": self.limit,
                 "output": self.output, "ok": self.ok}
 
@@ -66,14 +66,14 @@ class BatchVerification:
                  for c in self.checks if not c.ok]
         return found + ([self.problem] if self.problem else [])
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> JsonDict:
         return {"checks": [c.to_dict() for c in self.checks], "problem": self.problem, "ok": self.ok}
 
 
-Infer = Callable[[Mapping[str, Any]], Sequence[Any]]  # numpy arrays in and out (Any: numpy is imported inside)
+Infer = Callable[[JsonObject], Sequence[Any]]  # numpy arrays in and out (Any: numpy is imported inside)
 
 
-def verify_batches(infer: Infer, feeds: Sequence[Mapping[str, Any]], single: Sequence[Sequence[Any]], *,
+def verify_batches(infer: Infer, feeds: Sequence[JsonObject], single: Sequence[Sequence[Any]], *,  # Any: arrays
                    output_names: Sequence[str], steps: Sequence[float] = (), sizes: Sequence[int] = BATCH_SIZES,
                    ) -> BatchVerification:
     """Run ``infer`` on batches of ``sizes`` built from the batch-1 ``feeds`` (cycled when there are fewer) and

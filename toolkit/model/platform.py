@@ -22,9 +22,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from functools import lru_cache
 from types import ModuleType
-from typing import Any
 
 from toolkit.errors import DeviceError, UsageError
+from toolkit.model.records import JsonObject
 
 ARCH_ALIASES: Mapping[str, str] = {
     "amd64": "x86_64", "x64": "x86_64", "x86-64": "x86_64",
@@ -144,7 +144,7 @@ def match_profile(*, arch: str, cpu_model: str | None, model_name: str | None = 
     return "generic-aarch64"
 
 
-def match_environment(env: Mapping[str, Any]) -> str:
+def match_environment(env: JsonObject) -> str:
     """:func:`match_profile` for a device probe document (``device_probe.probe_environment``)."""
     return match_profile(arch=str(env.get("arch") or ""), cpu_model=env.get("cpu_model"),
                          model_name=env.get("device_model"), cpu_part=env.get("cpu_part"))
@@ -227,7 +227,7 @@ class DevicePlatform:
         return tags
 
     @classmethod
-    def from_probe(cls, doc: Mapping[str, Any]) -> DevicePlatform:
+    def from_probe(cls, doc: JsonObject) -> DevicePlatform:
         """From the device probe's document: the interpreter's arch (``pointer_bits`` 32 on a 64-bit kernel
         is a 32-bit userland), its Python version, ABI and glibc."""
         arch = normalize_arch(str(doc.get("wheel_arch") or doc.get("arch") or ""))

@@ -14,9 +14,9 @@ from __future__ import annotations
 import fnmatch
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
 
 from toolkit.errors import UsageError
+from toolkit.model.records import JsonDict, JsonObject
 from toolkit.model.vocabulary import Format
 
 # Where a TFLite artifact's nodes can run besides the CPU kernels: the runner's names for its delegates.
@@ -56,7 +56,7 @@ class RegressionPolicy:
                 hint="For example baseline_checks = 5, min_baseline_checks = 3.",
             )
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> JsonDict:
         return {"min_slowdown_pct": self.min_slowdown_pct, "min_slowdown_ms": self.min_slowdown_ms,
                 "alpha": self.alpha, "baseline_checks": self.baseline_checks,
                 "min_baseline_checks": self.min_baseline_checks}
@@ -77,7 +77,7 @@ class PlacementExpectation:
     artifacts: str = "*"
 
     @classmethod
-    def parse(cls, data: Mapping[str, Any]) -> PlacementExpectation:
+    def parse(cls, data: JsonObject) -> PlacementExpectation:
         """From a profile's or a manifest's ``[[placement]]`` table: the format word becomes its member."""
         if data.get("format") not in (Format.TFLITE, Format.ONNX):
             raise UsageError(f"placement: unknown format {data.get('format')!r}.", hint="Use tflite or onnx.")
@@ -98,7 +98,7 @@ class PlacementExpectation:
     def applies_to(self, file: str, fmt: str) -> bool:
         return fmt == self.format and fnmatch.fnmatchcase(file, self.artifacts)
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> JsonDict:
         return {"format": self.format, "on": self.on, "min_nodes_pct": self.min_nodes_pct,
                 "artifacts": self.artifacts}
 
@@ -124,7 +124,7 @@ class CheckPolicy:
         if self.min_throughput_ips is not None and not self.min_throughput_ips > 0:
             raise UsageError(f"check_policy: min_throughput_ips must be above 0 (got {self.min_throughput_ips}).")
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> JsonDict:
         return {
             "target": self.target,
             "latency_budget_ms": self.latency_budget_ms,
@@ -135,7 +135,7 @@ class CheckPolicy:
         }
 
     @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> CheckPolicy:
+    def from_dict(cls, data: JsonObject) -> CheckPolicy:
         """From :meth:`to_dict`'s form, its types already checked (a bundle's by the manifest schema,
         :mod:`toolkit.model.schemas.manifest`); the values are checked here, by the records themselves."""
         budget, floor, tolerance = data.get("latency_budget_ms"), data.get("min_throughput_ips"), data.get("tolerance")

@@ -12,10 +12,9 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any
 
 from toolkit.model.recipe import is_a16w8
-from toolkit.model.records import JsonObject
+from toolkit.model.records import JsonDict, JsonObject
 from toolkit.model.vocabulary import Precision
 
 MIXED_BELOW = 0.5  # quantized share of the weights under which an int8/dynamic artifact is labelled mixed
@@ -32,7 +31,7 @@ class FloatLayer:
     macs: float  # share of the model's multiply-accumulates
     why: str = "left float by the converter"
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> JsonDict:
         return {"name": self.name, "op": self.op, "weights": round(self.weights, 4), "macs": round(self.macs, 4),
                 "why": self.why}
 
@@ -67,7 +66,7 @@ class QuantizedShare:
             text += f"; largest float layer {top.name} ({top.op}, {_pct(top.weights)} of weights: {top.why})"
         return text
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> JsonDict:
         return {"weights": round(self.weights, 4), "macs": round(self.macs, 4) if math.isfinite(self.macs) else None,
                 "mixed": self.mixed,
                 "quantized_bytes": self.quantized_bytes, "float_bytes": self.float_bytes,

@@ -15,6 +15,7 @@ from enum import StrEnum
 from typing import Any
 
 from toolkit.errors import UsageError
+from toolkit.model.records import JsonObject
 
 
 class Role(StrEnum):
@@ -57,7 +58,7 @@ class OutputRole:
     classes_axis: int | None = None  # a dense map's class axis (of one sample's array), when it has one
 
 
-def parse_role(value: Any, *, where: str) -> Role:
+def parse_role(value: object, *, where: str) -> Role:
     """A role as the user wrote it, or a plain usage error with the nearest known word."""
     from toolkit.model.schemas.problems import did_you_mean
 
@@ -90,7 +91,7 @@ def parse_output_tasks(values: Sequence[str]) -> tuple[OutputDeclaration, ...]:
     return tuple(found)
 
 
-def dataset_outputs(table: Mapping[str, Mapping[str, Any]] | None) -> tuple[OutputDeclaration, ...]:
+def dataset_outputs(table: Mapping[str, JsonObject] | None) -> tuple[OutputDeclaration, ...]:
     """dataset.toml's ``[outputs.NAME]`` tables (already schema-checked) -> declarations."""
     return tuple(OutputDeclaration(name, parse_role(entry["task"], where=f"dataset.toml [outputs.{name}]"),
                                    "dataset.toml", entry.get("blank"))

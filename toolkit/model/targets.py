@@ -25,11 +25,12 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from toolkit.errors import UsageError
 from toolkit.model.policy import CheckPolicy, PlacementExpectation, RegressionPolicy
 from toolkit.model.profile_files import DOCS, ProfileSource, build_recipe, read_layers, refusal, resolve
+from toolkit.model.records import JsonDict, JsonObject
 from toolkit.model.schemas.problems import did_you_mean
 from toolkit.model.tolerance import Tolerance  # the one Tolerance type
 from toolkit.model.recipe import Recipe
@@ -82,7 +83,7 @@ class RuntimeRequirement:
         """``>=2.14, <2.15`` style text for tables."""
         return self.specifier or "any"
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> JsonDict:
         return {"name": self.name, "min_version": self.min_version, "max_version": self.max_version,
                 "note": self.note}
 
@@ -97,7 +98,7 @@ class Accelerator:
     execution_providers: tuple[str, ...] = ()
     note: str | None = None
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> JsonDict:
         return {"name": self.name, "kind": self.kind, "delegate": self.delegate,
                 "execution_providers": list(self.execution_providers), "note": self.note}
 
@@ -129,7 +130,7 @@ class TargetProfile:
     extends: str | None = None
     lineage: tuple[str, ...] = ()  # the files merged, this one first, then its parents
     sources: tuple[str, ...] = ()  # links to the documents the facts come from
-    provider_options: Mapping[str, Mapping[str, Any]] = field(default_factory=dict, hash=False)
+    provider_options: Mapping[str, JsonObject] = field(default_factory=dict, hash=False)
     regression: RegressionPolicy = RegressionPolicy()  # when a check is a latency regression ([regression])
     placement: tuple[PlacementExpectation, ...] = ()  # where nodes must run ([[placement]])
     min_throughput_ips: float | None = None  # the throughput floor check --throughput gates on
@@ -149,7 +150,7 @@ class TargetProfile:
                 return requirement
         return None
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> JsonDict:
         return {
             "name": self.name,
             "description": self.description,
@@ -266,7 +267,7 @@ def _check_order(path: Path, recipes: Sequence[Recipe], fallback: Sequence[str],
 
 
 def _providers(path: Path, profile: ProfileFile,
-               runtime_names: set[str]) -> tuple[tuple[str, ...], dict[str, dict[str, Any]]]:
+               runtime_names: set[str]) -> tuple[tuple[str, ...], dict[str, JsonDict]]:
     """The execution providers (CPU by default where onnxruntime is listed) and their options."""
     default = ["CPUExecutionProvider"] if Runtime.ONNXRUNTIME in runtime_names else []
     providers = tuple(profile.execution_providers if profile.execution_providers is not None else default)
@@ -294,7 +295,7 @@ def _policies(path: Path, profile: ProfileFile) -> tuple[RegressionPolicy, tuple
     return regression, tuple(placement)
 
 
-def _validated(data: Mapping[str, Any], lineage: tuple[ProfileSource, ...]) -> ProfileFile:
+def _validated(data: JsonObject, lineage: tuple[ProfileSource, ...]) -> ProfileFile:
     """The merged data through the schema, with every required key; a profile needs a recipe and a runtime."""
     from toolkit.model.schemas import validate
     from toolkit.model.schemas.targets import ProfileFile
@@ -310,7 +311,7 @@ def _validated(data: Mapping[str, Any], lineage: tuple[ProfileSource, ...]) -> P
     return profile
 
 
-def _build(data: Mapping[str, Any], lineage: tuple[ProfileSource, ...]) -> TargetProfile:
+def _build(data: JsonObject, lineage: tuple[ProfileSource, ...]) -> TargetProfile:
     top = lineage[0]
     path = top.path
     profile = _validated(data, lineage)

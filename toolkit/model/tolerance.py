@@ -10,9 +10,9 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
 
 from toolkit.errors import UsageError
+from toolkit.model.records import JsonDict, JsonObject
 
 
 @dataclass(frozen=True)
@@ -95,14 +95,14 @@ class Tolerance:
                 raise UsageError(f"tolerance.{name} must be {limit.words} (got {value!r}).", hint=limit.fix)
 
     @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> Tolerance:
+    def from_dict(cls, data: JsonObject) -> Tolerance:
         """From a profile's (already key-checked) ``[tolerance]`` table; missing keys take the defaults."""
         unknown = sorted(set(data) - set(LIMITS))
         if unknown:
             raise UsageError(f"Unknown tolerance key(s): {', '.join(unknown)}.",
                              hint=f"Known keys: {', '.join(LIMITS)}.")
-        values: dict[str, Any] = {key: value if LIMITS[key].whole else float(value) for key, value in data.items()}
+        values: JsonDict = {key: value if LIMITS[key].whole else float(value) for key, value in data.items()}
         return cls(**values)
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> JsonDict:
         return dataclasses.asdict(self)

@@ -23,7 +23,7 @@ if TYPE_CHECKING:  # pragma: no cover - pydantic loads only when a file is read
 M = TypeVar("M", bound="BaseModel")
 
 
-def validate(model: type[M], data: Any, *, file: object, docs: str, partial: bool = False,
+def validate(model: type[M], data: object, *, file: object, docs: str, partial: bool = False,
              missing_context: str = "") -> M | None:
     """``data`` as a ``model``, or a UsageError for the first problem (unknown keys first).
 

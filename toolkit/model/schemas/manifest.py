@@ -231,7 +231,7 @@ class ManifestM(Table):
 # ------------------------------------------------------------------------------------------- reading
 
 
-def read_manifest(data: Any, where: str = "manifest.json") -> Manifest:
+def read_manifest(data: object, where: str = "manifest.json") -> Manifest:
     """``data`` (a parsed ``manifest.json``) as a :class:`Manifest`, or a UsageError naming ``where``, the key
     and the fix. A ``schema_version`` newer than this edgetk's is refused before anything else."""
     version = data.get("schema_version") if isinstance(data, Mapping) else None

@@ -10,6 +10,7 @@ key could have been (its fields, its vocabulary). This module turns the three in
 
 Keys inside a table the user named (``[devices.pi-1]``) are reported relative to that table's header, so an
 inventory error reads ``inv.toml: [devices.pi-1]: unknown key 'hots' (did you mean 'host'?).``
+The schema's types are walked as ``Any``: a type expression (Annotated, a union) has no type of its own.
 """
 
 from __future__ import annotations
@@ -167,7 +168,7 @@ def describe(tp: Any) -> str:
     return "a value of another kind"
 
 
-def toml_type(value: Any) -> str:
+def toml_type(value: object) -> str:
     """The TOML word for a parsed value's type."""
     if isinstance(value, bool):
         return "a boolean"
@@ -190,7 +191,7 @@ def _leaf(loc: Sequence[str | int]) -> str:
 
 
 def problems(error: Any, model: type, *, docs: str, missing_context: str = "") -> list[Problem]:
-    """Every error in a ``pydantic.ValidationError`` against ``model``, as :class:`Problem`; unknown keys
+    """Every error in a ``pydantic.ValidationError`` (Any: not imported here) against ``model``, as :class:`Problem`; unknown keys
     first (a typo also makes a required key "missing": the typo is the news), missing keys last."""
     out: list[Problem] = []
     for item in error.errors(include_url=False):
