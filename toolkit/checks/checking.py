@@ -1,24 +1,11 @@
 """Check a deployed bundle ON the device: run its runner, parse the JSON, gate, record in the history.
 
 Everything check gates on that is not measured comes from the bundle itself: the manifest's ``check_policy``
-(:mod:`toolkit.model.policy`, written at convert time from the target profile), never from a profile looked up again
-by name, so a bundle built with a user's profile gates the same on every machine. ``--budget-ms`` and
-``--regression-pct`` override it. A bundle without a policy (built by an older edgetk) is still checked; the
-gates it cannot run are listed as ``skipped`` notes, which never fail a check.
-
-Gates (each failure is one line naming the artifact; the check fails when any remains):
-
-- the artifact ran (a runner error such as ``missing_runtime`` is a failure with the runner's hint);
-- outputs match the golden outputs (the runner's ``outputs_match.ok``);
-- **budget**: p90 <= ``--budget-ms``, else the policy's ``latency_budget_ms``;
-- **regression** (:mod:`toolkit.regression`): the raw latency samples of this check against the pooled samples
-  of the last ``baseline_checks`` checks of the same bundle name, device and artifact that were not themselves
-  regressions: a one-sided Mann-Whitney U test AND a minimum effect in percent and in ms beyond the slowest of
-  those checks. ``--baseline none`` turns it off; ``--baseline CHECK_ID`` compares with that one check;
-- **placement**: for each of the policy's placement expectations that applies to the artifact, at least
-  ``min_nodes_pct`` percent of its nodes ran on the intended delegate or execution provider; the failure names
-  the operators that fell back. An ONNX artifact whose provider the device's onnxruntime lacks has fallen back
-  entirely, which is a failure, not a pass.
+(:mod:`toolkit.model.policy`), never from a profile looked up again by name, so a bundle built with a user's
+profile gates the same on every machine; ``--budget-ms`` and ``--regression-pct`` override it. A bundle without
+a policy (built by an older edgetk) is still checked; the gates it cannot run are ``skipped`` notes, which never
+fail a check. The gates (ran, outputs match, budget, regression, placement: :mod:`toolkit.checks.gates`) are
+documented in docs/verification.md.
 """
 
 from __future__ import annotations

@@ -1,18 +1,9 @@
 """The eval set on the device (``edgetk convert --device-eval N``, ``edgetk check --eval``).
 
-At convert time the bundle gets ``eval/``: the first N held-out inputs (``input_<i>.npy``, float32, stacked as
-the golden inputs are), the float model's outputs for them (``reference.npz``, ``output_<k>``) and their labels
-(``labels.npy``) when the eval data has them. Only the inputs ever go to a device, and only when a check asks
-(``check --eval`` pushes them into the installed version's folder once): ``deploy`` does not carry them, so a
-bundle stays as small on the device as without them.
-
-On the device the runner's ``eval`` command runs every sample through one artifact, reading the inputs from
-their memory-mapped files one chunk at a time (a chunk is sized to a quarter of the device's available memory)
-and writing the raw outputs in the artifact's own dtype (an int8 output stays one byte a value) with their
-scale and zero point. The host fetches them, dequantizes and scores them with the same task metrics convert
-used (:func:`toolkit.verification.verify.compare`): the device's outputs against the labels and against the float model's,
-the float model's against the labels beside them. Without labels only the agreement with the float model is
-reported, and the result says so.
+Only the eval inputs (``eval/``) ever go to a device, and only when a check asks: ``deploy`` does not carry
+them, so a bundle stays as small on the device as without them. The runner's ``eval`` command writes raw outputs
+in the artifact's own dtype with their scale and zero point; the host dequantizes and scores them with the
+task metrics convert used (:func:`toolkit.verification.verify.compare`). File layout: docs/verification.md.
 """
 
 from __future__ import annotations

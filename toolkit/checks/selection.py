@@ -1,19 +1,11 @@
 """The device chooses: which of a bundle's artifacts a device runs, decided by that device's own check.
 
-The manifest's ``preferred`` artifact is the profile's proposal (its recipe order and the accuracy proven at
-convert time); host latency cannot rank artifacts for another CPU (toolkit.conversion.host_timing). Each check
-measures every artifact the bundle ships; :func:`choose` then selects, for that device, the fastest artifact
-that passed verification at convert time (an ``unverified`` one only where no verified one passes, as for the
-manifest's preference) and passes its gates there (budget, correctness, placement, ...).
-When the fastest and others are inside each other's noise (the regression gate's test both ways:
-:func:`toolkit.regression.compare`), the smallest file wins.
-
-A selection is sticky: it is re-done when the installed version or the device's runtimes change; otherwise the
-previous selection stays unless it no longer passes, or another artifact is measurably faster. A pinned
-selection (``edgetk check --select FILE``) stays until the version changes or the pinned file cannot run there.
-Runs taken while the device throttles (:func:`toolkit.model.runner_report.throttled`) decide nothing.
-Nothing passing selects nothing, with the reason per artifact. The selection is written on the device as ``selected.json`` beside ``current``
-(:func:`on_device`), in the history, and in every check's report.
+The manifest's ``preferred`` artifact is the profile's proposal; host latency cannot rank artifacts for another
+CPU (toolkit.conversion.host_timing). :func:`choose` selects, for that device, the fastest artifact that passed
+verification at convert time (an ``unverified`` one only where no verified one passes) and passes its gates
+there; inside each other's noise (:func:`toolkit.regression.compare` both ways), the smallest file wins.
+Stickiness, pinning and throttled runs: docs/verification.md. The selection is written on the device as
+``selected.json`` beside ``current`` (:func:`on_device`), in the history, and in every check's report.
 """
 
 from __future__ import annotations

@@ -1,23 +1,9 @@
 """Target profiles: read ``targets/*.toml`` (shipped, then the user's), validate them, resolve ``extends``.
 
-A profile is what the toolkit knows about one kind of device: its CPU, memory, OS and Python, the runtimes it
-can carry (with version bounds), its accelerators, the highest ONNX opset its runtime loads, and an ORDERED
-list of :class:`~toolkit.model.recipe.Recipe` (the first one that passes verification and is faster than fp32 ships
-as the preferred artifact), a latency budget, an accuracy tolerance and a fallback order of precisions.
-
-Where profiles come from, later wins (a user profile with a shipped name replaces it):
-
-1. the shipped folder (:func:`toolkit.resources.targets_dir`),
-2. every folder in ``EDGETK_TARGETS_PATH`` (``os.pathsep``-separated),
-3. every ``--targets-dir`` folder, in the order given.
-
-``extends = "raspberry-pi-4"`` starts from that profile and deep-merges this file over it (tables merge key by
-key; arrays, ``recipes`` among them, are replaced wholesale; ``sources`` are added). A profile that extends its
-own name extends the profile it shadows, so a user's ``raspberry-pi-4.toml`` can say
-``extends = "raspberry-pi-4"`` and change only the budget.
-
-Every mistake in a file is refused with one :class:`~toolkit.errors.UsageError` that names the file, the key
-and the fix. The schema is documented in ``docs/targets.md``.
+A profile is what the toolkit knows about one kind of device (CPU, memory, runtimes, accelerators, opset), an
+ORDERED list of :class:`~toolkit.model.recipe.Recipe`, a latency budget, a tolerance and a fallback order.
+Where profiles come from (later wins), how ``extends`` merges and the schema: docs/targets.md. Every mistake in
+a file is refused with one :class:`~toolkit.errors.UsageError` that names the file, the key and the fix.
 """
 
 from __future__ import annotations
