@@ -1,16 +1,11 @@
 """Where a device's outputs part from the golden ones: the first layer whose error is beyond what quantization
 explains.
 
-At convert time each INT8 artifact with a layer table gets a layer probe (:mod:`toolkit.conversion.layer_probe`);
-the manifest records each file's sha256 (``on_demand``, :mod:`toolkit.delivery.on_demand`); none goes to a
-device with ``deploy``.
-
-When a check finds outputs that differ from the golden outputs, the host pushes the probe (and the ONNX copy)
-and the device runs the same samples with those tensors exposed (the runner's ``layers`` command: TFLite's
-``experimental_preserve_all_tensors``; ONNX: the copy), after checking each file it reads against its
-manifest's sha256. The host names the first layer
-whose error exceeds its expected error: ``2 x`` the host's own INT8 error there plus ``2 x`` the table's own
-error of that layer, plus 0.005 of the range.
+When a check finds outputs that differ from the golden outputs, the host pushes the INT8 artifact's layer probe
+(:mod:`toolkit.conversion.layer_probe`; never carried by ``deploy``) and the device runs the same samples with
+its tensors exposed (the runner's ``layers`` command), each file checked against the manifest's sha256. The
+first layer whose error exceeds ``2 x`` the host's own INT8 error there plus ``2 x`` the table's own error of
+that layer, plus 0.005 of the range, is named.
 """
 
 from __future__ import annotations

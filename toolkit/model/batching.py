@@ -1,16 +1,11 @@
 """Batch > 1 verification of a dynamic-batch artifact on the host, at convert time.
 
-``convert --dynamic-batch`` promises that the artifact runs at any batch size. Batching must not change any one
-sample's result: each sample's outputs at batch 4 and 8 are compared with that sample's outputs at batch 1 (the
-artifact against itself, in its own runtime), and the largest difference is written to the manifest
-(:class:`BatchVerification`). An artifact that mixes samples across the batch (a normalization over the
-batch axis, or a dynamic quantizer whose activation scale is taken over the whole batch), or that drops the
-batch dimension from an output, is then not ``ok``.
-
-The limit per output is the runner's per-sample rule (``edgetk check --throughput``): 1e-4 x the output's
-largest magnitude at batch 1 (at least 1e-4: kernels may sum in another order at another batch size), plus one
-quantization step for an integer output. Records are stdlib only (:class:`~toolkit.model.artifact.ArtifactRecord` embeds them); the check
-imports numpy inside.
+``convert --dynamic-batch`` promises that the artifact runs at any batch size, and batching must not change
+any one sample's result: each sample's outputs at batch 4 and 8 are compared with its outputs at batch 1 (the
+artifact against itself). An artifact that mixes samples across the batch (a normalization over the batch
+axis, a dynamic quantizer scaled over the whole batch) or drops the batch dimension is then not ``ok``. The
+limit is the runner's per-sample rule (docs/verification.md; at least 1e-4: kernels may sum in another order at
+another batch size). Records are stdlib only; the check imports numpy inside.
 """
 
 from __future__ import annotations

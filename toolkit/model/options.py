@@ -1,17 +1,10 @@
 """The options that several commands share, each written once: a frozen dataclass per group whose fields say
 what the option is, its default and its command-line flag.
 
-* :class:`ConvertOptions`: what ``edgetk convert`` (and ``edgetk run``) takes; the convert stage's input.
-* :class:`DeviceOptions`: which devices and how to reach them (``deploy``, ``check``, ``status``, ``run``...).
-* :class:`CheckOptions`: how a check runs and gates (``check``, ``deploy --check``, ``run``).
-
 The CLI's click options are generated from these fields (``toolkit.cli.options.click_options``), the API's
-keyword arguments are checked against them (:func:`split_keywords`) and listed in each API function's
-signature (:func:`with_option_keywords`), and ``run.toml`` records them under their flag names. Adding an
-option to a group is one field here (with its :func:`flag`) plus the code that uses the value.
-
-This module is imported by ``edgetk --help``: the standard library's ``dataclasses`` and ``enum`` only (paths
-and the choice lists load when a value is converted).
+keyword arguments are checked against them (:func:`split_keywords`), and ``run.toml`` records them under their
+flag names: adding an option is one field here (with its :func:`flag`) plus the code that uses the value. This
+module is imported by ``edgetk --help``: ``dataclasses`` and ``enum`` only.
 """
 
 from __future__ import annotations

@@ -1,17 +1,9 @@
 """What a device is, host side: the one arch table, ARM core names, the wheel platform, the matching profile.
 
-The device reports raw facts (``toolkit/device_side/device_probe.py``: ``uname -m``, cpuinfo's model name and
-CPU part, the board's device-tree model, glibc, the interpreter's ABI and pointer width); this module is the
-one place that names them:
-
-- :func:`normalize_arch`: ``uname -m`` / Debian / Docker spellings -> ``aarch64``, ``armv7l``, ``x86_64``.
-  ``armv8l`` is a 32-bit ARM userland on an ARMv8 core (``linux32``, a 32-bit kernel): it runs armv7l code and
-  wheels, never aarch64 ones, so it is ``armv7l`` here for deploy, probe and setup alike;
-- :class:`DevicePlatform`: what decides which wheels a device can install (``edgetk devices setup``);
-- :func:`match_profile`: the shipped target profile that best fits a probed device (each profile's ``[match]``);
-- :func:`probe_local`: this machine, through the same device probe, loaded in-process.
-
-stdlib only; nothing here imports numpy or a framework.
+The device reports raw facts (``toolkit/device_side/device_probe.py``: ``uname -m``, cpuinfo, the device-tree
+model, glibc, the interpreter's ABI); this module is the one place that names them. ``armv8l`` is a 32-bit ARM
+userland on an ARMv8 core (``linux32``): it runs armv7l code and wheels, never aarch64 ones, so it is
+``armv7l`` here for deploy, probe and setup alike. stdlib only; nothing here imports numpy or a framework.
 """
 
 from __future__ import annotations
