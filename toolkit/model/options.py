@@ -80,11 +80,6 @@ def with_option_keywords(*classes: type) -> Callable[[Callable[..., T]], Callabl
     return decorate
 
 
-def as_keywords(options: object) -> JsonDict:
-    """The flagged fields of an options object as keyword arguments (to pass them on)."""
-    return {o.field: getattr(options, o.field) for o in options_of(type(options))}
-
-
 # --------------------------------------------------------------------------------------------- the groups
 
 
