@@ -25,15 +25,10 @@ TFLITE_PLACES: tuple[str, ...] = ("xnnpack", "edgetpu", "gpu")
 
 @dataclass(frozen=True)
 class RegressionPolicy:
-    """When a check is a latency regression against the history of the same bundle, device and artifact.
-
-    The baseline is the pooled raw latency samples of the last ``baseline_checks`` passing checks (several
-    runner processes: one process's median lands on one of two levels about 1.5x apart on shared VMs). A check
-    regresses only when all three hold: its samples are slower than the pooled baseline by a one-sided
-    Mann-Whitney U test at ``alpha``; its median is more than ``min_slowdown_pct`` percent above the slowest
-    per-check median of the baseline (the level the unchanged artifact has already shown); and that is more
-    than ``min_slowdown_ms`` milliseconds. Until ``min_baseline_checks`` checks exist the gate is skipped, and
-    says so.
+    """When a check is a latency regression against the history of the same bundle, device and artifact
+    (the three conditions and their defaults: docs/targets.md). The baseline pools the raw samples of the last
+    ``baseline_checks`` passing checks, and the slowdown is measured from the slowest per-check median among them,
+    because one runner process's median lands on one of two levels about 1.5x apart on shared VMs.
     """
 
     min_slowdown_pct: float = 25.0
