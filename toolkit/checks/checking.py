@@ -39,9 +39,6 @@ def regression_policy_for(policy: CheckPolicy | None, options: GateOptions) -> R
     return base
 
 
-# --------------------------------------------------------------------------------------------- parsing
-
-
 def gate(
     report: CheckReport,
     *,
@@ -116,9 +113,6 @@ def gate(
     return GateResult(not failures, tuple(failures), tuple(dict.fromkeys(skipped)), details)
 
 
-# --------------------------------------------------------------------------------------------- baselines
-
-
 def _stored_samples(stored: StoredCheck) -> list[float]:
     return list(latency_samples(stored.report.get("latency_samples_ms")))
 
@@ -174,9 +168,6 @@ def _regression(
     return decide(current, [(found.check_id, samples)], policy, min_checks=1), True
 
 
-# --------------------------------------------------------------------------------------------- check
-
-
 def on_device_accuracy(device: Device, bundle: Bundle, vdir: str, reports: list[CheckReport], *,
                        evaluate: bool) -> list[CheckReport]:
     """Outputs that differ from the golden ones get the first diverging layer named (:mod:`toolkit.checks.divergence`);
@@ -204,8 +195,6 @@ def on_device_accuracy(device: Device, bundle: Bundle, vdir: str, reports: list[
             results = {a: {"available": False, "note": exc.message} for a in ran}
         out = [device_eval.attach(r, results.get(r.artifact)) for r in out]
     return out
-
-
 
 
 def require_baseline(store: Store, baseline: str) -> None:

@@ -34,9 +34,6 @@ FLOOR = 0.005  # of the float range: below this no layer counts as diverged
 TIMEOUT_S = 600.0
 
 
-# --------------------------------------------------------------------------------------------- device
-
-
 def limit_of(layer: JsonObject) -> float:
     """The error a layer may show on a device before it counts as diverged."""
     return 2.0 * float(layer.get("host_error") or 0.0) + 2.0 * float(layer.get("table_error") or 0.0) + FLOOR

@@ -74,9 +74,6 @@ def judge_placement(report: CheckReport, expectation: PlacementExpectation) -> t
     return None, f"placement of {name}: the runner reported no per-node placement to judge {want}", detail
 
 
-# --------------------------------------------------------------------------------------------- gates
-
-
 def regression_text(name: str, verdict: RegressionVerdict, policy: RegressionPolicy, explicit: bool) -> str:
     assert verdict.current_p50_ms is not None and verdict.reference_ms is not None
     against = (f"baseline {verdict.baseline_checks[0]}" if explicit

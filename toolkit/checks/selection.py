@@ -31,7 +31,7 @@ SELECTED_FILE = "selected.json"  # in ~/.edgetk/bundles/<name>/, beside ``curren
 # only where no verified artifact is
 SELECTABLE = (ArtifactStatus.OK, ArtifactStatus.NO_SPEEDUP_MEASURED, ArtifactStatus.SLOWER)
 # the regression gate's test and minimum effects (alpha 0.01, 25%, 0.2 ms): artifacts are measured in separate
-# runner processes, whose medians land on levels up to ~1.5x apart on a shared device (toolkit/regression.py)
+# runner processes (why that needs them: toolkit.model.policy.RegressionPolicy)
 _GATE = RegressionPolicy()
 ALPHA, MIN_PCT, MIN_MS = _GATE.alpha, _GATE.min_slowdown_pct, _GATE.min_slowdown_ms
 

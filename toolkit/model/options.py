@@ -80,9 +80,6 @@ def with_option_keywords(*classes: type) -> Callable[[Callable[..., T]], Callabl
     return decorate
 
 
-# --------------------------------------------------------------------------------------------- the groups
-
-
 def _task_names() -> tuple[str, ...]:
     from toolkit.model.tasks import Task
 

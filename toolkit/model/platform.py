@@ -142,9 +142,6 @@ def match_environment(env: JsonObject) -> str:
                          model_name=env.get("device_model"), cpu_part=env.get("cpu_part"))
 
 
-# ------------------------------------------------------------------------------------------- this machine
-
-
 @lru_cache(maxsize=1)
 def device_probe_module() -> ModuleType:
     """``toolkit/device_side/device_probe.py`` loaded in-process (it is stdlib-only), for ``local``."""
@@ -166,9 +163,6 @@ def probe_local() -> tuple[str, str | None, str | None]:
 def host_profile_name() -> str:
     """The shipped profile that matches this machine (``generic-x86_64`` on an x86-64 PC)."""
     return match_environment(device_probe_module().probe_environment())
-
-
-# ------------------------------------------------------------------------------------------- wheels
 
 
 @dataclass(frozen=True)

@@ -26,9 +26,6 @@ if TYPE_CHECKING:  # pragma: no cover - pydantic loads only when a file is read
     from toolkit.model.schemas.targets import ProfileFile
 
 
-# ------------------------------------------------------------------------------------------- data
-
-
 @dataclass(frozen=True)
 class RuntimeRequirement:
     """A runtime the device can carry, with inclusive version bounds.
@@ -178,9 +175,6 @@ def check_policy_from_profile(profile: TargetProfile) -> CheckPolicy:
     )
 
 
-# ------------------------------------------------------------------------------------------- versions
-
-
 def parse_version(text: str) -> tuple[int, ...] | None:
     """The release numbers of a PEP 440 version: ``"1.16.3+cu118"`` -> (1, 16, 3); None when it is none."""
     from packaging.version import InvalidVersion, Version
@@ -202,8 +196,6 @@ def runtime_supports(profile: TargetProfile, runtime: str, version: str) -> bool
     requirement = profile.runtime(runtime)
     return requirement is not None and requirement.admits(version)
 
-
-# ------------------------------------------------------------------------------------------- building
 
 # The schema (keys, types, vocabularies, bounds) is a pydantic model in toolkit.model.schemas.targets; reading
 # the files and merging ``extends`` is toolkit.model.profile_files. What stays here are the checks across keys,

@@ -228,8 +228,6 @@ def ssd_metrics(ref: Sequence[np.ndarray], act: Sequence[np.ndarray], *, layout:
     return _metrics(matched, int(ref_on.sum()), int(act_on.sum()), threshold, "ssd")
 
 
-# --------------------------------------------------------------------------------------------- SSD anchors
-
 SSD_NMS_IOU = 0.3  # MediaPipe's min_suppression_threshold for its face and palm detectors
 
 

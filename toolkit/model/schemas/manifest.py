@@ -59,10 +59,6 @@ DOCS = "docs/schemas/convert.md"
 REBUILD = "Rebuild the bundle with `edgetk convert`"
 
 
-
-# ------------------------------------------------------------------------------------------- the schema
-
-
 class QuantizationM(Table):
     scale: list[Number]
     zero_point: list[Int]
@@ -226,9 +222,6 @@ class ManifestM(Table):
     config: Free | None = None
     check_policy: CheckPolicyM | None = None
     on_demand: list[FileRefM] | None = None  # schema 3
-
-
-# ------------------------------------------------------------------------------------------- reading
 
 
 def read_manifest(data: object, where: str = "manifest.json") -> Manifest:

@@ -29,9 +29,6 @@ from toolkit.errors import UsageError
 _BARE_KEY = re.compile(r"^[A-Za-z0-9_-]+$")
 
 
-# ------------------------------------------------------------------------------------------- did you mean
-
-
 def closest(word: str, choices: Iterable[str]) -> str | None:
     """The choice ``word`` was most likely meant to be (case-insensitive), or None when none is close."""
     by_lower = {str(c).lower(): str(c) for c in choices}
@@ -46,9 +43,6 @@ def did_you_mean(word: str, choices: Iterable[str], *, sentence: bool = False) -
     if match is None:
         return ""
     return f"Did you mean {match!r}? " if sentence else f" (did you mean {match!r}?)"
-
-
-# ------------------------------------------------------------------------------------------- problems
 
 
 @dataclass(frozen=True)
