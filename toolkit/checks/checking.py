@@ -1,11 +1,8 @@
 """Check a deployed bundle ON the device: run its runner, parse the JSON, gate, record in the history.
 
-Everything check gates on that is not measured comes from the bundle itself: the manifest's ``check_policy``
-(:mod:`toolkit.model.policy`), never from a profile looked up again by name, so a bundle built with a user's
-profile gates the same on every machine; ``--budget-ms`` and ``--regression-pct`` override it. A bundle without
-a policy (built by an older edgetk) is still checked; the gates it cannot run are ``skipped`` notes, which never
-fail a check. The gates (ran, outputs match, budget, regression, placement: :mod:`toolkit.checks.gates`) are
-documented in docs/verification.md.
+What is not measured is gated from the bundle's own ``check_policy`` (:mod:`toolkit.model.policy` says why),
+never from a profile looked up again by name; ``--budget-ms`` and ``--regression-pct`` override it. The gates
+(ran, outputs match, budget, regression, placement: :mod:`toolkit.checks.gates`) are in docs/verification.md.
 """
 
 from __future__ import annotations

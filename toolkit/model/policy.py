@@ -1,12 +1,9 @@
 """The check policy: what ``edgetk check`` gates a bundle against, frozen into ``manifest.json`` at convert time.
 
-Convert builds it from the target profile (:func:`toolkit.model.targets.check_policy_from_profile`) and
-writes it under the manifest's ``check_policy`` key; check gates from the bundle alone, so a bundle built with
-a user's ``--targets-dir`` profile keeps its budget, its regression thresholds and its placement expectation on
-every machine that checks it, whether or not that profile exists there. A bundle written before the policy
-existed has none: check says so in the gate's ``skipped`` notes instead of guessing from a profile name.
-
-Stdlib only (the manifest types import it).
+Convert builds it from the target profile (:func:`toolkit.model.targets.check_policy_from_profile`); check gates
+from the bundle alone, so a bundle built with a user's ``--targets-dir`` profile keeps its budget, regression
+thresholds and placement expectations on every machine that checks it. A bundle written before the policy
+existed has none: check says so in ``skipped`` notes instead of guessing from a profile name. Stdlib only.
 """
 
 from __future__ import annotations

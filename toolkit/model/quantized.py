@@ -1,11 +1,9 @@
 """How much of a quantized artifact really runs in integer: the record written per artifact to the manifest.
 
 A selective or fragile-op build can keep the layers that hold most of the weights in float (findings.md 6: an
-"int8" TFLite with a dense layer of 75% of the weights left float, 0.91x the fp32 file, 1.9x its latency).
-The label of such an artifact says ``mixed``: below ``MIXED_BELOW`` of its weights in int8/int16 compute it is
-never presented as plain INT8. ``toolkit.runtimes.inspection.share`` reads the figures from the artifact itself.
-
-Stdlib only (embedded in :class:`~toolkit.model.artifact.ArtifactRecord`).
+"int8" TFLite with a dense layer of 75% of the weights left float, 0.91x the fp32 file, 1.9x its latency), so
+below ``MIXED_BELOW`` of its weights in int8/int16 compute an artifact is labelled ``mixed``, never plain INT8.
+``toolkit.runtimes.inspection.share`` reads the figures from the artifact. Stdlib only.
 """
 
 from __future__ import annotations

@@ -1,12 +1,9 @@
-"""Schemas of the files users write (target profiles, the device inventory, an image folder's
-``dataset.toml``, ``run.toml``) and the bundle's ``manifest.json`` (:mod:`toolkit.model.schemas.manifest`), as pydantic
-2 models with ``extra="forbid"``, at the file boundary only.
-
-A file is parsed (``tomllib``), validated here, and turned into the frozen dataclasses of
-:mod:`toolkit.model` and friends that flow between the stages; nothing past the boundary sees pydantic.
-Every refusal goes through :mod:`toolkit.model.schemas.problems`, the one did-you-mean formatter, so each message
-names the file, the key and the fix. pydantic is imported only when a file is read (``edgetk --help`` never
-loads it): import these modules inside functions.
+"""Schemas of the files users write (target profiles, the device inventory, ``dataset.toml``, ``run.toml``)
+and of the bundle's ``manifest.json``, as pydantic 2 models with ``extra="forbid"``, at the file boundary only:
+a file is parsed, validated here, and turned into the frozen dataclasses of :mod:`toolkit.model`; nothing past
+the boundary sees pydantic. Every refusal goes through :mod:`.problems`, so each message names the file, the
+key and the fix. pydantic is imported only when a file is read (``edgetk --help`` never loads it): import these
+modules inside functions.
 """
 
 from __future__ import annotations

@@ -1,13 +1,10 @@
-"""The schema of a bundle's ``manifest.json`` (docs/schemas/convert.md), as pydantic 2 models with
-``extra="forbid"``, and :func:`read_manifest`, which turns a validated one into the frozen
-:class:`~toolkit.model.manifest.Manifest` the stages share.
+"""The schema of a bundle's ``manifest.json`` (docs/schemas/convert.md), and :func:`read_manifest`, which
+turns a validated one into the frozen :class:`~toolkit.model.manifest.Manifest` the stages share.
 
 Unknown keys are refused: a manifest is written by ``edgetk convert`` and read under the same contract
 (``schema_version``); a key this edgetk does not know is a hand edit gone wrong, or comes from a newer edgetk,
 whose ``schema_version`` is refused first ("upgrade edge-toolkit"). Free-form tables (``recipe``, ``config``,
-``runtime_preferences``, ``metrics``, ``task_metrics``, ``user_metric``, ``provider_options``) are not checked
-inside. Every refusal names the file and the key (``manifest.json: the key 'artifacts[0].bytes' must be an
-integer, got a string ('x').``) through :mod:`toolkit.model.schemas.problems`, with the fix.
+``metrics``, ...) are not checked inside.
 """
 
 from __future__ import annotations
