@@ -5,7 +5,6 @@ note on why the gate could not judge."""
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
 
 from toolkit.model.policy import PlacementExpectation, RegressionPolicy
 from toolkit.model.device_records import CheckReport

@@ -143,13 +143,9 @@ class ArtifactRecord:
     # ONNX Runtime options per provider (from the target profile), passed with each provider the device has.
     provider_options: Mapping[str, JsonObject] = field(default_factory=dict)
     delegate: str | None = None  # a TFLite delegate the artifact needs (``libedgetpu.so.1`` for Edge TPU models)
-    # I/O that stayed float in an INT8 artifact whose recipe asks for integer I/O, and why (none: as asked)
-    float_io: tuple[FloatIO, ...] = ()
-    # A dynamic-batch artifact's outputs per sample at batch 4 and 8 against batch 1 (None: batch not dynamic)
-    batching: BatchVerification | None = None
-    # An int8/dynamic artifact's share of weights and MACs computed in integer, read from the file (None:
-    # not quantized, or written before it was recorded); below half of the weights it is labelled mixed
-    quantized: QuantizedShare | None = None
+    float_io: tuple[FloatIO, ...] = ()  # empty: the I/O is as the recipe asked
+    batching: BatchVerification | None = None  # None: the batch is not dynamic
+    quantized: QuantizedShare | None = None  # None: not quantized, or written before it was recorded
     pte: PteRecord | None = None  # ExecuTorch artifacts: delegated share and bundled self-check
 
 

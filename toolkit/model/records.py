@@ -90,7 +90,6 @@ class SliceMetrics:
                 "mean_abs_error": finite_or_none(self.mean_abs_error), "max_error_ratio": finite_or_none(self.max_error_ratio)}
 
 
-
 @dataclass(frozen=True)
 class OutputMetrics:
     """One output of the artifact against the float model's, whole and (where its ranges differ) per slice."""

@@ -12,7 +12,6 @@ from __future__ import annotations
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
-from typing import Any
 
 from toolkit.errors import UsageError
 from toolkit.model.records import JsonObject
@@ -35,7 +34,6 @@ ALIASES = {"probabilities": Role.CLASSIFICATION, "logits": Role.CLASSIFICATION, 
            "box": Role.BOXES, "keypoints": Role.LANDMARKS, "segmentation": Role.DENSE, "map": Role.DENSE,
            "ctc": Role.SEQUENCE}
 DECLARABLE = tuple(r.value for r in Role if r not in (Role.DETECTION, Role.STATE)) + tuple(ALIASES)
-
 
 
 @dataclass(frozen=True)

@@ -13,7 +13,6 @@ import json
 import math
 import tomllib
 from pathlib import Path
-from typing import Any
 
 from toolkit.errors import UsageError
 from toolkit.model.records import JsonDict, JsonObject

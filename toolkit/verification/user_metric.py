@@ -61,7 +61,7 @@ def load(spec: str) -> UserMetric:
     return UserMetric(str(spec), fn)
 
 
-def evaluate(metric: UserMetric, reference: Sequence[Any], artifact: Sequence[Any], labels: Any) -> UserMetricResult:
+def evaluate(metric: UserMetric, reference: Sequence[object], artifact: Sequence[object], labels: object) -> UserMetricResult:
     try:
         raw = metric.fn(list(reference), list(artifact), labels)
     except Exception as exc:

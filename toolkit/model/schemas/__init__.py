@@ -8,7 +8,7 @@ modules inside functions.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, TypeVar
 
 from toolkit.model.schemas.problems import Problem, closest, did_you_mean, problems
 

@@ -42,7 +42,7 @@ def choice(values: Iterable[str], what: str) -> AfterValidator:
     return AfterValidator(check)
 
 
-def checked(test: Callable[[Any], bool], message: Callable[[Any], str], fix: str) -> AfterValidator:
+def checked(test: Callable[[Any], bool], message: Callable[[Any], str], fix: str) -> AfterValidator:  # Any: as check
     """Any other rule: ``test(value)`` must hold, else ``message(value)`` with ``fix``."""
 
     def check(value: Any) -> Any:  # Any: the value pydantic parsed for the field, of any type
