@@ -1,37 +1,21 @@
 """Check a deployed bundle ON the device: run its runner, parse the JSON, gate, record in the history.
 
-Everything check gates on that is not measured comes from the bundle itself: the manifest's ``check_policy``
-(:mod:`toolkit.model.policy`, written at convert time from the target profile), never from a profile looked up again
-by name, so a bundle built with a user's profile gates the same on every machine. ``--budget-ms`` and
-``--regression-pct`` override it. A bundle without a policy (built by an older edgetk) is still checked; the
-gates it cannot run are listed as ``skipped`` notes, which never fail a check.
-
-Gates (each failure is one line naming the artifact; the check fails when any remains):
-
-- the artifact ran (a runner error such as ``missing_runtime`` is a failure with the runner's hint);
-- outputs match the golden outputs (the runner's ``outputs_match.ok``);
-- **budget**: p90 <= ``--budget-ms``, else the policy's ``latency_budget_ms``;
-- **regression** (:mod:`toolkit.regression`): the raw latency samples of this check against the pooled samples
-  of the last ``baseline_checks`` checks of the same bundle name, device and artifact that were not themselves
-  regressions: a one-sided Mann-Whitney U test AND a minimum effect in percent and in ms beyond the slowest of
-  those checks. ``--baseline none`` turns it off; ``--baseline CHECK_ID`` compares with that one check;
-- **placement**: for each of the policy's placement expectations that applies to the artifact, at least
-  ``min_nodes_pct`` percent of its nodes ran on the intended delegate or execution provider; the failure names
-  the operators that fell back. An ONNX artifact whose provider the device's onnxruntime lacks has fallen back
-  entirely, which is a failure, not a pass.
+What is not measured is gated from the bundle's own ``check_policy`` (:mod:`toolkit.model.policy` says why),
+never from a profile looked up again by name; ``--budget-ms`` and ``--regression-pct`` override it. The gates
+(ran, outputs match, budget, regression, placement: :mod:`toolkit.checks.gates`) are in docs/verification.md.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import replace
-from typing import Any
 
 from toolkit.delivery.bundle import Bundle
 from toolkit.delivery.deployment import Device, installed_version, version_dir
 from toolkit.errors import DeviceError, ToolkitError, UsageError
 from toolkit.model.policy import Budget, CheckPolicy, GateOptions, PlacementExpectation, RegressionPolicy, budget_for
+from toolkit.model.records import JsonDict
 from toolkit.regression import RegressionVerdict, confirmed, decide
 from toolkit.store import Store, StoredCheck
 from toolkit.checks.gates import EMULATED_PLACEMENT, judge_placement, judge_throughput, regression_text
@@ -52,9 +36,6 @@ def regression_policy_for(policy: CheckPolicy | None, options: GateOptions) -> R
     return base
 
 
-# --------------------------------------------------------------------------------------------- parsing
-
-
 def gate(
     report: CheckReport,
     *,
@@ -70,7 +51,7 @@ def gate(
     """Gate one measured report. ``regression`` None: no baseline asked for (``--baseline none``)."""
     failures: list[str] = []
     skipped: list[str] = list(notes)
-    details: dict[str, Any] = {}
+    details: JsonDict = {}
     name = report.artifact
     if report.error:
         err = report.error
@@ -129,9 +110,6 @@ def gate(
     return GateResult(not failures, tuple(failures), tuple(dict.fromkeys(skipped)), details)
 
 
-# --------------------------------------------------------------------------------------------- baselines
-
-
 def _stored_samples(stored: StoredCheck) -> list[float]:
     return list(latency_samples(stored.report.get("latency_samples_ms")))
 
@@ -187,9 +165,6 @@ def _regression(
     return decide(current, [(found.check_id, samples)], policy, min_checks=1), True
 
 
-# --------------------------------------------------------------------------------------------- check
-
-
 def on_device_accuracy(device: Device, bundle: Bundle, vdir: str, reports: list[CheckReport], *,
                        evaluate: bool) -> list[CheckReport]:
     """Outputs that differ from the golden ones get the first diverging layer named (:mod:`toolkit.checks.divergence`);
@@ -217,8 +192,6 @@ def on_device_accuracy(device: Device, bundle: Bundle, vdir: str, reports: list[
             results = {a: {"available": False, "note": exc.message} for a in ran}
         out = [device_eval.attach(r, results.get(r.artifact)) for r in out]
     return out
-
-
 
 
 def require_baseline(store: Store, baseline: str) -> None:

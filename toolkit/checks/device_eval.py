@@ -1,18 +1,9 @@
 """The eval set on the device (``edgetk convert --device-eval N``, ``edgetk check --eval``).
 
-At convert time the bundle gets ``eval/``: the first N held-out inputs (``input_<i>.npy``, float32, stacked as
-the golden inputs are), the float model's outputs for them (``reference.npz``, ``output_<k>``) and their labels
-(``labels.npy``) when the eval data has them. Only the inputs ever go to a device, and only when a check asks
-(``check --eval`` pushes them into the installed version's folder once): ``deploy`` does not carry them, so a
-bundle stays as small on the device as without them.
-
-On the device the runner's ``eval`` command runs every sample through one artifact, reading the inputs from
-their memory-mapped files one chunk at a time (a chunk is sized to a quarter of the device's available memory)
-and writing the raw outputs in the artifact's own dtype (an int8 output stays one byte a value) with their
-scale and zero point. The host fetches them, dequantizes and scores them with the same task metrics convert
-used (:func:`toolkit.verification.verify.compare`): the device's outputs against the labels and against the float model's,
-the float model's against the labels beside them. Without labels only the agreement with the float model is
-reported, and the result says so.
+Only the eval inputs (``eval/``) ever go to a device, and only when a check asks: ``deploy`` does not carry
+them, so a bundle stays as small on the device as without them. The runner's ``eval`` command writes raw outputs
+in the artifact's own dtype with their scale and zero point; the host dequantizes and scores them with the
+task metrics convert used (:func:`toolkit.verification.verify.compare`). File layout: docs/verification.md.
 """
 
 from __future__ import annotations
@@ -23,7 +14,7 @@ import re
 import tempfile
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -31,6 +22,7 @@ from toolkit.delivery import on_demand
 from toolkit.conversion.eval_set import EVAL_DIR, EVAL_LABELS, EVAL_REFERENCE
 from toolkit.delivery.bundle import Bundle, load_npz
 from toolkit.errors import UsageError
+from toolkit.model.records import JsonDict, JsonObject
 
 if TYPE_CHECKING:
     from toolkit.delivery.deployment import Device
@@ -72,7 +64,7 @@ def require_eval_set(bundle: Bundle) -> None:
             on_demand.verified(bundle, ref.file)
 
 
-def _dequantized(raw: np.ndarray, spec: Mapping[str, Any]) -> np.ndarray:
+def _dequantized(raw: np.ndarray, spec: JsonObject) -> np.ndarray:
     if spec.get("scale"):
         return (raw.astype(np.float32) - float(spec.get("zero_point") or 0)) * np.float32(spec["scale"])
     return raw.astype(np.float32)
@@ -107,7 +99,7 @@ def convert_task(record: ArtifactRecord) -> TaskChoice | None:
                       declared)
 
 
-def summary(verification: Verification, *, labels: bool) -> dict[str, Any]:
+def summary(verification: Verification, *, labels: bool) -> JsonDict:
     """The side-by-side numbers: vs the labels (device and float model), vs the float model (agreement)."""
     data = verification.to_dict()
     return {
@@ -124,7 +116,7 @@ def summary(verification: Verification, *, labels: bool) -> dict[str, Any]:
 
 
 def evaluate(device: Device, bundle: Bundle, vdir: str, artifacts: Sequence[str], *,
-             timeout: float = EVAL_TIMEOUT_S) -> dict[str, dict[str, Any]]:
+             timeout: float = EVAL_TIMEOUT_S) -> dict[str, JsonDict]:
     """Per artifact: the eval set run on the device and scored here (``{"available": False, "note"}`` when the
     bundle has no usable eval set or the artifact could not run it; ``"refused": True`` as well when the device
     refused an eval input whose sha256 is not the manifest's)."""
@@ -137,7 +129,7 @@ def evaluate(device: Device, bundle: Bundle, vdir: str, artifacts: Sequence[str]
               if on_demand.recorded(bundle, EVAL_LABELS) else None)
     runner = bundle.manifest.runner.file if bundle.manifest.runner else "edgetk_runner.py"
     records = {a.file: a for a in bundle.manifest.artifacts}
-    results: dict[str, dict[str, Any]] = {}
+    results: dict[str, JsonDict] = {}
     for artifact in artifacts:
         out = f"{vdir}/{EVAL_DIR}/out/{artifact}"
         argv = [device.python, f"{vdir}/{runner}", "eval", "--bundle", vdir, "--artifact", artifact, "--out", out]
@@ -168,7 +160,7 @@ def evaluate(device: Device, bundle: Bundle, vdir: str, artifacts: Sequence[str]
     return results
 
 
-def attach(report: CheckReport, result: Mapping[str, Any] | None) -> CheckReport:
+def attach(report: CheckReport, result: JsonObject | None) -> CheckReport:
     """The report with its eval result; an eval input the device refused (its sha256 is not the manifest's)
     fails the check, as a tampered artifact does: the accuracy asked for was not proven."""
     report = dataclasses.replace(report, evaluation=result)

@@ -1,16 +1,11 @@
 """Where a device's outputs part from the golden ones: the first layer whose error is beyond what quantization
 explains.
 
-At convert time each INT8 artifact with a layer table gets a layer probe (:mod:`toolkit.conversion.layer_probe`);
-the manifest records each file's sha256 (``on_demand``, :mod:`toolkit.delivery.on_demand`); none goes to a
-device with ``deploy``.
-
-When a check finds outputs that differ from the golden outputs, the host pushes the probe (and the ONNX copy)
-and the device runs the same samples with those tensors exposed (the runner's ``layers`` command: TFLite's
-``experimental_preserve_all_tensors``; ONNX: the copy), after checking each file it reads against its
-manifest's sha256. The host names the first layer
-whose error exceeds its expected error: ``2 x`` the host's own INT8 error there plus ``2 x`` the table's own
-error of that layer, plus 0.005 of the range.
+When a check finds outputs that differ from the golden outputs, the host pushes the INT8 artifact's layer probe
+(:mod:`toolkit.conversion.layer_probe`; never carried by ``deploy``) and the device runs the same samples with
+its tensors exposed (the runner's ``layers`` command), each file checked against the manifest's sha256. The
+first layer whose error exceeds ``2 x`` the host's own INT8 error there plus ``2 x`` the table's own error of
+that layer, plus 0.005 of the range, is named.
 """
 
 from __future__ import annotations
@@ -20,7 +15,7 @@ import math
 import tempfile
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -28,6 +23,7 @@ from toolkit.conversion.layer_probe import PROBE_SAMPLES, debug_name, float_name
 from toolkit.conversion.layers import LAYERS_DIR
 from toolkit.delivery import on_demand
 from toolkit.delivery.bundle import load_npz
+from toolkit.model.records import JsonDict, JsonObject
 from toolkit.model.vocabulary import Format
 
 if TYPE_CHECKING:
@@ -38,16 +34,13 @@ FLOOR = 0.005  # of the float range: below this no layer counts as diverged
 TIMEOUT_S = 600.0
 
 
-# --------------------------------------------------------------------------------------------- device
-
-
-def limit_of(layer: Mapping[str, Any]) -> float:
+def limit_of(layer: JsonObject) -> float:
     """The error a layer may show on a device before it counts as diverged."""
     return 2.0 * float(layer.get("host_error") or 0.0) + 2.0 * float(layer.get("table_error") or 0.0) + FLOOR
 
 
-def first_divergence(layers: Sequence[Mapping[str, Any]], device: Mapping[str, np.ndarray],
-                     floats: Mapping[str, np.ndarray]) -> dict[str, Any]:
+def first_divergence(layers: Sequence[JsonObject], device: Mapping[str, np.ndarray],
+                     floats: Mapping[str, np.ndarray]) -> JsonDict:
     """Compare the device's tensors with the float ones layer by layer, in graph order."""
     compared = []
     first = None
@@ -70,7 +63,7 @@ def _num(value: float) -> float | None:
     return round(value, 6) if math.isfinite(value) else None
 
 
-def locate(device: Device, bundle: Bundle, vdir: str, artifact: str) -> dict[str, Any]:
+def locate(device: Device, bundle: Bundle, vdir: str, artifact: str) -> JsonDict:
     """Run the probe on the device; ``{"available": False, "note"}`` when the bundle has none or it fails."""
     probe, floats = probe_name(artifact), float_name(artifact)
     if not on_demand.recorded(bundle, probe) or not on_demand.recorded(bundle, floats):
@@ -100,7 +93,7 @@ def locate(device: Device, bundle: Bundle, vdir: str, artifact: str) -> dict[str
     return first_divergence(doc["layers"], values, load_npz(on_demand.verified(bundle, floats)))
 
 
-def text(found: Mapping[str, Any]) -> str:
+def text(found: JsonObject) -> str:
     """The clause the failed outputs gate gets."""
     if not found.get("available"):
         return f"; no layer named: {found.get('note')}"

@@ -5,10 +5,10 @@ note on why the gate could not judge."""
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
 
 from toolkit.model.policy import PlacementExpectation, RegressionPolicy
 from toolkit.model.device_records import CheckReport
+from toolkit.model.records import JsonDict
 from toolkit.model.vocabulary import Format
 from toolkit.regression import RegressionVerdict
 
@@ -17,7 +17,7 @@ def _same_place(a: str, b: str) -> bool:
     return a.strip().lower() == b.strip().lower()
 
 
-def _op_label(entry: Any) -> str:
+def _op_label(entry: object) -> str:
     if isinstance(entry, Mapping):
         op, name = entry.get("op_type"), entry.get("name")
         label = " ".join(str(p) for p in (op, name) if p)
@@ -25,7 +25,7 @@ def _op_label(entry: Any) -> str:
     return str(entry)
 
 
-def _fallback_text(ops: Any, limit: int = 8) -> str:
+def _fallback_text(ops: object, limit: int = 8) -> str:
     labels = [_op_label(e) for e in ops] if isinstance(ops, list) else []
     if not labels:
         return ""
@@ -38,10 +38,10 @@ EMULATED_PLACEMENT = ("placement of {name}: not judged on an emulated device (th
 
 
 def judge_placement(report: CheckReport, expectation: PlacementExpectation) -> tuple[str | None, str | None,
-                                                                                    dict[str, Any]]:
+                                                                                    JsonDict]:
     """(failure, skip note, detail) of one placement expectation for one measured artifact."""
     name, want, floor = report.artifact, expectation.on, expectation.min_nodes_pct
-    detail: dict[str, Any] = {"artifact": name, "expected": want, "min_nodes_pct": floor}
+    detail: JsonDict = {"artifact": name, "expected": want, "min_nodes_pct": floor}
     placement = report.placement or {}
     runtime = report.runtime or {}
     missing = [str(p) for p in runtime.get("providers_missing") or []]
@@ -71,9 +71,6 @@ def judge_placement(report: CheckReport, expectation: PlacementExpectation) -> t
                     None, detail)
         return None, f"placement of {name}: {want} was used, but the runner reported no per-node placement", detail
     return None, f"placement of {name}: the runner reported no per-node placement to judge {want}", detail
-
-
-# --------------------------------------------------------------------------------------------- gates
 
 
 def regression_text(name: str, verdict: RegressionVerdict, policy: RegressionPolicy, explicit: bool) -> str:

@@ -1,19 +1,11 @@
 """The device chooses: which of a bundle's artifacts a device runs, decided by that device's own check.
 
-The manifest's ``preferred`` artifact is the profile's proposal (its recipe order and the accuracy proven at
-convert time); host latency cannot rank artifacts for another CPU (toolkit.conversion.host_timing). Each check
-measures every artifact the bundle ships; :func:`choose` then selects, for that device, the fastest artifact
-that passed verification at convert time (an ``unverified`` one only where no verified one passes, as for the
-manifest's preference) and passes its gates there (budget, correctness, placement, ...).
-When the fastest and others are inside each other's noise (the regression gate's test both ways:
-:func:`toolkit.regression.compare`), the smallest file wins.
-
-A selection is sticky: it is re-done when the installed version or the device's runtimes change; otherwise the
-previous selection stays unless it no longer passes, or another artifact is measurably faster. A pinned
-selection (``edgetk check --select FILE``) stays until the version changes or the pinned file cannot run there.
-Runs taken while the device throttles (:func:`toolkit.model.runner_report.throttled`) decide nothing.
-Nothing passing selects nothing, with the reason per artifact. The selection is written on the device as ``selected.json`` beside ``current``
-(:func:`on_device`), in the history, and in every check's report.
+The manifest's ``preferred`` artifact is the profile's proposal; host latency cannot rank artifacts for another
+CPU (toolkit.conversion.host_timing). :func:`choose` selects, for that device, the fastest artifact that passed
+verification at convert time (an ``unverified`` one only where no verified one passes) and passes its gates
+there; inside each other's noise (:func:`toolkit.regression.compare` both ways), the smallest file wins.
+Stickiness, pinning and throttled runs: docs/verification.md. The selection is written on the device as
+``selected.json`` beside ``current`` (:func:`on_device`), in the history, and in every check's report.
 """
 
 from __future__ import annotations
@@ -26,8 +18,10 @@ from typing import Any
 
 from toolkit.errors import UsageError
 from toolkit.model.policy import RegressionPolicy
+from toolkit.model.records import JsonDict, JsonObject
 from toolkit.regression import MIN_SAMPLES, Difference, compare
 from toolkit.model.runner_report import throttled
+from toolkit.model.artifact import ArtifactRecord
 from toolkit.model.device_records import CheckReport
 from toolkit.model.manifest import Manifest
 from toolkit.model.vocabulary import ArtifactStatus
@@ -37,7 +31,7 @@ SELECTED_FILE = "selected.json"  # in ~/.edgetk/bundles/<name>/, beside ``curren
 # only where no verified artifact is
 SELECTABLE = (ArtifactStatus.OK, ArtifactStatus.NO_SPEEDUP_MEASURED, ArtifactStatus.SLOWER)
 # the regression gate's test and minimum effects (alpha 0.01, 25%, 0.2 ms): artifacts are measured in separate
-# runner processes, whose medians land on levels up to ~1.5x apart on a shared device (toolkit/regression.py)
+# runner processes (why that needs them: toolkit.model.policy.RegressionPolicy)
 _GATE = RegressionPolicy()
 ALPHA, MIN_PCT, MIN_MS = _GATE.alpha, _GATE.min_slowdown_pct, _GATE.min_slowdown_ms
 
@@ -51,7 +45,7 @@ class Contender:
     p50_ms: float | None
     excluded: str | None = None  # None: it passed and was in the running
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> JsonDict:
         return {"artifact": self.artifact, "bytes": self.bytes, "p50_ms": self.p50_ms, "excluded": self.excluded}
 
 
@@ -75,7 +69,7 @@ class Selection:
     def p50_ms(self) -> float | None:
         return next((c.p50_ms for c in self.contenders if c.artifact == self.artifact), None)
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> JsonDict:
         """The ``selected`` entry of a device in ``check``/``deploy --check``/``run`` --json (docs/schemas)."""
         return {
             "artifact": self.artifact, "reason": self.reason, "pinned": self.pinned, "version": self.version,
@@ -84,7 +78,7 @@ class Selection:
             "contenders": [c.to_dict() for c in self.contenders],
         }
 
-    def on_device(self) -> dict[str, Any]:
+    def on_device(self) -> JsonDict:
         """``selected.json`` on the device: what an application there needs to load the selected model."""
         doc = self.to_dict()
         doc.update({"bundle": self.bundle, "path": f"{self.version}/{self.artifact}" if self.artifact else None})
@@ -101,7 +95,7 @@ def runtimes_seen(reports: Sequence[CheckReport]) -> dict[str, str]:
     return dict(sorted(seen.items()))
 
 
-def _contender(report: CheckReport | None, record: Any) -> Contender:
+def _contender(report: CheckReport | None, record: ArtifactRecord) -> Contender:
     size = int(record.bytes)
     if record.status not in (*SELECTABLE, ArtifactStatus.UNVERIFIED):
         return Contender(record.file, size, None, f"did not pass verification at convert time ({record.status})")
@@ -133,7 +127,7 @@ def _faster(a: CheckReport, b: CheckReport) -> bool:
 
 
 def choose(reports: Sequence[CheckReport], manifest: Manifest, *, device: str, version: str,
-           previous: Mapping[str, Any] | None = None, pin: str | None = None) -> Selection:
+           previous: JsonObject | None = None, pin: str | None = None) -> Selection:
     """Select the artifact ``device`` runs, from this check's gated ``reports`` (module docstring).
 
     ``previous``: the device's ``selected.json`` (or None); ``pin``: the file the user pins (``--select``)."""
@@ -186,7 +180,7 @@ def choose(reports: Sequence[CheckReport], manifest: Manifest, *, device: str, v
 
 
 def apply(device: Any, bundle: Any, reports: Sequence[CheckReport], *, pin: str | None = None,
-          store: Any = None) -> Selection:
+          store: Any = None) -> Selection:  # Any: delivery's Device and Bundle, a Store (lazy imports)
     """Select on ``device`` (a connected ``toolkit.delivery.deployment.Device``) from this check's gated ``reports`` of
     ``bundle``: read its previous ``selected.json``, :func:`choose`, write the new one there, record it in
     ``store`` (a history that is down loses only the record: the check's store status says so)."""

@@ -7,11 +7,10 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
 
 from toolkit.model.batching import BatchVerification
 from toolkit.model.quantized import QuantizedShare
-from toolkit.model.records import JsonObject, OutputMetrics, Record, SliceCheck, finite_or_none
+from toolkit.model.records import JsonDict, JsonObject, OutputMetrics, Record, SliceCheck, finite_or_none
 from toolkit.model.tensors import TensorSpec
 from toolkit.model.vocabulary import (
     ArtifactStatus,
@@ -45,7 +44,7 @@ class Verification:
     vacuous: str | None = None
     user_metric: JsonObject | None = field(default=None, hash=False)
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> JsonDict:
         return {
             "max_abs_error": finite_or_none(self.max_abs_error),
             "mean_abs_error": finite_or_none(self.mean_abs_error),
@@ -75,8 +74,8 @@ class Golden:
     slices: tuple[SliceCheck, ...] = ()
     reference: str | None = None
 
-    def to_dict(self) -> dict[str, Any]:
-        out: dict[str, Any] = {"outputs": self.outputs, "atol": self.atol}
+    def to_dict(self) -> JsonDict:
+        out: JsonDict = {"outputs": self.outputs, "atol": self.atol}
         if self.slices:
             out["slices"] = [s.to_dict() for s in self.slices]
             out["reference"] = self.reference
@@ -109,7 +108,7 @@ class PteRecord:
     def delegated_share(self) -> float:
         return self.delegated_nodes / self.total_nodes if self.total_nodes else 0.0
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> JsonDict:
         return {"delegated_nodes": self.delegated_nodes, "total_nodes": self.total_nodes,
                 "delegated_share": round(self.delegated_share, 4), "bundled": self.bundled,
                 "bundled_atol": self.bundled_atol}
@@ -144,17 +143,13 @@ class ArtifactRecord:
     # ONNX Runtime options per provider (from the target profile), passed with each provider the device has.
     provider_options: Mapping[str, JsonObject] = field(default_factory=dict)
     delegate: str | None = None  # a TFLite delegate the artifact needs (``libedgetpu.so.1`` for Edge TPU models)
-    # I/O that stayed float in an INT8 artifact whose recipe asks for integer I/O, and why (none: as asked)
-    float_io: tuple[FloatIO, ...] = ()
-    # A dynamic-batch artifact's outputs per sample at batch 4 and 8 against batch 1 (None: batch not dynamic)
-    batching: BatchVerification | None = None
-    # An int8/dynamic artifact's share of weights and MACs computed in integer, read from the file (None:
-    # not quantized, or written before it was recorded); below half of the weights it is labelled mixed
-    quantized: QuantizedShare | None = None
+    float_io: tuple[FloatIO, ...] = ()  # empty: the I/O is as the recipe asked
+    batching: BatchVerification | None = None  # None: the batch is not dynamic
+    quantized: QuantizedShare | None = None  # None: not quantized, or written before it was recorded
     pte: PteRecord | None = None  # ExecuTorch artifacts: delegated share and bundled self-check
 
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> JsonDict:
         return {
             "file": self.file,
             "format": self.format,
@@ -197,7 +192,7 @@ class Attempt:
     workaround: str | None = None  # what the user can do about it, when the recipe failed or was dropped
 
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> JsonDict:
         return {
             "recipe": dict(self.recipe),
             "outcome": self.outcome,

@@ -1,26 +1,21 @@
 """Batch > 1 verification of a dynamic-batch artifact on the host, at convert time.
 
-``convert --dynamic-batch`` promises that the artifact runs at any batch size. Batching must not change any one
-sample's result: each sample's outputs at batch 4 and 8 are compared with that sample's outputs at batch 1 (the
-artifact against itself, in its own runtime), and the largest difference is written to the manifest
-(:class:`BatchVerification`). An artifact that mixes samples across the batch (a normalization over the
-batch axis, or a dynamic quantizer whose activation scale is taken over the whole batch), or that drops the
-batch dimension from an output, is then not ``ok``.
-
-The limit per output is the runner's per-sample rule (``edgetk check --throughput``): 1e-4 x the output's
-largest magnitude at batch 1 (at least 1e-4: kernels may sum in another order at another batch size), plus one
-quantization step for an integer output. Records are stdlib only (:class:`~toolkit.model.artifact.ArtifactRecord` embeds them); the check
-imports numpy inside.
+``convert --dynamic-batch`` promises that the artifact runs at any batch size, and batching must not change
+any one sample's result: each sample's outputs at batch 4 and 8 are compared with its outputs at batch 1 (the
+artifact against itself). An artifact that mixes samples across the batch (a normalization over the batch
+axis, a dynamic quantizer scaled over the whole batch) or drops the batch dimension is then not ``ok``. The
+limit is the runner's per-sample rule (docs/verification.md; at least 1e-4: kernels may sum in another order at
+another batch size). Records are stdlib only; the check imports numpy inside.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from toolkit.model.records import finite_or_none
+from toolkit.model.records import JsonDict, JsonObject, finite_or_none
 from toolkit.model.tensors import TensorSpec
 
 BATCH_SIZES = (4, 8)
@@ -42,7 +37,7 @@ class BatchCheck:
     def ok(self) -> bool:
         return math.isfinite(self.max_abs_error) and self.max_abs_error <= self.limit
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> JsonDict:
         return {"batch": self.batch, "max_abs_error": finite_or_none(self.max_abs_error), "limit": self.limit,
                 "output": self.output, "ok": self.ok}
 
@@ -66,14 +61,14 @@ class BatchVerification:
                  for c in self.checks if not c.ok]
         return found + ([self.problem] if self.problem else [])
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> JsonDict:
         return {"checks": [c.to_dict() for c in self.checks], "problem": self.problem, "ok": self.ok}
 
 
-Infer = Callable[[Mapping[str, Any]], Sequence[Any]]  # numpy arrays in and out (Any: numpy is imported inside)
+Infer = Callable[[JsonObject], Sequence[Any]]  # numpy arrays in and out (Any: numpy is imported inside)
 
 
-def verify_batches(infer: Infer, feeds: Sequence[Mapping[str, Any]], single: Sequence[Sequence[Any]], *,
+def verify_batches(infer: Infer, feeds: Sequence[JsonObject], single: Sequence[Sequence[Any]], *,  # Any: arrays
                    output_names: Sequence[str], steps: Sequence[float] = (), sizes: Sequence[int] = BATCH_SIZES,
                    ) -> BatchVerification:
     """Run ``infer`` on batches of ``sizes`` built from the batch-1 ``feeds`` (cycled when there are fewer) and

@@ -3,9 +3,8 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
 
-from toolkit.model.records import JsonObject, Record
+from toolkit.model.records import JsonDict, JsonObject, Record
 
 
 @dataclass(frozen=True)
@@ -53,7 +52,7 @@ class GateResult:
         """The failures (the check report's ``gates.reasons`` key, kept for the JSON contract)."""
         return self.failures
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> JsonDict:
         return {"passed": self.passed, "reasons": list(self.failures), "skipped": list(self.skipped),
                 "details": dict(self.details)}
 
@@ -87,7 +86,7 @@ class CheckReport:
     # check --eval: the eval set on the device, scored against the labels and the float model (toolkit.checks.device_eval)
     evaluation: JsonObject | None = None
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> JsonDict:
         return {
             "check_id": self.check_id,
             "device": self.device,

@@ -52,7 +52,7 @@ class Flag:
     show_default: bool = False
 
 
-def flag(help: str, **how: Any) -> dict[str, Flag]:
+def flag(help: str, **how: Any) -> dict[str, Flag]:  # Any: Flag's keyword fields, checked by Flag
     """``field(metadata=flag(...))``: the field is an option of the CLI (see :class:`Flag`)."""
     return {FLAG: Flag(help, **how)}
 
@@ -63,8 +63,8 @@ class Option:
 
     field: str
     flag: Flag
-    default: Any
-    annotation: Any = None  # the field's type, as written
+    default: Any  # Any: the field's default, of the field's own type
+    annotation: Any = None  # Any: the field's type, as written (a type expression)
 
     @property
     def long(self) -> str:
@@ -107,7 +107,7 @@ def vocabulary(name: str) -> Callable[[], tuple[str, ...]]:
     return load
 
 
-def normalise(option: Option, value: Any) -> Any:
+def normalise(option: Option, value: Any) -> Any:  # Any: a click value in, the field's type out
     """A value as given (str or Path, list or tuple, mapping or NAME=D0,... strings) -> the field's type."""
     from pathlib import Path
 

@@ -7,12 +7,11 @@ imported only when a bundle is read), refusing malformed input with a UsageError
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
 
 from toolkit.errors import UsageError
 from toolkit.model.artifact import ArtifactRecord, Attempt
 from toolkit.model.policy import CheckPolicy
-from toolkit.model.records import JsonObject, Record
+from toolkit.model.records import JsonDict, JsonObject, Record
 from toolkit.model.vocabulary import Framework
 
 MANIFEST_SCHEMA_VERSION = 4  # 2: attempts[].workaround, artifacts[].float_io and .batching; 3: on_demand (the
@@ -91,7 +90,7 @@ class Manifest:
                 return record
         raise UsageError(f"The bundle {self.name!r} has no artifact {file!r}.")
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> JsonDict:
         return {
             "schema_version": self.schema_version,
             "name": self.name,

@@ -1,17 +1,10 @@
 """The options that several commands share, each written once: a frozen dataclass per group whose fields say
 what the option is, its default and its command-line flag.
 
-* :class:`ConvertOptions`: what ``edgetk convert`` (and ``edgetk run``) takes; the convert stage's input.
-* :class:`DeviceOptions`: which devices and how to reach them (``deploy``, ``check``, ``status``, ``run``...).
-* :class:`CheckOptions`: how a check runs and gates (``check``, ``deploy --check``, ``run``).
-
 The CLI's click options are generated from these fields (``toolkit.cli.options.click_options``), the API's
-keyword arguments are checked against them (:func:`split_keywords`) and listed in each API function's
-signature (:func:`with_option_keywords`), and ``run.toml`` records them under their flag names. Adding an
-option to a group is one field here (with its :func:`flag`) plus the code that uses the value.
-
-This module is imported by ``edgetk --help``: the standard library's ``dataclasses`` and ``enum`` only (paths
-and the choice lists load when a value is converted).
+keyword arguments are checked against them (:func:`split_keywords`), and ``run.toml`` records them under their
+flag names: adding an option is one field here (with its :func:`flag`) plus the code that uses the value. This
+module is imported by ``edgetk --help``: ``dataclasses`` and ``enum`` only.
 """
 
 from __future__ import annotations
@@ -23,13 +16,14 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from toolkit.errors import UsageError
 from toolkit.model.flags import Kind, flag, normalise, options_of, vocabulary
+from toolkit.model.records import JsonDict, JsonObject
 
 if TYPE_CHECKING:  # pragma: no cover
     from pathlib import Path
 
 T = TypeVar("T")
 
-def build(cls: type[T], values: Mapping[str, Any], **fixed: Any) -> T:
+def build(cls: type[T], values: JsonObject, **fixed: Any) -> T:  # Any: field values, checked by cls
     """An options object from keyword values by field name (unknown names refused with ``TypeError``)."""
     known = {f.name for f in dataclasses.fields(cls)}  # type: ignore[arg-type]
     unknown = sorted(set(values) - known)
@@ -41,10 +35,10 @@ def build(cls: type[T], values: Mapping[str, Any], **fixed: Any) -> T:
     return cls(**kwargs)
 
 
-def keywords_from_params(params: Mapping[str, Any], *classes: type) -> dict[str, Any]:
+def keywords_from_params(params: JsonObject, *classes: type) -> JsonDict:
     """Parsed click parameters (keys are click parameter names; others ignored) -> the option classes' keyword
     arguments by field name (an inverted switch turned back: ``no_cache=True`` -> ``use_cache=False``)."""
-    values: dict[str, Any] = {}
+    values: JsonDict = {}
     for cls in classes:
         for option in options_of(cls):
             if option.param in params:
@@ -53,7 +47,7 @@ def keywords_from_params(params: Mapping[str, Any], *classes: type) -> dict[str,
     return values
 
 
-def split_keywords(caller: str, values: Mapping[str, Any], *classes: type) -> tuple[dict[str, Any], ...]:
+def split_keywords(caller: str, values: JsonObject, *classes: type) -> tuple[JsonDict, ...]:
     """Keyword arguments -> one dict per option class (each keyword must be a flagged field of one of them,
     else ``TypeError`` naming ``caller``, as Python does for a function's unknown keyword)."""
     fields = [{o.field for o in options_of(cls)} for cls in classes]
@@ -84,14 +78,6 @@ def with_option_keywords(*classes: type) -> Callable[[Callable[..., T]], Callabl
         return func
 
     return decorate
-
-
-def as_keywords(options: Any) -> dict[str, Any]:
-    """The flagged fields of an options object as keyword arguments (to pass them on)."""
-    return {o.field: getattr(options, o.field) for o in options_of(type(options))}
-
-
-# --------------------------------------------------------------------------------------------- the groups
 
 
 def _task_names() -> tuple[str, ...]:
@@ -159,11 +145,11 @@ class ConvertOptions:
     # tool versions (conversion is the slow part; verification always runs again). None: build everything.
     workdir: Path | None = None
 
-    def to_config(self) -> dict[str, Any]:
+    def to_config(self) -> JsonDict:
         """The replayable options (paths as given)."""
         from pathlib import Path
 
-        out: dict[str, Any] = {}
+        out: JsonDict = {}
         for f in dataclasses.fields(self):
             value = getattr(self, f.name)
             if isinstance(value, Path):

@@ -1,17 +1,9 @@
 """What a device is, host side: the one arch table, ARM core names, the wheel platform, the matching profile.
 
-The device reports raw facts (``toolkit/device_side/device_probe.py``: ``uname -m``, cpuinfo's model name and
-CPU part, the board's device-tree model, glibc, the interpreter's ABI and pointer width); this module is the
-one place that names them:
-
-- :func:`normalize_arch`: ``uname -m`` / Debian / Docker spellings -> ``aarch64``, ``armv7l``, ``x86_64``.
-  ``armv8l`` is a 32-bit ARM userland on an ARMv8 core (``linux32``, a 32-bit kernel): it runs armv7l code and
-  wheels, never aarch64 ones, so it is ``armv7l`` here for deploy, probe and setup alike;
-- :class:`DevicePlatform`: what decides which wheels a device can install (``edgetk devices setup``);
-- :func:`match_profile`: the shipped target profile that best fits a probed device (each profile's ``[match]``);
-- :func:`probe_local`: this machine, through the same device probe, loaded in-process.
-
-stdlib only; nothing here imports numpy or a framework.
+The device reports raw facts (``toolkit/device_side/device_probe.py``: ``uname -m``, cpuinfo, the device-tree
+model, glibc, the interpreter's ABI); this module is the one place that names them. ``armv8l`` is a 32-bit ARM
+userland on an ARMv8 core (``linux32``): it runs armv7l code and wheels, never aarch64 ones, so it is
+``armv7l`` here for deploy, probe and setup alike. stdlib only; nothing here imports numpy or a framework.
 """
 
 from __future__ import annotations
@@ -22,9 +14,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from functools import lru_cache
 from types import ModuleType
-from typing import Any
 
 from toolkit.errors import DeviceError, UsageError
+from toolkit.model.records import JsonObject
 
 ARCH_ALIASES: Mapping[str, str] = {
     "amd64": "x86_64", "x64": "x86_64", "x86-64": "x86_64",
@@ -144,13 +136,10 @@ def match_profile(*, arch: str, cpu_model: str | None, model_name: str | None = 
     return "generic-aarch64"
 
 
-def match_environment(env: Mapping[str, Any]) -> str:
+def match_environment(env: JsonObject) -> str:
     """:func:`match_profile` for a device probe document (``device_probe.probe_environment``)."""
     return match_profile(arch=str(env.get("arch") or ""), cpu_model=env.get("cpu_model"),
                          model_name=env.get("device_model"), cpu_part=env.get("cpu_part"))
-
-
-# ------------------------------------------------------------------------------------------- this machine
 
 
 @lru_cache(maxsize=1)
@@ -174,9 +163,6 @@ def probe_local() -> tuple[str, str | None, str | None]:
 def host_profile_name() -> str:
     """The shipped profile that matches this machine (``generic-x86_64`` on an x86-64 PC)."""
     return match_environment(device_probe_module().probe_environment())
-
-
-# ------------------------------------------------------------------------------------------- wheels
 
 
 @dataclass(frozen=True)
@@ -227,7 +213,7 @@ class DevicePlatform:
         return tags
 
     @classmethod
-    def from_probe(cls, doc: Mapping[str, Any]) -> DevicePlatform:
+    def from_probe(cls, doc: JsonObject) -> DevicePlatform:
         """From the device probe's document: the interpreter's arch (``pointer_bits`` 32 on a 64-bit kernel
         is a 32-bit userland), its Python version, ABI and glibc."""
         arch = normalize_arch(str(doc.get("wheel_arch") or doc.get("arch") or ""))

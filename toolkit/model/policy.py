@@ -1,12 +1,9 @@
 """The check policy: what ``edgetk check`` gates a bundle against, frozen into ``manifest.json`` at convert time.
 
-Convert builds it from the target profile (:func:`toolkit.model.targets.check_policy_from_profile`) and
-writes it under the manifest's ``check_policy`` key; check gates from the bundle alone, so a bundle built with
-a user's ``--targets-dir`` profile keeps its budget, its regression thresholds and its placement expectation on
-every machine that checks it, whether or not that profile exists there. A bundle written before the policy
-existed has none: check says so in the gate's ``skipped`` notes instead of guessing from a profile name.
-
-Stdlib only (the manifest types import it).
+Convert builds it from the target profile (:func:`toolkit.model.targets.check_policy_from_profile`); check gates
+from the bundle alone, so a bundle built with a user's ``--targets-dir`` profile keeps its budget, regression
+thresholds and placement expectations on every machine that checks it. A bundle written before the policy
+existed has none: check says so in ``skipped`` notes instead of guessing from a profile name. Stdlib only.
 """
 
 from __future__ import annotations
@@ -14,9 +11,9 @@ from __future__ import annotations
 import fnmatch
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
 
 from toolkit.errors import UsageError
+from toolkit.model.records import JsonDict, JsonObject
 from toolkit.model.vocabulary import Format
 
 # Where a TFLite artifact's nodes can run besides the CPU kernels: the runner's names for its delegates.
@@ -25,15 +22,10 @@ TFLITE_PLACES: tuple[str, ...] = ("xnnpack", "edgetpu", "gpu")
 
 @dataclass(frozen=True)
 class RegressionPolicy:
-    """When a check is a latency regression against the history of the same bundle, device and artifact.
-
-    The baseline is the pooled raw latency samples of the last ``baseline_checks`` passing checks (several
-    runner processes: one process's median lands on one of two levels about 1.5x apart on shared VMs). A check
-    regresses only when all three hold: its samples are slower than the pooled baseline by a one-sided
-    Mann-Whitney U test at ``alpha``; its median is more than ``min_slowdown_pct`` percent above the slowest
-    per-check median of the baseline (the level the unchanged artifact has already shown); and that is more
-    than ``min_slowdown_ms`` milliseconds. Until ``min_baseline_checks`` checks exist the gate is skipped, and
-    says so.
+    """When a check is a latency regression against the history of the same bundle, device and artifact
+    (the three conditions and their defaults: docs/targets.md). The baseline pools the raw samples of the last
+    ``baseline_checks`` passing checks, and the slowdown is measured from the slowest per-check median among them,
+    because one runner process's median lands on one of two levels about 1.5x apart on shared VMs.
     """
 
     min_slowdown_pct: float = 25.0
@@ -56,7 +48,7 @@ class RegressionPolicy:
                 hint="For example baseline_checks = 5, min_baseline_checks = 3.",
             )
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> JsonDict:
         return {"min_slowdown_pct": self.min_slowdown_pct, "min_slowdown_ms": self.min_slowdown_ms,
                 "alpha": self.alpha, "baseline_checks": self.baseline_checks,
                 "min_baseline_checks": self.min_baseline_checks}
@@ -77,7 +69,7 @@ class PlacementExpectation:
     artifacts: str = "*"
 
     @classmethod
-    def parse(cls, data: Mapping[str, Any]) -> PlacementExpectation:
+    def parse(cls, data: JsonObject) -> PlacementExpectation:
         """From a profile's or a manifest's ``[[placement]]`` table: the format word becomes its member."""
         if data.get("format") not in (Format.TFLITE, Format.ONNX):
             raise UsageError(f"placement: unknown format {data.get('format')!r}.", hint="Use tflite or onnx.")
@@ -98,7 +90,7 @@ class PlacementExpectation:
     def applies_to(self, file: str, fmt: str) -> bool:
         return fmt == self.format and fnmatch.fnmatchcase(file, self.artifacts)
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> JsonDict:
         return {"format": self.format, "on": self.on, "min_nodes_pct": self.min_nodes_pct,
                 "artifacts": self.artifacts}
 
@@ -124,7 +116,7 @@ class CheckPolicy:
         if self.min_throughput_ips is not None and not self.min_throughput_ips > 0:
             raise UsageError(f"check_policy: min_throughput_ips must be above 0 (got {self.min_throughput_ips}).")
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> JsonDict:
         return {
             "target": self.target,
             "latency_budget_ms": self.latency_budget_ms,
@@ -135,7 +127,7 @@ class CheckPolicy:
         }
 
     @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> CheckPolicy:
+    def from_dict(cls, data: JsonObject) -> CheckPolicy:
         """From :meth:`to_dict`'s form, its types already checked (a bundle's by the manifest schema,
         :mod:`toolkit.model.schemas.manifest`); the values are checked here, by the records themselves."""
         budget, floor, tolerance = data.get("latency_budget_ms"), data.get("min_throughput_ips"), data.get("tolerance")

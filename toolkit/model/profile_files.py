@@ -12,9 +12,9 @@ import tomllib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from toolkit.errors import UsageError
+from toolkit.model.records import JsonDict, JsonObject
 from toolkit.model.schemas.problems import did_you_mean
 from toolkit.model.recipe import Recipe, RecipeError
 
@@ -27,7 +27,7 @@ def refusal(path: Path, key: str, problem: str, fix: str) -> UsageError:
     return UsageError(f"{path}: key '{key}': {problem}", hint=fix)
 
 
-def build_recipe(path: Path, index: int, kwargs: Mapping[str, Any]) -> Recipe:
+def build_recipe(path: Path, index: int, kwargs: JsonObject) -> Recipe:
     """A recipe table (already through the schema) -> Recipe; its own cross-field refusals name the key."""
     try:
         return Recipe.parse(kwargs)
@@ -35,7 +35,7 @@ def build_recipe(path: Path, index: int, kwargs: Mapping[str, Any]) -> Recipe:
         raise refusal(path, f"recipes[{index}].{exc.key}", exc.message, exc.hint or f"See {DOCS}.") from exc
 
 
-def _validate_file(path: Path, data: Mapping[str, Any]) -> None:
+def _validate_file(path: Path, data: JsonObject) -> None:
     """What can be checked in one file on its own: the schema (keys, types, values) and each recipe. Required
     keys and the cross-checks wait until ``extends`` has been merged."""
     from toolkit.model.schemas import validate
@@ -55,7 +55,7 @@ class ProfileSource:
     """One profile file as read: its name, its TOML data, where it is and whether it is shipped or the user's."""
 
     name: str
-    data: dict[str, Any]  # the parsed TOML (tomllib's values)
+    data: JsonDict  # the parsed TOML (tomllib's values)
     path: Path
     origin: str  # "shipped" or "user"
 
@@ -108,7 +108,7 @@ def read_layers(targets_dirs: Sequence[Path]) -> dict[str, list[ProfileSource]]:
     return layers
 
 
-def _merge(base: Mapping[str, Any], over: Mapping[str, Any]) -> dict[str, Any]:
+def _merge(base: JsonObject, over: JsonObject) -> JsonDict:
     merged = dict(base)
     for key, value in over.items():
         if key == "sources":
@@ -121,7 +121,7 @@ def _merge(base: Mapping[str, Any], over: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def resolve(name: str, index: int, layers: Mapping[str, list[ProfileSource]],
-            chain: tuple[tuple[str, int], ...] = ()) -> tuple[dict[str, Any], tuple[ProfileSource, ...]]:
+            chain: tuple[tuple[str, int], ...] = ()) -> tuple[JsonDict, tuple[ProfileSource, ...]]:
     """The ``index``-th file of profile ``name`` merged over what it extends, and the files merged (it first)."""
     raw = layers[name][index]
     parent = raw.data.get("extends")

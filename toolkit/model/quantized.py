@@ -1,21 +1,18 @@
 """How much of a quantized artifact really runs in integer: the record written per artifact to the manifest.
 
 A selective or fragile-op build can keep the layers that hold most of the weights in float (findings.md 6: an
-"int8" TFLite with a dense layer of 75% of the weights left float, 0.91x the fp32 file, 1.9x its latency).
-The label of such an artifact says ``mixed``: below ``MIXED_BELOW`` of its weights in int8/int16 compute it is
-never presented as plain INT8. ``toolkit.runtimes.inspection.share`` reads the figures from the artifact itself.
-
-Stdlib only (embedded in :class:`~toolkit.model.artifact.ArtifactRecord`).
+"int8" TFLite with a dense layer of 75% of the weights left float, 0.91x the fp32 file, 1.9x its latency), so
+below ``MIXED_BELOW`` of its weights in int8/int16 compute an artifact is labelled ``mixed``, never plain INT8.
+``toolkit.runtimes.inspection.share`` reads the figures from the artifact. Stdlib only.
 """
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any
 
 from toolkit.model.recipe import is_a16w8
-from toolkit.model.records import JsonObject
+from toolkit.model.records import JsonDict, JsonObject
 from toolkit.model.vocabulary import Precision
 
 MIXED_BELOW = 0.5  # quantized share of the weights under which an int8/dynamic artifact is labelled mixed
@@ -32,7 +29,7 @@ class FloatLayer:
     macs: float  # share of the model's multiply-accumulates
     why: str = "left float by the converter"
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> JsonDict:
         return {"name": self.name, "op": self.op, "weights": round(self.weights, 4), "macs": round(self.macs, 4),
                 "why": self.why}
 
@@ -67,7 +64,7 @@ class QuantizedShare:
             text += f"; largest float layer {top.name} ({top.op}, {_pct(top.weights)} of weights: {top.why})"
         return text
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> JsonDict:
         return {"weights": round(self.weights, 4), "macs": round(self.macs, 4) if math.isfinite(self.macs) else None,
                 "mixed": self.mixed,
                 "quantized_bytes": self.quantized_bytes, "float_bytes": self.float_bytes,

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from toolkit.errors import UsageError
-from toolkit.model.records import JsonObject, Record
+from toolkit.model.records import JsonDict, JsonObject, Record
 from toolkit.model.vocabulary import (
     CalibrationMethod,
     Format,
@@ -64,7 +64,7 @@ class Recipe(Record):
     def parse(cls, fields: JsonObject) -> Recipe:
         """A recipe from the words of a file or a flag (``{"format": "onnx", ...}``): each vocabulary word
         becomes its member; a word outside it raises a :class:`RecipeError` naming the key."""
-        words: dict[str, Any] = {  # Any: the file's values, each checked by the constructor
+        words: JsonDict = {  # Any: the file's values, each checked by the constructor
             key: _word(_RECIPE_WORDS[key], value, key) if key in _RECIPE_WORDS and value is not None else value
             for key, value in fields.items()}
         return cls(**words)

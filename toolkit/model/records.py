@@ -17,14 +17,15 @@ from typing import Any, ClassVar
 JsonObject = Mapping[str, Any]
 """A free-form JSON object a record carries as it is (metrics, config, a runner's report): Any because its keys
 and values are not fixed by the manifest's schema (docs/schemas/convert.md) and are read back unchecked inside."""
+JsonDict = dict[str, Any]  # Any: a JSON object being built, for the same reason as JsonObject
 
 
 class Record:
     """A frozen dataclass whose JSON object is its fields in order, tuples as lists, records as their objects."""
 
-    __dataclass_fields__: ClassVar[dict[str, Any]]
+    __dataclass_fields__: ClassVar[dict[str, Any]]  # Any: as typeshed declares it for dataclasses
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> JsonDict:
         return {f.name: _plain(getattr(self, f.name)) for f in fields(self)}
 
 
@@ -83,11 +84,10 @@ class SliceMetrics:
         """The worst absolute error as a fraction of the slice's float range (what the tolerance limits)."""
         return _ratio(self.max_abs_error, self.float_range)
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> JsonDict:
         return {"name": self.name, "axis": self.axis, "runs": [list(r) for r in self.runs],
                 "float_range": finite_or_none(self.float_range), "max_abs_error": finite_or_none(self.max_abs_error),
                 "mean_abs_error": finite_or_none(self.mean_abs_error), "max_error_ratio": finite_or_none(self.max_error_ratio)}
-
 
 
 @dataclass(frozen=True)
@@ -109,7 +109,7 @@ class OutputMetrics:
     def max_error_ratio(self) -> float:
         return _ratio(self.max_abs_error, self.float_range)
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> JsonDict:
         return {"name": self.name, "index": self.index, "max_abs_error": finite_or_none(self.max_abs_error),
                 "mean_abs_error": finite_or_none(self.mean_abs_error), "cosine_similarity": finite_or_none(self.cosine_similarity),
                 "float_range": finite_or_none(self.float_range), "max_error_ratio": finite_or_none(self.max_error_ratio),

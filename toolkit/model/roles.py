@@ -12,9 +12,9 @@ from __future__ import annotations
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
-from typing import Any
 
 from toolkit.errors import UsageError
+from toolkit.model.records import JsonObject
 
 
 class Role(StrEnum):
@@ -34,7 +34,6 @@ ALIASES = {"probabilities": Role.CLASSIFICATION, "logits": Role.CLASSIFICATION, 
            "box": Role.BOXES, "keypoints": Role.LANDMARKS, "segmentation": Role.DENSE, "map": Role.DENSE,
            "ctc": Role.SEQUENCE}
 DECLARABLE = tuple(r.value for r in Role if r not in (Role.DETECTION, Role.STATE)) + tuple(ALIASES)
-
 
 
 @dataclass(frozen=True)
@@ -57,7 +56,7 @@ class OutputRole:
     classes_axis: int | None = None  # a dense map's class axis (of one sample's array), when it has one
 
 
-def parse_role(value: Any, *, where: str) -> Role:
+def parse_role(value: object, *, where: str) -> Role:
     """A role as the user wrote it, or a plain usage error with the nearest known word."""
     from toolkit.model.schemas.problems import did_you_mean
 
@@ -90,7 +89,7 @@ def parse_output_tasks(values: Sequence[str]) -> tuple[OutputDeclaration, ...]:
     return tuple(found)
 
 
-def dataset_outputs(table: Mapping[str, Mapping[str, Any]] | None) -> tuple[OutputDeclaration, ...]:
+def dataset_outputs(table: Mapping[str, JsonObject] | None) -> tuple[OutputDeclaration, ...]:
     """dataset.toml's ``[outputs.NAME]`` tables (already schema-checked) -> declarations."""
     return tuple(OutputDeclaration(name, parse_role(entry["task"], where=f"dataset.toml [outputs.{name}]"),
                                    "dataset.toml", entry.get("blank"))

@@ -12,11 +12,10 @@ from __future__ import annotations
 import json
 import math
 import tomllib
-from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
 
 from toolkit.errors import UsageError
+from toolkit.model.records import JsonDict, JsonObject
 
 RUN_CONFIG = "run.toml"
 _HEADER = (
@@ -26,7 +25,7 @@ _HEADER = (
 )
 
 
-def _value(value: Any) -> str:
+def _value(value: object) -> str:
     if isinstance(value, bool):
         return "true" if value else "false"
     if isinstance(value, int):
@@ -42,7 +41,7 @@ def _value(value: Any) -> str:
     raise ValueError(f"cannot write a {type(value).__name__} to run.toml")
 
 
-def dump_toml(config: Mapping[str, Any]) -> str:
+def dump_toml(config: JsonObject) -> str:
     """Flat ``key = value`` lines; None values are left out (TOML has no null: absent means the default)."""
     lines = []
     for key, value in config.items():
@@ -53,7 +52,7 @@ def dump_toml(config: Mapping[str, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def write_run_config(bundle_dir: Path, config: Mapping[str, Any]) -> Path:
+def write_run_config(bundle_dir: Path, config: JsonObject) -> Path:
     """Write ``run.toml`` into the bundle (not a deployed file: the manifest does not list it)."""
     path = Path(bundle_dir) / RUN_CONFIG
     tmp = path.with_name(path.name + ".tmp")
@@ -62,7 +61,7 @@ def write_run_config(bundle_dir: Path, config: Mapping[str, Any]) -> Path:
     return path
 
 
-def read_run_config(path: Path) -> dict[str, Any]:
+def read_run_config(path: Path) -> JsonDict:
     """A run config file -> {key with dashes: value}; a bundle directory means its run.toml."""
     path = Path(path)
     if path.is_dir():

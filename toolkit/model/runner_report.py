@@ -5,17 +5,17 @@ throttled. One reader for every place reports arrive: a check over SSH and the r
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping, Sequence
-from typing import Any
+from collections.abc import Sequence
 
 from toolkit.errors import DeviceError
 from toolkit.model.device_records import CheckReport, GateResult, LatencyStats
+from toolkit.model.records import JsonObject
 
 HOT_C = 80.0  # Raspberry Pi firmware starts to cap the clock at 80 C; most SoCs throttle in 80-95 C
 CAPPED_SHARE = 0.85  # a performance governor running below this share of the maximum clock is capped
 
 
-def throttled(environment: Mapping[str, Any]) -> str | None:
+def throttled(environment: JsonObject) -> str | None:
     """Why a run with this environment (the runner's ``environment`` section) was taken while the device
     throttled, or None: its hottest thermal zone at or above :data:`HOT_C`, or a ``performance`` governor
     whose current clock is below :data:`CAPPED_SHARE` of its maximum (thermal or power capping)."""
@@ -29,7 +29,7 @@ def throttled(environment: Mapping[str, Any]) -> str | None:
     return None
 
 
-def latency_stats(data: Mapping[str, Any] | None) -> LatencyStats | None:
+def latency_stats(data: JsonObject | None) -> LatencyStats | None:
     if not data:
         return None
     try:
@@ -38,7 +38,7 @@ def latency_stats(data: Mapping[str, Any] | None) -> LatencyStats | None:
         return None
 
 
-def latency_samples(data: Any) -> tuple[float, ...]:
+def latency_samples(data: object) -> tuple[float, ...]:
     if not isinstance(data, list):
         return ()
     try:

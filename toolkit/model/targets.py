@@ -1,23 +1,9 @@
 """Target profiles: read ``targets/*.toml`` (shipped, then the user's), validate them, resolve ``extends``.
 
-A profile is what the toolkit knows about one kind of device: its CPU, memory, OS and Python, the runtimes it
-can carry (with version bounds), its accelerators, the highest ONNX opset its runtime loads, and an ORDERED
-list of :class:`~toolkit.model.recipe.Recipe` (the first one that passes verification and is faster than fp32 ships
-as the preferred artifact), a latency budget, an accuracy tolerance and a fallback order of precisions.
-
-Where profiles come from, later wins (a user profile with a shipped name replaces it):
-
-1. the shipped folder (:func:`toolkit.resources.targets_dir`),
-2. every folder in ``EDGETK_TARGETS_PATH`` (``os.pathsep``-separated),
-3. every ``--targets-dir`` folder, in the order given.
-
-``extends = "raspberry-pi-4"`` starts from that profile and deep-merges this file over it (tables merge key by
-key; arrays, ``recipes`` among them, are replaced wholesale; ``sources`` are added). A profile that extends its
-own name extends the profile it shadows, so a user's ``raspberry-pi-4.toml`` can say
-``extends = "raspberry-pi-4"`` and change only the budget.
-
-Every mistake in a file is refused with one :class:`~toolkit.errors.UsageError` that names the file, the key
-and the fix. The schema is documented in ``docs/targets.md``.
+A profile is what the toolkit knows about one kind of device (CPU, memory, runtimes, accelerators, opset), an
+ORDERED list of :class:`~toolkit.model.recipe.Recipe`, a latency budget, a tolerance and a fallback order.
+Where profiles come from (later wins), how ``extends`` merges and the schema: docs/targets.md. Every mistake in
+a file is refused with one :class:`~toolkit.errors.UsageError` that names the file, the key and the fix.
 """
 
 from __future__ import annotations
@@ -25,11 +11,12 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from toolkit.errors import UsageError
 from toolkit.model.policy import CheckPolicy, PlacementExpectation, RegressionPolicy
 from toolkit.model.profile_files import DOCS, ProfileSource, build_recipe, read_layers, refusal, resolve
+from toolkit.model.records import JsonDict, JsonObject
 from toolkit.model.schemas.problems import did_you_mean
 from toolkit.model.tolerance import Tolerance  # the one Tolerance type
 from toolkit.model.recipe import Recipe
@@ -37,9 +24,6 @@ from toolkit.model.vocabulary import TFLITE_RUNTIMES, Format, IoDtype, Precision
 
 if TYPE_CHECKING:  # pragma: no cover - pydantic loads only when a file is read
     from toolkit.model.schemas.targets import ProfileFile
-
-
-# ------------------------------------------------------------------------------------------- data
 
 
 @dataclass(frozen=True)
@@ -82,7 +66,7 @@ class RuntimeRequirement:
         """``>=2.14, <2.15`` style text for tables."""
         return self.specifier or "any"
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> JsonDict:
         return {"name": self.name, "min_version": self.min_version, "max_version": self.max_version,
                 "note": self.note}
 
@@ -97,7 +81,7 @@ class Accelerator:
     execution_providers: tuple[str, ...] = ()
     note: str | None = None
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> JsonDict:
         return {"name": self.name, "kind": self.kind, "delegate": self.delegate,
                 "execution_providers": list(self.execution_providers), "note": self.note}
 
@@ -129,7 +113,7 @@ class TargetProfile:
     extends: str | None = None
     lineage: tuple[str, ...] = ()  # the files merged, this one first, then its parents
     sources: tuple[str, ...] = ()  # links to the documents the facts come from
-    provider_options: Mapping[str, Mapping[str, Any]] = field(default_factory=dict, hash=False)
+    provider_options: Mapping[str, JsonObject] = field(default_factory=dict, hash=False)
     regression: RegressionPolicy = RegressionPolicy()  # when a check is a latency regression ([regression])
     placement: tuple[PlacementExpectation, ...] = ()  # where nodes must run ([[placement]])
     min_throughput_ips: float | None = None  # the throughput floor check --throughput gates on
@@ -149,7 +133,7 @@ class TargetProfile:
                 return requirement
         return None
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> JsonDict:
         return {
             "name": self.name,
             "description": self.description,
@@ -191,9 +175,6 @@ def check_policy_from_profile(profile: TargetProfile) -> CheckPolicy:
     )
 
 
-# ------------------------------------------------------------------------------------------- versions
-
-
 def parse_version(text: str) -> tuple[int, ...] | None:
     """The release numbers of a PEP 440 version: ``"1.16.3+cu118"`` -> (1, 16, 3); None when it is none."""
     from packaging.version import InvalidVersion, Version
@@ -215,8 +196,6 @@ def runtime_supports(profile: TargetProfile, runtime: str, version: str) -> bool
     requirement = profile.runtime(runtime)
     return requirement is not None and requirement.admits(version)
 
-
-# ------------------------------------------------------------------------------------------- building
 
 # The schema (keys, types, vocabularies, bounds) is a pydantic model in toolkit.model.schemas.targets; reading
 # the files and merging ``extends`` is toolkit.model.profile_files. What stays here are the checks across keys,
@@ -266,7 +245,7 @@ def _check_order(path: Path, recipes: Sequence[Recipe], fallback: Sequence[str],
 
 
 def _providers(path: Path, profile: ProfileFile,
-               runtime_names: set[str]) -> tuple[tuple[str, ...], dict[str, dict[str, Any]]]:
+               runtime_names: set[str]) -> tuple[tuple[str, ...], dict[str, JsonDict]]:
     """The execution providers (CPU by default where onnxruntime is listed) and their options."""
     default = ["CPUExecutionProvider"] if Runtime.ONNXRUNTIME in runtime_names else []
     providers = tuple(profile.execution_providers if profile.execution_providers is not None else default)
@@ -294,7 +273,7 @@ def _policies(path: Path, profile: ProfileFile) -> tuple[RegressionPolicy, tuple
     return regression, tuple(placement)
 
 
-def _validated(data: Mapping[str, Any], lineage: tuple[ProfileSource, ...]) -> ProfileFile:
+def _validated(data: JsonObject, lineage: tuple[ProfileSource, ...]) -> ProfileFile:
     """The merged data through the schema, with every required key; a profile needs a recipe and a runtime."""
     from toolkit.model.schemas import validate
     from toolkit.model.schemas.targets import ProfileFile
@@ -310,7 +289,7 @@ def _validated(data: Mapping[str, Any], lineage: tuple[ProfileSource, ...]) -> P
     return profile
 
 
-def _build(data: Mapping[str, Any], lineage: tuple[ProfileSource, ...]) -> TargetProfile:
+def _build(data: JsonObject, lineage: tuple[ProfileSource, ...]) -> TargetProfile:
     top = lineage[0]
     path = top.path
     profile = _validated(data, lineage)

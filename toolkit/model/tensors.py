@@ -24,8 +24,3 @@ class TensorSpec(Record):
     shape: tuple[int | None, ...]
     dtype: str
     quantization: Quantization | None = None
-
-    @property
-    def is_static(self) -> bool:
-        return all(d is not None and d >= 0 for d in self.shape)
-

@@ -10,9 +10,9 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
 
 from toolkit.errors import UsageError
+from toolkit.model.records import JsonDict, JsonObject
 
 
 @dataclass(frozen=True)
@@ -61,19 +61,11 @@ LIMITS: Mapping[str, Limit] = {
 
 @dataclass(frozen=True)
 class Tolerance:
-    """Limits per metric; each applies only where that metric exists for the model's task.
-
-    ``max_top1_drop``: a fraction (0.01 = one point) of top-1 accuracy vs the float model's (with labels), or
-    1 - top-1 agreement without labels. ``min_cosine``: the lowest cosine similarity of the outputs (for
-    embeddings: the mean per-vector cosine). ``max_slice_error``: the largest absolute error of a slice (a
-    channel group of an output whose channels span very different ranges, e.g. box coordinates and scores),
-    as a fraction of that slice's float range; the device check applies the same limit. ``min_recall`` /
-    ``min_precision``: detections matched against the float model's (score threshold, IoU 0.5).
-    ``max_label_recall_drop`` / ``max_label_precision_drop``: with labelled boxes, how far (a fraction: 0.05 =
-    five points) the artifact's recall / precision against the labels may fall below the float model's own.
-    ``min_mask_iou``: mean IoU of the segmentation map (and of an output's dense map). ``min_box_iou``: mean IoU
-    of an output's boxes against the float ones, where its four coordinates decode as boxes. ``max_relative_error``: ``||a - r|| / ||r||`` for
-    embeddings and regression outputs. ``min_samples``: the fewest eval samples a verdict is drawn from.
+    """Limits per metric; each applies only where that metric exists for the model's task (the keys and
+    their metrics: docs/verification.md). ``max_top1_drop`` is a fraction (0.01 = one point) of top-1 accuracy vs
+    the float model's with labels, else 1 - top-1 agreement; ``max_slice_error`` is a fraction of the slice's float
+    range, and the device check applies the same limit; ``min_samples``: the fewest eval samples a verdict is drawn
+    from.
     """
 
     max_top1_drop: float = 0.01
@@ -95,14 +87,14 @@ class Tolerance:
                 raise UsageError(f"tolerance.{name} must be {limit.words} (got {value!r}).", hint=limit.fix)
 
     @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> Tolerance:
+    def from_dict(cls, data: JsonObject) -> Tolerance:
         """From a profile's (already key-checked) ``[tolerance]`` table; missing keys take the defaults."""
         unknown = sorted(set(data) - set(LIMITS))
         if unknown:
             raise UsageError(f"Unknown tolerance key(s): {', '.join(unknown)}.",
                              hint=f"Known keys: {', '.join(LIMITS)}.")
-        values: dict[str, Any] = {key: value if LIMITS[key].whole else float(value) for key, value in data.items()}
+        values: JsonDict = {key: value if LIMITS[key].whole else float(value) for key, value in data.items()}
         return cls(**values)
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> JsonDict:
         return dataclasses.asdict(self)

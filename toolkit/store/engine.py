@@ -68,7 +68,7 @@ def _sqlite_engine(location: StoreLocation) -> Engine:
     engine = create_engine(location.url, connect_args={"timeout": 30})
 
     @event.listens_for(engine, "connect")
-    def _no_driver_transactions(dbapi_connection: Any, _record: Any) -> None:
+    def _no_driver_transactions(dbapi_connection: Any, _record: Any) -> None:  # Any: DB-API objects
         dbapi_connection.isolation_level = None
 
     @event.listens_for(engine, "begin")
@@ -104,7 +104,7 @@ def _revision(conn: Connection) -> str | None:
     return _LEGACY if "checks" in names else None
 
 
-def _alembic_config(conn: Connection) -> Any:
+def _alembic_config(conn: Connection) -> Any:  # Any: alembic's Config (alembic is imported lazily)
     from alembic.config import Config
 
     config = Config()

@@ -13,8 +13,8 @@ import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
+from toolkit.model.records import JsonDict
 from toolkit.store.engine import StoreUnavailable
 from toolkit.store.history import Store, StoredCheck
 from toolkit.store.location import StoreLocation, fallback_store_path
@@ -37,7 +37,7 @@ class StoreStatus:
     def ok(self) -> bool:
         return self.error is None
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> JsonDict:
         return {
             "location": self.location, "ok": self.ok, "error": self.error, "recorded": self.recorded,
             "fallback": self.fallback, "fallback_recorded": self.fallback_recorded,
@@ -133,7 +133,7 @@ class SyncResult:
     copied: int
     already_there: int
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> JsonDict:
         return {"source": self.source, "store": self.store, "copied": self.copied, "already_there": self.already_there}
 
 

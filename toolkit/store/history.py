@@ -17,6 +17,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from toolkit.model.records import JsonDict
 from toolkit.store.location import StoreLocation, parse_location
 from toolkit.model.device_records import CheckReport
 
@@ -48,11 +49,11 @@ class StoredCheck:
     passed: bool
     p50_ms: float | None
     p90_ms: float | None
-    report: dict[str, Any]
+    report: JsonDict
     checked_by: str | None = None
     controller: str | None = None
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> JsonDict:
         """The report as ``history --json`` prints it: the check report plus where, when and by whom."""
         out = dict(self.report)
         out.update(
@@ -62,7 +63,7 @@ class StoredCheck:
         )
         return out
 
-    def row(self) -> dict[str, Any]:
+    def row(self) -> JsonDict:
         """The table row (``history sync`` copies rows as they are)."""
         return {
             "check_id": self.check_id, "run_id": self.run_id, "created_at": self.created_at, "device": self.device,
@@ -72,7 +73,7 @@ class StoredCheck:
         }
 
 
-def _insert_ignoring_duplicates(dialect: str) -> Any:
+def _insert_ignoring_duplicates(dialect: str) -> Any:  # Any: a dialect's own Insert class
     """INSERT ... ON CONFLICT (check_id) DO NOTHING, in the dialect's own words."""
     from toolkit.store.schema import checks
 
@@ -119,7 +120,7 @@ class Store:
         ``created_at`` (ISO 8601 UTC) defaults to now; ``skip_existing`` keeps rows already stored (imports)."""
         now = created_at or datetime.now(UTC).isoformat(timespec="microseconds")
         user, host = who_and_where()
-        rows: list[dict[str, Any]] = []
+        rows: list[JsonDict] = []
         ids: list[str | None] = []
         for index, report in enumerate(reports):
             check_id = report.check_id or f"{run_id}-{index}"
@@ -136,7 +137,7 @@ class Store:
         self.insert_rows(rows, skip_existing=skip_existing)
         return ids
 
-    def insert_rows(self, rows: Sequence[dict[str, Any]], *, skip_existing: bool = False) -> int:
+    def insert_rows(self, rows: Sequence[JsonDict], *, skip_existing: bool = False) -> int:
         """Insert table rows in one transaction; ``skip_existing`` leaves rows whose check_id is stored already."""
         from sqlalchemy import insert, select
         from sqlalchemy.exc import SQLAlchemyError
@@ -148,7 +149,7 @@ class Store:
         try:
             engine = self._engine()
             with engine.begin() as conn:
-                statement: Any = insert(checks)
+                statement: Any = insert(checks)  # Any: sqlalchemy's or a dialect's Insert
                 if skip_existing:
                     wanted = [r["check_id"] for r in rows]
                     have = set(conn.execute(select(checks.c.check_id).where(checks.c.check_id.in_(wanted))).scalars())
@@ -172,7 +173,7 @@ class Store:
         except SQLAlchemyError as exc:
             raise self._guard(exc) from None
 
-    def _rows(self, query: Select[Any]) -> list[StoredCheck]:
+    def _rows(self, query: Select[Any]) -> list[StoredCheck]:  # Any: sqlalchemy's row tuple type
         from sqlalchemy.exc import SQLAlchemyError
 
         try:
@@ -263,7 +264,7 @@ class Trend:
             return None
         return 100.0 * (self.last_p50_ms - self.first_p50_ms) / self.first_p50_ms
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> JsonDict:
         return {
             "device": self.device, "bundle": self.bundle, "artifact": self.artifact, "checks": self.checks,
             "passed": self.passed, "first_p50_ms": self.first_p50_ms, "last_p50_ms": self.last_p50_ms,

@@ -14,9 +14,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime
 from pathlib import Path
-from typing import Any
 
 from toolkit.errors import UsageError
+from toolkit.model.records import JsonDict
 from toolkit.store.history import Store
 
 SCHEMA = "edgetk-mender-check/1"
@@ -30,7 +30,7 @@ class ImportResult:
     checks: int
     imported: int
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> JsonDict:
         return {"store": self.store, "files": self.files, "checks": self.checks, "imported": self.imported}
 
 

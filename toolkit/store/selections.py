@@ -4,14 +4,13 @@ newest per device. The selection document is :meth:`toolkit.checks.selection.Sel
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
 from datetime import UTC, datetime
-from typing import Any
 
+from toolkit.model.records import JsonDict, JsonObject
 from toolkit.store.history import Store
 
 
-def record_selection(store: Store, selection: Mapping[str, Any], *, device: str, bundle: str, run_id: str) -> None:
+def record_selection(store: Store, selection: JsonObject, *, device: str, bundle: str, run_id: str) -> None:
     """Store one device's selection (``Selection.to_dict()``) of one check run."""
     from sqlalchemy import insert
     from sqlalchemy.exc import SQLAlchemyError
@@ -30,7 +29,7 @@ def record_selection(store: Store, selection: Mapping[str, Any], *, device: str,
         raise store._guard(exc) from None
 
 
-def latest_selections(store: Store, *, bundle: str | None = None, device: str | None = None) -> list[dict[str, Any]]:
+def latest_selections(store: Store, *, bundle: str | None = None, device: str | None = None) -> list[JsonDict]:
     """The newest selection of every (bundle, device), oldest device name first: each the stored document plus
     ``device``, ``bundle`` and ``recorded_at``."""
     from sqlalchemy import select
@@ -48,7 +47,7 @@ def latest_selections(store: Store, *, bundle: str | None = None, device: str | 
             rows = conn.execute(query.order_by(t.c.created_at, t.c.seq)).mappings().all()
     except SQLAlchemyError as exc:
         raise store._guard(exc) from None
-    newest: dict[tuple[str, str], dict[str, Any]] = {}
+    newest: dict[tuple[str, str], JsonDict] = {}
     for r in rows:
         doc = json.loads(r["selection"])
         doc.update({"device": r["device"], "bundle": r["bundle"], "recorded_at": r["created_at"]})

@@ -1,25 +1,11 @@
 """Detection metrics: decode boxes and scores, keep detections above a score threshold, match the artifact's
 to the float model's at IoU >= 0.5 (same class), and report recall and precision against the float model.
 
-Two layouts are read:
-
-* YOLO-style: one head ``[1, 4+C, N]`` (or ``[1, N, 4+C]``): per anchor ``cx, cy, w, h`` in pixels then C
-  class scores in [0, 1] (Ultralytics' exported head). Detections are NMS-filtered per class (IoU 0.5) and
-  matched greedily by IoU.
-* SSD-style: separate outputs ``boxes [1, N, K>=4]`` and ``scores [1, N, C]`` over the same N anchors
-  (MediaPipe's BlazeFace: regressors ``[1, 896, 16]``, classificators ``[1, 896, 1]``). Box values are offsets
-  from each anchor, read as ``cx, cy, w, h``; without the anchor table the detections are matched anchor by
-  anchor (IoU of the two boxes of the same anchor, which equals their IoU once decoded). Scores outside [0, 1]
-  are logits and go through a sigmoid.
-
-Against labelled boxes (eval ``y`` shaped ``[samples, K, 5]``: class, cx, cy, w, h, rows of class < 0 pad), both
-the float model and the artifact are scored (:func:`label_metrics`); the verdict gates the artifact's loss
-against the float model's own score (``Tolerance.max_label_recall_drop`` / ``max_label_precision_drop``), not
-an absolute figure, because how good the float model is against the labels is the user's business, what the
-conversion lost is ours. SSD boxes are matched to labels once decoded with the model's anchor table
-(:class:`AnchorTable`): declared with the eval data (an ``anchors`` array ``[N, 4]`` in the ``.npz``: per
-anchor ``cx, cy, sx, sy``, the decoded box being ``cx + dx * sx, cy + dy * sy, w * sx, h * sy`` in the labels'
-frame), else MediaPipe's scheme for a model it recognises (:data:`SCHEMES`: BlazeFace short range).
+Two layouts, YOLO-style (one head ``[1, 4+C, N]``, NMS per class) and SSD-style (``boxes`` and ``scores`` over
+the same anchors, matched anchor by anchor; logits get a sigmoid). Against labelled boxes the artifact's loss is
+gated against the float model's own score, not an absolute figure: how good the float model is against the
+labels is the user's business, what the conversion lost is ours. Layouts, label format and anchor tables
+(:class:`AnchorTable`, :data:`SCHEMES`): docs/verification.md.
 """
 
 from __future__ import annotations
@@ -241,8 +227,6 @@ def ssd_metrics(ref: Sequence[np.ndarray], act: Sequence[np.ndarray], *, layout:
     matched = int(np.sum(both & (iou[..., None] >= IOU)))
     return _metrics(matched, int(ref_on.sum()), int(act_on.sum()), threshold, "ssd")
 
-
-# --------------------------------------------------------------------------------------------- SSD anchors
 
 SSD_NMS_IOU = 0.3  # MediaPipe's min_suppression_threshold for its face and palm detectors
 

@@ -13,14 +13,13 @@ import dataclasses
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
 
 import numpy as np
 
 from toolkit.model.artifact import Verification
 from toolkit.verification import dense, detection, role_metrics, segmentation, slices
 from toolkit.model import roles
-from toolkit.model.records import OutputMetrics, SliceMetrics
+from toolkit.model.records import JsonDict, OutputMetrics, SliceMetrics
 from toolkit.verification.sequence import RecurrentRun
 from toolkit.model.tasks import Task, TaskChoice, parse_task
 from toolkit.verification.inference import assign, infer_task, output_name
@@ -183,7 +182,7 @@ def verify_outputs(
     assert choice.task is not None  # declared or inferred by now
     per_output = [_output(ref[k], act[k], names[k], k, output_roles[k]) for k in range(count)]
     vacuous = _too_little(samples, ref, tolerance)
-    task_metrics: dict[str, Any] = {}
+    task_metrics: JsonDict = {}
     top1 = accuracy = reference_accuracy = None
     if finite and count:
         measure_task(choice.task, ref, act, names, labels, score_threshold, task_metrics, vacuous, anchors)
@@ -328,7 +327,7 @@ def _worst(per_output: Sequence[OutputMetrics]) -> str | None:
 
 
 def _sequence_metrics(recurrent: RecurrentRun, names: Sequence[str], ref: list[np.ndarray],
-                      act: list[np.ndarray]) -> dict[str, Any]:
+                      act: list[np.ndarray]) -> JsonDict:
     """Relative error of every output over the sequence (state fed back), its last quarter, and the same
     outputs on independent steps for contrast."""
     assert recurrent.candidate is not None

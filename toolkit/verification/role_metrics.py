@@ -7,11 +7,10 @@ reads the recorded metrics back (a manifest's record gives the same verdict as t
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
-from typing import Any
 
 import numpy as np
 
+from toolkit.model.records import JsonDict, JsonObject
 from toolkit.verification import dense, segmentation
 from toolkit.model.roles import OutputRole, Role
 from toolkit.verification.inference import core_view
@@ -20,7 +19,7 @@ from toolkit.model.tolerance import Tolerance
 MIN_POSITIVES = 1e-3  # a probability map with fewer positions above 0.5 (a fraction) is judged by its error
 
 
-def score(role: OutputRole, ref: np.ndarray, act: np.ndarray) -> dict[str, Any]:
+def score(role: OutputRole, ref: np.ndarray, act: np.ndarray) -> JsonDict:
     """The role's metrics of ``act`` against ``ref`` (both ``[samples, ...]``); empty for the roles a
     model-level metric judges (a detector's outputs, a step model's state)."""
     r, a = core_view(ref).astype(np.float64), core_view(act).astype(np.float64)
@@ -31,7 +30,7 @@ def score(role: OutputRole, ref: np.ndarray, act: np.ndarray) -> dict[str, Any]:
         if r[0].size <= 1:
             flat_r, flat_a = r.reshape(len(r)), a.reshape(len(a))
             cut = 0.5 if (flat_r.min() >= -1e-3 and flat_r.max() <= 1 + 1e-3) else 0.0
-            out: dict[str, Any] = {"decision_agreement": float(np.mean((flat_r > cut) == (flat_a > cut)))}
+            out: JsonDict = {"decision_agreement": float(np.mean((flat_r > cut) == (flat_a > cut)))}
         else:
             out = dict(dense.classification_metrics(r.reshape(len(r), -1), a.reshape(len(a), -1), None))
         return _unless(finite, out)
@@ -56,7 +55,7 @@ def score(role: OutputRole, ref: np.ndarray, act: np.ndarray) -> dict[str, Any]:
     return {}
 
 
-def _unless(finite: bool, metrics: dict[str, Any]) -> dict[str, Any]:
+def _unless(finite: bool, metrics: JsonDict) -> JsonDict:
     """Non-finite artifact outputs make every metric NaN (never a pass)."""
     return metrics if finite else {k: math.nan for k in metrics}
 
@@ -106,7 +105,7 @@ def _error_to_spread(r: np.ndarray, a: np.ndarray) -> float:
     return error / spread if spread > 0 else (0.0 if error == 0 else math.inf)
 
 
-def _dense(role: OutputRole, ref: np.ndarray, act: np.ndarray, r: np.ndarray, a: np.ndarray) -> dict[str, Any]:
+def _dense(role: OutputRole, ref: np.ndarray, act: np.ndarray, r: np.ndarray, a: np.ndarray) -> JsonDict:
     if role.classes_axis is not None:
         s = segmentation.segmentation_metrics(ref, act, axis=role.classes_axis)
         return s.to_dict()
@@ -133,9 +132,9 @@ def ctc_decode(top: np.ndarray, blank: int) -> tuple[int, ...]:
     return tuple(out)
 
 
-def _sequence(role: OutputRole, r: np.ndarray, a: np.ndarray) -> dict[str, Any]:
+def _sequence(role: OutputRole, r: np.ndarray, a: np.ndarray) -> JsonDict:
     rt, at = np.argmax(r, axis=-1), np.argmax(a, axis=-1)  # [samples, T]
-    out: dict[str, Any] = {"step_agreement": float(np.mean(rt == at)) if rt.size else 1.0}
+    out: JsonDict = {"step_agreement": float(np.mean(rt == at)) if rt.size else 1.0}
     if role.blank is not None:
         rows_r, rows_a = rt.reshape(len(rt), -1), at.reshape(len(at), -1)
         same = [ctc_decode(x, role.blank) == ctc_decode(y, role.blank) for x, y in zip(rows_r, rows_a)]
@@ -144,7 +143,7 @@ def _sequence(role: OutputRole, r: np.ndarray, a: np.ndarray) -> dict[str, Any]:
     return out
 
 
-def failures(name: str, role: str | None, metrics: Mapping[str, Any], tolerance: Tolerance) -> list[str]:
+def failures(name: str, role: str | None, metrics: JsonObject, tolerance: Tolerance) -> list[str]:
     """Every way one output's role metrics break ``tolerance``, in plain words naming the output."""
     m, t = metrics, tolerance
     agree = 1.0 - t.max_top1_drop

@@ -5,15 +5,15 @@ would say nothing."""
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
 
 import numpy as np
 
+from toolkit.model.records import JsonDict
 from toolkit.model.tasks import Task
 from toolkit.verification import dense, detection, segmentation
 
 
-def _label_metrics(out: dict[str, Any], truth: list[list[tuple[int, np.ndarray, float]]],
+def _label_metrics(out: JsonDict, truth: list[list[tuple[int, np.ndarray, float]]],
                    reference: list[list[tuple[int, np.ndarray, float]]],
                    candidate: list[list[tuple[int, np.ndarray, float]]]) -> None:
     """The float model's and the artifact's recall/precision against the labelled boxes."""
@@ -26,7 +26,7 @@ def _label_metrics(out: dict[str, Any], truth: list[list[tuple[int, np.ndarray, 
 
 def measure_task(task: Task, ref: list[np.ndarray], act: list[np.ndarray], names: Sequence[str],
                   labels: np.ndarray | None, score_threshold: float | None,
-                  out: dict[str, Any], vacuous: list[str], anchors: np.ndarray | None = None) -> None:
+                  out: JsonDict, vacuous: list[str], anchors: np.ndarray | None = None) -> None:
     """Fill ``out`` with the task's metrics; append why a verdict on them would be vacuous."""
     if task is Task.CLASSIFICATION:
         out.update(dense.classification_metrics(ref[0], act[0], labels))

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from toolkit.errors import UsageError
+from toolkit.model.records import JsonDict
 
 HINT = ("Pass --metric path/to/file.py:function, where function(reference, artifact, labels) returns "
         "{name: value, 'ok': bool}.")
@@ -24,7 +25,7 @@ HINT = ("Pass --metric path/to/file.py:function, where function(reference, artif
 @dataclass(frozen=True)
 class UserMetric:
     spec: str  # as given: "file.py:fn"
-    fn: Callable[..., Any]
+    fn: Callable[..., Any]  # Any: the user's function, its result checked by evaluate
 
 
 @dataclass(frozen=True)
@@ -33,7 +34,7 @@ class UserMetricResult:
     values: Mapping[str, float]
     ok: bool
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> JsonDict:
         return {"metric": self.spec, "values": dict(self.values), "ok": self.ok}
 
 
@@ -60,7 +61,7 @@ def load(spec: str) -> UserMetric:
     return UserMetric(str(spec), fn)
 
 
-def evaluate(metric: UserMetric, reference: Sequence[Any], artifact: Sequence[Any], labels: Any) -> UserMetricResult:
+def evaluate(metric: UserMetric, reference: Sequence[object], artifact: Sequence[object], labels: object) -> UserMetricResult:
     try:
         raw = metric.fn(list(reference), list(artifact), labels)
     except Exception as exc:

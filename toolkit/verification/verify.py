@@ -1,12 +1,5 @@
-"""Compare an artifact's outputs with the float model's on held-out inputs, and time it on this host.
-
-The convert stage calls :func:`verify_outputs` once per candidate artifact; it returns a
-:class:`VerificationResult` (the manifest's :class:`~toolkit.model.artifact.Verification` record, every broken
-tolerance in plain words, and why the verdict is vacuous when it proves nothing). The metrics live in
-:mod:`toolkit.verification`: per output and per slice of outputs that mix ranges (a detection head's boxes and
-scores), and per task (classification top-1/top-5 and accuracy, detection recall/precision against the float
-model, segmentation mask IoU, embedding cosine and relative error, a user's ``--metric``). Non-finite outputs
-make every metric non-finite, so a NaN model can never pass a tolerance.
+"""What the stages call: compare an artifact's outputs with the float model's on held-out inputs, and time it
+on this host. Non-finite outputs make every metric non-finite, so a NaN model can never pass a tolerance.
 """
 
 from __future__ import annotations

@@ -1,17 +1,14 @@
-"""Schemas of the files users write (target profiles, the device inventory, an image folder's
-``dataset.toml``, ``run.toml``) and the bundle's ``manifest.json`` (:mod:`toolkit.model.schemas.manifest`), as pydantic
-2 models with ``extra="forbid"``, at the file boundary only.
-
-A file is parsed (``tomllib``), validated here, and turned into the frozen dataclasses of
-:mod:`toolkit.model` and friends that flow between the stages; nothing past the boundary sees pydantic.
-Every refusal goes through :mod:`toolkit.model.schemas.problems`, the one did-you-mean formatter, so each message
-names the file, the key and the fix. pydantic is imported only when a file is read (``edgetk --help`` never
-loads it): import these modules inside functions.
+"""Schemas of the files users write (target profiles, the device inventory, ``dataset.toml``, ``run.toml``)
+and of the bundle's ``manifest.json``, as pydantic 2 models with ``extra="forbid"``, at the file boundary only:
+a file is parsed, validated here, and turned into the frozen dataclasses of :mod:`toolkit.model`; nothing past
+the boundary sees pydantic. Every refusal goes through :mod:`.problems`, so each message names the file, the
+key and the fix. pydantic is imported only when a file is read (``edgetk --help`` never loads it): import these
+modules inside functions.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, TypeVar
 
 from toolkit.model.schemas.problems import Problem, closest, did_you_mean, problems
 
@@ -23,7 +20,7 @@ if TYPE_CHECKING:  # pragma: no cover - pydantic loads only when a file is read
 M = TypeVar("M", bound="BaseModel")
 
 
-def validate(model: type[M], data: Any, *, file: object, docs: str, partial: bool = False,
+def validate(model: type[M], data: object, *, file: object, docs: str, partial: bool = False,
              missing_context: str = "") -> M | None:
     """``data`` as a ``model``, or a UsageError for the first problem (unknown keys first).
 

@@ -4,7 +4,7 @@ channel."""
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import Annotated
 
 from pydantic import BeforeValidator
 
@@ -17,11 +17,11 @@ TASKS = tuple(t.value for t in Task)
 DOCS = "calibration/README.md"
 
 
-def _upper(value: Any) -> Any:
+def _upper(value: object) -> object:
     return value.upper() if isinstance(value, str) else value
 
 
-def _as_list(value: Any) -> Any:
+def _as_list(value: object) -> object:
     return [value] if isinstance(value, (int, float)) and not isinstance(value, bool) else value
 
 

@@ -25,7 +25,7 @@ class Table(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
 
-def _invalid(message: str, fix: str, **ctx: Any) -> PydanticCustomError:
+def _invalid(message: str, fix: str, **ctx: Any) -> PydanticCustomError:  # Any: pydantic's ctx values
     # pydantic formats the message with ctx; braces in user values must not be read as placeholders
     return PydanticCustomError("invalid", message.replace("{", "{{").replace("}", "}}"), {"fix": fix, **ctx})
 
@@ -42,10 +42,10 @@ def choice(values: Iterable[str], what: str) -> AfterValidator:
     return AfterValidator(check)
 
 
-def checked(test: Callable[[Any], bool], message: Callable[[Any], str], fix: str) -> AfterValidator:
+def checked(test: Callable[[Any], bool], message: Callable[[Any], str], fix: str) -> AfterValidator:  # Any: as check
     """Any other rule: ``test(value)`` must hold, else ``message(value)`` with ``fix``."""
 
-    def check(value: Any) -> Any:
+    def check(value: Any) -> Any:  # Any: the value pydantic parsed for the field, of any type
         if not test(value):
             raise _invalid(message(value), fix)
         return value

@@ -20,7 +20,7 @@ _NAME_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ012
 LOCAL = "local"
 
 
-def _port(value: Any) -> int:
+def _port(value: object) -> int:
     if isinstance(value, bool) or not isinstance(value, (int, str)) or not str(value).strip().lstrip("-").isdigit():
         raise ValueError(f"the port must be a number between 1 and 65535, got {value!r}.")
     port = int(value)
@@ -39,7 +39,7 @@ DeviceName = Annotated[Str, checked(
 
 class Device(Table):
     host: Text  # "local" for this machine
-    port: Annotated[Any, AfterValidator(_port)] = None
+    port: Annotated[Any, AfterValidator(_port)] = None  # Any: pydantic passes it as written to _port
     user: Text | None = None
     identity_file: Text | None = None
     python: Text | None = None

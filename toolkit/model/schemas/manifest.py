@@ -1,20 +1,17 @@
-"""The schema of a bundle's ``manifest.json`` (docs/schemas/convert.md), as pydantic 2 models with
-``extra="forbid"``, and :func:`read_manifest`, which turns a validated one into the frozen
-:class:`~toolkit.model.manifest.Manifest` the stages share.
+"""The schema of a bundle's ``manifest.json`` (docs/schemas/convert.md), and :func:`read_manifest`, which
+turns a validated one into the frozen :class:`~toolkit.model.manifest.Manifest` the stages share.
 
 Unknown keys are refused: a manifest is written by ``edgetk convert`` and read under the same contract
 (``schema_version``); a key this edgetk does not know is a hand edit gone wrong, or comes from a newer edgetk,
 whose ``schema_version`` is refused first ("upgrade edge-toolkit"). Free-form tables (``recipe``, ``config``,
-``runtime_preferences``, ``metrics``, ``task_metrics``, ``user_metric``, ``provider_options``) are not checked
-inside. Every refusal names the file and the key (``manifest.json: the key 'artifacts[0].bytes' must be an
-integer, got a string ('x').``) through :mod:`toolkit.model.schemas.problems`, with the fix.
+``metrics``, ...) are not checked inside.
 """
 
 from __future__ import annotations
 
 import dataclasses
 from collections.abc import Mapping
-from typing import Annotated, Any
+from typing import Annotated
 
 from pydantic import ValidationError
 
@@ -57,10 +54,6 @@ from toolkit.model.batching import BatchCheck, BatchVerification
 
 DOCS = "docs/schemas/convert.md"
 REBUILD = "Rebuild the bundle with `edgetk convert`"
-
-
-
-# ------------------------------------------------------------------------------------------- the schema
 
 
 class QuantizationM(Table):
@@ -228,10 +221,7 @@ class ManifestM(Table):
     on_demand: list[FileRefM] | None = None  # schema 3
 
 
-# ------------------------------------------------------------------------------------------- reading
-
-
-def read_manifest(data: Any, where: str = "manifest.json") -> Manifest:
+def read_manifest(data: object, where: str = "manifest.json") -> Manifest:
     """``data`` (a parsed ``manifest.json``) as a :class:`Manifest`, or a UsageError naming ``where``, the key
     and the fix. A ``schema_version`` newer than this edgetk's is refused before anything else."""
     version = data.get("schema_version") if isinstance(data, Mapping) else None

@@ -10,6 +10,7 @@ key could have been (its fields, its vocabulary). This module turns the three in
 
 Keys inside a table the user named (``[devices.pi-1]``) are reported relative to that table's header, so an
 inventory error reads ``inv.toml: [devices.pi-1]: unknown key 'hots' (did you mean 'host'?).``
+The schema's types are walked as ``Any``: a type expression (Annotated, a union) has no type of its own.
 """
 
 from __future__ import annotations
@@ -28,9 +29,6 @@ from toolkit.errors import UsageError
 _BARE_KEY = re.compile(r"^[A-Za-z0-9_-]+$")
 
 
-# ------------------------------------------------------------------------------------------- did you mean
-
-
 def closest(word: str, choices: Iterable[str]) -> str | None:
     """The choice ``word`` was most likely meant to be (case-insensitive), or None when none is close."""
     by_lower = {str(c).lower(): str(c) for c in choices}
@@ -45,9 +43,6 @@ def did_you_mean(word: str, choices: Iterable[str], *, sentence: bool = False) -
     if match is None:
         return ""
     return f"Did you mean {match!r}? " if sentence else f" (did you mean {match!r}?)"
-
-
-# ------------------------------------------------------------------------------------------- problems
 
 
 @dataclass(frozen=True)
@@ -167,7 +162,7 @@ def describe(tp: Any) -> str:
     return "a value of another kind"
 
 
-def toml_type(value: Any) -> str:
+def toml_type(value: object) -> str:
     """The TOML word for a parsed value's type."""
     if isinstance(value, bool):
         return "a boolean"
@@ -190,7 +185,7 @@ def _leaf(loc: Sequence[str | int]) -> str:
 
 
 def problems(error: Any, model: type, *, docs: str, missing_context: str = "") -> list[Problem]:
-    """Every error in a ``pydantic.ValidationError`` against ``model``, as :class:`Problem`; unknown keys
+    """Every error in a ``pydantic.ValidationError`` (Any: not imported here) against ``model``, as :class:`Problem`; unknown keys
     first (a typo also makes a required key "missing": the typo is the news), missing keys last."""
     out: list[Problem] = []
     for item in error.errors(include_url=False):

@@ -14,4 +14,4 @@ Value = Annotated[Any, checked(lambda v: not isinstance(v, dict), lambda v: "a t
 
 
 class RunFile(RootModel[dict[Str, Value]]):
-    pass
+    """A value is Any: a flag's value may be any TOML scalar or array."""

@@ -13,6 +13,7 @@ from typing import Annotated, Any
 
 from pydantic import AfterValidator
 
+from toolkit.model.records import JsonDict
 from toolkit.model.schemas.fields import (
     Bool,
     Int,
@@ -127,7 +128,7 @@ class RecipeEntry(Table):
     execution_providers: list[Provider] | None = None
     layout: Annotated[Str, choice(Layout.values(), "layout")] | None = None
 
-    def recipe_kwargs(self) -> dict[str, Any]:
+    def recipe_kwargs(self) -> JsonDict:
         """The keys the file set, as :class:`~toolkit.model.recipe.Recipe` arguments (lists as tuples)."""
         kwargs = self.model_dump(exclude_unset=True)
         for key in ("nodes_to_exclude", "execution_providers"):
@@ -177,7 +178,7 @@ class ProfileFile(Table):
     runtimes: list[RuntimeEntry]
     accelerators: list[AcceleratorEntry] = []
     execution_providers: list[Provider] | None = None
-    provider_options: dict[Provider, dict[Str, Annotated[Any, checked(
+    provider_options: dict[Provider, dict[Str, Annotated[Any, checked(  # Any: checked scalars
         lambda v: isinstance(v, (str, int, float, bool)), lambda v: "must be a string, number or boolean",
         "ONNX Runtime takes provider options as scalars.")]]] = {}
     max_onnx_opset: PositiveInt | None = None

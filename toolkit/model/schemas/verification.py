@@ -4,13 +4,12 @@ slice), and their readers into :class:`~toolkit.model.artifact.Verification` and
 
 from __future__ import annotations
 
-from typing import Any
 
 from toolkit.model.artifact import Golden, Verification
-from toolkit.model.records import OutputMetrics, SliceCheck, SliceMetrics
+from toolkit.model.records import JsonDict, OutputMetrics, SliceCheck, SliceMetrics
 from toolkit.model.schemas.fields import Int, Number, Str, Table
 
-Free = dict[str, Any]  # a table whose keys the manifest does not fix (pydantic's raw JSON values)
+Free = JsonDict  # a table whose keys the manifest does not fix (pydantic's raw JSON values)
 Real = Number | None  # null: not finite when written (JSON has no NaN), read back as NaN
 Run = tuple[Int, Int]
 
