@@ -30,7 +30,7 @@ from toolkit.model.targets import check_policy_from_profile
 from toolkit.model.artifact import Attempt
 from toolkit.model.recipe import Recipe
 from toolkit.model.vocabulary import (
-    A16W8_MIN_ONNXRUNTIME, CalibrationMethod,
+    A16W8_MIN_ONNXRUNTIME, AcceleratorKind, CalibrationMethod,
     FORMATS,
     TFLITE_RUNTIMES,
     AttemptOutcome,
@@ -84,7 +84,7 @@ def policy_for(profile: TargetProfile, *, threads: int | None = None) -> Policy:
         fallback=tuple(profile.fallback),
         tflite_bounds=tuple((r.name, r.max_version) for r in profile.runtimes if r.name in TFLITE_RUNTIMES),
         edgetpu=profile.edgetpu,
-        delegate=next((a.delegate for a in profile.accelerators if a.kind == "edgetpu" and a.delegate), None),
+        delegate=next((a.delegate for a in profile.accelerators if a.kind == AcceleratorKind.EDGETPU and a.delegate), None),
         provider_options={k: dict(v) for k, v in profile.provider_options.items()},
         check=check_policy_from_profile(profile),
         onnxruntime_min=next((r.min_version for r in profile.runtimes if r.name == Runtime.ONNXRUNTIME), None),

@@ -17,6 +17,7 @@ from types import ModuleType
 
 from toolkit.errors import DeviceError, UsageError
 from toolkit.model.records import JsonObject
+from toolkit.model.vocabulary import AcceleratorKind
 
 ARCH_ALIASES: Mapping[str, str] = {
     "amd64": "x86_64", "x64": "x86_64", "x86-64": "x86_64",
@@ -27,7 +28,7 @@ ARCH_ALIASES: Mapping[str, str] = {
 
 # The arches a profile may name (what normalize_arch returns for the devices this toolkit supports).
 ARCHES: tuple[str, ...] = ("aarch64", "armv7l", "x86_64")
-ACCELERATOR_KINDS: tuple[str, ...] = ("gpu", "edgetpu", "npu", "dsp")
+ACCELERATOR_KINDS: tuple[str, ...] = AcceleratorKind.values()
 
 # ONNX Runtime's execution provider names (a misspelt one is only a warning in ORT, then it silently runs on CPU).
 EXECUTION_PROVIDERS: tuple[str, ...] = (

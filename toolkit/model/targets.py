@@ -20,7 +20,7 @@ from toolkit.model.records import JsonDict, JsonObject
 from toolkit.model.schemas.problems import did_you_mean
 from toolkit.model.tolerance import Tolerance  # the one Tolerance type
 from toolkit.model.recipe import Recipe
-from toolkit.model.vocabulary import TFLITE_RUNTIMES, Format, IoDtype, Precision, Runtime
+from toolkit.model.vocabulary import TFLITE_RUNTIMES, AcceleratorKind, Format, IoDtype, Precision, Runtime
 
 if TYPE_CHECKING:  # pragma: no cover - pydantic loads only when a file is read
     from toolkit.model.schemas.targets import ProfileFile
@@ -76,7 +76,7 @@ class Accelerator:
     """An accelerator on the device and what a runtime needs to use it (a TFLite delegate, ORT providers)."""
 
     name: str
-    kind: str  # gpu | edgetpu | npu | dsp
+    kind: AcceleratorKind
     delegate: str | None = None  # TFLite delegate library, e.g. libedgetpu.so.1
     execution_providers: tuple[str, ...] = ()
     note: str | None = None
@@ -311,7 +311,7 @@ def _build(data: JsonObject, lineage: tuple[ProfileSource, ...]) -> TargetProfil
         os=profile.os,
         python=profile.python,
         runtimes=runtimes,
-        accelerators=tuple(Accelerator(name=a.name, kind=a.kind, delegate=a.delegate, note=a.note,
+        accelerators=tuple(Accelerator(name=a.name, kind=AcceleratorKind(a.kind), delegate=a.delegate, note=a.note,
                                        execution_providers=tuple(a.execution_providers))
                            for a in profile.accelerators),
         execution_providers=execution_providers,

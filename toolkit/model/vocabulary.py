@@ -117,6 +117,15 @@ TFLITE_RUNTIMES: tuple[str, ...] = tuple(r.value for r in (Runtime.LITERT, Runti
 FRAMEWORKS: tuple[str, ...] = Framework.values()
 
 
+class AcceleratorKind(_Word):
+    """What kind of accelerator a target profile's ``[[accelerators]]`` entry is."""
+
+    GPU = "gpu"
+    EDGETPU = "edgetpu"
+    NPU = "npu"
+    DSP = "dsp"
+
+
 class TensorRole(_Word):
     """Which side of a model a tensor is on."""
 
