@@ -58,7 +58,7 @@ class _Entry:
     source: Any
     calibration: Any
     per_channel: bool
-    fmt: Format | str  # the route (its quantizer): tflite | pte
+    fmt: Format  # the route (its quantizer): tflite | pte
     quantized: Quantized
     ranges: dict[str, dict[str, Any]]  # observed node name -> its activation observer's state (``_ranges``)
     # the fragile nodes and mixed outputs of this source (``_fragile``), None until a build looked for them

@@ -13,7 +13,7 @@ from toolkit.errors import UsageError
 from toolkit.model.vocabulary import Format
 
 
-def _backend(fmt: Format | str) -> tuple[Any, Any, Any]:
+def _backend(fmt: Format) -> tuple[Any, Any, Any]:
     """(quantizer class, its symmetric config getter, its propagate_annotation) for the route ``fmt``."""
     if fmt == Format.PTE:
         from executorch.backends.xnnpack.quantizer import xnnpack_quantizer as xnn
@@ -27,7 +27,7 @@ def _backend(fmt: Format | str) -> tuple[Any, Any, Any]:
 
 
 def excluding_quantizer(per_channel: bool, exclude: Sequence[str], *, keep_io: bool,
-                        float_outputs: frozenset[str] = frozenset(), fmt: Format | str = Format.TFLITE) -> Any:
+                        float_outputs: frozenset[str] = frozenset(), fmt: Format = Format.TFLITE) -> Any:
     """The route's PT2E quantizer (``_backend``) whose annotations skip the layers named in ``exclude``; ``keep_io``
     and ``float_outputs`` as in ``_drop_annotations`` (a mixed-range cat's output: one int8 scale would flatten
     the scores again)."""

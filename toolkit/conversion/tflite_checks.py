@@ -28,7 +28,7 @@ def unasked_float(path: Path, asked: Sequence[str]) -> list[str]:
             f"mixed mode, or between float ops): {kinds}"]
 
 
-def check_int8(path: Path, *, io_dtype: IoDtype | str = IoDtype.FLOAT32, float_io: Sequence[FloatIO] = ()) -> None:
+def check_int8(path: Path, *, io_dtype: IoDtype = IoDtype.FLOAT32, float_io: Sequence[FloatIO] = ()) -> None:
     from toolkit.runtimes.inspection.tflite import inspect_tflite
 
     info = inspect_tflite(path)
