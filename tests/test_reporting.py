@@ -184,11 +184,12 @@ def test_html_report_shows_placement_operators_throughput_and_loads(checked_bund
     copy of the session's store, so the other tests' counts stay as they are)."""
     from toolkit import api
     from toolkit.reporting.terminal import inside_lines
-    from tests.fixtures.runs import NO_GATES, private_home
+    from tests.fixtures.home import home_scope
+    from tests.fixtures.runs import NO_GATES
 
     store = tmp_path / "history.sqlite"
     shutil.copy(checked_bundle.store, store)
-    with private_home(checked_bundle.home):
+    with home_scope(checked_bundle.home):
         fleet = api.check(checked_bundle.bundle, devices=[checked_bundle.device], runs=10, store=store,
                           profile=True, throughput=True, loads=True, **NO_GATES)
     reports = [r.to_dict() for d in fleet.devices for r in d.reports]
