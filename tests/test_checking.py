@@ -15,7 +15,8 @@ from toolkit.errors import DeviceError, UsageError
 from toolkit.model.policy import CheckPolicy, PlacementExpectation, RegressionPolicy
 from toolkit.model.targets import check_policy_from_profile
 from toolkit.regression import RegressionVerdict, decide, mann_whitney_greater, median
-from toolkit.model.schemas.manifest import read_manifest
+from toolkit.model.reading import read_record
+from toolkit.model.manifest import read_manifest
 from toolkit.model.device_records import GateResult
 
 pytestmark = pytest.mark.fast  # no device, no conversion: part of the edit-test loop
@@ -211,7 +212,7 @@ def test_policy_in_the_manifest_and_the_budget_from_it() -> None:
     profile = get_profile("generic-x86_64")
     policy = check_policy_from_profile(profile)
     assert policy.target == "generic-x86_64" and policy.latency_budget_ms == profile.latency_budget_ms
-    assert CheckPolicy.from_dict(json.loads(json.dumps(policy.to_dict()))) == policy
+    assert read_record(CheckPolicy, json.loads(json.dumps(policy.to_dict())), docs="") == policy
     assert budget_for(policy, GateOptions()) == Budget(profile.latency_budget_ms, "target generic-x86_64")
     assert budget_for(policy, GateOptions(budget_ms=3.0)) == Budget(3.0, "--budget-ms")
     assert budget_for(None, GateOptions()) == Budget(None)  # check adds the one NO_POLICY note instead

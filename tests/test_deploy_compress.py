@@ -22,7 +22,7 @@ from toolkit.delivery.bundle import read_bundle, sha256_file, write_manifest
 from toolkit.delivery.deployment import Device, HelperRefused
 from toolkit.delivery.push import GZ_SUFFIX, push
 from toolkit.devices import DeviceSpec, open_connection, parse_spec
-from toolkit.model.schemas.manifest import read_manifest
+from toolkit.model.manifest import read_manifest
 
 
 def _sparse_bundle(out: Path) -> Path:

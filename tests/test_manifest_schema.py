@@ -1,4 +1,4 @@
-"""The manifest's schema (toolkit/model/schemas/manifest.py): one malformed ``manifest.json`` per kind of mistake
+"""The manifest's schema (its records in toolkit/model/, read by toolkit/model/reading.py): one malformed ``manifest.json`` per kind of mistake
 (an unknown key, a wrong type, a missing key, a word outside a vocabulary), each refused with one message that
 names the file and the key, and says what to do; a valid one reads back equal to what was written."""
 
@@ -16,7 +16,7 @@ from tests.fixtures.cli import assert_clean_error, run_edgetk
 from tests.fixtures.deploy import build_bundle
 from toolkit.delivery.bundle import read_bundle
 from toolkit.errors import UsageError
-from toolkit.model.schemas.manifest import read_manifest
+from toolkit.model.manifest import read_manifest
 from toolkit.model.manifest import MANIFEST_SCHEMA_VERSION
 
 

@@ -187,7 +187,7 @@ def test_recipe_builds_what_it_says(base, recipes, shared, build_target, tmp_pat
     _one_off_profile(folder, name, base, recipes)
     result = build_target(name, folder)
     manifest = result.manifest
-    assert manifest.target == name
+    assert manifest.target.name == name
     profile = PROFILES[base]
     for recipe in recipes:
         wanted = recipe.to_dict()

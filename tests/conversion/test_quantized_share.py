@@ -111,10 +111,15 @@ def test_onnx_share_reads_qdq_and_dynamic_graphs(digits, digits_source, tmp_path
 
 def test_old_manifests_read_without_a_share(tmp_path) -> None:
     """A manifest written before the share existed reads back with ``quantized`` None; a written one round-trips."""
+    from toolkit.model.artifact import ArtifactRecord
     from toolkit.model.quantized import FloatLayer
-    from toolkit.model.schemas.quantized import QuantizedM, read_quantized
+    from toolkit.model.reading import read_record
 
-    assert read_quantized(None) is None
     share = QuantizedShare(0.25, 0.4, 100, 900, (FloatLayer("dense", "MatMul", 0.75, 0.6, "kept float as asked"),))
-    back = read_quantized(QuantizedM.model_validate(json.loads(json.dumps(share.to_dict()))))
-    assert back == share and back.mixed and np.isclose(back.float_layers[0].weights, 0.75)
+    record = ArtifactRecord("m.onnx", Format.ONNX, Precision.INT8, "0" * 64, 1, (), (), None, quantized=share)
+    written = json.loads(json.dumps(record.to_dict()))
+    back = read_record(ArtifactRecord, written, docs="docs")
+    assert back == record and back.quantized is not None and back.quantized.mixed
+    assert np.isclose(back.quantized.float_layers[0].weights, 0.75)
+    del written["quantized"]
+    assert read_record(ArtifactRecord, written, docs="docs").quantized is None

@@ -29,7 +29,7 @@ from toolkit.model.flags import parse_input_shapes
 from toolkit.devices.inventory import DEVICE_KEYS, load_inventory, parse_inventory
 from toolkit.errors import ToolkitError
 from toolkit.model.targets import load_profiles
-from toolkit.model.schemas.manifest import read_manifest
+from toolkit.model.manifest import read_manifest
 from toolkit.model.manifest import Manifest
 from toolkit.model.tensors import TensorSpec
 

@@ -14,7 +14,7 @@ from toolkit.checks.selection import choose
 from toolkit.model.runner_report import throttled
 from toolkit.model.artifact import ArtifactRecord
 from toolkit.model.device_records import CheckReport, GateResult, LatencyStats
-from toolkit.model.manifest import Manifest, SourceRef
+from toolkit.model.manifest import BundleTarget, Manifest, SourceRef
 
 pytestmark = pytest.mark.fast
 COOL = {"temperature_c": 45.0, "cpu_freq_mhz": 1500.0, "cpu_freq_max_mhz": 1500.0, "governor": "ondemand"}
@@ -26,7 +26,7 @@ def _manifest(*artifacts: tuple[str, int, str]) -> Manifest:
                                    preferred=i == 0)
                     for i, (f, size, status) in enumerate(artifacts))
     return Manifest(name="b", created_at="now", toolkit_version="t", source=SourceRef("m", "0" * 64, "keras"),
-                    target=None, artifacts=records)
+                    target=BundleTarget(), artifacts=records)
 
 
 def _report(artifact: str, level: float, *, runtime: str = "litert", env: dict | None = None,

@@ -215,7 +215,7 @@ def test_blazeface_a16w8_onnx_keeps_the_faces_int8_lost(blazeface_photos: dict[s
                         if len(n.input) > 2 and n.input[2] in zero_points}
     assert activation_types == {onnx.TensorProto.INT16}
     from toolkit.reporting.report import convert_table
-    from toolkit.model.schemas.manifest import read_manifest
+    from toolkit.model.manifest import read_manifest
 
     text = convert_table(read_manifest(blazeface_photos["manifest"]), bundle_dir=blazeface_photos["out"])
     assert "model.int8.onnx (int8 A16W8)" in text and "onnx int8 (3 layers float)" in text, text

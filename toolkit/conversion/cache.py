@@ -21,8 +21,9 @@ from toolkit.conversion.base import BuiltArtifact
 from toolkit.conversion.plan import Policy, detect_is_factory
 from toolkit.model.artifact import FloatIO
 from toolkit.model.manifest import MANIFEST_SCHEMA_VERSION
+from toolkit.model.reading import RecordProblem, read_record
 from toolkit.model.recipe import Recipe
-from toolkit.model.vocabulary import FloatIOReason, TensorRole
+from toolkit.model.records import JsonObject
 
 if TYPE_CHECKING:
     from toolkit.conversion.data import RunData
@@ -130,16 +131,19 @@ def reuse_build(builds: Path | None, recipe: Recipe, output: Path) -> BuiltArtif
     try:
         meta = json.loads((folder / "built.json").read_text())
         shutil.copyfile(folder / "artifact", output)
-    except (OSError, ValueError):
+        return _built(meta, output)
+    except (OSError, ValueError, RecordProblem):
         return None
+
+
+def _built(meta: JsonObject, output: Path) -> BuiltArtifact:
     return BuiltArtifact(
         path=output,
         float_nodes=tuple(meta.get("float_nodes", ())),
         notes=tuple(meta.get("notes", ())),
         exporter=meta.get("exporter"),
         layout=meta.get("layout"),
-        float_io=tuple(FloatIO(f["name"], TensorRole(f["role"]), FloatIOReason(f["reason"]), f.get("detail", ""))
-                       for f in meta.get("float_io", ())),
+        float_io=tuple(read_record(FloatIO, f, docs="") for f in meta.get("float_io", ())),
     )
 
 

@@ -30,6 +30,7 @@ from toolkit.conversion.base import BuiltArtifact, ConversionRequest
 from toolkit.conversion.sensitivity import Row
 from toolkit.model.quantized import names_layer
 from toolkit.errors import ConversionError, ToolkitError
+from toolkit.model.reading import RecordProblem, read_record
 from toolkit.model.vocabulary import Format, Precision
 
 if TYPE_CHECKING:
@@ -61,19 +62,6 @@ class LayerError:
             "sqnr_db": _finite(self.sqnr_db), "kept_float": self.kept_float, "float_group": list(self.float_group),
         }
 
-    @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> LayerError:  # Any: JSON values
-        def num(key: str) -> float:
-            value = data.get(key)
-            return math.nan if value is None else float(value)
-
-        return cls(
-            rank=int(data["rank"]), name=str(data["name"]), op_type=str(data.get("op_type", "")),
-            channel_error=num("channel_error"), rmse_range=num("rmse_range"),
-            sqnr_db=None if data.get("sqnr_db") is None else float(data["sqnr_db"]),
-            kept_float=bool(data.get("kept_float", False)),
-            float_group=tuple(str(n) for n in data.get("float_group", ())),
-        )
 
 
 @dataclass(frozen=True)
@@ -100,8 +88,10 @@ class LayerTable:
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> LayerTable:  # Any: JSON values
+        """Read back; its rows are written as ``layers``."""
+        rows = data.get("layers", ())
         return cls(route=Format(data["route"]), method=str(data.get("method", "")), samples=int(data.get("samples", 0)),
-                   rows=tuple(LayerError.from_dict(r) for r in data.get("layers", ())))
+                   rows=tuple(read_record(LayerError, r, docs="docs/schemas/inspect.md") for r in rows) if isinstance(rows, list) else ())
 
 
 # a route's ``layer_table``: (the request of the full INT8 recipe, its artifact when built in full) -> the table
@@ -288,7 +278,7 @@ def read_table(bundle: Path, artifact_file: str) -> LayerTable | None:
         return None
     try:
         return LayerTable.from_dict(json.loads(path.read_text()))
-    except (ValueError, KeyError, TypeError) as exc:
+    except (ValueError, KeyError, TypeError, RecordProblem) as exc:
         raise ConversionError(f"{path} is not a layer-wise error table: {exc}",
                               hint="Convert the bundle again to rewrite it.") from None
 

@@ -27,7 +27,7 @@ from toolkit.conversion.edgetpu import compile_for_edgetpu
 from toolkit.conversion.layers import bundle_table
 from toolkit.errors import UsageError
 from toolkit.model.artifact import ArtifactRecord, Golden
-from toolkit.model.manifest import Manifest, SourceRef
+from toolkit.model.manifest import BundleTarget, Manifest, SourceRef
 from toolkit.model.vocabulary import ArtifactStatus, Format, Framework, Precision
 
 if TYPE_CHECKING:
@@ -90,8 +90,7 @@ def write_bundle(run: ConvertRun, options: ConvertOptions, name: str, kept: Sequ
         created_at=_dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"),
         toolkit_version=__version__,
         source=SourceRef(path=options.source, sha256=source_hash(options.source), framework=Framework(source.framework)),
-        target=policy.name,
-        target_arch=policy.arch,
+        target=BundleTarget(policy.name, policy.arch),
         artifacts=tuple(records),
         golden_inputs=GOLDEN_INPUTS,
         preprocessing=data.preprocessing,

@@ -40,7 +40,7 @@ import numpy as np
 from toolkit import device_side
 from toolkit.device_side import RUNNER_FILE
 from toolkit.errors import UsageError
-from toolkit.model.manifest import Manifest, RunnerRef
+from toolkit.model.manifest import Manifest, RunnerRef, read_manifest
 
 MANIFEST = "manifest.json"
 GOLDEN_DIR = "golden"
@@ -170,7 +170,6 @@ def read_bundle(path: Path, *, verify: bool = True) -> Bundle:
         data = json.loads(raw)
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise UsageError(f"{manifest_path} is not valid JSON ({exc}).", hint="Rebuild the bundle.") from None
-    from toolkit.model.schemas.manifest import read_manifest  # pydantic loads only when a bundle is read
 
     manifest = read_manifest(data, where=str(manifest_path))
     for record in manifest.artifacts:

@@ -91,7 +91,7 @@ def export_mender(
         "runner": bundle.manifest.runner.file if bundle.manifest.runner else None, "runs": runs, "warmup": warmup,
         # --budget-ms, else the bundle's check policy budget (what `edgetk check` gates on), else None
         "budget_ms": budget_for(bundle.manifest.check_policy, GateOptions(budget_ms=budget_ms)).ms,
-        "target": bundle.manifest.target,
+        "target": bundle.manifest.target.name,
     }
     tool = _tool()
     with tempfile.TemporaryDirectory(prefix="edgetk-mender-") as tmp:

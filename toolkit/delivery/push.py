@@ -158,7 +158,7 @@ class _Push:
         self.sizes = {f.path: f.bytes for f in files}
         self.digests = {f.path: f.sha256 for f in files}
         self.token = uuid.uuid4().hex
-        self.arches = json.dumps([] if force else accepted_arches(bundle.manifest.target_arch))
+        self.arches = json.dumps([] if force else accepted_arches(bundle.manifest.target.arch))
         streams = streaming(device.conn)  # no SFTP there: begin, the files and finish go as one run on one channel
         self.asked = locks.request("deploy", version=bundle.version, break_lock=break_lock, prune=prune)
         self.runner_python = device.spec.python or (sys.executable if device.spec.is_local else "")
@@ -293,8 +293,8 @@ class _Push:
 
 def _arch_refused(bundle: Bundle, device: Device, arch: str) -> UsageError:
     return UsageError(
-        f"{device.spec.name}: the bundle {bundle.name!r} is built for {bundle.manifest.target_arch} "
-        f"(target {bundle.manifest.target or 'unknown'}), but the device is {arch}.",
+        f"{device.spec.name}: the bundle {bundle.name!r} is built for {bundle.manifest.target.arch} "
+        f"(target {bundle.manifest.target.name or 'unknown'}), but the device is {arch}.",
         hint="Convert for the device's target (edgetk convert --target ...), or pass --force to deploy anyway.",
     )
 

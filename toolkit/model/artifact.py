@@ -1,6 +1,7 @@
 """An artifact inside a bundle, with everything proven about it, and the attempts that built (or failed) it.
 
-Stdlib only. Each record has ``to_dict`` (the manifest's JSON); ``toolkit.model.schemas.manifest`` reads them back.
+Stdlib only. Each record has ``to_dict`` (the manifest's JSON); ``toolkit.model.reading`` reads them back against
+the same fields.
 """
 
 from __future__ import annotations

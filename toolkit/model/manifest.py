@@ -1,14 +1,18 @@
-"""``manifest.json``: the contract between convert, deploy and check (architecture.md).
+"""``manifest.json``: the contract between convert, deploy and check (architecture.md), and :func:`read_manifest`.
 
-Stdlib only; ``toolkit.model.schemas.manifest.read_manifest`` reads one back through its schema (pydantic,
-imported only when a bundle is read), refusing malformed input with a UsageError that names the file and the key.
+Stdlib only. The records below are the schema: each ``to_dict`` writes its JSON object, and
+:func:`~toolkit.model.reading.read_record` reads it back against the same fields (docs/schemas/convert.md
+describes them), refusing malformed input with a UsageError that names the file, the key and the fix.
 """
 
 from __future__ import annotations
 
+import dataclasses
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from toolkit.errors import UsageError
+from toolkit.model.reading import RecordProblem, read_record
 from toolkit.model.artifact import ArtifactRecord, Attempt
 from toolkit.model.policy import CheckPolicy
 from toolkit.model.records import JsonDict, JsonObject, Record
@@ -47,6 +51,14 @@ class Preprocessing(Record):
 
 
 @dataclass(frozen=True)
+class BundleTarget(Record):
+    """The profile a bundle was built for, and its arch (deploy refuses a device of another arch)."""
+
+    name: str | None = None
+    arch: str | None = None
+
+
+@dataclass(frozen=True)
 class RunnerRef(Record):
     file: str
     sha256: str
@@ -69,7 +81,7 @@ class Manifest:
     created_at: str
     toolkit_version: str
     source: SourceRef
-    target: str | None
+    target: BundleTarget
     artifacts: tuple[ArtifactRecord, ...]
     golden_inputs: str | None = None  # bundle-relative .npz keyed by input name, samples along axis 0
     preprocessing: Preprocessing | None = None
@@ -77,7 +89,6 @@ class Manifest:
     calibration: CalibrationRef | None = None
     runner: RunnerRef | None = None
     attempts: tuple[Attempt, ...] = ()
-    target_arch: str | None = None  # the profile's arch: deploy refuses a device of another arch
     runtime_preferences: JsonObject = field(default_factory=dict)  # from the target profile
     config: JsonObject = field(default_factory=dict)  # the effective options, replayable
     schema_version: int = MANIFEST_SCHEMA_VERSION
@@ -97,7 +108,7 @@ class Manifest:
             "created_at": self.created_at,
             "toolkit_version": self.toolkit_version,
             "source": self.source.to_dict(),
-            "target": {"name": self.target, "arch": self.target_arch},
+            "target": self.target.to_dict(),
             "preprocessing": self.preprocessing.to_dict() if self.preprocessing else None,
             "labels": list(self.labels) if self.labels is not None else None,
             "calibration": self.calibration.to_dict() if self.calibration else None,
@@ -110,3 +121,34 @@ class Manifest:
             "check_policy": self.check_policy.to_dict() if self.check_policy else None,
             "on_demand": [f.to_dict() for f in self.on_demand],
         }
+
+
+DOCS = "docs/schemas/convert.md"
+REBUILD = "Rebuild the bundle with `edgetk convert`"
+
+
+def read_manifest(data: object, where: str = "manifest.json") -> Manifest:
+    """``data`` (a parsed ``manifest.json``) as a :class:`Manifest`, or a UsageError naming ``where``, the key
+    and the fix. A ``schema_version`` newer than this edgetk's is refused before anything else: its keys may be
+    ones this edgetk does not know ("upgrade edge-toolkit"). Unknown keys are refused otherwise (a hand edit
+    gone wrong); free-form tables (``recipe``, ``config``, ``metrics``, ...) are not checked inside."""
+    version = data.get("schema_version") if isinstance(data, Mapping) else None
+    if isinstance(version, int) and not isinstance(version, bool) and version > MANIFEST_SCHEMA_VERSION:
+        raise UsageError(
+            f"{where}: schema_version {version} is newer than this edgetk understands "
+            f"({MANIFEST_SCHEMA_VERSION}).",
+            hint="Upgrade edge-toolkit, or rebuild the bundle with this version.",
+        )
+    try:
+        return read_record(Manifest, data, docs=DOCS)
+    except RecordProblem as exc:
+        first = exc.problem
+        if first.kind == "missing":
+            fix = f"{REBUILD} ({DOCS} lists the keys)."
+        elif first.kind == "extra_forbidden":
+            fix = f"{first.fix} Or rebuild the bundle with `edgetk convert` (a newer edgetk's? upgrade)."
+        else:
+            fix = f"{first.fix} Or rebuild the bundle with `edgetk convert`."
+        raise dataclasses.replace(first, fix=fix).error(where) from None
+    except UsageError as exc:  # a rule the records keep themselves (a check policy's bounds)
+        raise UsageError(f"{where}: {exc.message}", hint=exc.hint or f"{REBUILD}.") from None

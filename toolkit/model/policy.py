@@ -126,20 +126,6 @@ class CheckPolicy:
             "min_throughput_ips": self.min_throughput_ips,
         }
 
-    @classmethod
-    def from_dict(cls, data: JsonObject) -> CheckPolicy:
-        """From :meth:`to_dict`'s form, its types already checked (a bundle's by the manifest schema,
-        :mod:`toolkit.model.schemas.manifest`); the values are checked here, by the records themselves."""
-        budget, floor, tolerance = data.get("latency_budget_ms"), data.get("min_throughput_ips"), data.get("tolerance")
-        return cls(
-            target=data.get("target"),
-            latency_budget_ms=None if budget is None else float(budget),
-            regression=RegressionPolicy(**(data.get("regression") or {})),
-            placement=tuple(PlacementExpectation.parse(p) for p in data.get("placement") or ()),
-            tolerance={str(k): float(v) for k, v in tolerance.items()} if tolerance is not None else None,
-            min_throughput_ips=None if floor is None else float(floor),
-        )
-
 
 @dataclass(frozen=True)
 class GateOptions:

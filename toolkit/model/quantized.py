@@ -33,11 +33,6 @@ class FloatLayer:
         return {"name": self.name, "op": self.op, "weights": round(self.weights, 4), "macs": round(self.macs, 4),
                 "why": self.why}
 
-    @classmethod
-    def from_dict(cls, data: JsonObject) -> FloatLayer:
-        return cls(str(data["name"]), str(data.get("op", "")), float(data.get("weights", 0.0)),
-                   float(data.get("macs", 0.0)), str(data.get("why", "")))
-
 
 @dataclass(frozen=True)
 class QuantizedShare:
@@ -69,12 +64,6 @@ class QuantizedShare:
                 "mixed": self.mixed,
                 "quantized_bytes": self.quantized_bytes, "float_bytes": self.float_bytes,
                 "float_layers": [layer.to_dict() for layer in self.float_layers]}
-
-    @classmethod
-    def from_dict(cls, data: JsonObject) -> QuantizedShare:
-        return cls(float(data["weights"]), float(data.get("macs", data["weights"])),
-                   int(data.get("quantized_bytes", 0)), int(data.get("float_bytes", 0)),
-                   tuple(FloatLayer.from_dict(f) for f in data.get("float_layers", ())))
 
 
 def _pct(value: float) -> str:

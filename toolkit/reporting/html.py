@@ -143,7 +143,7 @@ def _facts(data: ReportData) -> str:
         ("name", m.name), ("bundle", data.bundle_dir), ("version", (data.version or "")[:16]),
         ("created", m.created_at), ("toolkit", m.toolkit_version),
         ("source", f"{m.source.path} ({m.source.framework}, sha256 {m.source.sha256[:12]})"),
-        ("target", f"{m.target or '-'} ({m.target_arch or 'any arch'})"),
+        ("target", f"{m.target.name or '-'} ({m.target.arch or 'any arch'})"),
         ("calibration", f"{m.calibration.path} ({m.calibration.samples} samples)" if m.calibration else None),
         ("preprocessing", ", ".join(f"{k}={v}" for k, v in m.preprocessing.to_dict().items() if v is not None)
          if m.preprocessing else None),

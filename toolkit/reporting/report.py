@@ -7,7 +7,8 @@ from pathlib import Path
 
 from toolkit.runtimes.inspection import ModelInfo
 from toolkit.model.quantized import QuantizedShare, precision_label
-from toolkit.model.manifest import Manifest
+from toolkit.model.reading import read_record
+from toolkit.model.manifest import DOCS, Manifest
 from toolkit.model.recipe import is_a16w8
 from toolkit.model.tensors import TensorSpec
 from toolkit.model.vocabulary import AttemptOutcome, Precision
@@ -65,7 +66,7 @@ def convert_table(manifest: Manifest, *, bundle_dir: Path, cached: bool = False)
         ])
     parts = [
         f"bundle {manifest.name} -> {bundle_dir}" + ("  (reused from cache)" if cached else ""),
-        f"target {manifest.target or '-'}  source {manifest.source.framework}  "
+        f"target {manifest.target.name or '-'}  source {manifest.source.framework}  "
         f"calibration {manifest.calibration.samples if manifest.calibration else 0} samples",
         "",
         table(["artifact", "size", "max err", "cosine", "top-1", "host latency", "runtime", "status"], rows),
@@ -100,7 +101,7 @@ def _spec_line(spec: TensorSpec) -> str:
 
 
 def inspect_text(info: ModelInfo) -> str:
-    share = QuantizedShare.from_dict(info.extra["quantized"]) if info.extra.get("quantized") else None
+    share = read_record(QuantizedShare, info.extra["quantized"], docs=DOCS) if info.extra.get("quantized") else None
     lines = [
         f"{info.path}",
         f"  format {info.format}  precision {precision_label(Precision(info.precision), info.extra.get('recipe', {}), share)}"

@@ -124,7 +124,7 @@ def bundle_table(manifest: Manifest, reports: Sequence[CheckReport | Mapping[str
     """The per-bundle table, with a title line (name, target, where it is) and the gate reasons under it."""
     import click
 
-    title = f"bundle {manifest.name}  target {manifest.target or '-'}  source {manifest.source.framework}"
+    title = f"bundle {manifest.name}  target {manifest.target.name or '-'}  source {manifest.source.framework}"
     if bundle_dir is not None:
         title += f"  ({bundle_dir})"
     lines = [click.style(title, bold=True) if colour else title, "",

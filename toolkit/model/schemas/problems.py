@@ -15,12 +15,13 @@ The schema's types are walked as ``Any``: a type expression (Annotated, a union)
 
 from __future__ import annotations
 
+import dataclasses
 import difflib
 import json
 import re
 import types
 import typing
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -157,7 +158,7 @@ def describe(tp: Any) -> str:
         args = typing.get_args(tp)
         inner = describe(args[0]) if args else "value"
         return f"a list of {_PLURAL.get(inner, 'values')}"
-    if origin is dict or _is_model(tp):
+    if origin in (dict, Mapping) or _is_model(tp) or dataclasses.is_dataclass(tp):
         return "a table"
     return "a value of another kind"
 
