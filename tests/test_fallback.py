@@ -102,7 +102,7 @@ def _accuracy(attempt) -> float:
 
 
 def _show(manifest) -> None:
-    print(json.dumps([{"recipe": f"{a.recipe['format']} {a.recipe['precision']} float={a.recipe['nodes_to_exclude']}",
+    print(json.dumps([{"recipe": f"{a.recipe.format} {a.recipe.precision} float={list(a.recipe.nodes_to_exclude)}",
                        "outcome": a.outcome, "reason": a.reason,
                        "accuracy": (a.metrics or {}).get("verification") and _accuracy(a)}
                       for a in manifest.attempts], indent=1))
@@ -112,7 +112,7 @@ def _plain_int8_dropped(manifest, fmt: str) -> float:
     fp32 = manifest.artifact(f"model.fp32.{fmt}")
     assert fp32.verification is not None and fp32.verification.accuracy is not None
     assert fp32.verification.accuracy > 0.9
-    plain = [a for a in manifest.attempts if a.recipe["precision"] == "int8" and not a.recipe["nodes_to_exclude"]
+    plain = [a for a in manifest.attempts if a.recipe.precision == "int8" and not a.recipe.nodes_to_exclude
              and a.metrics]
     assert len(plain) == 1 and plain[0].outcome == "dropped"
     assert "top-1" in plain[0].reason or "cosine" in plain[0].reason, plain[0].reason
@@ -128,9 +128,9 @@ def test_selective_quantization_rescues_int8(fmt, culprit, request) -> None:
     manifest = result.manifest
     _show(manifest)
     float_acc = _plain_int8_dropped(manifest, fmt)
-    mixed = [a for a in manifest.attempts if a.recipe["precision"] == "int8" and a.recipe["nodes_to_exclude"]]
+    mixed = [a for a in manifest.attempts if a.recipe.precision == "int8" and a.recipe.nodes_to_exclude]
     kept = [a for a in mixed if a.outcome == "kept"]
-    assert len(kept) == 1, [(a.recipe["nodes_to_exclude"], a.outcome, a.reason) for a in mixed]
+    assert len(kept) == 1, [(a.recipe.nodes_to_exclude, a.outcome, a.reason) for a in mixed]
     assert _accuracy(kept[0]) >= float_acc - 0.01
     # Cheapest first (toolkit/conversion/selective.py): the weightless and small options are tried before the
     # one that passes, the layer carrying the outlier and its consumer.
@@ -234,7 +234,7 @@ def test_fp16_fallback_when_no_layer_can_be_kept_float(input_outlier_bundle: Con
     manifest = input_outlier_bundle.manifest
     _show(manifest)
     _plain_int8_dropped(manifest, "tflite")
-    mixed = [a for a in manifest.attempts if a.recipe["precision"] == "int8" and a.recipe["nodes_to_exclude"]]
+    mixed = [a for a in manifest.attempts if a.recipe.precision == "int8" and a.recipe.nodes_to_exclude]
     assert mixed, "selective quantization was not tried"
     # The float island keeps the int8 input (a DEQUANTIZE after it), so the tolerance still fails: the int8
     # input itself has lost the image. The union of three groups leaves no layer in integer: refused.
@@ -247,7 +247,7 @@ def test_fp16_fallback_when_no_layer_can_be_kept_float(input_outlier_bundle: Con
     assert mixed[0].outcome == "dropped"  # the cheapest option: int8 input, still lost
     assert 2 <= len(mixed) <= 5  # the cheap sets growing, then the worst group and the union of three
     assert "model.int8.tflite" not in [r.file for r in manifest.artifacts]
-    fp16 = [a for a in manifest.attempts if a.recipe["precision"] == "fp16"]
+    fp16 = [a for a in manifest.attempts if a.recipe.precision == "fp16"]
     assert len(fp16) == 1 and fp16[0].outcome == "kept", fp16
     preferred = [r for r in manifest.artifacts if r.preferred]
     assert [r.file for r in preferred] == ["model.fp16.tflite"]

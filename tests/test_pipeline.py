@@ -132,7 +132,7 @@ def test_tflite_source_plan_says_what_the_calibration_data_are_for(digits_bundle
     (record,) = result.manifest.artifacts
     assert record.precision == "fp32"  # the file's own precision: nothing was quantized
     skipped = [a for a in result.manifest.attempts
-               if a.outcome == "failed" and (a.recipe["format"], a.recipe["precision"]) == ("tflite", "int8")]
+               if a.outcome == "failed" and (a.recipe.format, a.recipe.precision) == ("tflite", "int8")]
     assert skipped, result.manifest.attempts
     assert "taken as it is" in skipped[0].reason
     assert "calibration data supply only the held-out inputs" in skipped[0].reason

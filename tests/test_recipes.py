@@ -202,7 +202,7 @@ def test_recipe_builds_what_it_says(base, recipes, shared, build_target, tmp_pat
         record = manifest.artifact(kept[0].file or "")
         assert record.file == f"model.{recipe.precision}.{recipe.format}"
         assert (record.format, record.precision) == (recipe.format, recipe.precision)
-        assert record.recipe["io_dtype"] == recipe.io_dtype
+        assert record.recipe.io_dtype == recipe.io_dtype
         io = recipe.io_dtype if (recipe.format, recipe.precision) == ("tflite", "int8") else "float32"
         assert [s.dtype for s in record.inputs] == [io], record.inputs
         assert [s.dtype for s in record.outputs] == [io], record.outputs

@@ -42,7 +42,7 @@ def test_a16w8_is_skipped_with_the_reason_where_onnxruntime_is_too_old() -> None
     policy = dataclasses.replace(policy_for(get_profile("generic-x86_64")), onnxruntime_min="1.16")
     plan = plan_recipes(ConvertOptions(source="m.keras"), policy, "keras", has_calibration=True)
     assert not any(p.recipe.a16w8 for p in plan.recipes)
-    (skipped,) = [a for a in plan.skipped if a.recipe["activation_type"] == "int16"]
+    (skipped,) = [a for a in plan.skipped if a.recipe.activation_type == "int16"]
     assert "onnxruntime >= 1.17" in skipped.reason and "1.16" in skipped.reason
 
 

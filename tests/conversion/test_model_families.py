@@ -21,7 +21,7 @@ from toolkit.errors import ConversionError
 from toolkit.runtimes.inspection.onnx import iter_graphs
 from toolkit.conversion.pipeline import ConvertOptions, convert_bundle
 from toolkit.sources import open_source
-from toolkit.model.recipe import Recipe, is_a16w8
+from toolkit.model.recipe import Recipe
 
 
 def _calibration(count: int = 40) -> tuple[dict[str, np.ndarray], ...]:
@@ -95,15 +95,15 @@ def test_static_int8_losing_accuracy_on_an_lstm_model_falls_back_to_dynamic(if_l
                        use_cache=False),
         progress=lambda message: None,
     )
-    attempts = [(a.recipe["precision"], a.outcome, a.reason) for a in result.manifest.attempts
-                if not is_a16w8(a.recipe)]
+    attempts = [(a.recipe.precision, a.outcome, a.reason) for a in result.manifest.attempts
+                if not a.recipe.a16w8]
     assert ("fp32", "kept", "passed verification") in attempts, attempts
     int8 = [a for a in attempts if a[0] == "int8"]  # 8-bit static INT8 (A16W8, tried after dynamic, aside)
     dynamic = [a for a in attempts if a[0] == "dynamic"]
     # static INT8 did not ship as passing; then (and only then) the dynamic recipe was built and verified
     assert int8 and not any(outcome == "kept" and reason == "passed verification" for _, outcome, reason in int8)
     assert dynamic and dynamic[0][1] in ("kept", "dropped") and "not attempted" not in dynamic[0][2], attempts
-    a16w8 = [(a.outcome, a.reason) for a in result.manifest.attempts if is_a16w8(a.recipe)]
+    a16w8 = [(a.outcome, a.reason) for a in result.manifest.attempts if a.recipe.a16w8]
     if dynamic[0][1] == "kept":
         assert result.manifest.artifact("model.dynamic.onnx").verification is not None
         assert a16w8 == [], a16w8  # a kept dynamic artifact is accurate enough: the 16-bit fallback is not built

@@ -16,6 +16,7 @@ from tests.fixtures.share_models import outlier_dense_keras, softplus_divide_ker
 from tests.fixtures.tflite import digits_request
 from toolkit.conversion.pipeline import ConvertOptions, convert_bundle
 from toolkit.model.quantized import QuantizedShare, precision_label
+from toolkit.model.vocabulary import Format, Precision
 
 
 def _convert(source: Path, target: str, tmp_path: Path, digits_calibration: Path, digits_eval: Path, **extra):
@@ -50,8 +51,8 @@ def test_selective_keeps_cheap_layers_first_and_labels_a_mostly_float_int8_mixed
     top = share.float_layers[0]
     assert top.op == "FULLY_CONNECTED" and top.weights > 0.9 and top.why.startswith("selective retry"), top
     assert any("most of the model stays float" in n for n in int8.notes), int8.notes
-    tries = [len(a.recipe.get("nodes_to_exclude") or ()) for a in manifest.attempts
-             if a.recipe.get("precision") == "int8" and a.recipe.get("nodes_to_exclude")]
+    tries = [len(a.recipe.nodes_to_exclude) for a in manifest.attempts
+             if a.recipe.precision == "int8" and a.recipe.nodes_to_exclude]
     assert tries[0] < tries[-1] and tries[-1] == len(int8.float_nodes), tries  # cheap sets tried before it
     dynamic = manifest.artifact("model.dynamic.tflite")
     assert dynamic.quantized is not None and dynamic.quantized.weights > 0.9 and not dynamic.quantized.mixed
@@ -75,10 +76,10 @@ def test_runtime_retry_keeps_the_op_the_runtime_cannot_load_in_float(
 
     result = _convert(softplus_divide_keras, "raspberry-pi-4", tmp_path, digits_calibration, digits_eval)
     manifest = result.manifest
-    failed = [a for a in manifest.attempts if a.recipe.get("precision") == "int8" and a.outcome == "failed"]
+    failed = [a for a in manifest.attempts if a.recipe.precision == "int8" and a.outcome == "failed"]
     assert failed and "LOG version 2" in failed[0].reason, [a.reason for a in manifest.attempts]
     int8 = manifest.artifact("model.int8.tflite")
-    assert "LOG" in int8.recipe["nodes_to_exclude"] and int8.status == "ok", (int8.status, int8.recipe)
+    assert "LOG" in int8.recipe.nodes_to_exclude and int8.status == "ok", (int8.status, int8.recipe)
     assert any(n.startswith("LOG kept float: runtime retry") for n in int8.notes), int8.notes
     assert tflite_incompatibilities(result.bundle_dir / int8.file, "tflite-runtime", "2.14") == []
     assert int8.verification is not None and int8.verification.accuracy is not None
@@ -106,7 +107,7 @@ def test_onnx_share_reads_qdq_and_dynamic_graphs(digits, digits_source, tmp_path
     share = measure(mixed.path)
     assert share is not None and share.mixed and share.float_layers[0].name == big.name, share
     assert 0.9 < share.float_layers[0].weights < 1.0 and 0 < share.macs < 1
-    assert precision_label("int8", {}, share).startswith("int8 mixed: ")
+    assert precision_label(Precision.INT8, None, share).startswith("int8 mixed: ")
 
 
 def test_old_manifests_read_without_a_share(tmp_path) -> None:

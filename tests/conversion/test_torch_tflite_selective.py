@@ -183,10 +183,10 @@ def test_pipeline_keeps_the_worst_group_float_and_ships_int8(
         )
     manifest = result.manifest
     for a in manifest.attempts:
-        print(a.recipe["precision"], a.recipe["nodes_to_exclude"], a.outcome, a.reason[:200])
-    int8 = [a for a in manifest.attempts if a.recipe["precision"] == "int8" and a.metrics]
-    plain = [a for a in int8 if not a.recipe["nodes_to_exclude"]]
-    mixed = [a for a in int8 if a.recipe["nodes_to_exclude"]]
+        print(a.recipe.precision, a.recipe.nodes_to_exclude, a.outcome, a.reason[:200])
+    int8 = [a for a in manifest.attempts if a.recipe.precision == "int8" and a.metrics]
+    plain = [a for a in int8 if not a.recipe.nodes_to_exclude]
+    mixed = [a for a in int8 if a.recipe.nodes_to_exclude]
     fp32 = manifest.artifact("model.fp32.tflite")
     assert fp32.verification is not None and fp32.verification.accuracy is not None
     float_acc = fp32.verification.accuracy
@@ -195,7 +195,7 @@ def test_pipeline_keeps_the_worst_group_float_and_ships_int8(
     assert (plain[0].metrics or {})["verification"]["accuracy"] < float_acc - 0.5  # full int8: about chance
     # the cheapest option first (the culprit alone: its consumer re-quantizes the outlier, so it is lost
     # still), then the culprit with its consumer, which repairs it
-    assert [(a.recipe["nodes_to_exclude"], a.outcome) for a in mixed] == [
+    assert [(a.recipe.nodes_to_exclude, a.outcome) for a in mixed] == [
         (["linear"], "dropped"), (["linear", "relu_2", "linear_1"], "kept")]
     record = manifest.artifact("model.int8.tflite")
     # fc1 holds ~92% of the weights: kept float, this int8 is mixed, labelled so and not preferred

@@ -298,7 +298,7 @@ def _record(run: ConvertRun, recipe: Recipe, built: BuiltArtifact, info: ModelIn
         host_cpu=host_cpu(),
         runtime=measured.runtime,
         status=speed.status,
-        recipe=recipe.to_dict(),
+        recipe=recipe,
         float_nodes=built.float_nodes,
         execution_providers=recipe.execution_providers,
         provider_options={ep: dict(policy.provider_options[ep]) for ep in recipe.execution_providers

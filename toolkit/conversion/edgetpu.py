@@ -14,6 +14,7 @@ from pathlib import Path
 from toolkit.conversion.plan import Policy
 from toolkit.delivery.bundle import sha256_file
 from toolkit.model.artifact import ArtifactRecord, Attempt
+from toolkit.model.recipe import Recipe
 from toolkit.model.vocabulary import ArtifactStatus, AttemptOutcome, Format, IoDtype, Precision
 
 EDGETPU_COMPILER = "edgetpu_compiler"
@@ -31,8 +32,8 @@ def compile_for_edgetpu(
 ) -> list[ArtifactRecord]:
     """Compile the full-int8 artifact for the Edge TPU with ``edgetpu_compiler`` when it is on PATH."""
     int8 = next((r for r in records if r.format == Format.TFLITE and r.precision == Precision.INT8
-                 and str(r.recipe.get("io_dtype")) in (IoDtype.UINT8, IoDtype.INT8)), None)
-    recipe = dict(int8.recipe) if int8 else {"format": "tflite", "precision": "int8", "io_dtype": "uint8"}
+                 and r.recipe is not None and r.recipe.io_dtype in (IoDtype.UINT8, IoDtype.INT8)), None)
+    recipe = int8.recipe if int8 and int8.recipe else Recipe(Format.TFLITE, Precision.INT8, io_dtype=IoDtype.UINT8)
     if int8 is None:
         attempts.append(Attempt(recipe, AttemptOutcome.FAILED, "not compiled for the Edge TPU: no full-integer TFLite artifact "
                                 "passed verification (the Edge TPU runs only those)"))

@@ -152,7 +152,7 @@ def _build_all(run: ConvertRun, plan: Plan) -> list[Candidate]:
         if item.when in (When.DYNAMIC_FALLBACK, When.A16W8_FALLBACK) and recipe.format in quantized | done:
             continue
         if not item.explicit and recipe.precision != Precision.FP32 and recipe.format in done:
-            run.attempts.append(Attempt(recipe.to_dict(), AttemptOutcome.DROPPED,
+            run.attempts.append(Attempt(recipe, AttemptOutcome.DROPPED,
                                         f"skipped: an earlier {recipe.format} recipe was kept"))
             continue
         blocked = _precondition(run, item)
@@ -232,7 +232,7 @@ def _precondition(run: ConvertRun, item: PlannedRecipe) -> Failure | None:
 
 
 def _nothing_survived(attempts: Sequence[Attempt]) -> ConversionError:
-    lines = [f"  {a.recipe.get('format')} {a.recipe.get('precision')}: {a.reason}"
+    lines = [f"  {a.recipe.brief}: {a.reason}"
              + (f" (workaround: {a.workaround})" if a.workaround else "")
              for a in attempts if a.outcome != AttemptOutcome.KEPT]
     return ConversionError(

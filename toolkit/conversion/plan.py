@@ -161,7 +161,7 @@ def _apply_overrides(recipe: Recipe, options: ConvertOptions) -> Recipe:
 
 
 def _skip(recipe: Recipe, reason: str) -> Attempt:
-    return Attempt(recipe.to_dict(), AttemptOutcome.FAILED, f"skipped: {reason}")
+    return Attempt(recipe, AttemptOutcome.FAILED, f"skipped: {reason}")
 
 
 def a16w8_refusal(recipe: Recipe, policy: Policy) -> str | None:
@@ -311,7 +311,7 @@ def _fallback_recipes(
                 continue
             recipe = dataclasses.replace(_plain_recipe(fmt, precision, options, ()), execution_providers=providers)
             if precision == Precision.INT8 and not has_calibration:
-                skipped.append(Attempt(recipe.to_dict(), AttemptOutcome.FAILED,
+                skipped.append(Attempt(recipe, AttemptOutcome.FAILED,
                                        "skipped (fallback): INT8 needs --calibration data",
                                        workaround="pass --calibration with a few hundred representative samples"))
                 continue

@@ -63,7 +63,7 @@ class Failure:
     workaround: str
 
     def attempt(self, outcome: AttemptOutcome = AttemptOutcome.FAILED) -> Attempt:
-        return Attempt(self.recipe.to_dict(), outcome, self.reason, workaround=self.workaround)
+        return Attempt(self.recipe, outcome, self.reason, workaround=self.workaround)
 
 
 FP32_OUT_OF_TOLERANCE_WORKAROUND = (
@@ -106,7 +106,7 @@ class Candidate:
             "bytes": record.bytes,
             "float_nodes": list(record.float_nodes),
         }
-        return Attempt(self.recipe.to_dict(), outcome, reason, file=record.file, metrics=metrics,
+        return Attempt(self.recipe, outcome, reason, file=record.file, metrics=metrics,
                        workaround=workaround)
 
     @property

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 
 from toolkit.model.batching import BatchVerification
 from toolkit.model.quantized import QuantizedShare
+from toolkit.model.recipe import Recipe
 from toolkit.model.records import JsonDict, JsonObject, OutputMetrics, Record, SliceCheck, finite_or_none
 from toolkit.model.tensors import TensorSpec
 from toolkit.model.vocabulary import (
@@ -133,7 +134,7 @@ class ArtifactRecord:
     host_cpu: str | None = None  # the CPU the host latencies were measured on (they inform only that CPU)
     runtime: str | None = None
     status: ArtifactStatus = ArtifactStatus.OK
-    recipe: JsonObject = field(default_factory=dict)
+    recipe: Recipe | None = None  # None: taken as it was, no recipe built it (written as {})
     float_nodes: tuple[str, ...] = ()  # nodes/ops kept in float by selective quantization
     execution_providers: tuple[str, ...] = ()  # ONNX Runtime providers the device should try, in order
     layout: str | None = None  # NCHW/NHWC of the artifact's image inputs, when it differs from the source's
@@ -166,7 +167,7 @@ class ArtifactRecord:
             "host_cpu": self.host_cpu,
             "runtime": self.runtime,
             "status": self.status,
-            "recipe": dict(self.recipe),
+            "recipe": self.recipe.to_dict() if self.recipe else {},
             "float_nodes": list(self.float_nodes),
             "execution_providers": list(self.execution_providers),
             "layout": self.layout,
@@ -185,7 +186,7 @@ class ArtifactRecord:
 class Attempt:
     """One recipe the convert stage tried, and why its artifact was kept, dropped or never built."""
 
-    recipe: JsonObject
+    recipe: Recipe
     outcome: AttemptOutcome
     reason: str
     file: str | None = None
@@ -195,7 +196,7 @@ class Attempt:
 
     def to_dict(self) -> JsonDict:
         return {
-            "recipe": dict(self.recipe),
+            "recipe": self.recipe.to_dict(),
             "outcome": self.outcome,
             "reason": self.reason,
             "workaround": self.workaround,

@@ -11,8 +11,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from toolkit.model.recipe import is_a16w8
-from toolkit.model.records import JsonDict, JsonObject
+from toolkit.model.recipe import Recipe
+from toolkit.model.records import JsonDict
 from toolkit.model.vocabulary import Precision
 
 MIXED_BELOW = 0.5  # quantized share of the weights under which an int8/dynamic artifact is labelled mixed
@@ -70,9 +70,9 @@ def _pct(value: float) -> str:
     return "-" if not math.isfinite(value) else f"{100 * value:.0f}%"
 
 
-def precision_label(precision: Precision, recipe: JsonObject, share: QuantizedShare | None) -> str:
+def precision_label(precision: Precision, recipe: Recipe | None, share: QuantizedShare | None) -> str:
     """How every table names an artifact's precision: ``int8``, ``int8 A16W8``, ``int8 mixed: 31% of weights int``."""
-    label = f"{precision} A16W8" if is_a16w8(recipe) else str(precision)
+    label = f"{precision} A16W8" if recipe is not None and recipe.a16w8 else str(precision)
     if share is not None and share.mixed and precision in (Precision.INT8, Precision.DYNAMIC):
         label += f" mixed: {_pct(share.weights)} of weights int"
     return label

@@ -8,7 +8,8 @@ defaults) and builds the record, or raises :class:`RecordProblem` with a :class:
 - unknown keys are refused, except a key the record derives (a property of its class: ``max_error_ratio``,
   ``ok``, ``mixed``), which the writer adds for other readers and the record recomputes;
 - a key that is absent or null takes the field's default; null in a float field is NaN (JSON has no NaN:
-  :func:`~toolkit.model.records.finite_or_none` wrote it as null);
+  :func:`~toolkit.model.records.finite_or_none` wrote it as null); ``{}`` in an optional record field is None
+  (an artifact taken as it was has no recipe, written ``{}``);
 - strings, integers (not booleans), numbers (integers too) and booleans are never converted into each other; a
   vocabulary field takes one of its words; a tuple takes a list; a free-form ``JsonObject`` takes any object;
 - the rules a record keeps itself (its ``__post_init__``) raise their own UsageError.
@@ -96,11 +97,11 @@ class _Reader:
     def value(self, tp: Any, value: object, path: Path) -> object:  # Any: a type expression
         origin, args = typing.get_origin(tp), typing.get_args(tp)
         if origin in (typing.Union, types.UnionType):
-            if value is None and _NONE in args:
-                return None
             inner = [a for a in args if a is not _NONE]
             if len(inner) != 1:
                 raise TypeError(f"a record field of type {tp} has no JSON reading")
+            if _NONE in args and (value is None or (value == {} and dataclasses.is_dataclass(inner[0]))):
+                return None
             return self.value(inner[0], value, path)
         if tp is Any or tp is object:
             return value

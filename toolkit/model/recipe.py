@@ -107,6 +107,11 @@ class Recipe(Record):
         return self.precision == Precision.INT8 and self.activation_type == QuantType.INT16
 
     @property
+    def brief(self) -> str:
+        """``onnx int8``, ``tflite int8 A16W8``: what a list of attempts names a recipe by."""
+        return f"{self.format} {self.precision}" + (" A16W8" if self.a16w8 else "")
+
+    @property
     def label(self) -> str:
         """A short human name: ``tflite int8 (int8 io)``, ``onnx int8 (U8S8 qdq minmax)``, ``onnx int8 (A16W8 qdq
         minmax)``, ``tflite int8 (A16W8, float32 io)``."""
@@ -121,11 +126,6 @@ class Recipe(Record):
         act = "U" if self.activation_type == QuantType.UINT8 else "S"
         wt = "U" if self.weight_type == QuantType.UINT8 else "S"
         return f"onnx int8 ({act}8{wt}8 {self.quant_format} {self.calibration_method})"
-
-
-def is_a16w8(recipe: JsonObject) -> bool:
-    """A written recipe (a manifest's ``recipe`` object) is the A16W8 recipe: 16-bit activations, 8-bit weights."""
-    return recipe.get("precision") == Precision.INT8 and recipe.get("activation_type") == QuantType.INT16
 
 
 _RECIPE_WORDS: Mapping[str, type[_Word]] = {

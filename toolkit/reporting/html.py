@@ -19,7 +19,6 @@ from typing import Any  # Any: JSON values of stored checks and table cells of a
 
 from toolkit.__about__ import __version__
 from toolkit.model.manifest import Manifest
-from toolkit.model.recipe import is_a16w8
 from toolkit.model.vocabulary import AttemptOutcome
 
 
@@ -154,7 +153,7 @@ def _facts(data: ReportData) -> str:
     dropped = [a for a in m.attempts if a.outcome != AttemptOutcome.KEPT]
     extra = ""
     if dropped:
-        rows = [(f"{a.recipe.get('format')} {a.recipe.get('precision')}" + (" A16W8" if is_a16w8(a.recipe) else ""),
+        rows = [(a.recipe.brief,
                  a.outcome, a.reason, a.workaround or "")
                 for a in dropped]
         extra = "<h3>Recipes not shipped</h3>" + _table(("recipe", "outcome", "reason", "workaround"), rows,

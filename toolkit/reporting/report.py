@@ -9,7 +9,6 @@ from toolkit.runtimes.inspection import ModelInfo
 from toolkit.model.quantized import QuantizedShare, precision_label
 from toolkit.model.reading import read_record
 from toolkit.model.manifest import DOCS, Manifest
-from toolkit.model.recipe import is_a16w8
 from toolkit.model.tensors import TensorSpec
 from toolkit.model.vocabulary import AttemptOutcome, Precision
 
@@ -78,10 +77,9 @@ def convert_table(manifest: Manifest, *, bundle_dir: Path, cached: bool = False)
     if dropped:
         parts += ["", "not shipped:"]
         for attempt in dropped:
-            recipe = attempt.recipe
-            label = f"{recipe.get('format')} {recipe.get('precision')}" + (" A16W8" if is_a16w8(recipe) else "")
-            if recipe.get("nodes_to_exclude"):
-                label += f" ({len(recipe['nodes_to_exclude'])} layers float)"
+            label, excluded = attempt.recipe.brief, attempt.recipe.nodes_to_exclude
+            if excluded:
+                label += f" ({len(excluded)} layers float)"
             parts.append(f"  {label}: {attempt.reason}")
             if attempt.workaround:
                 parts.append(f"    workaround: {attempt.workaround}")
@@ -104,7 +102,7 @@ def inspect_text(info: ModelInfo) -> str:
     share = read_record(QuantizedShare, info.extra["quantized"], docs=DOCS) if info.extra.get("quantized") else None
     lines = [
         f"{info.path}",
-        f"  format {info.format}  precision {precision_label(Precision(info.precision), info.extra.get('recipe', {}), share)}"
+        f"  format {info.format}  precision {precision_label(Precision(info.precision), None, share)}"
         f"  size {human_bytes(info.bytes)}"
         + (f"  opset {info.opset}" if info.opset else ""),
         "inputs:",
