@@ -15,6 +15,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from toolkit.errors import key_line
 from toolkit.model.records import JsonDict, JsonObject, finite_or_none
 from toolkit.model.tensors import TensorSpec
 
@@ -93,7 +94,7 @@ def verify_batches(infer: Infer, feeds: Sequence[JsonObject], single: Sequence[S
             outputs = [np.asarray(o) for o in infer(feed)]
         except Exception as exc:  # noqa: BLE001 - the runtime refuses this batch size: the artifact's failure
             return BatchVerification(tuple(checks), f"the artifact does not run at batch {batch}: "
-                                     f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}")
+                                     f"{type(exc).__name__}: {key_line(exc)}")
         worst = (-1.0, 0.0, "", 0.0)  # (error / limit, error, output, limit)
         for k, name in enumerate(output_names):
             out = outputs[k]

@@ -12,16 +12,11 @@ from typing import Any
 
 import numpy as np
 
-from toolkit.errors import MissingDependency, UsageError
+from toolkit.errors import MissingDependency, UsageError, key_line
 from toolkit.model.tensors import TensorSpec
 from toolkit.model.vocabulary import Framework
 from toolkit.runtimes.inspection.onnx import load_onnx, tensor_specs
 from toolkit.sources.base import SourceModel
-
-
-def _first_line(exc: BaseException) -> str:
-    text = str(exc).strip() or type(exc).__name__
-    return text.splitlines()[0][:200]
 
 
 class OnnxSource(SourceModel):
@@ -51,7 +46,7 @@ class OnnxSource(SourceModel):
                 )
             except Exception as exc:
                 raise UsageError(
-                    f"onnxruntime cannot load {self.path}: {_first_line(exc)}",
+                    f"onnxruntime cannot load {self.path}: {key_line(exc)}",
                     hint="Check that the model is valid (onnx.checker) and uses operators onnxruntime supports.",
                 ) from exc
         return self._session
@@ -69,7 +64,7 @@ class OnnxSource(SourceModel):
         except Exception as exc:
             shapes = ", ".join(f"{k}{tuple(v.shape)}" for k, v in prepared.items())
             raise UsageError(
-                f"The ONNX model {self.path.name} rejected inputs {shapes}: {_first_line(exc)}",
+                f"The ONNX model {self.path.name} rejected inputs {shapes}: {key_line(exc)}",
                 hint="Check the input shapes (--input-shape NAME=D0,D1,...) and the calibration data layout.",
             ) from exc
 

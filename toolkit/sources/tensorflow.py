@@ -19,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-from toolkit.errors import MissingDependency, UsageError
+from toolkit.errors import MissingDependency, UsageError, key_line
 from toolkit.model.tensors import TensorSpec
 from toolkit.model.vocabulary import Framework
 from toolkit.sources.base import SourceModel
@@ -45,14 +45,6 @@ def _keras() -> Any:
     except ImportError as exc:
         raise MissingDependency("keras", extra="tf", purpose="Loading a Keras model") from exc
     return keras
-
-
-def _first_line(exc: BaseException) -> str:
-    """The converter's/loader's key line: the last non-empty line that is not traceback noise."""
-    lines = [ln.strip() for ln in str(exc).splitlines() if ln.strip()]
-    lines = [ln for ln in lines if not ln.startswith(("File ", "Traceback", "^", "~"))]
-    text = lines[0] if lines else type(exc).__name__
-    return text if len(text) <= 300 else text[:297] + "..."
 
 
 def _dtype_name(dtype: Any) -> str:  # Any: a tf.DType
@@ -148,7 +140,7 @@ class TensorFlowSource(SourceModel):
             from toolkit.errors import ConversionError
 
             raise ConversionError(
-                f"Could not export {self.path.name} as a SavedModel: {_first_line(exc)}",
+                f"Could not export {self.path.name} as a SavedModel: {key_line(exc)}",
                 hint="Check that the model runs on inputs of the requested shapes.",
             ) from None
         return directory
@@ -168,7 +160,7 @@ class KerasSource(TensorFlowSource):
             model = keras.saving.load_model(str(path), compile=False)
         except Exception as exc:  # noqa: BLE001 (frameworks raise any type; reported as one plain line)
             raise UsageError(
-                f"Cannot load the Keras model {path.name}: {_first_line(exc)}",
+                f"Cannot load the Keras model {path.name}: {key_line(exc)}",
                 hint="The file may be truncated or corrupt, or saved by an incompatible Keras; save it again "
                 "with model.save('model.keras').",
             ) from None
@@ -329,7 +321,7 @@ def _frozen_signatures(tf: Any, path: Path, error: BaseException) -> Any:
             signatures[key] = _FrozenSignature(function, specs, outs)
     except Exception:  # noqa: BLE001 - the v1 loader fails too: the directory itself is the problem
         raise UsageError(
-            f"Cannot load the SavedModel {path}: {_first_line(error)}",
+            f"Cannot load the SavedModel {path}: {key_line(error)}",
             hint="The directory may be incomplete or corrupt (saved_model.pb, variables/); export it again.",
         ) from None
     return _FrozenModel(signatures)

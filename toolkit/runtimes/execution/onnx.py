@@ -8,7 +8,7 @@ from typing import Any
 
 import numpy as np
 
-from toolkit.errors import MissingDependency, UsageError
+from toolkit.errors import MissingDependency, UsageError, key_line
 from toolkit.runtimes.execution import HostSession
 from toolkit.model.tensors import TensorSpec
 from toolkit.model.vocabulary import Runtime
@@ -66,9 +66,8 @@ class OnnxSession(HostSession):
                 str(self.path), sess_options=options, providers=["CPUExecutionProvider"]
             )
         except Exception as exc:
-            text = (str(exc).strip() or type(exc).__name__).splitlines()[0][:300]
             raise UsageError(
-                f"onnxruntime {ort.__version__} cannot load {self.path.name}: {text}",
+                f"onnxruntime {ort.__version__} cannot load {self.path.name}: {key_line(exc)}",
                 hint="Rebuild the artifact with `edgetk convert`, or check the file is a complete ONNX model.",
             ) from exc
         self._inputs = tuple(_spec(a) for a in self._session.get_inputs())

@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from toolkit.errors import MissingDependency, UsageError
+from toolkit.errors import MissingDependency, UsageError, key_line
 from toolkit.model.vocabulary import Runtime
 from toolkit.runtimes.execution import HostSession
 from toolkit.runtimes.inspection.tflite import parse_tflite
@@ -56,7 +56,7 @@ class TFLiteSession(HostSession):
             self._interpreter.allocate_tensors()
         except (RuntimeError, ValueError) as exc:
             raise UsageError(
-                f"LiteRT cannot load {self.path.name}: {_first_line(exc)}",
+                f"LiteRT cannot load {self.path.name}: {key_line(exc)}",
                 hint="The model may need ops this runtime lacks; convert it again with built-in ops only.",
             ) from None
         self._shapes: dict[int, tuple[int, ...]] = {
@@ -109,8 +109,3 @@ def _fits(expected: tuple[int | None, ...], got: tuple[int, ...]) -> bool:
 
 def _fmt(shape: tuple[int | None, ...]) -> str:
     return "(" + ", ".join("?" if d is None else str(d) for d in shape) + ")"
-
-
-def _first_line(exc: BaseException) -> str:
-    text = str(exc).strip()
-    return text.splitlines()[0] if text else type(exc).__name__

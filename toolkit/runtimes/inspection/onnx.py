@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from toolkit.errors import MissingDependency, UsageError
+from toolkit.errors import MissingDependency, UsageError, key_line
 from toolkit.model.tensors import TensorSpec
 from toolkit.model.vocabulary import Format, Precision
 from toolkit.runtimes.inspection import ModelInfo
@@ -44,9 +44,8 @@ def load_onnx(path: Path, *, load_external_data: bool = True) -> onnx.ModelProto
             hint="Keep the .onnx file and its external data file(s) in the same directory.",
         ) from exc
     except Exception as exc:  # protobuf DecodeError, UnicodeDecodeError, ValueError ...
-        line = (str(exc).strip() or type(exc).__name__).splitlines()[0][:200]
         raise UsageError(
-            f"{path} is not a readable ONNX model (truncated or corrupt: {line}).",
+            f"{path} is not a readable ONNX model (truncated or corrupt: {key_line(exc)}).",
             hint="Re-export or re-download the model file.",
         ) from exc
     if not model.HasField("graph") or not model.opset_import or len(model.graph.output) == 0:

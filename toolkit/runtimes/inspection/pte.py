@@ -9,7 +9,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-from toolkit.errors import MissingDependency, UsageError
+from toolkit.errors import MissingDependency, UsageError, key_line
 from toolkit.model.tensors import TensorSpec
 from toolkit.model.vocabulary import Format, Precision
 from toolkit.runtimes.inspection import ModelInfo
@@ -53,8 +53,7 @@ def load_program(path: Path) -> Any:
     try:
         return Runtime.get().load_program(Path(path))
     except Exception as exc:
-        text = (str(exc).strip() or type(exc).__name__).splitlines()[0][:300]
-        raise UsageError(f"ExecuTorch cannot load {Path(path).name}: {text}",
+        raise UsageError(f"ExecuTorch cannot load {Path(path).name}: {key_line(exc)}",
                          hint="Rebuild the artifact with `edgetk convert --format pte`.") from exc
 
 
