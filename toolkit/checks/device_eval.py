@@ -3,7 +3,9 @@
 Only the eval inputs (``eval/``) ever go to a device, and only when a check asks: ``deploy`` does not carry
 them, so a bundle stays as small on the device as without them. The runner's ``eval`` command writes raw outputs
 in the artifact's own dtype with their scale and zero point; the host dequantizes and scores them with the
-task metrics convert used (:func:`toolkit.verification.verify.compare`). File layout: docs/verification.md.
+task metrics convert used (:func:`toolkit.verification.verify.compare`) and judged by the tolerance the bundle
+was verified against (its check policy's): an artifact within it on the host that breaks it on the device fails the
+check. File layout: docs/verification.md.
 """
 
 from __future__ import annotations
@@ -153,19 +155,39 @@ def evaluate(device: Device, bundle: Bundle, vdir: str, artifacts: Sequence[str]
                 local = Path(scratch) / str(spec["file"])
                 device.conn.get(f"{out}/{spec['file']}", local)
                 outputs.append(_dequantized(np.load(local, allow_pickle=False), spec))
-        result = summary(score(records[artifact], reference, outputs, labels), labels=labels is not None)
+        scored = score(records[artifact], reference, outputs, labels)
+        result = summary(scored, labels=labels is not None)
         result.update(available=True, chunk=doc.get("chunk"), chunks=doc.get("chunks"), seconds=doc.get("seconds"),
-                      runtime=doc.get("runtime"))
+                      runtime=doc.get("runtime"), failures=lost_on_device(records[artifact], scored, bundle))
         results[artifact] = result
     return results
 
 
+def lost_on_device(record: ArtifactRecord, scored: Verification, bundle: Bundle) -> list[str]:
+    """How the device's scores break the tolerance the artifact met on the host (empty when they do not, or when
+    the host's own verdict already broke it: its status says so, the device adds nothing)."""
+    from toolkit.model.tolerance import Tolerance
+    from toolkit.verification.outputs import failures_of
+
+    policy = bundle.manifest.check_policy
+    tolerance = Tolerance.from_dict(policy.tolerance) if policy and policy.tolerance is not None else Tolerance()
+    if record.verification is not None and failures_of(record.verification, tolerance):
+        return []
+    return failures_of(scored, tolerance)
+
+
 def attach(report: CheckReport, result: JsonObject | None) -> CheckReport:
-    """The report with its eval result; an eval input the device refused (its sha256 is not the manifest's)
-    fails the check, as a tampered artifact does: the accuracy asked for was not proven."""
+    """The report with its eval result. The check fails when the device refused an eval input (its sha256 is not
+    the manifest's: the accuracy asked for was not proven, as with a tampered artifact) or when the device's
+    scores break the tolerance the host's met (the accuracy was lost on the device)."""
     report = dataclasses.replace(report, evaluation=result)
-    if not (result or {}).get("refused"):
+    result = result or {}
+    if result.get("refused"):
+        failure = f"{report.artifact}: eval set refused on {report.device}: {result.get('note')}"
+    elif result.get("failures"):
+        failure = (f"{report.artifact}: on the eval set on {report.device} ({result.get('samples')} samples): "
+                   f"{'; '.join(result['failures'])}")
+    else:
         return report
-    failure = f"{report.artifact}: eval set refused on {report.device}: {(result or {}).get('note')}"
     return dataclasses.replace(report, gates=dataclasses.replace(
         report.gates, passed=False, failures=(*report.gates.failures, failure)))
