@@ -462,13 +462,9 @@ def test_version_bounds_are_pep440(tmp_path: Path) -> None:
             "key 'runtimes[0].min_version'", "'two' is not a version")
 
 
-def test_recipe_schema_is_in_step_with_recipe() -> None:
-    """Every Recipe field can be written in a [[recipes]] table, and the table takes nothing else."""
-    from dataclasses import fields
-
-    from toolkit.model.schemas.targets import RecipeEntry
-
-    assert set(RecipeEntry.model_fields) == {f.name for f in fields(Recipe)}
+def test_an_unknown_execution_provider_in_a_recipe_is_refused_by_the_recipe(tmp_path: Path) -> None:
+    text = MINIMAL + 'execution_providers = ["CudaExecutionProvider"]\n'
+    refused(tmp_path, text, "key 'recipes[0].execution_providers'", "did you mean 'CUDAExecutionProvider'?")
 
 
 def test_a_wrong_value_deep_in_a_table_names_the_whole_key(tmp_path: Path) -> None:

@@ -145,7 +145,7 @@ def _plain_recipe(fmt: str, precision: str, options: ConvertOptions, profile_rec
     """The profile's recipe for (format, precision) if it has one, else the toolkit's defaults."""
     base = next((r for r in profile_recipes if r.format == fmt and r.precision == precision and not r.a16w8), None)
     if base is None:
-        base = Recipe.parse({"format": fmt, "precision": precision, "io_dtype": _io_default(fmt, precision)})
+        base = Recipe(Format(fmt), Precision(precision), io_dtype=_io_default(fmt, precision))
     return _apply_overrides(base, options)
 
 
@@ -200,7 +200,7 @@ def plan_recipes(options: ConvertOptions, policy: Policy, framework: str, *, has
             )
     else:
         candidates = [_apply_overrides(r, options) for r in policy.recipes] or [
-            Recipe.parse({"format": fmt, "precision": p, "io_dtype": _io_default(fmt, p)})
+            Recipe(fmt, p, io_dtype=_io_default(fmt, p))
             for fmt in default_formats(framework)
             for p in (Precision.INT8, Precision.FP32)
         ]

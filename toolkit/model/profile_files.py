@@ -16,6 +16,7 @@ from pathlib import Path
 from toolkit.errors import UsageError
 from toolkit.model.records import JsonDict, JsonObject
 from toolkit.model.schemas.problems import did_you_mean
+from toolkit.model.reading import RecordProblem, read_record
 from toolkit.model.recipe import Recipe, RecipeError
 
 ENV_VAR = "EDGETK_TARGETS_PATH"
@@ -27,10 +28,13 @@ def refusal(path: Path, key: str, problem: str, fix: str) -> UsageError:
     return UsageError(f"{path}: key '{key}': {problem}", hint=fix)
 
 
-def build_recipe(path: Path, index: int, kwargs: JsonObject) -> Recipe:
-    """A recipe table (already through the schema) -> Recipe; its own cross-field refusals name the key."""
+def build_recipe(path: Path, index: int, table: object) -> Recipe:
+    """A ``[[recipes]]`` table -> Recipe, read against the record's own fields (keys, types, words); its own
+    cross-field refusals name the key too."""
     try:
-        return Recipe.parse(kwargs)
+        return read_record(Recipe, table, docs=DOCS, at=("recipes", index))
+    except RecordProblem as exc:
+        raise exc.problem.error(path) from None
     except RecipeError as exc:
         raise refusal(path, f"recipes[{index}].{exc.key}", exc.message, exc.hint or f"See {DOCS}.") from exc
 
@@ -39,7 +43,7 @@ def _validate_file(path: Path, data: JsonObject) -> None:
     """What can be checked in one file on its own: the schema (keys, types, values) and each recipe. Required
     keys and the cross-checks wait until ``extends`` has been merged."""
     from toolkit.model.schemas import validate
-    from toolkit.model.schemas.targets import ProfileFile, RecipeEntry
+    from toolkit.model.schemas.targets import ProfileFile
 
     validate(ProfileFile, data, file=path, docs=DOCS, partial=True)
     names = [r["name"] for r in data.get("runtimes", ())]
@@ -47,7 +51,7 @@ def _validate_file(path: Path, data: JsonObject) -> None:
         if names.count(name) > 1:
             raise refusal(path, "runtimes", f"runtime {name!r} is listed twice.", "List each runtime once.")
     for index, recipe in enumerate(data.get("recipes", ())):
-        build_recipe(path, index, RecipeEntry.model_validate(recipe).recipe_kwargs())
+        build_recipe(path, index, recipe)
 
 
 @dataclass(frozen=True)

@@ -44,9 +44,10 @@ class RecordProblem(Exception):
         self.problem = problem
 
 
-def read_record(cls: type[R], data: object, *, docs: str) -> R:
-    """``data`` (parsed JSON) as a ``cls`` record; ``docs`` is the page the fixes point at."""
-    return typing.cast(R, _Reader(docs).record(cls, data, ()))
+def read_record(cls: type[R], data: object, *, docs: str, at: Path = ()) -> R:
+    """``data`` (parsed JSON or TOML) as a ``cls`` record; ``docs`` is the page the fixes point at, ``at`` where
+    ``data`` sits in its file (``("recipes", 0)``: keys are named ``recipes[0].format``)."""
+    return typing.cast(R, _Reader(docs).record(cls, data, at))
 
 
 def _hints(cls: type) -> dict[str, Any]:
@@ -137,7 +138,7 @@ class _Reader:
             except RecordProblem:
                 if not _scalar(item):
                     raise
-                raise self._wrong(tp, value, path) from None  # a list of scalars: name the list, not its item
+                raise self._wrong(tp, v, path) from None  # a list of scalars: name the list, show the item
         return tuple(out)
 
     def _word(self, vocabulary: type[enum.Enum], value: object, path: Path) -> enum.Enum:

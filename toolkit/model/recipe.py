@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
 
 from toolkit.errors import UsageError
-from toolkit.model.records import JsonDict, JsonObject, Record
+from toolkit.model.platform import EXECUTION_PROVIDERS
+from toolkit.model.records import Record
+from toolkit.model.schemas.problems import did_you_mean
 from toolkit.model.vocabulary import (
     CalibrationMethod,
     Format,
@@ -16,7 +16,6 @@ from toolkit.model.vocabulary import (
     Precision,
     QuantFormat,
     QuantType,
-    _Word,
 )
 
 
@@ -27,15 +26,6 @@ class RecipeError(UsageError):
     def __init__(self, key: str, message: str, *, hint: str | None = None) -> None:
         super().__init__(message, hint=hint)
         self.key = key
-
-
-def _word(vocabulary: type[_Word], value: object, key: str) -> _Word:
-    choices = vocabulary.values()
-    if isinstance(value, str) and value in choices:
-        return vocabulary(value)
-    last = " or ".join(choices[-2:])
-    hint = f"Use one of: {', '.join(choices)}." if len(choices) > 3 else f"Use {', '.join([*choices[:-2], last])}."
-    raise RecipeError(key, f"Unknown {key} {value!r}.", hint=hint)
 
 
 @dataclass(frozen=True)
@@ -60,15 +50,6 @@ class Recipe(Record):
     execution_providers: tuple[str, ...] = ()  # ONNX Runtime providers for the device, in order
     layout: Layout | None = None  # NHWC to ask a PyTorch -> TFLite route for channel-last I/O
 
-    @classmethod
-    def parse(cls, fields: JsonObject) -> Recipe:
-        """A recipe from the words of a file or a flag (``{"format": "onnx", ...}``): each vocabulary word
-        becomes its member; a word outside it raises a :class:`RecipeError` naming the key."""
-        words: JsonDict = {  # Any: the file's values, each checked by the constructor
-            key: _word(_RECIPE_WORDS[key], value, key) if key in _RECIPE_WORDS and value is not None else value
-            for key, value in fields.items()}
-        return cls(**words)
-
     def __post_init__(self) -> None:
         if self.io_dtype != IoDtype.FLOAT32 and not (self.format == Format.TFLITE and self.precision == Precision.INT8):
             raise RecipeError(
@@ -80,6 +61,11 @@ class Recipe(Record):
             self._check_a16w8()
         if self.threads is not None and self.threads < 1:
             raise RecipeError("threads", f"threads must be at least 1 (got {self.threads}).")
+        for provider in self.execution_providers:
+            if provider not in EXECUTION_PROVIDERS:
+                raise RecipeError("execution_providers", f"unknown execution provider {provider!r}"
+                                  f"{did_you_mean(provider, EXECUTION_PROVIDERS)}.",
+                                  hint=f"Use one of: {', '.join(EXECUTION_PROVIDERS)}.")
 
     def _check_a16w8(self) -> None:
         """int16 is the activation type of the A16W8 recipe only: an int8 recipe with int8 weights, QDQ in ONNX
@@ -126,10 +112,3 @@ class Recipe(Record):
         act = "U" if self.activation_type == QuantType.UINT8 else "S"
         wt = "U" if self.weight_type == QuantType.UINT8 else "S"
         return f"onnx int8 ({act}8{wt}8 {self.quant_format} {self.calibration_method})"
-
-
-_RECIPE_WORDS: Mapping[str, type[_Word]] = {
-    "format": Format, "precision": Precision, "io_dtype": IoDtype, "activation_type": QuantType,
-    "weight_type": QuantType, "calibration_method": CalibrationMethod, "quant_format": QuantFormat,
-    "layout": Layout,
-}

@@ -293,7 +293,7 @@ def _build(data: JsonObject, lineage: tuple[ProfileSource, ...]) -> TargetProfil
     top = lineage[0]
     path = top.path
     profile = _validated(data, lineage)
-    recipes = tuple(build_recipe(path, i, r.recipe_kwargs()) for i, r in enumerate(profile.recipes))
+    recipes = tuple(build_recipe(path, i, r) for i, r in enumerate(profile.recipes))
     runtimes = tuple(RuntimeRequirement(name=r.name, min_version=r.min_version, max_version=r.max_version,
                                         note=r.note) for r in profile.runtimes)
     runtime_names = {r.name for r in runtimes}

@@ -13,7 +13,6 @@ from typing import Annotated, Any
 
 from pydantic import AfterValidator
 
-from toolkit.model.records import JsonDict
 from toolkit.model.schemas.fields import (
     Bool,
     Int,
@@ -33,11 +32,6 @@ from toolkit.model.vocabulary import (
     FORMATS,
     PRECISIONS,
     RUNTIMES,
-    CalibrationMethod,
-    IoDtype,
-    Layout,
-    QuantFormat,
-    QuantType,
 )
 
 DOCS = "docs/targets.md"
@@ -111,32 +105,6 @@ class AcceleratorEntry(Table):
     note: Str | None = None
 
 
-class RecipeEntry(Table):
-    """A ``[[recipes]]`` table: the fields of :class:`toolkit.model.recipe.Recipe` (a test keeps them in step)."""
-
-    format: Annotated[Str, choice(FORMATS, "format")]
-    precision: Precision
-    io_dtype: Annotated[Str, choice(IoDtype.values(), "io_dtype")] | None = None
-    activation_type: Annotated[Str, choice(QuantType.values(), "activation_type")] | None = None
-    weight_type: Annotated[Str, choice(QuantType.values(), "weight_type")] | None = None
-    calibration_method: Annotated[Str, choice(CalibrationMethod.values(), "calibration_method")] | None = None
-    per_channel: Bool | None = None
-    quant_format: Annotated[Str, choice(QuantFormat.values(), "quant_format")] | None = None
-    threads: Int | None = None  # Recipe refuses < 1 itself
-    opset: Int | None = None
-    nodes_to_exclude: list[Str] | None = None
-    execution_providers: list[Provider] | None = None
-    layout: Annotated[Str, choice(Layout.values(), "layout")] | None = None
-
-    def recipe_kwargs(self) -> JsonDict:
-        """The keys the file set, as :class:`~toolkit.model.recipe.Recipe` arguments (lists as tuples)."""
-        kwargs = self.model_dump(exclude_unset=True)
-        for key in ("nodes_to_exclude", "execution_providers"):
-            if key in kwargs:
-                kwargs[key] = tuple(kwargs[key])
-        return kwargs
-
-
 class Regression(Table):
     """``[regression]``: :class:`toolkit.model.policy.RegressionPolicy` (which checks the values against each other)."""
 
@@ -182,7 +150,7 @@ class ProfileFile(Table):
         lambda v: isinstance(v, (str, int, float, bool)), lambda v: "must be a string, number or boolean",
         "ONNX Runtime takes provider options as scalars.")]]] = {}
     max_onnx_opset: PositiveInt | None = None
-    recipes: list[RecipeEntry]
+    recipes: list[dict[str, Any]]  # Any: each table is read by toolkit.model.recipe.Recipe itself (build_recipe)
     threads: PositiveInt
     latency_budget_ms: Annotated[Number, above(0, "Use the budget in milliseconds.")]
     min_throughput_ips: Annotated[Number, above(0, "Use inferences per second.")] | None = None
