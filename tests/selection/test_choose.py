@@ -112,3 +112,43 @@ def test_an_unverified_artifact_is_selected_only_where_no_verified_one_passes() 
     assert choose(reports, manifest, device="d", version="v").artifact == "model.fp32.tflite"
     alone = _manifest(("model.fp32.tflite", 4000, "unverified"), ("model.int8.tflite", 1000, "unverified"))
     assert choose(reports, alone, device="d", version="v").artifact == "model.int8.tflite"
+
+
+def test_a_mixed_int8_is_named_mixed_wherever_the_selection_names_it() -> None:
+    """An int8 artifact with 2% of its weights in integer (``QuantizedShare.mixed``) is ``int8 mixed`` in the
+    selection's document, its terminal lines (check, run, deploy --check), the device's status line and the
+    report's table, beside a plainly quantized one that gets no label."""
+    from toolkit.cli.deploy_cmd import _render_status
+    from toolkit.model.quantized import QuantizedShare
+    from toolkit.reporting.html import selection_rows
+    from toolkit.reporting.terminal import selection_lines
+
+    mixed = QuantizedShare(weights=0.02, macs=0.3, quantized_bytes=100, float_bytes=20000)
+    plain = _manifest(("model.fp32.tflite", 4000, "ok"), ("model.int8.tflite", 1000, "ok"),
+                      ("model.int8.onnx", 1100, "ok"))
+    manifest = dataclasses.replace(plain, artifacts=tuple(
+        dataclasses.replace(a, quantized=mixed) if a.file == "model.int8.tflite" else a for a in plain.artifacts))
+    label = "int8 mixed: 2% of weights int"
+
+    chosen = choose([_report("model.fp32.tflite", 2.0), _report("model.int8.tflite", 1.0),
+                     _report("model.int8.onnx", 3.0, runtime="onnxruntime", passed=False)],
+                    manifest, device="d", version="v")
+    doc = chosen.to_dict()
+    assert chosen.artifact == "model.int8.tflite" and doc["label"] == label
+    assert {c["artifact"]: c["label"] for c in doc["contenders"]} == {
+        "model.fp32.tflite": None, "model.int8.tflite": label, "model.int8.onnx": None}
+    assert selection_lines(doc)[0].startswith(f"selected: model.int8.tflite ({label}, p50 1.030 ms): ")
+    assert "  not selectable: model.int8.onnx: budget" in selection_lines(doc)
+    status = _render_status({"ok": True, "bundles": {"b": {"current": "v", "selected": chosen.on_device(),
+                                                           "versions": []}}})
+    assert status[0].startswith(f"  selected: model.int8.tflite ({label}) (p50 1.030 ms)"), status
+    assert selection_rows([dict(doc, device="d", bundle="b")])[0][2] == f"model.int8.tflite ({label})"
+
+    proposing = dataclasses.replace(manifest, artifacts=tuple(
+        dataclasses.replace(a, preferred=a.file == "model.int8.tflite") for a in manifest.artifacts))
+    faster_fp32 = choose([_report("model.fp32.tflite", 1.0), _report("model.int8.tflite", 3.0)], proposing,
+                         device="d", version="v").to_dict()
+    assert faster_fp32["artifact"] == "model.fp32.tflite" and faster_fp32["label"] is None
+    assert selection_lines(faster_fp32)[0].startswith("selected: model.fp32.tflite (p50 1.030 ms): ")
+    assert f"  the manifest proposed model.int8.tflite ({label}); this device's measurements decided" in \
+        selection_lines(faster_fp32)

@@ -2,11 +2,13 @@
 (tests/fixtures/role_models.py): a face stage (box offsets, landmarks, face probability), a CTC-style
 recognizer [1, T, C] and a transcriber with three time x pitch maps. On each, the INT8 artifacts the TFLite
 and ONNX routes build are kept, and a broken copy (one head's int8 weight scales written 1000x too small, so
-that head's output collapses while the artifact still runs) is refused by that output's own metric.
+that head's output collapses while the artifact still runs) is refused by that output's own metric. The face
+stage also goes PyTorch -> TFLite (litert-torch PT2E), where its outputs are unnamed (output_0..2).
 """
 
 from __future__ import annotations
 
+import importlib.util
 import json
 from pathlib import Path
 from typing import Any
@@ -14,7 +16,9 @@ from typing import Any
 import numpy as np
 import pytest
 
-from tests.fixtures.role_models import RoleModel, collapse_head, float_outputs, run_artifact
+from tests.fixtures.role_models import (
+    RoleModel, TorchRoleModel, collapse_head, float_outputs, run_artifact, torch_float_outputs,
+)
 from toolkit import api
 from toolkit.verification import detection, segmentation
 from toolkit.verification.outputs import verify_outputs
@@ -105,6 +109,64 @@ def test_face_stage_int8_with_collapsed_landmarks_is_refused_by_the_landmarks(
     assert not verdict.ok
     assert any(f.startswith("landmarks (landmarks): RMS error against their spread") for f in verdict.failures)
     assert not any(f.startswith(("face (", "offsets (")) for f in verdict.failures), verdict.failures
+
+
+# ------------------------------------------------------------------------------------------------ face stage, PyTorch
+
+needs_litert_torch = pytest.mark.skipif(
+    importlib.util.find_spec("litert_torch") is None,
+    reason="litert-torch is not installed: pip install -e '.[litert-torch]' (CI gets it through '.[all]')",
+)
+TORCH_ROLES = {"output_0": "boxes", "output_1": "landmarks", "output_2": "classification"}
+
+
+@pytest.fixture(scope="module")
+def torch_face_bundle(torch_face_stage: TorchRoleModel,
+                      tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, Any]]:
+    out = tmp_path_factory.mktemp("torch-face") / "bundle"
+    model = torch_face_stage
+    api.convert(model.factory, weights=model.weights, calibration=model.calibration, eval_data=model.eval,
+                input_shapes={"image": (1, 1, 24, 24)}, precisions=["fp32", "int8"], formats=["tflite"], out=out,
+                use_cache=False, progress=lambda message: None)
+    return out, json.loads((out / "manifest.json").read_text())
+
+
+@needs_litert_torch
+def test_torch_face_stage_int8_is_judged_per_output_by_its_values_and_kept(
+        torch_face_bundle: tuple[Path, dict[str, Any]]) -> None:
+    """No output name tells anything (output_0..2): the roles come from the shapes and values alone."""
+    _, manifest = torch_face_bundle
+    record = _artifact(manifest, "tflite")
+    _kept(record)
+    v = record["verification"]
+    assert v["task"] == "per-output" and v["task_source"].startswith("inferred")
+    assert _roles(record) == TORCH_ROLES
+    assert all(o["role_source"].startswith("inferred: ") for o in v["outputs"])
+    assert _metrics(record, "output_2")["top1_agreement"] >= 0.99
+    assert _metrics(record, "output_1")["error_to_spread"] < 0.15
+    assert _metrics(record, "output_0")["error_to_range"] < 0.25
+
+
+@needs_litert_torch
+def test_torch_face_stage_int8_with_collapsed_landmarks_is_refused_by_the_landmarks(
+        torch_face_stage: TorchRoleModel, torch_face_bundle: tuple[Path, dict[str, Any]], tmp_path: Path) -> None:
+    """The landmarks head (Linear(64, 10): its int8 weight tensor is the one of shape (10, 64)) collapsed; the
+    good artifact's own outputs pass the same judgement, the first-output guess drops them."""
+    bundle, manifest = torch_face_bundle
+    record = _artifact(manifest, "tflite")
+    reference = torch_float_outputs(torch_face_stage, torch_face_stage.x_eval)
+    names = list(TORCH_ROLES)
+    good = run_artifact(bundle / record["file"], torch_face_stage.x_eval, record)
+    assert verify_outputs(reference, good, tolerance=Tolerance(), output_names=names).ok
+    old_guess = verify_outputs(reference, good, tolerance=Tolerance(), task="classification", output_names=names)
+    assert any(f.startswith("top-1 agreement with the float model") for f in old_guess.failures), old_guess.failures
+    broken = collapse_head(bundle / record["file"], "landmarks", tmp_path / "broken.tflite", shape=(10, 64))
+    verdict = verify_outputs(reference, run_artifact(broken, torch_face_stage.x_eval, record), tolerance=Tolerance(),
+                             output_names=names)
+    assert not verdict.ok
+    assert any(f.startswith("output_1 (landmarks): RMS error against their spread") for f in verdict.failures), \
+        verdict.failures
+    assert not any(f.startswith(("output_0 (", "output_2 (")) for f in verdict.failures), verdict.failures
 
 
 # ------------------------------------------------------------------------------------------------ CTC recognizer

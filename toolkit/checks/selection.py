@@ -24,6 +24,7 @@ from toolkit.model.runner_report import throttled
 from toolkit.model.artifact import ArtifactRecord
 from toolkit.model.device_records import CheckReport
 from toolkit.model.manifest import Manifest
+from toolkit.model.quantized import label_beyond
 from toolkit.model.vocabulary import ArtifactStatus
 
 SELECTED_FILE = "selected.json"  # in ~/.edgetk/bundles/<name>/, beside ``current``
@@ -44,9 +45,11 @@ class Contender:
     bytes: int
     p50_ms: float | None
     excluded: str | None = None  # None: it passed and was in the running
+    label: str | None = None  # its precision where the file name says too little (``int8 mixed: 2% of weights int``)
 
     def to_dict(self) -> JsonDict:
-        return {"artifact": self.artifact, "bytes": self.bytes, "p50_ms": self.p50_ms, "excluded": self.excluded}
+        return {"artifact": self.artifact, "bytes": self.bytes, "p50_ms": self.p50_ms, "excluded": self.excluded,
+                "label": self.label}
 
 
 @dataclass(frozen=True)
@@ -69,11 +72,15 @@ class Selection:
     def p50_ms(self) -> float | None:
         return next((c.p50_ms for c in self.contenders if c.artifact == self.artifact), None)
 
+    @property
+    def label(self) -> str | None:
+        return next((c.label for c in self.contenders if c.artifact == self.artifact), None)
+
     def to_dict(self) -> JsonDict:
         """The ``selected`` entry of a device in ``check``/``deploy --check``/``run`` --json (docs/schemas)."""
         return {
-            "artifact": self.artifact, "reason": self.reason, "pinned": self.pinned, "version": self.version,
-            "p50_ms": self.p50_ms, "proposed": self.proposed, "changed": self.changed,
+            "artifact": self.artifact, "label": self.label, "reason": self.reason, "pinned": self.pinned,
+            "version": self.version, "p50_ms": self.p50_ms, "proposed": self.proposed, "changed": self.changed,
             "runtimes": dict(self.runtimes), "decided_at": self.decided_at,
             "contenders": [c.to_dict() for c in self.contenders],
         }
@@ -96,23 +103,26 @@ def runtimes_seen(reports: Sequence[CheckReport]) -> dict[str, str]:
 
 
 def _contender(report: CheckReport | None, record: ArtifactRecord) -> Contender:
-    size = int(record.bytes)
+    verified = record.status in (*SELECTABLE, ArtifactStatus.UNVERIFIED)
+    p50 = report.latency_ms.p50 if verified and report is not None and report.latency_ms else None
+    return Contender(record.file, int(record.bytes), p50, _excluded(report, record, p50),
+                     label_beyond(record.precision, record.recipe, record.quantized))
+
+
+def _excluded(report: CheckReport | None, record: ArtifactRecord, p50: float | None) -> str | None:
+    """Why ``record`` cannot be selected on this device (None: it is in the running)."""
     if record.status not in (*SELECTABLE, ArtifactStatus.UNVERIFIED):
-        return Contender(record.file, size, None, f"did not pass verification at convert time ({record.status})")
+        return f"did not pass verification at convert time ({record.status})"
     if report is None:
-        return Contender(record.file, size, None, "not measured by this check")
-    p50 = report.latency_ms.p50 if report.latency_ms else None
+        return "not measured by this check"
     if report.error:
-        return Contender(record.file, size, p50, f"the device cannot run it: {report.error.get('kind')}: "
-                                                 f"{report.error.get('message')}")
+        return f"the device cannot run it: {report.error.get('kind')}: {report.error.get('message')}"
     if not report.gates.passed:
-        return Contender(record.file, size, p50, "; ".join(report.gates.failures) or "its gates failed")
+        return "; ".join(report.gates.failures) or "its gates failed"
     why = throttled(report.environment or {})
     if why:
-        return Contender(record.file, size, p50, f"measured while the device throttled: {why}")
-    if p50 is None:
-        return Contender(record.file, size, p50, "no latency was measured")
-    return Contender(record.file, size, p50)
+        return f"measured while the device throttled: {why}"
+    return "no latency was measured" if p50 is None else None
 
 
 def _faster(a: CheckReport, b: CheckReport) -> bool:

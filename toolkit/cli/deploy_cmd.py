@@ -129,6 +129,8 @@ def rollback(name: str, as_json: bool, **values: Any) -> None:
 
 
 def _render_status(entry: Mapping[str, Any]) -> list[str]:
+    from toolkit.reporting.terminal import labelled  # here: `edgetk --help` stays light
+
     bundles = entry.get("bundles") or {}
     if not bundles and entry["ok"]:
         return ["no bundles installed"]
@@ -142,7 +144,8 @@ def _render_status(entry: Mapping[str, Any]) -> list[str]:
         chosen = info.get("selected") or {}
         if chosen and chosen.get("version") == info["current"]:
             p50 = chosen.get("p50_ms")
-            lines.append(f"  selected: {chosen.get('artifact') or 'nothing'}"
+            name = chosen.get("artifact")
+            lines.append(f"  selected: {labelled(name, chosen.get('label')) if name else 'nothing'}"
                          + (f" (p50 {p50:.3f} ms)" if isinstance(p50, (int, float)) else "")
                          + (" [pinned]" if chosen.get("pinned") else "") + f" {chosen.get('decided_at', '')}")
         elif chosen:

@@ -2,11 +2,15 @@
 ``XNNPACKQuantizer`` for ``.pte``; both annotate the same way: patterns, then shared-range ops propagated) with
 layers kept in float (``recipe.nodes_to_exclude``): the annotations of each named node, and of the nodes fused
 with it in one pattern (``conv2d`` with its ``relu``), are removed after the quantizer annotated the graph, so
-no observer lands on that layer's weights, inputs or output. ``Any``: FX nodes and quantizers (lazy torch)."""
+no observer lands on that layer's weights, inputs or output. ``Any``: FX nodes and quantizers (lazy torch).
+
+One module called twice (a shared ``nn.MaxPool2d``) is annotated call by call (``_one_partition_per_call``).
+"""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import contextlib
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 from toolkit.errors import UsageError
@@ -43,7 +47,8 @@ def excluding_quantizer(per_channel: bool, exclude: Sequence[str], *, keep_io: b
         def annotate(self, model: Any) -> Any:
             first = getattr(self, "_annotate_for_static_quantization_config", None) or getattr(
                 self, "_annotate_for_quantization_config")
-            model = first(model)
+            with _one_partition_per_call(model):
+                model = first(model)
             if exclude:
                 dropped = _drop_annotations(model, exclude, keep_io=keep_io, float_outputs=float_outputs)
                 propagate_annotation(model)
@@ -57,6 +62,30 @@ def excluding_quantizer(per_channel: bool, exclude: Sequence[str], *, keep_io: b
     quantizer = Excluding()
     quantizer.set_global(config(is_per_channel=per_channel, is_dynamic=False))
     return quantizer
+
+
+@contextlib.contextmanager
+def _one_partition_per_call(model: Any) -> Iterator[None]:
+    """While the base quantizer annotates: each node's innermost ``nn_module_stack`` entry names its call (the
+    entry's key, ``L__self__pool@1``), not its module (``pool``). The annotators find a module's nodes with
+    torch's ``get_source_partitions``, which on a non-strict export (no ``source_fn_stack``) groups them by that
+    module name: one module called twice is one partition of two calls. litert-torch's max_pool2d annotator then
+    takes the pool of one call and the output node of an arbitrary one (the first of a set of nodes, hashed by
+    address), and the first pool's output may share the range of the second pool's input, which the graph
+    computes later: ``prepare_pt2e`` fails ("'relu_1' not in ...") in some processes and not in others. The
+    entries are put back afterwards (exclusions name modules)."""
+    saved = []
+    for node in model.graph.nodes:
+        stack = node.meta.get("nn_module_stack")
+        if stack:
+            key, (_path, kind) = list(stack.items())[-1]
+            saved.append((node, stack))
+            node.meta["nn_module_stack"] = {**stack, key: (key, kind)}
+    try:
+        yield
+    finally:
+        for node, stack in saved:
+            node.meta["nn_module_stack"] = stack
 
 
 def _module_path(node: Any) -> str:

@@ -78,6 +78,13 @@ def precision_label(precision: Precision, recipe: Recipe | None, share: Quantize
     return label
 
 
+def label_beyond(precision: Precision, recipe: Recipe | None, share: QuantizedShare | None) -> str | None:
+    """``precision_label`` where it says more than the precision (``int8 mixed: ...``, ``int8 A16W8``), else None:
+    what a text that names the artifact by its file (``model.int8.tflite``) adds after it."""
+    label = precision_label(precision, recipe, share)
+    return label if label != precision else None
+
+
 def names_layer(name: str, kept: set[str]) -> bool:
     """A row's layer is kept float when a float node names it (TFLite's float nodes are op names that the
     tensor name extends, or the reverse)."""

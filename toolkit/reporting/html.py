@@ -234,8 +234,12 @@ def _inside(data: ReportData) -> str:
 
 
 def selection_rows(selected: Sequence[Mapping[str, Any]]) -> list[list[Any]]:
-    """One row per device's newest selection: the artifact, its p50 there, pinned, why, the proposal."""
-    return [[s.get("device"), s.get("bundle"), s.get("artifact") or "nothing",
+    """One row per device's newest selection: the artifact (with its label), its p50 there, pinned, why, the
+    proposal."""
+    from toolkit.reporting.terminal import labelled
+
+    return [[s.get("device"), s.get("bundle"),
+             labelled(s["artifact"], s.get("label")) if s.get("artifact") else "nothing",
              f"{s['p50_ms']:.3f}" if isinstance(s.get("p50_ms"), (int, float)) else "-",
              "yes" if s.get("pinned") else "no", s.get("reason"), s.get("proposed")] for s in selected]
 

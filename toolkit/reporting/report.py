@@ -6,7 +6,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from toolkit.runtimes.inspection import ModelInfo
-from toolkit.model.quantized import QuantizedShare, precision_label
+from toolkit.model.quantized import QuantizedShare, label_beyond, precision_label
 from toolkit.model.reading import read_record
 from toolkit.model.manifest import DOCS, Manifest
 from toolkit.model.tensors import TensorSpec
@@ -53,8 +53,7 @@ def convert_table(manifest: Manifest, *, bundle_dir: Path, cached: bool = False)
         elif v is not None and v.top1_agreement is not None:
             accuracy = f"agree {v.top1_agreement:.3f}"
         rows.append([
-            a.file + (f" ({label})" if (label := precision_label(a.precision, a.recipe, a.quantized)) != a.precision
-                      else ""),
+            a.file + (f" ({label})" if (label := label_beyond(a.precision, a.recipe, a.quantized)) else ""),
             size,
             _num(v.max_abs_error if v else None, "{:.2e}"),
             _num(v.cosine_similarity if v else None),
