@@ -1,9 +1,7 @@
 """What the host and the shipped device-side files share, written once: the runtime table and a file's sha256.
 
-Each block below is inlined into the shipped runner and helper where their marker lines stand, when they are
-assembled (``toolkit.device_side.assemble``), so the device needs no second file; the host imports this module
-(``toolkit.runtimes.spec`` turns the rows into ``RuntimeSpec`` records, ``toolkit.delivery.bundle`` hashes with the
-same function). Python >= 3.6, stdlib only (vermin checks the assembled files), typed by type comments.
+Each block is inlined into the shipped runner and helper where its marker line stands when they are assembled
+(``toolkit.device_side``); the host imports this module. Python >= 3.6, stdlib only, typed by type comments.
 """
 from typing import Any, Dict, Tuple  # noqa: F401 (type comments)
 
