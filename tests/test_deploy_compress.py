@@ -23,6 +23,7 @@ from toolkit.delivery.deployment import Device, HelperRefused
 from toolkit.delivery.push import GZ_SUFFIX, push
 from toolkit.devices import DeviceSpec, open_connection, parse_spec
 from toolkit.model.manifest import read_manifest
+from toolkit.model.vocabulary import HelperRefusal
 
 
 def _sparse_bundle(out: Path) -> Path:
@@ -129,7 +130,7 @@ def test_damaged_compressed_upload_is_refused_and_repaired(local_home, sparse_bu
     with open_connection(spec) as conn:
         with pytest.raises(HelperRefused) as info:
             push(Device(spec, _Corrupting(conn)), bundle, compress=True)
-        assert info.value.kind == "integrity"
+        assert info.value.kind is HelperRefusal.INTEGRITY  # parsed where the answer is read
         assert "compressed upload" in info.value.message and "damaged" in info.value.message
         assert not (root / "current").exists()  # never switched to a damaged version
         again = push(Device(spec, conn), bundle, compress=True)

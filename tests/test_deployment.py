@@ -293,6 +293,36 @@ def test_device_helper_is_python_36_compatible(tmp_path) -> None:  # type: ignor
         assert result.returncode == 0, result.stdout + result.stderr
 
 
+def test_every_refusal_the_helper_writes_is_one_host_word() -> None:
+    """The helper writes its refusals as plain words (it cannot import toolkit); the host parses them into
+    HelperRefusal where it reads the answer. Every kind the helper's ``fail`` and the boot program can write is a
+    member, and every member is written there (a new refusal is one word on each side)."""
+    import ast
+    import re
+
+    from toolkit import device_side
+    from toolkit.delivery.deployment import _BOOT, refusal_of
+    from toolkit.model.vocabulary import HelperRefusal
+
+    kinds = set(re.findall(r'"kind": "(\w+)"', _BOOT))
+    for func in ast.walk(ast.parse((device_side.SRC_DIR / device_side.HELPER_FILE).read_text())):
+        if not isinstance(func, ast.FunctionDef):
+            continue
+        for call in ast.walk(func):
+            if not (isinstance(call, ast.Call) and isinstance(call.func, ast.Name) and call.func.id == "fail"):
+                continue
+            first = call.args[0]  # a word, or a name assigned words in the same function
+            values = [first] if not isinstance(first, ast.Name) else [
+                node.value for node in ast.walk(func) if isinstance(node, ast.Assign)
+                and any(isinstance(target, ast.Name) and target.id == first.id for target in node.targets)]
+            kinds |= {node.value for value in values for node in ast.walk(value)
+                      if isinstance(node, ast.Constant) and isinstance(node.value, str)}
+    assert {"helper_missing", "locked", "arch", "disk_full", "os_error"} <= kinds
+    assert kinds == set(HelperRefusal.values())
+    assert all(refusal_of({"kind": kind}) is HelperRefusal(kind) for kind in kinds)
+    assert refusal_of({"kind": "from_a_newer_helper"}) is None and refusal_of({"error": "no kind"}) is None
+
+
 def test_helper_compiled_cache_is_used_only_when_sound(local_home):  # type: ignore[no-untyped-def]
     """The device keeps the compiled helper; a damaged or group-writable cache is ignored and rewritten."""
     spec = DeviceSpec(name="local")

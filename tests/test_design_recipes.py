@@ -104,23 +104,25 @@ def test_add_a_route_recipe() -> None:
 
 
 def test_add_a_runtime_recipe() -> None:
+    from toolkit import device_side
+    from toolkit.device_side import shared
     from toolkit.model.vocabulary import Runtime
     from toolkit.runtimes import execution, spec
 
     recipe = _recipe("A runtime")
-    for place in ("toolkit/runtimes/spec.py", "toolkit/delivery/provisioning.py", "toolkit/runtimes/execution/",
-                  "toolkit/device_side/src/edgetk_runner.py", "tests/test_provisioning.py",
-                  "tests/fixtures/device_envs.py"):
+    for place in ("toolkit/device_side/shared.py", "toolkit/runtimes/spec.py", "toolkit/delivery/provisioning.py",
+                  "toolkit/runtimes/execution/", "toolkit/device_side/src/edgetk_runner.py",
+                  "tests/test_provisioning.py", "tests/fixtures/device_envs.py"):
         assert f"`{place}`" in recipe or f" {place}" in recipe, f"the recipe does not name {place}"
         assert (ROOT / place).exists(), f"the recipe names {place}, which does not exist"
-    assert "`RuntimeSpec`" in recipe and "`RUNTIME_SPECS`" in recipe
-    assert {row.runtime for row in spec.RUNTIME_SPECS} == set(Runtime), "a runtime without its row"
+    assert "`RUNTIME_ROWS`" in recipe and "`RuntimeSpec`" in recipe and "`RUNTIME_SPECS`" in recipe
+    assert {row["runtime"] for row in shared.RUNTIME_ROWS} == set(Runtime), "a runtime without its row"
+    assert "toolkit.device_side.shared" in _imports(ROOT / "toolkit" / "runtimes" / "spec.py"), \
+        "spec.py does not read the rows"
     fields = {f.name for f in dataclasses.fields(spec.RuntimeSpec)}
     assert {"format", "distributions", "module", "install_hint", "requirements"} <= fields
     assert "`vocabulary.Runtime`" in recipe and "`open_session`" in recipe and hasattr(execution, "open_session")
     assert "toolkit.runtimes.spec" in _imports(ROOT / "toolkit" / "delivery" / "provisioning.py"), \
         "setup does not read the rows"
-    runner = _names(ROOT / "toolkit" / "device_side" / "src" / "edgetk_runner.py")
-    for name in ("_PACKAGES", "INSTALL_HINTS"):
-        assert f"`{name}`" in recipe and name in runner, f"the runner has no {name}"
+    assert "runtime table" in device_side.ASSEMBLED[device_side.RUNNER_FILE], "the runner does not carry the rows"
     assert "test_the_runner_and_setup_read_one_runtime_table" in _names(ROOT / "tests" / "test_provisioning.py")

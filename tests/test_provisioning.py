@@ -66,7 +66,8 @@ def test_requirements_follow_the_profile_bounds() -> None:
 
 
 def test_the_runner_and_setup_read_one_runtime_table() -> None:
-    """The runner is standalone (it imports nothing from toolkit), so it carries the RuntimeSpec rows it needs."""
+    """The rows are written once (toolkit/device_side/shared.py); the shipped runner, which imports nothing from
+    toolkit, carries them inlined and derives its tables from them: the assembled file agrees with the host's."""
     import importlib.util
 
     from toolkit import device_side
@@ -79,6 +80,7 @@ def test_the_runner_and_setup_read_one_runtime_table() -> None:
     runner = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(runner)
     assert {row.runtime for row in RUNTIME_SPECS} == set(Runtime)
+    assert list(runner._PACKAGES) == [*(row.runtime for row in RUNTIME_SPECS), "numpy"]  # the probe asks for each
     for row in RUNTIME_SPECS:
         assert runner._PACKAGES[row.runtime] == (row.module, row.distributions)
         assert runner.INSTALL_HINTS[row.runtime] == row.install_hint

@@ -1,5 +1,6 @@
 """One device probe and one arch table (toolkit/model/platform.py): the runner and the helper ship with the probe's
-own block inlined (written once, in device_probe.py), and deploy, setup and profile matching name an arch alike."""
+own block inlined (written once, in device_probe.py; shared.py's blocks alike), and deploy, setup and profile
+matching name an arch alike."""
 
 from __future__ import annotations
 
@@ -13,21 +14,18 @@ import pytest
 from toolkit import device_side
 from toolkit.model.platform import DevicePlatform, accepted_arches, match_environment, normalize_arch, probe_local
 
-BEGIN = "# --- begin device probe"
-END = "# --- end device probe ---"
-
-
-def _block(text: str) -> str:
-    assert text.count(BEGIN) == 1 and text.count(END) == 1
-    return text[text.index(BEGIN):text.index(END)]
-
 
 @pytest.mark.parametrize("name", device_side.ASSEMBLED)
-def test_the_shipped_runner_and_helper_carry_the_probe_written_once(name: str) -> None:
+def test_the_shipped_runner_and_helper_carry_each_block_written_once(name: str) -> None:
+    """The probe (device_probe.py), the runtime table and the file hash (shared.py) are written once: the
+    hand-written file holds a marker line, the shipped one the block exactly as its own file holds it."""
     source = (device_side.SRC_DIR / name).read_text()
-    assert BEGIN not in source and source.count(device_side.PROBE_MARK) == 1  # the hand-written file holds no copy
     shipped = device_side.source_path(name)
-    assert _block(shipped.read_text()) == _block(device_side.source_path(device_side.PROBE_FILE).read_text())
+    for block in device_side.ASSEMBLED[name]:
+        assert f"# --- begin {block}" not in source and source.count(device_side.mark(block)) == 1  # no copy
+        text = device_side.block_text(block)
+        assert shipped.read_text().count(text) == 1 and text.count("\n") > 2
+    assert not [block for block in device_side.BLOCKS if device_side.mark(block) in shipped.read_text()]
     assert shipped.stat().st_mode & 0o777 == 0o644
     assert device_side.source_path(name) == shipped  # assembled once: the same text is the same file
 

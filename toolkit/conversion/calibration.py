@@ -18,6 +18,7 @@ from pathlib import Path
 
 import numpy as np
 
+from toolkit.device_side.shared import sha256_file
 from toolkit.errors import UsageError
 from toolkit.model.manifest import Preprocessing
 from toolkit.model.tensors import TensorSpec
@@ -60,15 +61,12 @@ class SampleSet:
 
 def hash_path(path: Path) -> str:
     """sha256 of a file, or of a directory's files (names and contents, sorted)."""
+    if not path.is_dir():
+        return sha256_file(str(path))
     digest = hashlib.sha256()
-    if path.is_dir():
-        for child in sorted(p for p in path.rglob("*") if p.is_file()):
-            digest.update(str(child.relative_to(path)).encode())
-            digest.update(child.read_bytes())
-    else:
-        with path.open("rb") as handle:
-            for block in iter(lambda: handle.read(1 << 20), b""):
-                digest.update(block)
+    for child in sorted(p for p in path.rglob("*") if p.is_file()):
+        digest.update(str(child.relative_to(path)).encode())
+        digest.update(child.read_bytes())
     return digest.hexdigest()
 
 

@@ -38,7 +38,7 @@ from typing import Any
 import numpy as np
 
 from toolkit import device_side
-from toolkit.device_side import RUNNER_FILE
+from toolkit.device_side import RUNNER_FILE, shared
 from toolkit.errors import UsageError
 from toolkit.model.manifest import Manifest, RunnerRef, read_manifest
 
@@ -67,11 +67,7 @@ def sha256_file(path: Path) -> str:
     if cached is not None:
         return cached
     hashed_at = time.time_ns()
-    digest = hashlib.sha256()
-    with path.open("rb") as handle:
-        for block in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(block)
-    value = digest.hexdigest()
+    value = shared.sha256_file(str(path))
     if max(st.st_mtime_ns, st.st_ctime_ns) < hashed_at - _DIGEST_MARGIN_NS:
         if len(_DIGESTS) > 4096:  # a long-lived process: keep the cache small
             _DIGESTS.clear()

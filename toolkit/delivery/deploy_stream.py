@@ -16,10 +16,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
-from toolkit.delivery.deployment import Device
+from toolkit.delivery.deployment import Device, refusal
 from toolkit.devices.connection import Progress, read_blocks
 from toolkit.errors import DeviceError, LinkDropped
 from toolkit.model.device_records import CommandResult
+from toolkit.model.vocabulary import HelperRefusal
 
 BLOCK = 1 << 18
 
@@ -111,7 +112,7 @@ class StreamedPush:
             if self.begun is not None:
                 self.result = result
                 return self.begun
-            if attempt == 1 and result.returncode == 3 and "helper_missing" in result.stdout:
+            if attempt == 1 and refusal(result) is HelperRefusal.HELPER_MISSING:
                 self.device.install_helper()  # once per device and helper version
                 continue
             return self.device.answer("begin", result)  # raises the refusal (a held lock, a foreign arch)

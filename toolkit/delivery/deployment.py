@@ -21,6 +21,7 @@ from toolkit.devices.connection import Connection
 from toolkit.devices.spec import DeviceSpec
 from toolkit.errors import DeviceDiskFull, DeviceError, DeviceShellNoise, UsageError
 from toolkit.model.device_records import CommandResult
+from toolkit.model.vocabulary import HelperRefusal
 
 KEEP_VERSIONS = 3
 HELPER_TIMEOUT_S = 120.0
@@ -122,6 +123,19 @@ def helper_json(stdout: str) -> dict[str, Any] | None:  # Any: JSON
     return data if isinstance(data, dict) else None
 
 
+def refusal_of(data: dict[str, Any]) -> HelperRefusal | None:  # Any: JSON
+    """The ``kind`` of the helper's refusal ``data`` as a member, parsed here once (None: a kind this host does
+    not know)."""
+    kind = data.get("kind")
+    return HelperRefusal(kind) if kind in HelperRefusal.values() else None
+
+
+def refusal(result: CommandResult) -> HelperRefusal | None:
+    """Why the helper run ``result`` refused (exit 3 and a JSON answer), None when it did not refuse."""
+    data = helper_json(result.stdout)
+    return refusal_of(data) if result.returncode == 3 and data is not None else None
+
+
 def validate_name(name: str) -> str:
     """A bundle name is a single directory name on the device: no ``/``, no ``..``, no control characters.
 
@@ -188,8 +202,7 @@ class Device:
 
     def helper(self, command: str, *args: str, timeout: float = HELPER_TIMEOUT_S) -> dict[str, Any]:
         result = self.conn.run(self.helper_argv(command, *args), timeout=timeout)
-        data = helper_json(result.stdout)
-        if result.returncode == 3 and isinstance(data, dict) and data.get("kind") == "helper_missing":
+        if refusal(result) is HelperRefusal.HELPER_MISSING:
             self.install_helper()  # once per device and helper version
             result = self.conn.run(self.helper_argv(command, *args), timeout=timeout)
         return self.answer(command, result)
@@ -198,13 +211,14 @@ class Device:
         """The helper's JSON answer to ``command``, or the error its run says (a refusal, no Python, noise)."""
         data = helper_json(result.stdout)
         if result.returncode == 3 and isinstance(data, dict):
-            if data.get("kind") in ("not_installed", "no_previous", "usage"):
+            kind = refusal_of(data)
+            if kind in (HelperRefusal.NOT_INSTALLED, HelperRefusal.NO_PREVIOUS, HelperRefusal.USAGE):
                 raise UsageError(
                     f"{self.spec.name}: {str(data.get('error')).rstrip('.')}.",
                     hint="See `edgetk status` for what is installed.",
                 )
-            refused = HelperDiskFull if data.get("kind") == "disk_full" else HelperRefused
-            raise refused(self.spec.name, data)
+            refused = HelperDiskFull if kind is HelperRefusal.DISK_FULL else HelperRefused
+            raise refused(self.spec.name, data, kind)
         if result.returncode != 0 or not isinstance(data, dict):
             tail = (result.stderr.strip().splitlines() or ["no output"])[-1][:300]
             if result.returncode == 127 or "not found" in tail or "No such file" in tail:
@@ -235,18 +249,19 @@ class Device:
 
 
 class HelperRefused(DeviceError):
-    """The device-side helper refused a step; ``kind`` says which refusal (disk_full, integrity, locked...)."""
+    """The device-side helper refused a step; ``kind`` says which refusal (None: a kind this host does not know)."""
 
-    def __init__(self, device: str, data: dict[str, Any]) -> None:  # Any: JSON
-        self.kind = str(data.get("kind"))
+    def __init__(self, device: str, data: dict[str, Any], kind: HelperRefusal | None) -> None:  # Any: JSON
+        self.kind = kind
         self.data = data
         message = f"{device}: {str(data.get('error')).rstrip('.')}."
         hints = {
-            "disk_full": f"Remove old versions and keep the current one: edgetk prune {data.get('name') or 'NAME'} "
-            f"--device {device} (or re-run the deploy with --prune); `edgetk status` lists what is installed.",
-            "integrity": "Re-run the deploy: files with a wrong hash are sent again.",
+            HelperRefusal.DISK_FULL: "Remove old versions and keep the current one: edgetk prune "
+            f"{data.get('name') or 'NAME'} --device {device} (or re-run the deploy with --prune); `edgetk status` "
+            "lists what is installed.",
+            HelperRefusal.INTEGRITY: "Re-run the deploy: files with a wrong hash are sent again.",
         }
-        super().__init__(message, hint=hints.get(self.kind))
+        super().__init__(message, hint=hints.get(kind) if kind is not None else None)
 
 
 class HelperDiskFull(HelperRefused, DeviceDiskFull):

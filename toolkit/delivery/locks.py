@@ -24,6 +24,7 @@ from typing import Any, Protocol, TextIO
 
 from toolkit.devices.spec import DeviceSpec
 from toolkit.errors import DeviceError
+from toolkit.model.vocabulary import HelperRefusal
 
 
 class Device(Protocol):
@@ -36,7 +37,7 @@ class Device(Protocol):
 
 def _locked(exc: DeviceError) -> bool:
     """A helper refusal of kind ``locked`` (``toolkit.delivery.deployment.HelperRefused``: ``kind`` and ``data``)."""
-    return getattr(exc, "kind", None) == "locked" and isinstance(getattr(exc, "data", None), dict)
+    return getattr(exc, "kind", None) is HelperRefusal.LOCKED and isinstance(getattr(exc, "data", None), dict)
 
 FIRST_WAIT_S = 1.0  # the first try's wait: long enough for a lock about to be released, short enough to tell
 LOCK_TIMEOUT_S = 300.0

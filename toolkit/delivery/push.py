@@ -55,6 +55,7 @@ from toolkit.delivery.locks import LOCK_TIMEOUT_S
 from toolkit.devices.connection import Progress
 from toolkit.errors import DeviceDiskFull, DeviceError, LinkDropped, UsageError
 from toolkit.model.platform import accepted_arches
+from toolkit.model.vocabulary import HelperRefusal
 
 GZ_SUFFIX = ".edgetk-gz"  # the device helper's name for a compressed upload, inflated by its `inflate`
 
@@ -183,7 +184,7 @@ class _Push:
             # follow: the device hashes files sent as they are while they arrive (not compressed ones)
             return locks.acquire(device, self.name, call, timeout=lock_timeout, stream=self.progress_stream)
         except HelperRefused as refused:
-            if refused.kind == "arch":
+            if refused.kind is HelperRefusal.ARCH:
                 raise _arch_refused(self.bundle, device, str(refused.data.get("arch"))) from None
             raise
 

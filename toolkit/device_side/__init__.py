@@ -10,10 +10,13 @@ the host copies to the device and runs with the device's own Python; nothing in 
   it is, and ``toolkit.model.platform.probe_local`` loads it in-process for this machine (it is stdlib-only);
 - ``device_setup.py``: the device's steps of ``edgetk devices setup`` (the venv, the pushed wheels, the import
   check, the recorded python), run as ``python -c`` before anything is installed there;
-- ``mender_module.py``: the Mender Update Module written next to every Mender artifact.
+- ``mender_module.py``: the Mender Update Module written next to every Mender artifact;
+- ``shared.py``: never shipped alone: the runtime table and a file's sha256, inlined into the runner and the helper
+  and imported by the host (it is stdlib-only).
 
-The runner and the helper are written by hand in ``src/`` with one marker line where the probe goes: the shipped
-single file is assembled from them (the probe's block inlined there), so the probe is written once. The host
+The runner and the helper are written by hand in ``src/`` with one marker line where each shared block goes: the
+shipped single file is assembled from them (the blocks inlined there: the probe from ``device_probe.py``, the
+runtime table and the file hash from ``shared.py``, which the host imports too), so each is written once. The host
 reads every file through :func:`source_path`, which assembles on first use into a temporary folder of the process
 (keyed by the assembled text's hash, so a changed source is a new file; nothing is left in the user's cache).
 """
@@ -33,20 +36,34 @@ RUNNER_FILE = "edgetk_runner.py"
 HELPER_FILE = "device_helper.py"
 PROBE_FILE = "device_probe.py"
 SETUP_FILE = "device_setup.py"
-ASSEMBLED = (RUNNER_FILE, HELPER_FILE)  # written in src/ with PROBE_MARK where device_probe.py's block goes
-PROBE_BEGIN = "# --- begin device probe"
-PROBE_END = "# --- end device probe ---\n"
-PROBE_MARK = "# --- device probe: device_probe.py's block, inlined here when assembled (toolkit.device_side) ---\n"
+SHARED_FILE = "shared.py"
+BLOCKS = {"device probe": PROBE_FILE, "runtime table": SHARED_FILE, "file hash": SHARED_FILE}  # block -> its file
+ASSEMBLED = {  # written in src/ with a marker line (mark(block)) where each of these blocks goes
+    RUNNER_FILE: ("device probe", "runtime table", "file hash"),
+    HELPER_FILE: ("device probe", "file hash"),
+}
+
+
+def mark(block: str) -> str:
+    """The line that stands in a ``src/`` file where ``block`` is inlined."""
+    return f"# --- {block}: {BLOCKS[block]}'s block, inlined here when assembled (toolkit.device_side) ---\n"
+
+
+def block_text(block: str) -> str:
+    """``block`` as its file holds it: from its ``# --- begin BLOCK`` line to its ``# --- end BLOCK ---`` line."""
+    text = (DEVICE_SIDE_DIR / BLOCKS[block]).read_text()
+    end = f"# --- end {block} ---\n"
+    return text[text.index(f"# --- begin {block}"):text.index(end) + len(end)]
 
 
 def assemble(name: str) -> str:
-    """The text of the shipped ``name``: its ``src/`` file with the probe's block in place of the marker line."""
+    """The text of the shipped ``name``: its ``src/`` file with each block's text in place of its marker line."""
     text = (SRC_DIR / name).read_text()
-    probe = (DEVICE_SIDE_DIR / PROBE_FILE).read_text()
-    block = probe[probe.index(PROBE_BEGIN):probe.index(PROBE_END) + len(PROBE_END)]
-    if text.count(PROBE_MARK) != 1:
-        raise RuntimeError(f"src/{name} must hold the device probe's marker line exactly once")
-    return text.replace(PROBE_MARK, block)
+    for block in ASSEMBLED[name]:
+        if text.count(mark(block)) != 1:
+            raise RuntimeError(f"src/{name} must hold the marker line of the {block} exactly once")
+        text = text.replace(mark(block), block_text(block))
+    return text
 
 
 def source_path(name: str) -> Path:

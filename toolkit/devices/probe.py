@@ -7,11 +7,11 @@ The probe copies the runner to ``~/.edgetk/runner/edgetk_runner.py`` (only when 
 
 from __future__ import annotations
 
-import hashlib
 import json
 from typing import Any, Protocol
 
 from toolkit.device_side import RUNNER_FILE, source_path
+from toolkit.device_side.shared import sha256_file
 from toolkit.devices.connection import Connection
 from toolkit.devices.spec import DeviceSpec
 from toolkit.errors import DeviceError, UsageError
@@ -41,7 +41,7 @@ def _best_profile(env: dict[str, Any]) -> tuple[str | None, str | None]:  # Any:
 def probe_device(device: ProbedDevice) -> dict[str, Any]:  # Any: JSON
     """Install the runner if needed and run its probe; returns the runner's document plus ``profile``."""
     local = source_path(RUNNER_FILE)
-    digest = hashlib.sha256(local.read_bytes()).hexdigest()
+    digest = sha256_file(str(local))
     remote = f"{RUNNER_DIR}/edgetk_runner.py"
     python = device.python
     check = device.conn.run(

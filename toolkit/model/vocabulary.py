@@ -142,6 +142,25 @@ class FloatIOReason(_Word):
     FLOAT_NEIGHBOUR = "float_neighbour"  # the layer that reads or writes it is kept in float (no int8 tensor there)
 
 
+
+class HelperRefusal(_Word):
+    """Why the device helper refused a step: the ``kind`` of its answer when it exits 3. The device side
+    (``toolkit/device_side/src/device_helper.py``'s ``fail``, and the boot program's ``helper_missing``) writes the
+    plain words; the host parses them once, where it reads the answer (``toolkit.delivery.deployment``)."""
+
+    HELPER_MISSING = "helper_missing"  # the helper with this host's hash is not installed: install it, ask again
+    USAGE = "usage"  # bad arguments, a name or path refused
+    ARCH = "arch"  # the bundle is built for another arch than the device's
+    LOCKED = "locked"  # another push, rollback or removal holds the bundle's lock
+    DISK_FULL = "disk_full"
+    OS_ERROR = "os_error"
+    INTEGRITY = "integrity"  # a file's sha256 is not the expected one
+    CUT = "cut"  # the stream of files ended early
+    NOT_INSTALLED = "not_installed"  # the bundle is not on the device
+    NO_PREVIOUS = "no_previous"  # rollback: no earlier version to go back to
+    NOT_CURRENT = "not_current"  # select: the selection is for another version than the installed one
+
+
 def artifact_file_name(precision: str, fmt: str) -> str:
     """The contract's artifact name: ``model.<precision>.<tflite|onnx|pte>``."""
     return f"model.{precision}.{fmt}"

@@ -30,7 +30,8 @@ lock directory, so ``finish`` hashes only what was uploaded and any file whose s
 steps (``info``, ``lock``, ``prepare``, ``inflate``, ``unlock``) stay for rollback, remove and older callers.
 The host runs this file with ``python -S`` (no site packages: it needs none, and site start-up with many
 ``.pth`` files costs tens of milliseconds per run); ``zlib`` is imported only where used. The probe
-(``probe_*``) is ``device_probe.py``'s block, inlined where the marker line stands when the file is assembled.
+(``probe_*``) is ``device_probe.py``'s block and ``sha256_file`` is ``shared.py``'s, each inlined where its
+marker line stands when the file is assembled.
 """
 import json
 import os
@@ -66,17 +67,7 @@ def fail(kind, message, **extra):
     emit(extra, 3)
 
 
-def sha256(path):
-    import hashlib  # here, not at the top: a push's finish usually hashes nothing (the follower did)
-
-    digest = hashlib.sha256()
-    with open(path, "rb") as handle:
-        while True:
-            block = handle.read(1 << 20)
-            if not block:
-                break
-            digest.update(block)
-    return digest.hexdigest()
+# --- file hash: shared.py's block, inlined here when assembled (toolkit.device_side) ---
 
 
 def bundle_dir(name):
@@ -221,7 +212,7 @@ def save_history(name, history):
 
 
 def file_ok(path, digest):
-    return os.path.isfile(path) and not os.path.islink(path) and sha256(path) == digest
+    return os.path.isfile(path) and not os.path.islink(path) and sha256_file(path) == digest
 
 
 def switch_current(name, version):
@@ -239,7 +230,7 @@ def verify(vdir, files):
         path = os.path.join(vdir, rel)
         if not os.path.isfile(path):
             bad.append(rel + " (missing)")
-        elif os.path.islink(path) or sha256(path) != digest:
+        elif os.path.islink(path) or sha256_file(path) != digest:
             bad.append(rel + " (sha256 mismatch)")
     return bad
 
@@ -398,7 +389,7 @@ def prepare(name, version, files, prune=False):
         have = os.path.getsize(path) if os.path.isfile(path) else 0
         if 0 < have < size:
             # an upload cut short: the host resumes it if these bytes are a prefix of its file
-            partial[rel] = [have, sha256(path)]
+            partial[rel] = [have, sha256_file(path)]
             need += size - have
         else:
             if os.path.isfile(path):

@@ -48,7 +48,6 @@ elsewhere, each a string or ``{"name", "op_type", "on"}``).
 """
 
 import argparse
-import hashlib
 import json
 import math
 import os
@@ -71,40 +70,29 @@ ERROR_KINDS = (
     "bad_bundle",
     "usage",
 )
-TFLITE_RUNTIMES = ("litert", "tflite-runtime", "tensorflow")
-ONNX_RUNTIMES = ("onnxruntime",)
-PTE_RUNTIMES = ("executorch",)
 DEFAULT_RUNS = 100
 DEFAULT_WARMUP = 10
 DEFAULT_TIMEOUT = 600.0
 MAX_TIMED_RUNS = 1000000
 
-# runtime name -> (import name, distribution names to ask for its version, in order)
-_PACKAGES = {
-    "litert": ("ai_edge_litert", ("ai-edge-litert", "ai-edge-litert-nightly")),
-    "tflite-runtime": ("tflite_runtime", ("tflite-runtime", "tflite-runtime-nightly")),
-    "tensorflow": (
-        "tensorflow",
-        ("tensorflow", "tensorflow-cpu", "tensorflow-aarch64", "tensorflow-intel", "tf-nightly"),
-    ),
-    "onnxruntime": (
-        "onnxruntime",
-        ("onnxruntime", "onnxruntime-gpu", "onnxruntime-openvino", "onnxruntime-directml", "onnxruntime-qnn"),
-    ),
-    "executorch": ("executorch", ("executorch",)),
-    "numpy": ("numpy", ("numpy",)),
-}
+# --- runtime table: shared.py's block, inlined here when assembled (toolkit.device_side) ---
 
-INSTALL_HINTS = {
-    "litert": "pip install ai-edge-litert",
-    "tflite-runtime": "pip install tflite-runtime",
-    "tensorflow": "pip install tensorflow",
-    "onnxruntime": "pip install onnxruntime",
-    # its Python runtime imports torch: the CPU wheel (https://download.pytorch.org/whl/cpu) keeps it small
-    "executorch": "pip install executorch (it pulls torch; on a small device take torch's CPU wheel)",
-    # Debian 12 refuses a plain `pip install numpy` (externally managed): setup makes a venv on the device.
-    "numpy": "Run `edgetk devices setup --device DEVICE` on the host (numpy and a runtime, in a venv on the device)",
-}
+
+def _runtimes(fmt):
+    # type: (str) -> tuple
+    return tuple(row["runtime"] for row in RUNTIME_ROWS if row["format"] == fmt)
+
+
+TFLITE_RUNTIMES = _runtimes("tflite")
+ONNX_RUNTIMES = _runtimes("onnx")
+PTE_RUNTIMES = _runtimes("pte")
+# runtime name -> (import name, distribution names to ask for its version, in order); numpy is asked for too
+_PACKAGES = {row["runtime"]: (row["module"], row["distributions"]) for row in RUNTIME_ROWS}
+_PACKAGES["numpy"] = ("numpy", ("numpy",))
+INSTALL_HINTS = {row["runtime"]: row["install_hint"] for row in RUNTIME_ROWS}
+# Debian 12 refuses a plain `pip install numpy` (externally managed): setup makes a venv on the device.
+INSTALL_HINTS["numpy"] = (
+    "Run `edgetk devices setup --device DEVICE` on the host (numpy and a runtime, in a venv on the device)")
 REDEPLOY_HINT = "Push the bundle again (`edgetk deploy`), or rebuild it (`edgetk convert`) if the host copy is bad."
 
 
@@ -246,16 +234,7 @@ def read_manifest(bundle):
     return data
 
 
-def sha256_file(path):
-    # type: (str) -> str
-    digest = hashlib.sha256()
-    with open(path, "rb") as handle:
-        while True:
-            block = handle.read(1 << 20)
-            if not block:
-                break
-            digest.update(block)
-    return digest.hexdigest()
+# --- file hash: shared.py's block, inlined here when assembled (toolkit.device_side) ---
 
 
 def verify_artifact(bundle, record):
