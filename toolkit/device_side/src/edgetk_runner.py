@@ -75,6 +75,23 @@ DEFAULT_WARMUP = 10
 DEFAULT_TIMEOUT = 600.0
 MAX_TIMED_RUNS = 1000000
 
+
+def timed_calls(call, args, runs, min_time):
+    # type: (Any, tuple, int, float) -> list
+    """Seconds of each ``call(*args)``: ``runs`` calls, more until ``min_time`` seconds have passed (at most
+    MAX_TIMED_RUNS). Only the call is timed; the loop binds its names once so that microsecond models are not
+    dominated by attribute lookups."""
+    clock = time.perf_counter
+    times = []  # type: list
+    append = times.append
+    start = clock()
+    while len(times) < runs or (clock() - start < min_time and len(times) < MAX_TIMED_RUNS):
+        t0 = clock()
+        call(*args)
+        append(clock() - t0)
+    return times
+
+
 # --- runtime table: shared.py's block, inlined here when assembled (toolkit.device_side) ---
 
 
@@ -485,16 +502,7 @@ class TFLiteModel(object):
         The outputs are already in the interpreter's buffers when invoke returns; copying them out with
         get_tensor (about 1 us) is left out so that microsecond models are not dominated by the Python API.
         """
-        invoke = self.interpreter.invoke
-        clock = time.perf_counter
-        times = []  # type: list
-        append = times.append
-        start = clock()
-        while len(times) < runs or (clock() - start < min_time and len(times) < MAX_TIMED_RUNS):
-            t0 = clock()
-            invoke()
-            append(clock() - t0)
-        return times
+        return timed_calls(self.interpreter.invoke, (), runs, min_time)
 
 
 # ExecuTorch ScalarType codes -> numpy dtype names
@@ -566,17 +574,7 @@ class PteModel(object):
 
     def timed_loop(self, runs, min_time):
         # type: (int, float) -> list
-        execute = self.method.execute
-        args = self.args
-        clock = time.perf_counter
-        times = []  # type: list
-        append = times.append
-        start = clock()
-        while len(times) < runs or (clock() - start < min_time and len(times) < MAX_TIMED_RUNS):
-            t0 = clock()
-            execute(args)
-            append(clock() - t0)
-        return times
+        return timed_calls(self.method.execute, (self.args,), runs, min_time)
 
 
 def pte_bundled_check(bundle, record):
@@ -777,18 +775,7 @@ class OnnxModel(object):
 
     def timed_loop(self, runs, min_time):
         # type: (int, float) -> list
-        run = self.session.run
-        names = self.output_names
-        feeds = self.feeds
-        clock = time.perf_counter
-        times = []  # type: list
-        append = times.append
-        start = clock()
-        while len(times) < runs or (clock() - start < min_time and len(times) < MAX_TIMED_RUNS):
-            t0 = clock()
-            run(names, feeds)
-            append(clock() - t0)
-        return times
+        return timed_calls(self.session.run, (self.output_names, self.feeds), runs, min_time)
 
 
 def open_model(path, fmt, record, threads, forced, onnx_options=None):
@@ -1794,6 +1781,23 @@ def measure_load(numpy, path, fmt, record, threads, opts, golden_inputs):
         model = CompiledTFLite(path, threads, weights if variant == "xnnpack-cache" else None)  # type: Any
     else:
         model = open_model(target, fmt, record, threads, opts.runtime, onnx_options)
+    first, got = first_inference(numpy, model, record, golden_inputs, out)
+    if variant == "xnnpack-cache":
+        out["cache_bytes"] = os.path.getsize(weights) if os.path.isfile(weights) else None
+    if variant == "ort-optimized":
+        original = open_model(path, fmt, record, threads, opts.runtime, onnx_session_options(opts, record, fmt))
+        original.set_inputs(first)
+        want = original.invoke()
+        out["max_abs_diff_vs_original"] = max(
+            [float(numpy.max(numpy.abs(numpy.asarray(a, "float64") - numpy.asarray(b, "float64"))))
+             for a, b in zip(got, want) if numpy.asarray(a).size] or [0.0])
+    return out
+
+
+def first_inference(numpy, model, record, golden_inputs, out):
+    # type: (Any, Any, dict, Any, dict) -> tuple
+    """Into ``out``: the model's runtime, its load and import times, and one timed inference on the first golden
+    sample (zeros without one). Returns the inputs it fed and what the model returned."""
     out["runtime"] = dict({"name": model.runtime, "version": getattr(model, "version", None)}, **model.extra)
     out["load_ms"] = model.load_ms
     out["import_ms"] = model.import_ms
@@ -1807,16 +1811,7 @@ def measure_load(numpy, path, fmt, record, threads, opts, golden_inputs):
     t0 = time.perf_counter()
     got = model.invoke()
     out["first_inference_ms"] = round((time.perf_counter() - t0) * 1000.0, 3)
-    if variant == "xnnpack-cache":
-        out["cache_bytes"] = os.path.getsize(weights) if os.path.isfile(weights) else None
-    if variant == "ort-optimized":
-        original = open_model(path, fmt, record, threads, opts.runtime, onnx_session_options(opts, record, fmt))
-        original.set_inputs(first)
-        want = original.invoke()
-        out["max_abs_diff_vs_original"] = max(
-            [float(numpy.max(numpy.abs(numpy.asarray(a, "float64") - numpy.asarray(b, "float64"))))
-             for a, b in zip(got, want) if numpy.asarray(a).size] or [0.0])
-    return out
+    return first, got
 
 
 LOAD_KEYS = ("load_ms", "first_inference_ms", "import_ms", "page_cache", "resident_before_load", "cache_bytes",
@@ -1934,19 +1929,7 @@ def run_one(bundle, name, opts, verify=True):
         if getattr(opts, "cold", False):
             evict_from_page_cache(path)
         model = open_model(path, fmt, record, threads, opts.runtime, onnx_session_options(opts, record, fmt))
-        report["runtime"] = dict({"name": model.runtime, "version": model.version}, **model.extra)
-        report["load_ms"] = model.load_ms
-        report["import_ms"] = model.import_ms
-        inputs = _order(model.inputs, record.get("inputs"))
-        if golden_inputs and len(golden_inputs) == len(inputs):
-            first = [(t, _prepare(numpy, t, g[0])) for t, g in zip(inputs, golden_inputs)]
-        else:
-            first = [(t, _prepare(numpy, t, numpy.zeros([d if d > 0 else 1 for d in t.shape], "float32")))
-                     for t in inputs]
-        model.set_inputs(first)
-        t0 = time.perf_counter()
-        model.invoke()
-        report["first_inference_ms"] = round((time.perf_counter() - t0) * 1000.0, 3)
+        first, _ = first_inference(numpy, model, record, golden_inputs, report)
         if opts.warmup:
             model.timed_loop(opts.warmup, 0.0)
         times = model.timed_loop(opts.runs, opts.min_time)
