@@ -20,6 +20,7 @@ from tests.fixtures.bundles import ARTIFACT_KINDS, copy_bundle, make_bundle
 from tests.fixtures.device_envs import DeviceEnv
 from toolkit import device_side
 from toolkit.delivery.bundle import sha256_file
+from toolkit.model.vocabulary import RunnerErrorKind
 
 RUNNER = device_side.source_path(device_side.RUNNER_FILE)
 ENV_KEYS = (
@@ -50,15 +51,17 @@ REPORT_KEYS = (
     "outputs_match",
     "error",
 )
-ERROR_KINDS = (
-    "missing_runtime",
-    "unsupported_op",
-    "corrupt_artifact",
-    "integrity",
-    "crash",
-    "bad_bundle",
-    "usage",
-)
+ERROR_KINDS = RunnerErrorKind.values()
+
+
+def test_the_runner_writes_the_error_kinds_the_host_reads() -> None:
+    """The runner's ERROR_KINDS (it cannot import toolkit) and the host's RunnerErrorKind are the same words."""
+    import ast
+
+    tree = ast.parse(RUNNER.read_text())
+    (written,) = [ast.literal_eval(node.value) for node in tree.body if isinstance(node, ast.Assign)
+                  and any(isinstance(t, ast.Name) and t.id == "ERROR_KINDS" for t in node.targets)]
+    assert tuple(written) == ERROR_KINDS
 
 
 def run_runner(
@@ -80,7 +83,7 @@ def run_runner(
     assert proc.returncode == expect_rc, (proc.returncode, proc.stdout[-2000:], proc.stderr[-3000:])
     assert proc.stdout.count("\n") == 1, proc.stdout
     doc = json.loads(proc.stdout)
-    assert "Traceback" not in proc.stdout
+    assert "Traceback" not in proc.stdout, proc.stdout[proc.stdout.index("Traceback") - 200:][:3000]
     return doc
 
 

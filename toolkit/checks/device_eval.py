@@ -25,6 +25,7 @@ from toolkit.conversion.eval_set import EVAL_DIR, EVAL_LABELS, EVAL_REFERENCE
 from toolkit.delivery.bundle import Bundle, load_npz
 from toolkit.errors import UsageError
 from toolkit.model.records import JsonDict, JsonObject
+from toolkit.model.vocabulary import RunnerErrorKind
 
 if TYPE_CHECKING:
     from toolkit.delivery.deployment import Device
@@ -142,7 +143,7 @@ def evaluate(device: Device, bundle: Bundle, vdir: str, artifacts: Sequence[str]
             doc = None
         if not isinstance(doc, dict) or doc.get("error") or not doc.get("ok"):
             error = (doc or {}).get("error") or {"message": (done.stderr.strip().splitlines() or ["no output"])[-1]}
-            refused = error.get("kind") == "integrity"
+            refused = error.get("kind") == RunnerErrorKind.INTEGRITY
             results[artifact] = {"available": False, "note": (
                 f"the device refused the eval set: {error.get('message')} {error.get('hint') or ''}".rstrip()
                 if refused else f"the device could not run the eval set: {error.get('message')}")}

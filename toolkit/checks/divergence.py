@@ -24,7 +24,7 @@ from toolkit.conversion.layers import LAYERS_DIR
 from toolkit.delivery import on_demand
 from toolkit.delivery.bundle import load_npz
 from toolkit.model.records import JsonDict, JsonObject
-from toolkit.model.vocabulary import Format
+from toolkit.model.vocabulary import Format, RunnerErrorKind
 
 if TYPE_CHECKING:
     from toolkit.delivery.bundle import Bundle
@@ -85,7 +85,7 @@ def locate(device: Device, bundle: Bundle, vdir: str, artifact: str) -> JsonDict
         answer = {"error": {"message": (done.stderr.strip().splitlines() or ["no output"])[-1]}}
     if answer.get("error") or not answer.get("ok"):
         error = answer.get("error") or {}
-        refused = "refused the layer probe" if error.get("kind") == "integrity" else "could not expose the layers"
+        refused = "refused the layer probe" if error.get("kind") == RunnerErrorKind.INTEGRITY else "could not expose the layers"
         return {"available": False, "note": f"the device {refused}: {error.get('message')}"}
     with tempfile.TemporaryDirectory(prefix="edgetk-layers-") as scratch:
         device.conn.get(out, Path(scratch) / "device.npz")

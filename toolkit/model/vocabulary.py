@@ -161,6 +161,19 @@ class HelperRefusal(_Word):
     NOT_CURRENT = "not_current"  # select: the selection is for another version than the installed one
 
 
+class RunnerErrorKind(_Word):
+    """Why the runner could not measure an artifact (its ``error.kind``; the runner writes these words from its
+    own ERROR_KINDS, a test keeps the two the same)."""
+
+    MISSING_RUNTIME = "missing_runtime"
+    UNSUPPORTED_OP = "unsupported_op"
+    CORRUPT_ARTIFACT = "corrupt_artifact"
+    INTEGRITY = "integrity"  # a file's sha256 is not the installed manifest's: not used
+    CRASH = "crash"
+    BAD_BUNDLE = "bad_bundle"
+    USAGE = "usage"
+
+
 def artifact_file_name(precision: str, fmt: str) -> str:
     """The contract's artifact name: ``model.<precision>.<tflite|onnx|pte>``."""
     return f"model.{precision}.{fmt}"
