@@ -57,7 +57,7 @@ class Policy:
     threads: int
     max_opset: int | None
     preferences: Mapping[str, Any]  # Any: the manifest's JSON values (runtimes, threads, budget)
-    fallback: tuple[str, ...] = ()  # precisions to fall back along, ending in fp32
+    fallback: tuple[Precision, ...] = ()  # precisions to fall back along, ending in fp32
     tflite_bounds: tuple[tuple[str, str | None], ...] = ()  # (runtime, max_version) of the TFLite runtimes
     edgetpu: bool = False
     delegate: str | None = None  # the Edge TPU delegate library, for the compiled artifact's record
@@ -137,24 +137,24 @@ def validate_name(name: str) -> str:
 # --------------------------------------------------------------------------------------------- recipes
 
 
-def _io_default(fmt: str, precision: str) -> IoDtype:
+def _io_default(fmt: Format, precision: Precision) -> IoDtype:
     return IoDtype.INT8 if (fmt, precision) == (Format.TFLITE, Precision.INT8) else IoDtype.FLOAT32
 
 
-def _plain_recipe(fmt: str, precision: str, options: ConvertOptions, profile_recipes: Sequence[Recipe]) -> Recipe:
+def _plain_recipe(fmt: Format, precision: Precision, options: ConvertOptions, profile_recipes: Sequence[Recipe]) -> Recipe:
     """The profile's recipe for (format, precision) if it has one, else the toolkit's defaults."""
     base = next((r for r in profile_recipes if r.format == fmt and r.precision == precision and not r.a16w8), None)
     if base is None:
-        base = Recipe(Format(fmt), Precision(precision), io_dtype=_io_default(fmt, precision))
+        base = Recipe(fmt, precision, io_dtype=_io_default(fmt, precision))
     return _apply_overrides(base, options)
 
 
 def _apply_overrides(recipe: Recipe, options: ConvertOptions) -> Recipe:
     changes: dict[str, Any] = {}  # Any: keyword values of dataclasses.replace, each field its own type
     if options.io_dtype and recipe.format == Format.TFLITE and recipe.precision == Precision.INT8 and not recipe.a16w8:
-        changes["io_dtype"] = IoDtype(options.io_dtype)
+        changes["io_dtype"] = options.io_dtype
     if options.calibration_method and recipe.precision == Precision.INT8:
-        changes["calibration_method"] = CalibrationMethod(options.calibration_method)
+        changes["calibration_method"] = options.calibration_method
     if options.threads:
         changes["threads"] = options.threads
     return dataclasses.replace(recipe, **changes) if changes else recipe

@@ -37,7 +37,8 @@ class Flag:
 
     ``name`` defaults to ``--<field-name>`` with dashes; ``inverted`` makes a switch that turns the field off
     (``--no-cache`` sets ``use_cache=False``); ``choices`` is a function so the vocabulary (``toolkit.model.vocabulary``)
-    loads only when a value is checked; ``minimum``/``maximum`` bound numbers.
+    loads only when a value is checked; ``words`` names a StrEnum there: its values are the choices and its members
+    the field's values (the word is parsed here, at the boundary); ``minimum``/``maximum`` bound numbers.
     """
 
     help: str
@@ -50,6 +51,11 @@ class Flag:
     maximum: float | None = None
     inverted: bool = False
     show_default: bool = False
+    words: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.words is not None and self.choices is None:
+            object.__setattr__(self, "choices", vocabulary(self.words))
 
 
 def flag(help: str, **how: Any) -> dict[str, Flag]:  # Any: Flag's keyword fields, checked by Flag
@@ -122,10 +128,33 @@ def normalise(option: Option, value: Any) -> Any:  # Any: a click value in, the 
         return bool(value)
     if how.multiple:
         items = [value] if isinstance(value, (str, Path)) or not isinstance(value, Iterable) else list(value)
-        return tuple(Path(v) if how.kind is Kind.PATH else v for v in items)
+        return tuple(Path(v) if how.kind is Kind.PATH else _member(option, v) for v in items)
     if how.kind is Kind.PATH:
         return Path(value)
-    return value
+    return _member(option, value)
+
+
+def words_to_members(options: object) -> None:
+    """The words of a frozen options object's ``words`` flags as their members, however it was built (the CLI,
+    the API's keywords, a direct call): the one place they are parsed."""
+    for option in options_of(type(options)):
+        if option.flag.words is not None:
+            object.__setattr__(options, option.field, normalise(option, getattr(options, option.field)))
+
+
+def _member(option: Option, value: Any) -> Any:  # Any: as normalise
+    """A word of a ``words`` flag as its vocabulary's member (else the value as given); a word outside the
+    vocabulary (from the API: the CLI's choices refuse it first) is a UsageError naming the flag."""
+    if option.flag.words is None:
+        return value
+    from toolkit.model import vocabulary as words
+
+    kind = getattr(words, option.flag.words)
+    try:
+        return kind(value)
+    except ValueError:
+        raise UsageError(f"{option.long}: unknown value {value!r}.",
+                         hint=f"Use one of: {', '.join(kind.values())}.") from None
 
 
 def parse_input_shapes(values: Sequence[str]) -> dict[str, tuple[int, ...]]:

@@ -15,11 +15,13 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from toolkit.errors import UsageError
-from toolkit.model.flags import Kind, flag, normalise, options_of, vocabulary
+from toolkit.model.flags import Kind, flag, normalise, options_of, vocabulary, words_to_members
 from toolkit.model.records import JsonDict, JsonObject
 
 if TYPE_CHECKING:  # pragma: no cover
     from pathlib import Path
+
+    from toolkit.model.vocabulary import CalibrationMethod, Format, IoDtype, Precision
 
 T = TypeVar("T")
 
@@ -97,12 +99,12 @@ class ConvertOptions:
         "Calibration data: .npy, .npz (keys = input names, or x) or an image folder.", kind=Kind.PATH))
     eval_data: Path | None = field(default=None, metadata=flag(
         "Held-out data for verification (.npz; labels under y give accuracy).", kind=Kind.PATH))
-    precisions: tuple[str, ...] = field(default=(), metadata=flag(
+    precisions: tuple[Precision, ...] = field(default=(), metadata=flag(
         "Build these precisions instead of the profile's recipes (repeatable).", kind=Kind.CHOICE,
-        name="--precision", multiple=True, choices=vocabulary("PRECISIONS")))
-    formats: tuple[str, ...] = field(default=(), metadata=flag(
+        name="--precision", multiple=True, words="Precision"))
+    formats: tuple[Format, ...] = field(default=(), metadata=flag(
         "Artifact formats to build (repeatable).", kind=Kind.CHOICE, name="--format", multiple=True,
-        choices=vocabulary("FORMATS")))
+        words="Format"))
     input_shapes: Mapping[str, tuple[int, ...]] = field(default_factory=dict, metadata=flag(
         "Pin an input's shape (batch defaults to 1).", kind=Kind.SHAPES, name="--input-shape", multiple=True,
         metavar="NAME=D0,D1,..."))
@@ -122,11 +124,10 @@ class ConvertOptions:
         "Extra folder of target profiles (repeatable).", kind=Kind.PATH, name="--targets-dir", multiple=True))
     dynamic_batch: bool = field(default=False, metadata=flag(
         "Keep the batch dimension dynamic where the route can.", kind=Kind.SWITCH))
-    io_dtype: str | None = field(default=None, metadata=flag(
-        "Input/output type of TFLite INT8 artifacts (default int8).", kind=Kind.CHOICE,
-        choices=vocabulary("IoDtype")))
-    calibration_method: str | None = field(default=None, metadata=flag(
-        "ONNX static INT8 calibration method.", kind=Kind.CHOICE, choices=vocabulary("CalibrationMethod")))
+    io_dtype: IoDtype | None = field(default=None, metadata=flag(
+        "Input/output type of TFLite INT8 artifacts (default int8).", kind=Kind.CHOICE, words="IoDtype"))
+    calibration_method: CalibrationMethod | None = field(default=None, metadata=flag(
+        "ONNX static INT8 calibration method.", kind=Kind.CHOICE, words="CalibrationMethod"))
     threads: int | None = field(default=None, metadata=flag(
         "Threads for host timing (default: the profile's).", kind=Kind.INT, minimum=1))
     task: str | None = field(default=None, metadata=flag(
@@ -144,6 +145,9 @@ class ConvertOptions:
     # A folder where built artifacts are kept and reused by later runs with the same source, data, recipe and
     # tool versions (conversion is the slow part; verification always runs again). None: build everything.
     workdir: Path | None = None
+
+    def __post_init__(self) -> None:
+        words_to_members(self)
 
     def to_config(self) -> JsonDict:
         """The replayable options (paths as given)."""

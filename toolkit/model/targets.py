@@ -106,7 +106,7 @@ class TargetProfile:
     threads: int
     latency_budget_ms: float
     tolerance: Tolerance
-    fallback: tuple[str, ...]
+    fallback: tuple[Precision, ...]
     edgetpu: bool = False
     origin: str = "shipped"  # "shipped" or "user"
     path: Path | None = None  # the file this profile came from
@@ -320,7 +320,7 @@ def _build(data: JsonObject, lineage: tuple[ProfileSource, ...]) -> TargetProfil
         threads=profile.threads,
         latency_budget_ms=float(profile.latency_budget_ms),
         tolerance=Tolerance.from_dict(profile.tolerance.model_dump(exclude_none=True)),
-        fallback=tuple(profile.fallback),
+        fallback=tuple(Precision(p) for p in profile.fallback),
         edgetpu=profile.edgetpu,
         origin=top.origin,
         path=top.path,
