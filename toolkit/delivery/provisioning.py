@@ -90,8 +90,9 @@ def specifier_for(min_version: str | None, max_version: str | None) -> str:
 def default_runtimes(profile: TargetProfile | None) -> tuple[str, ...]:
     """The profile's first TFLite runtime plus onnxruntime when listed (installing two TFLite runtimes side by
     side pulls conflicting numpy versions); litert + onnxruntime without a profile. ``executorch`` only when asked
-    (``--runtime executorch``): it brings torch, and PyPI's aarch64 torch (2.14.1) pulls CUDA libraries, 3.2 GB
-    of wheels for an aarch64 device in all (measured), where a Pi needs the CPU build."""
+    (``--runtime executorch``): it brings torch, and PyPI's aarch64 torch 2.13.0 is a CUDA 13 build that does not
+    import without its CUDA libraries: 37 wheels, 2.9 GB for an aarch64 device in all (measured), where a Pi needs
+    the CPU build."""
     if profile is None:
         return FALLBACK_RUNTIMES
     names = list(profile.runtime_names)
