@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from tests.fixtures.pte import needs_executorch
+from tests.fixtures.pte import needs_executorch, shipped_pte_floor
 from tests.fixtures.cli import run_edgetk
 from tests.fixtures.deploy_helpers import write_inventory
 from tests.fixtures.device_envs import DeviceEnv
@@ -110,6 +110,7 @@ def test_placement_row_gates_the_delegated_share(pte_digits_bundle: tuple[Path, 
     floor = max(100.0 * on / total for on, total in counts.values())
     below = {name for name, (on, total) in counts.items() if 100.0 * on / total < floor}
     assert below and below != set(counts), counts  # one artifact on each side of the row's min: not vacuous
+    assert all(100.0 * on / total >= shipped_pte_floor() for on, total in counts.values())  # the shipped row
     bundle = tmp_path / "b"
     shutil.copytree(source, bundle)
     with_policy(bundle, CheckPolicy(target="pte-board", latency_budget_ms=None, placement=(
