@@ -102,6 +102,15 @@ def default_runtimes(profile: TargetProfile | None) -> tuple[str, ...]:
     return tuple(chosen) or FALLBACK_RUNTIMES
 
 
+def left_out(profile: TargetProfile | None, runtimes: Sequence[str]) -> list[str]:
+    """Notes on the runtimes the profile lists that a plain setup did not install (executorch: see above)."""
+    if profile is None or Runtime.EXECUTORCH not in profile.runtime_names or Runtime.EXECUTORCH in runtimes:
+        return []
+    return [f"the profile {profile.name} lists executorch for its .pte artifacts; it is installed only with "
+            "--runtime executorch (its torch: PyPI's aarch64 build is CUDA's, 2.9 GB of wheels; a device without "
+            "it reports the .pte as missing_runtime)"]
+
+
 def plan_requirements(runtimes: Sequence[str], profile: TargetProfile | None) -> tuple[list[Requirement], list[str]]:
     """numpy + the runtimes with the profile's bounds, + what they need undeclared; notes for runtimes the profile
     does not list."""
@@ -317,6 +326,7 @@ def setup_device(device: Device, options: SetupOptions, *, log: Log | None = Non
     profile = choose_profile(device, probe, options.target)
     runtimes = tuple(dict.fromkeys(options.runtimes)) or default_runtimes(profile)
     requirements, notes = plan_requirements(runtimes, profile)
+    notes += left_out(profile, runtimes)
     base = base_python(device)
     state = _venv_state(device, base, options.venv)
     if state["state"] == "broken":
