@@ -294,3 +294,21 @@ def test_placement_is_reported_but_not_judged_on_an_emulated_device() -> None:
     (note,) = [s for s in emulated.skipped if s.startswith("placement of model.fp32.tflite")]
     assert "not judged on an emulated device" in note and "0 of 12 nodes (0%) ran on xnnpack" in note
     assert emulated.details["placement"][0]["judged"] is False and emulated.details["placement"][0]["nodes_total"] == 12
+
+
+def test_a_pte_placement_is_judged_on_an_emulated_device_too() -> None:
+    """A .pte's delegation is fixed in the program when it is lowered (the runner reports the manifest's count):
+    emulation changes nothing of it, so a `pte` row fails an emulated check as it fails a real one."""
+    row = PlacementExpectation(format="pte", on="xnnpack", min_nodes_pct=95)
+    counted = {"intended": "XNNPACK", "nodes_total": 10, "nodes_on_intended": 9, "fell_back": False,
+               "fallback_ops": [], "source": "graph"}
+    for emulated in (False, True):
+        doc = json.loads(json.dumps(RUNNER_DOC))
+        item = {**doc["reports"][0], "artifact": "model.fp32.pte", "placement": counted}
+        doc["environment"] = {**(doc.get("environment") or {}), "arch": "aarch64", "emulated": emulated}
+        (report,) = parse_runner_output(json.dumps({**doc, "reports": [item]}), device="pi", artifacts=[])
+        result = gate(report, budget=Budget(100.0, "--budget-ms"), regression=None, regression_policy=POLICY,
+                      placement=(row,), artifact_format="pte")
+        assert result.failures == ("model.fp32.pte: 9 of 10 nodes (90%) ran on xnnpack; the target expects at "
+                                   "least 95%",), (emulated, result)
+        assert not any(s.startswith("placement of") for s in result.skipped)

@@ -15,6 +15,7 @@ from toolkit.errors import UsageError
 from toolkit.delivery.provisioning import (
     DevicePlatform,
     default_runtimes,
+    left_out,
     plan_requirements,
     platform_from_probe,
     specifier_for,
@@ -56,6 +57,8 @@ def test_requirements_follow_the_profile_bounds() -> None:
     assert specifier_for("1.16", None) == ">=1.16"
     pi4 = get_profile("raspberry-pi-4")
     assert default_runtimes(pi4) == ("litert", "onnxruntime")  # one TFLite runtime, not both; executorch on request
+    assert "installed only with --runtime executorch" in left_out(pi4, default_runtimes(pi4))[0]
+    assert left_out(pi4, ("executorch",)) == [] and left_out(get_profile("jetson-orin-nano"), ("onnxruntime",)) == []
     reqs, notes = plan_requirements(("tflite-runtime",), pi4)
     assert reqs == [Requirement("numpy", "numpy", "<2"), Requirement("tflite-runtime", "tflite-runtime", ">=2.14,<2.15")]
     assert notes == []

@@ -495,3 +495,11 @@ def test_regression_and_placement_tables(tmp_path: Path) -> None:
             "unknown key 'regression.alpah'", "did you mean 'alpha'?")
     refused(tmp_path, text.replace("min_slowdown_pct = 40", "alpha = 2.0"), "key 'regression'", "alpha")
     refused(tmp_path, text.replace('on = "edgetpu"', 'on = "npu"'), "key 'placement[0]'", "not a TFLite delegate")
+    pte = text.replace('[[placement]]\nformat = "tflite"', '[[placement]]\nformat = "pte"').replace(
+        'on = "edgetpu"', 'on = "xnnpack"').replace('artifacts = "*_edgetpu.tflite"', "min_nodes_pct = 80")
+    (placement,) = get_profile("board-p", targets_dirs=[write(tmp_path / "pte", "board-p", pte).parent]).placement
+    assert (placement.format, placement.on, placement.min_nodes_pct) == ("pte", "xnnpack", 80.0)
+    assert placement.applies_to("model.int8.pte", "pte") and not placement.applies_to("model.int8.tflite", "tflite")
+    refused(tmp_path, pte.replace('on = "xnnpack"', 'on = "gpu"'), "key 'placement[0]'",
+            "not an ExecuTorch backend", "xnnpack")
+    refused(tmp_path, pte.replace('format = "pte"', 'format = "tflte"'), "placement[0]", "tflte")

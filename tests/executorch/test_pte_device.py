@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from tests.fixtures.pte import needs_executorch
+from tests.fixtures.pte import needs_executorch, shipped_pte_floor
 from tests.fixtures.cli import run_edgetk
 from tests.fixtures.deploy_helpers import write_inventory
 from tests.fixtures.device_envs import DeviceEnv
@@ -91,6 +91,52 @@ def test_a_wrong_expectation_fails_the_bundled_check(pte_digits_bundle: tuple[Pa
     report = reports(check(executorch_env, bundle, "--runs", "3", "--artifact", "model.int8.pte"))["model.int8.pte"]
     assert report["bundled_check"]["ok"] is False and report["bundled_check"]["failed"]
     assert report["outputs_match"]["ok"] is False
+
+
+def test_placement_row_gates_the_delegated_share(pte_digits_bundle: tuple[Path, dict[str, Any]],
+                                                 executorch_env: DeviceEnv, tmp_path: Path) -> None:
+    """A profile's ``format = "pte"`` placement row, gated on the share the device's runner reports: at the larger
+    of the two artifacts' shares (fp32 9 of 10 nodes, int8 27 of 28), the artifact below it fails the check naming
+    its count, the other passes, and the ONNX artifacts beside them are not held to a .pte row."""
+    import shutil
+
+    from tests.test_gates_device import with_policy
+    from toolkit.model.policy import CheckPolicy, PlacementExpectation
+    from toolkit.model.vocabulary import Format
+
+    source, manifest = pte_digits_bundle
+    counts = {a["file"]: (a["pte"]["delegated_nodes"], a["pte"]["total_nodes"]) for a in manifest["artifacts"]
+              if a["format"] == "pte"}
+    floor = max(100.0 * on / total for on, total in counts.values())
+    below = {name for name, (on, total) in counts.items() if 100.0 * on / total < floor}
+    assert below and below != set(counts), counts  # one artifact on each side of the row's min: not vacuous
+    assert all(100.0 * on / total >= shipped_pte_floor() for on, total in counts.values())  # the shipped row
+    bundle = tmp_path / "b"
+    shutil.copytree(source, bundle)
+    with_policy(bundle, CheckPolicy(target="pte-board", latency_budget_ms=None, placement=(
+        PlacementExpectation(format=Format.PTE, on="xnnpack", min_nodes_pct=floor),)))
+    inventory = tmp_path / "inv.toml"
+    inventory.write_text(f'[devices.here]\nhost = "local"\npython = "{executorch_env.python}"\n')
+    result = run_edgetk("deploy", bundle, "--inventory", inventory, "--check", *NO_GATES, "--runs", "5", "--json",
+                        env=Home(new_home(tmp_path).path).env)
+    assert result.code == 1, result.stdout[-2000:] + result.stderr[-2000:]
+    found = {r["artifact"]: r for r in result.json()["devices"][0]["reports"]}
+    for name, report in found.items():
+        assert report["error"] is None and report["outputs_match"]["ok"] is True, report
+        gates = report["gates"]
+        if name in below:
+            on, total = counts[name]
+            assert report["placement"]["nodes_on_intended"] == on and report["placement"]["nodes_total"] == total
+            assert gates["reasons"] == [f"{name}: {on} of {total} nodes ({100.0 * on / total:.0f}%) ran on xnnpack; "
+                                        f"the target expects at least {floor:g}%"], gates
+            print(gates["reasons"][0])
+        else:
+            assert gates["passed"] is True, gates
+        if name.endswith(".pte"):
+            (judged,) = gates["details"]["placement"]
+            assert judged["expected"] == "xnnpack" and judged["min_nodes_pct"] == floor
+        else:
+            assert "placement" not in gates["details"], gates
 
 
 def test_device_without_executorch_measures_the_rest(pte_digits_bundle: tuple[Path, dict[str, Any]],

@@ -66,7 +66,7 @@ _ROWS: tuple[Route, ...] = (
                 "Keras/SavedModel model for an A16W8 TFLite artifact."))
       for fw in TORCH_EXPORT),
     Route(Framework.TFLITE, Format.TFLITE, "toolkit.conversion.registry:take_as_is", default=True),
-    *(Route(fw, Format.PTE, "toolkit.conversion.torch_pte:convert", unbuilt=_NO_FP16_DYNAMIC,
+    *(Route(fw, Format.PTE, "toolkit.conversion.torch_pte:convert", unbuilt=(Precision.DYNAMIC,),
             layer_table=_PT2E_TABLE, a16w8_refusal=Refusal(
                 "PyTorch -> ExecuTorch (XNNPACK quantizer) quantizes activations to 8 bits only: it cannot build "
                 "A16W8.", "Use --format onnx for A16W8 (16-bit activation QDQ through ONNX Runtime)."))

@@ -2,12 +2,14 @@
 
 ``torch.export`` -> ``to_edge_transform_and_lower`` with the ``XnnpackPartitioner`` -> ``to_executorch()``; the
 share of operator nodes the delegate took (``get_delegation_info``) is recorded in ``BuiltArtifact.pte``.
-``fp32`` is the float module; ``int8`` is PT2E static quantization with ``XNNPACKQuantizer`` through
-``pt2e.quantize`` (float I/O: the delegate quantizes at its boundary). ``fp16`` and ``dynamic`` are refused
-(``routes.py``): XNNPACK runs fp16 only on a half model with float16 I/O, with fp16 arithmetic only on ARMv8.2+
-(a Raspberry Pi 4's Cortex-A72 has none); PT2E dynamic quantization broke digits in our measurements. The
-bundled program is ``pte_bundled``. Without the ``executorch`` extra the route raises MissingDependency.
-``Any``: torch and ExecuTorch objects (both are imported lazily).
+``fp32`` is the float module; ``fp16`` is a half copy of it behind float32 I/O (XNNPACK 1.5 takes float16 nodes
+through its float configs; the two casts at the border run on ExecuTorch's portable kernels), so it is fed, verified
+and checked on the device like the fp32 one (under qemu-user it ran as a Cortex-A76, which has FP16 arithmetic, and as
+an A72, which has none, with outputs differing in the third decimal). ``int8`` is PT2E static quantization with
+``XNNPACKQuantizer`` through ``pt2e.quantize`` (float I/O: the delegate quantizes at its boundary). ``dynamic`` is
+refused (``routes.py``): PT2E dynamic quantization broke digits in our measurements. The bundled program is
+``pte_bundled``. Without the ``executorch`` extra the route raises MissingDependency. ``Any``: torch and ExecuTorch
+objects (both are imported lazily).
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ from toolkit.conversion.base import BuiltArtifact, ConversionRequest
 from toolkit.errors import ConversionError, UsageError, key_line
 from toolkit.model.artifact import PteRecord
 from toolkit.model.vocabulary import Precision
-from toolkit.runtimes.inspection.pte import QUANTIZED_METHOD, import_executorch
+from toolkit.runtimes.inspection.pte import HALF_METHOD, QUANTIZED_METHOD, import_executorch
 from toolkit.sources.torch import TorchSource, import_torch, missing_shape_error
 
 _PURPOSE = "Converting a PyTorch model to ExecuTorch (.pte)"
@@ -34,11 +36,10 @@ def convert(request: ConversionRequest, output: Path) -> BuiltArtifact:
     if not isinstance(source, TorchSource):
         raise UsageError(f"The PyTorch ExecuTorch route got a {source.framework} source.")
     precision = request.recipe.precision
-    if precision in (Precision.FP16, Precision.DYNAMIC):
-        why = ("XNNPACK runs fp16 only on a model cast to half (float16 I/O) and only on ARMv8.2+ cores"
-               if precision == Precision.FP16 else "PT2E dynamic quantization broke a trained model in our measurements")
-        raise UsageError(f"The PyTorch -> ExecuTorch route does not build {precision} artifacts: {why}.",
-                         hint=f"Use --format onnx for {precision}, or --precision int8 / fp32 for .pte.")
+    if precision == Precision.DYNAMIC:
+        raise UsageError(f"The PyTorch -> ExecuTorch route does not build {precision} artifacts: PT2E dynamic "
+                         "quantization broke a trained model in our measurements.",
+                         hint=f"Use --format onnx for {precision}, or --precision int8 / fp16 / fp32 for .pte.")
     if request.dynamic_batch:
         raise UsageError("A dynamic batch is not offered for .pte artifacts; they run batch 1 here.",
                          hint="Drop the dynamic batch for --format pte, or use --format onnx.")
@@ -59,10 +60,14 @@ def convert(request: ConversionRequest, output: Path) -> BuiltArtifact:
         module = _folded(torch, quantized.graph)
         quantized_tensors = pt2e.quantized_tensors(quantized.graph)
         notes, float_nodes = pt2e.describe(quantized, request, "XNNPACK quantizer")
+    half_tensors = 0
+    if precision == Precision.FP16:
+        module, half_tensors = _half(torch, module)
     output.parent.mkdir(parents=True, exist_ok=True)
     tmp = output.with_name(output.stem + ".partial.pte")
     try:
-        program, delegation = _lower(torch, module, args, quantized_tensors)
+        program, delegation = _lower(torch, module, args, {QUANTIZED_METHOD: quantized_tensors,
+                                                           HALF_METHOD: half_tensors})
         tmp.write_bytes(program.buffer)
     except Exception as exc:
         tmp.unlink(missing_ok=True)
@@ -91,7 +96,32 @@ def _folded(torch: Any, graph: Any) -> Any:
     return folded
 
 
-def _lower(torch: Any, module: Any, args: tuple[Any, ...], quantized_tensors: int) -> tuple[Any, PteRecord]:
+def _half(torch: Any, module: Any) -> tuple[Any, int]:
+    """A half copy of ``module`` behind float32 I/O (float inputs cast to float16 on the way in, float16 outputs
+    back to float32), and how many of its weights are float16."""
+    import copy
+
+    from torch.utils._pytree import tree_map
+
+    half = copy.deepcopy(module).half()
+    count = sum(1 for t in (*half.parameters(), *half.buffers()) if t.dtype == torch.float16)
+
+    def to(dtype: Any, other: Any) -> Any:
+        return lambda t: t.to(dtype) if isinstance(t, torch.Tensor) and t.dtype == other else t
+
+    class FloatIO(torch.nn.Module):  # type: ignore[misc,unused-ignore]  # subclassing Any (--strict)
+        def __init__(self) -> None:
+            super().__init__()
+            self.inner = half
+
+        def forward(self, *args: Any) -> Any:
+            return tree_map(to(torch.float32, torch.float16), self.inner(*tree_map(to(torch.float16, torch.float32),
+                                                                                   args)))
+
+    return FloatIO().eval(), count
+
+
+def _lower(torch: Any, module: Any, args: tuple[Any, ...], constants: dict[str, int]) -> tuple[Any, PteRecord]:
     """``module`` exported, lowered to XNNPACK and serialized; and how many nodes the delegate took."""
     from executorch.backends.xnnpack.partition.xnnpack_partitioner import XnnpackPartitioner
     from executorch.devtools.backend_debug import get_delegation_info
@@ -103,7 +133,7 @@ def _lower(torch: Any, module: Any, args: tuple[Any, ...], quantized_tensors: in
         warnings.simplefilter("ignore")
         exported = torch.export.export(module, args)
         edge = to_edge_transform_and_lower(exported, partitioner=[XnnpackPartitioner()],
-                                           constant_methods={QUANTIZED_METHOD: quantized_tensors})
+                                           constant_methods=constants)
         info = get_delegation_info(edge.exported_program().graph_module)
         program = edge.to_executorch()
     delegated, other = int(info.num_delegated_nodes), int(info.num_non_delegated_nodes)

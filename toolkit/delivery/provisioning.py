@@ -90,8 +90,9 @@ def specifier_for(min_version: str | None, max_version: str | None) -> str:
 def default_runtimes(profile: TargetProfile | None) -> tuple[str, ...]:
     """The profile's first TFLite runtime plus onnxruntime when listed (installing two TFLite runtimes side by
     side pulls conflicting numpy versions); litert + onnxruntime without a profile. ``executorch`` only when asked
-    (``--runtime executorch``): it brings torch, and PyPI's aarch64 torch (2.14.1) pulls CUDA libraries, 3.2 GB
-    of wheels for an aarch64 device in all (measured), where a Pi needs the CPU build."""
+    (``--runtime executorch``): it brings torch, and PyPI's aarch64 torch 2.13.0 is a CUDA 13 build that does not
+    import without its CUDA libraries: 37 wheels, 2.9 GB for an aarch64 device in all (measured), where a Pi needs
+    the CPU build."""
     if profile is None:
         return FALLBACK_RUNTIMES
     names = list(profile.runtime_names)
@@ -99,6 +100,15 @@ def default_runtimes(profile: TargetProfile | None) -> tuple[str, ...]:
     if Runtime.ONNXRUNTIME in names:
         chosen.append(Runtime.ONNXRUNTIME.value)
     return tuple(chosen) or FALLBACK_RUNTIMES
+
+
+def left_out(profile: TargetProfile | None, runtimes: Sequence[str]) -> list[str]:
+    """Notes on the runtimes the profile lists that a plain setup did not install (executorch: see above)."""
+    if profile is None or Runtime.EXECUTORCH not in profile.runtime_names or Runtime.EXECUTORCH in runtimes:
+        return []
+    return [f"the profile {profile.name} lists executorch for its .pte artifacts; it is installed only with "
+            "--runtime executorch (its torch: PyPI's aarch64 build is CUDA's, 2.9 GB of wheels; a device without "
+            "it reports the .pte as missing_runtime)"]
 
 
 def plan_requirements(runtimes: Sequence[str], profile: TargetProfile | None) -> tuple[list[Requirement], list[str]]:
@@ -316,6 +326,7 @@ def setup_device(device: Device, options: SetupOptions, *, log: Log | None = Non
     profile = choose_profile(device, probe, options.target)
     runtimes = tuple(dict.fromkeys(options.runtimes)) or default_runtimes(profile)
     requirements, notes = plan_requirements(runtimes, profile)
+    notes += left_out(profile, runtimes)
     base = base_python(device)
     state = _venv_state(device, base, options.venv)
     if state["state"] == "broken":

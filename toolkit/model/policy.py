@@ -18,6 +18,11 @@ from toolkit.model.vocabulary import Format
 
 # Where a TFLite artifact's nodes can run besides the CPU kernels: the runner's names for its delegates.
 TFLITE_PLACES: tuple[str, ...] = ("xnnpack", "edgetpu", "gpu")
+# The ExecuTorch backend a .pte's nodes are delegated to (the rest run on ExecuTorch's portable kernels).
+PTE_PLACES: tuple[str, ...] = ("xnnpack",)
+_DELEGATES: Mapping[Format, tuple[str, tuple[str, ...]]] = {
+    Format.TFLITE: ("a TFLite delegate", TFLITE_PLACES), Format.PTE: ("an ExecuTorch backend", PTE_PLACES)}
+_FORMATS_HINT = f"Use one of: {', '.join(Format)}."
 
 
 @dataclass(frozen=True)
@@ -58,9 +63,11 @@ class RegressionPolicy:
 class PlacementExpectation:
     """Where the nodes of an artifact must run: at least ``min_nodes_pct`` percent of them on ``on``.
 
-    ``on`` is an ONNX Runtime execution provider (``TensorrtExecutionProvider``) for ONNX artifacts, or a
-    TFLite delegate (``edgetpu``, ``xnnpack``, ``gpu``) for TFLite ones; ``artifacts`` is a file-name glob
-    (``*_edgetpu.tflite``: only the compiled Edge TPU model, not the CPU fallbacks beside it).
+    ``on`` is an ONNX Runtime execution provider (``TensorrtExecutionProvider``) for ONNX artifacts, a
+    TFLite delegate (``edgetpu``, ``xnnpack``, ``gpu``) for TFLite ones, or the ExecuTorch backend (``xnnpack``)
+    for .pte ones (the share of the program's operator nodes it took, counted at convert time and reported by
+    the device's runner); ``artifacts`` is a file-name glob (``*_edgetpu.tflite``: only the compiled Edge TPU
+    model, not the CPU fallbacks beside it).
     """
 
     format: Format
@@ -71,16 +78,16 @@ class PlacementExpectation:
     @classmethod
     def parse(cls, data: JsonObject) -> PlacementExpectation:
         """From a profile's or a manifest's ``[[placement]]`` table: the format word becomes its member."""
-        if data.get("format") not in (Format.TFLITE, Format.ONNX):
-            raise UsageError(f"placement: unknown format {data.get('format')!r}.", hint="Use tflite or onnx.")
+        if data.get("format") not in tuple(Format):
+            raise UsageError(f"placement: unknown format {data.get('format')!r}.", hint=_FORMATS_HINT)
         return cls(**{**data, "format": Format(data["format"])})
 
     def __post_init__(self) -> None:
-        if self.format not in (Format.TFLITE, Format.ONNX):
-            raise UsageError(f"placement: unknown format {self.format!r}.", hint="Use tflite or onnx.")
-        if self.format == Format.TFLITE and self.on not in TFLITE_PLACES:
-            raise UsageError(f"placement: {self.on!r} is not a TFLite delegate.",
-                             hint=f"Use one of: {', '.join(TFLITE_PLACES)}.")
+        if self.format not in tuple(Format):
+            raise UsageError(f"placement: unknown format {self.format!r}.", hint=_FORMATS_HINT)
+        if self.format in _DELEGATES and self.on not in _DELEGATES[self.format][1]:
+            what, places = _DELEGATES[self.format]
+            raise UsageError(f"placement: {self.on!r} is not {what}.", hint=f"Use one of: {', '.join(places)}.")
         if self.format == Format.ONNX and not self.on.endswith("ExecutionProvider"):
             raise UsageError(f"placement: {self.on!r} is not an ONNX Runtime execution provider.",
                              hint="For example TensorrtExecutionProvider or CUDAExecutionProvider.")

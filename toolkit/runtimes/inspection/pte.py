@@ -21,6 +21,8 @@ SCALAR_TYPES = {0: "uint8", 1: "int8", 2: "int16", 3: "int32", 4: "int64", 5: "f
 # delegate's payload hides its ops, so this is read to prove an int8 label, as quantized ops are counted in TFLite
 # and ONNX files).
 QUANTIZED_METHOD = "edgetk_quantized_tensors"
+# ... and how many weights are float16 (an fp16 artifact: a half model behind float32 I/O)
+HALF_METHOD = "edgetk_half_tensors"
 
 
 def import_executorch(purpose: str) -> Any:
@@ -62,10 +64,7 @@ def inspect_pte(path: Path) -> ModelInfo:
 
     program = load_program(path)
     meta = program.metadata("forward")
-    quantized = 0
-    if QUANTIZED_METHOD in program.method_names:
-        method = program.load_method(QUANTIZED_METHOD)
-        quantized = int(method.execute([])[0]) if method is not None else 0
+    quantized, half = (_constant(program, name) for name in (QUANTIZED_METHOD, HALF_METHOD))
     plan = next(p for p in _plans(deserialize_pte_binary(Path(path).read_bytes())) if p.name == "forward")
     counts: Counter[str] = Counter(f"delegate:{d.id}" for d in plan.delegates)
     counts.update(op.name for op in plan.operators)
@@ -73,9 +72,18 @@ def inspect_pte(path: Path) -> ModelInfo:
     return ModelInfo(
         path=str(path), format=Format.PTE, bytes=Path(path).stat().st_size, inputs=tensor_specs(meta, "input"),
         outputs=tensor_specs(meta, "output"), op_counts=dict(counts), quantized_ops=quantized,
-        float_compute_ops=portable, precision=Precision.INT8 if quantized else Precision.FP32,
+        float_compute_ops=portable,
+        precision=Precision.INT8 if quantized else Precision.FP16 if half else Precision.FP32,
         extra={"delegates": [d.id for d in plan.delegates], "methods": sorted(program.method_names)},
     )
+
+
+def _constant(program: Any, name: str) -> int:
+    """The integer a constant method the route wrote returns (0 when the program has none: another exporter's)."""
+    if name not in program.method_names:
+        return 0
+    method = program.load_method(name)
+    return int(method.execute([])[0]) if method is not None else 0
 
 
 def _plans(serialized: Any) -> list[Any]:
