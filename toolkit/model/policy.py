@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from toolkit.errors import UsageError
-from toolkit.model.records import JsonDict, JsonObject
+from toolkit.model.records import JsonDict
 from toolkit.model.vocabulary import Format
 
 # Where a TFLite artifact's nodes can run besides the CPU kernels: the runner's names for its delegates.
@@ -74,13 +74,6 @@ class PlacementExpectation:
     on: str
     min_nodes_pct: float = 100.0
     artifacts: str = "*"
-
-    @classmethod
-    def parse(cls, data: JsonObject) -> PlacementExpectation:
-        """From a profile's or a manifest's ``[[placement]]`` table: the format word becomes its member."""
-        if data.get("format") not in tuple(Format):
-            raise UsageError(f"placement: unknown format {data.get('format')!r}.", hint=_FORMATS_HINT)
-        return cls(**{**data, "format": Format(data["format"])})
 
     def __post_init__(self) -> None:
         if self.format not in tuple(Format):

@@ -16,6 +16,7 @@ from pathlib import Path
 from toolkit.errors import UsageError
 from toolkit.model.records import JsonDict, JsonObject
 from toolkit.model.schemas.problems import did_you_mean
+from toolkit.model.policy import PlacementExpectation, RegressionPolicy
 from toolkit.model.reading import RecordProblem, read_record
 from toolkit.model.recipe import Recipe, RecipeError
 
@@ -39,6 +40,27 @@ def build_recipe(path: Path, index: int, table: object) -> Recipe:
         raise refusal(path, f"recipes[{index}].{exc.key}", exc.message, exc.hint or f"See {DOCS}.") from exc
 
 
+def read_policies(path: Path, regression: object, placement: Sequence[object]
+                  ) -> tuple[RegressionPolicy, tuple[PlacementExpectation, ...]]:
+    """``[regression]`` and ``[[placement]]`` read by the check policy's records themselves (keys, types, words,
+    then their own rules, each naming the key)."""
+    try:
+        read = read_record(RegressionPolicy, regression or {}, docs=DOCS, at=("regression",))
+    except RecordProblem as exc:
+        raise exc.problem.error(path) from None
+    except UsageError as exc:
+        raise refusal(path, "regression", exc.message, exc.hint or f"See {DOCS}.") from exc
+    rows = []
+    for index, table in enumerate(placement):
+        try:
+            rows.append(read_record(PlacementExpectation, table, docs=DOCS, at=("placement", index)))
+        except RecordProblem as exc:
+            raise exc.problem.error(path) from None
+        except UsageError as exc:
+            raise refusal(path, f"placement[{index}]", exc.message, exc.hint or f"See {DOCS}.") from exc
+    return read, tuple(rows)
+
+
 def _validate_file(path: Path, data: JsonObject) -> None:
     """What can be checked in one file on its own: the schema (keys, types, values) and each recipe. Required
     keys and the cross-checks wait until ``extends`` has been merged."""
@@ -52,6 +74,7 @@ def _validate_file(path: Path, data: JsonObject) -> None:
             raise refusal(path, "runtimes", f"runtime {name!r} is listed twice.", "List each runtime once.")
     for index, recipe in enumerate(data.get("recipes", ())):
         build_recipe(path, index, recipe)
+    read_policies(path, data.get("regression"), data.get("placement", ()))
 
 
 @dataclass(frozen=True)

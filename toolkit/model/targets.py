@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 
 from toolkit.errors import UsageError
 from toolkit.model.policy import CheckPolicy, PlacementExpectation, RegressionPolicy
-from toolkit.model.profile_files import DOCS, ProfileSource, build_recipe, read_layers, refusal, resolve
+from toolkit.model.profile_files import DOCS, ProfileSource, build_recipe, read_layers, read_policies, refusal, resolve
 from toolkit.model.records import JsonDict, JsonObject
 from toolkit.model.schemas.problems import did_you_mean
 from toolkit.model.tolerance import Tolerance  # the one Tolerance type
@@ -258,19 +258,8 @@ def _providers(path: Path, profile: ProfileFile,
 
 
 def _policies(path: Path, profile: ProfileFile) -> tuple[RegressionPolicy, tuple[PlacementExpectation, ...]]:
-    """``[regression]`` and ``[[placement]]`` as the check policy's records (their own checks name the key)."""
-    try:
-        regression = RegressionPolicy(**(profile.regression.model_dump(exclude_none=True)
-                                         if profile.regression else {}))
-    except UsageError as exc:
-        raise refusal(path, "regression", exc.message, exc.hint or f"See {DOCS}.") from exc
-    placement = []
-    for index, expectation in enumerate(profile.placement):
-        try:
-            placement.append(PlacementExpectation.parse(expectation.model_dump(exclude_none=True)))
-        except UsageError as exc:
-            raise refusal(path, f"placement[{index}]", exc.message, exc.hint or f"See {DOCS}.") from exc
-    return regression, tuple(placement)
+    """``[regression]`` and ``[[placement]]`` of the merged profile as the check policy's records."""
+    return read_policies(path, profile.regression, profile.placement)
 
 
 def _validated(data: JsonObject, lineage: tuple[ProfileSource, ...]) -> ProfileFile:

@@ -105,25 +105,6 @@ class AcceleratorEntry(Table):
     note: Str | None = None
 
 
-class Regression(Table):
-    """``[regression]``: :class:`toolkit.model.policy.RegressionPolicy` (which checks the values against each other)."""
-
-    min_slowdown_pct: Number | None = None
-    min_slowdown_ms: Number | None = None
-    alpha: Number | None = None
-    baseline_checks: Int | None = None
-    min_baseline_checks: Int | None = None
-
-
-class Placement(Table):
-    """A ``[[placement]]`` table: :class:`toolkit.model.policy.PlacementExpectation`."""
-
-    format: Annotated[Str, choice(FORMATS, "format")]
-    on: Str
-    min_nodes_pct: Number | None = None
-    artifacts: Str | None = None
-
-
 class Match(Table):
     """``[match]``: what picks this profile for a probed device (:func:`toolkit.model.platform.match_profile`)."""
 
@@ -158,6 +139,6 @@ class ProfileFile(Table):
     fallback: list[Precision]
     edgetpu: Bool = False
     sources: list[Str] = []
-    regression: Regression | None = None
-    placement: list[Placement] = []
+    regression: dict[str, Any] | None = None  # Any: read by toolkit.model.policy.RegressionPolicy (read_policies)
+    placement: list[dict[str, Any]] = []  # Any: each read by PlacementExpectation
     match: Match | None = None
