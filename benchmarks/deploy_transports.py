@@ -49,6 +49,7 @@ def _bundle(size_mb: int) -> Path:
 
 def _variants(device: Any, key: Path, known_hosts: Path, bundle_dir: Path, *, sftp: bool) -> dict[str, Callable[[], Any]]:
     from toolkit.delivery import deployment
+    from toolkit.delivery.push import push as push_bundle
     from toolkit.delivery.bundle import read_bundle
     from toolkit.devices import open_connection
     from toolkit.devices.spec import DeviceSpec
@@ -75,7 +76,7 @@ def _variants(device: Any, key: Path, known_hosts: Path, bundle_dir: Path, *, sf
             conn._sftp_broken = "turned off for the benchmark"  # type: ignore[attr-defined]
         try:
             begin = time.perf_counter()
-            deployment.push(deployment.Device(spec, conn), bundle, progress_stream=io.StringIO())
+            push_bundle(deployment.Device(spec, conn), bundle, progress_stream=io.StringIO())
             return time.perf_counter() - begin
         finally:
             conn.close()
