@@ -12,6 +12,7 @@ on the device and switches ``current``.
 
 from __future__ import annotations
 
+import contextlib
 import io
 import os
 import resource
@@ -23,6 +24,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
+from unittest import mock
 
 import numpy as np
 
@@ -32,6 +34,7 @@ SIZES_MB = (2, 50)
 ROUNDS = {2: 7, 50: 3}  # small pushes are quick and noisier on a shared machine: more rounds
 PUSH = "edgetk push"
 STREAM = "edgetk push, SFTP off (one exec stream)"
+NO_CHACHA = "edgetk push without ChaCha20 (paramiko's ciphers: AES-CTR + HMAC-SHA2-256)"
 CAT = "ssh host 'cat > f' < f"
 SCP_O = "scp -O"
 SCP = "scp (SFTP)"
@@ -68,9 +71,12 @@ def _server_cpu(device: Any) -> float | None:
 
 
 def _variants(device: Any, key: Path, known_hosts: Path, bundle_dir: Path, *, sftp: bool) -> dict[str, Callable[[], Any]]:
+    import paramiko
+
     from toolkit.delivery import deployment
     from toolkit.delivery.push import push as push_bundle
     from toolkit.delivery.bundle import read_bundle
+    from toolkit.devices import ssh_link
     from toolkit.devices import open_connection
     from toolkit.devices.spec import DeviceSpec
 
@@ -81,7 +87,7 @@ def _variants(device: Any, key: Path, known_hosts: Path, bundle_dir: Path, *, sf
     ssh_opts = ["-i", str(key), "-o", f"UserKnownHostsFile={known_hosts}", "-o", "StrictHostKeyChecking=yes",
                 "-o", "BatchMode=yes", "-o", "IdentitiesOnly=yes"]
 
-    def push(*, stream: bool) -> Any:
+    def push(*, stream: bool, chacha: bool = True) -> Any:
         conn = open_connection(spec)
         try:
             device_ = deployment.Device(spec, conn)
@@ -91,15 +97,18 @@ def _variants(device: Any, key: Path, known_hosts: Path, bundle_dir: Path, *, sf
                 pass
         finally:
             conn.close()
-        conn = open_connection(spec)
-        if stream:
-            conn._sftp_broken = "turned off for the benchmark"  # type: ignore[attr-defined]
-        try:
-            begin, cpu = time.perf_counter(), _cpu(resource.RUSAGE_SELF)
-            push_bundle(deployment.Device(spec, conn), bundle, progress_stream=io.StringIO())
-            return time.perf_counter() - begin, _cpu(resource.RUSAGE_SELF) - cpu
-        finally:
-            conn.close()
+        # without ChaCha20: paramiko's own transport and ciphers (AES-CTR + HMAC on Dropbear), as before issue 24
+        with contextlib.nullcontext() if chacha else mock.patch.object(ssh_link, "ChachaTransport",
+                                                                       paramiko.Transport):
+            conn = open_connection(spec)
+            if stream:
+                conn._sftp_broken = "turned off for the benchmark"  # type: ignore[attr-defined]
+            try:
+                begin, cpu = time.perf_counter(), _cpu(resource.RUSAGE_SELF)
+                push_bundle(deployment.Device(spec, conn), bundle, progress_stream=io.StringIO())
+                return time.perf_counter() - begin, _cpu(resource.RUSAGE_SELF) - cpu
+            finally:
+                conn.close()
 
     def timed(argv: list[str], **kwargs: Any) -> tuple[float, float]:
         begin, cpu = time.perf_counter(), _cpu(resource.RUSAGE_CHILDREN)
@@ -118,6 +127,8 @@ def _variants(device: Any, key: Path, known_hosts: Path, bundle_dir: Path, *, sf
     variants: dict[str, Callable[[], Any]] = {PUSH: lambda: push(stream=False)}
     if sftp:
         variants[STREAM] = lambda: push(stream=True)
+    else:
+        variants[NO_CHACHA] = lambda: push(stream=False, chacha=False)
     variants[CAT] = cat
     variants[SCP_O] = lambda: scp(True)
     if sftp:
