@@ -70,6 +70,20 @@ def _server_cpu(device: Any) -> float | None:
     return (int(fields[13]) + int(fields[14])) / os.sysconf("SC_CLK_TCK")  # cutime + cstime
 
 
+def _settled_server_cpu(device: Any) -> float | None:
+    """``_server_cpu`` once the sessions that just ended are reaped (it stays the same for 0.2 s; 3 s at most)."""
+    last = _server_cpu(device)
+    for _ in range(30):
+        time.sleep(0.1)
+        now = _server_cpu(device)
+        if now == last:
+            time.sleep(0.1)
+            if _server_cpu(device) == now:
+                return now
+        last = now
+    return last
+
+
 def _variants(device: Any, key: Path, known_hosts: Path, bundle_dir: Path, *, sftp: bool) -> dict[str, Callable[[], Any]]:
     import paramiko
 
@@ -173,11 +187,9 @@ def measure(openssh: Any, openssh_key: Path, openssh_known: Path) -> tuple[list[
                     fn()
                 for _ in range(ROUNDS[size]):
                     for name, fn in variants.items():
-                        time.sleep(0.1)  # the last session reaped: its CPU is not counted here
-                        before = _server_cpu(device)
+                        before = _settled_server_cpu(device)  # the last row's sessions reaped and counted
                         seconds, cpu = fn()
-                        time.sleep(0.1)
-                        after = _server_cpu(device)
+                        after = _settled_server_cpu(device)
                         times[name].append(seconds)
                         host_cpu[name].append(cpu)
                         if before is not None and after is not None:

@@ -69,9 +69,13 @@ def test_dropbear_speaks_chacha_and_rekeys(dropbear_device: DropbearDevice, drop
 
 
 def test_a_changed_packet_is_refused() -> None:
-    key = ChachaKey(os.urandom(64))
+    secret = os.urandom(64)
+    key = ChachaKey(secret)
     packet = b"\x00\x00\x00\x1c\x05" + b"payload of 18 b.." + b"\x00" * 5
     sealed = key.seal(7, packet)
+    again = ChachaKey(secret)
+    again.seal(3, packet + b"more")  # its key streams, reused per packet, start afresh for the next one
+    assert again.seal(7, packet) == sealed
     assert len(sealed) == len(packet) + TAG and sealed[4:-TAG] != packet[4:]
     assert key.open_length(7, sealed[:4]) == 0x1c
     assert key.open(7, sealed[:4], sealed[4:]) == packet[4:]

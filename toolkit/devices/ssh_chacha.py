@@ -44,12 +44,19 @@ class ChachaKey:
         if len(key) != 64:
             raise ValueError("chacha20-poly1305 needs 64 bytes of key")
         self.main, self.length = key[:32], key[32:]
+        self._contexts: dict[bytes, CipherContext] = {}
 
-    @staticmethod
-    def stream(key: bytes, seq: int) -> CipherContext:
-        """The ChaCha20 key stream of packet ``seq`` from block 0 (encrypting and decrypting are the same XOR)."""
+    def stream(self, key: bytes, seq: int) -> CipherContext:
+        """The ChaCha20 key stream of packet ``seq`` from block 0 (encrypting and decrypting are the same XOR):
+        one context per key whose nonce is reset per packet (cryptography >= 43; a new context costs about 8x
+        more, and there is one per key per packet each way), else a new context."""
         nonce = b"\0" * 8 + struct.pack(">Q", seq)
-        return Cipher(algorithms.ChaCha20(key, nonce), mode=None).encryptor()
+        context = self._contexts.get(key)
+        if context is not None and hasattr(context, "reset_nonce"):
+            context.reset_nonce(nonce)
+            return context
+        context = self._contexts[key] = Cipher(algorithms.ChaCha20(key, nonce), mode=None).encryptor()
+        return context
 
     def seal(self, seq: int, packet: bytes) -> bytes:
         """The wire form of a plain ``packet`` (its 4-byte length first): encrypted length, rest, tag."""
