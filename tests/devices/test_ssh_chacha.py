@@ -1,6 +1,6 @@
-"""chacha20-poly1305@openssh.com (toolkit/devices/ssh_chacha.py) against the real servers: OpenSSH's sshd and the
-Dropbear stand-in both pick it, bytes arrive intact in both directions, rekeying keeps working, and a packet
-changed on the way is refused."""
+"""chacha20-poly1305@openssh.com (toolkit/devices/ssh_chacha.py) against the real servers: the Dropbear stand-in
+(no AES-GCM) gets it, OpenSSH's sshd speaks it when it is the only offer, bytes arrive intact in both directions,
+rekeying keeps working, and a packet changed on the way is refused."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ import paramiko
 import pytest
 
 from tests.fixtures.dropbear import DropbearDevice
-from toolkit.devices import open_connection, parse_spec
+from toolkit.devices import open_connection, parse_spec, ssh_link
 from toolkit.devices.spec import DeviceSpec
 from toolkit.devices.ssh_chacha import CHACHA, TAG, ChachaKey
 
@@ -55,9 +55,18 @@ def _round_trip(spec: DeviceSpec, python: str, *, rekey_every: int | None = None
 
 
 @pytest.mark.ssh
-def test_openssh_speaks_chacha(ssh_devices: Any, ssh_client_key: Path, ssh_known_hosts: Any) -> None:
+def test_openssh_speaks_chacha(ssh_devices: Any, ssh_client_key: Path, ssh_known_hosts: Any,
+                               monkeypatch: pytest.MonkeyPatch) -> None:
     dev = ssh_devices(1)[0]
-    assert _round_trip(_spec(dev, ssh_client_key, ssh_known_hosts(dev)), "python3") == 0
+    spec = _spec(dev, ssh_client_key, ssh_known_hosts(dev))
+    with open_connection(spec) as conn:  # a server with AES-GCM gets it: the least CPU on this side
+        assert conn._transport().local_cipher == "aes128-gcm@openssh.com"  # type: ignore[attr-defined]
+
+    def chacha_only(transport: Any) -> None:
+        transport.get_security_options().ciphers = (CHACHA,)
+
+    monkeypatch.setattr(ssh_link, "_prefer_aead", chacha_only)
+    assert _round_trip(spec, "python3") == 0
 
 
 @pytest.mark.dropbear

@@ -1,7 +1,8 @@
 """``chacha20-poly1305@openssh.com`` for paramiko (which has no ChaCha20 cipher): OpenSSH's first choice, and the
-fastest cipher of devices without AES instructions. Dropbear (OpenWrt, Buildroot, Yocto) offers only it and
-AES-CTR with an HMAC; on the Dropbear stand-in the device's own AES-CTR + HMAC-SHA2-256 halved the speed of a
-50 MB push against ``ssh`` (which picks ChaCha20): docs/benchmarks.md, "Push speed".
+fastest cipher of devices without AES instructions. Dropbear as shipped (OpenWrt, Buildroot, Yocto) offers only
+it and AES-CTR with an HMAC, which it computes in software: on the Dropbear stand-in a 50 MB push cost the
+device 0.92-0.96 s of CPU with AES-CTR + HMAC-SHA2-256, 0.55-0.77 s with ChaCha20 (docs/benchmarks.md, "Push
+speed").
 
 The construction (OpenSSH's PROTOCOL.chacha20poly1305): 64 bytes of key, the first 32 the main key K_2, the
 last 32 the length key K_1. Per packet with sequence number ``seq`` (the 64-bit DJB ChaCha20: an 8-byte
@@ -9,7 +10,7 @@ little-endian block counter, then ``seq`` as 8 big-endian bytes): the 4-byte len
 block 0; with K_2, block 0 gives the Poly1305 key and blocks 1... encrypt the rest of the packet; the 16-byte
 tag covers the encrypted length and the encrypted rest, and is checked before anything is decrypted.
 
-:class:`ChachaTransport` offers it first (as OpenSSH does) and otherwise negotiates exactly as paramiko does;
+:class:`ChachaTransport` offers it too and otherwise negotiates exactly as paramiko does (``ssh_link`` orders);
 :class:`ChachaPacketizer` frames its packets and leaves every other cipher to paramiko. The packetizer's state
 (sequence numbers, byte counts for rekeying) is paramiko's own (its name-mangled attributes; paramiko is
 pinned in pyproject.toml, and the suite talks ChaCha20 to real OpenSSH and Dropbear servers).
@@ -157,7 +158,7 @@ class ChachaPacketizer(Packetizer):  # type: ignore[misc]  # paramiko ships no t
 
 
 class ChachaTransport(paramiko.Transport):  # type: ignore[misc]  # paramiko ships no type information
-    """A paramiko transport that also speaks ``chacha20-poly1305@openssh.com``, and prefers it."""
+    """A paramiko transport that also speaks ``chacha20-poly1305@openssh.com``."""
 
     _preferred_ciphers = (CHACHA, *paramiko.Transport._preferred_ciphers)
     _cipher_info = {
