@@ -228,6 +228,7 @@ def measure(openssh: Any, openssh_key: Path, openssh_known: Path) -> tuple[list[
                "every copy to that device a stop-and-wait of one 24 KiB packet at a time, so the time of each round "
                "trip through the client decides the speed: `host CPU` is the CPU time of the sending process (all "
                "its threads; for ssh and scp the client process), `device CPU` that of the device's SSH server "
-               "sessions and what they ran (sshd or dropbear, cat, scp, the helper's python3), medians per row. "
+               "sessions and what they ran (sshd or dropbear, cat, scp, the helper's python3; not the detached "
+               "child that hashes an SFTP push's files), medians per row. "
                "Client and device share this machine's 2 cores."), ""]
     return parts, headline
