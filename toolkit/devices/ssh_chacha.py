@@ -83,7 +83,7 @@ class ChachaKey:
         return main.update(rest[:-TAG])
 
 
-class ChachaPacketizer(Packetizer):  # type: ignore[misc]  # paramiko ships no type information
+class ChachaPacketizer(Packetizer):  # type: ignore[misc, unused-ignore]  # paramiko: untyped
     """paramiko's packetizer, framing packets itself while the cipher is ChaCha20-Poly1305."""
 
     def _get(self, name: str) -> Any:
@@ -95,7 +95,7 @@ class ChachaPacketizer(Packetizer):  # type: ignore[misc]  # paramiko ships no t
     def send_message(self, data: Message) -> None:
         engine = self._get("block_engine_out")
         if not isinstance(engine, ChachaKey):
-            return super().send_message(data)  # type: ignore[no-any-return]
+            return super().send_message(data)  # type: ignore[no-any-return, unused-ignore]
         payload = data.asbytes()
         if self._get("compress_engine_out") is not None:
             raise paramiko.SSHException("compression is not used with chacha20-poly1305 here")
@@ -121,7 +121,9 @@ class ChachaPacketizer(Packetizer):  # type: ignore[misc]  # paramiko ships no t
     def read_message(self) -> tuple[int, Message]:
         engine = self._get("block_engine_in")
         if not isinstance(engine, ChachaKey):
-            return super().read_message()  # type: ignore[no-any-return]
+            return super().read_message()  # type: ignore[no-any-return, unused-ignore]
+        if self._get("compress_engine_in") is not None:
+            raise paramiko.SSHException("compression is not used with chacha20-poly1305 here")
         seq = self._get("sequence_number_in")
         sealed_length = self.read_all(4, check_rekey=True)
         size = engine.open_length(seq, sealed_length)
@@ -157,7 +159,7 @@ class ChachaPacketizer(Packetizer):  # type: ignore[misc]  # paramiko ships no t
             self._trigger_rekey()
 
 
-class ChachaTransport(paramiko.Transport):  # type: ignore[misc]  # paramiko ships no type information
+class ChachaTransport(paramiko.Transport):  # type: ignore[misc, unused-ignore]  # paramiko: untyped
     """A paramiko transport that also speaks ``chacha20-poly1305@openssh.com``."""
 
     _preferred_ciphers = (CHACHA, *paramiko.Transport._preferred_ciphers)
