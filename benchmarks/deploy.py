@@ -2,7 +2,7 @@
 ``ssh cat``/``scp -O``/``scp`` on an OpenSSH and a Dropbear device (benchmarks/deploy_transports.py).
 
 Three ways of moving the same 50 MB ONNX artifact, each including its own connection and authentication,
-timed interleaved: ``toolkit.delivery.deployment.push`` (begin: lock and prepare, SFTP upload, sha256 verified on the
+timed interleaved: ``toolkit.delivery.push.push`` (begin: lock and prepare, SFTP upload, sha256 verified on the
 device, finish: atomic switch of ``current``), a raw paramiko SFTP ``put``, and OpenSSH ``scp``. Then 8 devices in parallel vs one
 after another through ``toolkit.devices.fleet.run_fleet``. The devices are the test suite's
 (tests/fixtures/sshd.py: one sshd and one Unix user per device, on 127.0.0.1); needs root.
@@ -76,6 +76,7 @@ def _measure(parts: list[str], devices: list[Any], key: Path, known_hosts: Path,
     import paramiko
 
     from toolkit.delivery import deployment
+    from toolkit.delivery.push import push as push_bundle
     from toolkit.delivery.bundle import read_bundle
     from toolkit.devices import open_connection
     from toolkit.devices.fleet import run_fleet
@@ -104,7 +105,7 @@ def _measure(parts: list[str], devices: list[Any], key: Path, known_hosts: Path,
 
         device.helper = counted  # type: ignore[method-assign]  # count the device-side steps of one push
         try:
-            return deployment.push(device, bundle, progress_stream=io.StringIO())
+            return push_bundle(device, bundle, progress_stream=io.StringIO())
         finally:
             conn.close()
 

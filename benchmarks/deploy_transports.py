@@ -12,7 +12,10 @@ on the device and switches ``current``.
 
 from __future__ import annotations
 
+import contextlib
 import io
+import os
+import resource
 import shutil
 import statistics
 import subprocess
@@ -21,6 +24,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
+from unittest import mock
 
 import numpy as np
 
@@ -30,6 +34,7 @@ SIZES_MB = (2, 50)
 ROUNDS = {2: 7, 50: 3}  # small pushes are quick and noisier on a shared machine: more rounds
 PUSH = "edgetk push"
 STREAM = "edgetk push, SFTP off (one exec stream)"
+NO_CHACHA = "edgetk push without ChaCha20 (as before: AES-CTR + HMAC-SHA2-256)"
 CAT = "ssh host 'cat > f' < f"
 SCP_O = "scp -O"
 SCP = "scp (SFTP)"
@@ -47,9 +52,45 @@ def _bundle(size_mb: int) -> Path:
     return path
 
 
+def _cpu(who: int) -> float:
+    """CPU seconds (user + system) of this process (``RUSAGE_SELF``: the push, all its threads) or of the commands
+    it ran and waited for (``RUSAGE_CHILDREN``: ssh, scp)."""
+    usage = resource.getrusage(who)
+    return usage.ru_utime + usage.ru_stime
+
+
+def _server_cpu(device: Any) -> float | None:
+    """CPU seconds of the device's finished sessions: its SSH server's reaped children (each connection's server
+    process, the login shell and what it ran: cat, scp, the helper's python3); None if the server is not ours."""
+    pid = getattr(getattr(device, "process", None), "pid", None)
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return None
+    return (int(fields[13]) + int(fields[14])) / os.sysconf("SC_CLK_TCK")  # cutime + cstime
+
+
+def _settled_server_cpu(device: Any) -> float | None:
+    """``_server_cpu`` once the sessions that just ended are reaped (it stays the same for 0.2 s; 3 s at most)."""
+    last = _server_cpu(device)
+    for _ in range(30):
+        time.sleep(0.1)
+        now = _server_cpu(device)
+        if now == last:
+            time.sleep(0.1)
+            if _server_cpu(device) == now:
+                return now
+        last = now
+    return last
+
+
 def _variants(device: Any, key: Path, known_hosts: Path, bundle_dir: Path, *, sftp: bool) -> dict[str, Callable[[], Any]]:
+    import paramiko
+
     from toolkit.delivery import deployment
+    from toolkit.delivery.push import push as push_bundle
     from toolkit.delivery.bundle import read_bundle
+    from toolkit.devices import ssh_link
     from toolkit.devices import open_connection
     from toolkit.devices.spec import DeviceSpec
 
@@ -60,7 +101,7 @@ def _variants(device: Any, key: Path, known_hosts: Path, bundle_dir: Path, *, sf
     ssh_opts = ["-i", str(key), "-o", f"UserKnownHostsFile={known_hosts}", "-o", "StrictHostKeyChecking=yes",
                 "-o", "BatchMode=yes", "-o", "IdentitiesOnly=yes"]
 
-    def push(*, stream: bool) -> Any:
+    def push(*, stream: bool, chacha: bool = True) -> Any:
         conn = open_connection(spec)
         try:
             device_ = deployment.Device(spec, conn)
@@ -70,33 +111,38 @@ def _variants(device: Any, key: Path, known_hosts: Path, bundle_dir: Path, *, sf
                 pass
         finally:
             conn.close()
-        conn = open_connection(spec)
-        if stream:
-            conn._sftp_broken = "turned off for the benchmark"  # type: ignore[attr-defined]
-        try:
-            begin = time.perf_counter()
-            deployment.push(deployment.Device(spec, conn), bundle, progress_stream=io.StringIO())
-            return time.perf_counter() - begin
-        finally:
-            conn.close()
+        # without ChaCha20: paramiko's own transport and ciphers, as before issue 24
+        with contextlib.nullcontext() if chacha else mock.patch.object(ssh_link, "ChachaTransport",
+                                                                       paramiko.Transport):
+            conn = open_connection(spec)
+            if stream:
+                conn._sftp_broken = "turned off for the benchmark"  # type: ignore[attr-defined]
+            try:
+                begin, cpu = time.perf_counter(), _cpu(resource.RUSAGE_SELF)
+                push_bundle(deployment.Device(spec, conn), bundle, progress_stream=io.StringIO())
+                return time.perf_counter() - begin, _cpu(resource.RUSAGE_SELF) - cpu
+            finally:
+                conn.close()
 
-    def timed(argv: list[str], **kwargs: Any) -> float:
-        begin = time.perf_counter()
+    def timed(argv: list[str], **kwargs: Any) -> tuple[float, float]:
+        begin, cpu = time.perf_counter(), _cpu(resource.RUSAGE_CHILDREN)
         subprocess.run(argv, check=True, capture_output=True, **kwargs)
-        return time.perf_counter() - begin
+        return time.perf_counter() - begin, _cpu(resource.RUSAGE_CHILDREN) - cpu
 
-    def cat() -> float:
+    def cat() -> tuple[float, float]:
         with open(artifact, "rb") as handle:
             return timed(["ssh", "-p", str(device.port), *ssh_opts, f"{device.user}@127.0.0.1", "cat > raw_cat.bin"],
                          stdin=handle)
 
-    def scp(legacy: bool) -> float:
+    def scp(legacy: bool) -> tuple[float, float]:
         return timed(["scp", *(["-O"] if legacy else []), "-q", "-P", str(device.port), *ssh_opts, str(artifact),
                       f"{device.user}@127.0.0.1:raw_scp.bin"])
 
     variants: dict[str, Callable[[], Any]] = {PUSH: lambda: push(stream=False)}
     if sftp:
         variants[STREAM] = lambda: push(stream=True)
+    if not sftp:  # the OpenSSH device has AES-GCM, which the push prefers either way
+        variants[NO_CHACHA] = lambda: push(stream=False, chacha=False)
     variants[CAT] = cat
     variants[SCP_O] = lambda: scp(True)
     if sftp:
@@ -135,18 +181,28 @@ def measure(openssh: Any, openssh_key: Path, openssh_known: Path) -> tuple[list[
                 variants = _variants(device, key, known, bundle_dir, sftp=sftp)
                 log(f"transport: {label}, {size} MB, {ROUNDS[size]} interleaved rounds of {', '.join(variants)}")
                 times: dict[str, list[float]] = {k: [] for k in variants}
+                host_cpu: dict[str, list[float]] = {k: [] for k in variants}
+                device_cpu: dict[str, list[float]] = {k: [] for k in variants}
                 for fn in variants.values():  # warm-up: page cache, the helper installed, the SFTP fact known
                     fn()
                 for _ in range(ROUNDS[size]):
                     for name, fn in variants.items():
-                        times[name].append(float(fn()))
+                        before = _settled_server_cpu(device)  # the last row's sessions reaped and counted
+                        seconds, cpu = fn()
+                        after = _settled_server_cpu(device)
+                        times[name].append(seconds)
+                        host_cpu[name].append(cpu)
+                        if before is not None and after is not None:
+                            device_cpu[name].append(after - before)
                 medians = {k: statistics.median(v) for k, v in times.items()}
                 reference = CAT if not sftp else SCP
                 for name, value in medians.items():
                     rows.append([label, f"{artifact_mb:.0f} MB", name, f"{value:.2f} s",
                                  f"{artifact_mb / value:.0f} MB/s", f"{medians[CAT] / value:.2f}x",
                                  f"{medians[SCP_O] / value:.2f}x",
-                                 f"{medians[SCP] / value:.2f}x" if SCP in medians else "n/a"])
+                                 f"{medians[SCP] / value:.2f}x" if SCP in medians else "n/a",
+                                 f"{statistics.median(host_cpu[name]):.2f} s",
+                                 f"{statistics.median(device_cpu[name]):.2f} s" if device_cpu[name] else "n/a"])
                 kind = "openssh" if sftp else "dropbear"
                 headline[f"{kind}_{size}mb_push_vs_{'scp' if sftp else 'ssh_cat'}"] = medians[reference] / medians[PUSH]
                 headline[f"{kind}_{size}mb_push_vs_scp_O"] = medians[SCP_O] / medians[PUSH]
@@ -156,7 +212,7 @@ def measure(openssh: Any, openssh_key: Path, openssh_known: Path) -> tuple[list[
         if farm is not None:
             farm.close()
     parts += [table(["device", "artifact", "how", "median wall time", "MB/s", "speed vs ssh cat",
-                     "vs scp -O", "vs scp (SFTP)"], rows), "",
+                     "vs scp -O", "vs scp (SFTP)", "host CPU", "device CPU"], rows), "",
               (f"{' and '.join(f'{n} ({m} MB)' for m, n in ROUNDS.items())} interleaved rounds after one warm-up "
                "round; every row opens its own connection and "
                "authenticates (that is in the time). A ratio above 1 means the push is faster. Targets: a push over "
@@ -166,6 +222,13 @@ def measure(openssh: Any, openssh_key: Path, openssh_known: Path) -> tuple[list[
                "SFTP (the Dropbear device, and the OpenSSH one with SFTP off) the whole push is one device-side "
                "Python run on one channel (`push`: begin's plan answered on stdout, the missing files streamed on "
                "the same stdin, received, hashed and finished); over SFTP it is `begin`, the upload, then `finish`. "
-               "Dropbear's receive "
-               "window (24 KiB, its default) bounds every copy on that device alike."), ""]
+               "Ciphers: ssh and scp pick chacha20-poly1305 (OpenSSH's first choice), the push AES-GCM where the "
+               "server has it (the OpenSSH device) and chacha20-poly1305 on Dropbear (the toolkit's own, for "
+               "paramiko: toolkit/devices/ssh_chacha.py). Dropbear's receive window (24 KiB, its default) makes "
+               "every copy to that device a stop-and-wait of one 24 KiB packet at a time, so the time of each round "
+               "trip through the client decides the speed: `host CPU` is the CPU time of the sending process (all "
+               "its threads; for ssh and scp the client process), `device CPU` that of the device's SSH server "
+               "sessions and what they ran (sshd or dropbear, cat, scp, the helper's python3; not the detached "
+               "child that hashes an SFTP push's files), medians per row. "
+               "Client and device share this machine's 2 cores."), ""]
     return parts, headline
