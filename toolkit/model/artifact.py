@@ -127,7 +127,7 @@ class ArtifactRecord:
     bytes: int
     inputs: tuple[TensorSpec, ...]
     outputs: tuple[TensorSpec, ...]
-    verification: Verification | None
+    verification: Verification | None = None  # None: not verified (a bundle put together by hand, an old one)
     golden: Golden | None = None
     host_latency_ms: float | None = None  # median on this host, in `runtime`
     fp32_latency_ms: float | None = None  # the fp32 artifact of the same format, same runtime, same run

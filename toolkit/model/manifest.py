@@ -81,8 +81,8 @@ class Manifest:
     created_at: str
     toolkit_version: str
     source: SourceRef
-    target: BundleTarget
     artifacts: tuple[ArtifactRecord, ...]
+    target: BundleTarget = BundleTarget()
     golden_inputs: str | None = None  # bundle-relative .npz keyed by input name, samples along axis 0
     preprocessing: Preprocessing | None = None
     labels: tuple[str, ...] | None = None

@@ -99,8 +99,8 @@ class PlacementExpectation:
 class CheckPolicy:
     """Everything check gates on that is not measured: written once, at convert time, from the profile."""
 
-    target: str | None
-    latency_budget_ms: float | None
+    target: str | None = None
+    latency_budget_ms: float | None = None
     regression: RegressionPolicy = RegressionPolicy()
     placement: tuple[PlacementExpectation, ...] = ()
     # The accuracy tolerance the artifacts were verified against on the host (``max_top1_drop``,
