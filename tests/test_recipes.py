@@ -17,6 +17,7 @@ Not run here, because the hardware does not exist on this host:
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import shutil
@@ -190,10 +191,8 @@ def test_recipe_builds_what_it_says(base, recipes, shared, build_target, tmp_pat
     assert manifest.target.name == name
     profile = PROFILES[base]
     for recipe in recipes:
-        wanted = recipe.to_dict()
-        tried = [a for a in manifest.attempts
-                 if {k: v for k, v in a.recipe.items() if k != "nodes_to_exclude"}
-                 == {k: v for k, v in wanted.items() if k != "nodes_to_exclude"}]
+        wanted = dataclasses.replace(recipe, nodes_to_exclude=())
+        tried = [a for a in manifest.attempts if dataclasses.replace(a.recipe, nodes_to_exclude=()) == wanted]
         assert tried, (recipe.label, [a.recipe for a in manifest.attempts])
         kept = [a for a in tried if a.outcome == "kept"]
         # Speed never drops an artifact (a slower one ships, never preferred), so host timing noise cannot excuse
@@ -360,7 +359,16 @@ def test_jetson_profiles_ship_fp16_onnx_for_tensorrt_and_cuda(target, opset, bui
 
 def test_runner_provider_selection_falls_back_to_cpu() -> None:
     """The runner's choice of providers from the manifest and what onnxruntime offers (no GPU needed)."""
-    from toolkit.device_side.src.edgetk_runner import select_providers
+    import importlib.util
+
+    from toolkit import device_side
+
+    spec = importlib.util.spec_from_file_location("edgetk_runner_providers",
+                                                  device_side.source_path(device_side.RUNNER_FILE))
+    assert spec is not None and spec.loader is not None
+    runner = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(runner)  # the assembled runner: the file the device runs
+    select_providers = runner.select_providers
 
     wanted = ["TensorrtExecutionProvider", "CUDAExecutionProvider", "CPUExecutionProvider"]
     options = {"TensorrtExecutionProvider": {"trt_fp16_enable": True, "trt_max_workspace_size": 1073741824,

@@ -196,7 +196,7 @@ def test_pipeline_keeps_the_worst_group_float_and_ships_int8(
     # the cheapest option first (the culprit alone: its consumer re-quantizes the outlier, so it is lost
     # still), then the culprit with its consumer, which repairs it
     assert [(a.recipe.nodes_to_exclude, a.outcome) for a in mixed] == [
-        (["linear"], "dropped"), (["linear", "relu_2", "linear_1"], "kept")]
+        (("linear",), "dropped"), (("linear", "relu_2", "linear_1"), "kept")]
     record = manifest.artifact("model.int8.tflite")
     # fc1 holds ~92% of the weights: kept float, this int8 is mixed, labelled so and not preferred
     assert record.precision == "int8" and not record.preferred
