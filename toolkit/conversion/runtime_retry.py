@@ -16,7 +16,7 @@ from toolkit.conversion.routes import TF
 from toolkit.model.vocabulary import Format, Precision
 from toolkit.runtimes.inspection.share import artifact_share
 
-RETRIED = (FailureKind.INCOMPATIBLE, FailureKind.DOES_NOT_RUN)
+RETRIED = (FailureKind.INCOMPATIBLE, FailureKind.DOES_NOT_RUN, FailureKind.CRASHED)
 ROUNDS = 3  # each round keeps the ops the last failure named in float: a second op may fail next
 
 _TFLITE_VERSION = re.compile(r"\b([A-Z][A-Z0-9_]+) version \d+ \(")
