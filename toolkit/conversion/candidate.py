@@ -179,15 +179,19 @@ def build_and_verify(run: ConvertRun, recipe: Recipe, *, explicit: bool) -> Cand
                      dict(info.op_counts))
 
 
+def candidate_path(run: ConvertRun, recipe: Recipe) -> Path:
+    """Where ``recipe``'s artifact is built in the run's scratch folder."""
+    return run.scratch / f"candidate-{cache.recipe_key(recipe)[:10]}.{recipe.format}"
+
+
 def _built(run: ConvertRun, recipe: Recipe, *, explicit: bool
            ) -> tuple[Recipe, BuiltArtifact, ModelInfo] | Failure:
     """The recipe's artifact, if its route builds it, the target's runtime loads it and it is what its label
     says; the recipe as built (a .tflite source taken as it is has the file's precision)."""
     from toolkit.runtimes.inspection import inspect_model
 
-    output = run.scratch / f"candidate-{cache.recipe_key(recipe)[:10]}.{recipe.format}"
     try:
-        built = _build(run, run.request(recipe), output)
+        built = _build(run, run.request(recipe), candidate_path(run, recipe))
     except UsageError as exc:
         if explicit:
             raise
