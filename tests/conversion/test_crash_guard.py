@@ -1,13 +1,14 @@
 """An artifact that crashes its runtime does not take the convert run down: its first load and inference run in a
 child process (toolkit/conversion/crash_guard.py), the crash is a failed attempt naming the signal and the op,
-the runtime retry keeps that op in float (on the PyTorch -> TFLite route: the FX node it came from,
-toolkit/conversion/tflite_fx.py), and the other artifacts are built as before.
+the runtime retry keeps that op in float, and the other artifacts are built as before. On the PyTorch -> TFLite
+route the op a runtime names is mapped to the FX node it came from (toolkit/conversion/tflite_fx.py).
 
-The crash is real: the trained digits CNN's INT8 TFLite (Keras, and the PyTorch digits net through litert-torch
-PT2E), as built, with the int8 RESHAPE that flattens the features edited to read "no tensor" (-1) as its shape. LiteRT's RESHAPE kernel then dereferences a tensor that is not there and the process dies
-of SIGSEGV while preparing the model (ai-edge-litert 2.3, with or without XNNPACK). The edit stands in for a
-converter or kernel bug; the interpreter, the crash and the retry are the real ones. Without the guard this
-test's own process dies.
+The crash is real: the trained digits CNN's INT8 TFLite, as built, with the int8 RESHAPE that flattens the
+features edited to read "no tensor" (-1) as its shape. LiteRT's RESHAPE kernel then dereferences a tensor that
+is not there and the process dies of SIGSEGV while preparing the model (ai-edge-litert 2.3, with or without
+XNNPACK). The edit stands in for a converter or kernel bug; the interpreter, the crash and the retry are the
+real ones. Without the guard this test's own process dies. The PyTorch case is LiteRT's own refusal of an INT8
+artifact with an edited bias (below).
 """
 
 from __future__ import annotations
@@ -123,8 +124,9 @@ def test_a_crashing_int8_tflite_is_a_failed_attempt_and_is_retried_with_the_op_f
     assert manifest.artifact("model.fp32.tflite").status == "ok"  # the run went on with the other artifacts
 
 
-@pytest.mark.skipif(importlib.util.find_spec("litert_torch") is None,
-                    reason="litert-torch is not installed: pip install -e '.[litert-torch]' (CI gets it through '.[all]')")
+@pytest.mark.skipif(
+    importlib.util.find_spec("litert_torch") is None,
+    reason="litert-torch is not installed: pip install -e '.[litert-torch]' (CI gets it through '.[all]')")
 def test_a_pt2e_int8_tflite_the_runtime_refuses_is_retried_with_its_fx_node_float(
         torch_digits_net: TorchModel, tmp_path: Path) -> None:
     """The PyTorch digits net's PT2E INT8 TFLite with its classifier (fc2) given an int8 bias: LiteRT refuses

@@ -1,5 +1,6 @@
 """An INT8 artifact its runtime cannot load, run or survive (``FailureKind.INCOMPATIBLE`` / ``DOES_NOT_RUN`` /
-``CRASHED``) is rebuilt with the failing op in float (findings.md 6: a TFLite INT8 DIV with a quantized divisor crashes at run time).
+``CRASHED``) is rebuilt with the failing op in float (findings.md 6: a TFLite INT8 DIV with a quantized divisor
+fails at run time; tflite-runtime 2.14 has no int8 DIV kernel).
 The op comes from the runtime's own message: TFLite's ``LOG version 2 (...)`` or ``Node number 7 (DIV) failed
 to invoke`` (an op type; on the PyTorch -> TFLite route the FX nodes it came from, ``tflite_fx``), ONNX
 Runtime's ``... running Div node. Name:'div_3'`` (a node name), or the op ``crash_guard`` found crashing the
