@@ -44,17 +44,16 @@ class Crash:
 
 
 def _child(path: Path, feeds: Path, threads: int | None) -> tuple[int | None, str]:
-    """The child's exit status (negative: the signal; None: killed at the timeout) and its standard output."""
+    """The child's exit status (negative: the signal; None: stopped at the timeout) and its standard output."""
     root = str(Path(__file__).resolve().parents[2])  # the folder holding the toolkit package
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH")) if p))
     command = [sys.executable, "-m", "toolkit.runtimes.execution.first_run", str(path), str(feeds)]
     try:
-        done = subprocess.run(command + ([str(threads)] if threads else []), capture_output=True, text=True,
-                              env=env, timeout=TIMEOUT_S, check=False)
-    except subprocess.TimeoutExpired as exc:
-        out = exc.stdout.decode() if isinstance(exc.stdout, bytes) else exc.stdout or ""
-        return None, out
-    return done.returncode, done.stdout
+        done = subprocess.run(command + ([str(threads)] if threads else []), capture_output=True, env=env,
+                              timeout=TIMEOUT_S, check=False)
+    except subprocess.TimeoutExpired:
+        return None, ""
+    return done.returncode, done.stdout.decode("utf-8", "replace")
 
 
 def first_run(path: Path, feed: Mapping[str, np.ndarray], *, artifact_format: Format, threads: int | None,
