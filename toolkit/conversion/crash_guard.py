@@ -40,7 +40,7 @@ class Crash:
         """``the int8 TFLite crashed the interpreter at its first inference (SIGSEGV)``."""
         when = "at its first inference" if self.loaded else "while loading it"
         text = f"the {what} crashed {self.runtime} {when} ({self.how})"
-        return text + (f"; the graph cut after {self.node} crashes it too" if self.node else "")
+        return text + (f"; the graph up to {self.node} alone crashes it too" if self.node else "")
 
 
 def _child(path: Path, feeds: Path, threads: int | None) -> tuple[int | None, str]:
