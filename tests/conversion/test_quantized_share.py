@@ -7,6 +7,7 @@ Trained models only (tests/fixtures/share_models.py, the digits CNN): the accura
 from __future__ import annotations
 
 import json
+import subprocess
 from pathlib import Path
 
 import numpy as np
@@ -68,23 +69,34 @@ def test_selective_keeps_cheap_layers_first_and_labels_a_mostly_float_int8_mixed
 
 
 def test_runtime_retry_keeps_the_op_the_runtime_cannot_load_in_float(
-        softplus_divide_keras, digits, digits_calibration, digits_eval, tmp_path):
+        softplus_divide_keras, digits, digits_calibration, digits_eval, legacy_env, tmp_path):
     """A trained model whose softplus temperature divides the logits: full INT8 writes an int8 LOG (op version
-    2) that tflite-runtime 2.14, raspberry-pi-4's runtime, cannot load. Before, the INT8 artifact was dropped;
-    now the op is kept float, the rebuild loads there and passes verification."""
+    2) that tflite-runtime 2.14, raspberry-pi-4's runtime, cannot load, and an int8 DIV it loads but cannot run
+    ("Div only supports FLOAT32, INT32 and quantized UINT8"). Before, the INT8 artifact was dropped, then shipped
+    with LOG float and DIV int8, which failed on the device; now both are kept float, and the rebuild passes
+    verification and runs in tflite-runtime 2.14 itself (the bundle's own runner, its golden check)."""
     from toolkit.runtimes.compat import tflite_incompatibilities
 
     result = _convert(softplus_divide_keras, "raspberry-pi-4", tmp_path, digits_calibration, digits_eval)
     manifest = result.manifest
     failed = [a for a in manifest.attempts if a.recipe.precision == "int8" and a.outcome == "failed"]
     assert failed and "LOG version 2" in failed[0].reason, [a.reason for a in manifest.attempts]
+    assert "no int8 DIV kernel" in failed[0].reason, failed[0].reason
     int8 = manifest.artifact("model.int8.tflite")
-    assert "LOG" in int8.recipe.nodes_to_exclude and int8.status == "ok", (int8.status, int8.recipe)
-    assert any(n.startswith("LOG kept float: runtime retry") for n in int8.notes), int8.notes
+    assert {"LOG", "DIV"} <= set(int8.recipe.nodes_to_exclude) and int8.status == "ok", (int8.status, int8.recipe)
+    assert any(n.startswith("LOG, DIV kept float: runtime retry") for n in int8.notes), int8.notes
     assert tflite_incompatibilities(result.bundle_dir / int8.file, "tflite-runtime", "2.14") == []
     assert int8.verification is not None and int8.verification.accuracy is not None
     assert int8.verification.accuracy >= int8.verification.reference_accuracy - 0.01
-    assert int8.quantized is not None and int8.quantized.weights == 1.0  # LOG holds no weights
+    assert int8.quantized is not None and int8.quantized.weights == 1.0  # LOG and DIV hold no weights
+    bundle = result.bundle_dir
+    proc = subprocess.run([str(legacy_env.python), str(bundle / "edgetk_runner.py"), "check", "--bundle", str(bundle),
+                           "--runs", "3", "--warmup", "1", "--artifact", int8.file],
+                          capture_output=True, text=True, timeout=300, check=False)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    (report,) = json.loads(proc.stdout)["reports"]
+    assert report["runtime"]["version"].startswith("2.14") and report["error"] is None, report
+    assert report["outputs_match"]["ok"], report["outputs_match"]
 
 
 def test_onnx_share_reads_qdq_and_dynamic_graphs(digits, digits_source, tmp_path):

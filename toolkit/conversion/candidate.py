@@ -37,6 +37,9 @@ if TYPE_CHECKING:
     from toolkit.verification.outputs import VerificationResult
 
 
+_FORMAT_NAMES = {Format.TFLITE: "TFLite", Format.ONNX: "ONNX", Format.PTE: ".pte"}
+
+
 def align(source: Sequence[TensorSpec], artifact: Sequence[TensorSpec], *, what: str) -> list[int]:
     """For each source tensor, the index of the artifact tensor that carries it: converters rename tensors (``image``
     -> ``serving_default_image:0``) and may reorder them; match by name, then containment, then position."""
@@ -166,7 +169,7 @@ def build_and_verify(run: ConvertRun, recipe: Recipe, *, explicit: bool) -> Cand
     if isinstance(built, Failure):
         return built
     recipe, artifact, info = built
-    measured = _measure(run, recipe, artifact)
+    measured = _crashed(run, recipe, artifact.path, info) or _measure(run, recipe, artifact)
     if isinstance(measured, Failure):
         return measured
     failures = tuple(measured.verdict.failures) + tuple(measured.batching.failures() if measured.batching else ())
@@ -176,15 +179,19 @@ def build_and_verify(run: ConvertRun, recipe: Recipe, *, explicit: bool) -> Cand
                      dict(info.op_counts))
 
 
+def candidate_path(run: ConvertRun, recipe: Recipe) -> Path:
+    """Where ``recipe``'s artifact is built in the run's scratch folder."""
+    return run.scratch / f"candidate-{cache.recipe_key(recipe)[:10]}.{recipe.format}"
+
+
 def _built(run: ConvertRun, recipe: Recipe, *, explicit: bool
            ) -> tuple[Recipe, BuiltArtifact, ModelInfo] | Failure:
     """The recipe's artifact, if its route builds it, the target's runtime loads it and it is what its label
     says; the recipe as built (a .tflite source taken as it is has the file's precision)."""
     from toolkit.runtimes.inspection import inspect_model
 
-    output = run.scratch / f"candidate-{cache.recipe_key(recipe)[:10]}.{recipe.format}"
     try:
-        built = _build(run, run.request(recipe), output)
+        built = _build(run, run.request(recipe), candidate_path(run, recipe))
     except UsageError as exc:
         if explicit:
             raise
@@ -202,6 +209,23 @@ def _built(run: ConvertRun, recipe: Recipe, *, explicit: bool
         return failure(recipe, FailureKind.NOT_QUANTIZED,
                        "quantization changed nothing: the artifact holds no quantized operators")
     return recipe, built, info
+
+
+def _crashed(run: ConvertRun, recipe: Recipe, path: Path, info: ModelInfo) -> Failure | None:
+    """A failure when the artifact's first load and inference crash its runtime in a child (``crash_guard``)."""
+    from toolkit.conversion import crash_guard
+
+    try:
+        order = align(run.source.inputs, info.inputs, what="input")
+    except ConversionError:
+        return None  # the in-process load names the mismatch
+    feed = {info.inputs[j].name: run.data.heldout.feeds[0][spec.name] for spec, j in zip(run.source.inputs, order)}
+    crash = crash_guard.first_run(path, feed, artifact_format=recipe.format,
+                                  threads=recipe.threads or run.policy.threads, scratch=run.scratch)
+    if crash is None:
+        return None
+    what = f"{recipe.precision} {_FORMAT_NAMES[recipe.format]}"
+    return failure(recipe, FailureKind.CRASHED, crash.reason(what))
 
 
 def _measure(run: ConvertRun, recipe: Recipe, built: BuiltArtifact) -> _Measured | Failure:

@@ -158,6 +158,16 @@ def _export(torch: Any, module: Any, args: tuple[Any, ...]) -> Any:
         raise _failed(exc) from exc
 
 
+def graph_ops(request: ConversionRequest) -> list[tuple[str, str]]:
+    """(FX node name, op name) of each call in the source's exported graph, in order: the names exclusions take."""
+    torch = import_torch("Reading a PyTorch model's graph")
+    args, _ = inputs(torch, request)
+    source = request.source
+    assert isinstance(source, TorchSource)
+    graph = _export(torch, source.module, args)
+    return [(node.name, op_name(node)) for node in graph.graph.nodes if node.op == "call_function"]
+
+
 def _has_output_cat(graph: Any) -> bool:
     """Whether a ``cat`` reaches a graph output through pass-through ops only: the cheap test that decides whether the
     float graph runs to measure the cat's input ranges (the rule's one switch: a test turns it off here)."""

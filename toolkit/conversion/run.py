@@ -39,6 +39,7 @@ class FailureKind(StrEnum):
     NOT_QUANTIZED = "not_quantized"  # an int8/dynamic label with no quantized operator inside
     SIGNATURE = "signature"  # the artifact's inputs/outputs do not match the source's
     DOES_NOT_RUN = "does_not_run"  # the runtime loads it but running it fails
+    CRASHED = "crashed"  # the runtime died loading or running it (a signal), in a child process
     NOT_ATTEMPTED = "not_attempted"  # a precondition failed (fp32 of the format failed, model family)
 
 
@@ -51,6 +52,7 @@ WORKAROUNDS: Mapping[FailureKind, str] = {
     FailureKind.SIGNATURE: "use the other --format, or re-export the model so that every input is a real input "
     "(constants folded)",
     FailureKind.DOES_NOT_RUN: "use another --precision for this format, or run with --debug",
+    FailureKind.CRASHED: "use another --precision or --format; the runtime itself has a bug on this artifact",
     FailureKind.NOT_ATTEMPTED: "see the reason",
 }
 

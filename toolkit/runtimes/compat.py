@@ -51,11 +51,19 @@ TFLITE_RUNTIME_2_14: Mapping[str, int] = {
     "VAR_HANDLE": 1, "WHERE": 2, "WHILE": 1, "ZEROS_LIKE": 1,
 }
 
+# Ops whose int8 kernel tflite-runtime 2.14.0 lacks although it knows the version the TF 2.21 converter writes
+# for them: the interpreter loads the model and fails when it runs the op. MEASURED: the INT8 DIV of a trained
+# model (logits divided by a softplus temperature, tests/fixtures/share_models.py) is DIV version 1, and
+# tflite-runtime 2.14.0 stops at its first invoke with "Div only supports FLOAT32, INT32 and quantized UINT8
+# now, got 9 (int8). Node number 10 (DIV) failed to invoke" (findings.md 6: an INT8 DIV fails at run time).
+TFLITE_RUNTIME_2_14_NO_INT8 = frozenset({"DIV"})
+
 # runtime name -> (version prefix it covers, op table). A runtime bounded at or below one of these versions gets
 # its table; newer runtimes (LiteRT, TensorFlow 2.21) load everything this toolkit's converters write.
 _TABLES: tuple[tuple[Runtime, tuple[int, ...], Mapping[str, int]], ...] = (
     (Runtime.TFLITE_RUNTIME, (2, 14), TFLITE_RUNTIME_2_14),
 )
+_NO_INT8: Mapping[tuple[Runtime, str], frozenset[str]] = {(Runtime.TFLITE_RUNTIME, "2.14"): TFLITE_RUNTIME_2_14_NO_INT8}
 
 
 @dataclass(frozen=True)
@@ -126,4 +134,21 @@ def tflite_incompatibilities(path: Path, runtime: str, max_version: str | None) 
             problems.append(f"{op.name} (not a builtin op {runtime} {measured} knows)")
         elif op.version > table[op.name]:
             problems.append(f"{op.name} version {op.version} ({runtime} {measured} knows up to {table[op.name]})")
+    versions = tflite_op_versions(path)
+    for name in sorted(_int8_ops(path) & _NO_INT8.get((Runtime(runtime), measured), frozenset())):
+        problems.append(f"{name} version {versions[name].version} (int8: {runtime} {measured} has no int8 {name} "
+                        "kernel and fails when it runs it)")
     return problems
+
+
+def _int8_ops(path: Path) -> set[str]:
+    """The builtin ops of the .tflite at ``path`` that read an int8 tensor as their first input."""
+    from toolkit.runtimes.inspection import tflite as inspection
+
+    schema = inspection._schema()
+    model = schema.ModelT.InitFromPackedBuf(path.read_bytes(), 0)
+    _, names = inspection.schema_names(schema)
+    codes = [names.get(max(int(c.builtinCode), int(c.deprecatedBuiltinCode)), "") for c in model.operatorCodes or []]
+    return {codes[op.opcodeIndex] for graph in model.subgraphs or [] for op in graph.operators or []
+            if op.inputs is not None and len(op.inputs) and op.inputs[0] >= 0
+            and graph.tensors[op.inputs[0]].type == schema.TensorType.INT8}

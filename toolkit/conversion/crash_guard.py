@@ -1,0 +1,123 @@
+"""Each artifact's first load and inference runs in a child process before this one loads it: a runtime that
+crashes on an artifact (a kernel's segfault or abort) ends the child, and the convert run goes on with a failed
+attempt that says so (findings.md 6: an INT8 TFLite that crashes its interpreter).
+
+The child is ``toolkit.runtimes.execution.first_run`` on one held-out input. A crash in a TFLite artifact is
+narrowed to its op: the graph cut after each op (by bisection) is run the same way, and the first op whose cut
+crashes is named as LiteRT names a failing node (``Node number 4 (FULLY_CONNECTED)``), which
+``runtime_retry`` keeps in float. An ordinary error in the child is not a crash: the in-process load reports it.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from toolkit.model.vocabulary import Format
+
+TIMEOUT_S = 300.0  # a child that takes longer is left: the in-process load decides (a big model is not a crash)
+_RUNTIMES = {Format.TFLITE: "the interpreter", Format.ONNX: "onnxruntime", Format.PTE: "ExecuTorch"}
+
+
+@dataclass(frozen=True)
+class Crash:
+    """How the child running an artifact died: by a signal (``SIGSEGV``, ``SIGABRT``)."""
+
+    runtime: str  # "the interpreter"
+    how: str  # "SIGSEGV"
+    loaded: bool  # the runtime had loaded the artifact: the inference crashed
+    node: str | None  # "Node number 4 (FULLY_CONNECTED)": the first op whose cut of the graph crashes too
+
+    def reason(self, what: str) -> str:
+        """``the int8 TFLite crashed the interpreter at its first inference (SIGSEGV)``."""
+        when = "at its first inference" if self.loaded else "while loading it"
+        text = f"the {what} crashed {self.runtime} {when} ({self.how})"
+        return text + (f"; the graph up to {self.node} alone crashes it too" if self.node else "")
+
+
+def _child(path: Path, feeds: Path, threads: int | None) -> tuple[int | None, str]:
+    """The child's exit status (negative: the signal; None: stopped at the timeout) and its standard output."""
+    root = str(Path(__file__).resolve().parents[2])  # the folder holding the toolkit package
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH")) if p))
+    command = [sys.executable, "-m", "toolkit.runtimes.execution.first_run", str(path), str(feeds)]
+    try:
+        done = subprocess.run(command + ([str(threads)] if threads else []), capture_output=True, env=env,
+                              timeout=TIMEOUT_S, check=False)
+    except subprocess.TimeoutExpired:
+        return None, ""
+    return done.returncode, done.stdout.decode("utf-8", "replace")
+
+
+def first_run(path: Path, feed: Mapping[str, np.ndarray], *, artifact_format: Format, threads: int | None,
+              scratch: Path) -> Crash | None:
+    """Run ``path`` once on ``feed`` (keyed by the artifact's input names) in a child; the crash, if it crashed."""
+    feeds = scratch / "first-run-feed.npz"
+    arrays: dict[str, Any] = {name: np.asarray(value) for name, value in feed.items()}
+    np.savez(feeds, **arrays)
+    status, out = _child(path, feeds, threads)
+    if status is None or status >= 0:
+        return None
+    node = _crashing_node(path, feeds, threads, scratch) if artifact_format == Format.TFLITE else None
+    return Crash(_RUNTIMES[artifact_format], _signal_name(-status), "loaded" in out.split(), node)
+
+
+def _signal_name(number: int) -> str:
+    try:
+        return signal.Signals(number).name
+    except ValueError:
+        return f"signal {number}"
+
+
+def _crashing_node(path: Path, feeds: Path, threads: int | None, scratch: Path) -> str | None:
+    """The first op of the main graph whose cut (the graph up to it, its outputs the model's) crashes the child."""
+    from toolkit.runtimes.inspection import tflite as inspection
+
+    schema = inspection._schema()
+    model = schema.ModelT.InitFromPackedBuf(path.read_bytes(), 0)
+    count = len(model.subgraphs[0].operators)
+    cut_path = scratch / "first-run-cut.tflite"
+
+    def crashes(ops: int) -> bool:
+        cut_path.write_bytes(_cut(schema, schema.ModelT.InitFromPackedBuf(path.read_bytes(), 0), ops))
+        status, _ = _child(cut_path, feeds, threads)
+        return status is not None and status < 0
+
+    low, high = 1, count
+    while low < high:  # the smallest cut that crashes: its last op is the crashing one
+        middle = (low + high) // 2
+        if crashes(middle):
+            high = middle
+        else:
+            low = middle + 1
+    if low == count and not crashes(count):
+        return None  # only the whole model crashes: no single op to name
+    _, op_names = inspection.schema_names(schema)
+    code = model.operatorCodes[model.subgraphs[0].operators[low - 1].opcodeIndex]
+    return f"Node number {low - 1} ({op_names.get(max(code.builtinCode, code.deprecatedBuiltinCode), 'CUSTOM')})"
+
+
+def _cut(schema: Any, model: Any, ops: int) -> bytes:  # Any: generated schema objects
+    """``model`` with its main graph's first ``ops`` ops only, the last op's outputs as the model's outputs."""
+    import flatbuffers
+
+    graph = model.subgraphs[0]
+    graph.operators = graph.operators[:ops]
+    graph.outputs = [int(t) for t in graph.operators[-1].outputs if t >= 0]
+    for signature in model.signatureDefs or []:
+        if signature.subgraphIndex == 0:
+            signature.outputs = []
+            for t in graph.outputs:
+                entry = schema.TensorMapT()
+                entry.name, entry.tensorIndex = f"cut_{t}", t
+                signature.outputs.append(entry)
+    builder = flatbuffers.Builder(1024)
+    builder.Finish(model.Pack(builder), file_identifier=b"TFL3")
+    return bytes(builder.Output())
