@@ -140,10 +140,8 @@ def plan_requirements(runtimes: Sequence[str], profile: TargetProfile | None) ->
 
 def _split_requirement(text: str) -> tuple[str, str]:
     """``torch==2.13.0`` -> (``torch``, ``==2.13.0``): a runtime row's requirement as name and pip specifier."""
-    match = re.match(r"\s*([A-Za-z0-9][A-Za-z0-9._-]*)\s*(.*)$", text)
-    if match is None:
-        raise ValueError(f"not a requirement: {text!r}")
-    return match.group(1), match.group(2).strip()
+    name = re.split(r"[<>=!~\s]", text, maxsplit=1)[0]
+    return name, text[len(name):].strip()
 
 
 # ------------------------------------------------------------------------------------------- setup
