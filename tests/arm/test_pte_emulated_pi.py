@@ -4,7 +4,7 @@ runtime under qemu. Correctness only: the golden outputs, each artifact's bundle
 nodes XNNPACK took, judged by raspberry-pi-4's ``format = "pte"`` placement row; no latency is asserted.
 
 The small transformer is left out here: each artifact is measured in its own runner process, and each such
-process imports torch + executorch.runtime under emulation (about 45-55 s measured), so two more artifacts would
+process imports torch + executorch.runtime under emulation (43-55 s measured), so two more artifacts would
 add about two minutes to CI."""
 
 from __future__ import annotations
