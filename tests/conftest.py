@@ -23,6 +23,7 @@ pytest_plugins = [
     "tests.fixtures.dropbear",
     "tests.fixtures.deploy",
     "tests.fixtures.arm",
+    "tests.fixtures.arm_executorch",
     "tests.fixtures.runs",
     "tests.fixtures.netns",
     "tests.fixtures.postgres",

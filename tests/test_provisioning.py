@@ -68,6 +68,20 @@ def test_requirements_follow_the_profile_bounds() -> None:
         plan_requirements(("tensorrt",), pi4)
 
 
+def test_executorch_brings_the_torch_its_extension_was_built_against() -> None:
+    """executorch 1.5.1 declares no torch and links torch 2.13.0's libraries; PyPI's newest torch is later, so an
+    unpinned torch would install and fail to import: the pin travels with the row, split into name and specifier
+    (setup imports each requirement by its name)."""
+    pi5 = get_profile("raspberry-pi-5")
+    reqs, notes = plan_requirements(("executorch",), pi5)
+    by_name = {r.name: r for r in reqs}
+    assert by_name["torch"] == Requirement("torch", "torch", "==2.13.0") and by_name["torch"].pip == "torch==2.13.0"
+    assert by_name["executorch"].without_deps and not by_name["torch"].without_deps
+    assert {"ruamel.yaml", "flatbuffers", "numpy"} <= set(by_name) and notes == []
+    (note,) = left_out(pi5, default_runtimes(pi5))
+    assert "PIP_EXTRA_INDEX_URL=https://download.pytorch.org/whl/cpu" in note and "missing_runtime" in note
+
+
 def test_the_runner_and_setup_read_one_runtime_table() -> None:
     """The rows are written once (toolkit/device_side/shared.py); the shipped runner, which imports nothing from
     toolkit, carries them inlined and derives its tables from them: the assembled file agrees with the host's."""

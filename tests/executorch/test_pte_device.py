@@ -1,7 +1,8 @@
 """The .pte artifacts on a device: the runner (a device env's python, no toolkit) loads them through ExecuTorch's
 Python runtime, measures them like the other formats and checks their numbers twice: against the bundle's
 golden outputs and with their own bundled program. A device without ExecuTorch reports ``missing_runtime`` for
-the .pte while its ONNX artifacts are measured. Then ``deploy --check`` over a loopback SSH device."""
+the .pte while its ONNX artifacts are measured. Then ``devices setup --offline --runtime executorch`` on a
+loopback SSH device and ``deploy --check`` there with the venv it made."""
 
 from __future__ import annotations
 
@@ -13,7 +14,6 @@ import pytest
 
 from tests.fixtures.pte import needs_executorch, shipped_pte_floor
 from tests.fixtures.cli import run_edgetk
-from tests.fixtures.deploy_helpers import write_inventory
 from tests.fixtures.device_envs import DeviceEnv
 from tests.runner.test_runner import check, reports, run_runner
 from tests.fixtures.home import Home, new_home
@@ -69,6 +69,9 @@ def test_local_device_check(pte_digits_bundle: tuple[Path, dict[str, Any]], exec
     found = {r["artifact"]: r for r in result.json()["devices"][0]["reports"]}
     for name in PTE:
         assert found[name]["error"] is None and found[name]["outputs_match"]["ok"] is True, found[name]
+        bundled = found[name]["bundled_check"]  # the device's self-check reaches the host's report
+        assert bundled["ok"] is True and bundled["cases"] == 4 and bundled["file"] == name[:-4] + ".bpte", bundled
+    assert found["model.fp32.onnx"]["bundled_check"] is None
 
 
 def test_a_wrong_expectation_fails_the_bundled_check(pte_digits_bundle: tuple[Path, dict[str, Any]],
@@ -152,19 +155,37 @@ def test_device_without_executorch_measures_the_rest(pte_digits_bundle: tuple[Pa
 
 
 @pytest.mark.ssh
-def test_deploy_check_over_ssh(pte_digits_bundle: tuple[Path, dict[str, Any]], executorch_env: DeviceEnv,
-                               ssh_devices, ssh_client_key, ssh_known_hosts, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+def test_offline_setup_with_executorch_then_deploy_check(pte_digits_bundle: tuple[Path, dict[str, Any]],
+                                                          fresh_ssh_device, ssh_client_key, ssh_known_hosts,  # type: ignore[no-untyped-def]
+                                                          tmp_path: Path) -> None:
+    """``devices setup --offline --runtime executorch`` on a loopback device: executorch without its exporter-side
+    dependencies, the torch release its extension links (pinned 2.13.0; this machine's pip finds the CPU build,
+    as docs/devices.md tells a user to arrange), executorch.runtime imported there; then the .pte artifacts run
+    with the venv setup recorded, over SSH, beside the ONNX artifacts."""
     bundle, _ = pte_digits_bundle
-    (dev,) = ssh_devices(1)
-    inventory = write_inventory(tmp_path / "inv.toml", [dev], python=str(executorch_env.python), key=ssh_client_key,
-                                known_hosts=ssh_known_hosts(dev), names=["pt-1"])
-    home = new_home(tmp_path).path
-    env = Home(home).env
-    result = run_edgetk("deploy", bundle, "--inventory", inventory, "--check", *NO_GATES, "--runs", "10",
-                        "--json", env=env)
+    dev = fresh_ssh_device()
+    inventory = tmp_path / "inv.toml"
+    inventory.write_text(dev.inventory_entry(name="box", identity_file=str(ssh_client_key),
+                                             known_hosts=str(ssh_known_hosts(dev)), target="generic-x86_64"))
+    env = Home(new_home(tmp_path).path).env
+    result = run_edgetk("devices", "setup", "--inventory", inventory, "--offline", "--runtime", "executorch",
+                        "--runtime", "onnxruntime", "--json", env=env, timeout=1800)
     assert result.code == 0, result.stdout[-2000:] + result.stderr[-2000:]
-    found = {r["artifact"]: r for r in result.json()["devices"][0]["reports"]}
+    setup = result.json()["devices"][0]["setup"]
+    installed = setup["installed"]
+    assert installed["executorch"] == "1.5.1" and installed["torch"].startswith("2.13.0"), installed
+    assert installed["ruamel.yaml"] and installed["flatbuffers"] and installed["onnxruntime"]
+    print(f"setup --offline executorch: {setup['wheels_sent']} wheels, {setup['bytes_sent'] / 1e6:.0f} MB, "
+          f"{setup['seconds']:.0f} s; torch {installed['torch']}")
+    assert not any("lists executorch" in note for note in setup["notes"]), setup["notes"]
+    site = next((dev.home / ".edgetk" / "venv" / "lib").glob("python3.*")) / "site-packages"
+    assert not list(site.glob("hydra*")) and not list(site.glob("coremltools*"))  # --no-deps: no exporter tooling
+    checked = run_edgetk("deploy", bundle, "--inventory", inventory, "--check", *NO_GATES, "--runs", "5", "--json",
+                         env=env, timeout=1800)
+    assert checked.code == 0, checked.stdout[-2000:] + checked.stderr[-2000:]
+    found = {r["artifact"]: r for r in checked.json()["devices"][0]["reports"]}
     assert set(found) == {*PTE, "model.fp32.onnx", "model.int8.onnx"}  # measured side by side
     for name, report in found.items():
         assert report["error"] is None and report["outputs_match"]["ok"] is True, report
         assert report["runtime"]["name"] == ("executorch" if name.endswith(".pte") else "onnxruntime")
+        assert (report["bundled_check"] or {}).get("ok") is (True if name.endswith(".pte") else None), report

@@ -30,6 +30,7 @@ wheels are :mod:`toolkit.delivery.wheels`'; what each runtime is, :mod:`toolkit.
 from __future__ import annotations
 
 import json
+import re
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -90,9 +91,10 @@ def specifier_for(min_version: str | None, max_version: str | None) -> str:
 def default_runtimes(profile: TargetProfile | None) -> tuple[str, ...]:
     """The profile's first TFLite runtime plus onnxruntime when listed (installing two TFLite runtimes side by
     side pulls conflicting numpy versions); litert + onnxruntime without a profile. ``executorch`` only when asked
-    (``--runtime executorch``): it brings torch, and PyPI's aarch64 torch 2.13.0 is a CUDA 13 build that does not
-    import without its CUDA libraries: 37 wheels, 2.9 GB for an aarch64 device in all (measured), where a Pi needs
-    the CPU build."""
+    (``--runtime executorch``), even where the profile lists it: it needs torch 2.13.0, and PyPI's aarch64 torch
+    2.13.0 is a CUDA 13 build that does not import without its CUDA libraries (37 wheels, 2.9 GB for an aarch64
+    device; measured), where a Pi needs the CPU build from PyTorch's own index, which pip reaches only when told
+    (``PIP_EXTRA_INDEX_URL``; docs/devices.md)."""
     if profile is None:
         return FALLBACK_RUNTIMES
     names = list(profile.runtime_names)
@@ -107,8 +109,10 @@ def left_out(profile: TargetProfile | None, runtimes: Sequence[str]) -> list[str
     if profile is None or Runtime.EXECUTORCH not in profile.runtime_names or Runtime.EXECUTORCH in runtimes:
         return []
     return [f"the profile {profile.name} lists executorch for its .pte artifacts; it is installed only with "
-            "--runtime executorch (its torch: PyPI's aarch64 build is CUDA's, 2.9 GB of wheels; a device without "
-            "it reports the .pte as missing_runtime)"]
+            "--runtime executorch, as it needs torch 2.13.0 and PyPI's is a CUDA build (2.9 GB of wheels for "
+            "aarch64): set PIP_EXTRA_INDEX_URL=https://download.pytorch.org/whl/cpu for the CPU build (on this "
+            "machine with --offline, in the device's pip config without). Without it the device reports its "
+            ".pte artifacts as missing_runtime and measures the rest"]
 
 
 def plan_requirements(runtimes: Sequence[str], profile: TargetProfile | None) -> tuple[list[Requirement], list[str]]:
@@ -128,9 +132,16 @@ def plan_requirements(runtimes: Sequence[str], profile: TargetProfile | None) ->
                          "has a wheel for the device")
         reqs.append(Requirement(name, runtime.distribution, spec, without_deps=runtime.without_deps))
         extras.extend(runtime.requirements)
-    numpy_spec = ",".join(e[len("numpy"):] for e in extras if e.startswith("numpy"))
-    reqs += [Requirement(e, e, "") for e in dict.fromkeys(extras) if not e.startswith("numpy")]
+    split = [_split_requirement(e) for e in dict.fromkeys(extras)]
+    numpy_spec = ",".join(spec for dist, spec in split if dist == "numpy")
+    reqs += [Requirement(dist, dist, spec) for dist, spec in split if dist != "numpy"]
     return [Requirement("numpy", "numpy", numpy_spec), *reqs], notes
+
+
+def _split_requirement(text: str) -> tuple[str, str]:
+    """``torch==2.13.0`` -> (``torch``, ``==2.13.0``): a runtime row's requirement as name and pip specifier."""
+    name = re.split(r"[<>=!~\s]", text, maxsplit=1)[0]
+    return name, text[len(name):].strip()
 
 
 # ------------------------------------------------------------------------------------------- setup

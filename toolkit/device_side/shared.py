@@ -26,8 +26,9 @@ RUNTIME_ROWS = (
      "distributions": ("onnxruntime", "onnxruntime-gpu", "onnxruntime-openvino", "onnxruntime-directml",
                        "onnxruntime-qnn"),
      "module": "onnxruntime", "verify_module": "onnxruntime", "install_hint": "pip install onnxruntime"},
-    # ExecuTorch's Python runtime imports torch (undeclared; pip pulls torch: on x86_64 PyPI's is the CUDA build,
-    # aarch64 wheels are CPU-only, and the CPU wheel from https://download.pytorch.org/whl/cpu keeps it small),
+    # ExecuTorch's Python runtime imports torch (undeclared; its extension links the libraries of torch 2.13.0, the
+    # release it was built against; PyPI's torch is a CUDA build on x86_64 and aarch64 alike, 2.9 GB of wheels on
+    # aarch64, where https://download.pytorch.org/whl/cpu has the CPU build),
     # ruamel.yaml, flatbuffers, and for ETDump profiles tabulate and pandas: measured in a bare venv, those are
     # what executorch.runtime, the bundled-program check and devtools' Inspector import. Its declared
     # dependencies are the exporter's tooling (hydra-core needs antlr4-python3-runtime, which has no wheel;
@@ -35,8 +36,9 @@ RUNTIME_ROWS = (
     # marker for this host), hence --no-deps.
     {"runtime": "executorch", "format": "pte", "distributions": ("executorch",), "module": "executorch",
      "verify_module": "executorch.runtime",
-     "install_hint": "pip install executorch (it pulls torch; on a small device take torch's CPU wheel)",
-     "requirements": ("torch", "ruamel.yaml", "flatbuffers", "tabulate", "pandas"), "without_deps": True},
+     "install_hint": "pip install executorch torch==2.13.0 (torch's CPU build: --extra-index-url "
+                     "https://download.pytorch.org/whl/cpu)",
+     "requirements": ("torch==2.13.0", "ruamel.yaml", "flatbuffers", "tabulate", "pandas"), "without_deps": True},
 )  # type: Tuple[Dict[str, Any], ...]
 # --- end runtime table ---
 

@@ -85,6 +85,7 @@ class CheckReport:
     throttled: str | None = None  # why the device was throttling during the run (toolkit.checks.selection.throttled)
     # check --eval: the eval set on the device, scored against the labels and the float model (toolkit.checks.device_eval)
     evaluation: JsonObject | None = None
+    bundled_check: JsonObject | None = None  # a .pte's bundled program run on the device (docs/runner.md)
 
     def to_dict(self) -> JsonDict:
         return {
@@ -110,4 +111,5 @@ class CheckReport:
             "loads": dict(self.loads) if self.loads is not None else None,
             "throttled": self.throttled,
             "evaluation": dict(self.evaluation) if self.evaluation is not None else None,
+            "bundled_check": dict(self.bundled_check) if self.bundled_check is not None else None,
         }

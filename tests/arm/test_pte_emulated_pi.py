@@ -1,0 +1,65 @@
+""".pte artifacts on the emulated aarch64 Pi (tests/fixtures/arm.py, tests/fixtures/arm_executorch.py): the trained
+digits CNN converted on the host to .pte fp32 and INT8, deployed and checked there through ExecuTorch's Python
+runtime under qemu. Correctness only: the golden outputs, each artifact's bundled self-check and the share of
+nodes XNNPACK took, judged by raspberry-pi-4's ``format = "pte"`` placement row; no latency is asserted.
+
+The small transformer is left out here: each artifact is measured in its own runner process, and each such
+process imports torch + executorch.runtime under emulation (43-55 s measured), so two more artifacts would
+add about two minutes to CI."""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.arm.test_emulated_pi import EMULATED, _retarget
+from tests.fixtures.arm import ArmPi
+from tests.fixtures.arm_executorch import ArmExecutorch
+from tests.fixtures.cli import run_edgetk
+from tests.fixtures.home import Home, new_home
+from tests.fixtures.pte import needs_executorch, shipped_pte_floor
+
+pytestmark = [pytest.mark.arm, needs_executorch]
+PTE = ("model.fp32.pte", "model.int8.pte")
+
+
+def test_pte_fp32_and_int8_check_themselves_on_the_emulated_pi(
+        arm_pi: ArmPi, arm_executorch: ArmExecutorch, pte_digits_bundle: tuple[Path, dict[str, Any]],
+        tmp_path: Path) -> None:
+    source, manifest = pte_digits_bundle
+    bundle = _retarget(source, tmp_path / "b", name="digits-pte-raspberry-pi-4", drop_formats=("onnx",))
+    doc = json.loads((bundle / "manifest.json").read_text())
+    floor = shipped_pte_floor()
+    doc["check_policy"]["placement"] = [{"format": "pte", "on": "xnnpack", "min_nodes_pct": floor}]
+    (bundle / "manifest.json").write_text(json.dumps(doc, indent=2) + "\n")
+    inventory = arm_pi.inventory(tmp_path / "inv.toml", arm_pi.pi, name="pi-pte", python=arm_executorch.python)
+    started = time.perf_counter()
+    result = run_edgetk("deploy", bundle, "--inventory", inventory, "--check", *EMULATED, "--json",
+                        env=Home(new_home(tmp_path).path).env, timeout=1800)
+    print(f"\n[arm] executorch env: download {arm_executorch.download_s} s, install {arm_executorch.install_s} s "
+          f"(None = cached), {arm_executorch.installed_mb} MB; deploy --check of {len(PTE)} .pte "
+          f"{time.perf_counter() - started:.0f} s", file=sys.stderr)
+    assert result.code == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    found = {r["artifact"]: r for r in result.json()["devices"][0]["reports"]}
+    assert set(found) == set(PTE)
+    shares = {a["file"]: (a["pte"]["delegated_nodes"], a["pte"]["total_nodes"]) for a in manifest["artifacts"]
+              if a["format"] == "pte"}
+    for name, report in found.items():
+        assert report["error"] is None, report["error"]
+        assert report["environment"]["arch"] == "aarch64" and report["environment"]["emulated"] is True
+        assert report["runtime"]["name"] == "executorch" and report["runtime"]["version"] == "1.5.1"
+        assert "XnnpackBackend" in report["runtime"]["backends"]
+        match = report["outputs_match"]  # the host's golden outputs of the float model
+        assert match["ok"] is True and match["top1_agreement"] >= 0.99, match
+        bundled = report["bundled_check"]  # the artifact's own eval inputs and expected outputs
+        assert bundled["ok"] is True and bundled["cases"] == 4 and not bundled["failed"], bundled
+        placement = report["placement"]  # the delegation is fixed in the program: the host's count, on aarch64
+        assert (placement["nodes_on_intended"], placement["nodes_total"]) == shares[name], placement
+        (judged,) = report["gates"]["details"]["placement"]
+        assert judged["expected"] == "xnnpack" and judged["min_nodes_pct"] == floor
+        assert report["gates"]["passed"] is True, report["gates"]
