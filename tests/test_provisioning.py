@@ -15,6 +15,7 @@ from toolkit.errors import UsageError
 from toolkit.delivery.provisioning import (
     DevicePlatform,
     default_runtimes,
+    import_failure_hint,
     left_out,
     plan_requirements,
     platform_from_probe,
@@ -80,6 +81,16 @@ def test_executorch_brings_the_torch_its_extension_was_built_against() -> None:
     assert {"ruamel.yaml", "flatbuffers", "numpy"} <= set(by_name) and notes == []
     (note,) = left_out(pi5, default_runtimes(pi5))
     assert "PIP_EXTRA_INDEX_URL=https://download.pytorch.org/whl/cpu" in note and "missing_runtime" in note
+
+
+def test_a_runtime_that_does_not_import_names_what_is_missing() -> None:
+    """The verify step's hint follows the import error (the texts as measured: executorch without torch, PyPI's
+    aarch64 torch 2.13.0 without its CUDA libraries), not always "a newer CPU or OS"."""
+    assert "'torch'" in import_failure_hint("No module named 'torch'")
+    cuda = "libcudart.so.13: cannot open shared object file: No such file or directory"
+    assert "libcudart.so.13" in import_failure_hint(cuda)
+    assert "newer CPU or OS" in import_failure_hint("Illegal instruction")
+    assert "newer CPU or OS" not in import_failure_hint(cuda)
 
 
 def test_the_runner_and_setup_read_one_runtime_table() -> None:

@@ -326,8 +326,23 @@ def _verify(device: Device, venv_python: str, requirements: Sequence[Requirement
     if errors:
         dist, why = next(iter(errors.items()))
         raise DeviceError(f"{device.spec.name}: {dist} was installed but does not import: {why}",
-                          hint="The wheel may need a newer CPU or OS than the device has; try another --runtime.")
+                          hint=import_failure_hint(str(why)))
     return {r.name: (verified.get("versions") or {}).get(r.dist) for r in requirements}
+
+
+def import_failure_hint(why: str) -> str:
+    """What to do about a runtime that installed but does not import: a missing module or shared library is
+    named as what is missing (executorch without its torch, a CUDA build of torch without its CUDA libraries);
+    anything else is most often a wheel built for a newer CPU or OS than the device's."""
+    module = re.search(r"No module named '([^']+)'", why)
+    if module:
+        return (f"It needs the Python module {module.group(1)!r}, which is not in the device's venv: install it "
+                "there, or run setup again so its requirements are installed with it.")
+    library = re.search(r"([\w.+-]+\.so[\w.]*): cannot open shared object file", why)
+    if library:
+        return (f"It needs the shared library {library.group(1)}, which the device does not have: install the "
+                "package that provides it, or a build of the runtime that does not link it.")
+    return "The wheel may need a newer CPU or OS than the device has; try another --runtime."
 
 
 def setup_device(device: Device, options: SetupOptions, *, log: Log | None = None) -> SetupResult:
