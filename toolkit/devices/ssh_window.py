@@ -1,0 +1,74 @@
+"""Sending a stream on a paramiko channel in whole windows: one SSH packet per window the server grants, not
+one per piece of it.
+
+paramiko's ``Channel.sendall`` sends as soon as any window is open, as much as it holds. Against a server with a
+small receive window that it returns packet by packet (Dropbear: 24 KiB, returned after each packet it has
+written out, once that is 8 KiB or more; its ``writechannel``), one short packet splits the window for good: the
+end of each block handed to ``sendall`` goes out short, the server returns the window in the same pieces, and
+each piece comes back as a packet of its own. On the Dropbear stand-in a third of a 50 MB push's packets were
+8-16 KiB, each costing a round trip through paramiko's Python as a full one does (docs/benchmarks.md, "Push
+speed").
+
+:class:`WindowSender` waits until the window holds a whole packet (the smaller of the channel's largest packet
+and its first window, or what is left to send) before sending, and carries the tail of each block into the next
+one, so every packet but the last is whole. A server with a large window (OpenSSH: 2 MiB) is never waited for:
+its window always holds a packet. paramiko ships no type information: the channel is ``Any``.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+PACKET_HEADROOM = 64  # paramiko keeps this much of the server's largest packet for the packet's own fields
+
+
+class WindowSender:
+    """Sends blocks on ``chan`` (an open paramiko session channel, nothing sent on it yet) in whole packets.
+    Blocks go out in order; the tail of a block shorter than a packet waits for the next block or ``flush``."""
+
+    def __init__(self, chan: Any) -> None:  # Any: paramiko.Channel
+        self.chan = chan
+        with chan.lock:
+            largest = max(1, chan.out_max_packet_size - PACKET_HEADROOM)
+            self.packet = min(largest, chan.out_window_size or largest)
+        self.tail = b""
+
+    def send(self, block: bytes) -> None:
+        """Send ``block`` after what is carried, in whole packets; carry what is left under one packet."""
+        view = memoryview(block)
+        if self.tail:
+            need = self.packet - len(self.tail)
+            if len(view) < need:
+                self.tail += bytes(view)
+                return
+            self._send(memoryview(self.tail + bytes(view[:need])))
+            view = view[need:]
+        whole = len(view) - len(view) % self.packet
+        self._send(view[:whole])
+        self.tail = bytes(view[whole:])
+
+    def flush(self) -> None:
+        """Send what is carried."""
+        tail, self.tail = self.tail, b""
+        self._send(memoryview(tail))
+
+    def _send(self, view: memoryview) -> None:
+        while view:
+            self._wait_for(min(len(view), self.packet))
+            sent = self.chan.send(view)
+            if sent == 0:
+                raise OSError("the channel closed while sending")
+            view = view[sent:]
+
+    def _wait_for(self, size: int) -> None:
+        """Wait until the window holds ``size`` bytes (the channel's timeout at most: ``TimeoutError``, as
+        paramiko's own wait raises), or the channel closes (``send`` then says so)."""
+        chan = self.chan
+        deadline = None if chan.timeout is None else time.monotonic() + chan.timeout
+        with chan.lock:
+            while chan.out_window_size < size and not (chan.closed or chan.eof_sent):
+                left = None if deadline is None else deadline - time.monotonic()
+                if left is not None and left <= 0:
+                    raise TimeoutError("no window from the server")
+                chan.out_buffer_cv.wait(left)
