@@ -92,6 +92,23 @@ class ChachaPacketizer(Packetizer):  # type: ignore[misc, unused-ignore]  # para
     def _set(self, name: str, value: Any) -> None:
         setattr(self, _P + name, value)
 
+    _ahead: tuple[bytes, ChachaKey, int, bytes] | None = None  # payload, key, sequence number, sealed packet
+
+    @staticmethod
+    def _framed(payload: bytes) -> bytes:
+        padding = 3 + BLOCK - ((len(payload) + 4) % BLOCK)  # at least 4 bytes, packet_length % 8 == 0
+        return struct.pack(">IB", len(payload) + padding + 1, padding) + payload + os.urandom(padding)
+
+    def seal_ahead(self, payload: bytes) -> None:
+        """Seal ``payload`` now as the next packet, while the sender would wait anyway (for the server's window):
+        ``send_message`` sends it as sealed when it is the next to go, with the same keys and sequence number,
+        and seals afresh otherwise (another packet went first, a rekey). Nothing happens under another cipher."""
+        with self._get("write_lock"):
+            engine = self._get("block_engine_out")
+            if isinstance(engine, ChachaKey) and self._get("compress_engine_out") is None:
+                seq = self._get("sequence_number_out")
+                self._ahead = (payload, engine, seq, engine.seal(seq, self._framed(payload)))
+
     def send_message(self, data: Message) -> None:
         engine = self._get("block_engine_out")
         if not isinstance(engine, ChachaKey):
@@ -99,11 +116,13 @@ class ChachaPacketizer(Packetizer):  # type: ignore[misc, unused-ignore]  # para
         payload = data.asbytes()
         if self._get("compress_engine_out") is not None:
             raise paramiko.SSHException("compression is not used with chacha20-poly1305 here")
-        padding = 3 + BLOCK - ((len(payload) + 4) % BLOCK)  # at least 4 bytes, packet_length % 8 == 0
-        packet = struct.pack(">IB", len(payload) + padding + 1, padding) + payload + os.urandom(padding)
         with self._get("write_lock"):
             seq = self._get("sequence_number_out")
-            out = engine.seal(seq, packet)
+            ahead, self._ahead = self._ahead, None
+            if ahead is not None and ahead[1] is engine and ahead[2] == seq and ahead[0] == payload:
+                out = ahead[3]
+            else:
+                out = engine.seal(seq, self._framed(payload))
             next_seq = (seq + 1) & xffffffff
             if next_seq == 0 and not self._initial_kex_done:
                 raise paramiko.SSHException("Sequence number rolled over during initial kex!")

@@ -17,10 +17,15 @@ its window always holds a packet. paramiko ships no type information: the channe
 
 from __future__ import annotations
 
+import struct
 import time
 from typing import Any
 
+from paramiko.common import cMSG_CHANNEL_DATA
+
 PACKET_HEADROOM = 64  # paramiko keeps this much of the server's largest packet for the packet's own fields
+DATA = bytes(cMSG_CHANNEL_DATA)
+HOLD_S = 0.005  # how long a part of a packet's window may wait for the rest (a round trip here: 0.3 ms)
 
 
 class WindowSender:
@@ -33,6 +38,7 @@ class WindowSender:
             largest = max(1, chan.out_max_packet_size - PACKET_HEADROOM)
             self.packet = min(largest, chan.out_window_size or largest)
         self.tail = b""
+        self.seal_ahead = getattr(chan.get_transport().packetizer, "seal_ahead", None)
 
     def send(self, block: bytes) -> None:
         """Send ``block`` after what is carried, in whole packets; carry what is left under one packet."""
@@ -55,20 +61,28 @@ class WindowSender:
 
     def _send(self, view: memoryview) -> None:
         while view:
-            self._wait_for(min(len(view), self.packet))
+            size = min(len(view), self.packet)
+            if self.seal_ahead is not None:
+                self.seal_ahead(DATA + struct.pack(">II", self.chan.remote_chanid, size) + view[:size])
+            self._wait_for(size)
             sent = self.chan.send(view)
             if sent == 0:
                 raise OSError("the channel closed while sending")
             view = view[sent:]
 
     def _wait_for(self, size: int) -> None:
-        """Wait until the window holds ``size`` bytes (the channel's timeout at most: ``TimeoutError``, as
-        paramiko's own wait raises), or the channel closes (``send`` then says so)."""
+        """Wait until the window holds ``size`` bytes, or the channel closes (``send`` then says so). A server
+        may hold back part of its window until it has more data (Dropbear returns less than 8 KiB only with
+        the next packet): when the window holds some bytes and grows no more for ``HOLD_S``, those go. An empty
+        window is waited for up to the channel's timeout, then ``TimeoutError`` (as paramiko's own wait)."""
         chan = self.chan
         deadline = None if chan.timeout is None else time.monotonic() + chan.timeout
         with chan.lock:
             while chan.out_window_size < size and not (chan.closed or chan.eof_sent):
+                window = chan.out_window_size
                 left = None if deadline is None else deadline - time.monotonic()
                 if left is not None and left <= 0:
                     raise TimeoutError("no window from the server")
-                chan.out_buffer_cv.wait(left)
+                wait = left if not window else HOLD_S if left is None else min(left, HOLD_S)
+                if not chan.out_buffer_cv.wait(wait) and window and chan.out_window_size == window:
+                    return
