@@ -8,13 +8,15 @@ from __future__ import annotations
 import hashlib
 import os
 import struct
+import threading
 from pathlib import Path
 from typing import Any
 
+import paramiko
 import pytest
 
 from tests.fixtures.dropbear import DropbearDevice
-from toolkit.devices import open_connection, parse_spec, ssh
+from toolkit.devices import open_connection, parse_spec, ssh, ssh_link
 from toolkit.devices.spec import DeviceSpec
 from toolkit.devices.ssh_chacha import ChachaKey
 
@@ -42,10 +44,12 @@ def _spec(device: DropbearDevice, key: Path, known_hosts: Path) -> DeviceSpec:
                       known_hosts=str(known_hosts))
 
 
-def _send(spec: DeviceSpec, python: str, program: str, data: bytes, block: int) -> list[int]:
+def _send(spec: DeviceSpec, python: str, program: str, data: bytes, block: int,
+          pumped: list[int] | None = None) -> list[int]:
     """Stream ``data`` in blocks of ``block`` bytes to ``program`` on the device, check its sha256 there; the
-    sizes of the data packets that carried it."""
+    sizes of the data packets that carried it (in ``pumped``, those the transport's own thread sent)."""
     sizes: list[int] = []
+    caller = threading.get_ident()
     with open_connection(spec) as conn:
         packetizer = conn._transport().packetizer  # type: ignore[attr-defined]
         send_message = packetizer.send_message
@@ -54,6 +58,8 @@ def _send(spec: DeviceSpec, python: str, program: str, data: bytes, block: int) 
             payload = message.asbytes()
             if payload[0] == MSG_CHANNEL_DATA:
                 sizes.append(struct.unpack(">I", payload[5:9])[0])
+                if pumped is not None and threading.get_ident() != caller:
+                    pumped.append(sizes[-1])
             send_message(message)
 
         packetizer.send_message = recording
@@ -79,13 +85,31 @@ def test_blocks_go_as_whole_packets_each_sealed_once(dropbear_device: DropbearDe
         return seal(self, seq, packet)
 
     monkeypatch.setattr(ChachaKey, "seal", counting)
-    data = os.urandom(3 << 20)
-    sizes = _send(spec, dropbear_device.python, SHA256_OF_STDIN, data, block=100_003)  # no block ends on a packet
+    data, pumped = os.urandom(3 << 20), []
+    sizes = _send(spec, dropbear_device.python, SHA256_OF_STDIN, data, block=100_003,  # no block ends on a packet
+                  pumped=pumped)
     assert sizes[0] == 24576  # Dropbear's whole window (a packet may be up to 32 KiB)
     short = [size for size in sizes[:-1] if size != sizes[0]]
     # a short packet only where the device fell 1 MiB behind (a loaded machine); sendall's were a third of them
     assert len(short) <= len(sizes) // 20, f"{len(short)} short packets of {len(sizes)}: {sorted(set(short))}"
     assert len(sealed) <= len(sizes) + 3, "data packets sealed again when sent instead of ahead"
+    # most go from the transport's thread the moment it reads the window adjustment (the rest: a lost race)
+    assert len(pumped) >= len(sizes) // 2, f"{len(pumped)} of {len(sizes)} packets sent on a window adjustment"
+
+
+@pytest.mark.dropbear
+def test_paramikos_own_transport_streams_whole_packets_too(dropbear_device: DropbearDevice,
+                                                           dropbear_client_key: Path, dropbear_known_hosts: Any,
+                                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    """Without the toolkit's transport (AES-CTR + HMAC, no sealing ahead, no sending on window adjustments: the
+    benchmark's row "without ChaCha20") the sending thread does it all."""
+    monkeypatch.setattr(ssh_link, "ChachaTransport", paramiko.Transport)
+    spec = _spec(dropbear_device, dropbear_client_key, dropbear_known_hosts(dropbear_device))
+    data, pumped = os.urandom(2 << 20), []
+    sizes = _send(spec, dropbear_device.python, SHA256_OF_STDIN, data, block=100_003, pumped=pumped)
+    assert not pumped
+    short = [size for size in sizes[:-1] if size != sizes[0]]
+    assert len(short) <= len(sizes) // 20, f"{len(short)} short packets of {len(sizes)}: {sorted(set(short))}"
 
 
 @pytest.mark.dropbear

@@ -30,6 +30,8 @@ from paramiko.common import xffffffff
 from paramiko.message import Message
 from paramiko.packet import Packetizer
 
+from toolkit.devices.ssh_window import PumpingHandlers
+
 CHACHA = "chacha20-poly1305@openssh.com"
 TAG = 16
 BLOCK = 8  # the cipher's "block size": the packet (length field excluded) is padded to a multiple of it
@@ -187,6 +189,8 @@ class ChachaTransport(paramiko.Transport):  # type: ignore[misc, unused-ignore] 
         # block size 8 and a 12-byte "IV" nobody uses: what paramiko's key set-up and padding expect of an AEAD
         CHACHA: {"class": ChachaKey, "block-size": BLOCK, "iv-size": 12, "key-size": 64, "is_aead": True},
     }
+
+    _channel_handler_table = PumpingHandlers  # a window adjustment sends an exec stream's next packet at once
 
     def __init__(self, sock: Any, **kwargs: Any) -> None:  # Any: paramiko's socket-likes and options
         super().__init__(sock, packetizer_class=ChachaPacketizer, **kwargs)

@@ -18,10 +18,12 @@ its window always holds a packet. paramiko ships no type information: the channe
 from __future__ import annotations
 
 import struct
+import threading
 import time
 from typing import Any
 
-from paramiko.common import cMSG_CHANNEL_DATA
+import paramiko
+from paramiko.common import MSG_CHANNEL_WINDOW_ADJUST, cMSG_CHANNEL_DATA
 
 PACKET_HEADROOM = 64  # paramiko keeps this much of the server's largest packet for the packet's own fields
 DATA = bytes(cMSG_CHANNEL_DATA)
@@ -38,7 +40,11 @@ class WindowSender:
             largest = max(1, chan.out_max_packet_size - PACKET_HEADROOM)
             self.packet = min(largest, chan.out_window_size or largest)
         self.tail = b""
-        self.seal_ahead = getattr(chan.get_transport().packetizer, "seal_ahead", None)
+        self.transport = chan.get_transport()
+        self.seal_ahead = getattr(self.transport.packetizer, "seal_ahead", None)
+        self._ready: memoryview | None = None  # the next packet's data, until one of the two threads sends it
+        self._sending = threading.Lock()
+        chan.window_pump = self.pump  # read by PumpingHandlers' window adjustment
 
     def send(self, block: bytes) -> None:
         """Send ``block`` after what is carried, in whole packets; carry what is left under one packet."""
@@ -64,11 +70,37 @@ class WindowSender:
             size = min(len(view), self.packet)
             if self.seal_ahead is not None:
                 self.seal_ahead(DATA + struct.pack(">II", self.chan.remote_chanid, size) + view[:size])
+            self._ready = view[:size]  # from now on the transport's thread may send it (``pump``)
             self._wait_for(size)
-            sent = self.chan.send(view)
+            with self._sending:
+                ready, self._ready = self._ready, None
+                sent = size if ready is None else self.chan.send(ready)
             if sent == 0:
                 raise OSError("the channel closed while sending")
             view = view[sent:]
+
+    def pump(self) -> None:
+        """Send the next packet at once if the window now holds it: called by the transport's thread right after
+        it reads a window adjustment (``PumpingHandlers``), which spares the hand-over to the sending thread. It
+        never waits (a busy sender, a key exchange under way, a short window: the sending thread sends) and
+        never raises into the transport's thread (the sending thread meets the same error)."""
+        chan = self.chan
+        if self._ready is None or not self._sending.acquire(blocking=False):
+            return
+        sent = 0
+        try:
+            ready = self._ready
+            if ready is not None and chan.out_window_size >= len(ready) and self.transport.clear_to_send.is_set():
+                sent = chan.send(ready)
+                if sent:
+                    self._ready = None
+        except Exception:  # noqa: BLE001, S110 - the sending thread sends it and meets the error itself
+            pass
+        finally:
+            self._sending.release()
+        if sent:
+            with chan.lock:
+                chan.out_buffer_cv.notify_all()  # the sending thread, waiting for this window, prepares the next
 
     def _wait_for(self, size: int) -> None:
         """Wait until the window holds ``size`` bytes, or the channel closes (``send`` then says so). A server
@@ -78,7 +110,7 @@ class WindowSender:
         chan = self.chan
         deadline = None if chan.timeout is None else time.monotonic() + chan.timeout
         with chan.lock:
-            while chan.out_window_size < size and not (chan.closed or chan.eof_sent):
+            while self._ready is not None and chan.out_window_size < size and not (chan.closed or chan.eof_sent):
                 window = chan.out_window_size
                 left = None if deadline is None else deadline - time.monotonic()
                 if left is not None and left <= 0:
@@ -86,3 +118,15 @@ class WindowSender:
                 wait = left if not window else HOLD_S if left is None else min(left, HOLD_S)
                 if not chan.out_buffer_cv.wait(wait) and window and chan.out_window_size == window:
                     return
+
+
+def _adjust_then_pump(chan: Any, message: Any) -> None:  # Any: paramiko's Channel and Message
+    paramiko.Channel._window_adjust(chan, message)
+    pump = getattr(chan, "window_pump", None)
+    if pump is not None:
+        pump()
+
+
+# a transport's handlers of channel messages (its class's ``_channel_handler_table``), a window adjustment also
+# calling the channel's WindowSender
+PumpingHandlers = {**paramiko.Transport._channel_handler_table, MSG_CHANNEL_WINDOW_ADJUST: _adjust_then_pump}
