@@ -85,7 +85,7 @@ def test_blocks_go_as_whole_packets_each_sealed_once(dropbear_device: DropbearDe
         return seal(self, seq, packet)
 
     monkeypatch.setattr(ChachaKey, "seal", counting)
-    data, pumped = os.urandom(3 << 20), []
+    data, pumped = os.urandom(3 << 20), list[int]()
     sizes = _send(spec, dropbear_device.python, SHA256_OF_STDIN, data, block=100_003,  # no block ends on a packet
                   pumped=pumped)
     assert sizes[0] == 24576  # Dropbear's whole window (a packet may be up to 32 KiB)
@@ -105,7 +105,7 @@ def test_paramikos_own_transport_streams_whole_packets_too(dropbear_device: Drop
     benchmark's row "without ChaCha20") the sending thread does it all."""
     monkeypatch.setattr(ssh_link, "ChachaTransport", paramiko.Transport)
     spec = _spec(dropbear_device, dropbear_client_key, dropbear_known_hosts(dropbear_device))
-    data, pumped = os.urandom(2 << 20), []
+    data, pumped = os.urandom(2 << 20), list[int]()
     sizes = _send(spec, dropbear_device.python, SHA256_OF_STDIN, data, block=100_003, pumped=pumped)
     assert not pumped
     short = [size for size in sizes[:-1] if size != sizes[0]]

@@ -30,7 +30,7 @@ from paramiko.common import xffffffff
 from paramiko.message import Message
 from paramiko.packet import Packetizer
 
-from toolkit.devices.ssh_window import PumpingHandlers
+from toolkit.devices.ssh_window import WINDOW_PUMP_HANDLERS
 
 CHACHA = "chacha20-poly1305@openssh.com"
 TAG = 16
@@ -102,9 +102,11 @@ class ChachaPacketizer(Packetizer):  # type: ignore[misc, unused-ignore]  # para
         return struct.pack(">IB", len(payload) + padding + 1, padding) + payload + os.urandom(padding)
 
     def seal_ahead(self, payload: bytes) -> None:
-        """Seal ``payload`` now as the next packet, while the sender would wait anyway (for the server's window):
-        ``send_message`` sends it as sealed when it is the next to go, with the same keys and sequence number,
-        and seals afresh otherwise (another packet went first, a rekey). Nothing happens under another cipher."""
+        """Seal ``payload`` now as the next packet, while the sender would wait anyway (for the server's window:
+        ``ssh_window``): ``send_message`` sends it as sealed when it is the next to go, with the same keys and
+        sequence number, and seals afresh otherwise (another packet went first, a rekey); a packet sealed ahead
+        and not sent never leaves this process, so no key stream is seen twice. Nothing happens under another
+        cipher."""
         with self._get("write_lock"):
             engine = self._get("block_engine_out")
             if isinstance(engine, ChachaKey) and self._get("compress_engine_out") is None:
@@ -190,7 +192,7 @@ class ChachaTransport(paramiko.Transport):  # type: ignore[misc, unused-ignore] 
         CHACHA: {"class": ChachaKey, "block-size": BLOCK, "iv-size": 12, "key-size": 64, "is_aead": True},
     }
 
-    _channel_handler_table = PumpingHandlers  # a window adjustment sends an exec stream's next packet at once
+    _channel_handler_table = WINDOW_PUMP_HANDLERS  # a window adjustment sends an exec stream's next packet at once
 
     def __init__(self, sock: Any, **kwargs: Any) -> None:  # Any: paramiko's socket-likes and options
         super().__init__(sock, packetizer_class=ChachaPacketizer, **kwargs)
