@@ -37,7 +37,7 @@ from paramiko.common import MSG_CHANNEL_WINDOW_ADJUST, cMSG_CHANNEL_DATA
 
 PACKET_HEADROOM = 64  # paramiko keeps this much of the server's largest packet for the packet's own fields
 DATA = bytes(cMSG_CHANNEL_DATA)
-HOLD_S = 0.005  # how long a part of a packet's window waits for the rest (a round trip on the stand-in: 0.3 ms)
+HOLD_S = 0.001  # how long a part of a packet's window waits for the rest (a round trip on the stand-in: 0.3 ms)
 
 
 class WindowSender:
