@@ -64,7 +64,8 @@ def _send(spec: DeviceSpec, python: str, program: str, data: bytes, block: int,
 
         packetizer.send_message = recording
         blocks = [data[at:at + block] for at in range(0, len(data), block)]
-        answer = conn.stream([python, "-c", program], blocks, total=len(data), timeout=120)  # type: ignore[attr-defined]
+        answer = conn.stream([python, "-c", program], blocks,  # type: ignore[attr-defined]
+                             total=len(data), timeout=120)
     assert answer.returncode == 0, answer.stderr
     assert answer.stdout.strip() == hashlib.sha256(data).hexdigest()
     assert sum(sizes) == len(data)
