@@ -15,6 +15,7 @@ information: its channels, transports and SFTP clients are ``Any`` here.
 
 from __future__ import annotations
 
+import itertools
 import logging
 import os
 import select
@@ -28,6 +29,7 @@ from toolkit.devices.connection import Progress, quote_argv, read_blocks
 from toolkit.devices.host_facts import host_id, remember_sftp, sftp_known
 from toolkit.devices.ssh_auth import fingerprint
 from toolkit.devices.ssh_link import SshLink
+from toolkit.devices.ssh_window import WindowSender
 from toolkit.errors import DeviceError, DeviceTimeout
 from toolkit.model.device_records import CommandResult
 
@@ -112,11 +114,14 @@ class SshConnection(SshLink):
             timeout = None  # the files take what they take; a stalled device is caught per block below
         try:
             if stdin is not None:
-                chan.settimeout(UPLOAD_STALL_S)  # sendall waits for window space at most this long
-                sent = 0
-                for block in stdin:
+                chan.settimeout(UPLOAD_STALL_S)  # a send waits for window space at most this long
+                sent, sender = 0, WindowSender(chan)
+                for block in itertools.chain(stdin, (None,)):  # None: the end, the carried tail goes
                     try:
-                        chan.sendall(block)
+                        if block is None:
+                            sender.flush()
+                            break
+                        sender.send(block)
                     except TimeoutError:
                         chan.close()
                         raise DeviceTimeout(

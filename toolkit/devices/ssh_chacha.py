@@ -30,6 +30,8 @@ from paramiko.common import xffffffff
 from paramiko.message import Message
 from paramiko.packet import Packetizer
 
+from toolkit.devices.ssh_window import WINDOW_PUMP_HANDLERS
+
 CHACHA = "chacha20-poly1305@openssh.com"
 TAG = 16
 BLOCK = 8  # the cipher's "block size": the packet (length field excluded) is padded to a multiple of it
@@ -92,6 +94,25 @@ class ChachaPacketizer(Packetizer):  # type: ignore[misc, unused-ignore]  # para
     def _set(self, name: str, value: Any) -> None:
         setattr(self, _P + name, value)
 
+    _ahead: tuple[bytes, ChachaKey, int, bytes] | None = None  # payload, key, sequence number, sealed packet
+
+    @staticmethod
+    def _framed(payload: bytes) -> bytes:
+        padding = 3 + BLOCK - ((len(payload) + 4) % BLOCK)  # at least 4 bytes, packet_length % 8 == 0
+        return struct.pack(">IB", len(payload) + padding + 1, padding) + payload + os.urandom(padding)
+
+    def seal_ahead(self, payload: bytes) -> None:
+        """Seal ``payload`` now as the next packet, while the sender would wait anyway (for the server's window:
+        ``ssh_window``): ``send_message`` sends it as sealed when it is the next to go, with the same keys and
+        sequence number, and seals afresh otherwise (another packet went first, a rekey); a packet sealed ahead
+        and not sent never leaves this process, so no key stream is seen twice. Nothing happens under another
+        cipher."""
+        with self._get("write_lock"):
+            engine = self._get("block_engine_out")
+            if isinstance(engine, ChachaKey) and self._get("compress_engine_out") is None:
+                seq = self._get("sequence_number_out")
+                self._ahead = (payload, engine, seq, engine.seal(seq, self._framed(payload)))
+
     def send_message(self, data: Message) -> None:
         engine = self._get("block_engine_out")
         if not isinstance(engine, ChachaKey):
@@ -99,11 +120,13 @@ class ChachaPacketizer(Packetizer):  # type: ignore[misc, unused-ignore]  # para
         payload = data.asbytes()
         if self._get("compress_engine_out") is not None:
             raise paramiko.SSHException("compression is not used with chacha20-poly1305 here")
-        padding = 3 + BLOCK - ((len(payload) + 4) % BLOCK)  # at least 4 bytes, packet_length % 8 == 0
-        packet = struct.pack(">IB", len(payload) + padding + 1, padding) + payload + os.urandom(padding)
         with self._get("write_lock"):
             seq = self._get("sequence_number_out")
-            out = engine.seal(seq, packet)
+            ahead, self._ahead = self._ahead, None
+            if ahead is not None and ahead[1] is engine and ahead[2] == seq and ahead[0] == payload:
+                out = ahead[3]
+            else:
+                out = engine.seal(seq, self._framed(payload))
             next_seq = (seq + 1) & xffffffff
             if next_seq == 0 and not self._initial_kex_done:
                 raise paramiko.SSHException("Sequence number rolled over during initial kex!")
@@ -168,6 +191,8 @@ class ChachaTransport(paramiko.Transport):  # type: ignore[misc, unused-ignore] 
         # block size 8 and a 12-byte "IV" nobody uses: what paramiko's key set-up and padding expect of an AEAD
         CHACHA: {"class": ChachaKey, "block-size": BLOCK, "iv-size": 12, "key-size": 64, "is_aead": True},
     }
+
+    _channel_handler_table = WINDOW_PUMP_HANDLERS  # a window adjustment sends an exec stream's next packet at once
 
     def __init__(self, sock: Any, **kwargs: Any) -> None:  # Any: paramiko's socket-likes and options
         super().__init__(sock, packetizer_class=ChachaPacketizer, **kwargs)
