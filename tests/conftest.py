@@ -16,6 +16,7 @@ pytest_plugins = [
     "tests.fixtures.optimization_models",
     "tests.fixtures.tflite",
     "tests.fixtures.ppocr",
+    "tests.fixtures.silero",
     "tests.fixtures.real_models",
     "tests.fixtures.role_models",
     "tests.fixtures.pte",

@@ -279,3 +279,20 @@ def test_a_source_that_fails_itself_is_named_as_the_source(if_lstm_onnx: Path, t
     onnx.save(model, str(broken))
     with pytest.raises(ConversionError, match=r"The source model broken\.onnx itself"):
         onnx_prepare.prepare(_request(broken, "fp32", tmp_path), tmp_path / "base.onnx")
+
+
+def test_static_int8_of_an_if_lstm_is_labelled_mixed_and_says_the_lstm_sits_in_a_branch(if_lstm_onnx: Path,
+                                                                                      tmp_path) -> None:
+    """Static QDQ quantizes the top-level head and never enters the If: the artifact holds an int8 MatMul and a
+    float LSTM (95% of the weights). Its record says int8 mixed, and why the LSTM stayed float."""
+    from toolkit.model.quantized import precision_label
+    from toolkit.model.vocabulary import Precision
+    from toolkit.runtimes.inspection.share import artifact_share
+
+    base = onnx_prepare.prepare(_request(if_lstm_onnx, "fp32", tmp_path), tmp_path / "base.onnx")
+    built = onnx_quant.derive(_request(if_lstm_onnx, "int8", tmp_path), base, tmp_path / "int8.onnx")
+    share = artifact_share(built.path, Precision.INT8, built.float_nodes, [])
+    assert share is not None and share.mixed, share
+    lstm = next(layer for layer in share.float_layers if layer.op == "LSTM")
+    assert lstm.why == "left float by the converter: it sits inside an If/Loop/Scan body", lstm
+    assert precision_label(Precision.INT8, None, share).startswith("int8 mixed: 5% of weights int")

@@ -14,6 +14,15 @@ from toolkit.model.artifact import FloatIO, PteRecord
 from toolkit.model.recipe import Recipe
 
 
+# Weighted compute ops (ONNX and TFLite names): which kind a model is, what a quantizer would quantize
+MATMUL_OPS = frozenset({
+    "MatMul", "Gemm", "LSTM", "GRU", "RNN", "Attention", "MultiHeadAttention", "Einsum", "MatMulInteger",
+    "FULLY_CONNECTED", "BATCH_MATMUL", "UNIDIRECTIONAL_SEQUENCE_LSTM", "BIDIRECTIONAL_SEQUENCE_LSTM",
+    "UNIDIRECTIONAL_SEQUENCE_RNN", "EMBEDDING_LOOKUP",
+})
+CONV_OPS = frozenset({"Conv", "ConvTranspose", "CONV_2D", "DEPTHWISE_CONV_2D", "TRANSPOSE_CONV", "CONV_3D"})
+
+
 @dataclass(frozen=True)
 class ConversionRequest:
     """One artifact to build. ``calibration``: one validated feed per sample, shaped like ``input_shapes``, each input

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from toolkit.conversion.base import BuiltArtifact, ConversionRequest
+from toolkit.conversion.base import CONV_OPS, MATMUL_OPS, BuiltArtifact, ConversionRequest
 from toolkit.conversion.onnx_calibration import calibration_cache, preprocessed, reader
 from toolkit.conversion.onnx_checks import check_runs, failure
 from toolkit.conversion.onnx_io import opset_of, quiet, require_onnx, save_model, staged_file
@@ -52,7 +52,7 @@ def derive(request: ConversionRequest, base: BuiltArtifact, output: Path) -> Bui
         float_nodes, notes = builders[recipe.precision](request, base, tmp)
         check_runs(tmp, request, f"{recipe.precision} ONNX")
         if recipe.precision in (Precision.DYNAMIC, Precision.INT8):
-            _require_quantized(tmp, recipe.precision)
+            _require_quantized(tmp, recipe.precision, notes)
         if recipe.a16w8:  # the one recipe ORT's quantizer would move to a newer opset
             _require_opset(tmp, request)
     return BuiltArtifact(
@@ -346,12 +346,31 @@ def _require_opset(path: Path, request: ConversionRequest) -> None:
         )
 
 
-def _require_quantized(path: Path, precision: str) -> None:
-    from toolkit.runtimes.inspection.onnx import quantized_node_names
+def _require_quantized(path: Path, precision: str, notes: Sequence[str]) -> None:
+    """The artifact holds quantized compute nodes; when its weighted nodes all sit inside If/Loop/Scan bodies the
+    refusal says so, and why they stayed float (static QDQ never enters a body; dynamic names its failure)."""
+    from collections import Counter
 
-    if not quantized_node_names(require_onnx().load(str(path))):
+    from toolkit.runtimes.inspection.onnx import iter_nodes, quantized_node_names
+
+    model = require_onnx().load(str(path))
+    if quantized_node_names(model):
+        return
+    weighted = MATMUL_OPS | CONV_OPS
+    nested = Counter(n.op_type for n in iter_nodes(model.graph) if n.op_type in weighted)
+    if nested and not any(n.op_type in weighted for n in model.graph.node):
+        why = next((n.removeprefix("dynamic: ").removesuffix("; they stay float") for n in notes
+                    if "inside If/Loop/Scan bodies" in n),
+                   "onnxruntime's static quantizer does not enter such bodies")
+        ops = ", ".join(f"{count} {op}" for op, count in sorted(nested.items()))
         raise ConversionError(
-            f"{precision} quantization changed nothing: the model has no operator the quantizer supports "
-            "(or all of them were excluded), so it would be a float model under an int8 label.",
-            hint="Ship the fp32/fp16 artifact instead, or check nodes_to_exclude.",
+            f"{precision} quantization changed nothing: every operator it would quantize ({ops}) sits inside an "
+            f"If/Loop/Scan body, and {why}; it would be a float model under an int8 label.",
+            hint="Ship the fp32/fp16 artifact, or quantize an export of the model without the control flow around "
+            "its layers (one branch per model).",
         )
+    raise ConversionError(
+        f"{precision} quantization changed nothing: the model has no operator the quantizer supports "
+        "(or all of them were excluded), so it would be a float model under an int8 label.",
+        hint="Ship the fp32/fp16 artifact instead, or check nodes_to_exclude.",
+    )

@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 
 from toolkit.verification import verify
-from toolkit.conversion.base import BuiltArtifact, ConversionRequest
+from toolkit.conversion.base import CONV_OPS, MATMUL_OPS, BuiltArtifact, ConversionRequest
 from toolkit.conversion.data import RunData
 from toolkit.conversion.plan import Policy
 from toolkit.sources import SourceModel
@@ -22,12 +22,6 @@ from toolkit.model.recipe import Recipe
 from toolkit.model.vocabulary import AttemptOutcome
 
 Progress = Callable[[str], None]
-MATMUL_OPS = frozenset({
-    "MatMul", "Gemm", "LSTM", "GRU", "RNN", "Attention", "MultiHeadAttention", "Einsum", "MatMulInteger",
-    "FULLY_CONNECTED", "BATCH_MATMUL", "UNIDIRECTIONAL_SEQUENCE_LSTM", "BIDIRECTIONAL_SEQUENCE_LSTM",
-    "UNIDIRECTIONAL_SEQUENCE_RNN", "EMBEDDING_LOOKUP",
-})
-CONV_OPS = frozenset({"Conv", "ConvTranspose", "CONV_2D", "DEPTHWISE_CONV_2D", "TRANSPOSE_CONV", "CONV_3D"})
 
 
 class FailureKind(StrEnum):

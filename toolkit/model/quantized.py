@@ -19,6 +19,10 @@ MIXED_BELOW = 0.5  # quantized share of the weights under which an int8/dynamic 
 LARGE_LAYER = 0.05  # a float layer holding at least this share of the weights (or of the MACs) is listed
 
 
+LEFT_FLOAT = "left float by the converter"  # a float layer no rule, retry or user asked for
+NESTED = "inside an If/Loop/Scan body"  # where ONNX static quantization never reaches (dynamic: initializers only)
+
+
 @dataclass(frozen=True)
 class FloatLayer:
     """A large layer the artifact computes in float, and why it stayed float."""
@@ -27,7 +31,7 @@ class FloatLayer:
     op: str
     weights: float  # share of the model's weights (parameters) it holds
     macs: float  # share of the model's multiply-accumulates
-    why: str = "left float by the converter"
+    why: str = LEFT_FLOAT
 
     def to_dict(self) -> JsonDict:
         return {"name": self.name, "op": self.op, "weights": round(self.weights, 4), "macs": round(self.macs, 4),

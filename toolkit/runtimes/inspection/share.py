@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from toolkit.model.quantized import LARGE_LAYER, FloatLayer, QuantizedShare, names_layer
+from toolkit.model.quantized import LARGE_LAYER, LEFT_FLOAT, NESTED, FloatLayer, QuantizedShare, names_layer
 from toolkit.model.vocabulary import Precision
 
 TFLITE_WEIGHTED = frozenset({
@@ -46,9 +46,10 @@ class Layer:
     bytes: int
     macs: int
     integer: bool
+    nested: bool = False  # ONNX: inside an If/Loop/Scan body
 
 
-def share_of(layers: Sequence[Layer], why: Callable[[str], str] = lambda name: "left float by the converter",
+def share_of(layers: Sequence[Layer], why: Callable[[str], str] = lambda name: LEFT_FLOAT,
              ) -> QuantizedShare | None:
     """The shares over ``layers``; None when the model has no weighted layer."""
     params = sum(layer.params for layer in layers)
@@ -57,8 +58,13 @@ def share_of(layers: Sequence[Layer], why: Callable[[str], str] = lambda name: "
     macs = sum(layer.macs for layer in layers)
     quantized = [layer for layer in layers if layer.integer]
     floats = sorted((layer for layer in layers if not layer.integer), key=lambda layer: -layer.params)
+
+    def reason(layer: Layer) -> str:
+        said = why(layer.name)
+        return f"{said}: it sits {NESTED}" if layer.nested and said == LEFT_FLOAT else said
+
     large = tuple(FloatLayer(layer.name, layer.op, layer.params / params, layer.macs / macs if macs else 0.0,
-                             why(layer.name))
+                             reason(layer))
                   for layer in floats
                   if layer.params / params >= LARGE_LAYER or (macs and layer.macs / macs >= LARGE_LAYER))
     return QuantizedShare(
@@ -167,7 +173,7 @@ def onnx_layers(path: Path) -> list[Layer]:
             if node.op_type == "Constant" and node.attribute and node.attribute[0].HasField("t"):
                 inits[node.output[0]] = node.attribute[0].t
     layers = []
-    for graph in iter_graphs(model.graph):
+    for index, graph in enumerate(iter_graphs(model.graph)):  # index 0: the main graph
         for node in graph.node:
             if node.op_type not in ONNX_WEIGHTED:
                 continue
@@ -182,7 +188,8 @@ def onnx_layers(path: Path) -> list[Layer]:
             out = next((shapes.get(o) for o in node.output if o), None)
             layers.append(Layer(node.name or f"<{node.op_type}>", node.op_type, params, size,
                                 _macs(node.op_type, out, [list(w.dims) for w in weights], params,
-                                      channels_first=node.op_type in _CHANNELS_FIRST), integer))
+                                      channels_first=node.op_type in _CHANNELS_FIRST), integer,
+                                nested=index > 0))
     return layers
 
 
@@ -212,7 +219,7 @@ def reasons(float_nodes: Sequence[str], asked: Sequence[str], retried: Mapping[s
             return "kept float as asked (nodes_to_exclude)"
         if named(name, float_nodes):
             return "kept float up front (fragile-op rule)"
-        return "left float by the converter"
+        return LEFT_FLOAT
 
     return why
 
