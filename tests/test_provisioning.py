@@ -59,7 +59,7 @@ def test_requirements_follow_the_profile_bounds() -> None:
     pi4 = get_profile("raspberry-pi-4")
     assert default_runtimes(pi4) == ("litert", "onnxruntime")  # one TFLite runtime, not both; executorch on request
     assert "installed only with --runtime executorch" in left_out(pi4, default_runtimes(pi4))[0]
-    assert left_out(pi4, ("executorch",)) == [] and left_out(get_profile("jetson-orin-nano"), ("onnxruntime",)) == []
+    assert left_out(pi4, ("executorch",)) == [] and left_out(get_profile("jetson-nano"), ("onnxruntime",)) == []
     reqs, notes = plan_requirements(("tflite-runtime",), pi4)
     assert reqs == [Requirement("numpy", "numpy", "<2"), Requirement("tflite-runtime", "tflite-runtime", ">=2.14,<2.15")]
     assert notes == []

@@ -27,7 +27,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.fixtures.pte import needs_executorch
+from tests.fixtures.pte import PTE_PROFILES, needs_executorch
 from toolkit.delivery.bundle import read_bundle
 from toolkit.runtimes.compat import tflite_incompatibilities
 from toolkit.conversion.tf_onnx import DEFAULT_OPSET
@@ -173,7 +173,7 @@ def test_pte_recipes_are_built_from_a_torch_model(pte_digits_bundle) -> None:
         return {k: v for k, v in recipe.items() if k != "nodes_to_exclude"}
 
     pte = [(p.name, r) for p in PROFILES.values() for r in p.recipes if r.format == "pte"]
-    assert pte  # the Pi 4/5, generic-aarch64 and generic-x86_64 profiles list one
+    assert {name for name, _ in pte} == set(PTE_PROFILES)  # the Pi 4/5, generic-aarch64/x86_64, Jetson Orin Nano's CPU
     for name, recipe in pte:
         assert settings(json.loads(json.dumps(recipe.to_dict()))) == settings(kept[0]["recipe"]), name
 
