@@ -99,9 +99,7 @@ def _crashing_node(path: Path, feeds: Path, threads: int | None, scratch: Path) 
             low = middle + 1
     if low == count and not crashes(count):
         return None  # only the whole model crashes: no single op to name
-    _, op_names = inspection.schema_names(schema)
-    code = model.operatorCodes[model.subgraphs[0].operators[low - 1].opcodeIndex]
-    return f"Node number {low - 1} ({op_names.get(max(code.builtinCode, code.deprecatedBuiltinCode), 'CUSTOM')})"
+    return f"Node number {low - 1} ({inspection.main_graph_ops(path)[low - 1]})"
 
 
 def _cut(schema: Any, model: Any, ops: int) -> bytes:  # Any: generated schema objects

@@ -36,9 +36,10 @@ def failing_ops(run: ConvertRun, failure: Failure) -> tuple[str, ...]:
             found = [op for op, _ in named]
         elif framework in TORCH_EXPORT and named:
             from toolkit.conversion import pt2e, tflite_fx
+            from toolkit.runtimes.inspection.tflite import main_graph_ops
 
             artifact = candidate_path(run, recipe)
-            ops = tflite_fx.tflite_ops(artifact) if artifact.exists() else []
+            ops = main_graph_ops(artifact) if artifact.exists() else []
             found = list(tflite_fx.fx_nodes(ops, pt2e.graph_ops(run.request(recipe)), named))
         else:
             return ()

@@ -11,7 +11,6 @@ own) every node of the family is named, as the TensorFlow route keeps every op o
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from pathlib import Path
 
 # TFLite op -> its family's FX op names (``pt2e.op_name``: the aten overload packet's name)
 FAMILIES: Mapping[str, tuple[str, ...]] = {
@@ -44,14 +43,3 @@ def fx_nodes(artifact_ops: Sequence[str], graph: Sequence[tuple[str, str]],
         else:
             names.extend(nodes)
     return tuple(dict.fromkeys(names))
-
-
-def tflite_ops(path: Path) -> list[str]:
-    """The builtin op names of the main graph of the .tflite at ``path``, in execution order."""
-    from toolkit.runtimes.inspection import tflite as inspection
-
-    schema = inspection._schema()
-    model = schema.ModelT.InitFromPackedBuf(path.read_bytes(), 0)
-    _, op_names = inspection.schema_names(schema)
-    codes = [max(c.builtinCode, c.deprecatedBuiltinCode) for c in model.operatorCodes]
-    return [op_names.get(codes[op.opcodeIndex], "CUSTOM") for op in model.subgraphs[0].operators]

@@ -85,11 +85,8 @@ def tflite_op_versions(path: Path) -> dict[str, OpVersion]:
     inspection.parse_tflite(path)  # refuses a file that is not a TFLite flatbuffer, with a plain message
     schema = inspection._schema()
     model = schema.ModelT.InitFromPackedBuf(path.read_bytes(), 0)
-    _, names = inspection.schema_names(schema)
     found: dict[str, OpVersion] = {}
-    for code in model.operatorCodes or []:
-        builtin = max(int(code.builtinCode), int(code.deprecatedBuiltinCode))
-        name = names.get(builtin, f"BUILTIN_{builtin}")
+    for code, name in zip(model.operatorCodes or [], inspection.op_code_names(schema, model)):
         custom = name == "CUSTOM"
         if custom:
             raw = code.customCode
@@ -147,8 +144,7 @@ def _int8_ops(path: Path) -> set[str]:
 
     schema = inspection._schema()
     model = schema.ModelT.InitFromPackedBuf(path.read_bytes(), 0)
-    _, names = inspection.schema_names(schema)
-    codes = [names.get(max(int(c.builtinCode), int(c.deprecatedBuiltinCode)), "") for c in model.operatorCodes or []]
+    codes = inspection.op_code_names(schema, model)
     return {codes[op.opcodeIndex] for graph in model.subgraphs or [] for op in graph.operators or []
             if op.inputs is not None and len(op.inputs) and op.inputs[0] >= 0
             and graph.tensors[op.inputs[0]].type == schema.TensorType.INT8}

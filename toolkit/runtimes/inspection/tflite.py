@@ -117,6 +117,22 @@ def schema_names(schema: Any) -> tuple[dict[int, str], dict[int, str]]:
     return names(schema.TensorType), names(schema.BuiltinOperator)
 
 
+def op_code_names(schema: Any, model: Any) -> list[str]:  # Any: generated schema code and objects
+    """The builtin operator name of each of ``model``'s operator codes, by code index (``BUILTIN_N`` for a code
+    this schema does not name; ``CUSTOM`` for a custom op)."""
+    _, op_names = schema_names(schema)
+    codes = [max(int(code.builtinCode), int(code.deprecatedBuiltinCode)) for code in model.operatorCodes or []]
+    return [op_names.get(code, f"BUILTIN_{code}") for code in codes]
+
+
+def main_graph_ops(path: Path) -> list[str]:
+    """The builtin operator name of each operator of the main graph of the .tflite at ``path``, in order."""
+    schema = _schema()
+    model = schema.ModelT.InitFromPackedBuf(path.read_bytes(), 0)
+    names = op_code_names(schema, model)
+    return [names[op.opcodeIndex] for op in model.subgraphs[0].operators]
+
+
 def tensor_dtype(type_names: dict[int, str], tensor: Any) -> str:
     """A schema tensor's (Any: generated code) numpy dtype name; the schema's own name, lower-cased, beyond those."""
     name = type_names.get(tensor.type, "")
