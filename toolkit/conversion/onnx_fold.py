@@ -6,20 +6,21 @@ control flow rarely have that: Silero VAD 6.2.3 keeps every weight in a Constant
 builds each LSTM's W and R inside a nested body from those constants (Slice, Concat, Unsqueeze). Here, inside
 every body, Constant nodes become initializers of that body, and the constant subexpressions that feed a weight
 operand are computed once (onnx's reference evaluator, node by node) and stored as initializers of the graph that
-computed them. The main graph is left to the base's own transforms. The result is checked like the base's
-transforms (``onnx_prepare.apply_checked``): a model that no longer computes what the source does is not used,
-and the notes say why.
+computed them. The main graph is left to the base's own transforms. The folded model must compute exactly what
+the base does on the calibration samples (``_difference``: moving constants never rounds); otherwise it is not
+used and the notes say why, as the base's own transforms are skipped (``onnx_prepare.apply_checked``).
 """
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Container, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from toolkit.conversion.base import BuiltArtifact, ConversionRequest
 from toolkit.conversion.onnx_io import require_onnx, save_model
-from toolkit.conversion.onnx_prepare import Transform, apply_checked
+from toolkit.errors import key_line
 from toolkit.runtimes.inspection.share import ONNX_WEIGHTED
 
 if TYPE_CHECKING:
@@ -136,29 +137,62 @@ def fold_body_weights(model: onnx.ModelProto) -> tuple[int, int]:
     return counts[0], counts[1]
 
 
-def _transform(model: onnx.ModelProto, notes: list[str]) -> None:
-    moved, folded = fold_body_weights(model)
-    if moved or folded:
-        notes.append(f"inside If/Loop/Scan bodies: {moved} Constant nodes turned into initializers, {folded} "
-                     "constant nodes computing weights folded")
+CHECK_SAMPLES = 16  # calibration samples, spread over the set, on which the folded model must equal the base
+
+
+def _difference(folded: Path, base: Path, request: ConversionRequest) -> str | None:
+    """Where the folded model's outputs differ from the base's by a single bit on the calibration samples (folding
+    constants moves values, it never rounds them), or why it does not run; None when they are identical."""
+    import numpy as np
+
+    from toolkit.conversion.onnx_checks import sample_feed
+    from toolkit.conversion.onnx_io import session
+
+    try:
+        ours, theirs = session(folded), session(base)
+    except Exception as exc:  # noqa: BLE001
+        return f"does not load in onnxruntime ({key_line(exc)})"
+    samples = request.calibration or ({},)
+    step = max(1, len(samples) // CHECK_SAMPLES)
+    for index in range(0, len(samples), step):
+        feed = sample_feed(dataclasses.replace(request, calibration=(samples[index],)), ours)
+        try:
+            got, want = ours.run(None, feed), theirs.run(None, feed)
+        except Exception as exc:  # noqa: BLE001
+            return f"does not run in onnxruntime ({key_line(exc)})"
+        for name, g, w in zip([o.name for o in ours.get_outputs()], got, want):
+            if not np.array_equal(np.asarray(g), np.asarray(w)):
+                gap = float(np.max(np.abs(np.asarray(g, np.float64) - np.asarray(w, np.float64))))
+                return (f"computes other values than the base (output {name!r}, calibration sample {index}: "
+                        f"max {gap:.3g})")
+    return None
 
 
 def folded_base(request: ConversionRequest, base: BuiltArtifact, notes: list[str]) -> Path:
     """The base with its bodies' weights as initializers (``fold_body_weights``), written beside the request's
-    other files when that changed anything and the changed model still computes what the source does (else the
-    note says why and the base is used as it is)."""
+    other files when that changed anything and the folded model computes exactly what the base does on the
+    calibration samples; else the note says why and the base is used as it is."""
     from toolkit.runtimes.inspection.onnx import load_onnx
 
     model = load_onnx(base.path)
     if not any(True for node in model.graph.node for _ in _bodies(node)):
         return base.path
-    local: list[str] = []
-    folded = apply_checked(model, [Transform(FOLD_STEP, _transform)], request, local)
-    notes.extend(local)
-    if not any(note.startswith("inside If/Loop/Scan bodies:") for note in local):
+    try:
+        moved, folded = fold_body_weights(model)
+    except Exception as exc:  # noqa: BLE001 - an op the reference evaluator cannot compute: the bodies stay
+        notes.append(f"{FOLD_STEP} skipped: {key_line(exc)}; weights inside them stay float")
+        return base.path
+    if not moved and not folded:
         return base.path
     target = request.workdir / f"{base.path.stem}.folded.onnx"
-    save_model(folded, target, final_name=target.name)
+    save_model(model, target, final_name=target.name)
+    problem = _difference(target, base.path, request)
+    if problem is not None:
+        notes.append(f"{FOLD_STEP} skipped: the folded model {problem}; weights inside them stay float")
+        target.unlink(missing_ok=True)
+        return base.path
+    notes.append(f"inside If/Loop/Scan bodies: {moved} Constant nodes turned into initializers, {folded} constant "
+                 "nodes computing weights folded (outputs identical on the calibration samples)")
     return target
 
 

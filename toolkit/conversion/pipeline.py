@@ -237,7 +237,8 @@ def _precondition(run: ConvertRun, item: PlannedRecipe) -> Failure | None:
 
 def _kinds(judge: Candidate) -> str:
     """``by node count: 12 convolutions vs 1 LSTM``, what made the model convolutional. A model whose layers all sit
-    inside If/Loop/Scan bodies never gets here: static INT8 cannot reach them, so dynamic is tried whatever the count."""
+    inside If/Loop/Scan bodies never gets here: static INT8 cannot reach them, so dynamic is tried whatever the
+    count."""
     conv = sum(n for op, n in judge.op_counts.items() if op in CONV_OPS)
     matmul = ", ".join(f"{n} {op}" for op, n in sorted(judge.op_counts.items()) if op in MATMUL_OPS)
     return f"by node count: {conv} convolutions vs {matmul or 'no MatMul/Gemm/LSTM/GRU'}"
