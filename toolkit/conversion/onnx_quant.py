@@ -20,7 +20,7 @@ import numpy as np
 from toolkit.conversion.base import CONV_OPS, MATMUL_OPS, BuiltArtifact, ConversionRequest
 from toolkit.conversion.onnx_calibration import calibration_cache, preprocessed, reader
 from toolkit.conversion.onnx_checks import check_runs, failure
-from toolkit.conversion.onnx_fold import folded_base
+from toolkit.conversion.onnx_fold import FOLD_STEP, folded_base
 from toolkit.conversion.onnx_io import opset_of, quiet, require_onnx, save_model, staged_file
 from toolkit.conversion.onnx_prepare import QDQ_MIN_OPSET
 from toolkit.errors import ConversionError, MissingDependency, UsageError, key_line
@@ -362,7 +362,7 @@ def _require_quantized(path: Path, precision: str, notes: Sequence[str]) -> None
     nested = Counter(n.op_type for n in iter_nodes(model.graph) if n.op_type in weighted)
     if nested and not any(n.op_type in weighted for n in model.graph.node):
         why = next((n.removeprefix("dynamic: ").removesuffix("; they stay float") for n in notes
-                    if "inside If/Loop/Scan bodies" in n),
+                    if n.startswith(("dynamic: ", FOLD_STEP)) and "inside If/Loop/Scan bodies" in n),
                    "onnxruntime's static quantizer does not enter such bodies")
         ops = ", ".join(f"{count} {op}" for op, count in sorted(nested.items()))
         raise ConversionError(
