@@ -42,10 +42,11 @@ def _bodies(node: onnx.NodeProto) -> Iterator[onnx.GraphProto]:
 
 
 def _weight_operands(graph: onnx.GraphProto) -> set[str]:
-    """The names read as weights (every operand after the first of a weighted op) in ``graph`` and below it."""
+    """The names a weighted op reads, in ``graph`` and below it (every operand: a Gather's table is its first, a
+    MatMul may take its constant first; only constant ones are ever folded)."""
     from toolkit.runtimes.inspection.onnx import iter_nodes
 
-    return {name for node in iter_nodes(graph) if node.op_type in ONNX_WEIGHTED for name in node.input[1:] if name}
+    return {name for node in iter_nodes(graph) if node.op_type in ONNX_WEIGHTED for name in node.input if name}
 
 
 def _foldable(node: onnx.NodeProto, known: Container[str]) -> bool:
