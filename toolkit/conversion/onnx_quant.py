@@ -20,6 +20,7 @@ import numpy as np
 from toolkit.conversion.base import CONV_OPS, MATMUL_OPS, BuiltArtifact, ConversionRequest
 from toolkit.conversion.onnx_calibration import calibration_cache, preprocessed, reader
 from toolkit.conversion.onnx_checks import check_runs, failure
+from toolkit.conversion.onnx_fold import FOLD_STEP, folded_base
 from toolkit.conversion.onnx_io import opset_of, quiet, require_onnx, save_model, staged_file
 from toolkit.conversion.onnx_prepare import QDQ_MIN_OPSET
 from toolkit.errors import ConversionError, MissingDependency, UsageError, key_line
@@ -164,15 +165,16 @@ def _dynamic(request: ConversionRequest, base: BuiltArtifact, tmp: Path) -> _Res
     exclude = _nodes_to_exclude(base.path, recipe.nodes_to_exclude)
     weight = ortq.QuantType.QInt8 if recipe.weight_type == QuantType.INT8 else ortq.QuantType.QUInt8
 
-    notes = []
-    # Weights inside If/Loop/Scan bodies (an LSTM in a branch) are quantized only when asked for; a model that
-    # onnxruntime then refuses is built again with the subgraphs left float.
-    subgraphs = any(n.op_type in ("If", "Loop", "Scan") for n in require_onnx().load(str(base.path)).graph.node)
+    notes: list[str] = []
+    # Weights inside If/Loop/Scan bodies (an LSTM in a branch) are quantized once they are the bodies' own
+    # initializers (onnx_fold); a model that onnxruntime then refuses is built again with the bodies left float.
+    source = folded_base(request, base, notes)
+    subgraphs = any(n.op_type in ("If", "Loop", "Scan") for n in require_onnx().load(str(source)).graph.node)
     for enable in ((True, False) if subgraphs else (False,)):
         try:
             with quiet():
                 ortq.quantize_dynamic(
-                    str(base.path.resolve()),
+                    str(source.resolve()),
                     str(tmp.resolve()),
                     weight_type=weight,
                     per_channel=recipe.per_channel,
@@ -360,7 +362,7 @@ def _require_quantized(path: Path, precision: str, notes: Sequence[str]) -> None
     nested = Counter(n.op_type for n in iter_nodes(model.graph) if n.op_type in weighted)
     if nested and not any(n.op_type in weighted for n in model.graph.node):
         why = next((n.removeprefix("dynamic: ").removesuffix("; they stay float") for n in notes
-                    if "inside If/Loop/Scan bodies" in n),
+                    if n.startswith(("dynamic: ", FOLD_STEP)) and "inside If/Loop/Scan bodies" in n),
                    "onnxruntime's static quantizer does not enter such bodies")
         ops = ", ".join(f"{count} {op}" for op, count in sorted(nested.items()))
         raise ConversionError(

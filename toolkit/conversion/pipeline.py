@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 from toolkit.verification import verify
 from toolkit.delivery.bundle import read_bundle, staging_dir
 from toolkit.conversion import cache
+from toolkit.conversion.base import CONV_OPS, MATMUL_OPS
 from toolkit.conversion.candidate import build_and_verify
 from toolkit.conversion.run import (
     FP32_OUT_OF_TOLERANCE_WORKAROUND, OUT_OF_TOLERANCE_WORKAROUND, Candidate, ConvertRun, Failure, FailureKind,
@@ -33,12 +34,14 @@ from toolkit.conversion.plan import (
     Plan, PlannedRecipe, Policy, When, bundle_name, detect_is_factory, plan_recipes, policy_for, validate_name,
 )
 from toolkit.conversion.runtime_retry import retry as runtime_retry
+from toolkit.conversion.onnx_fold import body_layers
 from toolkit.conversion.selective import selective
 from toolkit.conversion.write import write_bundle
 from toolkit.errors import ConversionError, ToolkitError, UsageError
 from toolkit.model.options import ConvertOptions  # the one definition (the CLI and the API share it)
 from toolkit.sources import SourceModel, detect_framework, open_source
 from toolkit.model.artifact import Attempt
+from toolkit.model.recipe import Recipe
 from toolkit.model.manifest import Manifest
 from toolkit.model.vocabulary import AttemptOutcome, Precision
 
@@ -170,7 +173,7 @@ def _build_all(run: ConvertRun, plan: Plan) -> list[Candidate]:
             if retried is None:
                 continue
             result = retried
-        if result.failures and recipe.precision == Precision.INT8 and not recipe.a16w8 and not item.explicit:
+        if result.failures and _selective_applies(run, recipe) and not item.explicit:
             run.progress(f"{recipe.label} out of tolerance ({'; '.join(result.failures)}): "
                          "trying selective quantization")
             run.attempts.append(result.attempt(AttemptOutcome.DROPPED, "; ".join(result.problems),
@@ -207,7 +210,8 @@ def _build_all(run: ConvertRun, plan: Plan) -> list[Candidate]:
 
 def _precondition(run: ConvertRun, item: PlannedRecipe) -> Failure | None:
     """Why ``item`` is not built at all: its format's fp32 failed (nothing trustworthy to compare a quantized
-    artifact with), or it is the dynamic fallback and the model is not MatMul/RNN-dominated."""
+    artifact with), or it is the dynamic fallback and the model is not MatMul/RNN-dominated (a model whose layers all
+    sit inside If/Loop/Scan bodies is tried: dynamic is the one quantizer that reaches them)."""
     recipe = item.recipe
     fp32 = run.fp32.get(recipe.format)
     if recipe.precision != Precision.FP32 and fp32 is not None:
@@ -221,14 +225,32 @@ def _precondition(run: ConvertRun, item: PlannedRecipe) -> Failure | None:
         if judge is None:
             return failure(recipe, FailureKind.NOT_ATTEMPTED,
                            "not attempted: no fp32 artifact to tell whether the model is MatMul/RNN-dominated")
-        if not judge.matmul_dominated:
+        if not judge.matmul_dominated and not body_layers(judge.built.path):
             return failure(
                 recipe, FailureKind.NOT_ATTEMPTED,
                 "not attempted: dynamic INT8 is the fallback for MatMul/Gemm/LSTM/GRU-dominated models "
-                "(transformers, recurrent models); this one is convolutional",
+                f"(transformers, recurrent models); this one is convolutional ({_kinds(judge)})",
                 "keep the fp16/fp32 fallback, or pass --precision dynamic to build it anyway",
             )
     return None
+
+
+def _kinds(judge: Candidate) -> str:
+    """``by node count: 12 convolutions vs 1 LSTM``, what made the model convolutional. A model whose layers all sit
+    inside If/Loop/Scan bodies never gets here: static INT8 cannot reach them, so dynamic is tried whatever the
+    count."""
+    conv = sum(n for op, n in judge.op_counts.items() if op in CONV_OPS)
+    matmul = ", ".join(f"{n} {op}" for op, n in sorted(judge.op_counts.items()) if op in MATMUL_OPS)
+    return f"by node count: {conv} convolutions vs {matmul or 'no MatMul/Gemm/LSTM/GRU'}"
+
+
+def _selective_applies(run: ConvertRun, recipe: Recipe) -> bool:
+    """Selective quantization retries static INT8 (not A16W8, itself the last fallback), and dynamic INT8 of a
+    model whose layers all sit inside If/Loop/Scan bodies (the one quantizer that reaches them)."""
+    if recipe.a16w8 or recipe.precision not in (Precision.INT8, Precision.DYNAMIC):
+        return False
+    fp32 = run.fp32.get(recipe.format)
+    return recipe.precision == Precision.INT8 or (isinstance(fp32, Candidate) and bool(body_layers(fp32.built.path)))
 
 
 def _nothing_survived(attempts: Sequence[Attempt]) -> ConversionError:

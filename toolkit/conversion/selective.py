@@ -7,7 +7,9 @@ weightless op or a small layer is tried before a dense layer holding most of the
 that order (1, 2, 4, 8 options: at most ``len(SELECTIVE_STEPS)`` builds) and the first set that passes is
 kept: labelled int8 with its layers in ``float_nodes`` (mixed when they hold most of the weights), preferred
 over the fp16/fp32 fallback. PyTorch -> TFLite's FX node names do not name the artifact's tensors, so there
-the order is by error alone. No candidate is converted just to rank.
+the order is by error alone. Layers inside If/Loop/Scan bodies have no row in the table (it compares the main
+graph's tensors): there the options are whole op kinds (every Conv of the model), fewest weights first. No
+candidate is converted just to rank.
 """
 
 from __future__ import annotations
@@ -16,12 +18,17 @@ import dataclasses
 import math
 from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from toolkit.conversion.candidate import build_and_verify
+from toolkit.conversion.onnx_fold import body_layers
 from toolkit.conversion.run import Candidate, ConvertRun, Failure
 from toolkit.errors import ToolkitError
 from toolkit.model.vocabulary import AttemptOutcome
 from toolkit.quiet import native_stderr_silenced
+
+if TYPE_CHECKING:
+    from toolkit.runtimes.inspection.share import Layer
 
 SELECTIVE_STEPS = (1, 2, 4)  # how many of the cheapest options the float set holds at each try
 LAST_RESORT = 3  # then the worst layers' groups by error alone: the worst one, then the worst three
@@ -34,13 +41,19 @@ Group = tuple[str, ...]
 
 def weight_cost(path: Path) -> Callable[[Sequence[str]], float]:
     """The share of the model's weights that the layers named by a group hold (0 when unreadable)."""
-    from toolkit.model.quantized import names_layer
     from toolkit.runtimes.inspection.share import onnx_layers, tflite_layers
 
     try:
         layers = tflite_layers(path) if path.suffix == ".tflite" else onnx_layers(path)
     except Exception:  # noqa: BLE001 - no weights known: every option costs the floor, order by error
         layers = []
+    return _cost_of(layers)
+
+
+def _cost_of(layers: Sequence[Layer]) -> Callable[[Sequence[str]], float]:
+    """The share of the weights of ``layers`` that the layers named by a group hold."""
+    from toolkit.model.quantized import names_layer
+
     total = sum(layer.params for layer in layers) or 1
 
     def cost(group: Sequence[str]) -> float:
@@ -48,6 +61,17 @@ def weight_cost(path: Path) -> Callable[[Sequence[str]], float]:
         return sum(layer.params for layer in layers if names_layer(layer.name, names)) / total
 
     return cost
+
+
+def _by_op(layers: Sequence[Layer]) -> tuple[list[tuple[Group, float, float]], list[Group]]:
+    """``options`` for layers inside bodies (no per-layer error is measured there): each weighted op kind (every
+    Conv, every LSTM) is one float group, the one holding the smallest share of the weights first; the largest
+    kind never (all float is no quantization)."""
+    total = sum(layer.params for layer in layers) or 1
+    kinds = sorted({layer.op for layer in layers},
+                   key=lambda op: sum(layer.params for layer in layers if layer.op == op))[:-1]  # not all float
+    return [(tuple(layer.name for layer in layers if layer.op == op), math.nan,
+             sum(layer.params for layer in layers if layer.op == op) / total) for op in kinds], []
 
 
 def options(run: ConvertRun, failed: Candidate) -> tuple[list[tuple[Group, float, float]], list[Group]]:
@@ -77,12 +101,14 @@ def _tries(cheap: Sequence[tuple[Group, float, float]], worst: Sequence[Group]) 
 
 
 def selective(run: ConvertRun, failed: Candidate) -> Candidate | None:
-    """The int8 recipe of ``failed`` retried with its cheapest sensitive layers in float; None when that does
-    not help. Every try that does not pass is appended to ``run.attempts``."""
+    """The int8 recipe of ``failed`` retried with its cheapest sensitive layers in float (layers inside bodies: by
+    op kind, ``_by_op``); None when that does not help. Every try that does not pass is appended to ``run.attempts``."""
     recipe = failed.recipe
+    fp32 = run.fp32.get(recipe.format)
+    nested = body_layers(fp32.built.path) if isinstance(fp32, Candidate) else []
     try:
         with native_stderr_silenced():
-            ranked = options(run, failed)
+            ranked = _by_op(nested) if nested else options(run, failed)
     except ToolkitError as exc:
         run.attempts.append(failed.attempt(AttemptOutcome.FAILED, f"selective quantization unavailable: {exc.message}"))
         return None
@@ -90,7 +116,7 @@ def selective(run: ConvertRun, failed: Candidate) -> Candidate | None:
         run.attempts.append(failed.attempt(
             AttemptOutcome.FAILED, f"selective quantization unavailable: {type(exc).__name__}: {str(exc)[:200]}"))
         return None
-    cost = weight_cost(failed.built.path)
+    cost = _cost_of(nested) if nested else weight_cost(failed.built.path)
     for union in _tries(*ranked):
         mixed = dataclasses.replace(recipe, nodes_to_exclude=tuple(dict.fromkeys(recipe.nodes_to_exclude + union)))
         run.progress(f"retrying {recipe.label} with {len(mixed.nodes_to_exclude)} layer(s) in float "

@@ -152,9 +152,15 @@ def tflite_layers(path: Path) -> list[Layer]:
 def onnx_layers(path: Path) -> list[Layer]:
     import onnx
 
+    return onnx_model_layers(onnx.load(str(path)))
+
+
+def onnx_model_layers(model: Any) -> list[Layer]:  # Any: onnx.ModelProto (onnx is imported only here)
+    """``onnx_layers`` of a model in memory."""
+    import onnx
+
     from toolkit.runtimes.inspection.onnx import iter_graphs
 
-    model = onnx.load(str(path))
     try:
         model = onnx.shape_inference.infer_shapes(model, strict_mode=False)
     except Exception:  # noqa: BLE001 - shapes are only for the MAC estimate
