@@ -13,7 +13,7 @@ import numpy as np
 
 from toolkit.conversion.base import ConversionRequest
 from toolkit.conversion.onnx_io import save_model, session
-from toolkit.errors import ConversionError, key_line
+from toolkit.errors import ArtifactRefused, ConversionError, key_line
 from toolkit.runtimes.execution.onnx import _ORT_TYPES
 
 if TYPE_CHECKING:
@@ -68,17 +68,18 @@ def _synthetic(arg: Any, request: ConversionRequest) -> np.ndarray:
     return np.zeros(shape, dtype=dtype)
 
 
-def check_runs(path: Path, request: ConversionRequest, what: str) -> list[np.ndarray]:
-    """Load ``path`` in onnxruntime and run it once; a model the runtime rejects is a ConversionError."""
+def check_runs(path: Path, request: ConversionRequest, what: str, *, artifact: bool = False) -> list[np.ndarray]:
+    """Load ``path`` in onnxruntime and run it once; a model the runtime rejects is a ConversionError, an
+    ArtifactRefused when ``path`` is a finished artifact (its failing node can be kept float and retried)."""
     try:
         runner = session(path)
     except Exception as exc:
-        raise failure(f"onnxruntime cannot load the {what} model", exc) from exc
+        raise _refused(failure(f"onnxruntime cannot load the {what} model", exc), artifact) from exc
     feed = sample_feed(request, runner)
     try:
         outputs = [np.asarray(o) for o in runner.run(None, feed)]
     except Exception as exc:
-        raise failure(f"The {what} model fails to run in onnxruntime", exc) from exc
+        raise _refused(failure(f"The {what} model fails to run in onnxruntime", exc), artifact) from exc
     for arg, out in zip(runner.get_outputs(), outputs):
         if np.issubdtype(out.dtype, np.floating) and not np.all(np.isfinite(out)):
             raise ConversionError(
@@ -86,6 +87,10 @@ def check_runs(path: Path, request: ConversionRequest, what: str) -> list[np.nda
                 hint="This precision cannot represent the model's values; use fp32 or int8 for it.",
             )
     return outputs
+
+
+def _refused(error: ConversionError, artifact: bool) -> ConversionError:
+    return ArtifactRefused(error.message, hint=error.hint) if artifact else error
 
 
 def transform_problem(path: Path, request: ConversionRequest) -> str | None:
