@@ -47,6 +47,10 @@ class ArtifactRefused(ConversionError):
     it with the node the runtime names kept float (``runtime_retry``) instead of dropping it as a build failure."""
 
 
+class ArtifactCrashed(ArtifactRefused):
+    """The artifact's first load or run killed the runtime, in a child process (``crash_guard``) (exit 3)."""
+
+
 class DeviceError(ToolkitError):
     """A device could not be reached, refused us, or could not take the bundle (exit 4).
 

@@ -26,6 +26,7 @@ import numpy as np
 from toolkit.model.vocabulary import Format
 
 TIMEOUT_S = 300.0  # a child that takes longer is left: the in-process load decides (a big model is not a crash)
+_SURVIVED: set[tuple[int, int, int]] = set()  # files whose first run passed in a child: run once per process
 _RUNTIMES = {Format.TFLITE: "the interpreter", Format.ONNX: "onnxruntime", Format.PTE: "ExecuTorch"}
 
 
@@ -61,14 +62,24 @@ def _child(path: Path, feeds: Path, threads: int | None) -> tuple[int | None, st
 def first_run(path: Path, feed: Mapping[str, np.ndarray], *, artifact_format: Format, threads: int | None,
               scratch: Path) -> Crash | None:
     """Run ``path`` once on ``feed`` (keyed by the artifact's input names) in a child; the crash, if it crashed."""
+    if _identity(path) in _SURVIVED:
+        return None
     feeds = scratch / "first-run-feed.npz"
     arrays: dict[str, Any] = {name: np.asarray(value) for name, value in feed.items()}
     np.savez(feeds, **arrays)
     status, out = _child(path, feeds, threads)
+    if status == 0:
+        _SURVIVED.add(_identity(path))
     if status is None or status >= 0:
         return None
     node = _crashing_node(path, artifact_format, feeds, threads, scratch)
     return Crash(_RUNTIMES[artifact_format], _signal_name(-status), "loaded" in out.split(), node)
+
+
+def _identity(path: Path) -> tuple[int, int, int]:
+    """The file at ``path`` as this process last saw it (a rename keeps it: the build's check, then convert's)."""
+    stat = path.stat()
+    return stat.st_ino, stat.st_size, stat.st_mtime_ns
 
 
 def _signal_name(number: int) -> str:

@@ -12,8 +12,8 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from toolkit.conversion.base import ConversionRequest
-from toolkit.conversion.onnx_io import save_model, session
-from toolkit.errors import ArtifactRefused, ConversionError, key_line
+from toolkit.conversion.onnx_io import require_onnx, save_model, session
+from toolkit.errors import ArtifactCrashed, ArtifactRefused, ConversionError, key_line
 from toolkit.runtimes.execution.onnx import _ORT_TYPES
 
 if TYPE_CHECKING:
@@ -87,6 +87,28 @@ def check_runs(path: Path, request: ConversionRequest, what: str, *, artifact: b
                 hint="This precision cannot represent the model's values; use fp32 or int8 for it.",
             )
     return outputs
+
+
+def first_run_in_child(path: Path, request: ConversionRequest, what: str) -> None:
+    """Run the artifact at ``path`` once in a child process (``crash_guard``) before this process loads it: a
+    crash of onnxruntime is an ArtifactCrashed naming the node it sits in, not the end of the convert run."""
+    from types import SimpleNamespace
+
+    from toolkit.conversion import crash_guard
+    from toolkit.model.vocabulary import Format
+    from toolkit.runtimes.inspection.onnx import load_onnx
+
+    onnx = require_onnx()
+    graph = load_onnx(path, load_external_data=False).graph
+    weights = {tensor.name for tensor in graph.initializer}
+    args = [SimpleNamespace(  # what sample_feed reads of an onnxruntime input
+        name=value.name, type=f"tensor({onnx.TensorProto.DataType.Name(value.type.tensor_type.elem_type).lower()})",
+        shape=[d.dim_value if d.HasField("dim_value") else None for d in value.type.tensor_type.shape.dim])
+        for value in graph.input if value.name not in weights]
+    feed = sample_feed(request, SimpleNamespace(get_inputs=lambda: args))
+    crash = crash_guard.first_run(path, feed, artifact_format=Format.ONNX, threads=None, scratch=request.workdir)
+    if crash is not None:
+        raise ArtifactCrashed(crash.reason(what))
 
 
 def _refused(error: ConversionError, artifact: bool) -> ConversionError:

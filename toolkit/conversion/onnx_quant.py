@@ -19,7 +19,7 @@ import numpy as np
 
 from toolkit.conversion.base import CONV_OPS, MATMUL_OPS, BuiltArtifact, ConversionRequest
 from toolkit.conversion.onnx_calibration import calibration_cache, preprocessed, reader
-from toolkit.conversion.onnx_checks import check_runs, failure
+from toolkit.conversion.onnx_checks import check_runs, failure, first_run_in_child
 from toolkit.conversion.onnx_io import opset_of, quiet, refused_copy, require_onnx, save_model, staged_file
 from toolkit.conversion.onnx_prepare import QDQ_MIN_OPSET
 from toolkit.errors import ArtifactRefused, ConversionError, MissingDependency, UsageError, key_line
@@ -51,6 +51,8 @@ def derive(request: ConversionRequest, base: BuiltArtifact, output: Path) -> Bui
     with staged_file(output) as tmp:
         float_nodes, notes = builders[recipe.precision](request, base, tmp)
         try:
+            if recipe.precision in (Precision.DYNAMIC, Precision.INT8):  # quantized kernels: crash in a child first
+                first_run_in_child(tmp, request, f"{recipe.precision} ONNX")
             check_runs(tmp, request, f"{recipe.precision} ONNX", artifact=True)
         except ArtifactRefused:  # kept aside: the node onnxruntime names is read from it (runtime_retry)
             shutil.copyfile(tmp, refused_copy(output))
