@@ -195,3 +195,20 @@ def test_bisecting_onnx_cuts_finds_the_node_a_real_refusal_sits_in(digits_int8_o
     assert graph.name(found) == "QuantizeLinear node. Name:'digits_1/conv2d_1/Relu:0_QuantizeLinear'"
     assert CONV in onnx_source_nodes(broken, ["digits_1/conv2d_1/Relu:0_QuantizeLinear"])
     assert onnx_source_nodes(None, [f"{CONV}_token_1"]) == [CONV]
+
+
+@pytest.mark.parametrize(("message", "node"), [
+    # onnxruntime 1.31's own words on edited INT8 digits artifacts (load, then run)
+    ("Load model from m.onnx failed:Node (digits_1/dense_1_2/MatMul/MatMulAddFusion) Op (Gemm) "
+     "[ShapeInferenceError] Dimension mismatch in unification between 200 and 256", GEMM),
+    ("Load model from m.onnx failed:Type Error: Type parameter (T) of Optype (DequantizeLinear) bound to different "
+     "types (tensor(int8) and tensor(uint8) in node (w:0_DequantizeLinear).", "w:0_DequantizeLinear"),
+    ('Load model from m.onnx failed:This is an invalid model. In Node, ("digits_1/dense_1_2/MatMul/MatMulAddFusion", '
+     'QGemm, "com.microsoft", -1) : ("x": tensor(uint8),', GEMM),
+    ("Non-zero status code returned while running QLinearConv node. Name:'digits_1/conv2d_1/BiasAdd_token_1' "
+     "Status Message: qlinearconv.cc:77 IsScalarOr1ElementVector(Y_zero_point) was false.", CONV),
+])
+def test_onnxruntime_messages_name_the_source_node(message: str, node: str) -> None:
+    from toolkit.conversion.runtime_retry import onnx_named_nodes, onnx_source_nodes
+
+    assert onnx_source_nodes(None, onnx_named_nodes(message)) == [node]

@@ -28,8 +28,8 @@ ROUNDS = 3  # each round keeps the ops the last failure named in float: a second
 
 _TFLITE_VERSION = re.compile(r"\b([A-Z][A-Z0-9_]+) version \d+ \(")
 _TFLITE_NODE = re.compile(r"Node number (\d+) \(([A-Z][A-Z0-9_]+)\)")
-_ONNX_NODE = re.compile(  # run: "... node. Name:'n'"; load: "Node (n) Op (X)", "... in node (n)"
-    r"Name:\s*'([^']+)'|\bNode \(([^)]+)\) Op \(|\bin node \(([^)]+)\)")
+_ONNX_NODE = re.compile(  # run: "... node. Name:'n'"; load: "Node (n) Op (X)", "... in node (n)", 'In Node, ("n", X'
+    r"Name:\s*'([^']+)'|\bNode \(([^)]+)\) Op \(|\bin node \(([^)]+)\)|\bIn Node, \(\"([^\"]+)\",")
 _ONNX_FUSED = re.compile(r"_token_\d+$")  # onnxruntime's name for a node its optimizer fused (a QLinearConv)
 _QDQ = ("QuantizeLinear", "DequantizeLinear")
 
@@ -56,10 +56,15 @@ def failing_ops(run: ConvertRun, failure: Failure) -> tuple[str, ...]:
 
         built = candidate_path(run, recipe)
         found = onnx_source_nodes(next((p for p in (built, refused_copy(built)) if p.exists()), None),
-                                  ["".join(names) for names in _ONNX_NODE.findall(text)])
+                                  onnx_named_nodes(text))
     else:
         return ()  # a .pte: ExecuTorch names no op a retry could keep float (crash_guard does not cut it)
     return tuple(dict.fromkeys(op for op in found if op not in recipe.nodes_to_exclude))
+
+
+def onnx_named_nodes(text: str) -> list[str]:
+    """The nodes an onnxruntime error names, in its load and run messages' words."""
+    return ["".join(names) for names in _ONNX_NODE.findall(text)]
 
 
 def onnx_source_nodes(artifact: Path | None, names: Sequence[str]) -> list[str]:
