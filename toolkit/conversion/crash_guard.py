@@ -72,7 +72,10 @@ def first_run(path: Path, feed: Mapping[str, np.ndarray], *, artifact_format: Fo
         _SURVIVED.add(_identity(path))
     if status is None or status >= 0:
         return None
-    node = _crashing_node(path, artifact_format, feeds, threads, scratch)
+    try:
+        node = _crashing_node(path, artifact_format, feeds, threads, scratch)
+    except Exception:  # noqa: BLE001 - a graph that cannot be cut (a 2 GB protobuf): the crash, without its op
+        node = None
     return Crash(_RUNTIMES[artifact_format], _signal_name(-status), "loaded" in out.split(), node)
 
 
