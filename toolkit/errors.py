@@ -42,6 +42,15 @@ class ConversionError(ToolkitError):
     exit_code = 3
 
 
+class ArtifactRefused(ConversionError):
+    """An artifact was built, but its own runtime refuses to load or run it (exit 3). The convert stage retries
+    it with the node the runtime names kept float (``runtime_retry``) instead of dropping it as a build failure."""
+
+
+class ArtifactCrashed(ArtifactRefused):
+    """The artifact's first load or run killed the runtime, in a child process (``crash_guard``) (exit 3)."""
+
+
 class DeviceError(ToolkitError):
     """A device could not be reached, refused us, or could not take the bundle (exit 4).
 

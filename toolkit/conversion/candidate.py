@@ -23,7 +23,7 @@ from toolkit.conversion.base import BuiltArtifact, ConversionRequest
 from toolkit.conversion.host_timing import PairedTiming, Speed, host_cpu, is_this_host, paired_with_fp32
 from toolkit.conversion.plan import Policy
 from toolkit.conversion.run import WORKAROUNDS, Candidate, ConvertRun, Failure, FailureKind, failure
-from toolkit.errors import ConversionError, ToolkitError, UsageError
+from toolkit.errors import ArtifactCrashed, ArtifactRefused, ConversionError, ToolkitError, UsageError
 from toolkit.runtimes.inspection.share import artifact_share
 from toolkit.quiet import native_stderr_silenced
 from toolkit.model.artifact import ArtifactRecord
@@ -196,6 +196,9 @@ def _built(run: ConvertRun, recipe: Recipe, *, explicit: bool
         if explicit:
             raise
         return failure(recipe, FailureKind.REFUSED, exc.message, exc.hint)
+    except ArtifactRefused as exc:  # built, but its runtime refuses it: retried with the node it names in float
+        crashed = isinstance(exc, ArtifactCrashed)
+        return failure(recipe, FailureKind.CRASHED if crashed else FailureKind.DOES_NOT_RUN, exc.message, exc.hint)
     except ToolkitError as exc:
         return failure(recipe, FailureKind.BUILD, exc.message, exc.hint)
     info = inspect_model(built.path)

@@ -2,10 +2,12 @@
 crashes on an artifact (a kernel's segfault or abort) ends the child, and the convert run goes on with a failed
 attempt that says so (findings.md 6: an INT8 TFLite that crashes its interpreter).
 
-The child is ``toolkit.runtimes.execution.first_run`` on one held-out input. A crash in a TFLite artifact is
-narrowed to its op: the graph cut after each op (by bisection) is run the same way, and the first op whose cut
-crashes is named as LiteRT names a failing node (``Node number 4 (FULLY_CONNECTED)``), which
-``runtime_retry`` keeps in float. An ordinary error in the child is not a crash: the in-process load reports it.
+The child is ``toolkit.runtimes.execution.first_run`` on one held-out input. A crash in a TFLite or ONNX artifact
+is narrowed to its op: the graph cut after an op (``graph_cuts``, by bisection) is run the same way, and the
+first op whose cut crashes is named as its runtime names a failing node (LiteRT's ``Node number 4
+(FULLY_CONNECTED)``, onnxruntime's ``Conv node. Name:'conv_1'``), which ``runtime_retry`` keeps in float. A
+``.pte`` is not cut: its crash is named by signal only. An ordinary error in the child is not a crash: the
+in-process load reports it (a node it names is retried the same way).
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ import numpy as np
 from toolkit.model.vocabulary import Format
 
 TIMEOUT_S = 300.0  # a child that takes longer is left: the in-process load decides (a big model is not a crash)
+_SURVIVED: set[tuple[int, int, int]] = set()  # files whose first run passed in a child: run once per process
 _RUNTIMES = {Format.TFLITE: "the interpreter", Format.ONNX: "onnxruntime", Format.PTE: "ExecuTorch"}
 
 
@@ -34,7 +37,7 @@ class Crash:
     runtime: str  # "the interpreter"
     how: str  # "SIGSEGV"
     loaded: bool  # the runtime had loaded the artifact: the inference crashed
-    node: str | None  # "Node number 4 (FULLY_CONNECTED)": the first op whose cut of the graph crashes too
+    node: str | None  # "Node number 4 (FULLY_CONNECTED)", "Conv node. Name:'c1'": the first op whose cut crashes
 
     def reason(self, what: str) -> str:
         """``the int8 TFLite crashed the interpreter at its first inference (SIGSEGV)``."""
@@ -59,14 +62,27 @@ def _child(path: Path, feeds: Path, threads: int | None) -> tuple[int | None, st
 def first_run(path: Path, feed: Mapping[str, np.ndarray], *, artifact_format: Format, threads: int | None,
               scratch: Path) -> Crash | None:
     """Run ``path`` once on ``feed`` (keyed by the artifact's input names) in a child; the crash, if it crashed."""
+    if _identity(path) in _SURVIVED:
+        return None
     feeds = scratch / "first-run-feed.npz"
     arrays: dict[str, Any] = {name: np.asarray(value) for name, value in feed.items()}
     np.savez(feeds, **arrays)
     status, out = _child(path, feeds, threads)
+    if status == 0:
+        _SURVIVED.add(_identity(path))
     if status is None or status >= 0:
         return None
-    node = _crashing_node(path, feeds, threads, scratch) if artifact_format == Format.TFLITE else None
+    try:
+        node = _crashing_node(path, artifact_format, feeds, threads, scratch)
+    except Exception:  # noqa: BLE001 - a graph that cannot be cut (a 2 GB protobuf): the crash, without its op
+        node = None
     return Crash(_RUNTIMES[artifact_format], _signal_name(-status), "loaded" in out.split(), node)
+
+
+def _identity(path: Path) -> tuple[int, int, int]:
+    """The file at ``path`` as this process last saw it (a rename keeps it: the build's check, then convert's)."""
+    stat = path.stat()
+    return stat.st_ino, stat.st_size, stat.st_mtime_ns
 
 
 def _signal_name(number: int) -> str:
@@ -76,46 +92,21 @@ def _signal_name(number: int) -> str:
         return f"signal {number}"
 
 
-def _crashing_node(path: Path, feeds: Path, threads: int | None, scratch: Path) -> str | None:
-    """The first op of the main graph whose cut (the graph up to it, its outputs the model's) crashes the child."""
-    from toolkit.runtimes.inspection import tflite as inspection
+def _crashing_node(path: Path, artifact_format: Format, feeds: Path, threads: int | None,
+                   scratch: Path) -> str | None:
+    """The first op of the main graph whose cut (the graph up to it, its outputs the model's) crashes the child,
+    named as the runtime names a failing op; None where the format is not cut or no cut crashes alone."""
+    from toolkit.conversion.graph_cuts import cuts, first_failing
 
-    schema = inspection._schema()
-    model = schema.ModelT.InitFromPackedBuf(path.read_bytes(), 0)
-    count = len(model.subgraphs[0].operators)
-    cut_path = scratch / "first-run-cut.tflite"
+    graph = cuts(path, artifact_format)
+    if graph is None:
+        return None
+    cut_path = scratch / f"first-run-cut{path.suffix}"
 
     def crashes(ops: int) -> bool:
-        cut_path.write_bytes(_cut(schema, schema.ModelT.InitFromPackedBuf(path.read_bytes(), 0), ops))
+        cut_path.write_bytes(graph.cut(ops))
         status, _ = _child(cut_path, feeds, threads)
         return status is not None and status < 0
 
-    low, high = 1, count
-    while low < high:  # the smallest cut that crashes: its last op is the crashing one
-        middle = (low + high) // 2
-        if crashes(middle):
-            high = middle
-        else:
-            low = middle + 1
-    if low == count and not crashes(count):
-        return None  # only the whole model crashes: no single op to name
-    return f"Node number {low - 1} ({inspection.main_graph_ops(path)[low - 1]})"
-
-
-def _cut(schema: Any, model: Any, ops: int) -> bytes:  # Any: generated schema objects
-    """``model`` with its main graph's first ``ops`` ops only, the last op's outputs as the model's outputs."""
-    import flatbuffers
-
-    graph = model.subgraphs[0]
-    graph.operators = graph.operators[:ops]
-    graph.outputs = [int(t) for t in graph.operators[-1].outputs if t >= 0]
-    for signature in model.signatureDefs or []:
-        if signature.subgraphIndex == 0:
-            signature.outputs = []
-            for t in graph.outputs:
-                entry = schema.TensorMapT()
-                entry.name, entry.tensorIndex = f"cut_{t}", t
-                signature.outputs.append(entry)
-    builder = flatbuffers.Builder(1024)
-    builder.Finish(model.Pack(builder), file_identifier=b"TFL3")
-    return bytes(builder.Output())
+    found = first_failing(graph.count, crashes)
+    return None if found is None else graph.name(found)

@@ -12,8 +12,8 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from toolkit.conversion.base import ConversionRequest
-from toolkit.conversion.onnx_io import save_model, session
-from toolkit.errors import ConversionError, key_line
+from toolkit.conversion.onnx_io import require_onnx, save_model, session
+from toolkit.errors import ArtifactCrashed, ArtifactRefused, ConversionError, key_line
 from toolkit.runtimes.execution.onnx import _ORT_TYPES
 
 if TYPE_CHECKING:
@@ -68,17 +68,18 @@ def _synthetic(arg: Any, request: ConversionRequest) -> np.ndarray:
     return np.zeros(shape, dtype=dtype)
 
 
-def check_runs(path: Path, request: ConversionRequest, what: str) -> list[np.ndarray]:
-    """Load ``path`` in onnxruntime and run it once; a model the runtime rejects is a ConversionError."""
+def check_runs(path: Path, request: ConversionRequest, what: str, *, artifact: bool = False) -> list[np.ndarray]:
+    """Load ``path`` in onnxruntime and run it once; a model the runtime rejects is a ConversionError, an
+    ArtifactRefused when ``path`` is a finished artifact (its failing node can be kept float and retried)."""
     try:
         runner = session(path)
     except Exception as exc:
-        raise failure(f"onnxruntime cannot load the {what} model", exc) from exc
+        raise _refused(failure(f"onnxruntime cannot load the {what} model", exc), artifact) from exc
     feed = sample_feed(request, runner)
     try:
         outputs = [np.asarray(o) for o in runner.run(None, feed)]
     except Exception as exc:
-        raise failure(f"The {what} model fails to run in onnxruntime", exc) from exc
+        raise _refused(failure(f"The {what} model fails to run in onnxruntime", exc), artifact) from exc
     for arg, out in zip(runner.get_outputs(), outputs):
         if np.issubdtype(out.dtype, np.floating) and not np.all(np.isfinite(out)):
             raise ConversionError(
@@ -86,6 +87,32 @@ def check_runs(path: Path, request: ConversionRequest, what: str) -> list[np.nda
                 hint="This precision cannot represent the model's values; use fp32 or int8 for it.",
             )
     return outputs
+
+
+def first_run_in_child(path: Path, request: ConversionRequest, what: str) -> None:
+    """Run the artifact at ``path`` once in a child process (``crash_guard``) before this process loads it: a
+    crash of onnxruntime is an ArtifactCrashed naming the node it sits in, not the end of the convert run."""
+    from types import SimpleNamespace
+
+    from toolkit.conversion import crash_guard
+    from toolkit.model.vocabulary import Format
+    from toolkit.runtimes.inspection.onnx import load_onnx
+
+    onnx = require_onnx()
+    graph = load_onnx(path, load_external_data=False).graph
+    weights = {tensor.name for tensor in graph.initializer}
+    args = [SimpleNamespace(  # what sample_feed reads of an onnxruntime input
+        name=value.name, type=f"tensor({onnx.TensorProto.DataType.Name(value.type.tensor_type.elem_type).lower()})",
+        shape=[d.dim_value if d.HasField("dim_value") else None for d in value.type.tensor_type.shape.dim])
+        for value in graph.input if value.name not in weights]
+    feed = sample_feed(request, SimpleNamespace(get_inputs=lambda: args))
+    crash = crash_guard.first_run(path, feed, artifact_format=Format.ONNX, threads=None, scratch=request.workdir)
+    if crash is not None:
+        raise ArtifactCrashed(crash.reason(what))
+
+
+def _refused(error: ConversionError, artifact: bool) -> ConversionError:
+    return ArtifactRefused(error.message, hint=error.hint) if artifact else error
 
 
 def transform_problem(path: Path, request: ConversionRequest) -> str | None:

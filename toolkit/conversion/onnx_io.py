@@ -85,6 +85,11 @@ def staged_file(output: Path) -> Iterator[Path]:
         tmp.unlink(missing_ok=True)
 
 
+def refused_copy(output: Path) -> Path:
+    """Where an artifact onnxruntime refused is kept beside ``output`` (never a shipped name), to read its nodes."""
+    return output.with_suffix(".refused.onnx")
+
+
 def session(path: Path, *, optimize: bool = True) -> Any:
     """A quiet onnxruntime CPU session (Any: onnxruntime is untyped); ``optimize=False`` keeps every node
     (graph optimizations would fold the Q/DQ pairs away)."""

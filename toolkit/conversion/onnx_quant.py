@@ -19,11 +19,11 @@ import numpy as np
 
 from toolkit.conversion.base import CONV_OPS, MATMUL_OPS, BuiltArtifact, ConversionRequest
 from toolkit.conversion.onnx_calibration import calibration_cache, preprocessed, reader
-from toolkit.conversion.onnx_checks import check_runs, failure
+from toolkit.conversion.onnx_checks import check_runs, failure, first_run_in_child
 from toolkit.conversion.onnx_fold import FOLD_STEP, folded_base
-from toolkit.conversion.onnx_io import opset_of, quiet, require_onnx, save_model, staged_file
+from toolkit.conversion.onnx_io import opset_of, quiet, refused_copy, require_onnx, save_model, staged_file
 from toolkit.conversion.onnx_prepare import QDQ_MIN_OPSET
-from toolkit.errors import ConversionError, MissingDependency, UsageError, key_line
+from toolkit.errors import ArtifactRefused, ConversionError, MissingDependency, UsageError, key_line
 from toolkit.model.vocabulary import (
     A16W8_MIN_ONNXRUNTIME,
     CalibrationMethod,
@@ -51,7 +51,13 @@ def derive(request: ConversionRequest, base: BuiltArtifact, output: Path) -> Bui
         Precision.FP32: _fp32, Precision.FP16: _fp16, Precision.DYNAMIC: _dynamic, Precision.INT8: static_int8}
     with staged_file(output) as tmp:
         float_nodes, notes = builders[recipe.precision](request, base, tmp)
-        check_runs(tmp, request, f"{recipe.precision} ONNX")
+        try:
+            if recipe.precision in (Precision.DYNAMIC, Precision.INT8):  # quantized kernels: crash in a child first
+                first_run_in_child(tmp, request, f"{recipe.precision} ONNX")
+            check_runs(tmp, request, f"{recipe.precision} ONNX", artifact=True)
+        except ArtifactRefused:  # kept aside: the node onnxruntime names is read from it (runtime_retry)
+            shutil.copyfile(tmp, refused_copy(output))
+            raise
         if recipe.precision in (Precision.DYNAMIC, Precision.INT8):
             _require_quantized(tmp, recipe.precision, notes)
         if recipe.a16w8:  # the one recipe ORT's quantizer would move to a newer opset
