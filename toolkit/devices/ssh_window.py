@@ -30,6 +30,7 @@ from __future__ import annotations
 import struct
 import threading
 import time
+from collections.abc import Iterable
 from typing import Any
 
 import paramiko
@@ -133,6 +134,40 @@ class WindowSender:
                 wait = left if not window else HOLD_S if left is None else min(left, HOLD_S)
                 if not chan.out_buffer_cv.wait(wait) and window and chan.out_window_size == window:
                     return
+
+
+class SideStream:
+    """``blocks`` sent on ``chan`` by a thread of its own, in whole packets (:class:`WindowSender`), while the
+    caller streams on another channel of the same connection: a server's window is per channel, so two channels
+    keep two packets in flight where one is a stop-and-wait (Dropbear: 24 KiB per round trip). ``chan`` runs a
+    command that reads its stdin; :meth:`result` waits for the command's end."""
+
+    def __init__(self, chan: Any, blocks: Iterable[bytes]) -> None:  # Any: paramiko.Channel
+        self.chan, self._blocks = chan, blocks
+        self._answer: tuple[int, bytes, bytes] | None = None
+        self.failure = ""  # why the channel failed on the way (nothing is raised in its thread)
+        self._thread = threading.Thread(target=self._run, name="edgetk-side-stream", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        chan = self.chan
+        try:
+            sender = WindowSender(chan)
+            for block in self._blocks:
+                sender.send(block)
+            sender.flush()
+            chan.shutdown_write()
+            out, err = chan.makefile("rb").read(), chan.makefile_stderr("rb").read()
+            self._answer = (chan.recv_exit_status(), out, err)
+        except Exception as exc:  # noqa: BLE001 - said by ``failure``; the caller sends those blocks itself
+            self.failure = f"{type(exc).__name__}: {exc}"
+        finally:
+            chan.close()
+
+    def result(self) -> tuple[int, bytes, bytes] | None:
+        """The command's exit status, stdout and stderr once it ended; None when the channel failed first."""
+        self._thread.join()
+        return self._answer
 
 
 def _adjust_then_pump(chan: Any, message: Any) -> None:  # Any: paramiko's Channel and Message
