@@ -159,8 +159,8 @@ def test_a_file_damaged_on_the_way_is_refused_on_arrival(dropbear_device: Dropbe
     bad = read_bundle(deploy_bundle_factory(name="damaged", seed=32, pad_mb=0.1))
     real_frames = deploy_stream.frames
 
-    def flip_one_byte(files: Any) -> Any:
-        for block in real_frames(files):
+    def flip_one_byte(files: Any, *split: Any) -> Any:
+        for block in real_frames(files, *split):
             yield block[:-1] + bytes([block[-1] ^ 1]) if len(block) > 1000 else block
 
     monkeypatch.setattr(deploy_stream, "frames", flip_one_byte)
@@ -250,9 +250,9 @@ def test_a_disk_that_fills_during_the_stream_is_told_and_cleaned_up(
     second = read_bundle(deploy_bundle_factory(name="full", seed=52, pad_mb=4))
     real_frames = deploy_stream.frames
 
-    def fill_first(files: Any) -> Any:
+    def fill_first(files: Any, *split: Any) -> Any:
         device.fill_home(0.2)  # another process took the space between begin and the upload
-        yield from real_frames(files)
+        yield from real_frames(files, *split)
 
     monkeypatch.setattr(deploy_stream, "frames", fill_first)
     with pytest.raises(DeviceDiskFull) as caught:

@@ -137,11 +137,10 @@ def test_a_push_cut_while_on_two_channels_resumes(
         conn.close()
     monkeypatch.setattr(deploy_stream.Tally, "count", real_count)
     vdir = dropbear_device.home / ".edgetk" / "bundles" / "twocut" / bundle.version
-    left = (vdir / big.path).stat().st_size
-    assert 0 < left < big.bytes // 2  # the first channel's part, cut short
+    assert (vdir / big.path).stat().st_size > 0  # what came on the first channel (the helper may still write)
     answers = _recording(monkeypatch)
     result = _push(spec, bundle)
-    assert result.bytes_resumed == left
+    assert 0 < result.bytes_resumed < big.bytes // 2  # the first channel's part, cut short, is kept
     assert len(answers) == 1 and answers[0] is not None and answers[0].returncode == 0, answers
     for file in bundle.files():
         assert (vdir / file.path).read_bytes() == (bundle.path / file.path).read_bytes()

@@ -6,6 +6,13 @@ The device helper's ``receive`` reads every missing file from its stdin as frame
 ``[rel, offset, length, packed, sha256, size]`` and the bytes; ``[]`` ends the stream), writes each where the
 push's ``begin`` prepared it, hashes it as it arrives and refuses a file whose sha256 is wrong. A cut-short
 file stays for the next push's ``begin`` to report as partial; a ``--compress`` file is inflated on arrival.
+
+A file of ``SIDE_MIN`` bytes or more, where the helper names a place for it (``side`` in its plan), sends its
+second half on a second channel of the same connection at the same time (``frames``' ``split``): Dropbear's
+window is per channel, so two packets are in flight instead of one. The helper takes those bytes after the
+first half, hashed in order as the rest; a device that refuses the channel gets the file whole on the first,
+and a channel that fails on the way is made up for there (``["main"]``). A cut keeps the first half's prefix
+for the next push to resume.
 """
 
 from __future__ import annotations
