@@ -29,7 +29,7 @@ from toolkit.devices.connection import Progress, quote_argv, read_blocks
 from toolkit.devices.host_facts import host_id, remember_sftp, sftp_known
 from toolkit.devices.ssh_auth import fingerprint
 from toolkit.devices.ssh_link import SshLink
-from toolkit.devices.ssh_window import SideStream, WindowSender
+from toolkit.devices.ssh_window import SideStream, WindowSender, close_quietly
 from toolkit.errors import DeviceError, DeviceTimeout
 from toolkit.model.device_records import CommandResult
 
@@ -40,15 +40,6 @@ SFTP_MAX_PACKET = 1 << 15
 SFTP_WRITE_SIZE = 1 << 16  # bytes per SFTP write request (paramiko: 32 KiB; OpenSSH's server takes 256 KiB)
 OUT_MARK = "__edgetk_out_8c1e__"  # printed before each command's own output: what precedes it is shell noise
 UPLOAD_STALL_S = 60.0  # an upload whose data the device stops taking (a hung disk, sshd still alive) fails then
-
-
-def close_quietly(chan: paramiko.Channel) -> None:
-    """Close ``chan`` after its link failed: closing sends a message, which a dead link refuses (EOFError) and
-    which must not hide the failure being reported."""
-    try:
-        chan.close()
-    except (paramiko.SSHException, EOFError, OSError):
-        pass
 
 
 class SshConnection(SshLink):
