@@ -14,12 +14,14 @@ from typing import Any
 import pytest
 
 from tests.devices.test_embedded_device import _push, _spec
+from tests.devices.test_ssh_window import MSG_CHANNEL_DATA
 from tests.fixtures.dropbear import DropbearDevice
 from tests.fixtures.sshd import SshDevice
 from toolkit.delivery import deploy_stream, deployment, push
 from toolkit.delivery.bundle import read_bundle
 from toolkit.devices import open_connection, ssh
 from toolkit.devices.spec import DeviceSpec
+from toolkit.devices.ssh_chacha import ChachaKey, ChachaPacketizer
 from toolkit.errors import DeviceError
 from toolkit.model.device_records import CommandResult
 
@@ -45,6 +47,27 @@ def _recording(monkeypatch: pytest.MonkeyPatch) -> list[CommandResult | None]:
     return answers
 
 
+def _counting_data_packets(monkeypatch: pytest.MonkeyPatch) -> tuple[list[int], list[int]]:
+    """The sequence numbers of the data packets sealed, and of those sent."""
+    sealed: list[int] = []
+    sent: list[int] = []
+    seal, send_message = ChachaKey.seal, ChachaPacketizer.send_message
+
+    def counting_seal(self: ChachaKey, seq: int, packet: bytes) -> bytes:
+        if packet[5] == MSG_CHANNEL_DATA:
+            sealed.append(seq)
+        return seal(self, seq, packet)
+
+    def counting_send(self: ChachaPacketizer, message: Any) -> None:  # Any: a paramiko Message
+        if message.asbytes()[0] == MSG_CHANNEL_DATA:
+            sent.append(1)
+        send_message(self, message)
+
+    monkeypatch.setattr(ChachaKey, "seal", counting_seal)
+    monkeypatch.setattr(ChachaPacketizer, "send_message", counting_send)
+    return sealed, sent
+
+
 @pytest.mark.dropbear
 def test_a_large_file_goes_on_two_channels_and_arrives_whole(
         dropbear_device: DropbearDevice, dropbear_client_key: Path, dropbear_known_hosts: Callable[..., Path],
@@ -54,8 +77,11 @@ def test_a_large_file_goes_on_two_channels_and_arrives_whole(
     big = max(bundle.files(), key=lambda f: f.bytes)
     assert big.bytes >= deploy_stream.SIDE_MIN
     answers = _recording(monkeypatch)
+    sealed, sent = _counting_data_packets(monkeypatch)
     result = _push(spec, bundle)
     assert result.files_sent == len(bundle.files())
+    # two senders would guess the same next sequence number: none seals ahead meanwhile, each packet sealed once
+    assert len(sealed) <= len(sent) + 3, f"{len(sealed)} seals for {len(sent)} data packets"
     # one file large enough: its second half went on a second channel, whole, into the helper's side file
     assert len(answers) == 1 and answers[0] is not None, answers
     assert answers[0].returncode == 0 and answers[0].stdout.split() == [str(big.bytes // 2)], answers[0]
