@@ -90,7 +90,8 @@ def frames(files: Sequence[Outgoing], split: Split | None = None,
         start = 0 if item.packed else item.offset
         side = split(item, index, count) if split is not None and item.length >= SIDE_MIN else None
         aside = 0 if side is None else side[0]
-        head = [item.rel, item.offset, item.length, int(item.packed), item.sha256, item.size] + ([aside] if side else [])
+        head = [item.rel, item.offset, item.length, int(item.packed), item.sha256, item.size]
+        head += [aside] if side else []
         yield (json.dumps(head) + "\n").encode()
         yield from count(read_range(item.local, start, item.length - aside))
         if side is not None:

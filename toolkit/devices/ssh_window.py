@@ -26,10 +26,11 @@ sending thread. Three things cut that:
 - **Two channels** (:class:`SideStream`): a server's window is per channel, so a second exec channel of the same
   connection keeps a second packet in flight. A streamed push sends the second half of a large file on one
   (``toolkit.delivery.deploy_stream``), its own thread and sender, while the first channel sends the first half.
-  Measured at 50 MB under load 5-6 on the 2 shared cores: 10-20% less wall time than one channel, in each of 9
-  paired runs. Its receiver must widen its pipe as the helper does: with ``cat`` (64 KiB pipe) the second
-  channel was the slower one and the push lost. A third channel was slower again (CPU, not round trips, then
-  decides on this machine).
+  Measured at 50 MB on the 2 shared cores at load 6 (``scripts/bench deploy``, rows "edgetk push" and "on one
+  channel"): 1.58 s vs 1.57 s, no gain, as there CPU decides, not round trips (either push takes 0.7 s of host
+  CPU and 0.75-0.85 s of the device's, ``ssh cat`` 0.24 s and 0.47 s). The idle link, whose round trips it is
+  for, is not measured yet. Its receiver widens its pipe as the helper does: with ``cat`` (a 64 KiB pipe) the
+  second channel was the slower one and the push lost.
 
 paramiko ships no type information: its channels, transports and messages are ``Any`` here.
 """
