@@ -35,7 +35,6 @@ ROUNDS = {2: 7, 50: 5}  # small pushes are quick and noisier on a shared machine
 PUSH = "edgetk push"
 STREAM = "edgetk push, SFTP off (one exec stream)"
 NO_CHACHA = "edgetk push without ChaCha20 (as before: AES-CTR + HMAC-SHA2-256)"
-ONE_CHANNEL = "edgetk push on one channel (as before: no second channel for the file's second half)"
 CAT = "ssh host 'cat > f' < f"
 SCP_O = "scp -O"
 SCP = "scp (SFTP)"
@@ -88,7 +87,7 @@ def _settled_server_cpu(device: Any) -> float | None:
 def _variants(device: Any, key: Path, known_hosts: Path, bundle_dir: Path, *, sftp: bool) -> dict[str, Callable[[], Any]]:
     import paramiko
 
-    from toolkit.delivery import deploy_stream, deployment
+    from toolkit.delivery import deployment
     from toolkit.delivery.push import push as push_bundle
     from toolkit.delivery.bundle import read_bundle
     from toolkit.devices import ssh_link
@@ -102,7 +101,7 @@ def _variants(device: Any, key: Path, known_hosts: Path, bundle_dir: Path, *, sf
     ssh_opts = ["-i", str(key), "-o", f"UserKnownHostsFile={known_hosts}", "-o", "StrictHostKeyChecking=yes",
                 "-o", "BatchMode=yes", "-o", "IdentitiesOnly=yes"]
 
-    def push(*, stream: bool, chacha: bool = True, split: bool = True) -> Any:
+    def push(*, stream: bool, chacha: bool = True) -> Any:
         conn = open_connection(spec)
         try:
             device_ = deployment.Device(spec, conn)
@@ -114,8 +113,7 @@ def _variants(device: Any, key: Path, known_hosts: Path, bundle_dir: Path, *, sf
             conn.close()
         # without ChaCha20: paramiko's own transport and ciphers, as before issue 24
         with contextlib.nullcontext() if chacha else mock.patch.object(ssh_link, "ChachaTransport",
-                                                                       paramiko.Transport), \
-                contextlib.nullcontext() if split else mock.patch.object(deploy_stream, "SIDE_MIN", 1 << 62):
+                                                                       paramiko.Transport):
             conn = open_connection(spec)
             if stream:
                 conn._sftp_broken = "turned off for the benchmark"  # type: ignore[attr-defined]
@@ -144,7 +142,6 @@ def _variants(device: Any, key: Path, known_hosts: Path, bundle_dir: Path, *, sf
     if sftp:
         variants[STREAM] = lambda: push(stream=True)
     if not sftp:  # the OpenSSH device has AES-GCM, which the push prefers either way
-        variants[ONE_CHANNEL] = lambda: push(stream=False, split=False)
         variants[NO_CHACHA] = lambda: push(stream=False, chacha=False)
     variants[CAT] = cat
     variants[SCP_O] = lambda: scp(True)
@@ -240,10 +237,7 @@ def _note() -> str:
         "`sendall` split a third of them into 8-16 KiB ones, each a round trip), seals the next packet while "
         "it waits, and sends it from paramiko's transport thread the moment the window adjustment is read "
         "(toolkit/devices/ssh_window.py; before these, 0.69x at 50 MB); the helper widens its stdin pipe to "
-        "1 MiB so Dropbear never waits on it while it hashes. A file of 4 MiB or more sends its second half on a "
-        "second exec channel of the same connection at the same time (two windows open: two packets in flight), "
-        "into a file the helper then writes and hashes after the first half; the row \"on one channel\" is the "
-        "push without it. `host CPU` is the CPU time of the sending "
+        "1 MiB so Dropbear never waits on it while it hashes. `host CPU` is the CPU time of the sending "
         "process (all its threads; for ssh and scp the client process), `device CPU` that of the device's SSH server "
         "sessions and what they ran (sshd or dropbear, cat, scp, the helper's python3; not the detached "
         "child that hashes an SFTP push's files), medians per row. "

@@ -6,19 +6,11 @@ The device helper's ``receive`` reads every missing file from its stdin as frame
 ``[rel, offset, length, packed, sha256, size]`` and the bytes; ``[]`` ends the stream), writes each where the
 push's ``begin`` prepared it, hashes it as it arrives and refuses a file whose sha256 is wrong. A cut-short
 file stays for the next push's ``begin`` to report as partial; a ``--compress`` file is inflated on arrival.
-
-A file of ``SIDE_MIN`` bytes or more, where the helper names a place for it (``side`` in its plan), sends its
-second half on a second channel of the same connection at the same time (``frames``' ``split``): Dropbear's
-window is per channel, so two packets are in flight instead of one. The helper takes those bytes after the
-first half, hashed in order as the rest; a device that refuses the channel gets the file whole on the first,
-and a channel that fails on the way is made up for there (``["main"]``). A cut keeps the first half's prefix
-for the next push to resume.
 """
 
 from __future__ import annotations
 
 import json
-import threading
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -67,65 +59,23 @@ class Outgoing:
         return self.local.stat().st_size - (0 if self.packed else self.offset)
 
 
-# a file at least this large sends its second half on a second channel where the connection has one
-SIDE_MIN = 4 << 20
-# the second channel's receiver (Python >= 3.6, as the helper): its stdin pipe widened as the helper's (``cat``'s
-# 64 KiB pipe made Dropbear wait on it and that channel the slower), the bytes written to argv[1], their count said
-SIDE_PROGRAM = ("import fcntl, os, shutil, sys\n"
-                "try:\n    fcntl.fcntl(0, 1031, 1 << 20)\nexcept OSError:\n    pass\n"  # 1031: F_SETPIPE_SZ
-                "with open(sys.argv[1], 'wb') as out:\n    shutil.copyfileobj(sys.stdin.buffer, out, 1 << 20)\n"
-                "print(os.path.getsize(sys.argv[1]))\n")
-Split = Callable[[Outgoing, int, Callable[[Iterable[bytes]], Iterable[bytes]]],
-                 "tuple[int, Callable[[], bool]] | None"]
-
-
-def frames(files: Sequence[Outgoing], split: Split | None = None,
-           count: Callable[[Iterable[bytes]], Iterable[bytes]] = lambda blocks: blocks) -> Iterator[bytes]:
-    """The bytes of the stream: a header line and the data of each file, then the end mark. ``split(item, index,
-    count)``, where given, may start sending the end of a file on a second channel: it gives how many bytes go
-    there and the wait for them (True: they arrived whole); the header then says so (its 7th number) and, after
-    the file's first part, ``["side"]`` tells the device to take them, or ``["main"]`` that they follow here
-    after all (the second channel failed on the way). ``count`` wraps each part's blocks (progress)."""
-    for index, item in enumerate(files):
-        start = 0 if item.packed else item.offset
-        side = split(item, index, count) if split is not None and item.length >= SIDE_MIN else None
-        aside = 0 if side is None else side[0]
-        head = [item.rel, item.offset, item.length, int(item.packed), item.sha256, item.size]
-        head += [aside] if side else []
-        yield (json.dumps(head) + "\n").encode()
-        yield from count(read_range(item.local, start, item.length - aside))
-        if side is not None:
-            if side[1]():
-                yield b'["side"]\n'
-            else:
-                yield b'["main"]\n'
-                yield from count(read_range(item.local, start + item.length - aside, aside))
+def frames(files: Sequence[Outgoing]) -> Iterator[bytes]:
+    """The bytes of the stream: a header line and the data of each file, then the end mark."""
+    for item in files:
+        yield (json.dumps([item.rel, item.offset, item.length, int(item.packed), item.sha256, item.size]) +
+               "\n").encode()
+        yield from read_blocks(item.local, 0 if item.packed else item.offset, BLOCK)
     yield b"[]\n"
 
 
-def read_range(path: Path, offset: int, length: int) -> Iterator[bytes]:
-    """``length`` bytes of ``path`` from ``offset`` on, in blocks of ``BLOCK``."""
-    left = length
-    for block in read_blocks(path, offset, BLOCK):
-        yield block[:left]
-        left -= len(block)
-        if left <= 0:
-            return
-
-
-class Tally:
-    """``progress(sent, total)`` over the blocks of several iterators, some sent by another thread."""
-
-    def __init__(self, total: int, progress: Progress | None) -> None:
-        self.total, self.progress, self.sent, self.lock = total, progress, 0, threading.Lock()
-
-    def count(self, blocks: Iterable[bytes]) -> Iterator[bytes]:
-        for block in blocks:
-            yield block
-            with self.lock:
-                self.sent += len(block)
-                if self.progress is not None:
-                    self.progress(min(self.sent, self.total), self.total)
+def counted(blocks: Iterable[bytes], total: int, progress: Progress | None) -> Iterator[bytes]:
+    """``blocks``, calling ``progress(sent, total)`` after each."""
+    sent = 0
+    for block in blocks:
+        yield block
+        sent += len(block)
+        if progress is not None:
+            progress(sent, total)
 
 
 class StreamedPush:
@@ -174,31 +124,7 @@ class StreamedPush:
             return None  # refused: the run ends with that answer
         self.begun = answer
         files, progress = self.plan(answer)
-        tally = Tally(sum(item.length for item in files), progress)
-        side_stream = getattr(self.conn, "side_stream", None)
-        path = answer.get("side")  # where the device takes a file's second half (a helper that can)
-        split = None if not (callable(side_stream) and isinstance(path, str)) else \
-            lambda item, index, count: self._split(side_stream, self.device.helper_python, f"{path}.{index}", item,
-                                                   count)
-        return frames(files, split, tally.count)
-
-    @staticmethod
-    def _split(side_stream: Callable[..., Callable[[], CommandResult | None] | None], python: str, path: str,
-               item: Outgoing, count: Callable[[Iterable[bytes]], Iterable[bytes]]
-               ) -> tuple[int, Callable[[], bool]] | None:
-        """Start sending the second half of ``item`` into the device's ``path`` on a second channel: its length
-        and the wait for it, or None when the device refuses the channel (the file goes whole on the first)."""
-        aside = item.length // 2
-        start = (0 if item.packed else item.offset) + item.length - aside
-        wait = side_stream([python, "-S", "-c", SIDE_PROGRAM, path], count(read_range(item.local, start, aside)))
-        if wait is None:
-            return None
-
-        def arrived() -> bool:
-            result = wait()
-            return result is not None and result.returncode == 0 and result.stdout.split()[-1:] == [str(aside)]
-
-        return aside, arrived
+        return counted(frames(files), sum(item.length for item in files), progress)
 
     def finished(self) -> Mapping[str, Any]:  # Any: JSON
         """``finish``'s answer, or the error the receiving part said (a full disk, a wrong hash, a broken lock)."""

@@ -29,7 +29,7 @@ from toolkit.devices.connection import Progress, quote_argv, read_blocks
 from toolkit.devices.host_facts import host_id, remember_sftp, sftp_known
 from toolkit.devices.ssh_auth import fingerprint
 from toolkit.devices.ssh_link import SshLink
-from toolkit.devices.ssh_window import SideStream, WindowSender, close_quietly
+from toolkit.devices.ssh_window import WindowSender
 from toolkit.errors import DeviceError, DeviceTimeout
 from toolkit.model.device_records import CommandResult
 
@@ -40,6 +40,15 @@ SFTP_MAX_PACKET = 1 << 15
 SFTP_WRITE_SIZE = 1 << 16  # bytes per SFTP write request (paramiko: 32 KiB; OpenSSH's server takes 256 KiB)
 OUT_MARK = "__edgetk_out_8c1e__"  # printed before each command's own output: what precedes it is shell noise
 UPLOAD_STALL_S = 60.0  # an upload whose data the device stops taking (a hung disk, sshd still alive) fails then
+
+
+def close_quietly(chan: paramiko.Channel) -> None:
+    """Close ``chan`` after its link failed: closing sends a message, which a dead link refuses (EOFError) and
+    which must not hide the failure being reported (a push cut mid-stream raised a bare EOFError so)."""
+    try:
+        chan.close()
+    except (paramiko.SSHException, EOFError, OSError):
+        pass
 
 
 class SshConnection(SshLink):
@@ -205,39 +214,6 @@ class SshConnection(SshLink):
         status, out, err = self._exec("exec " + quote_argv(argv), timeout=timeout, what="sending the files",
                                       stdin=stdin, total=total, progress=progress, reply_end=reply_end.encode())
         return CommandResult(status, out.decode("utf-8", "replace"), err.decode("utf-8", "replace"))
-
-    def side_stream(self, argv: Sequence[str], blocks: Iterable[bytes]) -> Callable[[], CommandResult | None] | None:
-        """Start ``argv`` on a second channel of the open connection with ``blocks`` as its stdin, sent by a thread
-        of its own while ``stream`` sends on the first (:class:`~toolkit.devices.ssh_window.SideStream`: two
-        windows open at once). None, with nothing started, when the device refuses a second channel (a session
-        limit): the caller sends those blocks on its first channel. The returned call waits for the command and
-        gives its result, or None when the channel failed on the way."""
-        transport = self._transport()
-        try:
-            chan = transport.open_session(window_size=SFTP_WINDOW, max_packet_size=SFTP_MAX_PACKET,
-                                          timeout=self._timeout(self._resolve()))
-        except (paramiko.SSHException, EOFError, OSError) as exc:
-            log.debug("%s: no second channel (%s: %s); one channel it is", self.name, type(exc).__name__, exc)
-            return None
-        try:
-            chan.exec_command(f"printf %s {OUT_MARK}; exec {quote_argv(argv)}")
-        except (paramiko.SSHException, EOFError, OSError) as exc:
-            chan.close()
-            log.debug("%s: the second channel refused its command (%s); one channel it is", self.name, exc)
-            return None
-        chan.settimeout(UPLOAD_STALL_S)
-        side = SideStream(chan, blocks)
-
-        def result() -> CommandResult | None:
-            answer = side.result()
-            if answer is None:
-                log.debug("%s: the second channel failed (%s)", self.name, side.failure)
-                return None
-            status, out, err = answer
-            return CommandResult(status, self._strip_noise(out).decode("utf-8", "replace"),
-                                 err.decode("utf-8", "replace"))
-
-        return result
 
     def run(self, argv: Sequence[str], *, timeout: float | None = None) -> CommandResult:
         status, out, err = self._exec("exec " + quote_argv(argv), timeout=timeout,

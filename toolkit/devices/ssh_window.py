@@ -17,20 +17,16 @@ sending thread. Three things cut that:
   large window (OpenSSH: 2 MiB) is never waited for.
 - **Sealed ahead**: while the window is waited for, the next packet is built and sealed (ChaCha20-Poly1305:
   ``ChachaPacketizer.seal_ahead``), and sent as sealed when it goes next with the same keys and sequence number.
-  Not while a side stream runs (below): two senders guess the same sequence number and the loser's packet was
-  sealed again (3,600-4,000 seals for 2,140 packets).
 - **Sent on the window adjustment**: the transport's thread sends that packet itself right after reading the
   adjustment that makes room for it (:meth:`WindowSender.pump`, through ``WINDOW_PUMP_HANDLERS``, the channel
   handlers of the toolkit's transport); it never waits or raises there, and the sending thread covers every
   other case (paramiko's own transport included).
-- **Two channels** (:class:`SideStream`): a server's window is per channel, so a second exec channel of the same
-  connection keeps a second packet in flight. A streamed push sends the second half of a large file on one
-  (``toolkit.delivery.deploy_stream``), its own thread and sender, while the first channel sends the first half.
-  Measured at 50 MB on the 2 shared cores at load 6 (``scripts/bench deploy``, rows "edgetk push" and "on one
-  channel"): 1.58 s vs 1.57 s, no gain, as there CPU decides, not round trips (either push takes 0.7 s of host
-  CPU and 0.75-0.85 s of the device's, ``ssh cat`` 0.24 s and 0.47 s). The idle link, whose round trips it is
-  for, is not measured yet. Its receiver widens its pipe as the helper does: with ``cat`` (a 64 KiB pipe) the
-  second channel was the slower one and the push lost.
+
+Tried and left out: a second exec channel of the same connection for the second half of a large file (two
+windows open, two packets in flight; the helper took that half from a file after the first). At 50 MB on the 2
+shared cores at load 4-6 it gained nothing (1.58 s vs 1.57 s on one channel, 1.68 s vs 1.69 s), because there the
+CPU decides, not the round trips: either push takes 0.7-0.8 s of this side's CPU and 0.75-0.85 s of the device's,
+``ssh cat`` 0.25 s and 0.47 s. Two senders also defeat sealing ahead (both guess the same sequence number).
 
 paramiko ships no type information: its channels, transports and messages are ``Any`` here.
 """
@@ -40,7 +36,6 @@ from __future__ import annotations
 import struct
 import threading
 import time
-from collections.abc import Iterable
 from typing import Any
 
 import paramiko
@@ -48,7 +43,6 @@ from paramiko.common import MSG_CHANNEL_WINDOW_ADJUST, cMSG_CHANNEL_DATA
 
 PACKET_HEADROOM = 64  # paramiko keeps this much of the server's largest packet for the packet's own fields
 DATA = bytes(cMSG_CHANNEL_DATA)
-SIDES = "edgetk_side_streams"  # a transport's count of side streams running: no sealing ahead meanwhile
 HOLD_S = 0.001  # how long a part of a packet's window waits for the rest (a round trip on the stand-in: 0.3 ms)
 
 
@@ -90,7 +84,7 @@ class WindowSender:
     def _send(self, view: memoryview) -> None:
         while view:
             size = min(len(view), self.packet)
-            if self.seal_ahead is not None and not getattr(self.transport, SIDES, 0):
+            if self.seal_ahead is not None:
                 self.seal_ahead(DATA + struct.pack(">II", self.chan.remote_chanid, size) + view[:size])
             self._ready = view[:size]  # from now on the transport's thread may send it (``pump``)
             try:
@@ -145,57 +139,6 @@ class WindowSender:
                 wait = left if not window else HOLD_S if left is None else min(left, HOLD_S)
                 if not chan.out_buffer_cv.wait(wait) and window and chan.out_window_size == window:
                     return
-
-
-class SideStream:
-    """``blocks`` sent on ``chan`` by a thread of its own, in whole packets (:class:`WindowSender`), while the
-    caller streams on another channel of the same connection: a server's window is per channel, so two channels
-    keep two packets in flight where one is a stop-and-wait (Dropbear: 24 KiB per round trip). ``chan`` runs a
-    command that reads its stdin; :meth:`result` waits for the command's end."""
-
-    def __init__(self, chan: Any, blocks: Iterable[bytes]) -> None:  # Any: paramiko.Channel
-        self.chan, self._blocks = chan, blocks
-        self._answer: tuple[int, bytes, bytes] | None = None
-        self.failure = ""  # why the channel failed on the way (nothing is raised in its thread)
-        self._thread = threading.Thread(target=self._run, name="edgetk-side-stream", daemon=True)
-        self._thread.start()
-
-    def _run(self) -> None:
-        chan = self.chan
-        transport = chan.get_transport()
-        with _SIDES_LOCK:
-            setattr(transport, SIDES, getattr(transport, SIDES, 0) + 1)
-        try:
-            sender = WindowSender(chan)
-            for block in self._blocks:
-                sender.send(block)
-            sender.flush()
-            chan.shutdown_write()
-            out, err = chan.makefile("rb").read(), chan.makefile_stderr("rb").read()
-            self._answer = (chan.recv_exit_status(), out, err)
-        except Exception as exc:  # noqa: BLE001 - said by ``failure``; the caller sends those blocks itself
-            self.failure = f"{type(exc).__name__}: {exc}"
-        finally:
-            with _SIDES_LOCK:
-                setattr(transport, SIDES, getattr(transport, SIDES) - 1)
-            close_quietly(chan)
-
-    def result(self) -> tuple[int, bytes, bytes] | None:
-        """The command's exit status, stdout and stderr once it ended; None when the channel failed first."""
-        self._thread.join()
-        return self._answer
-
-
-_SIDES_LOCK = threading.Lock()
-
-
-def close_quietly(chan: Any) -> None:  # Any: paramiko.Channel
-    """Close ``chan`` after its link failed: closing sends a message, which a dead link refuses (EOFError) and
-    which must not hide the failure being reported."""
-    try:
-        chan.close()
-    except (paramiko.SSHException, EOFError, OSError):
-        pass
 
 
 def _adjust_then_pump(chan: Any, message: Any) -> None:  # Any: paramiko's Channel and Message

@@ -33,7 +33,6 @@ The host runs this file with ``python -S`` (no site packages: it needs none, and
 (``probe_*``) is ``device_probe.py``'s block and ``sha256_file`` is ``shared.py``'s, each inlined where its
 marker line stands when the file is assembled.
 """
-import itertools
 import json
 import os
 import shutil
@@ -835,16 +834,8 @@ def cmd_push(name, version, files_json, timeout, request, token, arches_json, ru
     """A whole streamed push in one run and one channel: ``begin`` (its plan answered at once on stdout), then
     ``receive`` of the missing files the host sends on stdin after reading that plan, then ``finish``. A
     refusal of ``begin`` (a held lock, a foreign arch) ends the run before any file is read."""
-    plan = begin(name, version, files_json, timeout, request, token, arches_json, "0", runner_python)
-    plan["side"] = side_path(name, version)  # where a second channel may put the end of a large file
-    remove_sides(os.path.dirname(plan["side"]))  # a cut push's leftovers, before the host sends new ones
-    reply(plan)
+    reply(begin(name, version, files_json, timeout, request, token, arches_json, "0", runner_python))
     cmd_receive(name, version, token, files_json, keep)
-
-
-def side_path(name, version):
-    """Where the end of a large file arrives when the host sends it on a second channel (``receive``)."""
-    return os.path.join(bundle_dir(name), check_version(version), ".edgetk-side")
 
 
 def begin(name, version, files_json, timeout, request, token, arches_json="[]", follow="0", runner_python=""):
@@ -995,41 +986,6 @@ def load_follow(name, token, version):
         time.sleep(0.003)
 
 
-def pour(source, left, out, hasher, inflater, rel):
-    """Write ``left`` bytes of ``source`` to ``out`` (inflated first when ``inflater``), hashing what is written."""
-    while left:
-        block = source.read(min(left, 1 << 20))
-        if not block:
-            fail("cut", "the stream of files ended early (in %s)" % rel)
-        left -= len(block)
-        if inflater is not None:
-            block = inflater.decompress(block)
-        out.write(block)
-        hasher.update(block)
-
-
-def pour_side(stdin, path, left, out, hasher, inflater, rel):
-    """The last ``left`` bytes of a file: from ``path`` (its second channel) after the line ``["side"]``, from
-    stdin after ``["main"]`` (that channel failed on the way)."""
-    line = stdin.readline()
-    if line == b'["main"]\n':
-        pour(stdin, left, out, hasher, inflater, rel)
-    elif line == b'["side"]\n':
-        with open(path, "rb") as part:
-            pour(part, left, out, hasher, inflater, rel)
-    else:
-        fail("cut", "the stream of files ended early (in %s)" % rel)
-    if os.path.exists(path):
-        os.remove(path)
-
-
-def remove_sides(vdir):
-    """Remove what second channels of a cut push left (``.edgetk-side.N``)."""
-    for entry in os.listdir(vdir):
-        if entry.startswith(".edgetk-side"):
-            os.remove(os.path.join(vdir, entry))
-
-
 PIPE_BYTES = 1 << 20  # Linux's default limit for an unprivileged pipe (/proc/sys/fs/pipe-max-size)
 
 
@@ -1050,11 +1006,7 @@ def cmd_receive(name, version, token, files_json="", keep=""):
 
     Each frame is a JSON header line ``[rel, offset, length, packed, sha256, size]`` and ``length`` bytes: the
     file from ``offset`` on (a cut-short upload is resumed where it stopped, its prefix hashed from disk), gzip
-    data when ``packed`` (inflated as it arrives). ``[]`` ends the stream. A header may carry a 7th number,
-    ``side``: the last ``side`` of the ``length`` bytes came on a second channel of the same connection into
-    ``side_path`` (two windows open at once through an SSH server's per-channel window); the host sends the line
-    ``["side"]`` after the file's first part once that channel ended well, and those bytes are then written and
-    hashed as if they came on stdin. A file whose sha256 or size is not the
+    data when ``packed`` (inflated as it arrives). ``[]`` ends the stream. A file whose sha256 or size is not the
     expected one is removed and refused (``integrity``); the others' digests and stats go where ``finish`` reads
     the follower's, so ``finish`` hashes nothing again. A stream cut short leaves the file being written in
     place, for the next push to resume. Only the push holding the lock ``token`` may write. With the push's
@@ -1067,17 +1019,15 @@ def cmd_receive(name, version, token, files_json="", keep=""):
         fail("locked", "this push no longer holds the lock of %r (it was broken)" % name)
     stdin = sys.stdin.buffer
     widen_pipe(stdin)
-    side = side_path(name, version)
     received, bad = {}, []
-    for index in itertools.count():
+    while True:
         line = stdin.readline()
         if not line.endswith(b"\n"):
             fail("cut", "the stream of files ended early")
         head = json.loads(line.decode("utf-8"))
         if not head:
             break
-        rel, offset, length, packed, digest, size = head[:6]
-        aside = head[6] if len(head) > 6 else 0
+        rel, offset, length, packed, digest, size = head
         path = os.path.join(vdir, safe_rel(rel))
         check_inside(vdir, path)
         hasher = hashlib.sha256()
@@ -1101,9 +1051,16 @@ def cmd_receive(name, version, token, files_json="", keep=""):
 
             inflater = zlib.decompressobj(31)
         with out:
-            pour(stdin, length - aside, out, hasher, inflater, rel)
-            if aside:
-                pour_side(stdin, "%s.%d" % (side, index), aside, out, hasher, inflater, rel)
+            left = length
+            while left:
+                block = stdin.read(min(left, 1 << 20))
+                if not block:
+                    fail("cut", "the stream of files ended early (in %s)" % rel)
+                left -= len(block)
+                if inflater is not None:
+                    block = inflater.decompress(block)
+                out.write(block)
+                hasher.update(block)
             if inflater is not None:
                 block = inflater.flush()
                 out.write(block)
