@@ -113,6 +113,42 @@ def test_streamed_push_resumes_compresses_and_checks_on_arrival(
     assert not list(new_dir.rglob("*.edgetk-gz"))
 
 
+def test_a_push_cut_mid_stream_is_a_dropped_link_and_the_next_resumes(
+        dropbear_device: DropbearDevice, dropbear_client_key: Path, dropbear_known_hosts: Callable[..., Path],
+        deploy_bundle_factory: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The connection cut (its socket closed under it) once 3 MB of the stream went out: the push fails as a
+    dropped link (closing the channel on the dead link raised a bare EOFError in about one run in seven), and
+    the next push resumes the file from what arrived and installs it whole."""
+    from toolkit.delivery import deploy_stream
+
+    spec = _spec(dropbear_device, dropbear_client_key, dropbear_known_hosts(dropbear_device), name="cut")
+    bundle = read_bundle(deploy_bundle_factory(name="cut", pad_mb=8, seed=44))
+    big = max(bundle.files(), key=lambda f: f.bytes)
+    conn = open_connection(spec)
+    real_counted = deploy_stream.counted
+
+    def cutting(blocks: Any, total: int, progress: Any) -> Any:
+        sent = 0
+        for block in real_counted(blocks, total, progress):
+            sent += len(block)
+            if sent > 3_000_000:
+                conn._transport().sock.close()  # type: ignore[attr-defined]  # the link goes, mid-push
+            yield block
+
+    monkeypatch.setattr(deploy_stream, "counted", cutting)
+    try:
+        with pytest.raises(LinkDropped):
+            push.push(deployment.Device(spec, conn), bundle, progress_stream=io.StringIO())
+    finally:
+        conn.close()
+    monkeypatch.setattr(deploy_stream, "counted", real_counted)
+    result = _push(spec, bundle)
+    assert 0 < result.bytes_resumed < big.bytes
+    current = dropbear_device.home / ".edgetk" / "bundles" / "cut" / "current"
+    for file in bundle.files():
+        assert (current / file.path).read_bytes() == (bundle.path / file.path).read_bytes()
+
+
 def test_a_push_without_sftp_is_one_channel_and_one_device_side_run(
         dropbear_device: DropbearDevice, dropbear_client_key: Path, dropbear_known_hosts: Callable[..., Path],
         deploy_bundle_factory: Any) -> None:

@@ -42,6 +42,15 @@ OUT_MARK = "__edgetk_out_8c1e__"  # printed before each command's own output: wh
 UPLOAD_STALL_S = 60.0  # an upload whose data the device stops taking (a hung disk, sshd still alive) fails then
 
 
+def close_quietly(chan: paramiko.Channel) -> None:
+    """Close ``chan`` after its link failed: closing sends a message, which a dead link refuses (EOFError) and
+    which must not hide the failure being reported (a push cut mid-stream raised a bare EOFError so)."""
+    try:
+        chan.close()
+    except (paramiko.SSHException, EOFError, OSError):
+        pass
+
+
 class SshConnection(SshLink):
     """A lazily opened SSH connection to one device: commands, and files over SFTP or exec channels."""
 
@@ -137,7 +146,7 @@ class SshConnection(SshLink):
                         progress(sent, total)
             chan.shutdown_write()
         except (paramiko.SSHException, EOFError, OSError) as exc:
-            chan.close()
+            close_quietly(chan)
             raise self._dropped(f"{what}: {type(exc).__name__}: {exc}") from None
         self._collect(chan, transport, out, err, timeout, what)
         return self._ended(chan, transport, out, err, what)
@@ -176,7 +185,7 @@ class SshConnection(SshLink):
                 elif not got:
                     select.select([chan], [], [], 0.05)
         except (paramiko.SSHException, EOFError, OSError) as exc:
-            chan.close()
+            close_quietly(chan)
             raise self._dropped(f"{what}: {type(exc).__name__}: {exc}") from None
 
     def _ended(self, chan: paramiko.Channel, transport: paramiko.Transport, out: list[bytes], err: list[bytes],
