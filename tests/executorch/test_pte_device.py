@@ -72,6 +72,13 @@ def test_local_device_check(pte_digits_bundle: tuple[Path, dict[str, Any]], exec
         bundled = found[name]["bundled_check"]  # the device's self-check reaches the host's report
         assert bundled["ok"] is True and bundled["cases"] == 4 and bundled["file"] == name[:-4] + ".bpte", bundled
     assert found["model.fp32.onnx"]["bundled_check"] is None
+    for name, report in found.items():  # the .pte shared one import, each measured in its own forked process
+        worker = report["worker"]
+        if name in PTE:
+            assert worker["process"] == "forked" and sorted(worker["artifacts"]) == sorted(PTE), worker
+            assert worker["import_ms"] > 0 and worker["import_peak_rss_mb"] > 0, worker
+        else:
+            assert worker is None, worker
 
 
 def test_a_wrong_expectation_fails_the_bundled_check(pte_digits_bundle: tuple[Path, dict[str, Any]],
