@@ -48,6 +48,8 @@ def test_pte_fp32_and_int8_check_themselves_on_the_emulated_pi(
           f"{time.perf_counter() - started:.0f} s", file=sys.stderr)
     assert result.code == 0, result.stdout[-3000:] + result.stderr[-3000:]
     found = {r["artifact"]: r for r in result.json()["devices"][0]["reports"]}
+    print("[arm] max abs error vs the host's outputs:", {name: (r["outputs_match"] or {}).get("max_abs_error")
+                                                          for name, r in found.items()}, file=sys.stderr)
     assert set(found) == set(PTE)
     shares = {a["file"]: (a["pte"]["delegated_nodes"], a["pte"]["total_nodes"]) for a in manifest["artifacts"]
               if a["format"] == "pte"}
