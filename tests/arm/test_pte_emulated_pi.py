@@ -1,11 +1,12 @@
 """.pte artifacts on the emulated aarch64 Pi (tests/fixtures/arm.py, tests/fixtures/arm_executorch.py): the trained
-digits CNN converted on the host to .pte fp32 and INT8, deployed and checked there through ExecuTorch's Python
-runtime under qemu. Correctness only: the golden outputs, each artifact's bundled self-check and the share of
-nodes XNNPACK took, judged by raspberry-pi-4's ``format = "pte"`` placement row; no latency is asserted.
+digits CNN and the trained transformer encoder, each converted on the host to .pte fp32 and INT8, deployed and
+checked there through ExecuTorch's Python runtime under qemu. Correctness only: the golden outputs, each
+artifact's bundled self-check and the share of nodes XNNPACK took, judged by raspberry-pi-4's ``format = "pte"``
+placement row; no latency is asserted.
 
-The small transformer is left out here: each artifact is measured in its own runner process, and each such
-process imports torch + executorch.runtime under emulation (43-55 s measured), so two more artifacts would
-add about two minutes to CI."""
+Importing torch + executorch.runtime takes 43-55 s under emulation: the runner imports it once per check and
+measures each .pte in a process forked after that import (``run-group``, docs/runner.md), so each model's check
+pays one import, not one per artifact."""
 
 from __future__ import annotations
 
@@ -28,11 +29,12 @@ pytestmark = [pytest.mark.arm, needs_executorch]
 PTE = ("model.fp32.pte", "model.int8.pte")
 
 
+@pytest.mark.parametrize("model", ["digits", "encoder"])
 def test_pte_fp32_and_int8_check_themselves_on_the_emulated_pi(
-        arm_pi: ArmPi, arm_executorch: ArmExecutorch, pte_digits_bundle: tuple[Path, dict[str, Any]],
+        arm_pi: ArmPi, arm_executorch: ArmExecutorch, model: str, request: pytest.FixtureRequest,
         tmp_path: Path) -> None:
-    source, manifest = pte_digits_bundle
-    bundle = _retarget(source, tmp_path / "b", name="digits-pte-raspberry-pi-4", drop_formats=("onnx",))
+    source, manifest = request.getfixturevalue(f"pte_{model}_bundle")
+    bundle = _retarget(source, tmp_path / "b", name=f"{model}-pte-raspberry-pi-4", drop_formats=("onnx",))
     doc = json.loads((bundle / "manifest.json").read_text())
     floor = shipped_pte_floor()
     doc["check_policy"]["placement"] = [{"format": "pte", "on": "xnnpack", "min_nodes_pct": floor}]
@@ -42,10 +44,12 @@ def test_pte_fp32_and_int8_check_themselves_on_the_emulated_pi(
     result = run_edgetk("deploy", bundle, "--inventory", inventory, "--check", *EMULATED, "--json",
                         env=Home(new_home(tmp_path).path).env, timeout=1800)
     print(f"\n[arm] executorch env: download {arm_executorch.download_s} s, install {arm_executorch.install_s} s "
-          f"(None = cached), {arm_executorch.installed_mb} MB; deploy --check of {len(PTE)} .pte "
+          f"(None = cached), {arm_executorch.installed_mb} MB; deploy --check of the {model} net's {len(PTE)} .pte "
           f"{time.perf_counter() - started:.0f} s", file=sys.stderr)
     assert result.code == 0, result.stdout[-3000:] + result.stderr[-3000:]
     found = {r["artifact"]: r for r in result.json()["devices"][0]["reports"]}
+    print("[arm] max abs error vs the host's outputs:", {name: (r["outputs_match"] or {}).get("max_abs_error")
+                                                          for name, r in found.items()}, file=sys.stderr)
     assert set(found) == set(PTE)
     shares = {a["file"]: (a["pte"]["delegated_nodes"], a["pte"]["total_nodes"]) for a in manifest["artifacts"]
               if a["format"] == "pte"}
@@ -54,8 +58,11 @@ def test_pte_fp32_and_int8_check_themselves_on_the_emulated_pi(
         assert report["environment"]["arch"] == "aarch64" and report["environment"]["emulated"] is True
         assert report["runtime"]["name"] == "executorch" and report["runtime"]["version"] == "1.5.1"
         assert "XnnpackBackend" in report["runtime"]["backends"]
+        worker = report["worker"]  # both measured in processes forked after the one import of torch + executorch
+        assert worker["process"] == "forked" and sorted(worker["artifacts"]) == sorted(PTE), worker
         match = report["outputs_match"]  # the host's golden outputs of the float model
         assert match["ok"] is True and match["top1_agreement"] >= 0.99, match
+        assert match["max_abs_error"] < 1e-4, match  # its own outputs (measured: <= 5.7e-6), not the other .pte's
         bundled = report["bundled_check"]  # the artifact's own eval inputs and expected outputs
         assert bundled["ok"] is True and bundled["cases"] == 4 and not bundled["failed"], bundled
         placement = report["placement"]  # the delegation is fixed in the program: the host's count, on aarch64

@@ -87,8 +87,9 @@ def test_bundled_program_checks_its_numbers(pte_digits_bundle: tuple[Path, dict[
                 bundled.verify_result_with_bundled_expected_output("forward", 0, 0.0, 1e-7)
 
 
-def test_transformer_pte_int8(torch_digits_encoder: TorchModel, tmp_path: Path) -> None:
-    manifest = convert_pte(torch_digits_encoder, tmp_path / "encoder", ["fp32", "int8"])
+def test_transformer_pte_int8(pte_encoder_bundle: tuple[Path, dict[str, Any]], torch_digits_encoder: TorchModel
+                              ) -> None:
+    _, manifest = pte_encoder_bundle
     for precision in ("fp32", "int8"):
         record = _artifact(manifest, precision)
         accuracy = record["verification"]["accuracy"]

@@ -33,6 +33,9 @@ def assert_pte_measured(report: dict[str, Any], runs: int) -> None:
     assert 10 < report["peak_rss_mb"] < 4000
     match = report["outputs_match"]
     assert match["ok"] is True and match["top1_agreement"] == 1.0, match
+    # its own host outputs, same runtime build: far closer than its INT8 atol, which would also pass the OTHER
+    # artifact's outputs (0.17 between this net's fp32 and INT8): a runner that ran the wrong .pte fails here
+    assert match["max_abs_error"] < 1e-4, match
     bundled = report["bundled_check"]  # the device's own numbers, from the artifact's bundled program
     assert bundled["ok"] is True and bundled["cases"] == 4 and not bundled["failed"], bundled
     placement = report["placement"]
@@ -69,9 +72,17 @@ def test_local_device_check(pte_digits_bundle: tuple[Path, dict[str, Any]], exec
     found = {r["artifact"]: r for r in result.json()["devices"][0]["reports"]}
     for name in PTE:
         assert found[name]["error"] is None and found[name]["outputs_match"]["ok"] is True, found[name]
+        assert found[name]["outputs_match"]["max_abs_error"] < 1e-4, found[name]  # as in assert_pte_measured
         bundled = found[name]["bundled_check"]  # the device's self-check reaches the host's report
         assert bundled["ok"] is True and bundled["cases"] == 4 and bundled["file"] == name[:-4] + ".bpte", bundled
     assert found["model.fp32.onnx"]["bundled_check"] is None
+    for name, report in found.items():  # the .pte shared one import, each measured in its own forked process
+        worker = report["worker"]
+        if name in PTE:
+            assert worker["process"] == "forked" and sorted(worker["artifacts"]) == sorted(PTE), worker
+            assert worker["import_ms"] > 0 and worker["import_peak_rss_mb"] > 0, worker
+        else:
+            assert worker is None, worker
 
 
 def test_a_wrong_expectation_fails_the_bundled_check(pte_digits_bundle: tuple[Path, dict[str, Any]],

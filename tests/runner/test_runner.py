@@ -367,6 +367,67 @@ def test_crashing_runtime_is_reported_per_artifact(
     assert doc["ok"] is False
 
 
+FAKE_EXECUTORCH = """
+import os, signal, sys, time
+with open(os.environ["FAKE_EXECUTORCH_LOG"], "a") as log:  # one line per process that imports the runtime
+    log.write("%d\\n" % os.getpid())
+class _Runtime(object):
+    def load_program(self, path, **kwargs):
+        with open(path, "rb") as handle:
+            what = handle.read()
+        if what == b"segv":
+            os.kill(os.getpid(), signal.SIGSEGV)  # a kernel bug, from outside
+        if what == b"hang":
+            time.sleep(600)
+        raise ValueError("Failed to load program: not a program")
+class Runtime(object):
+    @staticmethod
+    def get():
+        return _Runtime()
+"""
+
+
+def test_pte_artifacts_share_one_import_and_fail_apart(device_env: DeviceEnv, tiny_bundle: Path,
+                                                        tmp_path: Path) -> None:
+    """The .pte artifacts of a check share ONE import of their runtime (``run-group``: torch + executorch take
+    6-10 s here, 43-55 s under qemu) and each is measured in a process forked after it: a segfault in the first
+    and a hang past --timeout in the second are reported for those artifacts, and the third is still measured
+    after them. The tflite/onnx artifacts keep a fresh process each (no ``worker``). A fake executorch (and an
+    empty torch) stands in: a real runtime cannot be made to crash or hang on purpose; the real one is measured
+    the same way in tests/executorch/test_pte_device.py and on the emulated Pi."""
+    from toolkit.delivery.bundle import sha256_file
+
+    bundle = copy_bundle(tiny_bundle, tmp_path / "pte")
+    fake = tmp_path / "fake_site"
+    (fake / "executorch").mkdir(parents=True)
+    (fake / "executorch" / "__init__.py").write_text("")
+    (fake / "executorch" / "runtime.py").write_text(FAKE_EXECUTORCH)
+    (fake / "torch").mkdir()
+    (fake / "torch" / "__init__.py").write_text("")
+    manifest = json.loads((bundle / "manifest.json").read_text())
+    names = ["model.segv.pte", "model.hang.pte", "model.junk.pte"]
+    for name in names:
+        (bundle / name).write_bytes(name.split(".")[1].encode())
+        manifest["artifacts"].append({"file": name, "format": "pte", "precision": "fp32",
+                                      "sha256": sha256_file(bundle / name), "inputs": [], "outputs": []})
+    (bundle / "manifest.json").write_text(json.dumps(manifest))
+    log = tmp_path / "imports.log"
+    doc = check(device_env, bundle, "--runs", "3", "--timeout", "10",
+                extra_env={"PYTHONPATH": str(fake), "FAKE_EXECUTORCH_LOG": str(log)})
+    found = reports(doc)
+    assert len(log.read_text().split()) == 1, log.read_text()  # one import for the three .pte artifacts
+    assert_error(found["model.segv.pte"], "crash", "SIGSEGV", "model.segv.pte")
+    assert_error(found["model.hang.pte"], "crash", "did not finish within 10 s", "model.hang.pte")
+    assert_error(found["model.junk.pte"], "corrupt_artifact", "not a program")
+    for name in names:
+        worker = found[name]["worker"]
+        assert worker["process"] == "forked" and worker["artifacts"] == names and worker["import_ms"] > 0, worker
+    for name in ("model.fp32.tflite", "model.int8.tflite", "model.fp32.onnx"):
+        assert found[name]["error"] is None and found[name]["outputs_match"]["ok"], found[name]
+        assert "worker" not in found[name]
+    assert [r["artifact"] for r in doc["reports"]] == [a["file"] for a in manifest["artifacts"]]
+
+
 def test_wrong_outputs_are_not_ok(device_env: DeviceEnv, tiny_bundle: Path, tmp_path: Path) -> None:
     bundle = copy_bundle(tiny_bundle, tmp_path / "wrong")
     golden = bundle / "golden" / "model.fp32.tflite.npz"

@@ -86,6 +86,7 @@ class CheckReport:
     # check --eval: the eval set on the device, scored against the labels and the float model (toolkit.checks.device_eval)
     evaluation: JsonObject | None = None
     bundled_check: JsonObject | None = None  # a .pte's bundled program run on the device (docs/runner.md)
+    worker: JsonObject | None = None  # .pte: measured in a process forked after one shared import (runner.md)
 
     def to_dict(self) -> JsonDict:
         return {
@@ -112,4 +113,5 @@ class CheckReport:
             "throttled": self.throttled,
             "evaluation": dict(self.evaluation) if self.evaluation is not None else None,
             "bundled_check": dict(self.bundled_check) if self.bundled_check is not None else None,
+            "worker": dict(self.worker) if self.worker is not None else None,
         }

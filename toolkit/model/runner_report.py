@@ -80,7 +80,7 @@ def parse_runner_output(stdout: str, *, device: str, artifacts: Sequence[str]) -
                 latency_samples_ms=latency_samples(item.get("latency_samples_ms")),
                 placement=placement if isinstance(placement, dict) else None,
                 **{key: item.get(key) if isinstance(item.get(key), dict) else None
-                   for key in ("profile", "throughput", "loads", "bundled_check")},
+                   for key in ("profile", "throughput", "loads", "bundled_check", "worker")},
             )
         )
     top_error = doc.get("error")

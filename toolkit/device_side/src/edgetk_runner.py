@@ -11,6 +11,7 @@ Commands (docs/runner.md has the full schema)::
     python3 edgetk_runner.py check --bundle DIR [--artifact FILE]... [--runs N] [--warmup N]
                                    [--min-time SECONDS] [--threads N] [--runtime NAME] [--timeout SECONDS]
     python3 edgetk_runner.py run-one --bundle DIR --artifact FILE [same options]   (one artifact, in-process)
+    python3 edgetk_runner.py run-group --bundle DIR --artifact FILE... [same options]   (one import, a fork each)
 
     check/run-one also take: --profile [--profile-top N] [--profile-runs N], --throughput [--batch-sizes 1,4,8]
     [--in-flight 1,2,4], --loads, --cache-dir DIR (device-side caches: TensorRT engines, optimized models)
@@ -30,7 +31,9 @@ process). docs/runner.md documents each shape.
 
 ``check`` verifies each artifact's sha256 against manifest.json, then measures it in its own child process
 (``run-one``) so that a runtime that crashes on one artifact (a segfault in a kernel, an abort in a delegate)
-is reported for that artifact while the others still report, and so that peak RSS is per artifact.
+is reported for that artifact while the others still report, and so that peak RSS is per artifact. The .pte
+artifacts (SHARED_IMPORT_FORMATS) go to one ``run-group`` child instead, which imports their runtime (torch) once
+and forks a process per artifact: still one process, one crash and one peak RSS per artifact, one import.
 
 Every failure is a JSON error ``{"kind", "message", "hint"}`` with ``kind`` one of ``missing_runtime``,
 ``unsupported_op``, ``corrupt_artifact``, ``integrity``, ``crash``, ``bad_bundle``, ``usage``. Exit code 0
@@ -1994,51 +1997,205 @@ def _forwarded(opts):
     return args
 
 
-def _child(bundle, name, opts, extra=()):
-    # type: (str, str, argparse.Namespace, tuple) -> dict
-    """Run ``run-one`` for one artifact in a child process and turn its fate into a report."""
-    cmd = [sys.executable, os.path.abspath(__file__), "run-one", "--bundle", bundle, "--artifact", name,
-           "--runs", str(opts.runs), "--warmup", str(opts.warmup), "--min-time", str(opts.min_time),
-           "--skip-verify"]
+def _worker_cmd(command, bundle, names, opts, extra=()):
+    # type: (str, str, list, argparse.Namespace, tuple) -> list
+    """The command line of a worker (``run-one`` or ``run-group``) for ``names`` with ``check``'s options."""
+    cmd = [sys.executable, os.path.abspath(__file__), command, "--bundle", bundle]
+    for name in names:
+        cmd += ["--artifact", name]
+    cmd += ["--runs", str(opts.runs), "--warmup", str(opts.warmup), "--min-time", str(opts.min_time),
+            "--timeout", str(opts.timeout), "--skip-verify"]
     if opts.threads:
         cmd += ["--threads", str(opts.threads)]
     if opts.runtime:
         cmd += ["--runtime", opts.runtime]
     if getattr(opts, "cold", False) and not extra:
         cmd.append("--cold")
-    cmd += _forwarded(opts) + list(extra)
+    return cmd + _forwarded(opts) + list(extra)
+
+
+def _worker_report(name, opts, returncode, stdout, tail, timed_out, seconds):
+    # type: (str, argparse.Namespace, Any, str, str, bool, float) -> dict
+    """The report a worker printed for ``name``, or what its fate says: killed after ``seconds``, killed by a
+    signal (the runtime crashed on this artifact), or ended without a report."""
     report = empty_report(name, opts.threads, opts.runs, opts.warmup)
+    if timed_out:
+        report["error"] = RunnerError(
+            "crash", "Measuring {} did not finish within {:g} s; the worker was killed.".format(name, seconds),
+            "Lower --runs/--min-time, or raise --timeout if the device is this slow.").to_dict()
+        return report
+    if returncode is not None and returncode < 0:
+        report["error"] = RunnerError(
+            "crash",
+            "The worker measuring {} was killed by {} (the runtime crashed on this artifact).".format(
+                name, _signal_name(-returncode)),
+            "Try another runtime (--runtime) or another artifact of the bundle; the stderr tail is in 'detail'.",
+            detail=tail or None).to_dict()
+        return report
+    for line in reversed((stdout or "").strip().splitlines()):
+        try:
+            parsed = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(parsed, dict) and parsed.get("artifact") == name:
+            return parsed
+    report["error"] = RunnerError(
+        "crash", "The worker measuring {} exited with code {} without a report.".format(name, returncode),
+        "Run `python3 edgetk_runner.py run-one --bundle DIR --artifact {}` on the device to see why.".format(
+            name), detail=tail or None).to_dict()
+    return report
+
+
+def _child(bundle, name, opts, extra=()):
+    # type: (str, str, argparse.Namespace, tuple) -> dict
+    """Run ``run-one`` for one artifact in a child process and turn its fate into a report."""
+    cmd = _worker_cmd("run-one", bundle, [name], opts, extra)
     try:
         proc = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, universal_newlines=True,
                               timeout=opts.timeout)
     except subprocess.TimeoutExpired:
-        report["error"] = RunnerError(
-            "crash", "Measuring {} did not finish within {:g} s; the worker was killed.".format(name, opts.timeout),
-            "Lower --runs/--min-time, or raise --timeout if the device is this slow.").to_dict()
-        return report
-    tail = (proc.stderr or "")[-1500:]
-    parsed = None
-    for line in reversed((proc.stdout or "").strip().splitlines()):
+        return _worker_report(name, opts, None, "", "", True, opts.timeout)
+    return _worker_report(name, opts, proc.returncode, proc.stdout, (proc.stderr or "")[-1500:], False, 0.0)
+
+
+# The formats whose runtime import dominates a worker's life (ExecuTorch's Python runtime imports torch: 6-10 s on
+# an x86 host, 43-55 s under qemu): their artifacts share one import per check (run-group). TFLite and ONNX Runtime
+# import in 0.1-1 s and keep a fresh process per artifact.
+SHARED_IMPORT_FORMATS = ("pte",)
+_FORKED = []  # type: list  # the pid of run-group's current child, for its SIGTERM handler
+
+
+def import_runtime(fmt):
+    # type: (str) -> Any
+    """Import the runtime of ``fmt`` (and numpy) in this process; the milliseconds it took, None when it failed
+    (each artifact's worker then imports again and reports the failure as its own, ``missing_runtime`` etc.)."""
+    t0 = time.perf_counter()
+    try:
+        _import_numpy()
+        if fmt == "pte":
+            import executorch.runtime  # noqa: F401 (imports torch)
+    except Exception:
+        return None
+    return round((time.perf_counter() - t0) * 1000.0, 3)
+
+
+def _json_bytes(doc):
+    # type: (Any) -> bytes
+    return (json.dumps(_finite(doc), sort_keys=False, allow_nan=False, default=str) + "\n").encode("utf-8")
+
+
+def _write_all(fd, data):
+    # type: (int, bytes) -> None
+    while data:
+        data = data[os.write(fd, data):]
+
+
+def _forked(bundle, name, opts):
+    # type: (str, str, argparse.Namespace) -> dict
+    """``run_one`` of one artifact in a child forked from this process, its report read from a pipe. The child
+    starts where every other artifact's child starts (the runtime imported, nothing loaded): its ``load_ms`` is a
+    first load and its ``peak_rss_mb`` its own (a forked process's ru_maxrss starts at the pages it maps, not at
+    the parent's peak). A crash or a hang past --timeout ends that child only and is reported like ``_child``'s."""
+    import select
+    import tempfile
+
+    sys.stdout.flush()
+    sys.stderr.flush()
+    log = tempfile.TemporaryFile()  # the child's stderr: the tail of a crash goes into its report
+    read_end, write_end = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: measure, write the report, leave without the parent's exit handlers
         try:
-            parsed = json.loads(line)
+            os.close(read_end)
+            os.dup2(log.fileno(), 2)
+            os.dup2(2, 1)
+            _write_all(write_end, _json_bytes(run_one(bundle, name, opts, verify=not opts.skip_verify)))
+        finally:
+            os._exit(0)
+    _FORKED[:] = [pid]
+    os.close(write_end)
+    chunks, timed_out, deadline = [], False, time.monotonic() + opts.timeout  # type: (list, bool, float)
+    while True:
+        ready = select.select([read_end], [], [], max(0.0, deadline - time.monotonic()))[0]
+        chunk = os.read(read_end, 1 << 16) if ready else b""
+        if not ready:
+            timed_out = True
+            os.kill(pid, signal.SIGKILL)
+        if not chunk:
             break
+        chunks.append(chunk)
+    os.close(read_end)
+    status = os.waitpid(pid, 0)[1]
+    _FORKED[:] = []
+    log.seek(0)
+    text = log.read().decode("utf-8", "replace")
+    log.close()
+    sys.stderr.write(text)
+    code = -os.WTERMSIG(status) if os.WIFSIGNALED(status) else os.WEXITSTATUS(status)
+    return _worker_report(name, opts, code, b"".join(chunks).decode("utf-8", "replace"), text[-1500:],
+                          timed_out, opts.timeout)
+
+
+def run_group(bundle, names, opts, emit):
+    # type: (str, list, argparse.Namespace, Any) -> None
+    """Import the artifacts' runtime once, then measure each artifact in a child forked from this process
+    (:func:`_forked`), emitting its report as soon as it ends. Each report carries ``import_ms`` (the one import,
+    measured here) and ``worker`` (what the artifacts shared)."""
+
+    def stop(signum, frame):
+        # type: (int, Any) -> None
+        for pid in _FORKED:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except OSError:
+                pass
+        os._exit(128 + signum)
+
+    signal.signal(signal.SIGTERM, stop)
+    try:
+        formats = set(_artifact_format(_find_record(read_manifest(bundle), name)) for name in names)
+    except RunnerError:  # each artifact's child reports it
+        formats = set()
+    import_ms = import_runtime(formats.pop()) if len(formats) == 1 else None
+    worker = {"process": "forked", "artifacts": list(names), "import_ms": import_ms,
+              "import_peak_rss_mb": _peak_rss_mb()}
+    for name in names:
+        report = _forked(bundle, name, opts)
+        if import_ms is not None and (report.get("runtime") or {}).get("name"):
+            report["import_ms"] = import_ms  # the child found the runtime imported: the import is this one
+        report["worker"] = worker
+        emit(report)
+
+
+def _group_children(bundle, names, opts):
+    # type: (str, list, argparse.Namespace) -> dict
+    """``run-group`` of ``names`` in one child process: name -> report. The group's own deadline is --timeout per
+    artifact plus one for the import; reports it printed before it died or was stopped are kept."""
+    seconds = opts.timeout * (len(names) + 1)
+    proc = subprocess.Popen(_worker_cmd("run-group", bundle, names, opts), stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, universal_newlines=True)
+    timed_out = False
+    try:
+        out, err = proc.communicate(timeout=seconds)
+    except subprocess.TimeoutExpired:
+        timed_out = True
+        proc.terminate()  # its SIGTERM handler kills the artifact's child it forked
+        try:
+            out, err = proc.communicate(timeout=10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            out, err = proc.communicate()
+    found = {}  # type: dict
+    for line in (out or "").splitlines():
+        try:
+            doc = json.loads(line)
         except ValueError:
             continue
-    if proc.returncode < 0:
-        sig = _signal_name(-proc.returncode)
-        report["error"] = RunnerError(
-            "crash",
-            "The worker measuring {} was killed by {} (the runtime crashed on this artifact).".format(name, sig),
-            "Try another runtime (--runtime) or another artifact of the bundle; the stderr tail is in 'detail'.",
-            detail=tail or None).to_dict()
-        return report
-    if not isinstance(parsed, dict) or "artifact" not in parsed:
-        report["error"] = RunnerError(
-            "crash", "The worker measuring {} exited with code {} without a report.".format(name, proc.returncode),
-            "Run `python3 edgetk_runner.py run-one --bundle DIR --artifact {}` on the device to see why.".format(
-                name), detail=tail or None).to_dict()
-        return report
-    return parsed
+        if isinstance(doc, dict) and doc.get("artifact") in names:
+            found[doc["artifact"]] = doc
+    tail = (err or "")[-1500:]
+    return dict((name, found.get(name) or _worker_report(name, opts, proc.returncode, "", tail, timed_out, seconds))
+                for name in names)
 
 
 def check(opts):
@@ -2058,17 +2215,27 @@ def check(opts):
         doc["error"] = RunnerError("bad_bundle", "manifest.json in {} lists no artifacts.".format(bundle),
                                    "Rebuild the bundle with `edgetk convert`.").to_dict()
         return doc
+    failed = {}  # type: dict
     for name in names:
         record = _find_record(manifest, name)
         try:
             verify_artifact(bundle, record)
         except RunnerError as exc:
-            report = empty_report(name, opts.threads or _default_threads(manifest, record), opts.runs,
-                                  opts.warmup)
-            report["error"] = exc.to_dict()
-            doc["reports"].append(report)
+            failed[name] = empty_report(name, opts.threads or _default_threads(manifest, record), opts.runs,
+                                        opts.warmup)
+            failed[name]["error"] = exc.to_dict()
+    grouped = {}  # type: dict
+    for fmt in SHARED_IMPORT_FORMATS if hasattr(os, "fork") else ():
+        group = [n for i, n in enumerate(names) if n not in failed and n not in names[:i]
+                 and _artifact_format(_find_record(manifest, n)) == fmt]
+        if group:
+            grouped.update(_group_children(bundle, group, opts))
+    for name in names:
+        record = _find_record(manifest, name)
+        if name in failed:
+            doc["reports"].append(failed[name])
             continue
-        report = _child(bundle, name, opts)
+        report = dict(grouped[name]) if name in grouped else _child(bundle, name, opts)
         if getattr(opts, "loads", False) and report.get("error") is None:
             report["loads"] = measure_loads(bundle, name, opts, report, _artifact_format(record))
         doc["reports"].append(report)
@@ -2376,11 +2543,13 @@ def build_parser():
     p = sub.add_parser("selected", help="the path of the model file the last check selected for a bundle")
     p.add_argument("--name", required=True)
     p.add_argument("--root", default=None, help="default ~/.edgetk")
-    for command in ("check", "run-one"):
-        p = sub.add_parser(command, help="measure a bundle's artifacts" if command == "check" else
-                           "measure one artifact in this process")
+    for command in ("check", "run-one", "run-group"):
+        p = sub.add_parser(command, help={
+            "check": "measure a bundle's artifacts", "run-one": "measure one artifact in this process",
+            "run-group": "import the artifacts' runtime once, measure each in a process forked from this one "
+                         "(one JSON line per artifact)"}[command])
         p.add_argument("--bundle", required=True)
-        p.add_argument("--artifact", action="append", required=command == "run-one")
+        p.add_argument("--artifact", action="append", required=command != "check")
         p.add_argument("--runs", type=_positive_int, default=DEFAULT_RUNS)
         p.add_argument("--warmup", type=_positive_int, default=DEFAULT_WARMUP)
         p.add_argument("--min-time", type=_non_negative_float, default=0.0, dest="min_time")
@@ -2400,8 +2569,9 @@ def build_parser():
                        help="cold, warm and optimized loads, each in a fresh process, with the first inference")
         p.add_argument("--cache-dir", default=None, dest="cache_dir",
                        help="device-side caches (TensorRT engines, optimized models); default ~/.edgetk/cache")
-        if command == "run-one":
+        if command != "check":
             p.add_argument("--skip-verify", action="store_true")
+        if command == "run-one":
             p.add_argument("--load-only", action="store_true", dest="load_only")
             p.add_argument("--load-variant", choices=LOAD_VARIANTS, default=None, dest="load_variant")
             p.add_argument("--fresh-cache", action="store_true", dest="fresh_cache")
@@ -2428,9 +2598,7 @@ def main(argv=None):
     def emit(doc):
         # type: (dict) -> None
         sys.stdout.flush()
-        data = (json.dumps(_finite(doc), sort_keys=False, allow_nan=False, default=str) + "\n").encode("utf-8")
-        while data:
-            data = data[os.write(out_fd, data):]
+        _write_all(out_fd, _json_bytes(doc))
 
     try:
         opts = build_parser().parse_args(argv)
@@ -2457,6 +2625,8 @@ def main(argv=None):
         emit(doc)
         if doc["error"] and doc["error"]["kind"] == "usage":
             return 2
+    elif opts.command == "run-group":
+        run_group(os.path.abspath(os.path.expanduser(opts.bundle)), opts.artifact, opts, emit)
     elif opts.command in ("eval", "layers"):
         emit(run_eval(opts) if opts.command == "eval" else run_layers(opts))
     else:
