@@ -9,7 +9,7 @@ the runtime's own message: LiteRT's ``Node number 3 (RESHAPE)``, onnxruntime's `
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -97,23 +97,17 @@ def _onnx_cut(model: onnx.ModelProto, ops: int) -> bytes:
     the runtime) and the initializers no kept node reads left out."""
     import onnx
 
+    from toolkit.runtimes.inspection.onnx import iter_nodes
+
     part = onnx.ModelProto()
     part.CopyFrom(model)
     graph = part.graph
     del graph.node[ops:]
     graph.ClearField("output")
     graph.output.extend(onnx.helper.make_empty_tensor_value_info(name) for name in graph.node[-1].output if name)
-    read = {name for node in _nodes_within(graph.node) for name in node.input}
+    read = {name for node in iter_nodes(graph) for name in node.input}  # bodies read outer initializers too
     kept = [tensor for tensor in graph.initializer if tensor.name in read]
     graph.ClearField("initializer")
     graph.initializer.extend(kept)
     return bytes(part.SerializeToString())
 
-
-def _nodes_within(nodes: Any) -> Iterator[onnx.NodeProto]:  # Any: a repeated protobuf field
-    """``nodes`` and every node of the If/Loop/Scan bodies inside them (a body reads outer initializers too)."""
-    for node in nodes:
-        yield node
-        for attribute in node.attribute:
-            for body in (*([attribute.g] if attribute.HasField("g") else []), *attribute.graphs):
-                yield from _nodes_within(body.node)
