@@ -14,6 +14,7 @@ import contextlib
 import dataclasses
 import subprocess
 import sys
+import time
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
@@ -125,27 +126,76 @@ def _policy() -> CheckPolicy:
     return dataclasses.replace(check_policy_from_profile(get_profile("generic-x86_64")), latency_budget_ms=None)
 
 
+class Control:
+    """The same model timed in this process on one thread, next to each check: whether the machine itself ran it
+    slower at that moment. A shared CI machine can slow down for seconds at a time (measured once: a 1 ms model
+    1.29x slower in two runner processes in a row), and on such a device a regression verdict is right: the
+    device decides, as with the CPU hogs below. What the unchanged-bundle test asks is narrower: never a
+    regression while the device itself is as fast as before."""
+
+    RUNS = 200  # 0.2 s: long enough that one burst of another job does not move its median
+
+    def __init__(self, model: bytes, x: np.ndarray) -> None:
+        import onnxruntime as ort
+
+        options = ort.SessionOptions()
+        options.intra_op_num_threads = options.inter_op_num_threads = 1
+        self.session = ort.InferenceSession(model, options, providers=["CPUExecutionProvider"])
+        self.feed = {self.session.get_inputs()[0].name: x}
+        self.p50s = [self.p50()]
+
+    def p50(self) -> float:
+        for _ in range(10):
+            self.session.run(None, self.feed)
+        times: list[float] = []
+        for _ in range(self.RUNS):
+            t0 = time.perf_counter()
+            self.session.run(None, self.feed)
+            times.append(time.perf_counter() - t0)
+        return float(np.median(times)) * 1000.0
+
+    def shift(self) -> float:
+        """How much slower the machine runs the model now than at the median of the earlier controls."""
+        now = self.p50()
+        ratio = now / float(np.median(self.p50s))
+        self.p50s.append(now)
+        return ratio
+
+
+DEVICE_SLOWER = 1.1  # the control 10% slower than before: the device changed, not the statistics
+
+
 def test_regression_gate_quiet_on_an_unchanged_bundle(local: Device, tmp_path: Path) -> None:
     """20 back-to-back checks of an unchanged ~1 ms model (one thread: its median stays put while the other jobs
-    of a shared machine come and go, as findings.md measured for inferences shorter than a scheduler slice)."""
+    of a shared machine come and go, as findings.md measured for inferences shorter than a scheduler slice).
+    A regression verdict is wrong unless the machine itself was still slower right after the check had measured
+    the suspect twice (:class:`Control`): a false regression is one the control does not explain."""
     policy = _policy()
     store = Store(tmp_path / "history.sqlite")
-    bundle = make(tmp_path / "small", name="gate-unchanged", model=chain_onnx(layers=2, width=512, rows=64),
-                  policy=policy, threads=1)
+    model = chain_onnx(layers=2, width=512, rows=64)
+    bundle = make(tmp_path / "small", name="gate-unchanged", model=model, policy=policy, threads=1)
     push(local, bundle)
     assert local.python == sys.executable  # `local` without a python runs the runner in edgetk's interpreter
-    verdicts = []
+    control = Control(model, np.random.default_rng(1).standard_normal((64, 512)).astype(np.float32))
+    verdicts: list[bool | None] = []
+    explained: list[str] = []
+    false_regressions: list[str] = []
     for _ in range(UNCHANGED_CHECKS):
         (report,) = check(local, bundle, runs=RUNS, warmup=3, store=store)
+        after = control.shift()
         verdicts.append(_regressed(report))
-        assert report.gates.passed, report.gates.failures
+        if report.gates.passed:
+            continue
+        assert verdicts[-1], report.gates.failures  # nothing but the regression gate can fail this bundle
+        (explained if after >= DEVICE_SLOWER else false_regressions).append(
+            f"{report.gates.failures[0]} (control {after:.2f}x right after)")
     gated = [v for v in verdicts if v is not None]
-    false_regressions = sum(1 for v in gated if v)
     p50s = [r.p50_ms for r in store.history(bundle="gate-unchanged") if r.p50_ms is not None]
-    print(f"\nunchanged bundle: {false_regressions} false regressions in {len(gated)} gated checks "
-          f"({len(verdicts) - len(gated)} filled the baseline); p50 {min(p50s):.3f}-{max(p50s):.3f} ms")
+    print(f"\nunchanged bundle: {len(false_regressions)} false regressions in {len(gated)} gated checks "
+          f"({len(verdicts) - len(gated)} filled the baseline; {len(explained)} while the machine itself was "
+          f"slower); p50 {min(p50s):.3f}-{max(p50s):.3f} ms", *explained, sep="\n")
     assert len(gated) == UNCHANGED_CHECKS - policy.regression.min_baseline_checks
-    assert false_regressions == 0
+    assert false_regressions == []
 
 
 def _fill_baseline(local: Device, bundle: Bundle, store: Store, policy: CheckPolicy) -> None:
