@@ -87,6 +87,7 @@ def test_face_stage_int8_is_judged_per_output_and_kept(face_bundle: tuple[Path, 
     if fmt == "onnx":  # this host's profile: 7-bit weights on x86 (its devices may lack VNNI), 8-bit elsewhere
         assert record["recipe"]["reduce_range"] is X86, record["recipe"]
         assert (REDUCE_RANGE_NOTE in record["notes"]) is X86, record["notes"]
+        assert not any(n.startswith("reduce_range retry: ") for n in record["notes"]), record["notes"]  # from the start
     _kept(record)
     assert v["task"] == "per-output" and v["task_source"].startswith("inferred")
     assert _roles(record) == {"offsets": "boxes", "landmarks": "landmarks", "face": "classification"}
