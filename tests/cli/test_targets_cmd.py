@@ -27,7 +27,7 @@ def test_list_table(edgetk: EdgeTk) -> None:
     assert lines[0].split() == ["NAME", "ARCH", "PREFERRED", "RECIPE", "BUDGET", "SOURCE"]
     rows = {line.split()[0]: line for line in lines[1:]}
     assert set(rows) == SHIPPED
-    assert "onnx int8 (U8S8 qdq minmax)" in rows["generic-x86_64"] and "20 ms" in rows["generic-x86_64"]
+    assert "onnx int8 (U8S8 qdq minmax reduce_range)" in rows["generic-x86_64"] and "20 ms" in rows["generic-x86_64"]
     assert "tflite int8 (uint8 io)" in rows["coral-usb"]
     assert rows["jetson-nano"].rstrip().endswith("shipped")
 

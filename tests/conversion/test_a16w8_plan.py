@@ -24,7 +24,7 @@ def test_a16w8_is_planned_after_int8_and_dynamic_as_a_conditional_fallback() -> 
     plan = plan_recipes(ConvertOptions(source="m.keras"), policy, "keras", has_calibration=True)
     assert _onnx_rows(plan) == [
         ("onnx fp32", When.ALWAYS),
-        ("onnx int8 (U8S8 qdq minmax)", When.ALWAYS),
+        ("onnx int8 (U8S8 qdq minmax reduce_range)", When.ALWAYS),  # an x86 target: 7-bit weights
         ("onnx dynamic", When.DYNAMIC_FALLBACK),
         ("onnx int8 (A16W8 qdq minmax)", When.A16W8_FALLBACK),
     ]
@@ -35,7 +35,7 @@ def test_precision_int8_builds_the_8bit_recipe_not_a16w8() -> None:
     policy = policy_for(get_profile("generic-x86_64"))
     options = ConvertOptions(source="m.keras", precisions=("int8",), formats=("onnx",))
     plan = plan_recipes(options, policy, "keras", has_calibration=True)
-    assert [p.recipe.label for p in plan.recipes] == ["onnx int8 (U8S8 qdq minmax)"]
+    assert [p.recipe.label for p in plan.recipes] == ["onnx int8 (U8S8 qdq minmax reduce_range)"]
 
 
 def test_a16w8_is_skipped_with_the_reason_where_onnxruntime_is_too_old() -> None:

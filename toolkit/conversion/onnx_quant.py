@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from toolkit.conversion.base import CONV_OPS, MATMUL_OPS, BuiltArtifact, ConversionRequest
+from toolkit.conversion.int8_saturation import REDUCE_RANGE_NOTE
 from toolkit.conversion.onnx_calibration import calibration_cache, preprocessed, reader
 from toolkit.conversion.onnx_checks import check_runs, failure, first_run_in_child
 from toolkit.conversion.onnx_fold import FOLD_STEP, folded_base
@@ -213,7 +214,8 @@ def _dynamic(request: ConversionRequest, base: BuiltArtifact, tmp: Path) -> _Res
 
 def static_int8(request: ConversionRequest, base: BuiltArtifact, tmp: Path) -> _Result:
     """Static (calibrated) quantization of the pre-processed base with ``quantize_static``; known-fragile
-    nodes (``fragile.onnx_fragile_nodes``) join ``nodes_to_exclude``."""
+    nodes (``fragile.onnx_fragile_nodes``) join ``nodes_to_exclude``; ``reduce_range`` (7-bit weights) as the
+    recipe says (``int8_saturation``: x86 CPUs without VNNI saturate 8-bit ones)."""
     import onnxruntime.quantization as ortq
 
     recipe = request.recipe
@@ -222,7 +224,7 @@ def static_int8(request: ConversionRequest, base: BuiltArtifact, tmp: Path) -> _
             "int8 needs calibration data: representative inputs to measure activation ranges.",
             hint="Pass --calibration PATH (.npy, .npz or an image folder), or ask for --precision dynamic.",
         )
-    notes: list[str] = []
+    notes: list[str] = [REDUCE_RANGE_NOTE] if recipe.reduce_range else []
     source = preprocessed(request, base, notes).resolve()
     exclude = _static_exclusions(request, source, notes)
     opset = opset_of(source)
@@ -245,6 +247,7 @@ def static_int8(request: ConversionRequest, base: BuiltArtifact, tmp: Path) -> _
                 activation_type=qtype[recipe.activation_type],
                 weight_type=qtype[recipe.weight_type],
                 per_channel=per_channel,
+                reduce_range=bool(recipe.reduce_range),
                 calibrate_method=method[recipe.calibration_method],
                 nodes_to_exclude=exclude,
                 calibration_cache_path=calibration_cache(request, source, recipe.calibration_method),

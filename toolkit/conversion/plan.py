@@ -180,6 +180,7 @@ def a16w8_refusal(recipe: Recipe, policy: Policy) -> str | None:
 
 def plan_recipes(options: ConvertOptions, policy: Policy, framework: str, *, has_calibration: bool) -> Plan:
     """The recipes to build, in order, and the ones skipped before any work (with the reason)."""
+    from toolkit.conversion import int8_saturation
     from toolkit.conversion.registry import check_supported, supports
 
     skipped: list[Attempt] = []
@@ -227,6 +228,8 @@ def plan_recipes(options: ConvertOptions, policy: Policy, framework: str, *, has
                 p.recipe.format == fmt and p.recipe.precision == Precision.FP32 for p in planned
             ):
                 planned.append(PlannedRecipe(_plain_recipe(fmt, Precision.FP32, options, ()), False))
+    # static INT8 ONNX: reduce_range decided by the target's CPU where the profile leaves it unset
+    planned = [dataclasses.replace(p, recipe=int8_saturation.resolved(p.recipe, policy.arch)) for p in planned]
     # fp32 of each format first: it is the baseline every other artifact is timed against (stable sort).
     planned.sort(key=lambda p: (FORMATS.index(p.recipe.format), p.recipe.precision != Precision.FP32))
     if framework == Framework.TFLITE:

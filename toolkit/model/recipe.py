@@ -44,6 +44,9 @@ class Recipe(Record):
     calibration_method: CalibrationMethod = CalibrationMethod.MINMAX
     per_channel: bool = True
     quant_format: QuantFormat = QuantFormat.QDQ
+    # ONNX static int8, 8-bit activations: 7-bit weights, so that U8S8 kernels on x86 without VNNI cannot saturate.
+    # None: the toolkit decides by the target's CPU (toolkit.conversion.int8_saturation).
+    reduce_range: bool | None = None
     threads: int | None = None
     opset: int | None = None
     nodes_to_exclude: tuple[str, ...] = ()  # selective quantization: kept in float
@@ -59,6 +62,10 @@ class Recipe(Record):
             )
         if self.activation_type == QuantType.INT16 or self.weight_type == QuantType.INT16:
             self._check_a16w8()
+        if self.reduce_range is not None and not (
+                self.format == Format.ONNX and self.precision == Precision.INT8 and not self.a16w8):
+            raise RecipeError("reduce_range", "reduce_range applies to ONNX int8 recipes with 8-bit activations "
+                              f"(got {self.brief}).", hint="Leave reduce_range out of this recipe.")
         if self.threads is not None and self.threads < 1:
             raise RecipeError("threads", f"threads must be at least 1 (got {self.threads}).")
         for provider in self.execution_providers:
@@ -99,8 +106,8 @@ class Recipe(Record):
 
     @property
     def label(self) -> str:
-        """A short human name: ``tflite int8 (int8 io)``, ``onnx int8 (U8S8 qdq minmax)``, ``onnx int8 (A16W8 qdq
-        minmax)``, ``tflite int8 (A16W8, float32 io)``."""
+        """A short human name: ``tflite int8 (int8 io)``, ``onnx int8 (U8S8 qdq minmax)``, ``onnx int8 (U8S8 qdq minmax
+        reduce_range)``, ``onnx int8 (A16W8 qdq minmax)``, ``tflite int8 (A16W8, float32 io)``."""
         if self.precision != Precision.INT8:
             return f"{self.format} {self.precision}"
         if self.format == Format.TFLITE:
@@ -111,4 +118,5 @@ class Recipe(Record):
             return f"onnx int8 (A16W8 {self.quant_format} {self.calibration_method})"
         act = "U" if self.activation_type == QuantType.UINT8 else "S"
         wt = "U" if self.weight_type == QuantType.UINT8 else "S"
-        return f"onnx int8 ({act}8{wt}8 {self.quant_format} {self.calibration_method})"
+        return (f"onnx int8 ({act}8{wt}8 {self.quant_format} {self.calibration_method}"
+                + (" reduce_range)" if self.reduce_range else ")"))
