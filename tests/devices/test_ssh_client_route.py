@@ -107,24 +107,35 @@ def test_a_large_push_goes_through_the_ssh_client_whole_and_hash_checked(
     _installed(device.home, bundle)  # the running version untouched
 
 
-def test_the_ssh_client_takes_only_the_host_key_edgetk_verified(
+def test_the_ssh_client_never_accepts_an_unknown_host(
+        ssh_devices: Callable[[int], list[SshDevice]], ssh_client_key: Path, ssh_known_hosts: Callable[..., Path],
+        tmp_path: Path) -> None:
+    """The client's options with an empty pinned known_hosts: the host is refused without a prompt, and nothing
+    is recorded (as ``StrictHostKeyChecking yes`` and ``BatchMode yes`` mean)."""
+    (device,) = ssh_devices(1)
+    conn = open_connection(_spec(device, ssh_client_key, ssh_known_hosts(device), "unknown-host"))
+    try:
+        empty = tmp_path / "empty_known_hosts"
+        empty.write_text("")
+        unknown = subprocess.run(["ssh", *ssh_client.ssh_options(conn, empty, "ssh-ed25519"), "true"],  # type: ignore[arg-type]
+                                 capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL)
+    finally:
+        conn.close()
+    assert unknown.returncode == 255 and ssh_client.HOST_KEY_FAILED in unknown.stderr, unknown
+    assert empty.read_text() == ""  # nothing recorded
+
+
+def test_the_ssh_client_refuses_a_host_key_other_than_the_one_verified(
         fresh_ssh_device: Callable[..., SshDevice], ssh_client_key: Path, ssh_known_hosts: Callable[..., Path],
-        deploy_bundle_factory: Any, tmp_path: Path) -> None:
-    """A host whose key is not the one verified is refused by the client too: the device re-keyed between
-    paramiko's check and the client's connection (as an interceptor would look), and an unknown host (an empty
-    pinned known_hosts) is never accepted or recorded."""
+        deploy_bundle_factory: Any) -> None:
+    """The device re-keyed between paramiko's check and the client's connection (as an interceptor would look):
+    the push is refused as a host key problem, not retried over paramiko, and nothing is installed."""
     device = fresh_ssh_device()
     spec = _spec(device, ssh_client_key, ssh_known_hosts(device), "rekeyed")
     bundle = read_bundle(deploy_bundle_factory(name="rekeyed", pad_mb=BIG_MB, seed=53))
     conn = open_connection(spec)
     try:
         conn.run(["true"])  # paramiko connected and checked the key it knows
-        empty = tmp_path / "empty_known_hosts"
-        empty.write_text("")
-        unknown = subprocess.run(["ssh", *ssh_client.ssh_options(conn, empty, "ssh-ed25519"), "true"],  # type: ignore[arg-type]
-                                 capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL)
-        assert unknown.returncode == 255 and ssh_client.HOST_KEY_FAILED in unknown.stderr, unknown
-        assert empty.read_text() == ""  # nothing recorded
         device.regenerate_host_key()  # the sshd that answers next has another key
         with pytest.raises(HostKeyRefused, match="ssh client refused"):
             push.push(deployment.Device(spec, conn), bundle, progress_stream=io.StringIO())
