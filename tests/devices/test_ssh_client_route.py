@@ -25,6 +25,7 @@ from toolkit.errors import DeviceError, HostKeyRefused, LinkDropped
 pytestmark = pytest.mark.dropbear
 
 BIG_MB = ssh_client.SSH_CLIENT_MIN_BYTES / 1e6 + 1  # just over the threshold: the client's route
+HOME_MB = 256  # room for two versions of such a bundle (the shared stand-in's small disk is for other tests)
 
 
 def _spec(device: DropbearDevice | SshDevice, key: Path, known_hosts: Path, name: str) -> DeviceSpec:
@@ -63,15 +64,15 @@ def _ssh_children() -> list[int]:
 
 @pytest.mark.parametrize("kind", ["dropbear", "openssh"])
 def test_a_large_push_goes_through_the_ssh_client_whole_and_hash_checked(
-        kind: str, dropbear_device: DropbearDevice, dropbear_client_key: Path,
+        kind: str, fresh_dropbear_device: Callable[..., DropbearDevice], dropbear_client_key: Path,
         dropbear_known_hosts: Callable[..., Path], ssh_devices: Callable[[int], list[SshDevice]],
         ssh_client_key: Path, ssh_known_hosts: Callable[..., Path], deploy_bundle_factory: Any,
         monkeypatch: pytest.MonkeyPatch) -> None:
     """Over the threshold, the stream goes through ``ssh`` (paramiko opens no channel for it), lands
     byte-identical and is installed; a byte flipped on the way is refused by the device's hash check."""
     if kind == "dropbear":
-        device: DropbearDevice | SshDevice = dropbear_device
-        spec = _spec(device, dropbear_client_key, dropbear_known_hosts(dropbear_device), "route-db")
+        device: DropbearDevice | SshDevice = fresh_dropbear_device(home_mb=HOME_MB)
+        spec = _spec(device, dropbear_client_key, dropbear_known_hosts(device), "route-db")
     else:
         (device,) = ssh_devices(1)
         spec = _spec(device, ssh_client_key, ssh_known_hosts(device), "route-os")
@@ -145,9 +146,10 @@ def test_the_ssh_client_refuses_a_host_key_other_than_the_one_verified(
 
 
 def test_without_an_ssh_client_the_push_stays_on_paramiko(
-        dropbear_device: DropbearDevice, dropbear_client_key: Path, dropbear_known_hosts: Callable[..., Path],
+        fresh_dropbear_device: Callable[..., DropbearDevice], dropbear_client_key: Path, dropbear_known_hosts: Callable[..., Path],
         deploy_bundle_factory: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """No ``ssh`` on PATH: the same large push goes over paramiko's exec stream, says so, and lands whole."""
+    dropbear_device = fresh_dropbear_device(home_mb=HOME_MB)
     spec = _spec(dropbear_device, dropbear_client_key, dropbear_known_hosts(dropbear_device), "no-client")
     bundle = read_bundle(deploy_bundle_factory(name="no-client", pad_mb=BIG_MB, seed=54))
     empty_bin = tmp_path / "bin"
@@ -159,10 +161,11 @@ def test_without_an_ssh_client_the_push_stays_on_paramiko(
 
 
 def test_a_cut_of_the_ssh_client_mid_stream_is_a_dropped_link_and_the_next_push_resumes(
-        dropbear_device: DropbearDevice, dropbear_client_key: Path, dropbear_known_hosts: Callable[..., Path],
+        fresh_dropbear_device: Callable[..., DropbearDevice], dropbear_client_key: Path, dropbear_known_hosts: Callable[..., Path],
         deploy_bundle_factory: Any, monkeypatch: pytest.MonkeyPatch) -> None:
     """The client killed once 3 MB went out: a dropped link, nothing installed; the next push (the client's route
     again) resumes the file from what arrived and installs every file whole."""
+    dropbear_device = fresh_dropbear_device(home_mb=HOME_MB)
     spec = _spec(dropbear_device, dropbear_client_key, dropbear_known_hosts(dropbear_device), "client-cut")
     bundle = read_bundle(deploy_bundle_factory(name="client-cut", pad_mb=BIG_MB, seed=55))
     big = max(bundle.files(), key=lambda f: f.bytes)
