@@ -29,14 +29,14 @@ import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from toolkit.devices.connection import Progress, quote_argv
+from toolkit.devices.ssh import OUT_MARK, SshConnection
+from toolkit.devices.ssh import UPLOAD_STALL_S as STALL_S  # a stream the device stops taking fails then
+from toolkit.devices.ssh_link import ALIVE_COUNT_MAX, ALIVE_INTERVAL_S
 from toolkit.errors import DeviceTimeout, HostKeyRefused, LinkDropped
 from toolkit.model.device_records import CommandResult
-
-if TYPE_CHECKING:
-    from toolkit.devices.ssh import SshConnection
 
 log = logging.getLogger(__name__)
 
@@ -50,9 +50,8 @@ SFTP from 17 MB on (0.61 s vs 0.86 s) but loses at 2 MB (0.50 s vs 0.37 s)."""
 
 PINNED_ALIAS = "edgetk-verified-host"  # the name the verified key is stored under in the temporary known_hosts
 HOST_KEY_FAILED = "Host key verification failed"  # what ssh prints when the host's key is not the pinned one
-STALL_S = 60.0  # a stream the device stops taking (a hung disk, the link alive) fails then (as ssh.UPLOAD_STALL_S)
 PREFERRED_CIPHERS = ("aes128-gcm@openssh.com", "aes256-gcm@openssh.com")  # one AES-NI call per packet; else chacha20
-ALGORITHMS = {"ssh-rsa": "rsa-sha2-512,rsa-sha2-256,ssh-rsa"}  # an RSA key is offered under these names
+HOST_KEY_ALGORITHMS = {"ssh-rsa": "rsa-sha2-512,rsa-sha2-256,ssh-rsa"}  # an RSA key is offered under these names
 
 
 def ssh_options(conn: SshConnection, known_hosts: Path, key_type: str) -> list[str]:
@@ -66,15 +65,15 @@ def ssh_options(conn: SshConnection, known_hosts: Path, key_type: str) -> list[s
     settings = {
         "BatchMode": "yes", "StrictHostKeyChecking": "yes", "UserKnownHostsFile": str(known_hosts),
         "GlobalKnownHostsFile": "none", "HostKeyAlias": PINNED_ALIAS, "CheckHostIP": "no", "UpdateHostKeys": "no",
-        "HostKeyAlgorithms": ALGORITHMS.get(key_type, key_type), "PasswordAuthentication": "no",
+        "HostKeyAlgorithms": HOST_KEY_ALGORITHMS.get(key_type, key_type), "PasswordAuthentication": "no",
         "KbdInteractiveAuthentication": "no", "PubkeyAuthentication": "yes",
         "IdentitiesOnly": "yes" if opts.identities_only else "no", "IdentityAgent": opts.identity_agent or "none",
         "Ciphers": "^" + ",".join(PREFERRED_CIPHERS),  # first, as paramiko's link (ssh_link._prefer_aead)
         "ControlMaster": "no", "ControlPath": "none", "ForwardAgent": "no", "ForwardX11": "no",
         "ClearAllForwardings": "yes", "PermitLocalCommand": "no", "LogLevel": "ERROR",
         "ConnectTimeout": str(max(1, round(conn._timeout(opts)))),
-        "ServerAliveInterval": str(max(1, round(opts.server_alive_interval or 3))),
-        "ServerAliveCountMax": str(opts.server_alive_count_max or 4),
+        "ServerAliveInterval": str(max(1, round(opts.server_alive_interval or ALIVE_INTERVAL_S))),
+        "ServerAliveCountMax": str(opts.server_alive_count_max or ALIVE_COUNT_MAX),
     }
     argv = ["-F", "/dev/null", "-T", "-x", "-p", str(opts.port), "-l", opts.user]
     for path in identities:
@@ -115,8 +114,6 @@ class SshClientStreams:
                total: int, progress: Progress | None = None, timeout: float | None = None,
                reply_end: str = "") -> CommandResult:
         """As ``SshConnection.stream``: ``argv`` with ``blocks`` as its stdin (a callable holds a conversation)."""
-        from toolkit.devices.ssh import OUT_MARK
-
         name = self.conn.name
         key = self.conn._transport().get_remote_server_key()  # verified on paramiko's connection just now
         with tempfile.TemporaryDirectory(prefix="edgetk-ssh-") as tmp:
