@@ -20,6 +20,7 @@ from toolkit.delivery import deploy_stream, deployment, push
 from toolkit.delivery.bundle import Bundle, read_bundle
 from toolkit.devices import open_connection, ssh_client
 from toolkit.devices.spec import DeviceSpec
+from toolkit.devices.ssh import SshConnection
 from toolkit.errors import DeviceError, HostKeyRefused, LinkDropped
 
 pytestmark = pytest.mark.dropbear
@@ -189,3 +190,46 @@ def test_a_cut_of_the_ssh_client_mid_stream_is_a_dropped_link_and_the_next_push_
     assert result.route.startswith("ssh client"), result.route
     assert 0 < result.bytes_resumed < big.bytes
     _installed(dropbear_device.home, bundle)
+
+
+def test_a_client_that_cannot_log_in_falls_back_to_paramiko(
+        fresh_dropbear_device: Callable[..., DropbearDevice], dropbear_client_key: Path,
+        dropbear_known_hosts: Callable[..., Path], deploy_bundle_factory: Any, tmp_path: Path,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The client given a key the device does not know (a fault planted in its options: a real ssh really
+    refused) ends before the command starts: the push goes over paramiko, lands whole and says why."""
+    device = fresh_dropbear_device(home_mb=HOME_MB)
+    spec = _spec(device, dropbear_client_key, dropbear_known_hosts(device), "no-login")
+    bundle = read_bundle(deploy_bundle_factory(name="no-login", pad_mb=BIG_MB, seed=56))
+    stranger = tmp_path / "stranger_key"
+    subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(stranger)], check=True)
+    real_options = ssh_client.ssh_options
+
+    def wrong_key(*args: Any) -> list[str]:
+        options = real_options(*args)
+        at = options.index("-i")
+        return [*options[:at + 1], str(stranger), *options[at + 2:], ]
+
+    monkeypatch.setattr(ssh_client, "ssh_options", wrong_key)
+    result = _push(spec, bundle)
+    assert result.route.startswith("paramiko exec stream (the ssh client did not get in"), result.route
+    _installed(device.home, bundle)
+
+
+def test_a_device_behind_a_jump_host_or_a_passphrase_stays_on_paramiko(
+        dropbear_client_key: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """What the client cannot be given as paramiko has it (a ProxyJump, a passphrase held by edgetk) keeps the
+    push on paramiko, saying why; nothing connects here (the route is decided before)."""
+    big = ssh_client.SSH_CLIENT_MIN_BYTES
+    jumped = open_connection(DeviceSpec(name="jumped", host="10.0.0.2", user="root", port=22,
+                                        identity_file=str(dropbear_client_key), proxy_jump="root@10.0.0.1"))
+    assert isinstance(jumped, SshConnection)
+    assert ssh_client.client_streams(jumped, total=big) == (
+        None, "the device is reached through a ProxyJump or ProxyCommand")
+    monkeypatch.setenv("EDGETK_SSH_PASSPHRASE", "secret")
+    locked = open_connection(DeviceSpec(name="locked", host="10.0.0.2", user="root", port=22,
+                                        identity_file=str(dropbear_client_key)))
+    assert isinstance(locked, SshConnection)
+    route, why = ssh_client.client_streams(locked, total=big)
+    assert route is None and why is not None and "passphrase" in why
+    assert ssh_client.client_streams(locked, total=big - 1) == (None, None)  # too small
