@@ -21,6 +21,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
+from unittest import mock
 
 import numpy as np
 
@@ -32,6 +33,7 @@ SIZE_MB = 50
 DEVICES = 8
 ROUNDS = 5
 FLEET_ROUNDS = 2
+PARAMIKO_SFTP = "edgetk push over paramiko SFTP (the route under the ssh client's threshold)"
 
 
 def _bundle(root: Path) -> Path:
@@ -78,7 +80,7 @@ def _measure(parts: list[str], devices: list[Any], key: Path, known_hosts: Path,
     from toolkit.delivery import deployment
     from toolkit.delivery.push import push as push_bundle
     from toolkit.delivery.bundle import read_bundle
-    from toolkit.devices import open_connection
+    from toolkit.devices import open_connection, ssh_client
     from toolkit.devices.fleet import run_fleet
     from toolkit.devices.spec import DeviceSpec
 
@@ -93,7 +95,12 @@ def _measure(parts: list[str], devices: list[Any], key: Path, known_hosts: Path,
 
     helper_calls: list[str] = []
 
-    def toolkit_push(d: Any) -> Any:
+    def toolkit_push(d: Any, *, client: bool = True) -> Any:
+        """One push as shipped (``client``: a bundle this large streams through the ssh client), or kept on
+        paramiko's SFTP (the route of bundles under ``SSH_CLIENT_MIN_BYTES``, whose steps the text below counts)."""
+        if not client:
+            with mock.patch.object(ssh_client, "SSH_CLIENT_MIN_BYTES", 1 << 62):
+                return toolkit_push(d)
         s = spec(d)
         conn = open_connection(s)
         device = deployment.Device(s, conn)
@@ -173,6 +180,7 @@ def _measure(parts: list[str], devices: list[Any], key: Path, known_hosts: Path,
     first_push = "edgetk push, first to the device (installs the helper)"
     variants: dict[str, Callable[[], Any]] = {
         "edgetk push (toolkit)": lambda: toolkit_push(device),
+        PARAMIKO_SFTP: lambda: toolkit_push(device, client=False),
         first_push: lambda: toolkit_push(device),
         "toolkit transfer only (`SshConnection.put`)": lambda: toolkit_put(device),
         "paramiko SFTP put (raw)": lambda: sftp_put(device),
@@ -197,7 +205,7 @@ def _measure(parts: list[str], devices: list[Any], key: Path, known_hosts: Path,
     medians = {k: statistics.median(v) for k, v in times.items()}
     helper_calls.clear()
     toolkit_remove(device)
-    toolkit_push(device)
+    toolkit_push(device, client=False)
     calls_per_push = list(helper_calls)
     round_trip = helper_round_trip(device)
     begin = time.perf_counter()
@@ -258,11 +266,16 @@ def _measure(parts: list[str], devices: list[Any], key: Path, known_hosts: Path,
     verdict = "met" if headline["push_vs_best"] >= 0.8 else "NOT met"
     transfer = rates["toolkit transfer only (`SshConnection.put`)"] / best_raw
     headline["transfer_vs_best"] = transfer
-    overhead = medians["edgetk push (toolkit)"] - medians["toolkit transfer only (`SshConnection.put`)"]
+    overhead = medians[PARAMIKO_SFTP] - medians["toolkit transfer only (`SshConnection.put`)"]
     headline["helper_calls"] = len(calls_per_push)
     headline["first_push_extra_s"] = medians[first_push] - medians["edgetk push (toolkit)"]
     parts.append(f"Target: push throughput at least 0.8x the faster raw path: **{headline['push_vs_best']:.2f}x**, "
-                 f"{verdict}. The transfer alone runs at {transfer:.2f}x; the rest of a push (about "
+                 f"{verdict}. A bundle this large ({total_bytes / 2**20:.0f} MiB, at least "
+                 f"{ssh_client.SSH_CLIENT_MIN_BYTES >> 20} MiB) is streamed through the system ssh client as one "
+                 f"device-side run (toolkit/devices/ssh_client.py; the push speed subsection below); the rest of this "
+                 f"paragraph is about the push over paramiko's SFTP, the route of smaller bundles (its row: "
+                 f"{rates[PARAMIKO_SFTP] / best_raw:.2f}x). The SFTP transfer alone runs at {transfer:.2f}x; the rest "
+                 f"of such a push (about "
                  f"{overhead:.2f} s here) is a fixed cost per push that a raw copy does not pay, so its share shrinks "
                  f"as bundles grow. One push runs the device-side helper {len(calls_per_push)} times "
                  f"({', '.join(calls_per_push)}), each a fresh `python3 -S` on the device running the helper's compiled "

@@ -33,7 +33,9 @@ from benchmarks.common import log, table, work_dir
 SIZES_MB = (2, 50)
 ROUNDS = {2: 7, 50: 5}  # small pushes are quick and noisier on a shared machine: more rounds
 PUSH = "edgetk push"
-STREAM = "edgetk push, SFTP off (one exec stream)"
+PARAMIKO = "edgetk push, paramiko only (as before: SFTP on OpenSSH, one exec stream on Dropbear)"
+CLIENT = "edgetk push, the stream through the ssh client at any size"
+STREAM = "edgetk push, SFTP off (one exec stream, paramiko)"
 NO_CHACHA = "edgetk push without ChaCha20 (as before: AES-CTR + HMAC-SHA2-256)"
 CAT = "ssh host 'cat > f' < f"
 SCP_O = "scp -O"
@@ -90,7 +92,7 @@ def _variants(device: Any, key: Path, known_hosts: Path, bundle_dir: Path, *, sf
     from toolkit.delivery import deployment
     from toolkit.delivery.push import push as push_bundle
     from toolkit.delivery.bundle import read_bundle
-    from toolkit.devices import ssh_link
+    from toolkit.devices import ssh_client, ssh_link
     from toolkit.devices import open_connection
     from toolkit.devices.spec import DeviceSpec
 
@@ -101,7 +103,7 @@ def _variants(device: Any, key: Path, known_hosts: Path, bundle_dir: Path, *, sf
     ssh_opts = ["-i", str(key), "-o", f"UserKnownHostsFile={known_hosts}", "-o", "StrictHostKeyChecking=yes",
                 "-o", "BatchMode=yes", "-o", "IdentitiesOnly=yes"]
 
-    def push(*, stream: bool, chacha: bool = True) -> Any:
+    def push(*, stream: bool, chacha: bool = True, client: bool | None = None) -> Any:
         conn = open_connection(spec)
         try:
             device_ = deployment.Device(spec, conn)
@@ -112,15 +114,18 @@ def _variants(device: Any, key: Path, known_hosts: Path, bundle_dir: Path, *, sf
         finally:
             conn.close()
         # without ChaCha20: paramiko's own transport and ciphers, as before issue 24
+        # client: None the route the threshold picks (ssh_client.SSH_CLIENT_MIN_BYTES), True/False forced
         with contextlib.nullcontext() if chacha else mock.patch.object(ssh_link, "ChachaTransport",
-                                                                       paramiko.Transport):
+                                                                       paramiko.Transport), \
+                contextlib.nullcontext() if client is None else mock.patch.object(
+                    ssh_client, "SSH_CLIENT_MIN_BYTES", 0 if client else 1 << 62):
             conn = open_connection(spec)
             if stream:
                 conn._sftp_broken = "turned off for the benchmark"  # type: ignore[attr-defined]
             try:
-                begin, cpu = time.perf_counter(), _cpu(resource.RUSAGE_SELF)
+                begin, cpu = time.perf_counter(), _cpu(resource.RUSAGE_SELF) + _cpu(resource.RUSAGE_CHILDREN)
                 push_bundle(deployment.Device(spec, conn), bundle, progress_stream=io.StringIO())
-                return time.perf_counter() - begin, _cpu(resource.RUSAGE_SELF) - cpu
+                return time.perf_counter() - begin, _cpu(resource.RUSAGE_SELF) + _cpu(resource.RUSAGE_CHILDREN) - cpu
             finally:
                 conn.close()
 
@@ -139,10 +144,14 @@ def _variants(device: Any, key: Path, known_hosts: Path, bundle_dir: Path, *, sf
                       f"{device.user}@127.0.0.1:raw_scp.bin"])
 
     variants: dict[str, Callable[[], Any]] = {PUSH: lambda: push(stream=False)}
+    if sum(f.bytes for f in bundle.files()) >= ssh_client.SSH_CLIENT_MIN_BYTES:  # the other route, side by side
+        variants[PARAMIKO] = lambda: push(stream=False, client=False)
+    else:
+        variants[CLIENT] = lambda: push(stream=False, client=True)
     if sftp:
-        variants[STREAM] = lambda: push(stream=True)
+        variants[STREAM] = lambda: push(stream=True, client=False)
     if not sftp:  # the OpenSSH device has AES-GCM, which the push prefers either way
-        variants[NO_CHACHA] = lambda: push(stream=False, chacha=False)
+        variants[NO_CHACHA] = lambda: push(stream=False, chacha=False, client=False)
     variants[CAT] = cat
     variants[SCP_O] = lambda: scp(True)
     if sftp:
@@ -229,6 +238,11 @@ def _note() -> str:
         "SFTP (the Dropbear device, and the OpenSSH one with SFTP off) the whole push is one device-side "
         "Python run on one channel (`push`: begin's plan answered on stdout, the missing files streamed on "
         "the same stdin, received, hashed and finished); over SFTP it is `begin`, the upload, then `finish`. "
+        "From 32 MiB (`ssh_client.SSH_CLIENT_MIN_BYTES`) that one-run stream goes through the system `ssh` client "
+        "instead of paramiko, on either device (OpenSSH's compiled transport: about half the client CPU; the "
+        "host key pinned to the one paramiko verified, toolkit/devices/ssh_client.py); the other route is timed "
+        "beside it: `paramiko only` over the threshold (as before this route), `through the ssh client at any "
+        "size` under it (its extra connection and login cost more than they save there). "
         "Ciphers: ssh and scp pick chacha20-poly1305 (OpenSSH's first choice), the push AES-GCM where the "
         "server has it (the OpenSSH device) and chacha20-poly1305 on Dropbear (the toolkit's own, for "
         "paramiko: toolkit/devices/ssh_chacha.py). Dropbear's receive window (24 KiB, its default) makes "
@@ -238,7 +252,7 @@ def _note() -> str:
         "it waits, and sends it from paramiko's transport thread the moment the window adjustment is read "
         "(toolkit/devices/ssh_window.py; before these, 0.69x at 50 MB); the helper widens its stdin pipe to "
         "1 MiB so Dropbear never waits on it while it hashes. `host CPU` is the CPU time of the sending "
-        "process (all its threads; for ssh and scp the client process), `device CPU` that of the device's SSH server "
+        "process (all its threads, and its ssh client where the push used one; for ssh and scp the client process), `device CPU` that of the device's SSH server "
         "sessions and what they ran (sshd or dropbear, cat, scp, the helper's python3; not the detached "
         "child that hashes an SFTP push's files), medians per row. "
         "Client and device share this machine's 2 cores.")

@@ -35,11 +35,21 @@ class Streams(Protocol):
                reply_end: str = "") -> CommandResult: ...
 
 
-def streaming(conn: Any) -> Streams | None:  # Any: any connection (duck-typed)
-    """The connection, when a push's files should go to it as one stream (it cannot start SFTP); else None."""
+def streaming(conn: Any, *, total: int = 0) -> tuple[Streams | None, str]:  # Any: any connection (duck-typed)
+    """Where a push of ``total`` bytes streams its files: (the system ``ssh`` client, when the bundle is large and
+    the device can be reached by it: :mod:`toolkit.devices.ssh_client`; else the connection itself when it
+    cannot start SFTP; else None: file by file) and how, in words (for the push's report)."""
+    client = getattr(conn, "client_streams", None)
+    why_not = None
+    if callable(client):
+        route, why_not = client(total)
+        if route is not None:
+            return route, route.route
     if callable(getattr(conn, "stream", None)) and callable(getattr(conn, "sftp_available", None)):
-        return None if conn.sftp_available() else conn
-    return None
+        if not conn.sftp_available():
+            return conn, "paramiko exec stream" + (f" ({why_not})" if why_not else "")
+        return None, "paramiko SFTP" + (f" ({why_not})" if why_not else "")
+    return None, "files"
 
 
 @dataclass(frozen=True)

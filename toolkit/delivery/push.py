@@ -84,6 +84,7 @@ class PushResult:
     lock: locks.LockNote = locks.LockNote()  # whom this push waited for, which dead holder's lock it broke
     previous_by: str | None = None  # who installed the version this push replaced ("host (pid N)")
     pruned: tuple[str, ...] = ()  # old versions deploy --prune removed to make room
+    route: str = ""  # how the files went: "ssh client (PATH)", "paramiko exec stream (why not the client)", ...
 
     def to_dict(self) -> dict[str, Any]:  # Any: JSON
         fields_ = {f.name: getattr(self, f.name) for f in fields(self) if f.name != "device"}
@@ -128,6 +129,7 @@ def push(
         bytes_uncompressed=sum(job.sizes[m] - sending.offsets.get(m, 0) for m in sending.missing),
         warnings=tuple(sending.warnings), lock=lock, previous_by=locks.installer(done.get("previous_by")),
         pruned=tuple((plan.get("pruned") or {}).get("removed", [])),
+        route=getattr(job.streams, "route", job.route),  # the ssh client's route says when it fell back
     )
 
 
@@ -160,7 +162,10 @@ class _Push:
         self.digests = {f.path: f.sha256 for f in files}
         self.token = uuid.uuid4().hex
         self.arches = json.dumps([] if force else accepted_arches(bundle.manifest.target.arch))
-        streams = streaming(device.conn)  # no SFTP there: begin, the files and finish go as one run on one channel
+        # no SFTP there, or a large bundle that the ssh client takes: begin, the files and finish go as one run on one
+        # channel
+        self.streams, self.route = streaming(device.conn, total=sum(self.sizes.values()))
+        streams = self.streams
         self.asked = locks.request("deploy", version=bundle.version, break_lock=break_lock, prune=prune)
         self.runner_python = device.spec.python or (sys.executable if device.spec.is_local else "")
         self.streamed = None if streams is None else StreamedPush(

@@ -27,7 +27,8 @@ windows open, two packets in flight; the helper took that half from a file after
 shared cores it gained nothing at load 4-6 (1.58 s vs 1.57 s on one channel, 1.68 s vs 1.69 s) and lost at load 2
 (1.31 s vs 1.16 s), because CPU decides, not the round trips: either push takes 0.7-0.8 s of this side's CPU and
 0.75-0.85 s of the device's, ``ssh cat`` 0.25 s and 0.45 s. Two senders also defeat sealing ahead (both guess the
-same sequence number).
+same sequence number). What was done instead: a bundle of 32 MiB or more streams through the system ``ssh``
+client (:mod:`toolkit.devices.ssh_client`), which spends about half this side's CPU per packet.
 
 paramiko ships no type information: its channels, transports and messages are ``Any`` here.
 """
