@@ -16,6 +16,7 @@ from typing import Any
 import pytest
 
 from tests.fixtures.cli import run_edgetk
+from tests.fixtures.deploy_helpers import cutting_stream, push_recording_commands
 from tests.fixtures.dropbear import DropbearDevice
 from tests.fixtures.sshd import SshDevice
 from tests.fixtures.home import Home
@@ -126,16 +127,9 @@ def test_a_push_cut_mid_stream_is_a_dropped_link_and_the_next_resumes(
     big = max(bundle.files(), key=lambda f: f.bytes)
     conn = open_connection(spec)
     real_counted = deploy_stream.counted
-
-    def cutting(blocks: Any, total: int, progress: Any) -> Any:
-        sent = 0
-        for block in real_counted(blocks, total, progress):
-            sent += len(block)
-            if sent > 3_000_000:
-                conn._transport().sock.close()  # type: ignore[attr-defined]  # the link goes, mid-push
-            yield block
-
-    monkeypatch.setattr(deploy_stream, "counted", cutting)
+    # the link goes, mid-push
+    monkeypatch.setattr(deploy_stream, "counted",
+                        cutting_stream(lambda: conn._transport().sock.close()))  # type: ignore[attr-defined]
     try:
         with pytest.raises(LinkDropped):
             push.push(deployment.Device(spec, conn), bundle, progress_stream=io.StringIO())
@@ -159,19 +153,7 @@ def test_a_push_without_sftp_is_one_channel_and_one_device_side_run(
     bundle = read_bundle(deploy_bundle_factory(name="onerun", seed=31))
     _push(spec, read_bundle(deploy_bundle_factory(name="onerun-warm", seed=32)))  # helper installed, SFTP known
     for expect_sent in (len(bundle.files()), 0):
-        conn = open_connection(spec)
-        commands: list[str] = []
-        real_open = conn._open_command  # type: ignore[attr-defined]
-
-        def recording(command: str, what: str) -> Any:
-            commands.append(command)
-            return real_open(command, what)
-
-        conn._open_command = recording  # type: ignore[attr-defined]
-        try:
-            result = push.push(deployment.Device(spec, conn), bundle, progress_stream=io.StringIO())
-        finally:
-            conn.close()
+        result, commands = push_recording_commands(spec, bundle)
         assert result.files_sent == expect_sent
         assert len(commands) == 1 and " push " in commands[0], commands
     current = dropbear_device.home / ".edgetk" / "bundles" / "onerun" / "current"

@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest
 
+from tests.fixtures.deploy_helpers import cutting_stream, push_recording_commands
 from tests.fixtures.dropbear import DropbearDevice
 from tests.fixtures.sshd import SshDevice
 from toolkit.delivery import deploy_stream, deployment, push
@@ -78,19 +79,7 @@ def test_a_large_push_goes_through_the_ssh_client_whole_and_hash_checked(
         (device,) = ssh_devices(1)
         spec = _spec(device, ssh_client_key, ssh_known_hosts(device), "route-os")
     bundle = read_bundle(deploy_bundle_factory(name=f"route-{kind}", pad_mb=BIG_MB, seed=51))
-    conn = open_connection(spec)
-    channels: list[str] = []
-    real_open = conn._open_command  # type: ignore[attr-defined]
-
-    def recording(command: str, what: str) -> Any:
-        channels.append(command)
-        return real_open(command, what)
-
-    conn._open_command = recording  # type: ignore[attr-defined]
-    try:
-        result = push.push(deployment.Device(spec, conn), bundle, progress_stream=io.StringIO())
-    finally:
-        conn.close()
+    result, channels = push_recording_commands(spec, bundle)
     assert result.route.startswith("ssh client"), result.route
     assert result.files_sent == len(bundle.files()) and result.bytes_sent == result.bytes_total
     assert not [c for c in channels if " push " in c], channels  # the stream did not go over paramiko
@@ -172,16 +161,11 @@ def test_a_cut_of_the_ssh_client_mid_stream_is_a_dropped_link_and_the_next_push_
     big = max(bundle.files(), key=lambda f: f.bytes)
     real_counted = deploy_stream.counted
 
-    def cutting(blocks: Any, total: int, progress: Any) -> Any:
-        sent = 0
-        for block in real_counted(blocks, total, progress):
-            sent += len(block)
-            if sent > 3_000_000:
-                for pid in _ssh_children():
-                    os.kill(pid, signal.SIGKILL)  # the client goes, mid-push
-            yield block
+    def kill_the_client() -> None:  # the client goes, mid-push
+        for pid in _ssh_children():
+            os.kill(pid, signal.SIGKILL)
 
-    monkeypatch.setattr(deploy_stream, "counted", cutting)
+    monkeypatch.setattr(deploy_stream, "counted", cutting_stream(kill_the_client))
     with pytest.raises(LinkDropped):
         _push(spec, bundle)
     assert not (dropbear_device.home / ".edgetk" / "bundles" / "client-cut" / "current").exists()
