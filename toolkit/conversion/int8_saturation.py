@@ -12,8 +12,8 @@ the float range with 8-bit weights, 0.004 / 0.028 / 0.020 with reduce_range (doc
 * A target whose CPU is x86 gets ``reduce_range`` (its devices may lack VNNI; the toolkit cannot know): the plan
   sets it on the static INT8 ONNX recipes (:func:`resolved`), the quantizer says why (:data:`REDUCE_RANGE_NOTE`).
 * Another target (ARM) is quantized with 8-bit weights; when that artifact fails verification on a host whose
-  kernels saturate, the recipe is built again with ``reduce_range`` and that one is verified (:func:`retry`), the
-  first attempt listed as dropped with the reason.
+  kernels saturate, the recipe is built again with ``reduce_range`` and that one is verified
+  (:func:`toolkit.conversion.saturation_retry.retry`), the first attempt listed as dropped with the reason.
 """
 
 from __future__ import annotations
@@ -23,10 +23,9 @@ from collections.abc import Iterable
 from functools import lru_cache
 from typing import TYPE_CHECKING
 
-from toolkit.model.vocabulary import AttemptOutcome, Format, Precision
+from toolkit.model.vocabulary import Format, Precision
 
 if TYPE_CHECKING:
-    from toolkit.conversion.run import Candidate, ConvertRun
     from toolkit.model.recipe import Recipe
 
 # cpuinfo flags of the x86 int8 instructions that accumulate into int32 (onnxruntime picks them when present)
@@ -74,27 +73,3 @@ def resolved(recipe: Recipe, arch: str | None) -> Recipe:
 
     on = host_saturates() if arch is None else normalize_arch(arch) in X86_ARCHES
     return dataclasses.replace(recipe, reduce_range=on)
-
-
-def retry(run: ConvertRun, failed: Candidate) -> Candidate | None:
-    """``failed`` (out of tolerance) rebuilt with ``reduce_range`` when this host saturates and it was built with
-    8-bit weights: the first attempt is appended to ``run.attempts`` as dropped, with why; the rebuilt candidate is
-    returned verified, its notes saying why (None: not applicable, or the rebuild failed, listed too)."""
-    from toolkit.conversion.candidate import build_and_verify
-    from toolkit.conversion.run import Failure
-
-    recipe = failed.recipe
-    if not (failed.failures and applies(recipe) and not recipe.reduce_range and host_saturates()):
-        return None
-    why = f"{HOST_SATURATES}; reduce_range keeps the weights in 7 bits, which cannot saturate"
-    run.attempts.append(failed.attempt(AttemptOutcome.DROPPED, "; ".join(failed.problems),
-                                       workaround=f"rebuilt with reduce_range next: {why}"))
-    run.progress(f"{recipe.label} out of tolerance on this host ({'; '.join(failed.failures)}): {HOST_SATURATES}; "
-                 "rebuilding with reduce_range")
-    result = build_and_verify(run, dataclasses.replace(recipe, reduce_range=True), explicit=failed.explicit)
-    if isinstance(result, Failure):
-        run.attempts.append(result.attempt())
-        return None
-    note = (f"reduce_range retry: the 8-bit-weight artifact failed verification here "
-            f"({'; '.join(failed.failures)[:160]}): {why}")
-    return dataclasses.replace(result, record=dataclasses.replace(result.record, notes=result.record.notes + (note,)))

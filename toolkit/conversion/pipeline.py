@@ -3,7 +3,7 @@
 For every recipe (the profile's, in its order of preference, or the ones the user asked for) the stage builds
 the artifact, proves it is what its label says, verifies it on held-out inputs against the float model, times
 it against fp32 of its format, and keeps or drops it with the reason. An INT8 recipe that breaks the
-tolerance is retried with 7-bit weights where only this host's x86 kernels saturate (ONNX, ``int8_saturation``),
+tolerance is retried with 7-bit weights where only this host's x86 kernels saturate (ONNX, ``saturation_retry``),
 with its worst layers in float, then (MatMul/RNN-heavy models) as dynamic INT8, before
 the next recipe. What the user asked for explicitly is never silently changed: it ships, marked. One recipe
 failing never aborts the bundle: failures are listed in the manifest's ``attempts``; the stage fails (exit 3)
@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 from toolkit.verification import verify
 from toolkit.delivery.bundle import read_bundle, staging_dir
-from toolkit.conversion import cache, int8_saturation
+from toolkit.conversion import cache, saturation_retry
 from toolkit.conversion.base import CONV_OPS, MATMUL_OPS
 from toolkit.conversion.candidate import build_and_verify
 from toolkit.conversion.run import (
@@ -174,7 +174,7 @@ def _build_all(run: ConvertRun, plan: Plan) -> list[Candidate]:
             if retried is None:
                 continue
             result = retried
-        if result.failures and (reduced := int8_saturation.retry(run, result)) is not None:
+        if result.failures and (reduced := saturation_retry.retry(run, result)) is not None:
             result = reduced  # this host's x86 kernels saturate where the target's do not: 7-bit weights
         if result.failures and _selective_applies(run, recipe) and not item.explicit:
             run.progress(f"{recipe.label} out of tolerance ({'; '.join(result.failures)}): "

@@ -11,6 +11,7 @@ file stays for the next push's ``begin`` to report as partial; a ``--compress`` 
 from __future__ import annotations
 
 import json
+import sys
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -39,10 +40,12 @@ def streaming(conn: Any, *, total: int = 0) -> tuple[Streams | None, str]:  # An
     """Where a push of ``total`` bytes streams its files: (the system ``ssh`` client, when the bundle is large and
     the device can be reached by it: :mod:`toolkit.devices.ssh_client`; else the connection itself when it
     cannot start SFTP; else None: file by file) and how, in words (for the push's report)."""
-    client = getattr(conn, "client_streams", None)
     why_not = None
-    if callable(client):
-        route, why_not = client(total)
+    ssh = sys.modules.get("toolkit.devices.ssh")  # not loaded: no SSH connection exists (and paramiko stays out)
+    if ssh is not None and isinstance(conn, ssh.SshConnection):
+        from toolkit.devices.ssh_client import client_streams
+
+        route, why_not = client_streams(conn, total=total)
         if route is not None:
             return route, route.route
     if callable(getattr(conn, "stream", None)) and callable(getattr(conn, "sftp_available", None)):

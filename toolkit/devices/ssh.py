@@ -22,7 +22,6 @@ import select
 import time
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import paramiko
 
@@ -33,9 +32,6 @@ from toolkit.devices.ssh_link import SshLink
 from toolkit.devices.ssh_window import WindowSender
 from toolkit.errors import DeviceError, DeviceTimeout
 from toolkit.model.device_records import CommandResult
-
-if TYPE_CHECKING:
-    from toolkit.delivery.deploy_stream import Streams
 
 log = logging.getLogger(__name__)
 
@@ -218,13 +214,6 @@ class SshConnection(SshLink):
         status, out, err = self._exec("exec " + quote_argv(argv), timeout=timeout, what="sending the files",
                                       stdin=stdin, total=total, progress=progress, reply_end=reply_end.encode())
         return CommandResult(status, out.decode("utf-8", "replace"), err.decode("utf-8", "replace"))
-
-    def client_streams(self, total: int) -> tuple[Streams | None, str | None]:
-        """The system ``ssh`` client's route for a push of ``total`` bytes, or (None, why not: None when it is too
-        small to gain); see :mod:`toolkit.devices.ssh_client`."""
-        from toolkit.devices.ssh_client import client_streams
-
-        return client_streams(self, total=total)
 
     def run(self, argv: Sequence[str], *, timeout: float | None = None) -> CommandResult:
         status, out, err = self._exec("exec " + quote_argv(argv), timeout=timeout,
