@@ -28,5 +28,7 @@ pytest_plugins = [
     "tests.fixtures.runs",
     "tests.fixtures.netns",
     "tests.fixtures.postgres",
+    "tests.fixtures.workers",  # xdist: a module per worker, longest first, cached models built once
+    "tests.fixtures.timing_log",  # EDGETK_TEST_TIMES=DIR: every phase and fixture set-up timed (scripts/test-times)
     "tests.fixtures.require",  # EDGETK_REQUIRE=ssh,netns,arm: such a test skipped is a failure (CI sets it)
 ]

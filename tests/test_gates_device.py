@@ -165,6 +165,7 @@ class Control:
 DEVICE_SLOWER = 1.1  # the control 10% slower than before: the device changed, not the statistics
 
 
+@pytest.mark.timing
 def test_regression_gate_quiet_on_an_unchanged_bundle(local: Device, tmp_path: Path) -> None:
     """20 back-to-back checks of an unchanged ~1 ms model (one thread: its median stays put while the other jobs
     of a shared machine come and go, as findings.md measured for inferences shorter than a scheduler slice).
@@ -209,6 +210,7 @@ def _p50s(store: Store, name: str) -> list[float]:
     return [round(r.p50_ms or 0.0, 1) for r in store.history(bundle=name)]
 
 
+@pytest.mark.timing
 def test_regression_gate_catches_cpu_hogs(local: Device, tmp_path: Path) -> None:
     """A ~30 ms model on both cores; then four busy loops on the device: every check under them is caught."""
     policy = _policy()
@@ -231,6 +233,7 @@ def test_regression_gate_catches_cpu_hogs(local: Device, tmp_path: Path) -> None
     assert hogged == [True] * SLOW_CHECKS
 
 
+@pytest.mark.timing
 def test_one_slow_runner_process_is_measured_again_not_failed(local: Device, tmp_path: Path,
                                                                monkeypatch: pytest.MonkeyPatch) -> None:
     """Four busy loops on the device during ONE runner process only (the first of a check), gone when the check
@@ -267,6 +270,7 @@ def test_one_slow_runner_process_is_measured_again_not_failed(local: Device, tmp
     assert any(n.startswith("regression of model.fp32.onnx: not confirmed: ") for n in report.gates.skipped)
 
 
+@pytest.mark.timing
 def test_regression_gate_catches_a_larger_model_under_the_same_name(local: Device, tmp_path: Path) -> None:
     """A ~30 ms model on one thread, then a 2.7x larger one deployed under the same bundle name: caught every
     time. (One thread: its time scales with the work even while other jobs share the machine.)"""

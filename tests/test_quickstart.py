@@ -5,9 +5,11 @@ subprocess timeout only catches a hang).
 The default test points the script at the project's existing environment (``EDGETK_VENV``: the script then
 installs nothing and runs the clone's own code with ``python -m toolkit.cli``), with an empty user cache, so
 the example model is trained from scratch and the conversion cache is cold: everything but pip is real.
-The path from nothing runs too: the script creates the clone's own ``.venv`` and pip-installs ``.[all]``
-(TensorFlow, PyTorch and the rest) from pip's cache, as a new user would on a machine that has installed it
-once (about two minutes here), then gives the verdict.
+The script's own set-up runs too, in a clone whose ``.venv`` already exists and sees the pinned stack (a ``.pth``
+file naming the suite's site-packages): the script takes its install path (``pip install -e '.[all]'``, every
+requirement found satisfied, the clone itself installed editable with its ``edgetk`` command) and gives the
+verdict. Installing the stack from nothing is what CI does first, with the README's ``./scripts/test`` and a
+``pip check``; repeating those GBs of wheels here proved nothing more and cost four minutes.
 """
 
 from __future__ import annotations
@@ -89,13 +91,33 @@ def test_scripts_quickstart_refuses_a_missing_venv(tmp_path):  # type: ignore[no
     assert result.returncode == 2 and "has no bin/python" in result.stderr
 
 
-@pytest.mark.slow
-def test_scripts_quickstart_from_nothing(tmp_path):  # type: ignore[no-untyped-def]
+def _prepared_venv(clone: Path) -> Path:
+    """``clone/.venv``, a new venv that also reads the suite's site-packages (a ``.pth`` file): the stack is there."""
+    import site
+    import sysconfig
+
+    venv = clone / ".venv"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True, capture_output=True,
+                   timeout=120)
+    purelib = Path(sysconfig.get_path("purelib", vars={"base": str(venv), "platbase": str(venv)}))
+    ours = [p for p in site.getsitepackages() if Path(p).is_dir()]
+    # addsitedir: the suite's own .pth files apply too; the clone's editable install (a .pth sorted first) wins
+    (purelib / "suite-stack.pth").write_text("".join(f"import site; site.addsitedir({p!r})\n" for p in ours))
+    return venv
+
+
+def test_scripts_quickstart_sets_up_its_venv_and_gives_the_verdict(tmp_path):  # type: ignore[no-untyped-def]
     clone = _clone(tmp_path)
-    env = _env(tmp_path, PYTHON=os.environ.get("PYTHON", str(Path(sys.base_prefix) / "bin" / "python3")))
+    venv = _prepared_venv(clone)
+    assert not (venv / "bin" / "edgetk").exists()
+    env = _env(tmp_path)
     env["PIP_CACHE_DIR"] = os.environ.get("PIP_CACHE_DIR", str(Path.home() / ".cache" / "pip"))
     started = time.perf_counter()
     result = subprocess.run([str(clone / "scripts" / "quickstart"), "--json"], check=False, cwd=clone, env=env,
-                            capture_output=True, text=True, timeout=3600)
+                            capture_output=True, text=True, timeout=1800)
     _check(result, clone, time.perf_counter() - started)
-    assert (clone / ".venv" / "bin" / "edgetk").is_file()
+    assert "installing edge-toolkit[all] into .venv" in result.stderr
+    assert (venv / "bin" / "edgetk").is_file()  # the script's pip install put the clone's command in its venv
+    shown = subprocess.run([str(venv / "bin" / "python"), "-c", "import toolkit; print(toolkit.__file__)"],
+                           cwd=tmp_path, capture_output=True, text=True, timeout=120, env=env)
+    assert shown.returncode == 0 and Path(shown.stdout.strip()).resolve().is_relative_to(clone.resolve())

@@ -56,6 +56,7 @@ def test_only_the_profile_of_this_machine_is_this_host() -> None:
     assert host_timing.host_cpu()  # the label every host latency carries
 
 
+@pytest.mark.timing
 def test_a_really_slower_int8_on_the_host_profile_is_slower(digits_keras, digits_calibration, tmp_path,
                                                              monkeypatch) -> None:
     from toolkit.model.options import ConvertOptions

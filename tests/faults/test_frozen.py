@@ -160,6 +160,7 @@ def test_frozen_device_in_a_fleet_is_reported_and_the_others_finish(fresh_ssh_de
     assert "the device stopped answering" in by_name["stuck"]["error"], by_name["stuck"]
 
 
+@pytest.mark.timing
 def test_a_frozen_sshd_at_login_is_named_not_waited_for(fresh_ssh_device, ssh_client_key, ssh_known_hosts,  # type: ignore[no-untyped-def]
                                                         device_env, deploy_bundle_factory, tmp_path):
     """The whole sshd frozen, listener included: the kernel still completes the TCP handshake, no greeting."""

@@ -48,6 +48,7 @@ def _follows_the_numbers(selected: dict[str, Any]) -> None:
     assert selected["p50_ms"] == p50[FAST]
 
 
+@pytest.mark.timing
 def test_local_device_selects_by_its_own_measurements_and_a_pin_survives(bundle: Path, device_env: Any,
                                                                          tmp_path: Path) -> None:
     home = tmp_path / "home"
@@ -90,6 +91,7 @@ def test_local_device_selects_by_its_own_measurements_and_a_pin_survives(bundle:
     assert bad.code == 2 and "no artifact of that name" in bad.stderr and "Traceback" not in bad.stderr
 
 
+@pytest.mark.timing
 def test_a_runtime_removed_from_the_device_moves_the_selection(bundle: Path, device_env: Any, legacy_env: Any,
                                                                bare_env: Any, tmp_path: Path) -> None:
     home = tmp_path / "home"
@@ -118,6 +120,7 @@ def test_a_runtime_removed_from_the_device_moves_the_selection(bundle: Path, dev
     assert json.loads((home / ".edgetk" / "bundles" / "choose" / "selected.json").read_text())["artifact"] is None
 
 
+@pytest.mark.timing
 @pytest.mark.ssh
 def test_loopback_ssh_device_selects_by_its_own_measurements(bundle: Path, ssh_devices: Any, ssh_client_key: Path,
                                                             ssh_known_hosts: Any, device_env: Any,
