@@ -3,6 +3,7 @@ Python 3.6, is checked for syntax by vermin in tests/runner instead)."""
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -11,5 +12,10 @@ REPO = Path(__file__).resolve().parents[1]
 
 
 def test_mypy_is_clean() -> None:
-    result = subprocess.run([sys.executable, "-m", "mypy"], cwd=REPO, capture_output=True, text=True, timeout=900)
+    """With the fixture cache set (``./scripts/test``), mypy keeps its incremental cache there: a module whose
+    source hash is unchanged since the last run is not checked again (about 70 s of one core otherwise)."""
+    cache = os.environ.get("EDGETK_TEST_CACHE")
+    args = ["--cache-dir", str(Path(cache) / "mypy")] if cache else []
+    result = subprocess.run([sys.executable, "-m", "mypy", *args], cwd=REPO, capture_output=True, text=True,
+                            timeout=900)
     assert result.returncode == 0, result.stdout[-5000:]
