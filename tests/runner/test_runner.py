@@ -21,6 +21,7 @@ from tests.fixtures.device_envs import DeviceEnv
 from toolkit import device_side
 from toolkit.delivery.bundle import sha256_file
 from toolkit.model.vocabulary import RunnerErrorKind
+from tests.fixtures.runner_output import report_doc
 
 RUNNER = device_side.source_path(device_side.RUNNER_FILE)
 ENV_KEYS = (
@@ -71,7 +72,8 @@ def run_runner(
     extra_env: dict[str, str] | None = None,
     expect_rc: int = 0,
 ) -> dict[str, Any]:
-    """Run the runner; its stdout must be exactly one JSON document (whatever the runtimes print)."""
+    """Run the runner; its stdout must be exactly one JSON document (whatever the runtimes print): ``check``'s
+    in its whole frame (docs/runner.md, "The frame"), the other commands' plain."""
     proc = subprocess.run(
         [str(python), str(runner), *args],
         capture_output=True,
@@ -81,8 +83,11 @@ def run_runner(
         env={**os.environ, **(extra_env or {})},
     )
     assert proc.returncode == expect_rc, (proc.returncode, proc.stdout[-2000:], proc.stderr[-3000:])
-    assert proc.stdout.count("\n") == 1, proc.stdout
-    doc = json.loads(proc.stdout)
+    if args[:1] == ("check",):
+        doc = report_doc(proc.stdout)
+    else:
+        assert proc.stdout.count("\n") == 1, proc.stdout
+        doc = json.loads(proc.stdout)
     assert "Traceback" not in proc.stdout, proc.stdout[proc.stdout.index("Traceback") - 200:][:3000]
     return doc
 
@@ -161,7 +166,7 @@ def test_runner_source_is_python36_compatible() -> None:
 
 def test_probe_in_device_env(device_env: DeviceEnv) -> None:
     doc = run_runner(device_env.python, "probe")
-    assert doc["runner_version"] == "1"
+    assert doc["runner_version"] == "2"
     env = doc["environment"]
     assert set(ENV_KEYS) <= set(env)
     assert env["arch"] == os.uname().machine and env["cores"] == os.cpu_count()
