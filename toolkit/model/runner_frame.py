@@ -46,7 +46,7 @@ def read_frame(stdout: str) -> Frame:
     """The report framed in ``stdout`` (the last frame when there are several), and what is outside it."""
     heads = list(_HEAD.finditer(stdout))
     if not heads:
-        at = stdout.find(REPORT_MARK)
+        at = stdout.find(REPORT_MARK[:7])  # its record separator and "edgetk": the head, cut in its first line
         if at >= 0:
             return Frame(None, stdout[:at], "its report's first line was cut")
         return Frame(None, stdout, "it printed no framed report")
