@@ -21,7 +21,7 @@ from toolkit.regression import RegressionVerdict, confirmed, decide
 from toolkit.store import Store, StoredCheck
 from toolkit.checks.gates import EMULATED_PLACEMENT, judge_placement, judge_throughput, regression_text
 from toolkit.checks.runner_fate import evidence
-from toolkit.model.runner_report import latency_samples, parse_runner_output
+from toolkit.model.runner_report import invalid_figure, latency_samples, parse_runner_output
 from toolkit.model.device_records import CheckReport, GateResult
 
 log = logging.getLogger(__name__)
@@ -127,13 +127,14 @@ def baseline_samples(
 ) -> list[tuple[str, list[float]]]:
     """[(check_id, samples)] of the newest ``checks`` checks of this bundle name, device and artifact that
     measured something, were not regressions themselves and not taken while the device throttled, oldest
-    first."""
+    first; a row whose figures fail validation (recorded by an edgetk that did not validate) is no baseline."""
     rows = store.history(device=device, bundle=bundle, limit=max(50, 4 * checks * artifacts))
     eligible = [
         (row.check_id, _stored_samples(row))
         for row in rows
         if row.artifact == artifact and not row.report.get("error") and not _was_regression(row)
         and not row.report.get("throttled")  # a throttled run is no baseline either
+        and invalid_figure(row.report) is None
     ]
     return [item for item in eligible if item[1]][-checks:]
 
@@ -165,6 +166,10 @@ def _regression(
     if not samples:
         return RegressionVerdict(None, skip=f"the baseline check {found.check_id} holds no latency samples "
                                  "(recorded by an older edgetk); pick a newer one"), True
+    problem = invalid_figure(found.report)
+    if problem:
+        return RegressionVerdict(None, skip=f"the baseline check {found.check_id} holds impossible figures "
+                                 f"({problem}); pick another"), True
     return decide(current, [(found.check_id, samples)], policy, min_checks=1), True
 
 
