@@ -192,7 +192,7 @@ def _spec(device: Any, key: Path, known_hosts: Path) -> DeviceSpec:
 
 
 @pytest.mark.ssh
-def test_the_signal_that_killed_a_command_is_read_over_openssh_and_dropbear(  # type: ignore[no-untyped-def]
+def test_the_signal_that_killed_a_command_is_read_over_openssh_and_dropbear(
         ssh_devices, ssh_client_key, ssh_known_hosts, dropbear_device, dropbear_client_key, dropbear_known_hosts):
     (openssh,) = ssh_devices(1)
     for spec in (_spec(openssh, ssh_client_key, ssh_known_hosts(openssh)),
@@ -205,7 +205,7 @@ def test_the_signal_that_killed_a_command_is_read_over_openssh_and_dropbear(  # 
 
 
 @pytest.mark.ssh
-def test_the_runner_killed_out_of_memory_is_named_over_openssh(  # type: ignore[no-untyped-def]
+def test_the_runner_killed_out_of_memory_is_named_over_openssh(
         ssh_devices, ssh_client_key, ssh_known_hosts, device_env, deploy_bundle_factory, cgroup, tmp_path):
     (dev,) = ssh_devices(1)
     python = lying_python(dev.workdir / f"word-{tmp_path.name}", device_env.python)

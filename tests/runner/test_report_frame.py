@@ -15,7 +15,7 @@ import pytest
 
 from toolkit import device_side
 from toolkit.checks import runner_fate
-from toolkit.checks.checking import GateOptions, gate
+from toolkit.checks.checking import gate
 from toolkit.model import runner_frame
 from toolkit.model.policy import Budget, RegressionPolicy
 from toolkit.model.runner_frame import read_frame, unframed_document
@@ -24,7 +24,7 @@ from toolkit.model.runner_report import expected_samples, invalid_figure, parse_
 pytestmark = pytest.mark.fast
 
 RUNNER = Path(device_side.__file__).parent / "src" / "edgetk_runner.py"
-REPORT = {"artifact": "model.int8.tflite", "runtime": {"name": "litert", "version": "2.3.0"}, "threads": 4,
+REPORT: dict[str, Any] = {"artifact": "model.int8.tflite", "runtime": {"name": "litert", "version": "2.3.0"}, "threads": 4,
           "load_ms": 3.0, "first_inference_ms": 9.0,
           "latency_ms": {"mean": 5.0, "std": 0.2, "min": 4.8, "p50": 5.0, "p90": 5.5, "p99": 6.0, "max": 7.0},
           "latency_samples_ms": [5.0, 4.9, 5.1, 5.5, 4.8, 5.0, 6.0, 7.0], "runs": 8, "warmup": 2,
@@ -117,11 +117,10 @@ def test_counts_must_be_what_was_asked_and_a_sound_report_passes() -> None:
 
 
 def test_a_bad_report_carries_no_figure_and_fails_its_gate() -> None:
-    lying = {"runner_version": "2", "environment": {}, "reports": [_broken(p50=-1.0)], "error": None}
+    lying: dict[str, Any] = {"runner_version": "2", "environment": {}, "reports": [_broken(p50=-1.0)], "error": None}
     (report,) = parse_runner_output(json.dumps(lying), device="pi", artifacts=["model.int8.tflite"], runs=8)
     assert report.error is not None and report.error["kind"] == "bad_report"
     assert report.latency_ms is None and report.latency_samples_ms == () and report.peak_rss_mb is None
     verdict = gate(report, budget=Budget(None), regression=None, regression_policy=RegressionPolicy())
     assert not verdict.passed and "could not run: bad_report" in verdict.failures[0]
     assert "latency_ms.p50 is -1.0" in verdict.failures[0]
-    assert GateOptions()  # the gate options stay as they are for a check that asked nothing special

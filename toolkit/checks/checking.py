@@ -13,7 +13,7 @@ from dataclasses import replace
 
 from toolkit.delivery.bundle import Bundle
 from toolkit.delivery.deployment import Device, installed_version, version_dir
-from toolkit.errors import DeviceError, ToolkitError, UsageError
+from toolkit.errors import ToolkitError, UsageError
 from toolkit.model.policy import Budget, CheckPolicy, GateOptions, PlacementExpectation, RegressionPolicy, budget_for
 from toolkit.model.records import JsonDict
 from toolkit.model.vocabulary import Format
