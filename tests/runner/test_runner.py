@@ -372,6 +372,40 @@ def test_crashing_runtime_is_reported_per_artifact(
     assert doc["ok"] is False
 
 
+FAKE_ORT_NO_MEMORY = """
+import os, signal, sys
+__version__ = "0.0-no-memory"
+def get_available_providers():
+    return ["CPUExecutionProvider"]
+class SessionOptions(object):
+    pass
+class InferenceSession(object):
+    def __init__(self, *args, **kwargs):
+        if os.environ["FAKE_ORT_MODE"] == "raise":  # what onnxruntime raises when an allocation fails
+            raise RuntimeError("[ONNXRuntimeError] : 6 : RUNTIME_EXCEPTION : Exception during initialization: "
+                               "std::bad_alloc")
+        sys.stderr.write("terminate called after throwing an instance of 'std::bad_alloc'\\n")
+        sys.stderr.flush()
+        os.kill(os.getpid(), signal.SIGABRT)  # a native allocation failure nobody caught
+"""
+
+
+def test_an_allocation_failure_is_out_of_memory_not_a_damaged_file(device_env: DeviceEnv, tiny_bundle: Path,
+                                                                   tmp_path: Path) -> None:
+    """std::bad_alloc raised while the session loads, and one that aborts the worker, are ``out_of_memory`` (with
+    the file's size, what the device has and what to try), never ``corrupt_artifact`` or a runtime ``crash``."""
+    fake = tmp_path / "fake_site" / "onnxruntime"
+    fake.mkdir(parents=True)
+    (fake / "__init__.py").write_text(FAKE_ORT_NO_MEMORY)
+    for mode, how in (("raise", "std::bad_alloc"), ("abort", "signal SIGABRT: bad_alloc")):
+        doc = check(device_env, tiny_bundle, "--runs", "3", "--artifact", "model.fp32.onnx",
+                    extra_env={"PYTHONPATH": str(fake.parent), "FAKE_ORT_MODE": mode})
+        (report,) = doc["reports"]
+        assert_error(report, "out_of_memory", "ran out of memory on the device", how, "MemAvailable",
+                     "smaller artifact", "fewer threads")
+        assert report["error"]["memory"]["file_bytes"] > 0 and report["error"]["memory"]["available_mb"] > 0
+
+
 FAKE_EXECUTORCH = """
 import os, signal, sys, time
 with open(os.environ["FAKE_EXECUTORCH_LOG"], "a") as log:  # one line per process that imports the runtime
