@@ -9,7 +9,8 @@ as a device error (exit code 4, :class:`RunnerFailed`), whatever the runner prin
   way of saying so) while the kernel's OOM-kill count rose: the runner's first memory line on stderr holds the
   counts when it started, the device's ``edgetk_runner.py memory`` gives them now. The verdict names the
   artifacts' sizes, the peak the runner saw, MemAvailable and the cgroup and ``ulimit -v`` limits, and what to try;
-- killed (``killed``): any other signal or exit code, the signal named;
+- killed (``killed``): any other signal (or exit code 128 + N, a shell's report of one), the signal named;
+  another non-zero exit code is a ``crash`` of the runner, its stderr's tail shown;
 - a bad report (``bad_report``): no frame, a frame cut or changed; what was printed outside it is shown.
 
 A whole frame with other text around it (a ``sitecustomize`` that prints) is evidence; the text is shown as a
@@ -40,6 +41,7 @@ OOM_HINT = ("Try a smaller artifact (an int8 one), fewer threads (--threads 1), 
             "(stop other services, or raise its cgroup's memory limit or `ulimit -v`).")
 KILLED_HINT = ("Something on the device ended it (a watchdog, a supervisor, `timeout`, a container's limit): "
                "look at `dmesg` and the system journal there, then check again.")
+CRASH_HINT = "Run the runner by hand there to see why: python3 edgetk_runner.py check --bundle DIR."
 BAD_REPORT_HINT = ("Something on the device prints to stdout when Python starts (a sitecustomize, a .pth file) or "
                    "cut the output; run the runner by hand there: python3 edgetk_runner.py check --bundle DIR.")
 MEMORY_PROBE_S = 30.0
@@ -47,7 +49,7 @@ SHELL_KILLED = 128  # a shell reports a child killed by signal N as exit code 12
 
 
 class RunnerFailed(DeviceError):
-    """The runner's run as a whole is no evidence (``kind``: out_of_memory, killed or bad_report)."""
+    """The runner's run as a whole is no evidence (``kind``: out_of_memory, killed, crash or bad_report)."""
 
     def __init__(self, message: str, *, kind: RunnerErrorKind, hint: str | None = None) -> None:
         super().__init__(message, hint=hint)
@@ -174,4 +176,5 @@ def _killed(device: Device, result: CommandResult, frame: Frame, stderr: str, se
         cause = ""
     detail = f" ({_tail(stderr)})" if stderr.strip() else ""
     raise RunnerFailed(f"{name}: the runner {how} {printed}{cause}{detail}. Nothing was recorded.",
-                       kind=RunnerErrorKind.KILLED, hint=KILLED_HINT)
+                       kind=RunnerErrorKind.KILLED if sig is not None else RunnerErrorKind.CRASH,
+                       hint=KILLED_HINT if sig is not None else CRASH_HINT)
