@@ -69,7 +69,7 @@ def _local_field(root: Path, real: Path, bundle: Path) -> Field:
 
 
 @pytest.fixture(scope="module")
-def field(tmp_path_factory: pytest.TempPathFactory, device_env: Any, deploy_bundle_factory: Any) -> Field:
+def word(tmp_path_factory: pytest.TempPathFactory, device_env: Any, deploy_bundle_factory: Any) -> Field:
     return _local_field(tmp_path_factory.mktemp("word"), device_env.python,
                         deploy_bundle_factory(name="word", seed=33))
 
@@ -137,7 +137,8 @@ def _artifact_failure(field: Field, mode: str, kind: str, cgroup: Path | None = 
     return dict(report)
 
 
-def test_a_run_that_dies_or_lies_is_no_pass(field: Field) -> None:
+def test_a_run_that_dies_or_lies_is_no_pass(word: Field) -> None:
+    field = word
     error = _whole_run_failure(field, "exit137", "exited with code 137", "SIGKILL",
                                "after printing a whole report")
     assert "not by the kernel's out-of-memory killer" in error
@@ -166,7 +167,8 @@ def test_a_run_that_dies_or_lies_is_no_pass(field: Field) -> None:
     assert field.selected()["artifact"] == "model.fp32.onnx"
 
 
-def test_out_of_memory_is_named(field: Field, cgroup: Any) -> None:
+def test_out_of_memory_is_named(word: Field, cgroup: Any) -> None:
+    field = word
     worker = _artifact_failure(field, "cgroup", "out_of_memory", cgroup(40))
     message = worker["error"]["message"]
     assert "ran out of memory on the device" in message and "OOM-kill count rose" in message, message
