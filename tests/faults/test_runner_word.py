@@ -48,9 +48,11 @@ class Field:
                           env=self.env)
 
     def history(self) -> list[dict[str, Any]]:
-        listed = run_edgetk("history", "--json", env=self.env)
-        assert listed.code == 0, listed.stderr
-        return list(listed.json())
+        """The history the CLI recorded to (read in this process: a CLI call per look costs seconds)."""
+        from toolkit.store import Store
+
+        return [{"check_id": row.check_id, "passed": row.passed, "p50_ms": row.p50_ms}
+                for row in Store(Path(self.env["EDGETK_STORE"])).history()]
 
     def selected(self) -> dict[str, Any]:
         return dict(json.loads((self.installed / "selected.json").read_text()))
