@@ -240,8 +240,8 @@ def test_options_refuse_bad_values() -> None:
 
 
 def test_baseline_is_the_last_checks_that_measured_and_were_not_regressions(tmp_path) -> None:  # type: ignore[no-untyped-def]
-    """Read from a real history: other devices, other artifacts, failed runs and regressions are left out; other
-    versions of the bundle (a new model under the same name) are in."""
+    """Read from a real history: other devices, other artifacts, failed runs, regressions and impossible figures
+    are left out; other versions of the bundle (a new model under the same name) are in."""
     from toolkit.checks.checking import baseline_samples
     from toolkit.store import Store
     from toolkit.model.device_records import CheckReport, LatencyStats
@@ -263,7 +263,8 @@ def test_baseline_is_the_last_checks_that_measured_and_were_not_regressions(tmp_
     plan = [("v1", report("pi", "a.onnx", 1.0)), ("v1", report("pi", "b.onnx", 9.0)),
             ("v1", report("jetson", "a.onnx", 7.0)), ("v1", report("pi", "a.onnx", 2.0)),
             ("v2", report("pi", "a.onnx", 3.0)), ("v2", report("pi", "a.onnx", 8.0, regressed=True)),
-            ("v2", report("pi", "a.onnx", 0.0, error=True)), ("v2", report("pi", "a.onnx", 4.0))]
+            ("v2", report("pi", "a.onnx", 0.0, error=True)), ("v2", report("pi", "a.onnx", 4.0)),
+            ("v2", report("pi", "a.onnx", -1.0))]  # recorded before figures were validated: no baseline
     for index, (version, item) in enumerate(plan):
         store.record([item], bundle="m", version=version, run_id=f"r{index}")
     runs = baseline_samples(store, bundle="m", device="pi", artifact="a.onnx", checks=3)

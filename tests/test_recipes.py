@@ -28,6 +28,7 @@ from pathlib import Path
 import pytest
 
 from tests.fixtures.pte import PTE_PROFILES, needs_executorch
+from tests.fixtures.runner_output import report_doc
 from toolkit.delivery.bundle import read_bundle
 from toolkit.runtimes.compat import tflite_incompatibilities
 from toolkit.conversion.tf_onnx import DEFAULT_OPSET
@@ -244,7 +245,7 @@ def _runner_check(python: Path, bundle: Path, *artifacts: str) -> dict:
         args += ["--artifact", artifact]
     proc = subprocess.run(args, capture_output=True, text=True, timeout=300, check=False)
     assert proc.returncode == 0, proc.stderr[-2000:]
-    return json.loads(proc.stdout)
+    return report_doc(proc.stdout)
 
 
 @pytest.mark.parametrize("target", ["raspberry-pi-3b", "coral-dev-board"])

@@ -18,6 +18,7 @@ from tests.fixtures.tflite import digits_request
 from toolkit.conversion.pipeline import ConvertOptions, convert_bundle
 from toolkit.model.quantized import QuantizedShare, precision_label
 from toolkit.model.vocabulary import Format, Precision
+from tests.fixtures.runner_output import report_doc
 
 
 def _convert(source: Path, target: str, tmp_path: Path, digits_calibration: Path, digits_eval: Path, **extra):
@@ -94,7 +95,7 @@ def test_runtime_retry_keeps_the_op_the_runtime_cannot_load_in_float(
                            "--runs", "3", "--warmup", "1", "--artifact", int8.file],
                           capture_output=True, text=True, timeout=300, check=False)
     assert proc.returncode == 0, proc.stderr[-2000:]
-    (report,) = json.loads(proc.stdout)["reports"]
+    (report,) = report_doc(proc.stdout)["reports"]
     assert report["runtime"]["version"].startswith("2.14") and report["error"] is None, report
     assert report["outputs_match"]["ok"], report["outputs_match"]
 

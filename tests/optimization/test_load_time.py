@@ -5,7 +5,6 @@ against the original model's."""
 
 from __future__ import annotations
 
-import json
 import subprocess
 from pathlib import Path
 
@@ -21,6 +20,7 @@ from toolkit.optimization.load_time import (
     load_time_report,
 )
 from toolkit.optimization.onnx_variants import optimize_onnx
+from tests.fixtures.runner_output import report_doc
 
 
 @pytest.fixture(scope="module")
@@ -104,7 +104,7 @@ def test_runner_cold_flag_reports_load_and_first_inference(digits_artifacts, dev
     bundle = _bundle_for(digits_artifacts["onnx"], tmp_path / "b", _reference(digits_artifacts["onnx"]), 1e-4)
     out = subprocess.run([str(device_env.python), str(RUNNER), "check", "--bundle", str(bundle), "--runs", "3",
                           "--cold"], capture_output=True, text=True, check=False, timeout=120)
-    doc = json.loads(out.stdout.strip().splitlines()[-1])
+    doc = report_doc(out.stdout)
     assert doc["ok"] is True, doc
     (report,) = doc["reports"]
     assert report["load_ms"] > 0 and report["first_inference_ms"] > 0 and report["import_ms"] >= 0

@@ -21,6 +21,7 @@ from tests.fixtures.device_envs import DeviceEnv
 from toolkit import device_side
 from toolkit.delivery.bundle import sha256_file
 from toolkit.model.vocabulary import RunnerErrorKind
+from tests.fixtures.runner_output import report_doc
 
 RUNNER = device_side.source_path(device_side.RUNNER_FILE)
 ENV_KEYS = (
@@ -71,7 +72,8 @@ def run_runner(
     extra_env: dict[str, str] | None = None,
     expect_rc: int = 0,
 ) -> dict[str, Any]:
-    """Run the runner; its stdout must be exactly one JSON document (whatever the runtimes print)."""
+    """Run the runner; its stdout must be exactly one JSON document (whatever the runtimes print): ``check``'s
+    in its whole frame (docs/runner.md, "The frame"), the other commands' plain."""
     proc = subprocess.run(
         [str(python), str(runner), *args],
         capture_output=True,
@@ -81,8 +83,11 @@ def run_runner(
         env={**os.environ, **(extra_env or {})},
     )
     assert proc.returncode == expect_rc, (proc.returncode, proc.stdout[-2000:], proc.stderr[-3000:])
-    assert proc.stdout.count("\n") == 1, proc.stdout
-    doc = json.loads(proc.stdout)
+    if args[:1] == ("check",):
+        doc = report_doc(proc.stdout)
+    else:
+        assert proc.stdout.count("\n") == 1, proc.stdout
+        doc = json.loads(proc.stdout)
     assert "Traceback" not in proc.stdout, proc.stdout[proc.stdout.index("Traceback") - 200:][:3000]
     return doc
 
@@ -161,7 +166,7 @@ def test_runner_source_is_python36_compatible() -> None:
 
 def test_probe_in_device_env(device_env: DeviceEnv) -> None:
     doc = run_runner(device_env.python, "probe")
-    assert doc["runner_version"] == "1"
+    assert doc["runner_version"] == "2"
     env = doc["environment"]
     assert set(ENV_KEYS) <= set(env)
     assert env["arch"] == os.uname().machine and env["cores"] == os.cpu_count()
@@ -365,6 +370,40 @@ def test_crashing_runtime_is_reported_per_artifact(
         assert by_file[name]["error"] is None and by_file[name]["outputs_match"]["ok"]
         assert by_file[name]["peak_rss_mb"] > 0
     assert doc["ok"] is False
+
+
+FAKE_ORT_NO_MEMORY = """
+import os, signal, sys
+__version__ = "0.0-no-memory"
+def get_available_providers():
+    return ["CPUExecutionProvider"]
+class SessionOptions(object):
+    pass
+class InferenceSession(object):
+    def __init__(self, *args, **kwargs):
+        if os.environ["FAKE_ORT_MODE"] == "raise":  # what onnxruntime raises when an allocation fails
+            raise RuntimeError("[ONNXRuntimeError] : 6 : RUNTIME_EXCEPTION : Exception during initialization: "
+                               "std::bad_alloc")
+        sys.stderr.write("terminate called after throwing an instance of 'std::bad_alloc'\\n")
+        sys.stderr.flush()
+        os.kill(os.getpid(), signal.SIGABRT)  # a native allocation failure nobody caught
+"""
+
+
+def test_an_allocation_failure_is_out_of_memory_not_a_damaged_file(device_env: DeviceEnv, tiny_bundle: Path,
+                                                                   tmp_path: Path) -> None:
+    """std::bad_alloc raised while the session loads, and one that aborts the worker, are ``out_of_memory`` (with
+    the file's size, what the device has and what to try), never ``corrupt_artifact`` or a runtime ``crash``."""
+    fake = tmp_path / "fake_site" / "onnxruntime"
+    fake.mkdir(parents=True)
+    (fake / "__init__.py").write_text(FAKE_ORT_NO_MEMORY)
+    for mode, how in (("raise", "std::bad_alloc"), ("abort", "signal SIGABRT: bad_alloc")):
+        doc = check(device_env, tiny_bundle, "--runs", "3", "--artifact", "model.fp32.onnx",
+                    extra_env={"PYTHONPATH": str(fake.parent), "FAKE_ORT_MODE": mode})
+        (report,) = doc["reports"]
+        assert_error(report, "out_of_memory", "ran out of memory on the device", how, "MemAvailable",
+                     "smaller artifact", "fewer threads")
+        assert report["error"]["memory"]["file_bytes"] > 0 and report["error"]["memory"]["available_mb"] > 0
 
 
 FAKE_EXECUTORCH = """

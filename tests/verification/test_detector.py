@@ -19,6 +19,7 @@ import pytest
 from tests.fixtures.real_models import Detector, assert_detects_drawn_shapes
 from toolkit import api
 from toolkit.verification import detection
+from tests.fixtures.runner_output import report_doc
 
 
 @pytest.fixture(scope="module")
@@ -99,7 +100,7 @@ def test_golden_check_fails_the_collapsed_detector_on_the_device(detector_bundle
     proc = subprocess.run([str(device_env.python), str(bundle / "edgetk_runner.py"), "check", "--bundle", str(bundle),
                            "--runs", "3", "--warmup", "1"], capture_output=True, text=True, timeout=300, check=False)
     assert proc.returncode == 0, proc.stderr[-2000:]
-    reports = {r["artifact"]: r for r in json.loads(proc.stdout)["reports"]}
+    reports = {r["artifact"]: r for r in report_doc(proc.stdout)["reports"]}
     bad = reports[int8["file"]]["outputs_match"]
     good = reports[detector_bundle["by_precision"]["fp32"]["file"]]["outputs_match"]
     assert good["ok"] is True and all(s["ok"] for s in good["slices"])

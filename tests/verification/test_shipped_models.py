@@ -17,6 +17,7 @@ from tests.fixtures.ppocr import text_images
 from tests.fixtures.real_models import cartoon_faces, face_photos
 from toolkit import api
 from toolkit.errors import ConversionError
+from tests.fixtures.runner_output import report_doc
 
 SIZE = 160  # PP-OCR det has dynamic H/W; 160x160 pages keep the INT8 build short
 
@@ -231,7 +232,7 @@ def test_the_device_runner_runs_the_a16w8_onnx_artifact(blazeface_photos: dict[s
     proc = subprocess.run([sys.executable, str(out / "edgetk_runner.py"), "check", "--bundle", str(out), "--runs", "3"],
                           capture_output=True, text=True, timeout=300, check=False)
     assert proc.returncode == 0, (proc.stdout[-2000:], proc.stderr[-2000:])
-    report = {r["artifact"]: r for r in json.loads(proc.stdout)["reports"]}["model.int8.onnx"]
+    report = {r["artifact"]: r for r in report_doc(proc.stdout)["reports"]}["model.int8.onnx"]
     assert report["error"] is None and report["runtime"]["name"] == "onnxruntime", report
     assert report["outputs_match"]["ok"] is True, report["outputs_match"]
 

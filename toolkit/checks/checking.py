@@ -8,19 +8,20 @@ never from a profile looked up again by name; ``--budget-ms`` and ``--regression
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import replace
 
 from toolkit.delivery.bundle import Bundle
 from toolkit.delivery.deployment import Device, installed_version, version_dir
-from toolkit.errors import DeviceError, ToolkitError, UsageError
+from toolkit.errors import ToolkitError, UsageError
 from toolkit.model.policy import Budget, CheckPolicy, GateOptions, PlacementExpectation, RegressionPolicy, budget_for
 from toolkit.model.records import JsonDict
 from toolkit.model.vocabulary import Format
 from toolkit.regression import RegressionVerdict, confirmed, decide
 from toolkit.store import Store, StoredCheck
 from toolkit.checks.gates import EMULATED_PLACEMENT, judge_placement, judge_throughput, regression_text
-from toolkit.model.runner_report import latency_samples, parse_runner_output
+from toolkit.checks.runner_fate import evidence
+from toolkit.model.runner_report import invalid_figure, latency_samples, parse_runner_output
 from toolkit.model.device_records import CheckReport, GateResult
 
 log = logging.getLogger(__name__)
@@ -126,13 +127,14 @@ def baseline_samples(
 ) -> list[tuple[str, list[float]]]:
     """[(check_id, samples)] of the newest ``checks`` checks of this bundle name, device and artifact that
     measured something, were not regressions themselves and not taken while the device throttled, oldest
-    first."""
+    first; a row whose figures fail validation (recorded by an edgetk that did not validate) is no baseline."""
     rows = store.history(device=device, bundle=bundle, limit=max(50, 4 * checks * artifacts))
     eligible = [
         (row.check_id, _stored_samples(row))
         for row in rows
         if row.artifact == artifact and not row.report.get("error") and not _was_regression(row)
         and not row.report.get("throttled")  # a throttled run is no baseline either
+        and invalid_figure(row.report) is None
     ]
     return [item for item in eligible if item[1]][-checks:]
 
@@ -164,6 +166,10 @@ def _regression(
     if not samples:
         return RegressionVerdict(None, skip=f"the baseline check {found.check_id} holds no latency samples "
                                  "(recorded by an older edgetk); pick a newer one"), True
+    problem = invalid_figure(found.report)
+    if problem:
+        return RegressionVerdict(None, skip=f"the baseline check {found.check_id} holds impossible figures "
+                                 f"({problem}); pick another"), True
     return decide(current, [(found.check_id, samples)], policy, min_checks=1), True
 
 
@@ -209,16 +215,15 @@ def runner_flags(*, profile: bool = False, throughput: bool = False, loads: bool
                  if on)
 
 
-def _run_runner(device: Device, argv: Sequence[str], artifacts: Sequence[str], timeout: float) -> list[CheckReport]:
-    """One runner process on the device: its reports for ``artifacts``."""
+def _run_runner(device: Device, argv: Sequence[str], artifacts: Sequence[str], timeout: float, *,
+                sizes: Mapping[str, int], runs: int, warmup: int) -> list[CheckReport]:
+    """One runner process on the device: its reports for ``artifacts``, from a whole run only
+    (:mod:`toolkit.checks.runner_fate`), each report's figures validated against the ``runs`` and ``warmup``
+    asked for (:func:`toolkit.model.runner_report.invalid_figure`)."""
     result = device.conn.run(list(argv), timeout=timeout)
-    if not result.stdout.strip():
-        tail = (result.stderr.strip().splitlines() or ["no output"])[-1][:300]
-        raise DeviceError(
-            f"{device.spec.name}: the runner failed with exit code {result.returncode} and no report ({tail}).",
-            hint=f"Is {device.python!r} a working Python on the device? Set `python` in the inventory.",
-        )
-    return parse_runner_output(result.stdout, device=device.spec.name, artifacts=list(artifacts))
+    document = evidence(device, result, runner=argv[1], sizes={a: sizes[a] for a in artifacts if a in sizes})
+    return parse_runner_output(document, device=device.spec.name, artifacts=list(artifacts), runs=runs,
+                               warmup=warmup)
 
 
 def check(
@@ -255,7 +260,8 @@ def check(
                     str(warmup)]
     argv = [*latency_argv, *runner_args]
     artifacts = [a.file for a in bundle.manifest.artifacts]
-    reports = _run_runner(device, argv, artifacts, timeout)
+    sizes = {a.file: int(a.bytes) for a in bundle.manifest.artifacts}
+    reports = _run_runner(device, argv, artifacts, timeout, sizes=sizes, runs=runs, warmup=warmup)
     policy = bundle.manifest.check_policy
     budget = budget_for(policy, gates)
     regression_policy = regression_policy_for(policy, gates)
@@ -272,7 +278,8 @@ def check(
     suspects = [a for a, (verdict, _) in verdicts.items() if verdict is not None and verdict.regressed]
     if suspects:  # measured again in a fresh runner process: a regression must show in both (``confirmed``)
         extra = [flag for a in suspects for flag in ("--artifact", a)]
-        again = {r.artifact: r for r in _run_runner(device, [*latency_argv, *extra], suspects, timeout)}
+        again = {r.artifact: r for r in _run_runner(device, [*latency_argv, *extra], suspects, timeout, sizes=sizes,
+                                                     runs=runs, warmup=warmup)}
         for artifact in suspects:
             first, explicit = verdicts[artifact]
             second = again.get(artifact)

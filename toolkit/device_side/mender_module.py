@@ -181,6 +181,40 @@ def gate(doc, budget_ms):
     return reasons
 
 
+REPORT_MARK = "\x1eedgetk-report"  # the runner's frame (edgetk_runner.py framed)
+
+
+def unframe(stdout):
+    """The JSON of the runner's framed report (its length and sha256 checked), else '' (no whole frame)."""
+    import hashlib
+
+    at = stdout.rfind(REPORT_MARK + " ")
+    if at < 0:
+        return ""
+    head, _, rest = stdout[at:].partition("\n")
+    try:
+        _, length, digest = head.split(" ")
+        body = rest[:int(length)]
+    except ValueError:
+        return ""
+    whole = rest[int(length):].startswith(REPORT_MARK + "-end\n")
+    if whole and hashlib.sha256(body.encode("utf-8")).hexdigest() == digest:
+        return body
+    return ""
+
+
+def report_text(stdout):
+    """The runner's report: framed, or the plain JSON a runner before the frame printed (runner_version 1)."""
+    text = unframe(stdout)
+    if text:
+        return text
+    try:
+        plain = json.loads(stdout.strip() or "null")
+    except ValueError:
+        return ""
+    return stdout.strip() if isinstance(plain, dict) and plain.get("runner_version") == "1" else ""
+
+
 def commit(files_dir):
     meta = load_meta(files_dir)
     name, version = meta["name"], meta["version"]
@@ -189,9 +223,13 @@ def commit(files_dir):
             "--runs", str(meta.get("runs", 20)), "--warmup", str(meta.get("warmup", 3))]
     proc = subprocess.run(argv, cwd=HOME, stdout=subprocess.PIPE, stderr=subprocess.PIPE, universal_newlines=True)
     try:
-        doc = json.loads(proc.stdout)
+        doc = json.loads(report_text(proc.stdout)) if proc.returncode == 0 else None
     except ValueError:
-        doc = {"error": {"kind": "no_report", "message": (proc.stderr.strip().splitlines() or ["no output"])[-1]}}
+        doc = None
+    if not isinstance(doc, dict):  # no whole run, no whole frame: no report (docs/runner.md, "The frame")
+        why = "killed by signal %d" % -proc.returncode if proc.returncode < 0 else "exit code %d" % proc.returncode
+        doc = {"error": {"kind": "no_report", "message": "the runner gave no whole report (%s): %s" % (
+            why, (proc.stderr.strip().splitlines() or ["no output"])[-1])}}
     reasons = gate(doc, meta.get("budget_ms"))
     stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
     reports = os.path.join(HOME, ".edgetk", "reports")

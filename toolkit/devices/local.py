@@ -4,6 +4,7 @@ so the whole deploy/check path (and its tests) runs identically here; the base d
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 from collections.abc import Sequence
 from pathlib import Path
@@ -40,10 +41,17 @@ class LocalConnection:
             ) from None
         except OSError as exc:
             return CommandResult(127, "", f"{argv[0]}: {exc.strerror or exc}")
+        killed = None
+        if proc.returncode < 0:
+            try:
+                killed = signal.Signals(-proc.returncode).name
+            except ValueError:
+                killed = f"signal {-proc.returncode}"
         return CommandResult(
             proc.returncode,
             proc.stdout.decode("utf-8", "replace"),
             proc.stderr.decode("utf-8", "replace"),
+            killed,
         )
 
     def put(self, local: Path, remote: str, *, progress: Progress | None = None, offset: int = 0) -> None:

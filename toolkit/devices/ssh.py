@@ -29,6 +29,7 @@ from toolkit.devices.connection import Progress, quote_argv, read_blocks
 from toolkit.devices.host_facts import host_id, remember_sftp, sftp_known
 from toolkit.devices.ssh_auth import fingerprint
 from toolkit.devices.ssh_link import SshLink
+from toolkit.devices.ssh_signal import signal_status
 from toolkit.devices.ssh_window import WindowSender
 from toolkit.errors import DeviceError, DeviceTimeout
 from toolkit.model.device_records import CommandResult
@@ -53,6 +54,8 @@ def close_quietly(chan: paramiko.Channel) -> None:
 
 class SshConnection(SshLink):
     """A lazily opened SSH connection to one device: commands, and files over SFTP or exec channels."""
+
+    exit_signal: str | None = None  # the signal that killed the last command that ended (``SIGKILL``), or None
 
     # ----------------------------------------------------------------------------------------- commands
 
@@ -190,14 +193,17 @@ class SshConnection(SshLink):
 
     def _ended(self, chan: paramiko.Channel, transport: paramiko.Transport, out: list[bytes], err: list[bytes],
                what: str) -> tuple[int, bytes, bytes]:
-        """The ended command's exit status and output (the channel closed)."""
+        """The ended command's exit status (``-SIGNUM`` when a signal killed it: ssh_signal) and output (the
+        channel closed)."""
         try:
             status = chan.recv_exit_status()
         except (paramiko.SSHException, EOFError, OSError) as exc:
             raise self._dropped(f"{what}: {type(exc).__name__}: {exc}") from None
         finally:
             chan.close()
-        if status == -1 and not transport.is_active():
+        status, killed = signal_status(chan, status)
+        self.exit_signal = killed  # of the last command that ended (run reads it)
+        if status == -1 and killed is None and not transport.is_active():
             raise self._dropped(f"the connection closed during {what}")
         return status, self._strip_noise(b"".join(out)), b"".join(err)
 
@@ -218,7 +224,8 @@ class SshConnection(SshLink):
     def run(self, argv: Sequence[str], *, timeout: float | None = None) -> CommandResult:
         status, out, err = self._exec("exec " + quote_argv(argv), timeout=timeout,
                                       what=os.path.basename(str(argv[0])))
-        return CommandResult(status, out.decode("utf-8", "replace"), err.decode("utf-8", "replace"))
+        return CommandResult(status, out.decode("utf-8", "replace"), err.decode("utf-8", "replace"),
+                             self.exit_signal)
 
     # ----------------------------------------------------------------------------------------- files
 

@@ -30,7 +30,7 @@ from paramiko.common import xffffffff
 from paramiko.message import Message
 from paramiko.packet import Packetizer
 
-from toolkit.devices.ssh_window import WINDOW_PUMP_HANDLERS
+from toolkit.devices.ssh_signal import CHANNEL_HANDLERS
 
 CHACHA = "chacha20-poly1305@openssh.com"
 TAG = 16
@@ -192,7 +192,8 @@ class ChachaTransport(paramiko.Transport):  # type: ignore[misc, unused-ignore] 
         CHACHA: {"class": ChachaKey, "block-size": BLOCK, "iv-size": 12, "key-size": 64, "is_aead": True},
     }
 
-    _channel_handler_table = WINDOW_PUMP_HANDLERS  # a window adjustment sends an exec stream's next packet at once
+    # a window adjustment sends an exec stream's next packet at once; a command's exit-signal is read (ssh_signal)
+    _channel_handler_table = CHANNEL_HANDLERS
 
     def __init__(self, sock: Any, **kwargs: Any) -> None:  # Any: paramiko's socket-likes and options
         super().__init__(sock, packetizer_class=ChachaPacketizer, **kwargs)

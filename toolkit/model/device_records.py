@@ -9,15 +9,17 @@ from toolkit.model.records import JsonDict, JsonObject, Record
 
 @dataclass(frozen=True)
 class CommandResult:
-    """What a command run on a device returned."""
+    """What a command run on a device returned. ``signal``: the signal that killed it (``SIGKILL``), None when it
+    exited (``returncode`` is then its exit code; after a signal it is negative or SSH's -1)."""
 
     returncode: int
     stdout: str
     stderr: str
+    signal: str | None = None
 
     @property
     def ok(self) -> bool:
-        return self.returncode == 0
+        return self.returncode == 0 and self.signal is None
 
 
 @dataclass(frozen=True)

@@ -1,15 +1,30 @@
 """The device runner's JSON report read into ungated :class:`CheckReport` records, and what in it says the device
 throttled. One reader for every place reports arrive: a check over SSH and the report files a device left
-(the Mender update module's, ``edgetk history import``)."""
+(the Mender update module's, ``edgetk history import``).
+
+Every figure is validated here, before anything records or compares it (:func:`invalid_figure`): latencies
+finite and positive with their percentiles in order, counts equal to what was asked, memory positive. A report
+that fails becomes a ``bad_report`` error naming the field and its value, with every figure dropped: no
+impossible number reaches the history, the regression gate or the selection."""
 
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Sequence
+from typing import Any
 
 from toolkit.errors import DeviceError
 from toolkit.model.device_records import CheckReport, GateResult, LatencyStats
 from toolkit.model.records import JsonObject
+from toolkit.model.vocabulary import RunnerErrorKind
+
+PERCENTILES = ("min", "p50", "p90", "p99", "max")  # in this order, each at most the next
+MAX_SAMPLES = 2000  # the runner's: it thins longer runs evenly to this many samples
+_SLACK = 1e-9  # relative: a report's figures are rounded one by one
+BAD_REPORT_HINT = ("The device's Python or runner printed figures no real run gives: run the runner by hand there "
+                   "(python3 edgetk_runner.py check --bundle DIR) and check that `python` in the inventory is the "
+                   "real interpreter.")
 
 HOT_C = 80.0  # Raspberry Pi firmware starts to cap the clock at 80 C; most SoCs throttle in 80-95 C
 CAPPED_SHARE = 0.85  # a performance governor running below this share of the maximum clock is capped
@@ -47,8 +62,90 @@ def latency_samples(data: object) -> tuple[float, ...]:
         return ()
 
 
-def parse_runner_output(stdout: str, *, device: str, artifacts: Sequence[str]) -> list[CheckReport]:
-    """The runner's JSON -> ungated CheckReports (a top-level error becomes one failed report per artifact)."""
+def _number(value: Any) -> float | None:  # Any: a JSON value
+    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
+
+
+def _shown(value: Any) -> str:  # Any: a JSON value
+    """``value`` as JSON writes it (NaN, Infinity), for a message."""
+    return json.dumps(value) if isinstance(value, (int, float, str, type(None))) else repr(value)
+
+
+def _latency_problem(latency: Any) -> str | None:  # Any: the report's JSON
+    if not isinstance(latency, dict):
+        return f"latency_ms is {_shown(latency)}, not an object"
+    values: dict[str, float] = {}
+    for key in ("mean", "std", *PERCENTILES):
+        value = _number(latency.get(key))
+        if value is None or not math.isfinite(value):
+            return f"latency_ms.{key} is {_shown(latency.get(key))} (a latency must be a finite number)"
+        if value < 0 or (value == 0 and key != "std"):
+            return f"latency_ms.{key} is {_shown(value)} (a latency must be positive)"
+        values[key] = value
+    for low, high in zip(PERCENTILES, PERCENTILES[1:]):
+        if values[low] > values[high] * (1 + _SLACK):
+            return (f"latency_ms.{low} {values[low]!r} is above latency_ms.{high} {values[high]!r} (percentiles "
+                    "must be ordered: min <= p50 <= p90 <= p99 <= max)")
+    if not values["min"] * (1 - _SLACK) <= values["mean"] <= values["max"] * (1 + _SLACK):
+        return f"latency_ms.mean {values['mean']!r} is outside min..max ({values['min']!r}..{values['max']!r})"
+    return None
+
+
+def expected_samples(runs: int) -> int:
+    """How many samples the runner keeps of ``runs`` timed runs (every one, thinned evenly past MAX_SAMPLES)."""
+    step = max(1, math.ceil(runs / MAX_SAMPLES))
+    return len(range(0, runs, step))
+
+
+def invalid_figure(item: JsonObject, *, runs: int | None = None, warmup: int | None = None) -> str | None:
+    """What in one artifact's report (``item``, as the runner printed it) no real run can give, naming the field
+    and its value; None when every figure holds. ``runs``/``warmup``: what the check asked for (None: unknown,
+    a report read back from a file). A report with an error carries no figures to check."""
+    if item.get("error"):
+        return None
+    number = _number(item.get("runs"))
+    if number is None or not math.isfinite(number) or number != int(number) or number < 1:
+        return f"runs is {_shown(item.get('runs'))} (a count of timed runs, at least 1)"
+    counted = int(number)
+    if runs is not None and counted != runs:
+        return f"runs is {counted!r}, but the check asked for {runs}"
+    if warmup is not None and item.get("warmup") != warmup:
+        return f"warmup is {_shown(item.get('warmup'))}, but the check asked for {warmup}"
+    problem = _latency_problem(item.get("latency_ms"))
+    if problem:
+        return problem
+    samples = item.get("latency_samples_ms")
+    if samples is not None:
+        if not isinstance(samples, list):
+            return f"latency_samples_ms is {_shown(samples)}, not a list"
+        for i, value in enumerate(samples):
+            number = _number(value)
+            if number is None or not math.isfinite(number) or number <= 0:
+                return f"latency_samples_ms[{i}] is {_shown(value)} (a latency must be finite and positive)"
+        if len(samples) != expected_samples(counted):
+            return (f"latency_samples_ms holds {len(samples)} samples, but {counted} timed runs give "
+                    f"{expected_samples(counted)}")
+    for key in ("load_ms", "first_inference_ms"):
+        value = item.get(key)
+        if value is not None and (_number(value) is None or not math.isfinite(value) or value < 0):
+            return f"{key} is {_shown(value)} (a time must be finite and not negative)"
+    peak = item.get("peak_rss_mb")
+    if peak is not None and (_number(peak) is None or not math.isfinite(peak) or peak <= 0):
+        return f"peak_rss_mb is {_shown(peak)} (memory must be finite and positive)"
+    return None
+
+
+def bad_report(artifact: str, problem: str) -> JsonObject:
+    """The ``bad_report`` error of an artifact whose report failed :func:`invalid_figure`."""
+    return {"kind": RunnerErrorKind.BAD_REPORT.value,
+            "message": f"the runner's report for {artifact} is not evidence: {problem}", "hint": BAD_REPORT_HINT}
+
+
+def parse_runner_output(stdout: str, *, device: str, artifacts: Sequence[str], runs: int | None = None,
+                        warmup: int | None = None) -> list[CheckReport]:
+    """The runner's JSON -> ungated CheckReports (a top-level error becomes one failed report per artifact).
+    Each artifact's figures are validated (:func:`invalid_figure`; ``runs``/``warmup``: what was asked): one
+    that fails carries a ``bad_report`` error and no figures."""
     try:
         doc = json.loads(stdout)
     except json.JSONDecodeError:
@@ -56,8 +153,16 @@ def parse_runner_output(stdout: str, *, device: str, artifacts: Sequence[str]) -
     if not isinstance(doc, dict):
         raise DeviceError(f"{device}: the runner printed no JSON report.", hint="Run it by hand with --debug.")
     environment = doc.get("environment") or {}
+    if not isinstance(environment, dict):
+        environment = {}
     reports = []
     for item in doc.get("reports") or []:
+        if not isinstance(item, dict):
+            continue
+        problem = invalid_figure(item, runs=runs, warmup=warmup)
+        if problem:
+            item = {"artifact": item.get("artifact"), "runtime": item.get("runtime"), "threads": item.get("threads"),
+                    "error": bad_report(str(item.get("artifact")), problem)}
         runtime = item.get("runtime") or {}
         placement = item.get("placement")
         reports.append(

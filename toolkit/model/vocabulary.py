@@ -172,6 +172,9 @@ class RunnerErrorKind(_Word):
     CRASH = "crash"
     BAD_BUNDLE = "bad_bundle"
     USAGE = "usage"
+    OUT_OF_MEMORY = "out_of_memory"  # MemoryError, std::bad_alloc, ulimit -v, an OOM kill (docs/devices.md)
+    KILLED = "killed"  # killed by a signal that was no crash of the runtime (SIGKILL without an OOM kill)
+    BAD_REPORT = "bad_report"  # the host's: a figure no real run gives (toolkit.model.runner_report)
 
 
 def artifact_file_name(precision: str, fmt: str) -> str:

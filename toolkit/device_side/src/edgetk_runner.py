@@ -8,6 +8,7 @@ runtime the device has; it imports nothing from the toolkit. ``probe`` needs the
 Commands (docs/runner.md has the full schema)::
 
     python3 edgetk_runner.py probe
+    python3 edgetk_runner.py memory [--cgroup DIR]   (MemAvailable, cgroup and ulimit -v limits, OOM-kill counts)
     python3 edgetk_runner.py check --bundle DIR [--artifact FILE]... [--runs N] [--warmup N]
                                    [--min-time SECONDS] [--threads N] [--runtime NAME] [--timeout SECONDS]
     python3 edgetk_runner.py run-one --bundle DIR --artifact FILE [same options]   (one artifact, in-process)
@@ -35,11 +36,20 @@ is reported for that artifact while the others still report, and so that peak RS
 artifacts (SHARED_IMPORT_FORMATS) go to one ``run-group`` child instead, which imports their runtime (torch) once
 and forks a process per artifact: still one process, one crash and one peak RSS per artifact, one import.
 
-Every failure is a JSON error ``{"kind", "message", "hint"}`` with ``kind`` one of ``missing_runtime``,
-``unsupported_op``, ``corrupt_artifact``, ``integrity``, ``crash``, ``bad_bundle``, ``usage``. Exit code 0
-whenever the JSON document was printed (even when artifacts failed), 2 for a usage error (still one JSON
-document). Native libraries that print to stdout cannot corrupt the document: fd 1 is pointed at stderr while
-the runner works and the JSON is written to the saved original stdout at the end.
+Every failure is a JSON error ``{"kind", "message", "hint"}`` with ``kind`` one of ERROR_KINDS
+(``missing_runtime``, ``unsupported_op``, ``corrupt_artifact``, ``integrity``, ``crash``, ``bad_bundle``,
+``usage``, ``out_of_memory``, ``killed``; ``bad_report`` is the host's). Exit code 0 whenever the JSON document
+was printed (even when artifacts failed), 2 for a usage error (still one JSON document). Native libraries that
+print to stdout cannot corrupt the document: fd 1 is pointed at stderr while the runner works and the JSON is
+written to the saved original stdout at the end. ``check``'s document is framed (REPORT_MARK with its length and
+sha256 before it, the end mark after it): the host reads only what is inside a whole frame, so a line a
+sitecustomize prints and a report cut short cannot be taken for a report (docs/runner.md, "The frame").
+
+Out of memory is named, not taken for a crash or a damaged file: a ``MemoryError``, a ``std::bad_alloc`` or an
+allocation failure under ``ulimit -v`` in a worker, or a worker killed by SIGKILL while the kernel's OOM-kill
+count (``/proc/vmstat``, the memory cgroup's ``memory.events``) rose, is ``out_of_memory`` with the file's size,
+the peak RSS seen, MemAvailable and the cgroup and ``ulimit -v`` limits. ``check`` writes MEMORY_MARK lines to
+stderr (at the start and after each artifact) so the host can tell the same of a runner killed as a whole.
 
 Per artifact report keys read by the host's gates (toolkit/checks/checking.py): ``latency_samples_ms`` (every timed
 run in ms, in the order measured, thinned evenly to MAX_SAMPLES; the host stores them so that the regression
@@ -63,7 +73,7 @@ import time
 import traceback
 from typing import Any  # noqa: F401 (type comments)
 
-RUNNER_VERSION = "1"
+RUNNER_VERSION = "2"  # 2: check's report is framed (1 printed it plain: the host still reads that)
 ERROR_KINDS = (
     "missing_runtime",
     "unsupported_op",
@@ -72,7 +82,12 @@ ERROR_KINDS = (
     "crash",
     "bad_bundle",
     "usage",
+    "out_of_memory",
+    "killed",
+    "bad_report",
 )
+REPORT_MARK = "\x1eedgetk-report"  # check's document: MARK LENGTH SHA256 \n JSON MARK-end \n (docs/runner.md)
+MEMORY_MARK = "\x1eedgetk-memory "  # a line on stderr: the memory this run saw so far (the host reads the last)
 DEFAULT_RUNS = 100
 DEFAULT_WARMUP = 10
 DEFAULT_TIMEOUT = 600.0
@@ -322,6 +337,173 @@ def _default_threads(manifest, record):
     return os.cpu_count() or 1
 
 
+# ------------------------------------------------------------------------------------------ memory
+
+
+MEMORY_WORDS = re.compile(r"MemoryError|bad_alloc|out of memory|Cannot allocate memory|failed to map segment|"
+                          r"Failed to allocate|Unable to allocate|Memory allocation|ENOMEM", re.I)
+OOM_HINT = ("Try a smaller artifact (an int8 one), fewer threads (--threads 1), or free memory on the device "
+            "(stop other services, or raise its cgroup's memory limit or `ulimit -v`).")
+CGROUP_ROOT = "/sys/fs/cgroup"
+
+
+def _mb(value):
+    # type: (Any) -> Any
+    return None if value is None else round(value / (1024.0 * 1024.0), 1)
+
+
+def own_cgroup():
+    # type: () -> Any
+    """The folder of this process's memory cgroup: v1's memory controller where it is mounted, else the v2
+    unified hierarchy's (None where neither can be read)."""
+    unified = None
+    for line in (probe_read("/proc/self/cgroup") or "").splitlines():
+        parts = line.split(":", 2)
+        if len(parts) != 3:
+            continue
+        if "memory" in parts[1].split(","):
+            folder = os.path.normpath(os.path.join(CGROUP_ROOT, "memory") + parts[2])
+            if os.path.isdir(folder):
+                return folder
+        elif parts[0] == "0" and not parts[1]:
+            unified = os.path.normpath(CGROUP_ROOT + parts[2])
+    return unified if unified and os.path.isdir(unified) else None
+
+
+def _counter(text, key):
+    # type: (Any, str) -> Any
+    match = re.search(r"^%s (\d+)\s*$" % key, text or "", re.M)
+    return int(match.group(1)) if match else None
+
+
+def oom_kills(cgroup=None):
+    # type: (Any) -> dict
+    """The kernel's OOM-kill counts: ``system`` (/proc/vmstat) and ``cgroup`` (the memory cgroup's memory.events,
+    or v1's memory.oom_control), None each where it cannot be read."""
+    group = None
+    if cgroup:
+        group = _counter(probe_read(os.path.join(cgroup, "memory.events")), "oom_kill")
+        if group is None:
+            group = _counter(probe_read(os.path.join(cgroup, "memory.oom_control")), "oom_kill")
+    return {"system": _counter(probe_read("/proc/vmstat", 1 << 20), "oom_kill"), "cgroup": group}
+
+
+def oom_rose(before, after):
+    # type: (Any, Any) -> Any
+    """True when an OOM-kill count rose between two :func:`oom_kills`, None when neither count could be read."""
+    known = [k for k in ("system", "cgroup") if (before or {}).get(k) is not None and (after or {}).get(k) is not None]
+    if not known:
+        return None
+    return any(after[k] > before[k] for k in known)
+
+
+def _cgroup_value(folder, names):
+    # type: (str, tuple) -> Any
+    for name in names:
+        text = (probe_read(os.path.join(folder, name)) or "").strip()
+        if text.isdigit() and int(text) < (1 << 60):  # v2's "max" and v1's huge number: no limit
+            return int(text)
+    return None
+
+
+def cgroup_limit_bytes(cgroup):
+    # type: (Any) -> Any
+    """The smallest memory limit from ``cgroup`` up to its hierarchy's root (a parent's limit binds too)."""
+    limits = []
+    folder = cgroup
+    while folder and folder.startswith(CGROUP_ROOT) and len(folder) > len(CGROUP_ROOT):
+        limit = _cgroup_value(folder, ("memory.max", "memory.limit_in_bytes"))
+        if limit is not None:
+            limits.append(limit)
+        folder = os.path.dirname(folder)
+    return min(limits) if limits else None
+
+
+def _children_peak_mb():
+    # type: () -> Any
+    try:
+        import resource
+
+        rss = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
+    except (ImportError, AttributeError):
+        return None
+    return round(rss / (1024.0 * 1024.0) if sys.platform == "darwin" else rss / 1024.0, 1) or None
+
+
+def peak_seen_mb():
+    # type: () -> Any
+    """The largest resident size this process or any of its ended children reached, in MB."""
+    peaks = [p for p in (_peak_rss_mb(), _children_peak_mb()) if p]
+    return max(peaks) if peaks else None
+
+
+def memory_facts(cgroup=None):
+    # type: (Any) -> dict
+    """What memory the device has for this run: MemAvailable, the cgroup's limit and peak, ``ulimit -v``, the
+    OOM-kill counts, the peak this process saw (MB; None where unknown)."""
+    cgroup = cgroup or own_cgroup()
+    address_space = None
+    try:
+        import resource
+
+        soft = resource.getrlimit(resource.RLIMIT_AS)[0]
+        address_space = None if soft == resource.RLIM_INFINITY else soft
+    except (ImportError, AttributeError, ValueError):
+        pass
+    return {
+        "available_mb": _mb(available_memory_bytes()),
+        "cgroup": cgroup,
+        "cgroup_limit_mb": _mb(cgroup_limit_bytes(cgroup)) if cgroup else None,
+        "cgroup_peak_mb": _mb(_cgroup_value(cgroup, ("memory.peak", "memory.max_usage_in_bytes"))) if cgroup else None,
+        "address_space_limit_mb": _mb(address_space),
+        "oom_kills": oom_kills(cgroup),
+        "peak_rss_mb": peak_seen_mb(),
+    }
+
+
+def note_memory(facts=None):
+    # type: (Any) -> None
+    """One MEMORY_MARK line on stderr: what the host reports when this whole process is killed."""
+    try:
+        sys.stderr.write(MEMORY_MARK + json.dumps(facts or memory_facts()) + "\n")
+        sys.stderr.flush()
+    except (IOError, OSError, ValueError):
+        pass
+
+
+def _memory_line(text):
+    # type: (str) -> str
+    """The line of ``text`` that says memory ran out (numpy's ImportError is a page of advice), else its last."""
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    said = [line for line in lines if MEMORY_WORDS.search(line)]
+    return (said or lines or [text])[-1][:300]
+
+
+def out_of_memory(name, path, how, peak_mb=None):
+    # type: (str, Any, str, Any) -> dict
+    """The ``out_of_memory`` error of artifact ``name``: ``how`` it ran out, with the file's size, the peak RSS
+    seen, what the device has available and its limits, and what to try."""
+    facts = memory_facts()
+    try:
+        size = os.path.getsize(path) if path else None
+    except OSError:
+        size = None
+    peak = peak_mb or facts["peak_rss_mb"]
+    how = _memory_line(how)
+    has = ["MemAvailable {:g} MB".format(facts["available_mb"]) if facts["available_mb"] is not None
+           else "MemAvailable unknown"]
+    if facts["cgroup_limit_mb"] is not None:
+        has.append("cgroup limit {:g} MB".format(facts["cgroup_limit_mb"]))
+    if facts["address_space_limit_mb"] is not None:
+        has.append("ulimit -v {:g} MB".format(facts["address_space_limit_mb"]))
+    message = "{} ran out of memory on the device ({}): file {}, peak seen {}; the device has {}.".format(
+        name, how, "size unknown" if size is None else "{:.1f} MB".format(size / 1e6) if size >= 100000
+        else "{:.1f} KB".format(size / 1e3), "{:g} MB".format(peak) if peak else "unknown", ", ".join(has))
+    error = RunnerError("out_of_memory", message, OOM_HINT).to_dict()
+    error["memory"] = dict(facts, file_bytes=size, peak_rss_mb=peak)
+    return error
+
+
 # ------------------------------------------------------------------------------------------ runtimes
 
 
@@ -332,6 +514,8 @@ def _import_numpy():
     try:
         import numpy
     except ImportError as exc:
+        if MEMORY_WORDS.search(str(exc)):  # a shared library that cannot be mapped under ulimit -v
+            raise RunnerError("out_of_memory", "importing numpy: {}".format(_memory_line(str(exc))))
         raise RunnerError("missing_runtime", "numpy cannot be imported on this device ({}).".format(exc),
                           INSTALL_HINTS["numpy"])
     return numpy
@@ -369,6 +553,9 @@ def classify_load_error(exc, runtime, version):
     short = text.splitlines()[0][:400] if text else type(exc).__name__
     label = "{} {}".format(runtime, version or "")
     upgrade = INSTALL_HINTS.get(runtime, "") .replace("pip install", "pip install -U")
+    if isinstance(exc, MemoryError) or MEMORY_WORDS.search(text):  # std::bad_alloc is no damaged file
+        return RunnerError("out_of_memory", "{} could not allocate memory loading it ({})".format(
+            label.strip(), short))
     match = re.search(r"Didn't find op for builtin opcode '(\w+)' version '(\d+)'", text)
     if match:
         return RunnerError(
@@ -808,7 +995,7 @@ def open_model(path, fmt, record, threads, forced, onnx_options=None):
             else:
                 interpreter_cls = _load_tflite_interpreter(runtime)
         except ImportError as exc:
-            if _NUMPY_ABI in str(exc):
+            if _NUMPY_ABI in str(exc) or MEMORY_WORDS.search(str(exc)):
                 raise classify_load_error(exc, runtime, _version_of(runtime))
             missing.append("{} ({})".format(runtime, str(exc).splitlines()[0] if str(exc) else "not installed"))
             continue
@@ -831,9 +1018,9 @@ def open_model(path, fmt, record, threads, forced, onnx_options=None):
             model.import_ms = round((t1 - t0) * 1000.0, 3)
             model.load_ms = round((time.perf_counter() - t1) * 1000.0, 3)
             return model
-        except (MemoryError, KeyboardInterrupt):
+        except KeyboardInterrupt:
             raise
-        except Exception as exc:
+        except Exception as exc:  # MemoryError too: classify_load_error names it
             raise classify_load_error(exc, runtime, version)
     if fmt == "onnx":
         hint = INSTALL_HINTS["onnxruntime"] + " (on Jetson: NVIDIA's onnxruntime-gpu wheel for your JetPack)"
@@ -1948,12 +2135,17 @@ def run_one(bundle, name, opts, verify=True):
         report["peak_rss_mb"] = _peak_rss_mb()  # before profiling and throughput open sessions of their own
         inspect_artifact(numpy, model, path, fmt, record, threads, opts, first, times, golden_inputs, report)
     except RunnerError as exc:
-        report["error"] = exc.to_dict()
         report["peak_rss_mb"] = _peak_rss_mb()
-    except MemoryError:
-        report["error"] = RunnerError("crash", "The device ran out of memory running {}.".format(name),
-                                      "Free memory or use a smaller (int8) artifact.").to_dict()
+        report["error"] = (out_of_memory(name, os.path.join(bundle, name), exc.message) if exc.kind == "out_of_memory"
+                           else exc.to_dict())
+    except MemoryError as exc:
+        report["error"] = out_of_memory(name, os.path.join(bundle, name), "MemoryError{}".format(
+            ": " + str(exc).splitlines()[0][:200] if str(exc) else ""))
     except Exception as exc:
+        if MEMORY_WORDS.search(str(exc)):
+            report["error"] = out_of_memory(name, os.path.join(bundle, name), "{}: {}".format(
+                type(exc).__name__, str(exc).splitlines()[0][:200]))
+            return report
         report["error"] = RunnerError(
             "crash",
             "Running {} failed ({}: {}).".format(name, type(exc).__name__, str(exc).splitlines()[0][:400]
@@ -2014,11 +2206,31 @@ def _worker_cmd(command, bundle, names, opts, extra=()):
     return cmd + _forwarded(opts) + list(extra)
 
 
-def _worker_report(name, opts, returncode, stdout, tail, timed_out, seconds):
-    # type: (str, argparse.Namespace, Any, str, str, bool, float) -> dict
-    """The report a worker printed for ``name``, or what its fate says: killed after ``seconds``, killed by a
-    signal (the runtime crashed on this artifact), or ended without a report."""
+def _worker_report(name, opts, returncode, stdout, tail, timed_out, seconds, oom=None):
+    # type: (str, argparse.Namespace, Any, str, str, bool, float, Any) -> dict
+    """The report a worker printed for ``name``, or what its fate says: killed after ``seconds``, out of memory
+    (``oom``: whether the kernel's OOM-kill count rose while it ran, None: unknown; or its stderr says so),
+    killed by a signal (the runtime crashed on this artifact), or ended without a report."""
     report = empty_report(name, opts.threads, opts.runs, opts.warmup)
+    path = os.path.join(os.path.abspath(os.path.expanduser(opts.bundle)), name)
+    killed = returncode is not None and returncode < 0 and -returncode == getattr(signal, "SIGKILL", 9)
+    if returncode and not timed_out and (killed and oom or MEMORY_WORDS.search(tail or "")):
+        how = ("the worker was killed by SIGKILL and the kernel's OOM-kill count rose" if killed and oom else
+               "the worker ended with {}: {}".format(
+                   "signal " + _signal_name(-returncode) if returncode < 0 else "exit code {}".format(returncode),
+                   MEMORY_WORDS.search(tail).group(0)))
+        report["error"] = out_of_memory(name, path, how, _children_peak_mb())
+        report["error"]["detail"] = tail or None
+        return report
+    if killed and not timed_out:
+        report["error"] = RunnerError(
+            "killed",
+            "The worker measuring {} was killed by SIGKILL, {}.".format(
+                name, "not by the kernel's out-of-memory killer (its OOM-kill count did not rise)" if oom is False
+                else "and the kernel's OOM-kill count cannot be read here"),
+            "Something on the device killed it (a watchdog, a supervisor, a container's memory limit); look at "
+            "`dmesg` and the system journal.", detail=tail or None).to_dict()
+        return report
     if timed_out:
         report["error"] = RunnerError(
             "crash", "Measuring {} did not finish within {:g} s; the worker was killed.".format(name, seconds),
@@ -2050,12 +2262,15 @@ def _child(bundle, name, opts, extra=()):
     # type: (str, str, argparse.Namespace, tuple) -> dict
     """Run ``run-one`` for one artifact in a child process and turn its fate into a report."""
     cmd = _worker_cmd("run-one", bundle, [name], opts, extra)
+    cgroup = own_cgroup()
+    before = oom_kills(cgroup)
     try:
         proc = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, universal_newlines=True,
                               timeout=opts.timeout)
     except subprocess.TimeoutExpired:
         return _worker_report(name, opts, None, "", "", True, opts.timeout)
-    return _worker_report(name, opts, proc.returncode, proc.stdout, (proc.stderr or "")[-1500:], False, 0.0)
+    return _worker_report(name, opts, proc.returncode, proc.stdout, (proc.stderr or "")[-1500:], False, 0.0,
+                          oom_rose(before, oom_kills(cgroup)) if proc.returncode else None)
 
 
 # The formats whose runtime import dominates a worker's life (ExecuTorch's Python runtime imports torch: 6-10 s on
@@ -2084,6 +2299,17 @@ def _json_bytes(doc):
     return (json.dumps(_finite(doc), sort_keys=False, allow_nan=False, default=str) + "\n").encode("utf-8")
 
 
+def framed(data):
+    # type: (bytes) -> bytes
+    """``data`` (one JSON document, ASCII) in check's frame: ``REPORT_MARK LENGTH SHA256`` on a line of its own,
+    the document, ``REPORT_MARK-end`` on a line of its own. The host takes a report only from a whole frame
+    whose length and sha256 agree (toolkit.model.runner_frame)."""
+    import hashlib
+
+    head = "{} {} {}\n".format(REPORT_MARK, len(data), hashlib.sha256(data).hexdigest()).encode("ascii")
+    return head + data + (REPORT_MARK + "-end\n").encode("ascii")
+
+
 def _write_all(fd, data):
     # type: (int, bytes) -> None
     while data:
@@ -2102,6 +2328,8 @@ def _forked(bundle, name, opts):
     sys.stdout.flush()
     sys.stderr.flush()
     log = tempfile.TemporaryFile()  # the child's stderr: the tail of a crash goes into its report
+    cgroup = own_cgroup()
+    before = oom_kills(cgroup)
     read_end, write_end = os.pipe()
     pid = os.fork()
     if pid == 0:  # the child: measure, write the report, leave without the parent's exit handlers
@@ -2133,7 +2361,7 @@ def _forked(bundle, name, opts):
     sys.stderr.write(text)
     code = -os.WTERMSIG(status) if os.WIFSIGNALED(status) else os.WEXITSTATUS(status)
     return _worker_report(name, opts, code, b"".join(chunks).decode("utf-8", "replace"), text[-1500:],
-                          timed_out, opts.timeout)
+                          timed_out, opts.timeout, oom_rose(before, oom_kills(cgroup)) if code else None)
 
 
 def run_group(bundle, names, opts, emit):
@@ -2172,6 +2400,8 @@ def _group_children(bundle, names, opts):
     """``run-group`` of ``names`` in one child process: name -> report. The group's own deadline is --timeout per
     artifact plus one for the import; reports it printed before it died or was stopped are kept."""
     seconds = opts.timeout * (len(names) + 1)
+    cgroup = own_cgroup()
+    before = oom_kills(cgroup)
     proc = subprocess.Popen(_worker_cmd("run-group", bundle, names, opts), stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, universal_newlines=True)
     timed_out = False
@@ -2194,7 +2424,9 @@ def _group_children(bundle, names, opts):
         if isinstance(doc, dict) and doc.get("artifact") in names:
             found[doc["artifact"]] = doc
     tail = (err or "")[-1500:]
-    return dict((name, found.get(name) or _worker_report(name, opts, proc.returncode, "", tail, timed_out, seconds))
+    oom = oom_rose(before, oom_kills(cgroup)) if proc.returncode else None
+    return dict((name, found.get(name) or _worker_report(name, opts, proc.returncode, "", tail, timed_out, seconds,
+                                                         oom))
                 for name in names)
 
 
@@ -2202,6 +2434,7 @@ def check(opts):
     # type: (argparse.Namespace) -> dict
     doc = {"runner_version": RUNNER_VERSION, "ok": False, "environment": environment(), "reports": [],
            "error": None}  # type: Any
+    note_memory()
     bundle = os.path.abspath(os.path.expanduser(opts.bundle))
     try:
         manifest = read_manifest(bundle)
@@ -2239,6 +2472,7 @@ def check(opts):
         if getattr(opts, "loads", False) and report.get("error") is None:
             report["loads"] = measure_loads(bundle, name, opts, report, _artifact_format(record))
         doc["reports"].append(report)
+        note_memory()
     doc["ok"] = all(report_ok(r) for r in doc["reports"])
     return doc
 
@@ -2540,6 +2774,8 @@ def build_parser():
     parser = _Parser(prog="edgetk_runner.py", description="edgetk on-device runner (prints one JSON document)")
     sub = parser.add_subparsers(dest="command")
     sub.add_parser("probe", help="describe this device and its runtimes")
+    p = sub.add_parser("memory", help="the memory this device has now, and its OOM-kill counts (stdlib only)")
+    p.add_argument("--cgroup", default=None, help="the memory cgroup's folder (default: this process's)")
     p = sub.add_parser("selected", help="the path of the model file the last check selected for a bundle")
     p.add_argument("--name", required=True)
     p.add_argument("--root", default=None, help="default ~/.edgetk")
@@ -2594,11 +2830,13 @@ def main(argv=None):
     # type: (Any) -> int
     out_fd = os.dup(1)
     os.dup2(2, 1)  # whatever a native library prints goes to stderr; the JSON goes to the saved fd
+    words = sys.argv[1:] if argv is None else argv
+    frame = framed if words[:1] == ["check"] else (lambda data: data)
 
     def emit(doc):
         # type: (dict) -> None
         sys.stdout.flush()
-        _write_all(out_fd, _json_bytes(doc))
+        _write_all(out_fd, frame(_json_bytes(doc)))
 
     try:
         opts = build_parser().parse_args(argv)
@@ -2614,6 +2852,8 @@ def main(argv=None):
         return 2
     if opts.command == "probe":
         emit(probe())
+    elif opts.command == "memory":
+        emit(memory_facts(opts.cgroup if opts.cgroup and os.path.isdir(opts.cgroup) else None))
     elif opts.command == "selected":
         try:
             emit({"runner_version": RUNNER_VERSION, "ok": True, "path": selected_model(opts.name, opts.root)})
@@ -2621,7 +2861,13 @@ def main(argv=None):
             emit({"runner_version": RUNNER_VERSION, "ok": False, "path": None, "error": exc.to_dict()})
             return 1
     elif opts.command == "check":
-        doc = check(opts)
+        try:
+            doc = check(opts)
+        except MemoryError:
+            doc = {"runner_version": RUNNER_VERSION, "ok": False, "environment": None, "reports": [],
+                   "error": RunnerError("out_of_memory", "The runner itself ran out of memory on the device "
+                                        "(MemoryError); the device has {} MB available.".format(
+                                            memory_facts()["available_mb"]), OOM_HINT).to_dict()}
         emit(doc)
         if doc["error"] and doc["error"]["kind"] == "usage":
             return 2
