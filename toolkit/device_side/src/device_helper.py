@@ -7,7 +7,8 @@ arrive as separate argv words (the host quotes each one), so names are data, nev
 relative to the home directory (the working directory of SSH sessions and of ``local``). It prints one JSON
 object between frame markers (so that other text on stdout cannot be taken for it); exit 0 = done, 3 = a refusal the host turns into a plain message ({"kind", "error", ...}).
 
-Layout: ``.edgetk/bundles/<name>/<version>/`` (files mirror the bundle), ``.edgetk/bundles/<name>/current`` ->
+Layout (``.edgetk`` stands for the toolkit's home on the device, ``$EDGETK_HOME``: see ``BASE``):
+``.edgetk/bundles/<name>/<version>/`` (files mirror the bundle), ``.edgetk/bundles/<name>/current`` ->
 ``<version>`` (switched with rename(2) over a fresh symlink: atomic), ``.edgetk/bundles/<name>/.history.json``
 (installed versions, oldest first, with every file's sha256, so rollback can verify what it switches to),
 ``.edgetk/locks/<name>/`` (mkdir is atomic: the deploy lock). The lock records the device's boot id and its
@@ -42,7 +43,9 @@ import time
 # --- device probe: device_probe.py's block, inlined here when assembled (toolkit.device_side) ---
 
 
-BASE = ".edgetk"
+# the toolkit's home on the device: $EDGETK_HOME (the host's boot sets it from the device's `home`; the Mender
+# module from its own setting), else .edgetk in the home directory (relative paths: the working directory)
+BASE = os.environ.get("EDGETK_HOME") or ".edgetk"
 GZ_SUFFIX = ".edgetk-gz"  # a file sent gzip-compressed (deploy --compress), inflated by `inflate`
 SHELLS = ("sh", "bash", "dash", "ash", "zsh", "ksh", "mksh", "fish", "busybox", "tcsh", "csh")
 
@@ -253,12 +256,20 @@ def read_config_python():
         return None
 
 
+def existing_dir(path):
+    """``path`` or its nearest existing ancestor (the filesystem a directory not made yet will be on)."""
+    path = os.path.abspath(path)
+    while not os.path.isdir(path) and os.path.dirname(path) != path:
+        path = os.path.dirname(path)
+    return path
+
+
 def device_info():
     """The probe's basics plus what a push needs: free disk where bundles go, the configured Python, zlib."""
     info = probe_basics()
     info.update({
         # where bundles go: ~/.edgetk may be its own filesystem (an SD card's data partition)
-        "free_bytes": free_bytes(BASE if os.path.isdir(BASE) else info["home"]),
+        "free_bytes": free_bytes(existing_dir(BASE)),
         "config_python": read_config_python(),
         "zlib": zlib_available(),
     })
@@ -467,8 +478,7 @@ def cmd_abort(name, version, token=None):
     finally:
         if token:
             release_lock(name, token)
-    home = os.path.expanduser("~")
-    emit({"removed": removed, "free_bytes": free_bytes(BASE if os.path.isdir(BASE) else home)})
+    emit({"removed": removed, "free_bytes": free_bytes(existing_dir(BASE))})
 
 
 def cmd_finish(name, version, files_json, keep, token=None, packed_json="[]"):
