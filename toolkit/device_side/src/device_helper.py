@@ -205,13 +205,46 @@ def load_history(name):
         return []
 
 
-def save_history(name, history):
-    path = os.path.join(bundle_dir(name), ".history.json")
+def fsync_path(path, directory=False):
+    """Flush ``path`` (a file, or a directory's entries) to the storage. A filesystem that cannot sync a
+    directory (EINVAL on some FUSE and network mounts) is not an error: there is nothing more to do there."""
+    try:
+        fd = os.open(path, os.O_RDONLY | (getattr(os, "O_DIRECTORY", 0) if directory else 0))
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+def sync_tree(top):
+    """Every file of ``top`` and every directory in it (deepest first), then ``top`` itself, on the storage: a
+    power cut after ``current`` names a version must not find its files still in the page cache."""
+    for root, _dirs, names in os.walk(top, topdown=False):
+        for entry in names:
+            full = os.path.join(root, entry)
+            if not os.path.islink(full):
+                fsync_path(full)
+        fsync_path(root, directory=True)
+
+
+def write_durably(path, text):
+    """``path`` replaced by ``text`` atomically (a temp file, synced, renamed over it, the directory synced)."""
     tmp = path + ".tmp.%d" % os.getpid()
     with open(tmp, "w") as handle:
-        json.dump(history, handle)
+        handle.write(text)
+        handle.flush()
+        os.fsync(handle.fileno())
     os.chmod(tmp, 0o644)
     os.replace(tmp, path)
+    fsync_path(os.path.dirname(path) or ".", directory=True)
+
+
+def save_history(name, history):
+    write_durably(os.path.join(bundle_dir(name), ".history.json"), json.dumps(history))
 
 
 def file_ok(path, digest):
@@ -224,7 +257,8 @@ def switch_current(name, version):
     if os.path.lexists(tmp):
         os.remove(tmp)
     os.symlink(version, tmp)
-    os.replace(tmp, os.path.join(bdir, "current"))
+    os.replace(tmp, os.path.join(bdir, "current"))  # rename(2): atomic
+    fsync_path(bdir, directory=True)  # the switch itself on the storage before the host is told it is done
 
 
 def verify(vdir, files):
@@ -523,6 +557,8 @@ def finish(name, version, files_json, keep, token, packed):
     if bad:
         fail("integrity", "files do not match their sha256 after the upload: " + ", ".join(bad), bad=bad)
     tidy_permissions(vdir)
+    sync_tree(vdir)  # files and their directories on the storage before `current` names them
+    fsync_path(bdir, directory=True)
     previous = read_current(name)
     switch_current(name, version)
     old = load_history(name)
@@ -593,12 +629,7 @@ def cmd_select(name, doc_json):
     artifact = doc.get("artifact")
     if artifact is not None and not os.path.isfile(os.path.join(bdir, current, safe_rel(artifact))):
         fail("usage", "the selected artifact %r is not in version %s" % (artifact, current[:12]))
-    path = os.path.join(bdir, SELECTED)
-    tmp = path + ".tmp.%d" % os.getpid()
-    with open(tmp, "w") as handle:
-        json.dump(doc, handle, indent=1, sort_keys=True)
-    os.chmod(tmp, 0o644)
-    os.replace(tmp, path)
+    write_durably(os.path.join(bdir, SELECTED), json.dumps(doc, indent=1, sort_keys=True))
     emit({"selected": artifact})
 
 
