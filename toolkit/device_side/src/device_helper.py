@@ -613,8 +613,11 @@ def read_selected(name):
         return None
 
 
-def cmd_select(name, doc_json):
-    """Write the selection of the installed version atomically (the host decided it from this device's check)."""
+def cmd_select(name, doc_json, request=None, timeout="120"):
+    """Write the selection of the installed version: a compare-and-swap on ``current``, under the bundle's lock
+    (so no push's switch falls between the comparison and the write), written durably. When another version
+    was installed since this selection's check began, refuse (``not_current``) naming that version and who
+    installed it: that version's own check decides its selection."""
     bdir = bundle_dir(name)
     if not os.path.isdir(bdir):
         fail("not_installed", "the bundle %r is not installed" % name)
@@ -622,14 +625,21 @@ def cmd_select(name, doc_json):
         doc = json.loads(doc_json)
     except ValueError:
         fail("usage", "the selection is not JSON")
-    current = read_current(name)
-    if not isinstance(doc, dict) or doc.get("version") != current:
-        fail("not_current", "the selection is for version %s, but %s is installed"
-             % (str(doc.get("version") if isinstance(doc, dict) else None)[:12], (current or "none")[:12]))
-    artifact = doc.get("artifact")
-    if artifact is not None and not os.path.isfile(os.path.join(bdir, current, safe_rel(artifact))):
-        fail("usage", "the selected artifact %r is not in version %s" % (artifact, current[:12]))
-    write_durably(os.path.join(bdir, SELECTED), json.dumps(doc, indent=1, sort_keys=True))
+    token = "select-%d-%d" % (os.getpid(), int(time.time() * 1000))
+    acquire_lock(name, float(timeout), request or '{"what": "selection"}', token)
+    try:
+        current = read_current(name)
+        if not isinstance(doc, dict) or doc.get("version") != current:
+            by = next((h.get("by") for h in load_history(name) if h.get("version") == current), None)
+            fail("not_current", "the selection is for version %s, but %s is installed"
+                 % (str(doc.get("version") if isinstance(doc, dict) else None)[:12], (current or "none")[:12]),
+                 current=current, by=by)
+        artifact = doc.get("artifact")
+        if artifact is not None and not os.path.isfile(os.path.join(bdir, current, safe_rel(artifact))):
+            fail("usage", "the selected artifact %r is not in version %s" % (artifact, current[:12]))
+        write_durably(os.path.join(bdir, SELECTED), json.dumps(doc, indent=1, sort_keys=True))
+    finally:
+        release_lock(name, token)
     emit({"selected": artifact})
 
 
