@@ -37,4 +37,6 @@ def test_no_ensurepip_names_python3_venv_and_offline_and_leaves_no_venv(
         error = setup.json()["devices"][0]["error"]
         assert "no ensurepip" in error and "apt install python3-venv" in error and "--offline" in error, error
         assert "No module named pip" not in error
+        (said,) = [line for line in setup.stderr.splitlines() if line.startswith("error: ")]
+        assert said.count(device.spec) == 1, said  # the device named once ("error: pi-1: pi-1: ..." before)
         assert not (device.home / ".edgetk" / "venv").exists(), f"attempt {attempt}: a half-made venv was left"
