@@ -63,6 +63,18 @@ def test_a_read_only_root_is_told_what_to_set_and_works_from_data(
     assert "/tmp/venv is on a filesystem mounted noexec" in noexec.json()["devices"][0]["error"]
     assert not list((tmp_path / "xdg-cache").rglob("*.whl"))
 
+    # a python on the noexec /tmp: probe says it cannot execute it (not "cannot run python")
+    stray = device.device_path("/tmp/python3")
+    stray.write_text(f"#!/bin/busybox sh\nexec {device.env.python} \"$@\"\n")
+    stray.chmod(0o755)
+    try:
+        inventory = tmp_path / "noexec.toml"
+        inventory.write_text(device.inventory_entry(name="ro", home="/data/edgetk", python="/tmp/python3"))
+        denied = run_edgetk("devices", "probe", "--inventory", inventory, "--json", env=env)
+    finally:
+        stray.unlink()
+    assert denied.code == 4 and "cannot execute '/tmp/python3'" in denied.json()["devices"][0]["error"], denied.stdout
+
     # with home = "/data/edgetk": probe, deploy --check, status, rollback, prune, check, all under /data
     inventory = tmp_path / "inv.toml"
     inventory.write_text(device.inventory_entry(name="ro", home="/data/edgetk", target="generic-x86_64"))

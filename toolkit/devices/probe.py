@@ -135,6 +135,10 @@ def probe_device(device: ProbedDevice) -> dict[str, Any]:  # Any: JSON
         first = None
     if not isinstance(first, dict):
         tail = (check.stderr.strip().splitlines() or check.stdout.strip().splitlines() or ["no output"])[-1][:200]
+        if check.returncode == 126:  # found, not executable: its mode, or a noexec mount
+            raise DeviceError(f"cannot execute {python!r} on the device ({tail}).",
+                              hint="Make it executable, or put it on a filesystem not mounted noexec; or set "
+                              "another `python` for it in the inventory.")
         raise DeviceError(f"cannot run {python!r} on the device ({tail}).",
                           hint="Install python3 there, or set `python` for it in the inventory.")
     if first.get("write_error"):
