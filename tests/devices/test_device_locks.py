@@ -9,6 +9,7 @@ import importlib.util
 import io
 import json
 import os
+import shutil
 import subprocess
 import threading
 from collections.abc import Callable
@@ -299,3 +300,33 @@ def test_a_controller_whose_version_was_replaced_names_what_and_who(
     selected = json.loads((current.parent / "selected.json").read_text())
     assert selected["version"] == versions[-1]
     assert not (device.home / ".edgetk" / "locks" / "raced").exists()
+
+
+def test_a_selection_waits_for_a_push_in_progress_and_then_names_it(
+        local_home: Path, deploy_bundle_factory: Callable[..., Path], monkeypatch: pytest.MonkeyPatch) -> None:
+    """The selection's compare-and-swap runs under the bundle's lock: while another controller's deploy holds it
+    (longer than the selection waits), this check's selection is not written and the error names that deploy;
+    once the lock is free, it is written."""
+    from toolkit.checks import selection as choosing
+    from toolkit.errors import VersionReplaced
+
+    bundle = read_bundle(deploy_bundle_factory(name="pending"))
+    spec = DeviceSpec(name="local")
+    by = {"host": "controller-b", "pid": 4343, "user": "ops"}
+    me = {"pid": os.getpid(), "start": _start_of(os.getpid())}
+    monkeypatch.setattr(choosing, "SELECT_WAIT_S", 1.0)
+    chosen = choosing.Selection(device="local", bundle="pending", version=bundle.version, artifact=None,
+                                reason="nothing passes")
+    with open_connection(spec) as conn:
+        device = Device(spec, conn)
+        push(device, bundle)
+        _plant_lock(local_home, "pending", {"boot_id": _boot_id(), "holder": me, "by": by, "version": "cd" * 32})
+        with pytest.raises(VersionReplaced, match=r"version \w{12} of pending is being replaced by a deploy of "
+                                                  r"pending \(version cdcdcdcdcdcd\) from ops@controller-b "
+                                                  r"\(pid 4343\)"):
+            choosing.write_selection(device, "pending", chosen)
+        selected = local_home / ".edgetk" / "bundles" / "pending" / "selected.json"
+        assert not selected.exists()
+        shutil.rmtree(local_home / ".edgetk" / "locks" / "pending")
+        choosing.write_selection(device, "pending", chosen)
+        assert json.loads(selected.read_text())["version"] == bundle.version

@@ -28,6 +28,7 @@ from toolkit.model.quantized import label_beyond
 from toolkit.model.vocabulary import ArtifactStatus
 
 SELECTED_FILE = "selected.json"  # in <home>/bundles/<name>/, beside ``current``
+SELECT_WAIT_S = 120.0  # how long writing the selection waits on the device for another controller's push
 # statuses that passed verification at convert time; UNVERIFIED (verification proved nothing) is in the running
 # only where no verified artifact is
 SELECTABLE = (ArtifactStatus.OK, ArtifactStatus.NO_SPEEDUP_MEASURED, ArtifactStatus.SLOWER)
@@ -196,13 +197,23 @@ def write_selection(device: Any, name: str, selection: Selection) -> None:  # An
     import json
 
     from toolkit.delivery.deployment import HelperRefused
-    from toolkit.delivery.locks import installer, request
+    from toolkit.delivery.locks import describe, installer, request
     from toolkit.model.vocabulary import HelperRefusal
 
-    try:
+    try:  # the device waits up to SELECT_WAIT_S for a push in progress; this call's own timeout is longer
         device.helper("select", name, json.dumps(selection.on_device()),
-                      request("selection", version=selection.version))
+                      request("selection", version=selection.version), str(SELECT_WAIT_S),
+                      timeout=SELECT_WAIT_S + 60)
     except HelperRefused as refused:
+        found = refused.data.get("owner")
+        owner: dict[str, Any] = found if isinstance(found, dict) else {}  # Any: JSON
+        if refused.kind is HelperRefusal.LOCKED and owner.get("what") in (None, "deploy"):
+            # another controller is installing: its version will replace this one
+            raise VersionReplaced(
+                f"version {selection.version[:12]} of {name} is being replaced by "
+                f"{describe(refused.data.get('owner'), name)} (it held the lock for {SELECT_WAIT_S:.0f} s after "
+                "this check); that version's check decides.",
+                hint="This check's reports are in the history; its selection was not written.") from None
         if refused.kind is not HelperRefusal.NOT_CURRENT:
             raise
         current = refused.data.get("current")
