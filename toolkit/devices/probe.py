@@ -136,20 +136,20 @@ def probe_device(device: ProbedDevice) -> dict[str, Any]:  # Any: JSON
     if not isinstance(first, dict):
         tail = (check.stderr.strip().splitlines() or check.stdout.strip().splitlines() or ["no output"])[-1][:200]
         if check.returncode == 126:  # found, not executable: its mode, or a noexec mount
-            raise DeviceError(f"cannot execute {python!r} on the device ({tail}).",
+            raise DeviceError(f"{name}: cannot execute {python!r} on the device ({tail}).",
                               hint="Make it executable, or put it on a filesystem not mounted noexec; or set "
                               "another `python` for it in the inventory.")
-        raise DeviceError(f"cannot run {python!r} on the device ({tail}).",
+        raise DeviceError(f"{name}: cannot run {python!r} on the device ({tail}).",
                           hint="Install python3 there, or set `python` for it in the inventory.")
     if first.get("write_error"):
         state = "read-only" if "Read-only" in str(first["write_error"]) else "not writable"
-        raise DeviceError(f"the toolkit's home {first.get('home')} is {state} ({first['write_error']}).",
+        raise DeviceError(f"{name}: the toolkit's home {first.get('home')} is {state} ({first['write_error']}).",
                           hint=home_setting_hint(name, str(first.get("home")), first.get("places") or {}))
     if first.get("hash") != digest:
         try:
             device.conn.put(local, remote)
         except DeviceError as exc:
-            raise DeviceError(f"cannot copy the runner to {remote} ({exc.message}).",
+            raise DeviceError(f"{name}: cannot copy the runner to {remote} ({exc.message}).",
                               hint="Check the free disk there (`df`), or set another `home` for it.") from None
     python = device.python
     result = device.conn.run([python, remote, "probe"], timeout=120)
@@ -157,7 +157,7 @@ def probe_device(device: ProbedDevice) -> dict[str, Any]:  # Any: JSON
         doc = json.loads(result.stdout)
     except json.JSONDecodeError:
         tail = (result.stderr.strip().splitlines() or ["no output"])[-1][:200]
-        raise DeviceError(f"the runner's probe failed with {python!r} (exit code {result.returncode}: {tail}).",
+        raise DeviceError(f"{name}: the runner's probe failed with {python!r} (exit code {result.returncode}: {tail}).",
                           hint="Run it by hand there to see why: "
                           f"{python} {remote} probe") from None
     profile, why = _best_profile(doc.get("environment") or {})
