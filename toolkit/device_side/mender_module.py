@@ -59,7 +59,8 @@ def load_meta(files_dir):
 def helper(files_dir, *args):
     """Run the bundle's device helper (from the payload) in HOME; its JSON answer, or exit with its error."""
     argv = [sys.executable, "-S", payload(files_dir, "device_helper.py")] + list(args)
-    proc = subprocess.run(argv, cwd=HOME, env=ENV, stdout=subprocess.PIPE, stderr=subprocess.PIPE, universal_newlines=True)
+    proc = subprocess.run(argv, cwd=HOME, env=ENV, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                          universal_newlines=True)
     answer = framed(files_dir, proc.stdout)
     if answer is None:
         answer = {"error": (proc.stdout + proc.stderr).strip()[-500:]}
@@ -193,7 +194,8 @@ def commit(files_dir):
     vdir = os.path.join(HOME, "bundles", name, version)
     argv = [runner_python(), os.path.join(vdir, meta.get("runner") or "edgetk_runner.py"), "check", "--bundle", vdir,
             "--runs", str(meta.get("runs", 20)), "--warmup", str(meta.get("warmup", 3))]
-    proc = subprocess.run(argv, cwd=HOME, env=ENV, stdout=subprocess.PIPE, stderr=subprocess.PIPE, universal_newlines=True)
+    proc = subprocess.run(argv, cwd=HOME, env=ENV, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                          universal_newlines=True)
     try:
         doc = json.loads(proc.stdout)
     except ValueError:
