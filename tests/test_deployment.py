@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import shutil
 import threading
 from pathlib import Path
 
@@ -361,3 +362,73 @@ def test_helper_is_installed_once_and_the_command_line_stays_small(local_home): 
             cache.unlink()
         assert status(device) == {"bundles": {}}
         assert installed.read_text() == helper_source()
+
+
+@pytest.mark.skipif(not shutil.which("strace"), reason="strace is not installed (scripts/test installs it)")
+def test_an_install_is_on_the_storage_before_current_switches(local_home, deploy_bundle_factory, tmp_path):  # type: ignore[no-untyped-def]
+    """A power cut right after the switch must not find files still in the page cache: the device's own system
+    calls (strace on the helper's Python) show every file of the version and its directories fsynced before the
+    rename(2) that switches ``current``, and the bundle directory fsynced right after it."""
+    import sys
+
+    log = tmp_path / "strace.log"
+    wrapper = tmp_path / "python"
+    wrapper.write_text(f"#!/bin/sh\nexec strace -f -y -qq -e trace=fsync,rename,renameat,renameat2 -o {log} "
+                       f"{sys.executable} \"$@\"\n")
+    wrapper.chmod(0o755)
+    bundle = read_bundle(deploy_bundle_factory(name="durable", target_arch="x86_64", seed=71))
+    spec = DeviceSpec(name="local", python=str(wrapper))
+    with open_connection(spec) as conn:
+        push(Device(spec, conn), bundle)
+    calls = [line.split(None, 1)[1] for line in log.read_text().splitlines() if "(" in line]
+    bdir = str(local_home / ".edgetk" / "bundles" / "durable")
+    switch = next(i for i, c in enumerate(calls)
+                  if c.startswith("rename") and '/bundles/durable/current"' in c)  # paths relative to the home
+    synced = {c.split("<", 1)[1].split(">", 1)[0] for c in calls[:switch] if c.startswith("fsync(")}
+    vdir = Path(bdir) / bundle.version
+    for f in bundle.files():
+        assert str(vdir / f.path) in synced, f"{f.path} was not fsynced before the switch"
+    assert str(vdir) in synced and str(vdir / "golden") in synced
+    assert calls[switch + 1].startswith("fsync(") and f"<{bdir}>" in calls[switch + 1], calls[switch:]
+
+
+def test_progress_rates_count_bytes_sent_not_bytes_queued() -> None:
+    """The first megabytes of a push go into buffers at once (an SSH window, a socket): a rate over them says
+    nothing about the link. Here the link is a real pipe with a 1 MiB buffer drained at 1 MB/s: the first line
+    (after a 1 MiB burst) gives no rate, the later ones about 1 MB/s (before: 3 MB/s on the first line)."""
+    import fcntl
+    import io
+    import re
+    import time
+
+    from toolkit.delivery.deploy_wire import UploadProgress
+
+    read_end, write_end = os.pipe()
+    fcntl.fcntl(write_end, 1031, 1 << 20)  # F_SETPIPE_SZ: the "link's" buffer
+    total = 4_000_000
+    stream = io.StringIO()
+    progress = UploadProgress("pi-1", total, stream=stream, interval=0.5)
+
+    def drain() -> None:  # the far end takes 1 MB/s
+        got = 0
+        while got < total:
+            block = os.read(read_end, 50_000)
+            got += len(block)
+            time.sleep(0.05)
+
+    reader = threading.Thread(target=drain)
+    reader.start()
+    callback = progress.file_progress(0)
+    sent = 0
+    block = b"x" * 16_384
+    while sent < total:
+        sent += os.write(write_end, block[:total - sent])
+        callback(sent, total)
+    reader.join(30)
+    progress.finish()
+    os.close(read_end)
+    os.close(write_end)
+    lines = stream.getvalue().splitlines()
+    rates = [float(m.group(1)) if (m := re.search(r"\(([\d.]+) MB/s\)", line)) else None for line in lines]
+    assert rates[0] is None, lines  # the first line: the buffer filled, no rate to tell
+    assert all(r is not None and 0.5 < r < 1.6 for r in rates[1:]), lines

@@ -93,6 +93,12 @@ class DeviceShellNoise(DeviceError):
     """The device user's login shell prints text on start-up, and it broke a reply that could not be framed."""
 
 
+class VersionReplaced(DeviceError):
+    """Another controller installed a newer version of the bundle while this one checked its own: this check's
+    selection is not written (the newer version's check decides). Exit 4: this command's version is not what
+    the device runs."""
+
+
 class DeviceSetupNeeded(DeviceError):
     """The device lacks what edgetk runs with (Python, numpy, a runtime): `edgetk devices setup` fixes it."""
 

@@ -113,7 +113,9 @@ def test_fleet_in_parallel_with_one_device_down(home, ssh_devices, fresh_ssh_dev
         assert (dev.home / ".edgetk/bundles/fleet/current/manifest.json").is_file()
     assert by_name[down.name]["ok"] is False
     assert "refused the connection" in by_name[down.name]["error"]
-    assert f"error: {down.name}: {by_name[down.name]['error']}" in result.stderr  # --json: on stderr as well
+    assert by_name[down.name]["error"].startswith(f"{down.name}: ")
+    assert f"error: {by_name[down.name]['error']}" in result.stderr  # --json: on stderr as well, named once
+    assert f"{down.name}: {down.name}: " not in result.stderr
     text = run_edgetk("status", "--inventory", inventory, env=Home(home).env)
     assert text.code == 4 and "4 of 5 devices succeeded" in text.stderr
 

@@ -184,7 +184,8 @@ def test_device_error_prints_the_document_and_the_plain_error(deploy_bundle_fact
     doc = json.loads(result.stdout)
     (entry,) = doc["devices"]
     assert doc["passed"] is False and entry["ok"] is False and entry["error"]
-    assert f"error: {entry['device']}: {entry['error']}" in result.stderr
+    said = entry["error"] if entry["error"].startswith(f"{entry['device']}: ") else f"{entry['device']}: {entry['error']}"
+    assert f"error: {said}" in result.stderr and f"{entry['device']}: {entry['device']}: " not in result.stderr
     plain = _invoke(*args)
     assert plain.exit_code == 4 and "FAILED" in plain.stdout and entry["error"] in plain.stderr
     assert api.deploy(bundle, devices=[spec], known_hosts=tmp_path / "known_hosts",

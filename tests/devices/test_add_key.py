@@ -66,6 +66,8 @@ def test_add_key_on_openssh_with_a_password(fresh_ssh_device: Callable[..., SshD
     wrong = _edgetk("--debug", *args, "--trust-new-host", "--password-env", "EDGETK_TEST_PW",
                     env={"EDGETK_TEST_PW": "not-the-password"})
     assert wrong.code == 4 and "refused the password" in wrong.stderr
+    (said,) = [line for line in wrong.stderr.splitlines() if line.startswith("error: ")]
+    assert said.count(device.spec) == 1, said  # the device named once (it was three times)
     assert "not-the-password" not in wrong.stdout + wrong.stderr
 
     done = _edgetk("--debug", *args, "--trust-new-host", "--password-env", "EDGETK_TEST_PW", "--json",
@@ -73,7 +75,7 @@ def test_add_key_on_openssh_with_a_password(fresh_ssh_device: Callable[..., SshD
     assert done.code == 0, done.stderr
     _no_secret(done.stdout, done.stderr)
     entry = done.json()["devices"][0]["add_key"]
-    assert entry["added"] == [".ssh/authorized_keys"] and entry["key_login"] is True
+    assert entry["added"] == [".ssh/authorized_keys"] and entry["key_login"] is True and entry["password_used"]
     public = Path(f"{user_key}.pub").read_text().strip()
     assert (device.home / ".ssh" / "authorized_keys").read_text() == public + "\n"
     assert (device.home / ".ssh").stat().st_mode & 0o777 == 0o700
@@ -89,6 +91,11 @@ def test_add_key_on_openssh_with_a_password(fresh_ssh_device: Callable[..., SshD
     again = _edgetk(*args, "--password-file", secret, "--json")
     assert again.code == 0 and again.json()["devices"][0]["add_key"]["present"] == [".ssh/authorized_keys"]
     assert (device.home / ".ssh" / "authorized_keys").read_text().count("ssh-ed25519") == 1  # not added twice
+    # once a key login works, no password is asked for, nor needed from any source
+    keyed = _edgetk(*args, "--json")
+    assert keyed.code == 0, keyed.stderr
+    assert keyed.json()["devices"][0]["add_key"]["password_used"] is False
+    assert again.json()["devices"][0]["add_key"]["password_used"] is False
 
     # a changed host key is refused even with --trust-new-host
     device.regenerate_host_key()

@@ -9,6 +9,7 @@ import importlib.util
 import io
 import json
 import os
+import shutil
 import subprocess
 import threading
 from collections.abc import Callable
@@ -227,3 +228,105 @@ def test_two_controllers_at_once_on_a_clock_two_days_ahead(
         note = replaced_note(dev, "twice", first.version)
         assert note and f"was replaced by {last.version[:12]} from " in note
         assert replaced_note(dev, "twice", last.version) is None
+
+
+def _gated_python(device: DropbearDevice, gate: str) -> str:
+    """A python3 on the device whose runner checks wait until the file ``gate`` exists in the home: a controller
+    held in its check while other controllers deploy (the helper's steps go straight through)."""
+    wrapper = device.home / f"python-{gate}"
+    wrapper.write_text(f'#!/bin/busybox sh\ncase "$*" in *"edgetk_runner.py check"*)\n'
+                       f'  while [ ! -e {device.home}/{gate} ]; do sleep 0.1; done;;\nesac\n'
+                       f'exec {device.env.python} "$@"\n')
+    wrapper.chmod(0o755)
+    return str(wrapper)
+
+
+@pytest.mark.dropbear
+@pytest.mark.parametrize(("clock", "controllers"), [(None, 3), ("+2d", 2), ("-2d", 2)])
+def test_a_controller_whose_version_was_replaced_names_what_and_who(
+        clock: str | None, controllers: int, fresh_dropbear_device: Callable[..., DropbearDevice],
+        dropbear_client_key: Path, deploy_bundle_factory: Callable[..., Path], tmp_path: Path) -> None:
+    """Controllers deploy --check versions of one bundle, each starting while the earlier ones are still in their
+    checks (held there by a gated python). Before: the earlier ones exited 4 with "the selection is for version
+    X, but Y is installed", naming neither who nor what happened. Now each earlier one says which version
+    replaced its own, from which host and pid, and that the newer check decides (exit 4, its selection not
+    written); the last one selects, and selected.json is for the installed version."""
+    import socket
+    import sys
+
+    from tests.fixtures.cli import REPO
+    from tests.fixtures.home import Home
+
+    device = fresh_dropbear_device(clock=clock, home_mb=32)
+    home = tmp_path / "home"
+    (home / ".ssh").mkdir(parents=True, mode=0o700)
+    key = home / ".ssh" / "id_ed25519"
+    key.write_bytes(dropbear_client_key.read_bytes())
+    key.chmod(0o600)
+    (home / ".ssh" / "known_hosts").write_text(device.known_hosts_line())
+    env = {**os.environ, **Home(home).env}
+    bundles = [deploy_bundle_factory(name="raced", seed=80 + i) for i in range(controllers)]
+    versions = [read_bundle(b).version for b in bundles]
+    current = device.home / ".edgetk" / "bundles" / "raced" / "current"
+    procs: list[subprocess.Popen[str]] = []
+    for index, bundle in enumerate(bundles):
+        last = index == controllers - 1
+        extra = {} if last else {"python": _gated_python(device, f"go{index}")}
+        inventory = tmp_path / f"inv{index}.toml"
+        inventory.write_text(device.inventory_entry(name="racer", **extra))
+        procs.append(subprocess.Popen(
+            [sys.executable, "-m", "toolkit.cli", "deploy", bundle, "--inventory", inventory, "--check",
+             "--runs", "3", "--warmup", "0", "--budget-ms", "100000", "--baseline", "none", "--json"],
+            cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
+        if not last:  # the next controller starts once this one's version is current (it is now checking)
+            for _ in range(600):
+                if os.path.islink(current) and os.readlink(current) == versions[index]:
+                    break
+                assert procs[-1].poll() is None, procs[-1].communicate()
+                threading.Event().wait(0.1)
+    out, err = procs[-1].communicate(timeout=240)
+    assert procs[-1].returncode == 0, err
+    for index in range(controllers - 1):  # the held checks go on now, the latest first
+        gate = controllers - 2 - index
+        (device.home / f"go{gate}").touch()
+        out, err = procs[gate].communicate(timeout=240)
+        assert procs[gate].returncode == 4, out + err
+        error = json.loads(out)["devices"][0]["error"]
+        winner = versions[-1]
+        assert (f"version {versions[gate][:12]} of raced was replaced by {winner[:12]} (deploy from "
+                f"{socket.gethostname()}, pid {procs[-1].pid}) before its check finished; {winner[:12]}'s check "
+                "decides") in error, error
+    assert os.readlink(current) == versions[-1]
+    selected = json.loads((current.parent / "selected.json").read_text())
+    assert selected["version"] == versions[-1]
+    assert not (device.home / ".edgetk" / "locks" / "raced").exists()
+
+
+def test_a_selection_waits_for_a_push_in_progress_and_then_names_it(
+        local_home: Path, deploy_bundle_factory: Callable[..., Path], monkeypatch: pytest.MonkeyPatch) -> None:
+    """The selection's compare-and-swap runs under the bundle's lock: while another controller's deploy holds it
+    (longer than the selection waits), this check's selection is not written and the error names that deploy;
+    once the lock is free, it is written."""
+    from toolkit.checks import selection as choosing
+    from toolkit.errors import VersionReplaced
+
+    bundle = read_bundle(deploy_bundle_factory(name="pending"))
+    spec = DeviceSpec(name="local")
+    by = {"host": "controller-b", "pid": 4343, "user": "ops"}
+    me = {"pid": os.getpid(), "start": _start_of(os.getpid())}
+    monkeypatch.setattr(choosing, "SELECT_WAIT_S", 1.0)
+    chosen = choosing.Selection(device="local", bundle="pending", version=bundle.version, artifact=None,
+                                reason="nothing passes")
+    with open_connection(spec) as conn:
+        device = Device(spec, conn)
+        push(device, bundle)
+        _plant_lock(local_home, "pending", {"boot_id": _boot_id(), "holder": me, "by": by, "version": "cd" * 32})
+        with pytest.raises(VersionReplaced, match=r"version \w{12} of pending is being replaced by a deploy of "
+                                                  r"pending \(version cdcdcdcdcdcd\) from ops@controller-b "
+                                                  r"\(pid 4343\)"):
+            choosing.write_selection(device, "pending", chosen)
+        selected = local_home / ".edgetk" / "bundles" / "pending" / "selected.json"
+        assert not selected.exists()
+        shutil.rmtree(local_home / ".edgetk" / "locks" / "pending")
+        choosing.write_selection(device, "pending", chosen)
+        assert json.loads(selected.read_text())["version"] == bundle.version

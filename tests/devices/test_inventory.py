@@ -90,3 +90,20 @@ def test_fleet_keeps_going_and_worst_exit_wins() -> None:
     assert [o.value for o in result.succeeded] == ["D0", "D2", "D4"]
     assert [o.device for o in result.failed] == ["d1", "d3"]
     assert result.exit_code == 4
+
+
+def test_a_device_home_is_a_directory_of_its_own(tmp_path: Path) -> None:
+    """``home``: where the toolkit keeps its files on the device, as the connection's paths say it."""
+    from toolkit.devices.spec import device_home
+
+    assert DeviceSpec(name="d").base == ".edgetk"
+    assert (device_home("/data/edgetk/"), device_home("~/edgetk"), device_home("edgetk")) == (
+        "/data/edgetk", "edgetk", "edgetk")
+    inv = tmp_path / "inv.toml"
+    inv.write_text('[devices.ro]\nhost = "10.0.0.9"\nhome = "/data/edgetk"\n')
+    assert load_inventory(inv)["ro"].base == "/data/edgetk"
+    for bad in ("/", "~", "/data/../etc", "~root/x"):
+        inv.write_text(f'[devices.ro]\nhost = "10.0.0.9"\nhome = "{bad}"\n')
+        with pytest.raises(UsageError) as caught:
+            load_inventory(inv)
+        assert f"{inv}: [devices.ro] home" in caught.value.message and "/data/edgetk" in (caught.value.hint or "")

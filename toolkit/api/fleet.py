@@ -69,6 +69,13 @@ def selection_of(options: DeviceOptions) -> DeviceSelection:
         group=options.group,
         limit=options.limit,
     )
+    if options.device_home is not None:  # --device-home: over the inventory's `home` of every device named
+        from dataclasses import replace
+
+        from toolkit.devices.spec import device_home
+
+        device_home(options.device_home, where="--device-home")
+        specs = tuple(replace(spec, home=options.device_home) for spec in specs)
     return DeviceSelection(specs, options)
 
 
@@ -218,10 +225,11 @@ def setup(*, runtimes: Sequence[str] = (), offline: bool = False, venv: str | No
     """``edgetk devices setup``: a venv on every device with numpy and its runtimes (``data["setup"]``).
 
     ``runtimes`` default to the ones the device's target profile runs; ``offline`` downloads wheels here
-    and pushes them; ``venv`` is where the venv goes (default ``~/.edgetk/venv``); ``target`` names the
+    and pushes them; ``venv`` is where the venv goes (default ``<home>/venv``, ``~/.edgetk/venv`` unless the
+    device sets its ``home``); ``target`` names the
     profile whose runtime versions to install; ``progress`` gets ``"DEVICE: line"`` messages.
     """
-    from toolkit.delivery.provisioning import DEFAULT_VENV, SetupOptions, setup_device
+    from toolkit.delivery.provisioning import SetupOptions, setup_device
 
     (device_values,) = split_keywords("setup", options, DeviceOptions)
     selection = selection_of(build(DeviceOptions, device_values))
@@ -229,7 +237,7 @@ def setup(*, runtimes: Sequence[str] = (), offline: bool = False, venv: str | No
         from toolkit.model.targets import get_profile
 
         get_profile(target)  # an unknown name is a usage error before any device is touched
-    wanted = SetupOptions(runtimes=tuple(runtimes), offline=offline, venv=_venv_path(venv or DEFAULT_VENV),
+    wanted = SetupOptions(runtimes=tuple(runtimes), offline=offline, venv=_venv_path(venv) if venv else None,
                           target=target)
 
     def task(device: Any, spec: DeviceSpec) -> Mapping[str, Any]:

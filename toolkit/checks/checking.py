@@ -249,7 +249,7 @@ def check(
         require_baseline(store, gates.baseline)
     name = bundle.name
     installed = installed_version(device, name)
-    vdir = version_dir(name, bundle.version)
+    vdir = version_dir(name, bundle.version, base=device.base)
     if installed is None or not device.conn.exists(f"{vdir}/manifest.json"):
         raise UsageError(
             f"{device.spec.name}: version {bundle.version[:12]} of {name!r} is not installed there.",

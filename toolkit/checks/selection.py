@@ -16,7 +16,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from toolkit.errors import UsageError
+from toolkit.errors import UsageError, VersionReplaced
 from toolkit.model.policy import RegressionPolicy
 from toolkit.model.records import JsonDict, JsonObject
 from toolkit.regression import MIN_SAMPLES, Difference, compare
@@ -27,7 +27,8 @@ from toolkit.model.manifest import Manifest
 from toolkit.model.quantized import label_beyond
 from toolkit.model.vocabulary import ArtifactStatus
 
-SELECTED_FILE = "selected.json"  # in ~/.edgetk/bundles/<name>/, beside ``current``
+SELECTED_FILE = "selected.json"  # in <home>/bundles/<name>/, beside ``current``
+SELECT_WAIT_S = 120.0  # how long writing the selection waits on the device for another controller's push
 # statuses that passed verification at convert time; UNVERIFIED (verification proved nothing) is in the running
 # only where no verified artifact is
 SELECTABLE = (ArtifactStatus.OK, ArtifactStatus.NO_SPEEDUP_MEASURED, ArtifactStatus.SLOWER)
@@ -189,6 +190,47 @@ def choose(reports: Sequence[CheckReport], manifest: Manifest, *, device: str, v
     return Selection(artifact=winner, reason=note + reason, changed=changed, **base)  # type: ignore[arg-type]
 
 
+def write_selection(device: Any, name: str, selection: Selection) -> None:  # Any: delivery's Device
+    """``selected.json`` on the device: a compare-and-swap on the installed version, under the bundle's lock there
+    (``cmd_select`` in the device helper). When another controller installed another version since this check
+    began, raise :class:`~toolkit.errors.VersionReplaced` naming it and its deploy's host and pid."""
+    import json
+
+    from toolkit.delivery.deployment import HelperRefused
+    from toolkit.delivery.locks import describe, installer, request
+    from toolkit.model.vocabulary import HelperRefusal
+
+    try:  # the device waits up to SELECT_WAIT_S for a push in progress; this call's own timeout is longer
+        device.helper("select", name, json.dumps(selection.on_device()),
+                      request("selection", version=selection.version), str(SELECT_WAIT_S),
+                      timeout=SELECT_WAIT_S + 60)
+    except HelperRefused as refused:
+        found = refused.data.get("owner")
+        owner: dict[str, Any] = found if isinstance(found, dict) else {}  # Any: JSON
+        if refused.kind is HelperRefusal.LOCKED and owner.get("what") in (None, "deploy"):
+            # another controller is installing: its version will replace this one
+            raise VersionReplaced(
+                f"version {selection.version[:12]} of {name} is being replaced by "
+                f"{describe(refused.data.get('owner'), name)} (it held the lock for {SELECT_WAIT_S:.0f} s after "
+                "this check); that version's check decides.",
+                hint="This check's reports are in the history; its selection was not written.") from None
+        if refused.kind is not HelperRefusal.NOT_CURRENT:
+            raise
+        current = refused.data.get("current")
+        deployer = refused.data.get("by")
+        by = str(current)[:12] + (f" (deploy from {deployer['host']}, pid {deployer.get('pid')})"
+                                  if isinstance(deployer, dict) and installer(deployer) else "")
+        if not current:
+            raise VersionReplaced(f"version {selection.version[:12]} of {name} was removed from the device before its "
+                                  "check finished; nothing was selected.",
+                                  hint="Deploy it again (edgetk deploy --check).") from None
+        raise VersionReplaced(
+            f"version {selection.version[:12]} of {name} was replaced by {by} before its check finished; "
+            f"{str(current)[:12]}'s check decides.",
+            hint="This check's reports are in the history; its selection was not written. Re-run the deploy to "
+            "install this version again.") from None
+
+
 def apply(device: Any, bundle: Any, reports: Sequence[CheckReport], *, pin: str | None = None,
           store: Any = None) -> Selection:  # Any: delivery's Device and Bundle, a Store (lazy imports)
     """Select on ``device`` (a connected ``toolkit.delivery.deployment.Device``) from this check's gated ``reports`` of
@@ -203,7 +245,7 @@ def apply(device: Any, bundle: Any, reports: Sequence[CheckReport], *, pin: str 
     previous = device.helper("selected", bundle.name).get("selected")
     selection = choose(reports, bundle.manifest, device=device.spec.name, version=bundle.version,
                        previous=previous if isinstance(previous, Mapping) else None, pin=pin)
-    device.helper("select", bundle.name, json.dumps(selection.on_device()))
+    write_selection(device, bundle.name, selection)
     if store is not None:
         ids = [r.check_id for r in reports if r.check_id]
         run_id = ids[0].rsplit("-", 1)[0] if ids else uuid.uuid4().hex[:12]

@@ -25,8 +25,10 @@ def finish(report: Any, *, as_json: bool, render: Render) -> None:
             for line in render(entry):
                 click.echo(f"       {line}")
     for entry in entries:  # the plain error goes to stderr with or without --json
-        if entry["error"]:
-            click.echo(f"error: {entry['device']}: {entry['error']}", err=True)
+        if entry["error"]:  # the device named once, whether the message names it already or not
+            named = entry["error"].startswith(f"{entry['device']}: ")
+            click.echo(f"error: {entry['error']}" if named else f"error: {entry['device']}: {entry['error']}",
+                       err=True)
     if len(entries) > 1:
         failed = sum(1 for e in entries if not e["ok"])
         click.echo(f"{len(entries) - failed} of {len(entries)} devices succeeded", err=True)

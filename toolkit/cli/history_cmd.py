@@ -80,8 +80,8 @@ def history_sync(store: str | None, as_json: bool) -> None:
 @click.option("--store", default=None, metavar="PATH|URL", help=_STORE_HELP)
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON document on stdout.")
 def history_import(paths: tuple[Any, ...], device: str | None, store: str | None, as_json: bool) -> None:
-    """Record check reports that devices left in ~/.edgetk/reports/ (the Mender update module writes them):
-    files, or folders of them."""
+    """Record check reports that devices left in reports/ of the toolkit's home there (the Mender update module
+    writes them): files, or folders of them."""
     from toolkit import api
 
     result = api.history_import(list(paths), store=store, device=device)

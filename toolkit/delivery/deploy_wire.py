@@ -67,7 +67,12 @@ def resume_offsets(bundle: Bundle, partial: dict[str, Any], sizes: dict[str, int
 
 
 class UploadProgress:
-    """Bytes sent and rate, on stderr, at most twice a second per device (threads write whole lines)."""
+    """Bytes sent and rate, on stderr, at most twice a second per device (threads write whole lines).
+
+    A connection takes the first megabytes at once into its buffers (the SSH window, the socket), so the bytes
+    handed over in the first interval say nothing about the link: the first line gives no rate, and every later
+    one the rate since that first line (while the buffers stay full, what goes in is what went out). The last
+    line (``sent``) is the whole push over its whole time: everything has arrived then."""
 
     _lock = threading.Lock()
 
@@ -79,6 +84,7 @@ class UploadProgress:
         self.done = 0
         self.started = time.perf_counter()
         self._last = self.started
+        self._first: tuple[float, int] | None = None  # (time, bytes) at the first line: the buffers filled
 
     def file_progress(self, base: int) -> Progress:
         """The progress callback of one file whose first byte is the push's ``base``-th."""
@@ -91,12 +97,23 @@ class UploadProgress:
 
         return callback
 
+    def rate(self, *, final: bool = False) -> float | None:
+        """MB/s: over the whole push when ``final``, else since the first line (None on the first line)."""
+        now = time.perf_counter()
+        if final:
+            return self.done / 1e6 / max(now - self.started, 1e-6)
+        if self._first is None:
+            self._first = (now, self.done)
+            return None
+        since, at = self._first
+        return (self.done - at) / 1e6 / max(now - since, 1e-6)
+
     def _line(self, what: str) -> None:
-        elapsed = max(time.perf_counter() - self.started, 1e-6)
+        rate = self.rate(final=what == "sent")
         with self._lock:
             print(
-                f"{self.device}: {what} {self.done / 1e6:.1f}/{self.total / 1e6:.1f} MB "
-                f"({self.done / 1e6 / elapsed:.1f} MB/s)",
+                f"{self.device}: {what} {self.done / 1e6:.1f}/{self.total / 1e6:.1f} MB"
+                + (f" ({rate:.1f} MB/s)" if rate is not None else ""),
                 file=self.stream,
                 flush=True,
             )

@@ -18,28 +18,29 @@ from typing import Any
 from toolkit import device_side
 from toolkit.delivery.locks import DeviceLock
 from toolkit.devices.connection import Connection
-from toolkit.devices.spec import DeviceSpec
+from toolkit.devices.spec import DEFAULT_HOME, DeviceSpec
 from toolkit.errors import DeviceDiskFull, DeviceError, DeviceShellNoise, UsageError
 from toolkit.model.device_records import CommandResult
 from toolkit.model.vocabulary import HelperRefusal
 
 KEEP_VERSIONS = 3
 HELPER_TIMEOUT_S = 120.0
-BASE = ".edgetk"
-HELPER_DIR = f"{BASE}/helper"
+BASE = DEFAULT_HOME  # the device's home for the toolkit unless its spec says another (DeviceSpec.base)
 FRAME_BEGIN = "\x1eedgetk-json\n"  # the helper prints its JSON between these (a noisy process cannot break it)
 FRAME_END = "\n\x1eedgetk-end\n"
 
-# The ``-c`` program that runs the helper installed once per device at ~/.edgetk/helper/<sha256>.py (the host
+# The ``-c`` program that runs the helper installed once per device at <home>/helper/<sha256>.py (the host
 # installs it when this program answers "helper_missing"), from a compiled copy cached next to it when there is
 # one (compiling the helper costs more than starting Python; a slow ARM board pays tens of milliseconds per
 # call). The cache file is named by the source's sha256 and the device Python's bytecode tag and exact version,
 # holds a CRC-32 of the code, is written atomically with mode 0644 and used only when it is the user's own and
 # not writable by others; the installed source is compiled only when its sha256 is the expected one. Any cache
 # problem falls back to compiling the source, so the cache can only save time. The command line stays ~1.5 KB
-# whatever the helper's size.
+# whatever the helper's size. It passes the device's home (``~/.edgetk`` or the spec's ``home``) to the helper as
+# $EDGETK_HOME, the one name every device-side program reads it by.
 _BOOT = """import marshal, os, sys
-d = os.path.join(os.path.expanduser("~"), ".edgetk", "helper")
+os.environ["EDGETK_HOME"] = HOMEDIR
+d = os.path.join(os.path.expanduser("~"), HOMEDIR, "helper")
 src = os.path.join(d, "HASH.py")
 p = os.path.join(d, "HASH-%s-%x.bin" % (sys.implementation.cache_tag, sys.hexversion))
 code = None
@@ -91,11 +92,12 @@ def helper_digest() -> str:
     return hashlib.sha256(helper_source().encode()).hexdigest()
 
 
-@lru_cache(maxsize=1)
-def helper_boot() -> str:
-    """The ``-c`` program that runs the installed helper (see ``_BOOT``)."""
+@lru_cache(maxsize=8)
+def helper_boot(base: str = BASE) -> str:
+    """The ``-c`` program that runs the installed helper from ``base`` (see ``_BOOT``)."""
     frame = {"FRAME_BEGIN": FRAME_BEGIN.encode("unicode_escape").decode(),
-             "FRAME_END": FRAME_END.encode("unicode_escape").decode()}
+             "FRAME_END": FRAME_END.encode("unicode_escape").decode(),
+             "HOMEDIR": json.dumps(base)}
     boot = _BOOT.replace("HASH", helper_digest()[:32]).replace("FULL", helper_digest())
     for key, value in frame.items():
         boot = boot.replace(key, value)
@@ -157,12 +159,13 @@ def validate_name(name: str) -> str:
     return name
 
 
-def bundle_dir(name: str) -> str:
-    return f"{BASE}/bundles/{validate_name(name)}"
+def bundle_dir(name: str, *, base: str = BASE) -> str:
+    """Where bundle ``name`` lives under the device's home for the toolkit ``base`` (``Device.base``)."""
+    return f"{base}/bundles/{validate_name(name)}"
 
 
-def version_dir(name: str, version: str) -> str:
-    return f"{bundle_dir(name)}/{version}"
+def version_dir(name: str, version: str, *, base: str = BASE) -> str:
+    return f"{bundle_dir(name, base=base)}/{version}"
 
 
 # --------------------------------------------------------------------------------------------- device calls
@@ -183,14 +186,20 @@ class Device:
             return self.spec.python
         return sys.executable if self.spec.is_local else "python3"
 
+    @property
+    def base(self) -> str:
+        """The toolkit's directory on the device (``.edgetk`` under the home, or the spec's ``home``)."""
+        return self.spec.base
+
     def install_helper(self) -> None:
-        """Copy the helper to ``~/.edgetk/helper/<sha256>.py`` (atomically: a temp name, then a rename)."""
-        final = f"{HELPER_DIR}/{helper_digest()[:32]}.py"
+        """Copy the helper to ``<home>/helper/<sha256>.py`` (atomically: a temp name, then a rename)."""
+        helper_dir = f"{self.base}/helper"
+        final = f"{helper_dir}/{helper_digest()[:32]}.py"
         temp = f"{final}.{uuid.uuid4().hex[:8]}.tmp"
-        made = self.conn.run(["mkdir", "-p", HELPER_DIR], timeout=HELPER_TIMEOUT_S)
+        made = self.conn.run(["mkdir", "-p", helper_dir], timeout=HELPER_TIMEOUT_S)
         if not made.ok:
-            raise DeviceError(f"{self.spec.name}: cannot create {HELPER_DIR} on the device "
-                              f"({made.stderr.strip()[-200:]}).", hint="Check the free disk and the home directory.")
+            raise DeviceError(f"{self.spec.name}: cannot create {helper_dir} on the device "
+                              f"({made.stderr.strip()[-200:]}).", hint=home_hint(self.spec.name, made.stderr))
         self.conn.put(device_side.source_path(device_side.HELPER_FILE), temp)
         moved = self.conn.run(["mv", "-f", temp, final], timeout=HELPER_TIMEOUT_S)
         if not moved.ok:
@@ -198,7 +207,7 @@ class Device:
 
     def helper_argv(self, command: str, *args: str) -> list[str]:
         # -S: the helper is stdlib-only, and site start-up (.pth files) costs tens of ms per call on a device
-        return [self.helper_python, "-S", "-c", helper_boot(), command, *args]
+        return [self.helper_python, "-S", "-c", helper_boot(self.base), command, *args]
 
     def helper(self, command: str, *args: str, timeout: float = HELPER_TIMEOUT_S) -> dict[str, Any]:
         result = self.conn.run(self.helper_argv(command, *args), timeout=timeout)
@@ -243,9 +252,17 @@ class Device:
 
     @property
     def python(self) -> str:
-        """The Python that runs the runner: the spec's, else ~/.edgetk/config.json's, else python3 on the device's
+        """The Python that runs the runner: the spec's, else <home>/config.json's, else python3 on the device's
         PATH; on ``local``, the interpreter running edgetk (a venv install has its runtimes there, not in PATH's)."""
         return self.spec.python or self.info().get("config_python") or self.helper_python
+
+
+def home_hint(device: str, error: str) -> str:
+    """What to do when the toolkit's home on ``device`` cannot be written (``error``: what the device said)."""
+    if "Read-only" in error or "read-only" in error or "Permission denied" in error:
+        return (f"The device's home is not writable: run `edgetk devices probe --device {device}`, which finds a "
+                'writable place, and set it as `home` in the inventory (or --device-home), e.g. "/data/edgetk".')
+    return "Check the free disk and the home directory (`edgetk devices probe` looks at both)."
 
 
 class HelperRefused(DeviceError):

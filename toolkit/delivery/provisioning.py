@@ -2,7 +2,8 @@
 
 A device needs numpy and the runtimes its bundles use, at versions its target profile allows
 (:attr:`toolkit.model.targets.TargetProfile.runtimes`). Setup creates (or reuses) a virtual environment on the device
-(default ``~/.edgetk/venv``), installs them there, and records the venv's python in ``~/.edgetk/config.json``
+(default ``<home>/venv``, ``<home>`` the toolkit's home on the device: ``~/.edgetk`` or the device's ``home``),
+installs them there, and records the venv's python in ``<home>/config.json``
 (``{"python": ...}``); :attr:`toolkit.delivery.deployment.Device.python` reads that file, so every later deploy, check
 and probe runs the runner with it, unless the inventory entry names its own ``python``, which wins.
 
@@ -14,7 +15,7 @@ Two modes:
   --abi`` runs ON THE HOST with every manylinux tag the device's glibc allows (pip matches tags exactly:
   tflite-runtime 2.14 for aarch64 exists only as ``manylinux_2_34``, numpy only as ``manylinux_2_17``), the
   wheels are cached on the host per platform (``$XDG_CACHE_HOME/edgetk/wheels/<platform>-<abi>/``), pushed over
-  the same connection (SFTP) to ``~/.edgetk/wheels/<platform>-<abi>/`` (files already there with the same size
+  the same connection (SFTP) to ``<home>/wheels/<platform>-<abi>/`` (files already there with the same size
   are not sent again) and installed with ``--no-index --find-links``. The venv is made ``--without-pip`` and pip
   itself runs from its pushed wheel (``python pip-X.whl/pip install ...``, pip's documented bootstrap), so a
   device without ``python3-venv``/ensurepip works too.
@@ -33,7 +34,7 @@ import json
 import re
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -45,12 +46,12 @@ from toolkit.model.device_records import CommandResult
 from toolkit.model.vocabulary import RUNTIMES, TFLITE_RUNTIMES, Runtime
 from toolkit.runtimes.spec import SPECS
 
+from toolkit.delivery.deployment import home_hint
+
 if TYPE_CHECKING:
     from toolkit.delivery.deployment import Device
     from toolkit.model.targets import TargetProfile
 
-DEFAULT_VENV = ".edgetk/venv"
-REMOTE_WHEELS = ".edgetk/wheels"
 FALLBACK_RUNTIMES = (Runtime.LITERT.value, Runtime.ONNXRUNTIME.value)
 
 
@@ -151,7 +152,7 @@ def _split_requirement(text: str) -> tuple[str, str]:
 class SetupOptions:
     runtimes: tuple[str, ...] = ()
     offline: bool = False
-    venv: str = DEFAULT_VENV
+    venv: str | None = None  # None: <home>/venv
     target: str | None = None
     cache_root: Path | None = None
 
@@ -237,19 +238,50 @@ def _venv_state(device: Device, python: str, venv: str) -> dict[str, Any]:  # An
     return state
 
 
+def _check_writable(device: Device, python: str, places: dict[str, str], *, venv: str | None) -> None:
+    """Refuse before anything is downloaded or made when a place setup writes (``places``: path -> what goes
+    there) cannot be written, or when the ``venv`` to make is on a filesystem mounted noexec (the runtimes'
+    native libraries could not load from there)."""
+    state = _run_json(device, _setup_step(python, "writable", *places), "checking where setup writes")
+    for where, entry in (state.get("dirs") or {}).items():
+        what = places.get(where, where)
+        if not entry.get("ok"):
+            raise DeviceError(f"{device.spec.name}: cannot write {what} to {where} ({entry.get('error')}).",
+                              hint=home_hint(device.spec.name, str(entry.get("error"))))
+        if entry.get("noexec") and where == venv:
+            raise DeviceError(f"{device.spec.name}: {where} is on a filesystem mounted noexec: the runtimes' native "
+                              "libraries cannot load from there.",
+                              hint="Put the toolkit's home on a filesystem without noexec (the inventory's `home`, "
+                              "--device-home) or pass --venv PATH on one; `edgetk devices probe` lists the mounts.")
+
+
 def _make_venv(device: Device, python: str, venv: str, *, with_pip: bool) -> None:
+    """``python -m venv``; when it fails, the half-made venv is removed (a venv without pip would be reused and
+    fail later with "No module named pip") and the error names the fix."""
     argv = [python, "-m", "venv", *([] if with_pip else ["--without-pip"]), venv]
     result = device.conn.run(argv, timeout=600)
     if not result.ok:
-        tail = (result.stderr.strip().splitlines() or ["no output"])[-1][:300]
-        hint = ("Install the OS's venv package there (Debian/Raspberry Pi OS: sudo apt install python3-venv), "
-                "or use --offline, which needs no ensurepip." if with_pip and "ensurepip" in result.stderr
-                else "Check the path and the free disk on the device.")
-        raise DeviceError(f"{device.spec.name}: could not create the venv {venv} ({tail}).", hint=hint)
+        device.conn.run(_setup_step(python, "remove-venv", venv), timeout=300)
+        # Debian's python3 without python3-venv prints its explanation on stdout, not stderr
+        output = f"{result.stderr}\n{result.stdout}"
+        if with_pip and "ensurepip" in output:
+            raise DeviceError(
+                f"{device.spec.name}: could not create the venv {venv}: the device's Python has no ensurepip "
+                "(Debian and Raspberry Pi OS ship it in the python3-venv package).",
+                hint="Install it on the device (sudo apt install python3-venv), or run setup with --offline, "
+                "which pushes pip from this machine and needs no ensurepip.")
+        lines = result.stderr.strip().splitlines() or result.stdout.strip().splitlines() or ["no output"]
+        raise DeviceError(f"{device.spec.name}: could not create the venv {venv} ({lines[-1][:300]}).",
+                          hint="Check the path and the free disk on the device.")
+
+
+def wheels_dir(device: Device) -> str:
+    """Where pushed wheels wait on the device: ``<home>/wheels``."""
+    return f"{device.base}/wheels"
 
 
 def _push_wheels(device: Device, python: str, wheels: WheelSet, log: Log | None) -> tuple[str, int, int]:
-    remote_dir = f"{REMOTE_WHEELS}/{wheels.platform.key}"
+    remote_dir = f"{wheels_dir(device)}/{wheels.platform.key}"
     present = _run_json(device, _setup_step(python, "list", remote_dir), "listing the wheels")
     sent = sent_bytes = 0
     for path in wheels.files:
@@ -288,17 +320,19 @@ def _installer(device: Device, options: SetupOptions, platform: DevicePlatform, 
                venv: tuple[str, str, bool], notes: list[str], log: Log | None) -> _Installer:
     """Make the venv where it is not reused; offline, download and push the wheels first."""
     base, venv_python, reused = venv
+    where = options.venv
+    assert where is not None  # setup_device fills in <home>/venv
     quiet = ("--only-binary=:all:", "--disable-pip-version-check", "--no-input", "-q")
     if not options.offline:
         if not reused:
-            _make_venv(device, base, options.venv, with_pip=True)
+            _make_venv(device, base, where, with_pip=True)
         online = (venv_python, "-m", "pip", "install", *quiet)
         return _Installer(online, online)
     wheels = download_wheels(platform, requirements, cache_root=options.cache_root, log=log)
     if wheels.from_cache_only:
         notes.append("the package index was not reachable from this machine; used the wheel cache")
     if not reused:
-        _make_venv(device, base, options.venv, with_pip=False)
+        _make_venv(device, base, where, with_pip=False)
     remote_dir, sent, sent_bytes = _push_wheels(device, base, wheels, log)
     install = (venv_python, f"{remote_dir}/{wheels.pip_wheel.name}/pip", "install", "--no-index", "--find-links",
                remote_dir, *quiet)
@@ -354,7 +388,13 @@ def setup_device(device: Device, options: SetupOptions, *, log: Log | None = Non
     requirements, notes = plan_requirements(runtimes, profile)
     notes += left_out(profile, runtimes)
     base = base_python(device)
+    options = replace(options, venv=options.venv or f"{device.base}/venv")
+    assert options.venv is not None
     state = _venv_state(device, base, options.venv)
+    fresh = state["state"] != "ok"
+    _check_writable(device, base, {device.base: "the toolkit's files", **({options.venv: "the venv"} if fresh else {}),
+                                   **({wheels_dir(device): "the wheels"} if options.offline else {})},
+                    venv=options.venv if fresh else None)
     if state["state"] == "broken":
         notes.append(f"{state['venv']} was broken (its python did not run); recreated it")
     reused = state["state"] == "ok"
@@ -364,7 +404,8 @@ def setup_device(device: Device, options: SetupOptions, *, log: Log | None = Non
         log(f"installing {' '.join(r.pip for r in requirements)} into {state['venv']}")
     _install(device, installer, requirements, platform)
     installed = _verify(device, venv_python, requirements)
-    _run_json(device, _setup_step(base, "record", venv_python), "recording the venv in ~/.edgetk/config.json")
+    _run_json(device, _setup_step(base, "record", venv_python, device.base),
+              f"recording the venv in {device.base}/config.json")
     if device.spec.python:
         notes.append(f"the inventory names python = {device.spec.python!r}, which wins over this venv for "
                      "deploys and checks; remove it there to use the venv")

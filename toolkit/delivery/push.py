@@ -260,7 +260,7 @@ class _Push:
     def _upload(self, sending: _Sending) -> int:
         """Each missing file over the connection (SFTP, or exec channels); the bytes sent."""
         sent = 0
-        vdir = version_dir(self.name, self.bundle.version)
+        vdir = version_dir(self.name, self.bundle.version, base=self.device.base)
         for rel in sending.missing:
             local, remote = (sending.packed[rel], f"{vdir}/{rel}{GZ_SUFFIX}") if rel in sending.packed else (
                 self.bundle.path / rel, f"{vdir}/{rel}")

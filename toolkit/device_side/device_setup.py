@@ -8,7 +8,12 @@ Commands::
     venv-state VENV_DIR      {"state": "ok"|"broken"|"absent"|"foreign", "python": path, "venv": path}
     remove-venv VENV_DIR     removes a broken venv (only a directory holding pyvenv.cfg); prints {}
     list DIR                 {file name: size} of the regular files in DIR (creating it)
-    record PYTHON            merges {"python": PYTHON} into ~/.edgetk/config.json atomically; prints the file
+    record PYTHON [HOME]     merges {"python": PYTHON} into HOME/config.json (HOME: the toolkit's home on the
+                             device, default $EDGETK_HOME, else ~/.edgetk) atomically; prints the file
+    writable DIR...          for each DIR (made for the test, then removed): {"dirs": {DIR: {"ok", "error",
+                             "noexec"}}}, so
+                             setup knows it can write there (and load native code from there) before it
+                             downloads anything
     verify MODULE=DIST...    imports each module (proof it loads): {"versions": {dist: version or null}, "errors"}
 
 Python >= 3.6 (vermin-checked), stdlib only, imports nothing from toolkit.
@@ -50,8 +55,9 @@ def list_files(directory):
             if os.path.isfile(os.path.join(directory, n))}
 
 
-def record(python):
-    path = os.path.join(os.path.expanduser("~"), ".edgetk", "config.json")
+def record(python, home=None):
+    home = home or os.environ.get("EDGETK_HOME") or os.path.join("~", ".edgetk")
+    path = os.path.join(os.path.expanduser(home), "config.json")
     if not os.path.isdir(os.path.dirname(path)):
         os.makedirs(os.path.dirname(path), 0o755)
     try:
@@ -67,6 +73,42 @@ def record(python):
         json.dump(data, handle, indent=2)
     os.replace(tmp, path)
     return data
+
+
+ST_NOEXEC = 8  # statvfs f_flag on Linux (os.ST_NOEXEC, named only from Python 3.7 on some builds)
+
+
+def writable(*dirs):
+    """Whether each directory can be made and written (a file created, synced and removed there), and whether
+    its filesystem is mounted noexec (native libraries cannot be loaded from it)."""
+    out = {}
+    for directory in dirs:
+        path = os.path.abspath(os.path.expanduser(directory))
+        entry = {"ok": False, "error": None, "noexec": False}
+        made = []  # the directories this check makes, removed again after it (deepest first)
+        parent = path
+        while not os.path.isdir(parent) and os.path.dirname(parent) != parent:
+            made.append(parent)
+            parent = os.path.dirname(parent)
+        try:
+            if made:
+                os.makedirs(path, 0o755)
+            probe = os.path.join(path, ".edgetk-write-test.%d" % os.getpid())
+            with open(probe, "wb") as handle:
+                handle.write(b"x")
+                os.fsync(handle.fileno())
+            os.remove(probe)
+            entry["ok"] = True
+            entry["noexec"] = bool(os.statvfs(path).f_flag & ST_NOEXEC)
+        except OSError as exc:
+            entry["error"] = "%s: %s" % (exc.strerror or exc, getattr(exc, "filename", None) or path)
+        for directory_made in made:
+            try:
+                os.rmdir(directory_made)
+            except OSError:
+                pass
+        out[directory] = entry
+    return {"dirs": out}
 
 
 def verify(*items):
@@ -91,7 +133,7 @@ def verify(*items):
 
 
 COMMANDS = {"venv-state": venv_state, "remove-venv": remove_venv, "list": list_files, "record": record,
-            "verify": verify}
+            "verify": verify, "writable": writable}
 
 if __name__ == "__main__":
     sys.stdout.write(json.dumps(COMMANDS[sys.argv[1]](*sys.argv[2:])) + "\n")

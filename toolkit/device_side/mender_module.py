@@ -15,14 +15,15 @@ States (Mender calls ``edgetk STATE FILES_DIR``):
   rename(2), exactly as a push does. Interrupted before ``finish``, ``current`` is untouched.
 - ``ArtifactCommit``: runs the bundle's runner (``check``) and fails (exit 1) when an artifact does not run,
   its outputs differ from the golden outputs, or its p90 is over the budget: Mender then rolls back. The
-  report is left in ``<home>/.edgetk/reports/`` for ``edgetk history import`` (or the next SSH check).
+  report is left in ``<home>/reports/`` for ``edgetk history import`` (or the next SSH check).
 - ``ArtifactRollback``: when this update made the new version current, switch back with the helper's
   ``rollback`` (which verifies the older version's files first), or remove a first install.
 - ``SupportsRollback``: Yes. ``NeedsArtifactReboot``: No. Other states: nothing to do.
 
-Where: ``$EDGETK_MENDER_HOME`` (default ``/data/edgetk``, Mender's persistent partition) plays the role of
-the SSH user's home; the runner's Python is ``$EDGETK_MENDER_PYTHON``, else ``<home>/.edgetk/config.json``'s
-``python`` (what ``edgetk devices setup`` records), else ``python3``.
+Where: ``<home>`` is ``$EDGETK_HOME`` (the toolkit's home, as the inventory's ``home`` names it for SSH deploys),
+else ``$EDGETK_MENDER_HOME/.edgetk`` (older setups), else ``/data/edgetk/.edgetk`` (Mender's persistent
+partition); the runner's Python is ``$EDGETK_MENDER_PYTHON``, else ``<home>/config.json``'s ``python`` (what
+``edgetk devices setup`` records), else ``python3``.
 """
 import json
 import os
@@ -32,7 +33,12 @@ import sys
 import tarfile
 import time
 
-HOME = os.environ.get("EDGETK_MENDER_HOME") or "/data/edgetk"
+# the toolkit's home on the device ($EDGETK_HOME, the name every device-side program reads it by; the same
+# place `home` names in the inventory for SSH deploys), else .edgetk under $EDGETK_MENDER_HOME (older setups),
+# else /data/edgetk/.edgetk on Mender's persistent partition
+HOME = os.path.abspath(os.environ.get("EDGETK_HOME") or os.path.join(
+    os.environ.get("EDGETK_MENDER_HOME") or "/data/edgetk", ".edgetk"))
+ENV = dict(os.environ, EDGETK_HOME=HOME)  # what the helper and the runner run with
 STATE_FILE = "edgetk-state.json"
 
 
@@ -53,7 +59,8 @@ def load_meta(files_dir):
 def helper(files_dir, *args):
     """Run the bundle's device helper (from the payload) in HOME; its JSON answer, or exit with its error."""
     argv = [sys.executable, "-S", payload(files_dir, "device_helper.py")] + list(args)
-    proc = subprocess.run(argv, cwd=HOME, stdout=subprocess.PIPE, stderr=subprocess.PIPE, universal_newlines=True)
+    proc = subprocess.run(argv, cwd=HOME, env=ENV, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                          universal_newlines=True)
     answer = framed(files_dir, proc.stdout)
     if answer is None:
         answer = {"error": (proc.stdout + proc.stderr).strip()[-500:]}
@@ -104,7 +111,7 @@ def load_state(files_dir):
 
 
 def current_of(name):
-    link = os.path.join(HOME, ".edgetk", "bundles", name, "current")
+    link = os.path.join(HOME, "bundles", name, "current")
     try:
         return os.readlink(link)
     except OSError:
@@ -122,7 +129,7 @@ def install(files_dir):
     helper(files_dir, "lock", name, "300", "900", token)
     try:
         plan = helper(files_dir, "prepare", name, version, json.dumps(files))
-        vdir = os.path.join(HOME, ".edgetk", "bundles", name, version)
+        vdir = os.path.join(HOME, "bundles", name, version)
         wanted = set(plan.get("missing") or [])
         with tarfile.open(payload(files_dir, "bundle.tar")) as tar:
             for member in tar.getmembers():
@@ -141,7 +148,7 @@ def install(files_dir):
         helper(files_dir, "finish", name, version, json.dumps(files), str(meta.get("keep", 3)), token)
     except SystemExit:
         subprocess.run([sys.executable, "-S", payload(files_dir, "device_helper.py"), "unlock", name, token],
-                       cwd=HOME, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                       cwd=HOME, env=ENV, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         raise
     save_state(files_dir, {"previous": previous, "installed": True})
     log("%s %s is current (was %s)" % (name, version[:12], (previous or "none")[:12]))
@@ -151,7 +158,7 @@ def runner_python():
     if os.environ.get("EDGETK_MENDER_PYTHON"):
         return os.environ["EDGETK_MENDER_PYTHON"]
     try:
-        with open(os.path.join(HOME, ".edgetk", "config.json")) as handle:
+        with open(os.path.join(HOME, "config.json")) as handle:
             python = json.load(handle).get("python")
         if python:
             return python
@@ -218,10 +225,11 @@ def report_text(stdout):
 def commit(files_dir):
     meta = load_meta(files_dir)
     name, version = meta["name"], meta["version"]
-    vdir = os.path.join(".edgetk", "bundles", name, version)
+    vdir = os.path.join(HOME, "bundles", name, version)
     argv = [runner_python(), os.path.join(vdir, meta.get("runner") or "edgetk_runner.py"), "check", "--bundle", vdir,
             "--runs", str(meta.get("runs", 20)), "--warmup", str(meta.get("warmup", 3))]
-    proc = subprocess.run(argv, cwd=HOME, stdout=subprocess.PIPE, stderr=subprocess.PIPE, universal_newlines=True)
+    proc = subprocess.run(argv, cwd=HOME, env=ENV, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                          universal_newlines=True)
     try:
         doc = json.loads(report_text(proc.stdout)) if proc.returncode == 0 else None
     except ValueError:
@@ -232,7 +240,7 @@ def commit(files_dir):
             why, (proc.stderr.strip().splitlines() or ["no output"])[-1])}}
     reasons = gate(doc, meta.get("budget_ms"))
     stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
-    reports = os.path.join(HOME, ".edgetk", "reports")
+    reports = os.path.join(HOME, "reports")
     if not os.path.isdir(reports):
         os.makedirs(reports, 0o755)
     out = os.path.join(reports, "%s-%s-%s.json" % (name, version[:12], stamp))

@@ -43,7 +43,7 @@ from toolkit.model.schemas.problems import closest
 
 log = logging.getLogger(__name__)
 
-_OURS = ("host", "port", "user", "identity_file", "python", "target", "known_hosts", "proxy_jump")
+_OURS = ("host", "port", "user", "identity_file", "python", "target", "known_hosts", "proxy_jump", "home")
 _ANSIBLE = {
     "host": ("ansible_host", "ansible_ssh_host"),
     "port": ("ansible_port", "ansible_ssh_port"),
@@ -215,7 +215,16 @@ def host_spec(name: str, hostvars: Mapping[str, Any], groups: tuple[str, ...], *
         known_hosts=None if fields.get("known_hosts") is None else _text(fields["known_hosts"], "edgetk_known_hosts",
                                                                          here),
         proxy_jump=None if fields.get("proxy_jump") is None else _text(fields["proxy_jump"], "ProxyJump", here),
+        home=None if fields.get("home") is None else _home(_text(fields["home"], "edgetk_home", here), here),
     )
+
+
+def _home(value: str, here: str) -> str:
+    """``edgetk_home`` as written, once :func:`toolkit.devices.spec.device_home` accepts it."""
+    from toolkit.devices.spec import device_home
+
+    device_home(value, where=f"{here} edgetk_home")
+    return value
 
 
 def load_ansible_inventory(path: Path, *, limit: str | None = None) -> dict[str, DeviceSpec]:

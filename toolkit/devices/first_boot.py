@@ -17,6 +17,7 @@ from __future__ import annotations
 import base64
 import binascii
 import os
+import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -29,7 +30,7 @@ from toolkit.devices.spec import DeviceSpec
 from toolkit.devices.ssh import SshConnection
 from toolkit.devices.ssh_auth import home_relative
 from toolkit.devices.ssh_config import SshOptions, resolve
-from toolkit.errors import AuthRefused, DeviceError, UsageError
+from toolkit.errors import AuthRefused, DeviceError, HostKeyRefused, UsageError
 
 KEY_TYPES = ("ssh-ed25519", "ssh-rsa", "ecdsa-sha2-nistp256", "ecdsa-sha2-nistp384", "ecdsa-sha2-nistp521",
              "sk-ssh-ed25519@openssh.com", "sk-ecdsa-sha2-nistp256@openssh.com")
@@ -144,16 +145,50 @@ class _PasswordLogin(SshConnection):
     def _authenticate(self, transport: paramiko.Transport, opts: SshOptions, timeout: float) -> None:
         transport.auth_timeout = timeout
         where = f"{opts.user}@{opts.hostname}" + ("" if opts.port == 22 else f":{opts.port}")
+        # the device named once: its name, then the login only where the name does not already say it
+        who = f"{self.name}: " + ("" if where == self.name else f"{where} ")
         try:
             transport.auth_password(opts.user, self.__password, fallback=True)
         except paramiko.BadAuthenticationType as exc:
             raise AuthRefused(
-                f"{self.name}: {where} does not take a password (it offers: {', '.join(exc.allowed_types)}).",
+                f"{who}does not take a password (it offers: {', '.join(exc.allowed_types)}).",
                 hint="Put the key on it another way (its console, the image), or allow PasswordAuthentication "
                 "for the first login.") from None
         except paramiko.AuthenticationException:
-            raise AuthRefused(f"{self.name}: {where} refused the password.",
+            raise AuthRefused(f"{who}refused the password.",
                               hint="Check the password and the user name (user@host), then re-run.") from None
+
+
+def _install(conn: SshConnection, spec: DeviceSpec, key: PublicKey) -> list[list[str]]:
+    """Run the install script over ``conn``: [[added|present, file], ...]."""
+    done = conn.run(["sh", "-c", INSTALL_SCRIPT, "sh", key.line, key.blob], timeout=60)
+    if done.returncode != 0:
+        raise DeviceError(f"{spec.name}: could not write ~/.ssh/authorized_keys "
+                          f"({done.stderr.strip()[-200:] or f'exit {done.returncode}'}).",
+                          hint="Check the free disk and that the home directory is writable by that user.")
+    return [line.split(" ", 1) for line in done.stdout.splitlines() if line.startswith(("added ", "present "))]
+
+
+def _result(key: PublicKey, results: list[list[str]], *, key_login: bool, password_used: bool) -> dict[str, Any]:
+    return {"key": key.fingerprint, "key_file": home_relative(key.path),
+            "added": [f for what, f in results if what == "added"],
+            "present": [f for what, f in results if what == "present"], "key_login": key_login,
+            "password_used": password_used}
+
+
+def _keyed(spec: DeviceSpec, key: PublicKey) -> DeviceSpec:
+    return replace(spec, identity_file=str(key.private)) if key.private else spec
+
+
+def by_key(spec: DeviceSpec, key: PublicKey, *, known_hosts: str | None) -> dict[str, Any] | None:  # Any: JSON
+    """When a key login already works (a re-run, a board imaged with the key), the install script runs over it
+    and no password is needed; None when it does not (refused, or a host key not known yet: the password
+    login decides then, with its own messages)."""
+    try:
+        with SshConnection(_keyed(spec, key), known_hosts=known_hosts, proxy_jump=spec.proxy_jump) as conn:
+            return _result(key, _install(conn, spec, key), key_login=True, password_used=False)
+    except (AuthRefused, HostKeyRefused):
+        return None
 
 
 def add_key(spec: DeviceSpec, key: PublicKey, password: str, *, trust_new_host: bool,
@@ -163,24 +198,17 @@ def add_key(spec: DeviceSpec, key: PublicKey, password: str, *, trust_new_host: 
         raise UsageError("add-key installs a key on an SSH device; `local` needs none.")
     with _PasswordLogin(spec, password=password, trust_new_host=trust_new_host, known_hosts=known_hosts,
                         proxy_jump=spec.proxy_jump) as conn:
-        done = conn.run(["sh", "-c", INSTALL_SCRIPT, "sh", key.line, key.blob], timeout=60)
-    if done.returncode != 0:
-        raise DeviceError(f"{spec.name}: could not write ~/.ssh/authorized_keys "
-                          f"({done.stderr.strip()[-200:] or f'exit {done.returncode}'}).",
-                          hint="Check the free disk and that the home directory is writable by that user.")
-    results = [line.split(" ", 1) for line in done.stdout.splitlines() if line.startswith(("added ", "present "))]
-    keyed = replace(spec, identity_file=str(key.private)) if key.private else spec
+        results = _install(conn, spec, key)
     try:
-        with SshConnection(keyed, known_hosts=known_hosts, proxy_jump=spec.proxy_jump) as check:
+        with SshConnection(_keyed(spec, key), known_hosts=known_hosts, proxy_jump=spec.proxy_jump) as check:
             proof = check.run(["sh", "-c", "exit 0"], timeout=60)
     except AuthRefused as exc:
         raise DeviceError(
-            f"{spec.name}: the key is in ~/.ssh/authorized_keys, but a key login still fails ({exc.message})",
+            f"{spec.name}: the key is in ~/.ssh/authorized_keys, but a key login still fails "
+            f"({exc.message.removeprefix(f'{spec.name}: ')})",
             hint="The device's sshd may refuse keys in a group- or world-writable home or ~/.ssh (StrictModes), "
             "or read keys from another file (AuthorizedKeysFile).") from None
-    return {"key": key.fingerprint, "key_file": home_relative(key.path),
-            "added": [f for what, f in results if what == "added"],
-            "present": [f for what, f in results if what == "present"], "key_login": proof.returncode == 0}
+    return _result(key, results, key_login=proof.returncode == 0, password_used=True)
 
 
 def add_keys(specs: Sequence[DeviceSpec], *, public_key: str | os.PathLike[str] | None,
@@ -190,12 +218,25 @@ def add_keys(specs: Sequence[DeviceSpec], *, public_key: str | os.PathLike[str] 
     """``add_key`` on every device (``{"add_key": ...}`` each): the key and the password are read once, before
     any device is contacted, so a missing key or password source fails at once (exit 2)."""
     key = read_public_key(Path(public_key)) if public_key else default_public_key(specs[0]) if specs else None
-    password = read_password(password_file, password_env, ask)
+    # a password file or variable is read at once (a bad one fails before any device is contacted); the prompt
+    # only when a device needs it: one whose key login already works is done without a password
+    given = [read_password(password_file, password_env, None)] if password_file is not None or password_env else []
+    asked = threading.Lock()
     known = str(known_hosts) if known_hosts else None
+
+    def password() -> str:
+        with asked:
+            if not given:
+                given.append(read_password(None, None, ask))
+        return given[0]
 
     def one(spec: DeviceSpec) -> dict[str, Any]:  # Any: JSON
         assert key is not None
-        return {"add_key": add_key(spec, key, password, trust_new_host=trust_new_host,
-                                   known_hosts=known or spec.known_hosts)}
+        if spec.is_local:
+            raise UsageError("add-key installs a key on an SSH device; `local` needs none.")
+        done = by_key(spec, key, known_hosts=known or spec.known_hosts)
+        if done is None:
+            done = add_key(spec, key, password(), trust_new_host=trust_new_host, known_hosts=known or spec.known_hosts)
+        return {"add_key": done}
 
     return run_fleet(specs, one, parallel=parallel).outcomes

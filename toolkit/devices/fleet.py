@@ -50,11 +50,21 @@ class FleetResult(Generic[T]):
         return worst_exit_code([o.exit_code for o in self.outcomes])
 
 
+def named_once(message: str, device: str) -> str:
+    """``message`` with the device's name at its start at most once: the layers a device error passes through
+    (the connection, the step, the fleet) each may name the device, and "pi-1: pi-1: ..." says nothing more."""
+    prefix = f"{device}: "
+    while message.startswith(prefix + prefix):
+        message = message[len(prefix):]
+    return message
+
+
 def _one(task: Callable[[DeviceSpec], T], spec: DeviceSpec) -> DeviceOutcome[T]:
     try:
         return DeviceOutcome(spec.name, value=task(spec))
     except ToolkitError as exc:
-        text = exc.message if not exc.hint else f"{exc.message} {exc.hint}"
+        message = named_once(exc.message, spec.name)
+        text = message if not exc.hint else f"{message} {exc.hint}"
         return DeviceOutcome(spec.name, error=text, exit_code=exc.exit_code)
     except Exception as exc:  # a bug or an unexpected failure on one device must not stop the fleet
         log.debug("unexpected error on %s", spec.name, exc_info=True)

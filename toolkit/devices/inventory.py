@@ -9,6 +9,7 @@
     target = "raspberry-pi-4"
     groups = ["lab", "line-2"]
     known_hosts = "~/.ssh/known_hosts"     # optional
+    home = "/data/edgetk"                  # optional: where the toolkit keeps its files (default ~/.edgetk)
 
 Every error names the file and the key, and an unknown key gets a "did you mean": the schema is a pydantic
 model (toolkit.model.schemas.inventory), read only when a file is.
@@ -21,17 +22,24 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from toolkit.devices.spec import LOCAL, DeviceSpec
+from toolkit.devices.spec import LOCAL, DeviceSpec, device_home
 from toolkit.errors import UsageError
 
 # The keys of a [devices.NAME] table (the schema, toolkit.model.schemas.inventory, is the one definition).
-DEVICE_KEYS = ("host", "port", "user", "identity_file", "python", "target", "groups", "known_hosts")
+DEVICE_KEYS = ("host", "port", "user", "identity_file", "python", "target", "groups", "known_hosts", "home")
 
 
 def _did_you_mean(key: str, choices: tuple[str, ...] | list[str]) -> str:
     from toolkit.model.schemas.problems import did_you_mean
 
     return did_you_mean(key, choices, sentence=True)
+
+
+def _checked_home(value: str | None, *, where: str) -> str | None:
+    """``home`` as written, once :func:`device_home` accepts it (the error names the file and the key)."""
+    if value is not None:
+        device_home(value, where=where)
+    return value
 
 
 def parse_inventory(data: Mapping[str, Any], *, where: str) -> dict[str, DeviceSpec]:  # Any: parsed TOML
@@ -57,6 +65,7 @@ def parse_inventory(data: Mapping[str, Any], *, where: str) -> dict[str, DeviceS
             target=entry.target,
             groups=tuple(entry.groups),
             known_hosts=entry.known_hosts,
+            home=_checked_home(entry.home, where=f"{where}: [devices.{name}] home"),
         )
         for name, entry in inventory.devices.items()
     }

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from toolkit.errors import UsageError
 
 LOCAL = "local"
+DEFAULT_HOME = ".edgetk"  # the toolkit's files on a device: relative paths are under the login's home directory
 
 _SPEC = re.compile(
     r"^(?:(?P<user>[A-Za-z0-9._][A-Za-z0-9._-]*)@)?"
@@ -27,7 +28,9 @@ class DeviceSpec:
     """Everything edgetk knows about one device before connecting to it.
 
     ``host`` is None for the local machine. ``port``/``user``/``identity_file`` None mean "from ~/.ssh/config,
-    else the SSH defaults". ``python`` None means ``~/.edgetk/config.json``'s python, else ``python3``.
+    else the SSH defaults". ``python`` None means ``<home>/config.json``'s python, else ``python3``. ``home`` is
+    where the toolkit keeps its files on the device (None: ``~/.edgetk``; a device with a read-only root sets a
+    writable place such as ``/data/edgetk``): see :func:`device_home`.
     """
 
     name: str
@@ -40,6 +43,12 @@ class DeviceSpec:
     groups: tuple[str, ...] = ()
     known_hosts: str | None = None
     proxy_jump: str | None = None
+    home: str | None = None
+
+    @property
+    def base(self) -> str:
+        """The toolkit's directory on the device as the connection's paths say it (relative: under the home)."""
+        return device_home(self.home)
 
     @property
     def is_local(self) -> bool:
@@ -47,6 +56,24 @@ class DeviceSpec:
 
     def __str__(self) -> str:
         return self.name
+
+
+def device_home(value: str | None, *, where: str = "home") -> str:
+    """``value`` (inventory ``home``, ``--device-home``) as a connection path: None -> ``.edgetk``; ``~/x`` and
+    ``x`` -> ``x`` (relative to the login's home); an absolute path as it is, without a trailing slash."""
+    if value is None:
+        return DEFAULT_HOME
+    text = value.strip()
+    if text in ("~", "~/"):
+        text = ""
+    elif text.startswith("~/"):
+        text = text[2:]
+    text = text.rstrip("/") if text != "/" else text
+    if (not text or text == "/" or text.startswith("~") or "\n" in text or "\x00" in text
+            or ".." in text.split("/")):
+        raise UsageError(f"{where}: {value!r} cannot be the toolkit's directory on a device.",
+                         hint='Give a directory of its own, absolute or under the home: home = "/data/edgetk".')
+    return text
 
 
 def _port(value: object, where: str) -> int:

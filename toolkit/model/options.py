@@ -188,6 +188,9 @@ class DeviceOptions:
         kind=Kind.SWITCH))
     known_hosts: Path | None = field(default=None, metadata=flag(
         "known_hosts file to verify against (default ~/.ssh/known_hosts).", kind=Kind.PATH))
+    device_home: str | None = field(default=None, metadata=flag(
+        "Where the toolkit keeps its files on these devices (default ~/.edgetk; the inventory's `home` per "
+        "device): a writable place on a device with a read-only root, e.g. /data/edgetk.", metavar="DIR"))
 
     def __post_init__(self) -> None:
         if not 1 <= self.parallel <= 256:

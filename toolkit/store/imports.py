@@ -1,5 +1,6 @@
 """``edgetk history import FILE|DIR...``: check reports that devices left behind (the Mender Update Module
-writes one per update to ``<home>/.edgetk/reports/``) recorded in the history like any other check.
+writes one per update to ``reports/`` in the toolkit's home there, ``$EDGETK_HOME``) recorded in the history like
+any other check.
 
 The device already gated the check (error, golden outputs, budget); its verdict is kept as it is, with a note
 that no regression baseline was compared there. A report's run id is its file's sha256, so importing the same
@@ -44,7 +45,8 @@ def _files(paths: Sequence[Path]) -> list[Path]:
         else:
             raise UsageError(f"{path} does not exist.", hint="Pass report files or the folder they were copied to.")
     if not out:
-        raise UsageError("No report files to import.", hint="Pass the .json files from <home>/.edgetk/reports/.")
+        raise UsageError("No report files to import.", hint="Pass the .json files from reports/ in the toolkit's home "
+                         "on the device (the Mender module's default: /data/edgetk/.edgetk/reports/).")
     return out
 
 
@@ -71,7 +73,8 @@ def import_reports(paths: Sequence[Path], store: Store, *, device: str | None = 
             raise UsageError(f"{path} is not JSON ({exc}).") from None
         if not isinstance(record, dict) or record.get("schema") != SCHEMA:
             raise UsageError(f"{path} is not a device check report ({SCHEMA}).",
-                             hint="Import the files the edgetk Mender update module wrote to .edgetk/reports/.")
+                             hint="Import the files the edgetk Mender update module wrote to reports/ in the "
+                             "toolkit's home.")
         name = device or str(record.get("device") or "unknown")
         try:
             reports = parse_runner_output(json.dumps(record.get("runner") or {}), device=name, artifacts=[])

@@ -7,7 +7,8 @@ arrive as separate argv words (the host quotes each one), so names are data, nev
 relative to the home directory (the working directory of SSH sessions and of ``local``). It prints one JSON
 object between frame markers (so that other text on stdout cannot be taken for it); exit 0 = done, 3 = a refusal the host turns into a plain message ({"kind", "error", ...}).
 
-Layout: ``.edgetk/bundles/<name>/<version>/`` (files mirror the bundle), ``.edgetk/bundles/<name>/current`` ->
+Layout (``.edgetk`` stands for the toolkit's home on the device, ``$EDGETK_HOME``: see ``BASE``):
+``.edgetk/bundles/<name>/<version>/`` (files mirror the bundle), ``.edgetk/bundles/<name>/current`` ->
 ``<version>`` (switched with rename(2) over a fresh symlink: atomic), ``.edgetk/bundles/<name>/.history.json``
 (installed versions, oldest first, with every file's sha256, so rollback can verify what it switches to),
 ``.edgetk/locks/<name>/`` (mkdir is atomic: the deploy lock). The lock records the device's boot id and its
@@ -42,7 +43,9 @@ import time
 # --- device probe: device_probe.py's block, inlined here when assembled (toolkit.device_side) ---
 
 
-BASE = ".edgetk"
+# the toolkit's home on the device: $EDGETK_HOME (the host's boot sets it from the device's `home`; the Mender
+# module from its own setting), else .edgetk in the home directory (relative paths: the working directory)
+BASE = os.environ.get("EDGETK_HOME") or ".edgetk"
 GZ_SUFFIX = ".edgetk-gz"  # a file sent gzip-compressed (deploy --compress), inflated by `inflate`
 SHELLS = ("sh", "bash", "dash", "ash", "zsh", "ksh", "mksh", "fish", "busybox", "tcsh", "csh")
 
@@ -202,13 +205,46 @@ def load_history(name):
         return []
 
 
-def save_history(name, history):
-    path = os.path.join(bundle_dir(name), ".history.json")
+def fsync_path(path, directory=False):
+    """Flush ``path`` (a file, or a directory's entries) to the storage. A filesystem that cannot sync a
+    directory (EINVAL on some FUSE and network mounts) is not an error: there is nothing more to do there."""
+    try:
+        fd = os.open(path, os.O_RDONLY | (getattr(os, "O_DIRECTORY", 0) if directory else 0))
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+def sync_tree(top):
+    """Every file of ``top`` and every directory in it (deepest first), then ``top`` itself, on the storage: a
+    power cut after ``current`` names a version must not find its files still in the page cache."""
+    for root, _dirs, names in os.walk(top, topdown=False):
+        for entry in names:
+            full = os.path.join(root, entry)
+            if not os.path.islink(full):
+                fsync_path(full)
+        fsync_path(root, directory=True)
+
+
+def write_durably(path, text):
+    """``path`` replaced by ``text`` atomically (a temp file, synced, renamed over it, the directory synced)."""
     tmp = path + ".tmp.%d" % os.getpid()
     with open(tmp, "w") as handle:
-        json.dump(history, handle)
+        handle.write(text)
+        handle.flush()
+        os.fsync(handle.fileno())
     os.chmod(tmp, 0o644)
     os.replace(tmp, path)
+    fsync_path(os.path.dirname(path) or ".", directory=True)
+
+
+def save_history(name, history):
+    write_durably(os.path.join(bundle_dir(name), ".history.json"), json.dumps(history))
 
 
 def file_ok(path, digest):
@@ -221,7 +257,8 @@ def switch_current(name, version):
     if os.path.lexists(tmp):
         os.remove(tmp)
     os.symlink(version, tmp)
-    os.replace(tmp, os.path.join(bdir, "current"))
+    os.replace(tmp, os.path.join(bdir, "current"))  # rename(2): atomic
+    fsync_path(bdir, directory=True)  # the switch itself on the storage before the host is told it is done
 
 
 def verify(vdir, files):
@@ -253,12 +290,20 @@ def read_config_python():
         return None
 
 
+def existing_dir(path):
+    """``path`` or its nearest existing ancestor (the filesystem a directory not made yet will be on)."""
+    path = os.path.abspath(path)
+    while not os.path.isdir(path) and os.path.dirname(path) != path:
+        path = os.path.dirname(path)
+    return path
+
+
 def device_info():
     """The probe's basics plus what a push needs: free disk where bundles go, the configured Python, zlib."""
     info = probe_basics()
     info.update({
         # where bundles go: ~/.edgetk may be its own filesystem (an SD card's data partition)
-        "free_bytes": free_bytes(BASE if os.path.isdir(BASE) else info["home"]),
+        "free_bytes": free_bytes(existing_dir(BASE)),
         "config_python": read_config_python(),
         "zlib": zlib_available(),
     })
@@ -467,8 +512,7 @@ def cmd_abort(name, version, token=None):
     finally:
         if token:
             release_lock(name, token)
-    home = os.path.expanduser("~")
-    emit({"removed": removed, "free_bytes": free_bytes(BASE if os.path.isdir(BASE) else home)})
+    emit({"removed": removed, "free_bytes": free_bytes(existing_dir(BASE))})
 
 
 def cmd_finish(name, version, files_json, keep, token=None, packed_json="[]"):
@@ -513,6 +557,8 @@ def finish(name, version, files_json, keep, token, packed):
     if bad:
         fail("integrity", "files do not match their sha256 after the upload: " + ", ".join(bad), bad=bad)
     tidy_permissions(vdir)
+    sync_tree(vdir)  # files and their directories on the storage before `current` names them
+    fsync_path(bdir, directory=True)
     previous = read_current(name)
     switch_current(name, version)
     old = load_history(name)
@@ -567,8 +613,11 @@ def read_selected(name):
         return None
 
 
-def cmd_select(name, doc_json):
-    """Write the selection of the installed version atomically (the host decided it from this device's check)."""
+def cmd_select(name, doc_json, request=None, timeout="120"):
+    """Write the selection of the installed version: a compare-and-swap on ``current``, under the bundle's lock
+    (so no push's switch falls between the comparison and the write), written durably. When another version
+    was installed since this selection's check began, refuse (``not_current``) naming that version and who
+    installed it: that version's own check decides its selection."""
     bdir = bundle_dir(name)
     if not os.path.isdir(bdir):
         fail("not_installed", "the bundle %r is not installed" % name)
@@ -576,19 +625,21 @@ def cmd_select(name, doc_json):
         doc = json.loads(doc_json)
     except ValueError:
         fail("usage", "the selection is not JSON")
-    current = read_current(name)
-    if not isinstance(doc, dict) or doc.get("version") != current:
-        fail("not_current", "the selection is for version %s, but %s is installed"
-             % (str(doc.get("version") if isinstance(doc, dict) else None)[:12], (current or "none")[:12]))
-    artifact = doc.get("artifact")
-    if artifact is not None and not os.path.isfile(os.path.join(bdir, current, safe_rel(artifact))):
-        fail("usage", "the selected artifact %r is not in version %s" % (artifact, current[:12]))
-    path = os.path.join(bdir, SELECTED)
-    tmp = path + ".tmp.%d" % os.getpid()
-    with open(tmp, "w") as handle:
-        json.dump(doc, handle, indent=1, sort_keys=True)
-    os.chmod(tmp, 0o644)
-    os.replace(tmp, path)
+    token = "select-%d-%d" % (os.getpid(), int(time.time() * 1000))
+    acquire_lock(name, float(timeout), request or '{"what": "selection"}', token)
+    try:
+        current = read_current(name)
+        if not isinstance(doc, dict) or doc.get("version") != current:
+            by = next((h.get("by") for h in load_history(name) if h.get("version") == current), None)
+            fail("not_current", "the selection is for version %s, but %s is installed"
+                 % (str(doc.get("version") if isinstance(doc, dict) else None)[:12], (current or "none")[:12]),
+                 current=current, by=by)
+        artifact = doc.get("artifact")
+        if artifact is not None and not os.path.isfile(os.path.join(bdir, current, safe_rel(artifact))):
+            fail("usage", "the selected artifact %r is not in version %s" % (artifact, current[:12]))
+        write_durably(os.path.join(bdir, SELECTED), json.dumps(doc, indent=1, sort_keys=True))
+    finally:
+        release_lock(name, token)
     emit({"selected": artifact})
 
 

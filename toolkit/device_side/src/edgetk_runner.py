@@ -1298,10 +1298,23 @@ def ort_profile_summary(nodes, runs, intended, top):
 
 def cache_root(opts):
     # type: (Any) -> str
-    """Where the runner keeps files it makes on the device (TensorRT engines, optimized models, weight caches)."""
+    """Where the runner keeps files it makes on the device (TensorRT engines, optimized models, weight caches):
+    --cache-dir, $EDGETK_CACHE_DIR, else ``cache`` in the toolkit's home (:func:`toolkit_home`)."""
     root = getattr(opts, "cache_dir", None) or os.environ.get("EDGETK_CACHE_DIR") or os.path.join(
-        os.path.expanduser("~"), ".edgetk", "cache")
+        toolkit_home(getattr(opts, "bundle", None)), "cache")
     return os.path.abspath(os.path.expanduser(root))
+
+
+def toolkit_home(bundle=None):
+    # type: (Any) -> str
+    """The toolkit's home on this device: the one an installed ``bundle`` (``<home>/bundles/NAME/VERSION``) sits
+    in, else $EDGETK_HOME (set for devices whose home is not ~/.edgetk, e.g. a read-only root's /data/edgetk),
+    else ~/.edgetk."""
+    if bundle:
+        parts = os.path.abspath(os.path.expanduser(str(bundle))).rstrip("/").split("/")
+        if len(parts) > 3 and parts[-3] == "bundles":
+            return "/".join(parts[:-3]) or "/"
+    return os.path.expanduser(os.environ.get("EDGETK_HOME") or os.path.join("~", ".edgetk"))
 
 
 def artifact_cache_dir(opts, record, make=True):
@@ -2746,10 +2759,11 @@ def _non_negative_float(text):
 def selected_model(name, root=None):
     # type: (str, Any) -> str
     """The path of the model file a device should run for the installed bundle ``name``: the artifact the last
-    ``edgetk check`` selected on this device (``~/.edgetk/bundles/NAME/selected.json``), or, when that
+    ``edgetk check`` selected on this device (``<home>/bundles/NAME/selected.json``, ``<home>`` the toolkit's home:
+    ``root``, else $EDGETK_HOME, else ~/.edgetk), or, when that
     selection is for another version than the installed one or there is none, the manifest's preferred
     artifact (the profile's proposal). In an application: ``path = edgetk_runner.selected_model("NAME")``."""
-    bdir = os.path.join(os.path.expanduser(root or os.path.join("~", ".edgetk")), "bundles", name)
+    bdir = os.path.join(os.path.expanduser(root) if root else toolkit_home(), "bundles", name)
     link = os.path.join(bdir, "current")
     if not os.path.islink(link):
         raise RunnerError("bad_bundle", "the bundle %r is not installed here" % name, "edgetk deploy it first")
@@ -2778,7 +2792,7 @@ def build_parser():
     p.add_argument("--cgroup", default=None, help="the memory cgroup's folder (default: this process's)")
     p = sub.add_parser("selected", help="the path of the model file the last check selected for a bundle")
     p.add_argument("--name", required=True)
-    p.add_argument("--root", default=None, help="default ~/.edgetk")
+    p.add_argument("--root", default=None, help="the toolkit's home (default $EDGETK_HOME, else ~/.edgetk)")
     for command in ("check", "run-one", "run-group"):
         p = sub.add_parser(command, help={
             "check": "measure a bundle's artifacts", "run-one": "measure one artifact in this process",
@@ -2804,7 +2818,7 @@ def build_parser():
         p.add_argument("--loads", action="store_true",
                        help="cold, warm and optimized loads, each in a fresh process, with the first inference")
         p.add_argument("--cache-dir", default=None, dest="cache_dir",
-                       help="device-side caches (TensorRT engines, optimized models); default ~/.edgetk/cache")
+                       help="device-side caches (TensorRT engines, optimized models); default <home>/cache")
         if command != "check":
             p.add_argument("--skip-verify", action="store_true")
         if command == "run-one":

@@ -46,6 +46,7 @@ class Device(Table):
     target: Text | None = None
     groups: list[Text] = []
     known_hosts: Text | None = None
+    home: Text | None = None  # where the toolkit keeps its files on the device (default ~/.edgetk)
 
 
 class Inventory(Table):
