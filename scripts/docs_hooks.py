@@ -22,6 +22,18 @@ REPO = Path(__file__).resolve().parents[1]
 ROOT_CLASS = "ToolkitError"
 TROUBLESHOOTING = "troubleshooting.md"
 HOME = "index.md"
+INTRO = """# Troubleshooting
+
+Every error edgetk reports is one of the kinds below, generated from the exception tree in
+`toolkit/errors.py` when this site is built. The CLI prints `error: MESSAGE` and a hint on stderr and exits
+with the kind's code; with `--json` the same error is the command's one JSON document, whose `error.kind` is
+the name in the first column ([the error document](schemas/error.md), which also covers click's own kinds for
+a bad flag, exit 2, and `InternalError`, a bug). `--debug` adds the traceback. With several devices the worst
+code wins, and a device that fails inside a fleet command is reported under its device with the same message.
+
+Exit codes: 0 ok, 1 a check or gate failed, 2 bad usage, configuration or input, 3 conversion failed, 4 a
+device could not be reached, refused us, or could not take the bundle.
+"""
 
 
 @dataclass(frozen=True)
@@ -34,7 +46,6 @@ class ErrorKind:
     exit_code: int | None
     fix: str | None
     doc: str
-    depth: int
 
 
 @dataclass(frozen=True)
@@ -86,8 +97,9 @@ def _classes(root: Path) -> dict[str, _Class]:
 
 
 def error_kinds(root: Path = REPO / "toolkit") -> list[ErrorKind]:
-    """Every class under ``ToolkitError`` defined in ``root``, depth first (``toolkit/errors.py``'s own classes
-    before those defined elsewhere), each with its exit code and fix resolved through its ancestors."""
+    """Every class under ``ToolkitError`` defined in ``root``, depth first (``toolkit/errors.py``'s own
+    classes before those defined elsewhere), each with its exit code and fix resolved through its
+    ancestors."""
     classes = _classes(root)
     children: dict[str, list[_Class]] = {}
     for cls in sorted(classes.values(), key=lambda c: c.module != "toolkit.errors"):
@@ -101,7 +113,7 @@ def error_kinds(root: Path = REPO / "toolkit") -> list[ErrorKind]:
         kind = ErrorKind(cls.name, cls.module, parent.name if parent else None,
                          cls.exit_code if cls.exit_code is not None else parent.exit_code if parent else None,
                          cls.fix if cls.fix is not None else parent.fix if parent else None,
-                         cls.doc, parent.depth + 1 if parent else 0)
+                         cls.doc)
         order.append(kind)
         for child in children.get(cls.name, []):
             visit(child, kind)
@@ -117,26 +129,11 @@ def _one_line(text: str | None) -> str:
 def troubleshooting_markdown(kinds: list[ErrorKind] | None = None) -> str:
     """The troubleshooting page: a table of every error kind, then one section each."""
     kinds = error_kinds() if kinds is None else kinds
-    lines = [
-        "# Troubleshooting",
-        "",
-        "Every error edgetk reports is one of the kinds below, generated from the exception tree in",
-        "`toolkit/errors.py` when this site is built. The CLI prints `error: MESSAGE` and a hint on stderr and",
-        "exits with the kind's code; with `--json` the same error is the command's one JSON document, whose",
-        "`error.kind` is the name in the first column ([the error document](schemas/error.md), which also covers",
-        "click's own kinds for a bad flag, exit 2, and `InternalError`, a bug). `--debug` adds the traceback.",
-        "With several devices the worst code wins, and a device that fails inside a fleet command is reported",
-        "under its device with the same message.",
-        "",
-        "Exit codes: 0 ok, 1 a check or gate failed, 2 bad usage, configuration or input, 3 conversion failed,",
-        "4 a device could not be reached, refused us, or could not take the bundle.",
-        "",
-        "| error kind | exit code | what to do |",
-        "|---|---|---|",
-    ]
+    lines = [INTRO, "| error kind | a kind of | exit code | what to do |", "|---|---|---|---|"]
     for kind in kinds:
-        indent = "&nbsp;&nbsp;&nbsp;" * kind.depth
-        lines.append(f"| {indent}[`{kind.name}`](#{kind.name.lower()}) | {kind.exit_code} | {_one_line(kind.fix)} |")
+        parent = f"`{kind.parent}`" if kind.parent else ""
+        anchor = f"[`{kind.name}`](#{kind.name.lower()})"
+        lines.append(f"| {anchor} | {parent} | {kind.exit_code} | {_one_line(kind.fix)} |")
     for kind in kinds:
         where = f"Raised from `{kind.module}`" + (f"; a kind of [`{kind.parent}`](#{kind.parent.lower()})."
                                                  if kind.parent else ".")
