@@ -3,6 +3,10 @@ so that no fact is written twice.
 
 ``index.md`` (the home page) is README.md, its links into ``docs/`` made relative to the site.
 
+``benchmarks.md``'s headline table is rendered from docs/benchmarks.json by the function ``scripts/bench``
+writes it with (``benchmarks.__main__.summary``), so the page shows what the JSON holds even where the Markdown
+was edited by hand.
+
 ``troubleshooting.md`` lists every error kind edgetk can print, from the one exception tree
 (``toolkit/errors.py`` and its subclasses elsewhere in ``toolkit/``): its exit code, what it means (the class
 docstring) and what to do (the class's ``fix``, else its nearest ancestor's). The tree is read from the source
@@ -14,6 +18,9 @@ from __future__ import annotations
 
 import ast
 import inspect
+import json
+import re
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -146,6 +153,24 @@ def home_markdown(readme: Path = REPO / "README.md") -> str:
     """README.md as the site's home page: a link to ``docs/X`` becomes ``X``. Any other relative link would
     leave the site, so the README links only into docs/ (a strict build fails otherwise)."""
     return readme.read_text().replace("](docs/", "](")
+
+
+def benchmarks_markdown(markdown: str, headlines: Path = REPO / "docs" / "benchmarks.json") -> str:
+    """``markdown`` (docs/benchmarks.md) with its ``bench:summary`` block rendered from ``headlines``."""
+    if str(REPO) not in sys.path:
+        sys.path.insert(0, str(REPO))
+    from benchmarks.__main__ import summary
+
+    block = re.compile(r"(<!-- bench:summary -->\n).*?(\n<!-- /bench:summary -->)", re.S)
+    if not block.search(markdown):
+        raise ValueError("docs/benchmarks.md has no <!-- bench:summary --> block (scripts/bench writes one)")
+    table = summary(json.loads(headlines.read_text())).strip()
+    return block.sub(lambda match: match.group(1) + table + match.group(2), markdown)
+
+
+def on_page_markdown(markdown: str, page: Any, config: Any, files: Any) -> str:
+    """The benchmarks page's headline table from docs/benchmarks.json."""
+    return benchmarks_markdown(markdown) if page.file.src_uri == "benchmarks.md" else markdown
 
 
 def on_files(files: Any, config: Any) -> Any:

@@ -9,6 +9,7 @@ the README and the task guides are run in tests/docs/test_commands.py.
 from __future__ import annotations
 
 import html
+import json
 import importlib
 import logging
 import os
@@ -240,3 +241,30 @@ def test_pages_render_in_headless_chromium(site: Path, tmp_path: Path, page: str
     assert pixels.shape == (1000, 1280)
     assert pixels.std() > 20, pixels.std()  # text, header bar and navigation, not a blank page
     assert (pixels < 100).mean() > 0.01  # dark pixels: rendered text and the header
+
+
+# ------------------------------------------------------------------------------------------ benchmarks
+
+
+def test_the_benchmarks_page_shows_the_figures_of_benchmarks_json(site: Path, tmp_path: Path) -> None:
+    sys.path.insert(0, str(REPO / "scripts"))
+    try:
+        import docs_hooks
+    finally:
+        sys.path.remove(str(REPO / "scripts"))
+    from benchmarks.__main__ import summary
+
+    headlines = json.loads((REPO / "docs" / "benchmarks.json").read_text())
+    rows = [[_text(c).replace("`", "").strip() for c in line.strip("|").split("|")]
+            for line in summary(headlines).splitlines() if line.startswith("| ") and "---" not in line][1:]
+    assert len(rows) >= 10
+    page = " ".join(_text((site / "benchmarks" / "index.html").read_text()).split())
+    for what, measured, _ in rows:
+        assert f"{what} {measured}" in page, (what, measured)
+
+    # the table comes from the JSON, not from the Markdown's copy of it
+    headlines["convert_time"]["ratio"] = 9.87
+    edited = tmp_path / "benchmarks.json"
+    edited.write_text(json.dumps(headlines))
+    markdown = docs_hooks.benchmarks_markdown((REPO / "docs" / "benchmarks.md").read_text(), edited)
+    assert "9.87x" in markdown and "9.87x" not in (REPO / "docs" / "benchmarks.md").read_text()
