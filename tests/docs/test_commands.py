@@ -71,6 +71,7 @@ def blocks(page: Path) -> list[Block]:
 ALL = [block for page in PAGES for block in blocks(page)]
 
 
+@pytest.mark.fast
 def test_every_page_has_marked_blocks_and_the_readme_a_local_one() -> None:
     assert {b.page for b in ALL} == {p.relative_to(REPO).as_posix() for p in PAGES}
     readme = [b for b in ALL if b.page == "README.md"]
@@ -78,6 +79,7 @@ def test_every_page_has_marked_blocks_and_the_readme_a_local_one() -> None:
     assert all(c[0] == "edgetk" for b in ALL if b.kind != "suite" for c in b.commands)
 
 
+@pytest.mark.fast
 def test_hardware_commands_exist_with_every_option() -> None:
     """Parsed by click with --help appended: an unknown command or option fails (exit 2), nothing runs."""
     runner = CliRunner()
@@ -89,6 +91,7 @@ def test_hardware_commands_exist_with_every_option() -> None:
         assert "Usage: " in result.output
 
 
+@pytest.mark.fast
 def test_suite_blocks_are_run_by_their_tests() -> None:
     scripts = {c[0] for b in ALL if b.kind == "suite" for c in b.commands}
     assert scripts == {"./scripts/quickstart", "./scripts/test"}
