@@ -163,6 +163,15 @@ def test_the_cli_reference_has_every_command_and_option(site: Path) -> None:
     assert len(list(_commands(cli))) >= 20  # the walk itself reached the lazily loaded commands
 
 
+def test_the_api_reference_documents_every_public_name(site: Path) -> None:
+    import toolkit.api
+
+    page = (site / "reference" / "api" / "index.html").read_text()
+    for name in toolkit.api.__all__:
+        assert f'id="toolkit.api.{name}"' in page, name
+    assert 'id="toolkit.errors.DeviceError"' in page
+
+
 # ------------------------------------------------------------------------------------------ troubleshooting
 
 
