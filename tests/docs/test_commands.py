@@ -21,6 +21,8 @@ import os
 import re
 import shlex
 import shutil
+import sys
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -134,9 +136,11 @@ def test_local_commands_of_the_readme_and_the_guides_run(workspace: Path, tmp_pa
         page = Path(block.page).stem
         store = "check" if page == "report" else page
         for command in block.commands:
+            started = time.perf_counter()
             result = run_edgetk(*command[1:], cwd=workspace,
                                 env={**env, "EDGETK_STORE": str(tmp_path / f"history-{store}.sqlite")}, timeout=600)
             assert result.code == 0, (block.page, " ".join(command), result.stdout[-3000:], result.stderr[-3000:])
+            print(f"{time.perf_counter() - started:6.1f} s  {block.page}: {' '.join(command)}", file=sys.stderr)
             ran += 1
     assert ran >= 12
     bundle = workspace / "bundles" / "model-generic-x86_64"
