@@ -13,6 +13,11 @@ import re
 class ToolkitError(Exception):
     """Base of every error edgetk reports to a user: a plain message plus what to do about it."""
 
+    fix: str = (
+        "Read the message and its hint: they name the problem and what to change. "
+        "--debug adds the traceback."
+    )
+
     exit_code: int = 2
 
     def __init__(self, message: str, *, hint: str | None = None) -> None:
@@ -27,17 +32,34 @@ class ToolkitError(Exception):
 class GateFailed(ToolkitError):
     """A check, gate, accuracy or regression threshold was not met (exit 1)."""
 
+    fix = (
+        "Read which gate failed in the table or the --json document (budget, outputs, accuracy, regression, "
+        "placement); `edgetk report BUNDLE --html report.html` shows the measurements. Then change what was "
+        "measured (another precision, format, target or model), or the gate itself on purpose (--budget-ms, "
+        "--baseline none, the profile's tolerance)."
+    )
+
     exit_code = 1
 
 
 class UsageError(ToolkitError):
     """Bad usage, configuration or input: a path, a flag, a profile, calibration data (exit 2)."""
 
+    fix = (
+        "Fix the path, flag, profile or file the message names; the hint gives the nearest valid value. "
+        "`edgetk COMMAND --help` lists every option."
+    )
+
     exit_code = 2
 
 
 class ConversionError(ToolkitError):
     """A converter or quantizer failed on a valid request (exit 3)."""
+
+    fix = (
+        "Try another --format or --precision for this model (the manifest records every attempt and why it "
+        "failed), or convert from the original framework's model; --debug shows the converter's own error."
+    )
 
     exit_code = 3
 
@@ -46,9 +68,20 @@ class ArtifactRefused(ConversionError):
     """An artifact was built, but its own runtime refuses to load or run it (exit 3). The convert stage retries
     it with the node the runtime names kept float (``runtime_retry``) instead of dropping it as a build failure."""
 
+    fix = (
+        "Usually nothing: convert retries the artifact with the node the runtime names kept float, and drops "
+        "only that artifact when the retry fails too. If no artifact is left, try another precision or "
+        "format."
+    )
+
 
 class ArtifactCrashed(ArtifactRefused):
     """The artifact's first load or run killed the runtime, in a child process (``crash_guard``) (exit 3)."""
+
+    fix = (
+        "Usually nothing: the crash happened in a child process, and convert retries with the crashing op "
+        "kept float; the other artifacts are kept either way."
+    )
 
 
 class DeviceError(ToolkitError):
@@ -57,40 +90,87 @@ class DeviceError(ToolkitError):
     The subclasses below say which, so that the stages branch on the type and never on the message text.
     """
 
+    fix = (
+        "Check that the device is on, reachable (`ssh SPEC`) and has room; `edgetk devices probe --device "
+        "SPEC` shows what it has."
+    )
+
     exit_code = 4
 
 
 class DeviceUnreachable(DeviceError):
     """No SSH session could be opened: unknown name, nothing listening, no answer, a proxy that failed."""
 
+    fix = (
+        "Check the name, address and port (`ssh -v SPEC`), that an SSH server runs on the device and that "
+        "nothing blocks the port; an ~/.ssh/config Host alias works as a SPEC."
+    )
+
 
 class HostKeyRefused(DeviceError):
     """The device's host key is unknown (and not to be trusted) or CHANGED: nothing was sent to it."""
+
+    fix = (
+        "An unknown key: re-run once with --trust-new-host (it is then recorded in known_hosts). A changed "
+        "key: find out why first (a reinstalled device?), then remove the old entry with `ssh-keygen -R HOST`"
+        " if you trust the new one."
+    )
 
 
 class AuthRefused(DeviceError):
     """The device refused every way we could log in (the message says what it offered and what was tried)."""
 
+    fix = (
+        "Give a key the device accepts (identity_file in the inventory, IdentityFile in ~/.ssh/config, or "
+        "ssh-agent); a password-only device takes your key with `edgetk devices add-key --device SPEC`; a "
+        "key's passphrase can come from EDGETK_SSH_PASSPHRASE."
+    )
+
 
 class LinkDropped(DeviceError):
     """An open connection to the device broke mid-way; nothing more can be done on it (no clean-up either)."""
+
+    fix = (
+        "Re-run the command once the link is back: the running version was not touched, and a push resumes "
+        "after the part already sent and hash-checked."
+    )
 
 
 class DeviceStopped(LinkDropped):
     """The device stopped answering (a frozen userland, a hung SD card, an OOM-thrashing board) while its
     TCP link still looked alive: no reply to the SSH keepalives within their bounded number of misses."""
 
+    fix = (
+        "Let the device recover or power-cycle it (look at its memory, storage and temperature), then re-run:"
+        " `current` was not touched and the push resumes."
+    )
+
 
 class DeviceTimeout(DeviceError):
     """A command on a device that still answers did not finish within its deadline."""
+
+    fix = (
+        "Re-run; if it times out again, look at what keeps the device busy (load, memory, swap) with `edgetk "
+        "devices probe --device SPEC`."
+    )
 
 
 class DeviceDiskFull(DeviceError):
     """The device's disk (or quota) cannot take what is being written."""
 
+    fix = (
+        "Free space on the device: `edgetk prune NAME --device SPEC` removes old versions (never the current "
+        "one or the rollback target), or re-run the deploy with --prune."
+    )
+
 
 class DeviceShellNoise(DeviceError):
     """The device user's login shell prints text on start-up, and it broke a reply that could not be framed."""
+
+    fix = (
+        "Make the device user's login shell quiet for non-interactive sessions: move what ~/.bashrc or "
+        "~/.profile prints into an interactive-only branch."
+    )
 
 
 class VersionReplaced(DeviceError):
@@ -102,9 +182,16 @@ class VersionReplaced(DeviceError):
 class DeviceSetupNeeded(DeviceError):
     """The device lacks what edgetk runs with (Python, numpy, a runtime): `edgetk devices setup` fixes it."""
 
+    fix = "Run `edgetk devices setup --device SPEC` once (--offline for a device without internet access)."
+
 
 class MissingDependency(UsageError):
     """An optional framework is not installed; the hint names the extra to add."""
+
+    fix = (
+        "Install the extra the hint names, e.g. pip install 'edge-toolkit[tf]' (the Install page lists "
+        "them)."
+    )
 
     def __init__(self, package: str, *, extra: str, purpose: str) -> None:
         super().__init__(

@@ -268,6 +268,11 @@ def home_hint(device: str, error: str) -> str:
 class HelperRefused(DeviceError):
     """The device-side helper refused a step; ``kind`` says which refusal (None: a kind this host does not know)."""
 
+    fix = (
+        "Read the device's refusal in the message; the hint names the step to take (a file with a wrong hash:"
+        " re-run the deploy, it is sent again)."
+    )
+
     def __init__(self, device: str, data: dict[str, Any], kind: HelperRefusal | None) -> None:  # Any: JSON
         self.kind = kind
         self.data = data
@@ -283,6 +288,11 @@ class HelperRefused(DeviceError):
 
 class HelperDiskFull(HelperRefused, DeviceDiskFull):
     """The helper's refusal ``disk_full``: what it needs is more than the device's disk has free."""
+
+    fix = (
+        "Free space on the device: `edgetk prune NAME --device SPEC` removes old versions (never the current "
+        "one or the rollback target), or re-run the deploy with --prune."
+    )
 
 
 # --------------------------------------------------------------------------------------------- the steps

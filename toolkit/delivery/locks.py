@@ -47,6 +47,11 @@ class LockHeld(DeviceError):
     """The bundle's lock on the device is held by a live holder (or one this device cannot check) past the
     timeout."""
 
+    fix = (
+        "Another controller is deploying this bundle to the device: wait for it (the message names the "
+        "holder), or re-run with --break-lock if that holder is gone but its SSH session lives on."
+    )
+
 
 def request(what: str, *, version: str | None = None, break_lock: bool = False, prune: bool = False) -> str:
     """The JSON the helper records as the lock's owner (``by``, ``what``, ``version``) and acts on

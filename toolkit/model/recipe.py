@@ -23,6 +23,11 @@ class RecipeError(UsageError):
     """A recipe refused by :class:`Recipe`; ``key`` is the field at fault, so a profile loader can name it
     without reading the message."""
 
+    fix = (
+        "Fix the named field of the recipe in your target profile; `edgetk targets show NAME` prints the "
+        "resolved profile."
+    )
+
     def __init__(self, key: str, message: str, *, hint: str | None = None) -> None:
         super().__init__(message, hint=hint)
         self.key = key

@@ -33,6 +33,11 @@ _migrated: set[str] = set()
 class StoreUnavailable(DeviceError):
     """The history database could not be reached or refused the login (exit 4, like a device)."""
 
+    fix = (
+        "Check the --store URL (or EDGETK_STORE), that the database server is up and that its login works; "
+        "with --store-fallback results are kept locally and `edgetk history sync` sends them later."
+    )
+
 
 def store_error(location: StoreLocation, exc: BaseException) -> UsageError | StoreUnavailable:
     """A database exception -> one plain error without the password (a file problem is exit 2, a server 4)."""
