@@ -22,7 +22,7 @@ from toolkit.model import roles
 from toolkit.model.records import JsonDict, OutputMetrics, SliceMetrics
 from toolkit.verification.sequence import RecurrentRun
 from toolkit.model.tasks import Task, TaskChoice, parse_task
-from toolkit.verification.inference import assign, infer_task, output_name
+from toolkit.verification.inference import alternatives, assign, infer_task, output_name
 from toolkit.verification.task_metrics import measure_task
 from toolkit.model.tolerance import Tolerance
 from toolkit.verification.user_metric import UserMetric, evaluate
@@ -180,7 +180,8 @@ def verify_outputs(
     finite, max_abs, mean_abs, cosine = _whole_model(ref, act)
     choice, output_roles = _choose_task(task, task_source, recurrent, ref, names)
     assert choice.task is not None  # declared or inferred by now
-    per_output = [_output(ref[k], act[k], names[k], k, output_roles[k]) for k in range(count)]
+    per_output = [_alternative(_output(ref[k], act[k], names[k], k, output_roles[k]), ref[k], act[k],
+                               output_roles[k], tolerance) for k in range(count)]
     vacuous = _too_little(samples, ref, tolerance)
     task_metrics: JsonDict = {}
     task_vacuous: list[str] = []  # why the task's own metrics prove nothing (moot where --metric judges)
@@ -264,8 +265,10 @@ def _task_failures(v: Verification, tolerance: Tolerance) -> list[str]:
             reasons.append(f"top-1 accuracy {v.accuracy:.3f} vs float {v.reference_accuracy:.3f} "
                            f"(drop {drop * 100:.1f} points > {tolerance.max_top1_drop * 100:.1f})")
     elif v.top1_agreement is not None and 1.0 - v.top1_agreement > tolerance.max_top1_drop + 1e-9:
+        first = v.outputs[0] if v.outputs and (v.task_source or "").startswith("inferred") else None
         reasons.append(f"top-1 agreement with the float model {v.top1_agreement:.3f} "
-                       f"(< {1 - tolerance.max_top1_drop:.3f})")
+                       f"(< {1 - tolerance.max_top1_drop:.3f})"
+                       + (role_metrics.would_pass_hint(first.name, first.metrics) if first else ""))
     m = v.task_metrics
     if v.task == Task.DETECTION and isinstance(m.get("recall"), (int, float)) \
             and int(m.get("float_detections") or 0) >= detection.MIN_DETECTIONS:
@@ -334,6 +337,18 @@ def _output(ref: np.ndarray, act: np.ndarray, name: str, index: int, role: roles
     whole = slices.output_metrics(ref, act, name=name, index=index)
     return dataclasses.replace(whole, role=role.role.value, role_source=role.source,
                                metrics=role_metrics.score(role, ref, act))
+
+
+def _alternative(out: OutputMetrics, ref: np.ndarray, act: np.ndarray, role: roles.OutputRole,
+                 tolerance: Tolerance) -> OutputMetrics:
+    """An output whose inferred role fails: the first other role it would pass as (``would_pass_as``), so the
+    reason can say what to declare. Declared roles are the user's word and get no alternative."""
+    if not out.role or not role_metrics.failures(out.name, out.role, out.metrics, tolerance):
+        return out
+    for other in alternatives(role, ref):
+        if not role_metrics.failures(out.name, other.role.value, role_metrics.score(other, ref, act), tolerance):
+            return dataclasses.replace(out, metrics={**out.metrics, "would_pass_as": other.role.value})
+    return out
 
 
 # a declared task's role for the outputs it covers (True: the first output only)
