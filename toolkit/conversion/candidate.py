@@ -21,6 +21,7 @@ from toolkit.delivery.bundle import sha256_file
 from toolkit.conversion import cache
 from toolkit.conversion.base import BuiltArtifact, ConversionRequest
 from toolkit.conversion.host_timing import PairedTiming, Speed, host_cpu, is_this_host, paired_with_fp32
+from toolkit.conversion.int8_saturation import X64_QUANT_PRECISION_NOTE, target_numerics
 from toolkit.conversion.plan import Policy
 from toolkit.conversion.run import WORKAROUNDS, Candidate, ConvertRun, Failure, FailureKind, failure
 from toolkit.errors import ArtifactCrashed, ArtifactRefused, ConversionError, ToolkitError, UsageError
@@ -235,8 +236,9 @@ def _measure(run: ConvertRun, recipe: Recipe, built: BuiltArtifact) -> _Measured
     from toolkit.runtimes.execution import open_session
 
     source, data = run.source, run.data
+    numerics = target_numerics(recipe, run.policy.arch)  # the target's int8 arithmetic where this host's differs
     try:
-        session = open_session(built.path, threads=recipe.threads or run.policy.threads)
+        session = open_session(built.path, threads=recipe.threads or run.policy.threads, config=numerics)
     except Exception as exc:  # noqa: BLE001 - the runtime refuses the file: this artifact's failure only
         message = exc.message if isinstance(exc, ToolkitError) else f"{type(exc).__name__}: {exc}"
         return failure(recipe, FailureKind.DOES_NOT_RUN, f"its runtime cannot load it: {message}",
@@ -272,7 +274,7 @@ def _measure(run: ConvertRun, recipe: Recipe, built: BuiltArtifact) -> _Measured
         except Exception as exc:  # noqa: BLE001 - a runtime's own error, reported as the artifact's failure
             return failure(recipe, FailureKind.DOES_NOT_RUN, f"the artifact does not run in its runtime: {exc}")
         io_notes = _io_notes(source.inputs, session.inputs, in_order, "input") + _io_notes(
-            source.outputs, session.outputs, out_order, "output")
+            source.outputs, session.outputs, out_order, "output") + ([X64_QUANT_PRECISION_NOTE] if numerics else [])
         return _Measured(in_order, out_order, outputs, verdict, latency, session.runtime, timing, batching, io_notes)
     finally:
         session.close()
