@@ -347,3 +347,31 @@ def test_device_outputs_are_scored_by_the_roles_declared_at_convert_time(eval_bu
     scored = device_eval.score(declared, reference, device_outputs, None)
     assert scored.outputs[0].role == "embedding" and scored.outputs[0].role_source == "--output-task"
     assert "cosine" in json.dumps(scored.outputs[0].metrics)
+
+
+def test_outputs_a_metric_judged_on_the_host_are_not_gated_on_the_device(eval_bundle: Path, tmp_path: Path) -> None:
+    """A device whose outputs are a broken INT8's (second convolution's weight scales tripled) fails the tensor
+    limits; when a --metric judged that output at convert time, those limits are not the bundle's and the device
+    check does not apply them (the metric is not re-run there)."""
+    from dataclasses import replace
+
+    from toolkit.checks import device_eval
+    from toolkit.delivery.bundle import load_npz
+    from toolkit.runtimes.execution import open_session
+
+    broken_dir = copy_bundle(eval_bundle, tmp_path / "broken")
+    _break_tflite(broken_dir)
+    bundle = read_bundle(broken_dir)
+    record = read_bundle(eval_bundle).manifest.artifact("model.int8.tflite")
+    assert record.verification is not None
+    reference = load_npz(eval_bundle / device_eval.EVAL_REFERENCE)
+    inputs = np.load(eval_bundle / device_eval.input_files(bundle)[0])
+    session = open_session(broken_dir / record.file)
+    name = session.inputs[0].name
+    outputs = [session.run({name: x}) for x in inputs]
+    device_outputs = [np.stack([o[k] for o in outputs]) for k in range(len(outputs[0]))]
+    scored = device_eval.score(record, reference, device_outputs, None)
+    assert device_eval.lost_on_device(record, scored, bundle)  # the tensor limits catch the broken layer
+    judged = replace(record, verification=replace(record.verification, user_metric={
+        "metric": "metric.py:fn", "values": {}, "ok": True, "covers": [o.name for o in record.verification.outputs]}))
+    assert device_eval.lost_on_device(judged, scored, bundle) == []

@@ -29,7 +29,6 @@ import pytest
 
 from tests.fixtures.tflite import digits_request
 from toolkit.conversion import candidate
-from toolkit.conversion.int8_saturation import host_saturates
 from toolkit.conversion.pipeline import ConvertOptions, ConvertResult, convert_bundle
 
 OUTLIER = 4000.0
@@ -115,14 +114,9 @@ def _plain_int8_dropped(manifest, fmt: str) -> float:
     assert fp32.verification.accuracy > 0.9
     plain = [a for a in manifest.attempts if a.recipe.precision == "int8" and not a.recipe.nodes_to_exclude
              and a.metrics]
-    if fmt == "onnx" and host_saturates():
-        # an ARM target built here, where the U8S8 kernels saturate: its 8-bit-weight INT8 is rebuilt with
-        # reduce_range first (toolkit.conversion.int8_saturation); the outlier ruins that one too
-        first, *plain = plain
-        assert first.outcome == "dropped" and first.recipe.reduce_range is False, (first.outcome, first.recipe)
-        assert first.workaround and first.workaround.startswith("rebuilt with reduce_range next: "), first.workaround
-        assert _accuracy(first) < fp32.verification.accuracy - 0.5
-        assert plain and plain[0].recipe.reduce_range is True
+    # an ARM target (the profile extends raspberry-pi-4): its 8-bit-weight INT8 ONNX is verified with the target's
+    # numerics where this host's U8S8 kernels saturate, never rebuilt with 7-bit weights (int8_saturation)
+    assert all(not a.recipe.reduce_range for a in plain), [a.recipe for a in plain]
     assert len(plain) == 1 and plain[0].outcome == "dropped"
     assert "top-1" in plain[0].reason or "cosine" in plain[0].reason, plain[0].reason
     assert plain[0].workaround == "selective quantization is tried next"  # its own field, not text in the reason

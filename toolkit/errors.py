@@ -229,3 +229,18 @@ def key_line(exc: BaseException) -> str:
     while key.endswith(":") and (more := next(useful, None)) is not None:
         key = f"{key} {more}"
     return key[:400]
+
+
+def origin(exc: BaseException) -> str | None:
+    """Where a third-party exception was raised: ``module.function`` of the innermost Python frame of its traceback
+    outside this toolkit (a quantizer's own code, or the Python wrapper of the native call that raised); None when
+    every frame is the toolkit's. A bare message ("The truth value of an array ... is ambiguous") says nothing of
+    which tool failed; this does."""
+    found = None
+    tb = exc.__traceback__
+    while tb is not None:
+        module = str(tb.tb_frame.f_globals.get("__name__") or "")
+        if module and module.split(".")[0] not in ("toolkit", "__main__", "builtins"):
+            found = f"{module}.{tb.tb_frame.f_code.co_name}"
+        tb = tb.tb_next
+    return found

@@ -37,3 +37,23 @@ def test_x86_targets_get_reduce_range_others_keep_8_bit_weights_and_a_profile_ch
     assert resolved(a16w8, "x86_64").reduce_range is None  # int16 activations: no U8S8 kernel
     assert resolved(Recipe(Format.TFLITE, Precision.INT8), "x86_64").reduce_range is None
     assert resolved(u8s8, "x86_64").label == "onnx int8 (U8S8 qdq minmax reduce_range)"
+
+
+def test_an_arm_target_is_verified_with_its_numerics_on_a_saturating_host() -> None:
+    """The probe's flags decide: an AVX2-only host verifies an ARM target's 8-bit-weight INT8 ONNX with
+    session.x64quantprecision (no 7-bit rebuild); an x86 target gets 7-bit weights from the plan instead; a
+    VNNI host needs neither."""
+    from tests.fixtures.cpu_flags import AVX2, VNNI, probe_flags
+    from toolkit.conversion.int8_saturation import X64_QUANT_PRECISION, host_saturates, target_numerics
+
+    u8s8 = Recipe(Format.ONNX, Precision.INT8)
+    with probe_flags(AVX2):
+        assert host_saturates()
+        arm = resolved(u8s8, "aarch64")
+        assert arm.reduce_range is False and target_numerics(arm, "aarch64") == X64_QUANT_PRECISION
+        x86 = resolved(u8s8, "x86_64")
+        assert x86.reduce_range is True and target_numerics(x86, "x86_64") == {}
+        assert target_numerics(Recipe(Format.ONNX, Precision.INT8, reduce_range=False), None) == {}  # this host
+        assert target_numerics(Recipe(Format.TFLITE, Precision.INT8), "aarch64") == {}
+    with probe_flags(VNNI):
+        assert not host_saturates() and target_numerics(resolved(u8s8, "aarch64"), "aarch64") == {}

@@ -7,6 +7,7 @@ cannot abort the bundle. Only bad input (a :class:`UsageError`) propagates, and 
 
 from __future__ import annotations
 
+import logging
 import dataclasses
 import re
 from collections.abc import Callable, Mapping, Sequence
@@ -21,9 +22,10 @@ from toolkit.delivery.bundle import sha256_file
 from toolkit.conversion import cache
 from toolkit.conversion.base import BuiltArtifact, ConversionRequest
 from toolkit.conversion.host_timing import PairedTiming, Speed, host_cpu, is_this_host, paired_with_fp32
+from toolkit.conversion.int8_saturation import X64_QUANT_PRECISION_NOTE, target_numerics
 from toolkit.conversion.plan import Policy
 from toolkit.conversion.run import WORKAROUNDS, Candidate, ConvertRun, Failure, FailureKind, failure
-from toolkit.errors import ArtifactCrashed, ArtifactRefused, ConversionError, ToolkitError, UsageError
+from toolkit.errors import ArtifactCrashed, ArtifactRefused, ConversionError, ToolkitError, UsageError, origin
 from toolkit.runtimes.inspection.share import artifact_share
 from toolkit.quiet import native_stderr_silenced
 from toolkit.model.artifact import ArtifactRecord
@@ -35,6 +37,8 @@ from toolkit.model.batching import FIXED_BATCH_NOTE, BatchVerification, batch_is
 if TYPE_CHECKING:
     from toolkit.runtimes.inspection import ModelInfo
     from toolkit.verification.outputs import VerificationResult
+
+_log = logging.getLogger(__name__)
 
 
 _FORMAT_NAMES = {Format.TFLITE: "TFLite", Format.ONNX: "ONNX", Format.PTE: ".pte"}
@@ -200,6 +204,8 @@ def _built(run: ConvertRun, recipe: Recipe, *, explicit: bool
         crashed = isinstance(exc, ArtifactCrashed)
         return failure(recipe, FailureKind.CRASHED if crashed else FailureKind.DOES_NOT_RUN, exc.message, exc.hint)
     except ToolkitError as exc:
+        if exc.__cause__ is not None:  # a third party's exception: its traceback under --debug (debug logging)
+            _log.debug("%s: building failed", recipe.label, exc_info=exc)
         return failure(recipe, FailureKind.BUILD, exc.message, exc.hint)
     info = inspect_model(built.path)
     if recipe.format == Format.TFLITE:
@@ -235,8 +241,9 @@ def _measure(run: ConvertRun, recipe: Recipe, built: BuiltArtifact) -> _Measured
     from toolkit.runtimes.execution import open_session
 
     source, data = run.source, run.data
+    numerics = target_numerics(recipe, run.policy.arch)  # the target's int8 arithmetic where this host's differs
     try:
-        session = open_session(built.path, threads=recipe.threads or run.policy.threads)
+        session = open_session(built.path, threads=recipe.threads or run.policy.threads, config=numerics)
     except Exception as exc:  # noqa: BLE001 - the runtime refuses the file: this artifact's failure only
         message = exc.message if isinstance(exc, ToolkitError) else f"{type(exc).__name__}: {exc}"
         return failure(recipe, FailureKind.DOES_NOT_RUN, f"its runtime cannot load it: {message}",
@@ -270,9 +277,11 @@ def _measure(run: ConvertRun, recipe: Recipe, built: BuiltArtifact) -> _Measured
         except ToolkitError:
             raise
         except Exception as exc:  # noqa: BLE001 - a runtime's own error, reported as the artifact's failure
-            return failure(recipe, FailureKind.DOES_NOT_RUN, f"the artifact does not run in its runtime: {exc}")
+            where = origin(exc)
+            return failure(recipe, FailureKind.DOES_NOT_RUN, f"the artifact does not run in its runtime: {exc}"
+                           + (f" ({type(exc).__name__} raised in {where})" if where else ""))
         io_notes = _io_notes(source.inputs, session.inputs, in_order, "input") + _io_notes(
-            source.outputs, session.outputs, out_order, "output")
+            source.outputs, session.outputs, out_order, "output") + ([X64_QUANT_PRECISION_NOTE] if numerics else [])
         return _Measured(in_order, out_order, outputs, verdict, latency, session.runtime, timing, batching, io_notes)
     finally:
         session.close()

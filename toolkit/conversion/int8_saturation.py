@@ -11,15 +11,19 @@ the float range with 8-bit weights, 0.004 / 0.028 / 0.020 with reduce_range (doc
 
 * A target whose CPU is x86 gets ``reduce_range`` (its devices may lack VNNI; the toolkit cannot know): the plan
   sets it on the static INT8 ONNX recipes (:func:`resolved`), the quantizer says why (:data:`REDUCE_RANGE_NOTE`).
-* Another target (ARM) is quantized with 8-bit weights; when that artifact fails verification on a host whose
-  kernels saturate, the recipe is built again with ``reduce_range`` and that one is verified
+* Another target (ARM) is quantized with 8-bit weights, and on a host whose kernels saturate its artifact is
+  verified with the target's numerics: onnxruntime's session option ``session.x64quantprecision = "1"``
+  (:func:`target_numerics`) turns the constant int8 weights into uint8 so that MLAS uses its U8U8 kernels, which
+  do not saturate (an x86 host reproduced an emulated Cortex-A72's outputs within 0.004 of the range:
+  findings.md section 7). The option is written in the artifact's notes. Only a host profile (the target is
+  this saturating host) still gets the 7-bit rebuild when its 8-bit artifact fails
   (:func:`toolkit.conversion.saturation_retry.retry`), the first attempt listed as dropped with the reason.
 """
 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from functools import lru_cache
 from typing import TYPE_CHECKING
 
@@ -73,3 +77,23 @@ def resolved(recipe: Recipe, arch: str | None) -> Recipe:
 
     on = host_saturates() if arch is None else normalize_arch(arch) in X86_ARCHES
     return dataclasses.replace(recipe, reduce_range=on)
+
+
+# onnxruntime's session option that makes an x86 host without VNNI compute a U8S8 artifact as ARM does
+X64_QUANT_PRECISION = {"session.x64quantprecision": "1"}
+X64_QUANT_PRECISION_NOTE = (
+    "verified with onnxruntime's session option session.x64quantprecision = 1: this host's x86 CPU has no VNNI "
+    "and its U8S8 kernels saturate, which the target's do not; the option has onnxruntime run the int8 weights "
+    "as uint8 (U8U8 kernels that do not saturate), so the 8-bit-weight artifact is verified as the target computes "
+    "it (host latency with it means nothing)")
+
+
+def target_numerics(recipe: Recipe, arch: str | None) -> Mapping[str, str]:
+    """The onnxruntime session options that verify ``recipe``'s artifact with the target's numerics on this host:
+    :data:`X64_QUANT_PRECISION` for an 8-bit-weight static INT8 ONNX of a target that is not x86 when this host
+    saturates; else none (an x86 target, or this host's own profile, computes as this host does)."""
+    from toolkit.model.platform import normalize_arch
+
+    if not applies(recipe) or recipe.reduce_range or arch is None or normalize_arch(arch) in X86_ARCHES:
+        return {}
+    return dict(X64_QUANT_PRECISION) if host_saturates() else {}

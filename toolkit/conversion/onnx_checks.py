@@ -13,7 +13,7 @@ import numpy as np
 
 from toolkit.conversion.base import ConversionRequest
 from toolkit.conversion.onnx_io import require_onnx, save_model, session
-from toolkit.errors import ArtifactCrashed, ArtifactRefused, ConversionError, key_line
+from toolkit.errors import ArtifactCrashed, ArtifactRefused, ConversionError, key_line, origin
 from toolkit.runtimes.execution.onnx import _ORT_TYPES
 
 if TYPE_CHECKING:
@@ -35,9 +35,13 @@ def hint_for(message: str) -> str:
 
 
 def failure(what: str, exc: BaseException) -> ConversionError:
-    """``what`` failed, with the exception's key line and what to do about it (``hint_for``)."""
+    """``what`` failed, with the exception's key line, its type and where it was raised (``origin``: the third
+    party's module and function), and what to do about it (``hint_for``); the exception stays chained, so
+    ``--debug`` prints its traceback."""
     line = key_line(exc)
-    return ConversionError(f"{what}: {line}", hint=hint_for(line))
+    where = origin(exc)
+    raised = f" ({type(exc).__name__} raised in {where})" if where else ""
+    return ConversionError(f"{what}: {line}{raised}", hint=hint_for(line))
 
 
 def sample_feed(request: ConversionRequest, runner: Any) -> dict[str, np.ndarray]:

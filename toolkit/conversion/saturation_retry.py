@@ -1,5 +1,6 @@
 """An ONNX INT8 artifact that failed verification only because this host's x86 kernels saturate, built again
-with 7-bit weights (``reduce_range``) and verified: the pipeline's step for what
+with 7-bit weights (``reduce_range``) and verified, where the target computes as this host (a host profile; an
+ARM target's artifact is verified with its numerics instead, ``int8_saturation.target_numerics``): the pipeline's step for what
 :mod:`toolkit.conversion.int8_saturation` knows (kept apart from it: that module is read by the plan and the
 quantizer, this one builds and verifies, which the plan and the quantizer sit below)."""
 
@@ -8,7 +9,7 @@ from __future__ import annotations
 import dataclasses
 
 from toolkit.conversion.candidate import build_and_verify
-from toolkit.conversion.int8_saturation import HOST_SATURATES, applies, host_saturates
+from toolkit.conversion.int8_saturation import HOST_SATURATES, applies, host_saturates, target_numerics
 from toolkit.conversion.run import Candidate, ConvertRun, Failure
 from toolkit.model.vocabulary import AttemptOutcome
 
@@ -19,6 +20,8 @@ def retry(run: ConvertRun, failed: Candidate) -> Candidate | None:
     returned verified, its notes saying why (None: not applicable, or the rebuild failed, listed too)."""
     recipe = failed.recipe
     if not (failed.failures and applies(recipe) and not recipe.reduce_range and host_saturates()):
+        return None
+    if target_numerics(recipe, run.policy.arch):  # verified with the target's numerics: its failure is real
         return None
     why = f"{HOST_SATURATES}; reduce_range keeps the weights in 7 bits, which cannot saturate"
     run.attempts.append(failed.attempt(AttemptOutcome.DROPPED, "; ".join(failed.problems),

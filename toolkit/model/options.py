@@ -135,11 +135,13 @@ class ConvertOptions:
         "inferred from the outputs; the manifest says which).", kind=Kind.CHOICE, choices=_task_names))
     output_tasks: tuple[str, ...] = field(default=(), metadata=flag(
         "What one output carries, judged by its own metrics (repeatable; default: the eval data's dataset.toml "
-        "[outputs.NAME], else inferred per output; a CTC sequence takes ,blank=N).", name="--output-task",
+        "[outputs.NAME], else inferred per output; a CTC sequence takes ,blank=N, an ordinal histogram "
+        ",bin=WIDTH,unit=NAME).", name="--output-task",
         multiple=True, metavar="NAME=TASK"))
     metric: str | None = field(default=None, metadata=flag(
-        "Your own verification metric: fn(reference, artifact, labels) -> {name: value, 'ok': bool}; its "
-        "verdict gates like the built-in ones.", metavar="FILE.py:FN"))
+        "Your own verification metric: fn(reference, artifact, labels) -> {name: value, 'ok': bool}; it judges "
+        "the outputs it covers (all, or those listed in fn.outputs) in place of the built-in limits.",
+        metavar="FILE.py:FN"))
     use_cache: bool = field(default=True, metadata=flag(
         "Convert again even if a cached result exists.", kind=Kind.SWITCH, name="--no-cache", inverted=True))
     # A folder where built artifacts are kept and reused by later runs with the same source, data, recipe and

@@ -24,7 +24,8 @@ class Role(StrEnum):
     DENSE = "dense"  # a map over positions: argmax agreement / IoU with a class axis, else relative error
     SEQUENCE = "sequence"  # [T, C] per-step classes: per-step agreement, greedy CTC strings with a blank
     EMBEDDING = "embedding"  # a vector compared by direction: cosine
-    REGRESSION = "regression"  # plain values: relative error
+    REGRESSION = "regression"  # plain values: relative error; a vector: each component against its spread
+    ORDINAL = "ordinal"  # ordered bins (pitch, angle, age): the value decoded around the peak, error in bins
     DETECTION = "detection"  # a detector's boxes or scores, judged together by the detection metrics
     STATE = "state"  # a recurrent model's state, judged over the sequence with the state fed back
 
@@ -32,7 +33,7 @@ class Role(StrEnum):
 # words users reach for, read as the role they mean
 ALIASES = {"probabilities": Role.CLASSIFICATION, "logits": Role.CLASSIFICATION, "scores": Role.CLASSIFICATION,
            "box": Role.BOXES, "keypoints": Role.LANDMARKS, "segmentation": Role.DENSE, "map": Role.DENSE,
-           "ctc": Role.SEQUENCE}
+           "ctc": Role.SEQUENCE, "histogram": Role.ORDINAL, "bins": Role.ORDINAL}
 DECLARABLE = tuple(r.value for r in Role if r not in (Role.DETECTION, Role.STATE)) + tuple(ALIASES)
 
 
@@ -44,6 +45,8 @@ class OutputDeclaration:
     role: Role
     source: str  # "dataset.toml" or "--output-task"
     blank: int | None = None  # a CTC sequence's blank class
+    bin_size: float | None = None  # an ordinal output's bin width in its own unit (20 for 20-cent pitch bins)
+    unit: str | None = None  # that unit's name ("cents")
 
 
 @dataclass(frozen=True)
@@ -54,6 +57,8 @@ class OutputRole:
     source: str
     blank: int | None = None
     classes_axis: int | None = None  # a dense map's class axis (of one sample's array), when it has one
+    bin_size: float | None = None  # ordinal: the bin's width in its unit
+    unit: str | None = None
 
 
 def parse_role(value: object, *, where: str) -> Role:
@@ -84,9 +89,42 @@ def parse_output_tasks(values: Sequence[str]) -> tuple[OutputDeclaration, ...]:
             raise UsageError(f"--output-task {value!r} is not NAME=TASK.",
                              hint="Write e.g. --output-task landmarks=landmarks or --output-task "
                                   "logits=sequence,blank=0.")
-        found.append(OutputDeclaration(name.strip(), parse_role(task, where=f"--output-task {value}"),
-                                       "--output-task", _blank(extra, f"--output-task {value}")))
+        where = f"--output-task {value}"
+        options = _options(extra, where)
+        blank = options.get("blank")
+        size = options.get("bin")
+        found.append(OutputDeclaration(name.strip(), parse_role(task, where=where), "--output-task",
+                                       None if blank is None else _whole(blank, where),
+                                       None if size is None else _positive(size, where), options.get("unit")))
     return tuple(found)
+
+
+def _options(extra: str, where: str) -> dict[str, str]:
+    """``blank=0`` / ``bin=20,unit=cents`` after the role."""
+    found: dict[str, str] = {}
+    for part in filter(None, (p.strip() for p in extra.split(","))):
+        key, sep, text = part.partition("=")
+        if not sep or key.strip() not in ("blank", "bin", "unit") or not text.strip():
+            raise UsageError(f"{where}: {part!r} is not blank=N, bin=WIDTH or unit=NAME.",
+                             hint="Write e.g. NAME=sequence,blank=0 or NAME=ordinal,bin=20,unit=cents.")
+        found[key.strip()] = text.strip()
+    return found
+
+
+def _whole(text: str, where: str) -> int:
+    if not text.isdigit():
+        raise UsageError(f"{where}: blank={text!r} is not a class index.", hint="Write e.g. NAME=sequence,blank=0.")
+    return int(text)
+
+
+def _positive(text: str, where: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not value > 0:
+        raise UsageError(f"{where}: bin={text!r} is not a positive width.", hint="Write e.g. NAME=ordinal,bin=20.")
+    return value
 
 
 def dataset_outputs(table: Mapping[str, JsonObject] | None) -> tuple[OutputDeclaration, ...]:
@@ -94,15 +132,6 @@ def dataset_outputs(table: Mapping[str, JsonObject] | None) -> tuple[OutputDecla
     return tuple(OutputDeclaration(name, parse_role(entry["task"], where=f"dataset.toml [outputs.{name}]"),
                                    "dataset.toml", entry.get("blank"))
                  for name, entry in (table or {}).items())
-
-
-def _blank(extra: str, where: str) -> int | None:
-    key, _, number = extra.partition("=")
-    if not extra:
-        return None
-    if key.strip() != "blank" or not number.strip().isdigit():
-        raise UsageError(f"{where}: {extra!r} is not blank=N.", hint="Write e.g. NAME=sequence,blank=0.")
-    return int(number)
 
 
 def check_names(declared: Sequence[OutputDeclaration], names: Sequence[str]) -> None:

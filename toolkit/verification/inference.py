@@ -14,7 +14,7 @@ import numpy as np
 
 from toolkit.model.roles import OutputDeclaration, OutputRole, Role
 from toolkit.model.tasks import Task, TaskChoice
-from toolkit.verification import detection
+from toolkit.verification import detection, ordinal
 from toolkit.verification.detection import MAX_BOX_VALUES
 from toolkit.verification.segmentation import class_axis
 
@@ -91,6 +91,13 @@ def infer_role(stacked: np.ndarray, name: str = "", *, alone: bool = True) -> Ou
         return OutputRole(Role.REGRESSION, "inferred: one value per sample")
     if len(shape) == 1:
         n = shape[0]
+        ordered = ordinal.evidence(core.reshape(len(core), -1))
+        if ordered is not None:
+            return OutputRole(Role.ORDINAL, f"inferred: {ordered}")
+        if alone and not probs and named in (None, Role.CLASSIFICATION):  # "scores" may be regression scores
+            scores = regression_evidence(core.reshape(len(core), -1), correlated_only=named is not None)
+            if scores is not None:
+                return OutputRole(Role.REGRESSION, f"inferred: {scores}")
         if dist or (named is Role.CLASSIFICATION):
             return OutputRole(Role.CLASSIFICATION, f"inferred: {n} {'probabilities summing to 1' if dist else 'scores'}"
                                                    f"{' named ' + repr(name) if named and not dist else ''}")
@@ -135,6 +142,48 @@ def infer_role(stacked: np.ndarray, name: str = "", *, alone: bool = True) -> Ou
     return OutputRole(Role.DENSE, f"inferred: a {steps} x {width} map of unbounded values")
 
 
+MAX_SCORES = 8  # a single output's vector of at most this many unbounded values may be regression scores
+SCORE_CORRELATION = 0.5  # components that rise and fall together (mean pairwise correlation) are scores
+SCORE_DOMINANCE = 0.9  # or one component is the largest in this share of the samples
+
+
+def regression_evidence(rows: np.ndarray, *, correlated_only: bool = False) -> str | None:
+    """Why ``[samples, n]`` unbounded values look like regression scores rather than a classifier's logits:
+    logits of different classes move against each other and their argmax varies with the input; scores (a
+    speech-quality model's SIG, BAK, OVRL) move together, or one of them stays on top (not for an output named
+    like class scores: ``correlated_only``). None otherwise."""
+    n = rows.shape[-1]
+    if n < 2 or n > MAX_SCORES or rows.shape[0] < 5:
+        return None
+    spread = rows.std(axis=0)
+    dominance = float(np.max(np.bincount(np.argmax(rows, axis=-1), minlength=n))) / rows.shape[0]
+    correlation = None
+    if np.all(spread > 0):
+        c = np.corrcoef(rows.T)
+        correlation = float((c.sum() - n) / (n * (n - 1)))
+    if correlation is not None and correlation >= SCORE_CORRELATION:
+        why = f"its components move together (mean correlation {correlation:.2f})"
+    elif dominance >= SCORE_DOMINANCE and not correlated_only:
+        why = f"one component is the largest in {dominance:.0%} of the samples"
+    else:
+        return None
+    return (f"{n} unbounded values per sample (no softmax) and {why}: regression scores, each judged against "
+            "its own spread, never by argmax")
+
+
+def alternatives(role: OutputRole, stacked: np.ndarray) -> tuple[OutputRole, ...]:
+    """The roles an inferred vector output might carry instead (tried when it fails its inferred role)."""
+    core = core_view(stacked)
+    if core.ndim != 2 or not role.source.startswith("inferred"):
+        return ()
+    found = []
+    if role.role is not Role.ORDINAL and core.shape[-1] >= ordinal.MIN_BINS and core.min() >= -1e-3:
+        found.append(OutputRole(Role.ORDINAL, "alternative"))
+    if role.role is not Role.REGRESSION and core.shape[-1] <= MAX_SCORES:
+        found.append(OutputRole(Role.REGRESSION, "alternative"))
+    return tuple(found)
+
+
 def assign(stacked: Sequence[np.ndarray], names: Sequence[str], declared: Sequence[OutputDeclaration] = (),
            *, decoded: Collection[int] = (), state: Sequence[int] = ()) -> list[OutputRole]:
     """Every output's role: declared first, then a detector's ``decoded`` outputs (their indices) and a step
@@ -151,7 +200,7 @@ def assign(stacked: Sequence[np.ndarray], names: Sequence[str], declared: Sequen
             axis = None
             if d.role is Role.DENSE:
                             axis = class_axis(ref.shape[1:])
-            roles.append(OutputRole(d.role, d.source, blank, axis))
+            roles.append(OutputRole(d.role, d.source, blank, axis, d.bin_size, d.unit))
         elif k in decoded:
             roles.append(OutputRole(Role.DETECTION, "inferred: decoded with the other detector output"))
         elif k in state:
@@ -184,7 +233,8 @@ def infer_task(stacked: Sequence[np.ndarray], names: Sequence[str] = (),
         return TaskChoice(Task.SEGMENTATION, f"inferred: a dense map {list(shape)} (classes x height x width)")
     if role.role is Role.SEQUENCE:
         return TaskChoice(Task.SEQUENCE, role.source)
-    if role.role in (Role.DENSE, Role.BOXES, Role.LANDMARKS):
+    if role.role in (Role.DENSE, Role.BOXES, Role.LANDMARKS, Role.ORDINAL) or (
+            role.role is Role.REGRESSION and int(np.prod(shape)) > 1):
         return TaskChoice(Task.PER_OUTPUT, f"inferred: its one output is {role.role.value} ({role.source})")
     squeezed = [d for d in shape if d != 1]
     if len(squeezed) == 1 and squeezed[0] > 1 and len(shape) <= 2:

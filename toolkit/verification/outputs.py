@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -22,7 +22,7 @@ from toolkit.model import roles
 from toolkit.model.records import JsonDict, OutputMetrics, SliceMetrics
 from toolkit.verification.sequence import RecurrentRun
 from toolkit.model.tasks import Task, TaskChoice, parse_task
-from toolkit.verification.inference import assign, infer_task, output_name
+from toolkit.verification.inference import alternatives, assign, infer_task, output_name
 from toolkit.verification.task_metrics import measure_task
 from toolkit.model.tolerance import Tolerance
 from toolkit.verification.user_metric import UserMetric, evaluate
@@ -180,21 +180,28 @@ def verify_outputs(
     finite, max_abs, mean_abs, cosine = _whole_model(ref, act)
     choice, output_roles = _choose_task(task, task_source, recurrent, ref, names)
     assert choice.task is not None  # declared or inferred by now
-    per_output = [_output(ref[k], act[k], names[k], k, output_roles[k]) for k in range(count)]
+    per_output = [_alternative(_output(ref[k], act[k], names[k], k, output_roles[k]), ref[k], act[k],
+                               output_roles[k], tolerance) for k in range(count)]
     vacuous = _too_little(samples, ref, tolerance)
     task_metrics: JsonDict = {}
+    task_vacuous: list[str] = []  # why the task's own metrics prove nothing (moot where --metric judges)
     top1 = accuracy = reference_accuracy = None
     if finite and count:
-        measure_task(choice.task, ref, act, names, labels, score_threshold, task_metrics, vacuous, anchors)
+        measure_task(choice.task, ref, act, names, labels, score_threshold, task_metrics, task_vacuous, anchors)
         top1 = task_metrics.get("top1_agreement")
         accuracy = task_metrics.get("accuracy")
         reference_accuracy = task_metrics.get("reference_accuracy")
     if recurrent is not None and recurrent.candidate is not None and finite:
         task_metrics.update(_sequence_metrics(recurrent, names, ref, act))
     elif choice.task is Task.RECURRENT:
-        vacuous.append("--task recurrent, but no input takes an output back (a state input and output of one "
-                       "shape, named state/hidden/cell/h/c): pass --metric for this model")
-    user = evaluate(metric, ref, act, labels) if metric is not None and count else None
+        task_vacuous.append("--task recurrent, but no input takes an output back (a state input and output of "
+                            "one shape, named state/hidden/cell/h/c): pass --metric for this model")
+    user = evaluate(metric, ref, act, labels, names) if metric is not None and count else None
+    if user is not None and _task_covered(choice.task.value, [o.role for o in per_output], names, user.covers):
+        if task_vacuous:  # the user's metric judges the task's outputs: the built-in metrics' gaps are moot
+            task_metrics["not_judged"] = "; ".join(task_vacuous) + f" (judged by --metric {user.spec} instead)"
+        task_vacuous = []
+    vacuous += task_vacuous
 
     verification = Verification(
         max_abs_error=max_abs,
@@ -223,17 +230,45 @@ def failures_of(verification: Verification, tolerance: Tolerance) -> list[str]:
     v = verification
     if not math.isfinite(v.cosine_similarity) or not math.isfinite(v.max_abs_error):
         return ["outputs are NaN/Inf"]
+    covered = set(v.user_metric.get("covers") or ()) if v.user_metric is not None else set()
     reasons: list[str] = []
-    if v.cosine_similarity < tolerance.min_cosine:
+    if not covered and v.cosine_similarity < tolerance.min_cosine:
         reasons.append(f"cosine similarity {v.cosine_similarity:.4f} < {tolerance.min_cosine}")
+    for out in v.outputs if covered else ():  # the outputs --metric does not judge: each by its own cosine
+        if out.name not in covered and out.cosine_similarity < tolerance.min_cosine:
+            reasons.append(f"{out.name}: cosine similarity {out.cosine_similarity:.4f} < {tolerance.min_cosine}")
+    if not _task_covered(v.task, [o.role for o in v.outputs], [o.name for o in v.outputs], covered):
+        reasons += _task_failures(v, tolerance)
+    return reasons + _output_failures(v, tolerance, covered) + _user_failures(v)
+
+
+def _task_covered(task: str | None, output_roles: Sequence[str | None], names: Sequence[str],
+                  covered: Collection[str]) -> bool:
+    """Whether --metric judges every output the task's own metrics read (then they gate nothing): a
+    detector's decoded outputs, a classifier's, segmenter's or recognizer's first output, else all."""
+    if not covered or not names:
+        return False
+    judged: Sequence[str] = names
+    if task == Task.DETECTION:
+        judged = [n for n, r in zip(names, output_roles) if r == roles.Role.DETECTION] or names[:1]
+    elif task in (Task.CLASSIFICATION, Task.SEGMENTATION, Task.SEQUENCE):
+        judged = names[:1]
+    return all(n in covered for n in judged)
+
+
+def _task_failures(v: Verification, tolerance: Tolerance) -> list[str]:
+    """The task-level limits: top-1, detection, mask IoU, embedding cosine, relative error."""
+    reasons: list[str] = []
     if v.accuracy is not None and v.reference_accuracy is not None:
         drop = v.reference_accuracy - v.accuracy
         if drop > tolerance.max_top1_drop + 1e-9:
             reasons.append(f"top-1 accuracy {v.accuracy:.3f} vs float {v.reference_accuracy:.3f} "
                            f"(drop {drop * 100:.1f} points > {tolerance.max_top1_drop * 100:.1f})")
     elif v.top1_agreement is not None and 1.0 - v.top1_agreement > tolerance.max_top1_drop + 1e-9:
+        first = v.outputs[0] if v.outputs and (v.task_source or "").startswith("inferred") else None
         reasons.append(f"top-1 agreement with the float model {v.top1_agreement:.3f} "
-                       f"(< {1 - tolerance.max_top1_drop:.3f})")
+                       f"(< {1 - tolerance.max_top1_drop:.3f})"
+                       + (role_metrics.would_pass_hint(first.name, first.metrics) if first else ""))
     m = v.task_metrics
     if v.task == Task.DETECTION and isinstance(m.get("recall"), (int, float)) \
             and int(m.get("float_detections") or 0) >= detection.MIN_DETECTIONS:
@@ -271,18 +306,30 @@ def failures_of(verification: Verification, tolerance: Tolerance) -> list[str]:
             if key.endswith("relative_error") and isinstance(value, (int, float)) \
                     and value > tolerance.max_relative_error:
                 reasons.append(f"{key.replace('_', ' ')} {value:.4f} > {tolerance.max_relative_error}")
+    return reasons
+
+
+def _output_failures(v: Verification, tolerance: Tolerance, covered: Collection[str]) -> list[str]:
+    """Each output's role and slice limits, for the outputs --metric does not judge."""
+    reasons: list[str] = []
     for out in v.outputs:
+        if out.name in covered:
+            continue
         if out.role and out.metrics and not _judged_by_task(v.task, out):
             reasons += role_metrics.failures(out.name, out.role, out.metrics, tolerance)
         for part in out.slices:
             if part.max_error_ratio > tolerance.max_slice_error:
                 reasons.append(f"{part.name}: max error {part.max_abs_error:.4g} is {part.max_error_ratio:.0%} of its "
                                f"float range {part.float_range:.4g} (> {tolerance.max_slice_error:.0%})")
-    if v.user_metric is not None and not v.user_metric.get("ok"):
-        values = v.user_metric.get("values") or {}
-        shown = ", ".join(f"{k} {val:.4g}" for k, val in values.items() if isinstance(val, (int, float)))
-        reasons.append(f"--metric {v.user_metric.get('metric')} says not ok ({shown or 'no values'})")
     return reasons
+
+
+def _user_failures(v: Verification) -> list[str]:
+    if v.user_metric is None or v.user_metric.get("ok"):
+        return []
+    values = v.user_metric.get("values") or {}
+    shown = ", ".join(f"{k} {val:.4g}" for k, val in values.items() if isinstance(val, (int, float)))
+    return [f"--metric {v.user_metric.get('metric')} says not ok ({shown or 'no values'})"]
 
 
 def _output(ref: np.ndarray, act: np.ndarray, name: str, index: int, role: roles.OutputRole) -> OutputMetrics:
@@ -290,6 +337,18 @@ def _output(ref: np.ndarray, act: np.ndarray, name: str, index: int, role: roles
     whole = slices.output_metrics(ref, act, name=name, index=index)
     return dataclasses.replace(whole, role=role.role.value, role_source=role.source,
                                metrics=role_metrics.score(role, ref, act))
+
+
+def _alternative(out: OutputMetrics, ref: np.ndarray, act: np.ndarray, role: roles.OutputRole,
+                 tolerance: Tolerance) -> OutputMetrics:
+    """An output whose inferred role fails: the first other role it would pass as (``would_pass_as``), so the
+    reason can say what to declare. Declared roles are the user's word and get no alternative."""
+    if not out.role or not role_metrics.failures(out.name, out.role, out.metrics, tolerance):
+        return out
+    for other in alternatives(role, ref):
+        if not role_metrics.failures(out.name, other.role.value, role_metrics.score(other, ref, act), tolerance):
+            return dataclasses.replace(out, metrics={**out.metrics, "would_pass_as": other.role.value})
+    return out
 
 
 # a declared task's role for the outputs it covers (True: the first output only)

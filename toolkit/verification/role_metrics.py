@@ -11,7 +11,7 @@ import math
 import numpy as np
 
 from toolkit.model.records import JsonDict, JsonObject
-from toolkit.verification import dense, segmentation
+from toolkit.verification import dense, ordinal, segmentation
 from toolkit.model.roles import OutputRole, Role
 from toolkit.verification.inference import core_view
 from toolkit.model.tolerance import Tolerance
@@ -51,8 +51,23 @@ def score(role: OutputRole, ref: np.ndarray, act: np.ndarray) -> JsonDict:
         e = dense.embedding_metrics(r, a)
         return _unless(finite, {"mean_cosine": e["mean_cosine"], "min_cosine": e["min_cosine"]})
     if kind is Role.REGRESSION:
-        return _unless(finite, {"relative_error": dense.relative_error(r, a)})
+        out = {"relative_error": dense.relative_error(r, a)}
+        if r.ndim == 2 and r.shape[-1] > 1:  # a vector of scores: each component against its own spread
+            out["component_error_to_spread"] = _component_error(r, a)
+        return _unless(finite, out)
+    if kind is Role.ORDINAL:
+        return _unless(finite, ordinal.metrics(r, a, bin_size=role.bin_size, unit=role.unit))
     return {}
+
+
+def _component_error(r: np.ndarray, a: np.ndarray) -> float:
+    """The worst component's RMS error over its float spread (standard deviation) over the eval set."""
+    worst = 0.0
+    for c in range(r.shape[-1]):
+        spread = float(np.std(r[:, c]))
+        error = float(np.sqrt(np.mean((a[:, c] - r[:, c]) ** 2)))
+        worst = max(worst, error / spread if spread > 0 else (0.0 if error == 0 else math.inf))
+    return worst
 
 
 def _unless(finite: bool, metrics: JsonDict) -> JsonDict:
@@ -170,7 +185,14 @@ def failures(name: str, role: str | None, metrics: JsonObject, tolerance: Tolera
     elif role == Role.EMBEDDING:
         checks.append(("mean_cosine", "mean per-vector cosine", t.min_cosine, True))
     elif role == Role.REGRESSION:
-        checks.append(("relative_error", "relative error", t.max_relative_error, False))
+        if "component_error_to_spread" in m:
+            checks.append(("component_error_to_spread", "worst component's RMS error against its spread",
+                           t.max_relative_error, False))
+        else:
+            checks.append(("relative_error", "relative error", t.max_relative_error, False))
+    elif role == Role.ORDINAL:
+        checks.append(("decoded_error_bins_p95", "decoded value's error in bins (95th percentile)",
+                       t.max_ordinal_error, False))
     reasons = []
     for key, what, limit, larger in checks:
         value = m.get(key)
@@ -178,5 +200,15 @@ def failures(name: str, role: str | None, metrics: JsonObject, tolerance: Tolera
             continue
         value = float(value)
         if not math.isfinite(value) or (value < limit - 1e-9 if larger else value > limit + 1e-9):
-            reasons.append(f"{name} ({role}): {what} {value:.4f} {'<' if larger else '>'} {limit}")
+            reasons.append(f"{name} ({role}): {what} {value:.4f} {'<' if larger else '>'} {limit}"
+                           + would_pass_hint(name, m))
     return reasons
+
+
+def would_pass_hint(name: str, metrics: JsonObject) -> str:
+    """For an inferred role: the role under which the artifact would pass, and what to declare."""
+    other = metrics.get("would_pass_as")
+    if not other:
+        return ""
+    return (f"; the role was only inferred, and as {other} this output passes: if it carries {other} values, "
+            f"declare --output-task {name}={other}")

@@ -4,6 +4,10 @@
 outputs over the eval set as arrays ``[samples, ...]`` (lists in output order) and the labels (``y`` of the
 eval data) or None, and returns a mapping of metric names to numbers plus ``"ok"``: a bool that gates the
 artifact like the built-in tolerances do.
+
+The metric is the judge of the outputs it covers: every output, or those named by the function's ``outputs``
+attribute (``fn.outputs = ("boxes", "scores")``). For those outputs the tensor statistics (cosine, relative
+error, slices, role and task metrics) stay in the manifest as information and gate nothing.
 """
 
 from __future__ import annotations
@@ -26,6 +30,11 @@ HINT = ("Pass --metric path/to/file.py:function, where function(reference, artif
 class UserMetric:
     spec: str  # as given: "file.py:fn"
     fn: Callable[..., Any]  # Any: the user's function, its result checked by evaluate
+    outputs: tuple[str, ...] | None = None  # the outputs it judges (``fn.outputs``); None: all of them
+
+    def covers(self, names: Sequence[str]) -> tuple[str, ...]:
+        """The names among ``names`` this metric judges (all of them when it names none)."""
+        return tuple(names) if self.outputs is None else tuple(n for n in names if n in self.outputs)
 
 
 @dataclass(frozen=True)
@@ -33,9 +42,10 @@ class UserMetricResult:
     spec: str
     values: Mapping[str, float]
     ok: bool
+    covers: tuple[str, ...] = ()  # the outputs it judged: the tensor gates do not apply to them
 
     def to_dict(self) -> JsonDict:
-        return {"metric": self.spec, "values": dict(self.values), "ok": self.ok}
+        return {"metric": self.spec, "values": dict(self.values), "ok": self.ok, "covers": list(self.covers)}
 
 
 def load(spec: str) -> UserMetric:
@@ -58,10 +68,22 @@ def load(spec: str) -> UserMetric:
     fn = getattr(module, name, None)
     if not callable(fn):
         raise UsageError(f"--metric {spec!r}: {path} has no function {name!r}.", hint=HINT)
-    return UserMetric(str(spec), fn)
+    named = getattr(fn, "outputs", None)
+    if named is not None and (isinstance(named, str) or not all(isinstance(n, str) for n in named)):
+        raise UsageError(f"--metric {spec!r}: {name}.outputs is {named!r}, not a list of output names.",
+                         hint="Set it to the names of the outputs the metric judges, or leave it out for all.")
+    return UserMetric(str(spec), fn, None if named is None else tuple(named))
 
 
-def evaluate(metric: UserMetric, reference: Sequence[object], artifact: Sequence[object], labels: object) -> UserMetricResult:
+def evaluate(metric: UserMetric, reference: Sequence[object], artifact: Sequence[object], labels: object,
+             names: Sequence[str] = ()) -> UserMetricResult:
+    """Run the user's function and check what it returns; ``names``: the model's outputs, for ``covers``."""
+    if metric.outputs is not None:
+        unknown = [n for n in metric.outputs if n not in names]
+        if unknown:
+            raise UsageError(f"--metric {metric.spec}: outputs {unknown} are not outputs of the model "
+                             f"({', '.join(names)}).", hint="Name the model's outputs in the function's "
+                             "outputs attribute, or leave it out to judge all of them.")
     try:
         raw = metric.fn(list(reference), list(artifact), labels)
     except Exception as exc:
@@ -81,4 +103,4 @@ def evaluate(metric: UserMetric, reference: Sequence[object], artifact: Sequence
             raise UsageError(f"--metric {metric.spec}: the value of {key!r} is {value!r}, not a number.",
                              hint=HINT) from None
         values[str(key)] = number if math.isfinite(number) else float("nan")
-    return UserMetricResult(metric.spec, values, bool(raw["ok"]))
+    return UserMetricResult(metric.spec, values, bool(raw["ok"]), metric.covers(names))

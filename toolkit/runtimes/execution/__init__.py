@@ -60,8 +60,9 @@ def dequantize_output(spec: TensorSpec, value: np.ndarray) -> np.ndarray:
     return np.asarray(value, dtype=np.float32)
 
 
-def open_session(path: Path, *, threads: int | None = None) -> HostSession:
-    """Load ``path`` in the runtime its format needs."""
+def open_session(path: Path, *, threads: int | None = None, config: Mapping[str, str] | None = None) -> HostSession:
+    """Load ``path`` in the runtime its format needs; ``config``: onnxruntime session config entries (an .onnx
+    only)."""
     suffix = path.suffix.lower()
     if suffix == ".tflite":
         from toolkit.runtimes.execution.tflite import TFLiteSession
@@ -70,7 +71,7 @@ def open_session(path: Path, *, threads: int | None = None) -> HostSession:
     if suffix == ".onnx":
         from toolkit.runtimes.execution.onnx import OnnxSession
 
-        return OnnxSession(path, threads=threads)
+        return OnnxSession(path, threads=threads, config=config)
     if suffix == ".pte":
         from toolkit.runtimes.execution.pte import PteSession
 

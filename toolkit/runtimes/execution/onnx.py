@@ -43,7 +43,7 @@ class OnnxSession(HostSession):
 
     runtime = Runtime.ONNXRUNTIME
 
-    def __init__(self, path: Path, *, threads: int | None = None) -> None:
+    def __init__(self, path: Path, *, threads: int | None = None, config: Mapping[str, str] | None = None) -> None:
         try:
             import onnxruntime as ort
         except ImportError as exc:  # pragma: no cover
@@ -58,6 +58,9 @@ class OnnxSession(HostSession):
         # The convert stage times several sessions (ORT and LiteRT) in one process: idle intra-op pools that
         # spin steal the cores from the next one timed (LiteRT fp32 MobileNetV2 3.4 ms alone, 7.3 ms after).
         options.add_session_config_entry("session.intra_op.allow_spinning", "0")
+        self.config = dict(config or {})  # session config entries beyond the defaults (target numerics)
+        for key, value in self.config.items():
+            options.add_session_config_entry(key, value)
         if threads is not None:
             options.intra_op_num_threads = int(threads)
             options.inter_op_num_threads = 1
