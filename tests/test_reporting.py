@@ -8,16 +8,14 @@ from __future__ import annotations
 import base64
 import io
 import shutil
-import subprocess
 from html.parser import HTMLParser
 from pathlib import Path
 
 import pytest
 
+from tests.fixtures.chromium import chromium, needs_chromium
 from tests.fixtures.cli import assert_clean_error, run_edgetk
 
-CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
-needs_chromium = pytest.mark.skipif(CHROMIUM is None, reason="chromium is not installed (scripts/test installs it)")
 
 
 class _Page(HTMLParser):
@@ -83,16 +81,6 @@ def _decode_png(src: str):  # type: ignore[no-untyped-def]
     return image
 
 
-def _chromium(args: list[str], tmp: Path) -> subprocess.CompletedProcess[str]:
-    assert CHROMIUM
-    return subprocess.run(
-        [CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
-         "--disable-component-update", "--disable-sync", "--no-first-run", f"--user-data-dir={tmp / 'profile'}",
-         *args],
-        check=False, capture_output=True, text=True, timeout=120,
-    )
-
-
 def test_terminal_table_colour_only_when_asked(checked_bundle):  # type: ignore[no-untyped-def]
     from toolkit.reporting.terminal import bundle_table
 
@@ -133,14 +121,14 @@ def test_bundle_html_report_renders_with_plots_and_tables(checked_bundle, tmp_pa
     assert {row[2] for row in history[1:]} == {"here"}
     assert any("Manifest" in h for h in page.headings)
 
-    dom = _chromium(["--dump-dom", out.as_uri()], tmp_path)
+    dom = chromium(["--dump-dom", out.as_uri()], tmp_path)
     assert dom.returncode == 0, dom.stderr[-2000:]
     rendered = _parse(dom.stdout)
     assert {img.get("id") for img in rendered.images} == ids
     assert [row[0] for row in rendered.tables["artifacts"][1:]] == ["model.fp32.tflite", "model.int8.tflite"]
 
     shot = tmp_path / "report.png"
-    taken = _chromium([f"--screenshot={shot}", "--window-size=1280,2000", out.as_uri()], tmp_path)
+    taken = chromium([f"--screenshot={shot}", "--window-size=1280,2000", out.as_uri()], tmp_path)
     assert taken.returncode == 0 and shot.is_file(), taken.stderr[-2000:]
     from PIL import Image
 
@@ -160,7 +148,7 @@ def test_history_html_and_json(checked_bundle, tmp_path):  # type: ignore[no-unt
     assert [img.get("id") for img in page.images] == ["plot-trend"]
     _decode_png(page.images[0]["src"])
     assert len(page.tables["history"]) - 1 == 4 and len(page.tables["trends"]) - 1 == 2
-    dom = _chromium(["--dump-dom", out.as_uri()], tmp_path)
+    dom = chromium(["--dump-dom", out.as_uri()], tmp_path)
     assert dom.returncode == 0 and 'id="plot-trend"' in dom.stdout
 
     doc = run_edgetk("report", checked_bundle.bundle, "--store", checked_bundle.store, "--json").json()

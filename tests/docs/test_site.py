@@ -24,12 +24,11 @@ from pathlib import Path
 import click
 import pytest
 
+from tests.fixtures.chromium import chromium, needs_chromium
 from toolkit.cli import cli
 from toolkit.errors import ToolkitError
 
 REPO = Path(__file__).resolve().parents[2]
-CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
-needs_chromium = pytest.mark.skipif(CHROMIUM is None, reason="chromium is not installed (scripts/test installs it)")
 
 
 def _mkdocs_missing() -> str | None:
@@ -223,28 +222,18 @@ def test_troubleshooting_lists_every_error_kind_with_its_exit_code_and_fix(site:
 # ------------------------------------------------------------------------------------------ rendering
 
 
-def _chromium(args: list[str], tmp: Path) -> subprocess.CompletedProcess[str]:
-    assert CHROMIUM
-    return subprocess.run(
-        [CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
-         "--disable-component-update", "--disable-sync", "--no-first-run", f"--user-data-dir={tmp / 'profile'}",
-         *args],
-        check=False, capture_output=True, text=True, timeout=120,
-    )
-
-
 @needs_chromium
 @pytest.mark.parametrize(("page", "heading", "needle"), [
     ("index.html", "edge-toolkit", "Two commands"),
     ("guides/convert/index.html", "Convert your model", "edgetk convert model.keras"),
 ])
-def test_pages_render_in_headless_chromium(site: Path, tmp_path: Path, page: str, heading: str,
+def test_pages_render_in_headlesschromium(site: Path, tmp_path: Path, page: str, heading: str,
                                            needle: str) -> None:
     import numpy as np
     from PIL import Image
 
     url = (site / page).as_uri()
-    dom = _chromium(["--dump-dom", url], tmp_path)
+    dom = chromium(["--dump-dom", url], tmp_path)
     assert dom.returncode == 0, dom.stderr[-2000:]
     h1 = re.search(r"<h1[^>]*>(.*?)</h1>", dom.stdout, re.S)
     assert h1 and heading in _text(h1.group(1)), dom.stdout[:2000]
@@ -252,7 +241,7 @@ def test_pages_render_in_headless_chromium(site: Path, tmp_path: Path, page: str
     assert 'class="md-nav' in dom.stdout  # the theme's navigation was rendered around the page
 
     shot = tmp_path / "page.png"
-    result = _chromium([f"--screenshot={shot}", "--window-size=1280,1000", "--hide-scrollbars", url], tmp_path)
+    result = chromium([f"--screenshot={shot}", "--window-size=1280,1000", "--hide-scrollbars", url], tmp_path)
     assert result.returncode == 0 and shot.is_file(), result.stderr[-2000:]
     pixels = np.asarray(Image.open(shot).convert("L"), dtype=np.float32)
     assert pixels.shape == (1000, 1280)
