@@ -837,12 +837,12 @@ def read_bundled_program(data):
         vector = ref(at)
         return [ref(vector + 4 + 4 * i) for i in range(u32(vector))]
 
-    def raw(table, index):
+    def raw(table, index, width=1):  # a vector of scalars ``width`` bytes each, as bytes
         at = field(table, index)
         if at is None:
             return b""
         vector = ref(at)
-        return data[vector + 4:vector + 4 + u32(vector)]
+        return data[vector + 4:vector + 4 + width * u32(vector)]
 
     def tensor(value):  # Value { val_type: ubyte, val: ValueUnion }; ValueUnion 1 = Tensor
         kind = field(value, 0)
@@ -850,7 +850,7 @@ def read_bundled_program(data):
             raise ValueError("the bundled program holds a value that is not a tensor")
         table = ref(field(value, 1))
         code_at = field(table, 0)
-        sizes = raw(table, 1)
+        sizes = raw(table, 1, 4)
         return (struct.unpack_from("<b", data, code_at)[0] if code_at is not None else 0,
                 list(struct.unpack("<{}i".format(len(sizes) // 4), sizes)), raw(table, 2))
 
