@@ -339,6 +339,7 @@ def install_pte_runner(device: Device, venv_python: str, arch: str, version: str
     from toolkit.device_side import PTE_RUNNER_SOURCE, source_path
 
     build = build_on_host(arch, version, log=log)
+    _run_json(device, _setup_step(venv_python, "list", REMOTE_PTE_RUNNER), "making the .pte runner's folder")
     if build is not None:
         remote = f"{REMOTE_PTE_RUNNER}/{build.path.parent.name}"
         device.conn.put(build.path, remote)

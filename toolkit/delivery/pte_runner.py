@@ -72,6 +72,17 @@ def exporter_version() -> str | None:
         return None
 
 
+def _installed_tree() -> Path | None:
+    """This Python's executorch package folder when it holds the runtime's include/ and lib/ (found unimported)."""
+    import importlib.util
+
+    spec = importlib.util.find_spec("executorch")
+    for folder in list(spec.submodule_search_locations or []) if spec else []:
+        if (Path(folder) / "lib" / "libexecutorch.so").is_file() and (Path(folder) / "include").is_dir():
+            return Path(folder)
+    return None
+
+
 def host_compiler(arch: str) -> str | None:
     """This machine's compiler for ``arch``: g++ for its own arch, the cross compiler for aarch64; None if absent."""
     if arch == platform.machine():
@@ -98,6 +109,9 @@ def _runtime_tree(arch: str, version: str, root: Path, log: Log | None) -> Path:
     tree = root / "executorch" / f"{version}-{arch}"
     if (tree / "executorch" / "lib" / "libexecutorch.so").is_file():
         return tree / "executorch"
+    here = _installed_tree()
+    if here is not None and arch == platform.machine() and exporter_version() == version:
+        return here  # this machine's own executorch: the same release's wheel for this arch
     wheels = root / "executorch" / "wheels"
     wheels.mkdir(parents=True, exist_ok=True)
     found = sorted(wheels.glob(f"executorch-{version}-*{arch}.whl"))
