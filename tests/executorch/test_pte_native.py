@@ -17,7 +17,7 @@ from tests.executorch.test_pte_device import NO_GATES, PTE
 from tests.fixtures.cli import run_edgetk
 from tests.fixtures.device_envs import DeviceEnv
 from tests.fixtures.home import Home, new_home
-from tests.fixtures.pte import needs_executorch
+from tests.fixtures.pte import EVAL_SAMPLES, needs_executorch
 from tests.runner.test_runner import check, reports
 
 pytestmark = needs_executorch
@@ -92,19 +92,22 @@ def test_another_executorch_release_is_refused(pte_digits_bundle: tuple[Path, di
 
 def test_local_deploy_check_selects_among_pte_and_onnx(pte_digits_bundle: tuple[Path, dict[str, Any]],
                                                       executorch_native_env: DeviceEnv, tmp_path: Path) -> None:
-    """``deploy --check`` on `local` with the torch-free env: the .pte measured natively beside the ONNX
-    artifacts, and the device's selection chooses among all four."""
+    """``deploy --check --eval`` on `local` with the torch-free env: the .pte measured natively beside the ONNX
+    artifacts, their eval set scored, and the device's selection chooses among all four."""
     bundle, _ = pte_digits_bundle
     inventory = tmp_path / "inv.toml"
     inventory.write_text(f'[devices.here]\nhost = "local"\npython = "{executorch_native_env.python}"\n')
-    result = run_edgetk("deploy", bundle, "--inventory", inventory, "--check", *NO_GATES, "--runs", "10", "--json",
-                        env=Home(new_home(tmp_path).path).env)
+    result = run_edgetk("deploy", bundle, "--inventory", inventory, "--check", "--eval", *NO_GATES, "--runs", "10",
+                        "--json", env=Home(new_home(tmp_path).path).env)
     assert result.code == 0, result.stdout[-2000:] + result.stderr[-2000:]
     device = result.json()["devices"][0]
     found = {r["artifact"]: r for r in device["reports"]}
     assert set(found) == {*PTE, "model.fp32.onnx", "model.int8.onnx"}
     for name in PTE:
         assert_native(found[name], 10)
+        evaluation = found[name]["evaluation"]  # check --eval: the eval set scored by the native runner
+        assert evaluation["available"] is True and evaluation["samples"] == EVAL_SAMPLES, evaluation
+        assert evaluation["vs_labels"]["device_accuracy"] > 0.8, evaluation
     selected = device["selected"]
     contenders = {c["artifact"]: c for c in selected["contenders"]}
     assert set(contenders) == set(found), selected  # the .pte compete with the ONNX artifacts
