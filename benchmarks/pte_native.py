@@ -1,0 +1,98 @@
+"""Section ``pte_native`` (issue 35): one model's ``.pte`` checked on `local` by the device runner through the native
+runner (toolkit/device_side/pte_runner.cpp: ExecuTorch's runtime libraries, no torch) and through ExecuTorch's
+Python binding (which imports torch), beside the same model's TFLite and ONNX artifacts: load time, first
+inference, p50 and peak RSS as the check reports them. Each runs in the device envs the tests use (device-side
+venvs: tests/fixtures/device_envs.py), each artifact in its own process. Models: the digits CNN (8x8) and the
+MobileNet-like net of ``benchmarks/torch_models.py`` (random weights: speed and memory only)."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from benchmarks.common import THREADS, log, table, timed_call, work_dir
+
+TITLE = "ExecuTorch without torch: the native .pte runner (issue 35)"
+MODELS = {"digits CNN": ("digits_cnn", (1, 1, 8, 8)), "MobileNet-like": ("mobilenet_like", (1, 3, 160, 160))}
+CALIB = 64
+RUNS = "200"
+
+
+def _convert(factory: str, shape: tuple[int, ...], out: Path, formats: tuple[str, ...]) -> Any:
+    from toolkit.conversion.pipeline import ConvertOptions, convert_bundle
+
+    calibration = out.with_name(f"{factory}_calib.npz")
+    np.savez(calibration, x=np.random.default_rng(0).standard_normal((CALIB, *shape[1:])).astype(np.float32))
+    options = ConvertOptions(source=f"{Path(__file__).with_name('torch_models.py')}:{factory}",
+                             target="generic-x86_64", calibration=calibration, precisions=("fp32", "int8"),
+                             formats=formats, out=out, force=True, threads=THREADS, use_cache=False)
+    result, seconds = timed_call(lambda: convert_bundle(options, progress=log))
+    log(f"pte_native: {factory} converted in {seconds:.0f} s")
+    return result.manifest
+
+
+def _check(python: Path, bundle: Path, artifacts: list[str]) -> dict[str, dict[str, Any]]:
+    from toolkit.device_side import RUNNER_FILE, source_path
+
+    argv = [str(python), str(source_path(RUNNER_FILE)), "check", "--bundle", str(bundle), "--runs", RUNS,
+            "--warmup", "20", "--threads", str(THREADS), *(a for name in artifacts for a in ("--artifact", name))]
+    proc = subprocess.run(argv, capture_output=True, text=True, check=False, timeout=1800)
+    doc = json.loads(proc.stdout)
+    return {r["artifact"]: r for r in doc["reports"]}
+
+
+def run() -> tuple[str, dict[str, Any]]:
+    from tests.fixtures.device_envs import (DEVICE_REQUIREMENTS, EXECUTORCH_REQUIREMENTS, NATIVE_NO_DEPS,
+                                            NATIVE_REQUIREMENTS, ensure_env, install_native_pte_runner)
+
+    native = ensure_env("executorch-native", NATIVE_REQUIREMENTS, NATIVE_NO_DEPS)
+    install_native_pte_runner(native.python)
+    binding = ensure_env("executorch", EXECUTORCH_REQUIREMENTS)
+    plain = ensure_env("device", DEVICE_REQUIREMENTS)
+    root = work_dir() / "pte_native"
+    root.mkdir(parents=True, exist_ok=True)
+    parts = [f"## {TITLE}", ""]
+    headline: dict[str, Any] = {}
+    for label, (factory, shape) in MODELS.items():
+        formats = ["pte", "onnx"]
+        if importlib.util.find_spec("litert_torch") is not None and (
+                factory == "digits_cnn" or os.environ.get("EDGETK_BENCH_FULL")):
+            formats.append("tflite")  # litert-torch on the MobileNet-like net: minutes (torch_routes)
+        bundle = root / factory
+        manifest = _convert(factory, shape, bundle, tuple(formats))
+        files = [a.file for a in manifest.artifacts]
+        pte = [f for f in files if f.endswith(".pte")]
+        rows: list[list[Any]] = []
+        runs = [("native runner, no torch", native.python, pte), ("Python binding + torch", binding.python, pte),
+                ("", plain.python, [f for f in files if not f.endswith(".pte")])]
+        for path, python, names in runs:
+            log(f"pte_native: {label}: {path or 'tflite/onnx'}")
+            for name, report in _check(python, bundle, names).items():
+                if report.get("error"):
+                    rows.append([name, path or report["runtime"].get("name"), "error", report["error"]["kind"],
+                                 "", "", ""])
+                    continue
+                runtime = report["runtime"]["name"] + (f" ({path})" if path else "")
+                rows.append([name, runtime, f"{report['load_ms']:.2f}", f"{report['first_inference_ms']:.3f}",
+                             f"{report['latency_ms']['p50']:.4f}", f"{report['peak_rss_mb']:.1f}",
+                             f"{report.get('runner_peak_rss_mb') or report['peak_rss_mb']:.1f}"])
+                headline[f"{label} {name} {path or report['runtime']['name']}"] = {
+                    "load_ms": report["load_ms"], "p50_ms": report["latency_ms"]["p50"],
+                    "peak_rss_mb": report["peak_rss_mb"]}
+        parts += [f"### {label} (input {'x'.join(map(str, shape))})", "",
+                  table(["artifact", "runtime (path)", "load ms", "first inference ms", "p50 ms",
+                         "peak RSS MB (the model's process)", "peak RSS MB (the Python runner)"], rows), ""]
+    parts.append(f"{THREADS} threads, {RUNS} timed runs after 20 warm-up, each artifact in its own process, numbers as "
+                 "the device runner reports them on `local`. The native runner's peak RSS is its own process's (the "
+                 "program and ExecuTorch's libraries); the Python runner that drives it (numpy, no torch) is the "
+                 "last column. Through the Python binding the model's process is the Python one with torch "
+                 "imported. Load time: the program and its method loaded (native: mmap data loader). The machine is "
+                 "shared with other jobs this session: one run, side by side, not absolute times. TFLite of the "
+                 "MobileNet-like net only with `EDGETK_BENCH_FULL=1` (litert-torch takes minutes).")
+    return "\n".join(parts), headline
