@@ -96,6 +96,8 @@ def mobilenet_like() -> nn.Module:
 class DigitsCNN(nn.Module):
     """The tests' digits CNN (tests/fixtures/torch_models.py: DigitsNet) on 8x8 grey digits, NCHW."""
 
+    example_input_shapes: ClassVar[dict[str, tuple[int, ...]]] = {"x": (1, 1, 8, 8)}
+
     def __init__(self) -> None:
         super().__init__()
         self.conv1 = nn.Conv2d(1, 16, 3, padding=1)
@@ -104,8 +106,8 @@ class DigitsCNN(nn.Module):
         self.fc1 = nn.Linear(32 * 4 * 4, 128)
         self.fc2 = nn.Linear(128, 10)
 
-    def forward(self, image: torch.Tensor) -> torch.Tensor:
-        x = torch.relu(self.conv1(image))
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = torch.relu(self.conv1(x))
         x = self.pool(torch.relu(self.conv2(x)))
         return self.fc2(torch.relu(self.fc1(torch.flatten(x, 1))))
 

@@ -963,7 +963,7 @@ def pte_profile(model, path, record, threads, first, top):
     if isinstance(model, NativePteModel):
         ops = [{"name": op["name"], "calls": op["calls"], "total_ms": round(op["ns"] / 1e6, 4),
                 "mean_ms": round(op["ns"] / 1e6 / op["calls"], 5)} for op in model.profile(first, DEFAULT_PROFILE_RUNS)
-               if op["calls"] and op["name"] != "Method::execute"]
+               if op["calls"] and not op["name"].startswith(("Method::", "Program::"))]  # the call, the load
         if not ops:
             return {"available": False, "error": "this ExecuTorch build reported no profiling events"}
         ops.sort(key=lambda e: -e["total_ms"])
@@ -1174,7 +1174,7 @@ def open_model(path, fmt, record, threads, forced, onnx_options=None):
             model.import_ms = round((t1 - t0) * 1000.0, 3)
             model.load_ms = round((time.perf_counter() - t1) * 1000.0, 3)
             return model
-        except (MemoryError, KeyboardInterrupt):
+        except (MemoryError, KeyboardInterrupt, RunnerError):  # RunnerError: the native runner's, kind decided
             raise
         except Exception as exc:
             raise classify_load_error(exc, runtime, version)
