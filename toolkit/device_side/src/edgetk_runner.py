@@ -32,8 +32,10 @@ process). docs/runner.md documents each shape.
 ``check`` verifies each artifact's sha256 against manifest.json, then measures it in its own child process
 (``run-one``) so that a runtime that crashes on one artifact (a segfault in a kernel, an abort in a delegate)
 is reported for that artifact while the others still report, and so that peak RSS is per artifact. The .pte
-artifacts (SHARED_IMPORT_FORMATS) go to one ``run-group`` child instead, which imports their runtime (torch) once
-and forks a process per artifact: still one process, one crash and one peak RSS per artifact, one import.
+artifacts (SHARED_IMPORT_FORMATS) go to one ``run-group`` child instead, which imports their runtime (torch, where
+the Python binding runs them) once and forks a process per artifact: still one process, one crash and one peak RSS
+per artifact, one import. Where the native runner (``edgetk-pte-runner``, pte_runner.cpp, beside executorch's
+libraries) is installed, each .pte runs in it instead, driven through a framed pipe: no torch anywhere.
 
 Every failure is a JSON error ``{"kind", "message", "hint"}`` with ``kind`` one of ``missing_runtime``,
 ``unsupported_op``, ``corrupt_artifact``, ``integrity``, ``crash``, ``bad_bundle``, ``usage``. Exit code 0
