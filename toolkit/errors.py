@@ -114,11 +114,6 @@ class CompilerMissing(UsageError):
     hint names the package to install on either side."""
 
 
-class RuntimeVersionMismatch(UsageError):
-    """The device's runtime is another release than the one that exported the artifact (ExecuTorch promises no
-    compatibility between versions): the hint names the version to install."""
-
-
 def worst_exit_code(codes: list[int]) -> int:
     """With several devices the worst wins: 4 if any device error, else 1 if any gate failed, else 0."""
     for code in (4, 3, 2, 1):

@@ -10,8 +10,11 @@ from __future__ import annotations
 import json
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 from typing import Any
+
+import pytest
 
 from tests.executorch.test_pte_device import NO_GATES, PTE
 from tests.fixtures.cli import run_edgetk
@@ -126,3 +129,38 @@ def _edited(source: Path, tmp_path: Path, name: str, **pte: Any) -> Path:
             record["pte"].update(pte)
     (bundle / "manifest.json").write_text(json.dumps(manifest))
     return bundle
+
+
+@pytest.mark.ssh
+def test_setup_builds_the_runner_on_the_device_when_this_machine_cannot(
+        pte_digits_bundle: tuple[Path, dict[str, Any]], fresh_ssh_device, ssh_client_key,  # type: ignore[no-untyped-def]
+        ssh_known_hosts, tmp_path: Path) -> None:
+    """This machine without a compiler (its PATH holds only the toolkit's Python): setup sends the runner's source
+    and the device (a loopback SSH device with g++) compiles it against the executorch wheel setup installed there;
+    the .pte then run through it."""
+    bundle, _ = pte_digits_bundle
+    dev = fresh_ssh_device()
+    inventory = tmp_path / "inv.toml"
+    inventory.write_text(dev.inventory_entry(name="box", identity_file=str(ssh_client_key),
+                                             known_hosts=str(ssh_known_hosts(dev)), target="generic-x86_64"))
+    env = dict(Home(new_home(tmp_path).path).env, PATH=str(Path(sys.executable).parent))
+    assert shutil.which("g++", path=env["PATH"]) is None and shutil.which("c++", path=env["PATH"]) is None
+    result = run_edgetk("devices", "setup", "--inventory", inventory, "--offline", "--runtime", "executorch",
+                        "--json", env=env, timeout=1800)
+    assert result.code == 0, result.stdout[-2000:] + result.stderr[-2000:]
+    setup = result.json()["devices"][0]["setup"]
+    (runner,) = [n for n in setup["notes"] if "native .pte runner" in n]
+    assert "built on the device with g++" in runner, runner
+    report = reports(check(next((dev.home / ".edgetk" / "venv" / "bin").glob("python")), bundle, "--runs", "3",
+                           "--artifact", "model.int8.pte"))["model.int8.pte"]
+    assert_native(report, 3)
+
+
+def test_no_compiler_anywhere_names_what_to_install() -> None:
+    """The typed refusal when neither side can build the runner: exit 2 (configuration), both ways named."""
+    from toolkit.delivery.pte_runner import no_compiler_error
+    from toolkit.errors import CompilerMissing
+
+    error = no_compiler_error("pi", "aarch64")
+    assert isinstance(error, CompilerMissing) and error.exit_code == 2
+    assert "sudo apt-get install g++-aarch64-linux-gnu" in (error.hint or "") and "on the device" in (error.hint or "")
