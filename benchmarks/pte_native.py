@@ -23,7 +23,7 @@ MODELS = {"digits CNN": ("digits_cnn", (1, 1, 8, 8)), "MobileNet-like": ("mobile
 CALIB = 64
 RUNS = "200"
 ROUNDS = 3
-FIGURES = ("load_ms", "first_inference_ms", "peak_rss_mb", "runner_peak_rss_mb")
+FIGURES = ("import_ms", "load_ms", "first_inference_ms", "peak_rss_mb", "runner_peak_rss_mb")
 
 
 def _median_report(reports: list[dict[str, Any]]) -> dict[str, Any]:
@@ -105,23 +105,26 @@ def run() -> tuple[str, dict[str, Any]]:
             report = _median_report(measured)
             if report.get("error"):
                 rows.append([name, path or report["runtime"].get("name"), "error", report["error"]["kind"],
-                             "", "", ""])
+                             "", "", "", ""])
                 continue
             runtime = report["runtime"]["name"] + (f" ({path})" if path else "")
-            rows.append([name, runtime, f"{report['load_ms']:.2f}", f"{report['first_inference_ms']:.3f}",
+            rows.append([name, runtime, f"{report.get('import_ms') or 0:.0f}", f"{report['load_ms']:.2f}",
+                         f"{report['first_inference_ms']:.3f}",
                          f"{report['latency_ms']['p50']:.4f}", f"{report['peak_rss_mb']:.1f}",
                          f"{report.get('runner_peak_rss_mb') or report['peak_rss_mb']:.1f}"])
             headline[f"{label} {name} {path or report['runtime']['name']}"] = {
                 "load_ms": report["load_ms"], "p50_ms": report["latency_ms"]["p50"],
                 "peak_rss_mb": report["peak_rss_mb"]}
         parts += [f"### {label} (input {'x'.join(map(str, shape))})", "",
-                  table(["artifact", "runtime (path)", "load ms", "first inference ms", "p50 ms",
+                  table(["artifact", "runtime (path)", "import ms", "load ms", "first inference ms", "p50 ms",
                          "peak RSS MB (the model's process)", "peak RSS MB (the Python runner)"], rows), ""]
     parts.append(f"{THREADS} threads, {RUNS} timed runs after 20 warm-up, each artifact in its own process, numbers as "
                  f"the device runner reports them on `local`, medians of {ROUNDS} rounds in which the paths alternate. The native runner's peak RSS is its own process's (the "
                  "program and ExecuTorch's libraries); the Python runner that drives it (numpy, no torch) is the "
                  "last column. Through the Python binding the model's process is the Python one with torch "
-                 "imported. Load time: the program and its method loaded (native: mmap data loader). The machine is "
+                 "imported. Import: the runtime's Python import (with torch for the binding), for the native runner "
+                 "its process start and library linking. Load: the program and its method loaded (native: mmap "
+                 "data loader, timed inside the runner). The machine is "
                  "shared with other jobs this session: one run, side by side, not absolute times. The MobileNet-like "
                  "net's TFLite and INT8 artifacts only with `EDGETK_BENCH_FULL=1` (litert-torch and the INT8 .pte "
                  "take many minutes to convert here).")
