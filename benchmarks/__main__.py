@@ -21,7 +21,7 @@ from typing import Any
 from benchmarks.common import DOC, log, machine, table, update_doc
 
 SECTIONS = ("convert", "int8", "convert_time", "torch_routes", "deploy", "runner", "loads", "optimize", "startup",
-            "finetune_memory", "fleet", "selective", "selection", "crash_guard", "pte")
+            "finetune_memory", "fleet", "selective", "selection", "crash_guard", "pte", "pte_native")
 HEADLINES = DOC.with_suffix(".json")
 
 

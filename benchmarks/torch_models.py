@@ -91,3 +91,27 @@ def mobilenet_like() -> nn.Module:
                 module.running_mean.uniform_(-0.1, 0.1)
                 module.running_var.uniform_(0.5, 1.5)  # type: ignore[union-attr]
     return model
+
+
+class DigitsCNN(nn.Module):
+    """The tests' digits CNN (tests/fixtures/torch_models.py: DigitsNet) on 8x8 grey digits, NCHW."""
+
+    example_input_shapes: ClassVar[dict[str, tuple[int, ...]]] = {"x": (1, 1, 8, 8)}
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv1 = nn.Conv2d(1, 16, 3, padding=1)
+        self.conv2 = nn.Conv2d(16, 32, 3, padding=1)
+        self.pool = nn.MaxPool2d(2)
+        self.fc1 = nn.Linear(32 * 4 * 4, 128)
+        self.fc2 = nn.Linear(128, 10)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = torch.relu(self.conv1(x))
+        x = self.pool(torch.relu(self.conv2(x)))
+        return self.fc2(torch.relu(self.fc1(torch.flatten(x, 1))))
+
+
+def digits_cnn() -> nn.Module:
+    torch.manual_seed(0)
+    return DigitsCNN().eval()

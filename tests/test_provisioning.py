@@ -69,18 +69,20 @@ def test_requirements_follow_the_profile_bounds() -> None:
         plan_requirements(("tensorrt",), pi4)
 
 
-def test_executorch_brings_the_torch_its_extension_was_built_against() -> None:
-    """executorch 1.5.1 declares no torch and links torch 2.13.0's libraries; PyPI's newest torch is later, so an
-    unpinned torch would install and fail to import: the pin travels with the row, split into name and specifier
-    (setup imports each requirement by its name)."""
+def test_executorch_is_the_exporters_release_without_torch() -> None:
+    """executorch runs on the device through the native runner, so setup installs it --no-deps and nothing it does
+    not declare (no torch, no flatbuffers: the runner reads the bundled program itself), pinned to this machine's
+    release, the one that exports the .pte (no other is guaranteed to load them)."""
+    from toolkit.delivery.pte_runner import exporter_version
+
     pi5 = get_profile("raspberry-pi-5")
     reqs, notes = plan_requirements(("executorch",), pi5)
     by_name = {r.name: r for r in reqs}
-    assert by_name["torch"] == Requirement("torch", "torch", "==2.13.0") and by_name["torch"].pip == "torch==2.13.0"
-    assert by_name["executorch"].without_deps and not by_name["torch"].without_deps
-    assert {"ruamel.yaml", "flatbuffers", "numpy"} <= set(by_name) and notes == []
+    assert set(by_name) == {"numpy", "executorch"} and by_name["executorch"].without_deps, reqs
+    assert exporter_version() == "1.5.1" and by_name["executorch"].pip == "executorch==1.5.1"
+    assert notes == []
     (note,) = left_out(pi5, default_runtimes(pi5))
-    assert "PIP_EXTRA_INDEX_URL=https://download.pytorch.org/whl/cpu" in note and "missing_runtime" in note
+    assert "native .pte runner" in note and "missing_runtime" in note and "PIP_EXTRA_INDEX_URL" not in note
 
 
 def test_a_runtime_that_does_not_import_names_what_is_missing() -> None:

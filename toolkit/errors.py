@@ -202,6 +202,11 @@ class MissingDependency(UsageError):
         self.extra = extra
 
 
+class CompilerMissing(UsageError):
+    """No compiler can build the native .pte runner for a device (neither this machine's nor the device's): the
+    hint names the package to install on either side."""
+
+
 def worst_exit_code(codes: list[int]) -> int:
     """With several devices the worst wins: 4 if any device error, else 1 if any gate failed, else 0."""
     for code in (4, 3, 2, 1):

@@ -1,8 +1,9 @@
 """The .pte artifacts on a device: the runner (a device env's python, no toolkit) loads them through ExecuTorch's
-Python runtime, measures them like the other formats and checks their numbers twice: against the bundle's
+Python binding (torch; the path where no native runner is installed, tests/executorch/test_pte_native.py has the
+native one), measures them like the other formats and checks their numbers twice: against the bundle's
 golden outputs and with their own bundled program. A device without ExecuTorch reports ``missing_runtime`` for
 the .pte while its ONNX artifacts are measured. Then ``devices setup --offline --runtime executorch`` on a
-loopback SSH device and ``deploy --check`` there with the venv it made."""
+loopback SSH device (no torch: the native runner) and ``deploy --check`` there with the venv it made."""
 
 from __future__ import annotations
 
@@ -160,7 +161,7 @@ def test_device_without_executorch_measures_the_rest(pte_digits_bundle: tuple[Pa
     assert set(found) == {a["file"] for a in manifest["artifacts"]}
     for name in PTE:
         error = found[name]["error"]
-        assert error["kind"] == "missing_runtime" and "pip install executorch" in error["hint"], error
+        assert error["kind"] == "missing_runtime" and "--runtime executorch" in error["hint"], error
     for name in ("model.fp32.onnx", "model.int8.onnx"):
         assert found[name]["error"] is None and found[name]["outputs_match"]["ok"] is True
 
@@ -169,10 +170,12 @@ def test_device_without_executorch_measures_the_rest(pte_digits_bundle: tuple[Pa
 def test_offline_setup_with_executorch_then_deploy_check(pte_digits_bundle: tuple[Path, dict[str, Any]],
                                                           fresh_ssh_device, ssh_client_key, ssh_known_hosts,  # type: ignore[no-untyped-def]
                                                           tmp_path: Path) -> None:
-    """``devices setup --offline --runtime executorch`` on a loopback device: executorch without its exporter-side
-    dependencies, the torch release its extension links (pinned 2.13.0; this machine's pip finds the CPU build,
-    as docs/devices.md tells a user to arrange), executorch.runtime imported there; then the .pte artifacts run
-    with the venv setup recorded, over SSH, beside the ONNX artifacts."""
+    """``devices setup --offline --runtime executorch`` on a loopback device: executorch 1.5.1 (the exporter's
+    release) without its exporter-side dependencies and without torch, plus the native .pte runner built on this
+    machine and put beside its libraries; then the .pte artifacts run natively with the venv setup recorded, over
+    SSH, beside the ONNX artifacts."""
+    from tests.executorch.test_pte_native import assert_native, assert_no_torch
+
     bundle, _ = pte_digits_bundle
     dev = fresh_ssh_device()
     inventory = tmp_path / "inv.toml"
@@ -184,19 +187,24 @@ def test_offline_setup_with_executorch_then_deploy_check(pte_digits_bundle: tupl
     assert result.code == 0, result.stdout[-2000:] + result.stderr[-2000:]
     setup = result.json()["devices"][0]["setup"]
     installed = setup["installed"]
-    assert installed["executorch"] == "1.5.1" and installed["torch"].startswith("2.13.0"), installed
-    assert installed["ruamel.yaml"] and installed["flatbuffers"] and installed["onnxruntime"]
+    assert installed["executorch"] == "1.5.1" and installed["onnxruntime"] and "torch" not in installed, installed
     print(f"setup --offline executorch: {setup['wheels_sent']} wheels, {setup['bytes_sent'] / 1e6:.0f} MB, "
-          f"{setup['seconds']:.0f} s; torch {installed['torch']}")
+          f"{setup['seconds']:.0f} s")
     assert not any("lists executorch" in note for note in setup["notes"]), setup["notes"]
+    (runner,) = [n for n in setup["notes"] if "native .pte runner" in n]
+    assert "on this machine" in runner and runner.endswith("/executorch/lib/edgetk-pte-runner"), runner
     site = next((dev.home / ".edgetk" / "venv" / "lib").glob("python3.*")) / "site-packages"
     assert not list(site.glob("hydra*")) and not list(site.glob("coremltools*"))  # --no-deps: no exporter tooling
+    assert (site / "executorch" / "lib" / "edgetk-pte-runner").is_file()
+    assert_no_torch(dev.home / ".edgetk" / "venv" / "bin" / "python")
     checked = run_edgetk("deploy", bundle, "--inventory", inventory, "--check", *NO_GATES, "--runs", "5", "--json",
                          env=env, timeout=1800)
     assert checked.code == 0, checked.stdout[-2000:] + checked.stderr[-2000:]
     found = {r["artifact"]: r for r in checked.json()["devices"][0]["reports"]}
     assert set(found) == {*PTE, "model.fp32.onnx", "model.int8.onnx"}  # measured side by side
     for name, report in found.items():
-        assert report["error"] is None and report["outputs_match"]["ok"] is True, report
-        assert report["runtime"]["name"] == ("executorch" if name.endswith(".pte") else "onnxruntime")
-        assert (report["bundled_check"] or {}).get("ok") is (True if name.endswith(".pte") else None), report
+        if name.endswith(".pte"):
+            assert_native(report, 5)
+        else:
+            assert report["error"] is None and report["outputs_match"]["ok"] is True, report
+            assert report["runtime"]["name"] == "onnxruntime" and report["bundled_check"] is None

@@ -137,7 +137,8 @@ def _lower(torch: Any, module: Any, args: tuple[Any, ...], constants: dict[str, 
         info = get_delegation_info(edge.exported_program().graph_module)
         program = edge.to_executorch()
     delegated, other = int(info.num_delegated_nodes), int(info.num_non_delegated_nodes)
-    return program, PteRecord(delegated_nodes=delegated, total_nodes=delegated + other)
+    return program, PteRecord(delegated_nodes=delegated, total_nodes=delegated + other,
+                              executorch_version=_version())
 
 
 def _version() -> str:

@@ -38,6 +38,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from toolkit.delivery.pte_runner import build_on_host, compile_argv, exporter_version, no_compiler_error
 from toolkit.delivery.wheels import Log, Requirement, WheelSet, download_wheels, no_wheel_error
 from toolkit.device_side import PROBE_FILE, SETUP_FILE, source_path
 from toolkit.errors import DeviceError, UsageError
@@ -92,10 +93,8 @@ def specifier_for(min_version: str | None, max_version: str | None) -> str:
 def default_runtimes(profile: TargetProfile | None) -> tuple[str, ...]:
     """The profile's first TFLite runtime plus onnxruntime when listed (installing two TFLite runtimes side by
     side pulls conflicting numpy versions); litert + onnxruntime without a profile. ``executorch`` only when asked
-    (``--runtime executorch``), even where the profile lists it: it needs torch 2.13.0, and PyPI's aarch64 torch
-    2.13.0 is a CUDA 13 build that does not import without its CUDA libraries (37 wheels, 2.9 GB for an aarch64
-    device; measured), where a Pi needs the CPU build from PyTorch's own index, which pip reaches only when told
-    (``PIP_EXTRA_INDEX_URL``; docs/devices.md)."""
+    (``--runtime executorch``), even where the profile lists it: its native runner needs a C++ compiler, on this
+    machine (a cross compiler for another arch) or on the device (:mod:`toolkit.delivery.pte_runner`)."""
     if profile is None:
         return FALLBACK_RUNTIMES
     names = list(profile.runtime_names)
@@ -110,10 +109,9 @@ def left_out(profile: TargetProfile | None, runtimes: Sequence[str]) -> list[str
     if profile is None or Runtime.EXECUTORCH not in profile.runtime_names or Runtime.EXECUTORCH in runtimes:
         return []
     return [f"the profile {profile.name} lists executorch for its .pte artifacts; it is installed only with "
-            "--runtime executorch, as it needs torch 2.13.0 and PyPI's is a CUDA build (2.9 GB of wheels for "
-            "aarch64): set PIP_EXTRA_INDEX_URL=https://download.pytorch.org/whl/cpu for the CPU build (on this "
-            "machine with --offline, in the device's pip config without). Without it the device reports its "
-            ".pte artifacts as missing_runtime and measures the rest"]
+            "--runtime executorch (the executorch wheel without torch, and the native .pte runner built for the "
+            "device, which needs a C++ compiler here or there). Without it the device reports its .pte artifacts "
+            "as missing_runtime and measures the rest"]
 
 
 def plan_requirements(runtimes: Sequence[str], profile: TargetProfile | None) -> tuple[list[Requirement], list[str]]:
@@ -128,6 +126,8 @@ def plan_requirements(runtimes: Sequence[str], profile: TargetProfile | None) ->
         runtime = SPECS[Runtime(name)]
         requirement = profile.runtime(name) if profile is not None else None
         spec = specifier_for(requirement.min_version, requirement.max_version) if requirement else ""
+        if name == Runtime.EXECUTORCH and exporter_version():  # the exporter's release: no other is guaranteed
+            spec = f"=={exporter_version()}"  # to load its programs (docs/devices.md)
         if profile is not None and requirement is None:
             notes.append(f"the profile {profile.name} does not list {name}; installing the newest release that "
                          "has a wheel for the device")
@@ -364,6 +364,39 @@ def _verify(device: Device, venv_python: str, requirements: Sequence[Requirement
     return {r.name: (verified.get("versions") or {}).get(r.dist) for r in requirements}
 
 
+REMOTE_PTE_RUNNER = ".edgetk/pte-runner"
+
+
+def install_pte_runner(device: Device, venv_python: str, arch: str, version: str, log: Log | None) -> str:
+    """The native .pte runner into the venv's executorch lib/ folder: built (or cached) on this machine and pushed,
+    else built on the device with its compiler; started once there either way. Returns the note saying which."""
+    from toolkit.device_side import PTE_RUNNER_SOURCE, source_path
+
+    build = build_on_host(arch, version, log=log)
+    _run_json(device, _setup_step(venv_python, "list", REMOTE_PTE_RUNNER), "making the .pte runner's folder")
+    if build is not None:
+        remote = f"{REMOTE_PTE_RUNNER}/{build.path.parent.name}"
+        device.conn.put(build.path, remote)
+        done = _run_json(device, _setup_step(venv_python, "pte-runner-install", remote), "installing the .pte runner")
+        how = (f"the native .pte runner (executorch {version}, {arch}) "
+               f"{'from the cache' if build.cached else 'built with ' + Path(build.compiler).name} on this machine")
+    else:
+        remote = f"{REMOTE_PTE_RUNNER}/{PTE_RUNNER_SOURCE}"
+        device.conn.put(source_path(PTE_RUNNER_SOURCE), remote)
+        if log:
+            log(f"building the native .pte runner on {device.spec.name} (no {arch} compiler here)")
+        done = _run_json(device, _setup_step(venv_python, "pte-runner-build", remote, json.dumps(compile_argv(version))),
+                         "building the .pte runner on the device", timeout=1800)
+        if done.get("compiler") is None:
+            raise no_compiler_error(device.spec.name, arch)
+        how = f"the native .pte runner (executorch {version}) built on the device with {done['compiler']}"
+    if not done.get("ok"):
+        raise DeviceError(f"{device.spec.name}: the native .pte runner does not start there: "
+                          f"{str(done.get('output'))[-400:]}",
+                          hint="Check that executorch's libraries in the venv match the device's arch and glibc.")
+    return f"{how}: {done['binary']}"
+
+
 def import_failure_hint(why: str) -> str:
     """What to do about a runtime that installed but does not import: a missing module or shared library is
     named as what is missing (executorch without its torch, a CUDA build of torch without its CUDA libraries);
@@ -404,6 +437,9 @@ def setup_device(device: Device, options: SetupOptions, *, log: Log | None = Non
         log(f"installing {' '.join(r.pip for r in requirements)} into {state['venv']}")
     _install(device, installer, requirements, platform)
     installed = _verify(device, venv_python, requirements)
+    if Runtime.EXECUTORCH in runtimes:
+        notes.append(install_pte_runner(device, venv_python, platform.arch, str(installed[Runtime.EXECUTORCH.value]),
+                                        log))
     _run_json(device, _setup_step(base, "record", venv_python, device.base),
               f"recording the venv in {device.base}/config.json")
     if device.spec.python:

@@ -11,6 +11,8 @@ the host copies to the device and runs with the device's own Python; nothing in 
 - ``device_setup.py``: the device's steps of ``edgetk devices setup`` (the venv, the pushed wheels, the import
   check, the recorded python), run as ``python -c`` before anything is installed there;
 - ``mender_module.py``: the Mender Update Module written next to every Mender artifact;
+- ``pte_runner.cpp``: the native ``.pte`` runner (C++ against ExecuTorch's runtime libraries, no torch), built for
+  the device's arch by ``toolkit.delivery.pte_runner`` and driven by the runner through a framed pipe;
 - ``shared.py``: never shipped alone: the runtime table and a file's sha256, inlined into the runner and the helper
   and imported by the host (it is stdlib-only).
 
@@ -36,6 +38,7 @@ RUNNER_FILE = "edgetk_runner.py"
 HELPER_FILE = "device_helper.py"
 PROBE_FILE = "device_probe.py"
 SETUP_FILE = "device_setup.py"
+PTE_RUNNER_SOURCE = "pte_runner.cpp"  # the native .pte runner's C++ source (built by toolkit.delivery.pte_runner)
 SHARED_FILE = "shared.py"
 BLOCKS = {"device probe": PROBE_FILE, "runtime table": SHARED_FILE, "file hash": SHARED_FILE}  # block -> its file
 ASSEMBLED = {  # written in src/ with a marker line (mark(block)) where each of these blocks goes

@@ -15,6 +15,12 @@ Commands::
                              setup knows it can write there (and load native code from there) before it
                              downloads anything
     verify MODULE=DIST...    imports each module (proof it loads): {"versions": {dist: version or null}, "errors"}
+    pte-runner-install FILE  copies the native .pte runner FILE into executorch's lib/ folder (beside the runtime
+                             libraries it links, where the runner looks for it) and starts it once (proof its
+                             libraries load): {"ok", "binary", "output"}
+    pte-runner-build CPP ARGV_JSON   compiles CPP there with the device's own compiler: ARGV_JSON is the host's
+                             command line with {compiler}, {include}, {lib} and {out} to fill in:
+                             {"ok", "binary", "compiler", "output"}
 
 Python >= 3.6 (vermin-checked), stdlib only, imports nothing from toolkit.
 """
@@ -132,8 +138,64 @@ def verify(*items):
     return {"versions": out, "errors": errors}
 
 
+PTE_RUNNER = "edgetk-pte-runner"  # the name edgetk_runner.py looks for in executorch's lib/ folder
+
+
+def _executorch_lib():
+    import importlib.util
+
+    spec = importlib.util.find_spec("executorch")
+    for folder in list(spec.submodule_search_locations or []) if spec else []:
+        if os.path.isdir(os.path.join(folder, "lib")):
+            return os.path.join(folder, "lib")
+    return None
+
+
+def _try_runner(binary):
+    try:
+        proc = subprocess.run([binary], stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=120)
+    except (OSError, subprocess.SubprocessError) as exc:
+        return False, str(exc)
+    text = (proc.stdout + proc.stderr).decode("utf-8", "replace").strip()
+    return proc.returncode == 2 and "usage:" in text, text[-600:]  # no arguments: its usage line, exit 2
+
+
+def pte_runner_install(source):
+    lib = _executorch_lib()
+    if lib is None:
+        return {"ok": False, "binary": None, "output": "executorch is not installed in this python"}
+    binary = os.path.join(lib, PTE_RUNNER)
+    tmp = binary + ".tmp"
+    shutil.copyfile(os.path.expanduser(source), tmp)
+    os.chmod(tmp, 0o755)
+    os.replace(tmp, binary)
+    ok, output = _try_runner(binary)
+    return {"ok": ok, "binary": binary, "output": output}
+
+
+def pte_runner_build(source, argv_json):
+    lib = _executorch_lib()
+    if lib is None:
+        return {"ok": False, "binary": None, "compiler": None, "output": "executorch is not installed here"}
+    compiler = next((c for c in ("g++", "c++", "clang++") if shutil.which(c)), None)
+    if compiler is None:
+        return {"ok": False, "binary": None, "compiler": None, "output": "no C++ compiler (g++, c++, clang++)"}
+    binary = os.path.join(lib, PTE_RUNNER)
+    fill = {"compiler": compiler, "include": os.path.join(os.path.dirname(lib), "include"), "lib": lib,
+            "out": binary + ".tmp", "source": os.path.expanduser(source)}
+    argv = [part.format(**fill) for part in json.loads(argv_json)]
+    proc = subprocess.run(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    output = proc.stdout.decode("utf-8", "replace").strip()[-1500:]
+    if proc.returncode:
+        return {"ok": False, "binary": None, "compiler": compiler, "output": output}
+    os.replace(binary + ".tmp", binary)
+    ok, tried = _try_runner(binary)
+    return {"ok": ok, "binary": binary, "compiler": compiler, "output": output or tried}
+
+
 COMMANDS = {"venv-state": venv_state, "remove-venv": remove_venv, "list": list_files, "record": record,
-            "verify": verify, "writable": writable}
+            "verify": verify, "writable": writable, "pte-runner-install": pte_runner_install,
+            "pte-runner-build": pte_runner_build}
 
 if __name__ == "__main__":
     sys.stdout.write(json.dumps(COMMANDS[sys.argv[1]](*sys.argv[2:])) + "\n")

@@ -26,19 +26,17 @@ RUNTIME_ROWS = (
      "distributions": ("onnxruntime", "onnxruntime-gpu", "onnxruntime-openvino", "onnxruntime-directml",
                        "onnxruntime-qnn"),
      "module": "onnxruntime", "verify_module": "onnxruntime", "install_hint": "pip install onnxruntime"},
-    # ExecuTorch's Python runtime imports torch (undeclared; its extension links the libraries of torch 2.13.0, the
-    # release it was built against; PyPI's torch is a CUDA build on x86_64 and aarch64 alike, 2.9 GB of wheels on
-    # aarch64, where https://download.pytorch.org/whl/cpu has the CPU build),
-    # ruamel.yaml, flatbuffers, and for ETDump profiles tabulate and pandas: measured in a bare venv, those are
-    # what executorch.runtime, the bundled-program check and devtools' Inspector import. Its declared
-    # dependencies are the exporter's tooling (hydra-core needs antlr4-python3-runtime, which has no wheel;
-    # coremltools has no aarch64 wheel and pip, asked from an x86_64 host with --platform, evaluates its x86_64
-    # marker for this host), hence --no-deps.
+    # ExecuTorch runs on the device through the native runner (device_side/pte_runner.cpp, built by setup against
+    # this wheel's libraries, which need only libc and libstdc++): no torch. Its declared dependencies are the
+    # exporter's tooling (hydra-core needs antlr4-python3-runtime, which has no wheel; coremltools has no aarch64
+    # wheel), hence --no-deps. Its Python binding (executorch.runtime) is the fallback where no runner could be
+    # built; it imports torch (undeclared: the release it was built against, 2.13.0 for executorch 1.5.1), which
+    # setup does not install.
     {"runtime": "executorch", "format": "pte", "distributions": ("executorch",), "module": "executorch",
-     "verify_module": "executorch.runtime",
-     "install_hint": "pip install executorch torch==2.13.0 (torch's CPU build: --extra-index-url "
-                     "https://download.pytorch.org/whl/cpu)",
-     "requirements": ("torch==2.13.0", "ruamel.yaml", "flatbuffers", "tabulate", "pandas"), "without_deps": True},
+     "verify_module": "executorch",
+     "install_hint": "edgetk devices setup --device DEVICE --runtime executorch (executorch --no-deps and the "
+                     "native .pte runner, no torch)",
+     "without_deps": True},
 )  # type: Tuple[Dict[str, Any], ...]
 # --- end runtime table ---
 

@@ -105,6 +105,7 @@ class PteRecord:
     total_nodes: int
     bundled: str | None = None
     bundled_atol: float | None = None
+    executorch_version: str | None = None  # the exporter's release: the device must run this one (version lock)
 
     @property
     def delegated_share(self) -> float:
@@ -113,7 +114,7 @@ class PteRecord:
     def to_dict(self) -> JsonDict:
         return {"delegated_nodes": self.delegated_nodes, "total_nodes": self.total_nodes,
                 "delegated_share": round(self.delegated_share, 4), "bundled": self.bundled,
-                "bundled_atol": self.bundled_atol}
+                "bundled_atol": self.bundled_atol, "executorch_version": self.executorch_version}
 
 
 @dataclass(frozen=True)

@@ -33,8 +33,10 @@ process). docs/runner.md documents each shape.
 ``check`` verifies each artifact's sha256 against manifest.json, then measures it in its own child process
 (``run-one``) so that a runtime that crashes on one artifact (a segfault in a kernel, an abort in a delegate)
 is reported for that artifact while the others still report, and so that peak RSS is per artifact. The .pte
-artifacts (SHARED_IMPORT_FORMATS) go to one ``run-group`` child instead, which imports their runtime (torch) once
-and forks a process per artifact: still one process, one crash and one peak RSS per artifact, one import.
+artifacts (SHARED_IMPORT_FORMATS) go to one ``run-group`` child instead, which imports their runtime (torch, where
+the Python binding runs them) once and forks a process per artifact: still one process, one crash and one peak RSS
+per artifact, one import. Where the native runner (``edgetk-pte-runner``, pte_runner.cpp, beside executorch's
+libraries) is installed, each .pte runs in it instead, driven through a framed pipe: no torch anywhere.
 
 Every failure is a JSON error ``{"kind", "message", "hint"}`` with ``kind`` one of ERROR_KINDS
 (``missing_runtime``, ``unsupported_op``, ``corrupt_artifact``, ``integrity``, ``crash``, ``bad_bundle``,
@@ -733,7 +735,7 @@ class PteModel(object):
         self.outputs = [self._tensor(numpy, "output", i, meta.output_tensor_meta(i))
                         for i in range(meta.num_outputs())]
         self.backends = sorted(runtime.backend_registry.registered_backend_names)
-        self.extra = {"backends": self.backends}
+        self.extra = {"backends": self.backends, "path": "python-binding", "note": PTE_TORCH_NOTE}
         self.args = []  # type: list
 
     @staticmethod
@@ -767,18 +769,347 @@ class PteModel(object):
         return timed_calls(self.method.execute, (self.args,), runs, min_time)
 
 
-def pte_bundled_check(bundle, record):
-    # type: (str, dict) -> Any
-    """The artifact's ExecuTorch bundled program (``model.<p>.bpte``) run by ExecuTorch's own verifier: every
-    bundled input against the float model's outputs at the manifest's ``bundled_atol``. None when the bundle has
-    none; ``{"ok", "cases", "failed", "atol"}`` otherwise (this device checked its own numbers)."""
+# --- the native .pte runner (toolkit/device_side/pte_runner.cpp), driven through a framed pipe ---
+
+PTE_RUNNER_BINARY = "edgetk-pte-runner"  # installed by setup into executorch's lib/ folder, beside its libraries
+PTE_NUMPY_CODES = dict((name, code) for code, name in PTE_SCALAR_TYPES.items())
+PTE_ERROR_KINDS = {0x10: "unsupported_op", 0x11: "unsupported_op", 0x14: "unsupported_op", 0x30: "unsupported_op",
+                   0x21: "crash", 0x25: "crash", 0x31: "crash"}  # ExecuTorch's Error codes; the rest: corrupt
+PTE_TORCH_NOTE = ("ran through ExecuTorch's Python binding, which imports torch (its load time and peak memory "
+                  "include torch's): the native runner is not installed here; `edgetk devices setup --runtime "
+                  "executorch` installs it")
+
+
+def executorch_lib_dir():
+    # type: () -> Any
+    """executorch's ``lib/`` folder (its runtime libraries) in this Python, found without importing it."""
+    import importlib.util
+
+    try:
+        spec = importlib.util.find_spec("executorch")
+    except (ImportError, ValueError):
+        return None
+    for folder in (list(spec.submodule_search_locations or []) if spec else []):
+        if os.path.isdir(os.path.join(folder, "lib")):
+            return os.path.join(folder, "lib")
+    return None
+
+
+def native_pte_runner():
+    # type: () -> Any
+    """(binary, lib folder) of the native runner beside this Python's executorch, or None when not installed."""
+    lib = executorch_lib_dir()
+    binary = os.path.join(lib, PTE_RUNNER_BINARY) if lib else None
+    if binary and os.path.isfile(binary) and os.access(binary, os.X_OK):
+        return binary, lib
+    return None
+
+
+def pte_version_lock(record, installed):
+    # type: (dict, Any) -> None
+    """Refuse a .pte whose exporter's executorch is not this device's: ExecuTorch promises no compatibility
+    between versions, and a mismatch fails in ways that read like a damaged file."""
+    info = record.get("pte") if isinstance(record.get("pte"), dict) else {}
+    wanted = info.get("executorch_version")
+    if wanted and installed and installed != wanted:
+        raise RunnerError(
+            "missing_runtime",
+            "{} was exported by executorch {}; this device has executorch {}, which is not guaranteed to load "
+            "it.".format(record.get("file"), wanted, installed),
+            "Install executorch=={} on the device: `edgetk devices setup --device DEVICE --runtime executorch` "
+            "(or pip install --no-deps executorch=={}), or convert with executorch {} on the host.".format(
+                wanted, wanted, installed))
+
+
+class NativePte(object):
+    """One native runner process holding one loaded program; requests and replies are frames on its pipes."""
+
+    def __init__(self, binary, lib, path, threads, profile=False):
+        # type: (str, str, str, int, bool) -> None
+        import tempfile
+
+        env = dict(os.environ)
+        env["LD_LIBRARY_PATH"] = lib + (":" + env["LD_LIBRARY_PATH"] if env.get("LD_LIBRARY_PATH") else "")
+        self.log = tempfile.TemporaryFile()  # ExecuTorch's own log lines; their tail names a failure
+        argv = [binary, path, "forward", str(int(threads))] + (["profile"] if profile else [])
+        self.proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.log,
+                                     env=env)
+        self.hello = self.reply()
+
+    def _died(self):
+        # type: () -> RunnerError
+        code = self.proc.wait()
+        self.log.seek(0)
+        tail = self.log.read().decode("utf-8", "replace").strip().splitlines()[-3:]
+        how = "signal {}".format(_signal_name(-code)) if code < 0 else "exit status {}".format(code)
+        return RunnerError("crash", "The native .pte runner died ({}): {}".format(how, " | ".join(tail)[-600:]),
+                           "Run the check again with --debug; a signal here is a crash inside ExecuTorch's "
+                           "kernels or delegate.")
+
+    def _read(self, size):
+        # type: (int) -> bytes
+        chunks, left = [], size
+        while left:
+            chunk = self.proc.stdout.read(left)
+            if not chunk:
+                raise self._died()
+            chunks.append(chunk)
+            left -= len(chunk)
+        return b"".join(chunks)
+
+    def reply(self):
+        # type: () -> tuple
+        """(JSON document, raw tail) of the next reply; a failed reply raises RunnerError."""
+        import struct
+
+        size = struct.unpack("<I", self._read(4))[0]
+        body = self._read(size)
+        head = struct.unpack("<I", body[:4])[0]
+        doc = json.loads(body[4:4 + head].decode("utf-8"))
+        if not doc.get("ok"):
+            self.log.seek(0)
+            tail = self.log.read().decode("utf-8", "replace").strip().splitlines()[-2:]
+            kind = PTE_ERROR_KINDS.get(doc.get("code"), "corrupt_artifact")
+            raise RunnerError(kind, "executorch {}: {} (Error 0x{:x}){}".format(
+                doc.get("executorch") or "", doc.get("error"), max(0, doc.get("code") or 0),
+                ": " + " | ".join(tail)[-400:] if tail else ""),
+                REDEPLOY_HINT if kind == "corrupt_artifact" else None)
+        return doc, body[4 + head:]
+
+    def request(self, op, payload=b""):
+        # type: (bytes, bytes) -> tuple
+        import struct
+
+        try:
+            self.proc.stdin.write(struct.pack("<I", 1 + len(payload)) + op + payload)
+            self.proc.stdin.flush()
+        except (IOError, OSError):
+            raise self._died()
+        return self.reply()
+
+    def set_inputs(self, arrays):
+        # type: (list) -> None
+        """``arrays``: (ScalarType code, shape, raw bytes) per input, in the method's order."""
+        import struct
+
+        parts = [struct.pack("<I", len(arrays))]
+        for code, shape, data in arrays:
+            parts.append(struct.pack("<BB", code, len(shape)) + struct.pack("<{}q".format(len(shape)), *shape))
+            parts.append(struct.pack("<Q", len(data)) + data)
+        self.request(b"I", b"".join(parts))
+
+    def run(self, numpy):
+        # type: (Any) -> list
+        doc, tail = self.request(b"R")
+        outputs, at = [], 0
+        for info in doc["tensors"]:
+            dtype = numpy.dtype(PTE_SCALAR_TYPES.get(info["dtype"], "float32"))
+            data = tail[at:at + info["nbytes"]]
+            at += info["nbytes"]
+            outputs.append(numpy.frombuffer(data, dtype).reshape(info["shape"]).copy())
+        return outputs
+
+    def timed(self, runs, min_time):
+        # type: (int, float) -> list
+        import struct
+
+        doc, tail = self.request(b"T", struct.pack("<Id", int(runs), float(min_time)))
+        return list(struct.unpack("<{}d".format(doc["count"]), tail))
+
+    def close(self):
+        # type: () -> None
+        if self.proc.poll() is None:
+            try:
+                self.proc.stdin.write(b"\x01\x00\x00\x00Q")
+                self.proc.stdin.close()
+            except (IOError, OSError):
+                pass
+            self.proc.wait()
+
+
+class NativePteModel(object):
+    """A .pte through the native runner: ExecuTorch's runtime libraries alone, no torch in any process. Its
+    ``load_ms`` is the runner's own (program and method loaded, mmap data loader); ``peak_rss_mb`` the runner
+    process's own peak, the program's memory rather than Python's."""
+
+    format = "pte"
+
+    def __init__(self, version, path, threads, runner, profile=False):
+        # type: (Any, str, int, tuple, bool) -> None
+        numpy = _import_numpy()
+        self.runtime = "executorch"
+        self.version = version
+        self.path = path
+        self.threads = threads
+        self.runner = runner
+        self.process = NativePte(runner[0], runner[1], path, threads, profile)
+        hello = self.process.hello[0]
+        self.native_load_ms = hello.get("load_ms")
+        self.inputs = [Tensor("input_{}".format(i), list(t["shape"]), numpy.dtype(PTE_SCALAR_TYPES.get(
+            t["dtype"], "float32")), 0.0, 0, i) for i, t in enumerate(hello["inputs"])]
+        self.outputs = [Tensor("output_{}".format(i), list(t["shape"]) if t else [], numpy.dtype(
+            PTE_SCALAR_TYPES.get((t or {}).get("dtype"), "float32")), 0.0, 0, i)
+            for i, t in enumerate(hello["outputs"])]
+        self.backends = sorted(hello.get("backends") or [])
+        self.extra = {"backends": self.backends, "path": "native",
+                      "native": {"executorch": hello.get("executorch"), "binary": runner[0]}}
+
+    def dynamic_batch(self):
+        # type: () -> bool
+        return False
+
+    def resize_batch(self, batch):
+        # type: (int) -> None
+        """A .pte runs the batch it was exported with."""
+
+    def set_inputs(self, pairs):
+        # type: (list) -> None
+        numpy = _import_numpy()
+        arrays = [None] * len(self.inputs)  # type: list
+        for tensor, array in pairs:
+            array = numpy.ascontiguousarray(array)
+            arrays[tensor.key] = (PTE_NUMPY_CODES[array.dtype.name], list(array.shape), array.tobytes())
+        self.process.set_inputs(arrays)
+
+    def invoke(self):
+        # type: () -> list
+        return self.process.run(_import_numpy())
+
+    def timed_loop(self, runs, min_time):
+        # type: (int, float) -> list
+        return self.process.timed(runs, min_time)
+
+    def peak_rss_mb(self):
+        # type: () -> Any
+        return round(self.process.request(b"S")[0]["peak_rss_kb"] / 1024.0, 1)
+
+    def profile(self, first, runs):
+        # type: (list, int) -> list
+        """Per-operator times of ``runs`` calls in a second runner loaded with ETDump's event tracer."""
+        traced = NativePte(self.runner[0], self.runner[1], self.path, self.threads, profile=True)
+        try:
+            model = object.__new__(NativePteModel)
+            model.inputs, model.process = self.inputs, traced
+            NativePteModel.set_inputs(model, first)
+            for _ in range(runs):
+                traced.run(_import_numpy())
+            return traced.request(b"P")[0]["ops"]
+        finally:
+            traced.close()
+
+
+def read_bundled_program(data):
+    # type: (bytes) -> tuple
+    """A bundled program (``.bpte``, ExecuTorch's ``bundled_program_schema.fbs``, a flatbuffer) read with no
+    flatbuffers library: (program bytes, [(inputs, expected outputs)] of the ``forward`` suite), each value a
+    (ScalarType code, sizes, raw bytes) tensor."""
+    import struct
+
+    def u32(at):
+        return struct.unpack_from("<I", data, at)[0]
+
+    def field(table, index):  # the position of a table's field, None when absent
+        vtable = table - struct.unpack_from("<i", data, table)[0]
+        slot = 4 + 2 * index
+        if slot >= struct.unpack_from("<H", data, vtable)[0]:
+            return None
+        offset = struct.unpack_from("<H", data, vtable + slot)[0]
+        return table + offset if offset else None
+
+    def ref(at):  # follow an offset to a table, vector or string
+        return at + u32(at)
+
+    def tables(table, index):
+        at = field(table, index)
+        if at is None:
+            return []
+        vector = ref(at)
+        return [ref(vector + 4 + 4 * i) for i in range(u32(vector))]
+
+    def raw(table, index, width=1):  # a vector of scalars ``width`` bytes each, as bytes
+        at = field(table, index)
+        if at is None:
+            return b""
+        vector = ref(at)
+        return data[vector + 4:vector + 4 + width * u32(vector)]
+
+    def tensor(value):  # Value { val_type: ubyte, val: ValueUnion }; ValueUnion 1 = Tensor
+        kind = field(value, 0)
+        if kind is None or struct.unpack_from("<B", data, kind)[0] != 1:
+            raise ValueError("the bundled program holds a value that is not a tensor")
+        table = ref(field(value, 1))
+        code_at = field(table, 0)
+        sizes = raw(table, 1, 4)
+        return (struct.unpack_from("<b", data, code_at)[0] if code_at is not None else 0,
+                list(struct.unpack("<{}i".format(len(sizes) // 4), sizes)), raw(table, 2))
+
+    root = ref(0)
+    cases = []
+    for suite in tables(root, 1):
+        name_at = field(suite, 0)
+        name = data[ref(name_at) + 4:ref(name_at) + 4 + u32(ref(name_at))].decode() if name_at else ""
+        if name == "forward":
+            cases = [([tensor(v) for v in tables(case, 0)], [tensor(v) for v in tables(case, 1)])
+                     for case in tables(suite, 1)]
+    return raw(root, 2), cases
+
+
+def native_bundled_check(model, bundle, record, name, atol):
+    # type: (Any, str, dict, str, float) -> dict
+    """The bundled program's cases run by the native runner, each output within ``atol`` of its expected one
+    (what ExecuTorch's verifier does at rtol 0). The program it bundles is the artifact (same bytes) or, if not,
+    run in a runner of its own."""
+    import hashlib
+    import tempfile
+
+    numpy = _import_numpy()
+    with open(os.path.join(bundle, name), "rb") as handle:
+        program, cases = read_bundled_program(handle.read())
+    process, folder = model.process, None
+    if hashlib.sha256(program).hexdigest() != record.get("sha256"):
+        folder = tempfile.mkdtemp(prefix="edgetk-bpte-")
+        with open(os.path.join(folder, "program.pte"), "wb") as out:
+            out.write(program)
+        process = NativePte(model.runner[0], model.runner[1], os.path.join(folder, "program.pte"), model.threads)
+    failed = []  # type: list
+    try:
+        for index, (inputs, expected) in enumerate(cases):
+            process.set_inputs(inputs)
+            got = process.run(numpy)
+            for actual, (code, sizes, data) in zip(got, expected):
+                want = numpy.frombuffer(data, PTE_SCALAR_TYPES.get(code, "float32")).reshape(sizes)
+                if actual.shape != want.shape or not numpy.all(
+                        numpy.abs(actual.astype("float64") - want.astype("float64")) <= atol):
+                    failed.append(index)
+                    break
+            else:
+                if len(got) != len(expected):
+                    failed.append(index)
+    finally:
+        if folder:
+            process.close()
+            import shutil
+
+            shutil.rmtree(folder, ignore_errors=True)
+    return {"ok": bool(cases) and not failed, "cases": len(cases), "failed": failed, "atol": atol, "file": name,
+            "path": "native"}
+
+
+def pte_bundled_check(bundle, record, model=None):
+    # type: (str, dict, Any) -> Any
+    """The artifact's ExecuTorch bundled program (``model.<p>.bpte``): every bundled input against the float
+    model's outputs at the manifest's ``bundled_atol``, through the native runner when ``model`` is one, else by
+    ExecuTorch's own verifier in the Python binding. None when the bundle has none; ``{"ok", "cases", "failed",
+    "atol"}`` otherwise (this device checked its own numbers)."""
     info = record.get("pte")
     name = info.get("bundled") if isinstance(info, dict) else None
     if not _safe_name(name) or not os.path.isfile(os.path.join(bundle, name)):
         return None
+    atol = float(info.get("bundled_atol") or 0.0)
+    if isinstance(model, NativePteModel):
+        return native_bundled_check(model, bundle, record, name, atol)
     from executorch.extension.pybindings import portable_lib
 
-    atol = float(info.get("bundled_atol") or 0.0)
     with open(os.path.join(bundle, name), "rb") as handle:
         bundled = portable_lib._load_bundled_program_from_buffer(handle.read())
     cases, failed = 0, []  # type: (int, list)
@@ -795,7 +1126,8 @@ def pte_bundled_check(bundle, record):
         cases += 1
         if cases >= 64:
             break
-    return {"ok": bool(cases) and not failed, "cases": cases, "failed": failed, "atol": atol, "file": name}
+    return {"ok": bool(cases) and not failed, "cases": cases, "failed": failed, "atol": atol, "file": name,
+            "path": "python-binding"}
 
 
 def pte_placement(record):
@@ -817,6 +1149,14 @@ def pte_profile(model, path, record, threads, first, top):
     portable operators by name). The Python wheel's runtime may be built without the tracer: then it says so."""
     import tempfile
 
+    if isinstance(model, NativePteModel):
+        ops = [{"name": op["name"], "calls": op["calls"], "total_ms": round(op["ns"] / 1e6, 4),
+                "mean_ms": round(op["ns"] / 1e6 / op["calls"], 5)} for op in model.profile(first, DEFAULT_PROFILE_RUNS)
+               if op["calls"] and not op["name"].startswith(("Method::", "Program::"))]  # the call, the load
+        if not ops:
+            return {"available": False, "error": "this ExecuTorch build reported no profiling events"}
+        ops.sort(key=lambda e: -e["total_ms"])
+        return {"available": True, "source": "etdump", "runs": DEFAULT_PROFILE_RUNS, "top": ops[:top]}
     traced = PteModel(model.version, path, threads, etdump=True)
     if not traced.program._program.has_etdump():
         return {"available": False, "error": "this ExecuTorch build has no event tracer (ETDump)"}
@@ -990,7 +1330,10 @@ def open_model(path, fmt, record, threads, forced, onnx_options=None):
                 import onnxruntime  # noqa: F401
                 interpreter_cls = None
             elif fmt == "pte":
-                import executorch.runtime  # noqa: F401 (imports torch too: part of import_ms)
+                native = native_pte_runner()
+                pte_version_lock(record, _dist_version("executorch"))
+                if native is None:
+                    import executorch.runtime  # noqa: F401 (imports torch too: part of import_ms)
                 interpreter_cls = None
             else:
                 interpreter_cls = _load_tflite_interpreter(runtime)
@@ -1009,6 +1352,8 @@ def open_model(path, fmt, record, threads, forced, onnx_options=None):
             if fmt == "onnx":
                 providers = [p for p in record.get("execution_providers") or [] if isinstance(p, str)]
                 model = OnnxModel(version, path, threads, providers, record, **(onnx_options or {}))  # type: Any
+            elif fmt == "pte" and native is not None:
+                model = NativePteModel(version, path, threads, native)
             elif fmt == "pte":
                 model = PteModel(version, path, threads)
             else:
@@ -1017,8 +1362,11 @@ def open_model(path, fmt, record, threads, forced, onnx_options=None):
                     model.extra["delegate"] = library
             model.import_ms = round((t1 - t0) * 1000.0, 3)
             model.load_ms = round((time.perf_counter() - t1) * 1000.0, 3)
+            if isinstance(model, NativePteModel):  # its process start and library linking count as the import
+                model.import_ms = round(model.import_ms + model.load_ms - model.native_load_ms, 3)
+                model.load_ms = round(model.native_load_ms, 3)
             return model
-        except KeyboardInterrupt:
+        except (KeyboardInterrupt, RunnerError):  # RunnerError: the native runner's, kind decided
             raise
         except Exception as exc:  # MemoryError too: classify_load_error names it
             raise classify_load_error(exc, runtime, version)
@@ -2142,10 +2490,13 @@ def run_one(bundle, name, opts, verify=True):
         if golden_inputs:
             report["outputs_match"] = compare_outputs(numpy, model, bundle, manifest, record, golden_inputs)
         if fmt == "pte":  # its own numbers, from its bundled program: a failure fails the outputs check too
-            report["bundled_check"] = pte_bundled_check(bundle, record)
+            report["bundled_check"] = pte_bundled_check(bundle, record, model)
             if report["bundled_check"] and not report["bundled_check"]["ok"] and report.get("outputs_match"):
                 report["outputs_match"]["ok"] = False
         report["peak_rss_mb"] = _peak_rss_mb()  # before profiling and throughput open sessions of their own
+        if isinstance(model, NativePteModel):  # the program's process, not this Python's
+            report["runner_peak_rss_mb"] = report["peak_rss_mb"]
+            report["peak_rss_mb"] = model.peak_rss_mb()
         inspect_artifact(numpy, model, path, fmt, record, threads, opts, first, times, golden_inputs, report)
     except RunnerError as exc:
         report["peak_rss_mb"] = _peak_rss_mb()
@@ -2300,7 +2651,7 @@ def import_runtime(fmt):
     t0 = time.perf_counter()
     try:
         _import_numpy()
-        if fmt == "pte":
+        if fmt == "pte" and native_pte_runner() is None:
             import executorch.runtime  # noqa: F401 (imports torch)
     except Exception:
         return None
