@@ -93,10 +93,6 @@ class DeviceShellNoise(DeviceError):
     """The device user's login shell prints text on start-up, and it broke a reply that could not be framed."""
 
 
-class DeviceSetupNeeded(DeviceError):
-    """The device lacks what edgetk runs with (Python, numpy, a runtime): `edgetk devices setup` fixes it."""
-
-
 class MissingDependency(UsageError):
     """An optional framework is not installed; the hint names the extra to add."""
 
