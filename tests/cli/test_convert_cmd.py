@@ -12,6 +12,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from tests.fixtures.bundles import subset_bundle
 from tests.fixtures.cli import assert_clean_error, run_edgetk, run_edgetk_inproc
 
 
@@ -46,10 +47,9 @@ def test_default_name_and_location(digits_keras, tmp_path) -> None:
     assert manifest["name"] == "digits-generic-x86_64"
 
 
-def test_inspect_artifact_and_bundle(digits_keras, digits_calibration, tmp_path) -> None:
-    out = tmp_path / "b"
-    assert run_edgetk("convert", digits_keras, "--calibration", digits_calibration, "--precision", "int8",
-                      "--format", "tflite", "--out", out, "--no-cache").code == 0
+def test_inspect_artifact_and_bundle(digits_bundle, tmp_path) -> None:
+    # the INT8 TFLite artifact of the session's converted digits bundle (converted once per run, not again here)
+    out = subset_bundle(digits_bundle.bundle_dir, tmp_path / "b", ["model.int8.tflite"])
     text = run_edgetk("inspect", out / "model.int8.tflite")
     assert text.code == 0 and "scale=" in text.stdout and "CONV_2D" in text.stdout
     doc = run_edgetk("inspect", out / "model.int8.tflite", "--json").json()
