@@ -2,9 +2,9 @@
 the problem (and the fix), no traceback, and leaves nothing behind (the workspace is snapshotted before and
 compared after: no new, changed or half-written file anywhere).
 
-Every case runs through the CLI's entry point in this process (``run_edgetk_inproc``: the frameworks are imported
-once, not once per case); the first case of each command also runs as a real ``edgetk`` process, for what only a
-process shows (the exit status, nothing the interpreter or a native library prints on stderr)."""
+Every case runs through the CLI's entry point in this process (``run_edgetk_inproc``: the frameworks are
+imported once, not once per case); the first case of each command also runs as a real ``edgetk`` process, for
+what only a process shows (the exit status, nothing the interpreter or a native library prints on stderr)."""
 
 from __future__ import annotations
 

@@ -1,8 +1,8 @@
 """``edgetk convert`` and ``edgetk inspect`` as a user runs them: exit codes, messages, nothing half-written.
 
-The table of bad input runs through the CLI's entry point in this process (Keras and TensorFlow imported once);
-the cases in ``IN_A_PROCESS`` (one that fails before a model loads, one after Keras has loaded one) run again
-as real processes, which alone show the native frameworks' log lines and the interpreter's own output."""
+The table of bad input runs through the CLI's entry point in this process (Keras and TensorFlow imported
+once); the cases in ``IN_A_PROCESS`` (one that fails before a model loads, one after Keras has loaded one) run
+again as real processes, which alone show the native frameworks' log lines and the interpreter's own output."""
 
 from __future__ import annotations
 
@@ -48,7 +48,7 @@ def test_default_name_and_location(digits_keras, tmp_path) -> None:
 
 
 def test_inspect_artifact_and_bundle(digits_bundle, tmp_path) -> None:
-    # the INT8 TFLite artifact of the session's converted digits bundle (converted once per run, not again here)
+    # the INT8 TFLite artifact of the session's digits bundle (converted once per run, not again here)
     out = subset_bundle(digits_bundle.bundle_dir, tmp_path / "b", ["model.int8.tflite"])
     text = run_edgetk("inspect", out / "model.int8.tflite")
     assert text.code == 0 and "scale=" in text.stdout and "CONV_2D" in text.stdout

@@ -3,10 +3,10 @@ a hung SD card or an OOM-thrashing board looks like from the network). TCP_USER_
 is fine); the connection's keepalive watchdog must, whatever step the tool is in: mid-upload, mid-check, and in
 a fleet where the other devices finish. Figures are printed (run with -s).
 
-The watchdog is set short here, as a user would set it (``ServerAliveInterval 1``, ``ServerAliveCountMax 4`` in
-the HOME's ``~/.ssh/config``): a freeze is declared after ~4 s instead of the shipped ~12 s (3 s x 4), which is
-what these tests wait for. The shipped defaults keep their proof in tests/faults/test_network.py (the link cut,
-whose TCP_USER_TIMEOUT derives from them) and the frozen login here (the shipped ConnectTimeout), and
+The watchdog is set short here, as a user would set it (``ServerAliveInterval 1``, ``ServerAliveCountMax 4``
+in the HOME's ``~/.ssh/config``): a freeze is declared after ~4 s instead of the shipped ~12 s (3 s x 4), which
+is what these tests wait for. The shipped defaults keep their proof in tests/faults/test_network.py (the link
+cut, whose TCP_USER_TIMEOUT derives from them) and the frozen login here (the shipped ConnectTimeout), and
 tests/devices/test_ssh_config.py proves that the settings drive the watchdog.
 """
 

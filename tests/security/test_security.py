@@ -107,7 +107,7 @@ def _malicious(tmp_path: Path, how: str) -> tuple[Path, Path]:
     return bundle, outside
 
 
-# in this process; the first also as a real process (what only a process shows: its exit status, its stderr whole)
+# in this process; the first also as a real process (what only a process shows: exit status, the whole stderr)
 @pytest.mark.parametrize(("how", "in_process"), [
     *((how, True) for how in ("dotdot-artifact", "absolute-golden", "dotdot-runner", "symlink-artifact")),
     ("dotdot-artifact", False),

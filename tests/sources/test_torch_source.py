@@ -253,7 +253,8 @@ def test_cli_torchscript_without_input_shape_says_which_flag(
 
     path = tmp_path / "digits.pt"
     torch.jit.save(torch.jit.script(_eager(torch_digits_net)), str(path))
-    result = edgetk_inproc("convert", path, "--format", "onnx", "--precision", "fp32", "--out", tmp_path / "bundle")
+    result = edgetk_inproc("convert", path, "--format", "onnx", "--precision", "fp32", "--out",
+                           tmp_path / "bundle")
     assert_clean_error(result, 2, "does not record the shape", "--input-shape image=")
     assert not (tmp_path / "bundle" / "model.fp32.onnx").exists()
 
