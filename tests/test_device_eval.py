@@ -292,16 +292,16 @@ def test_eval_input_and_layer_probe_changed_on_the_device_are_refused_there(
 def test_cli_check_eval(eval_bundle: Path, tiny_deploy_bundle: Path, tmp_path: Path) -> None:
     """`edgetk deploy --check --eval` through the option machinery; --eval on a bundle without an eval set is
     refused before any device is contacted (exit 2, one JSON document with --json)."""
-    from tests.fixtures.cli import assert_clean_error, run_edgetk
+    from tests.fixtures.cli import assert_clean_error, run_edgetk, run_edgetk_inproc
 
     env = Home(tmp_path).env
-    refused = run_edgetk("check", tiny_deploy_bundle, "--device", "local", "--eval", "--json", env=env)
+    refused = run_edgetk_inproc("check", tiny_deploy_bundle, "--device", "local", "--eval", "--json", env=env)
     assert_clean_error(refused, 2, "carries no eval set", "--device-eval")
     assert "carries no eval set" in json.dumps(refused.json())
     # an eval file changed in the bundle after conversion: refused on the host, before any device is contacted
     changed = copy_bundle(eval_bundle, tmp_path / "changed")
     np.save(changed / "eval" / "labels.npy", np.zeros(497, dtype=np.int64))
-    refused = run_edgetk("check", changed, "--device", "local", "--eval", env=env)
+    refused = run_edgetk_inproc("check", changed, "--device", "local", "--eval", env=env)
     assert_clean_error(refused, 2, "eval/labels.npy", "does not match its sha256 in manifest.json", "edgetk convert")
     # a bundle whose manifest predates the record (schema 2, no on_demand): its eval set is not used
     old = copy_bundle(eval_bundle, tmp_path / "old")
@@ -309,7 +309,7 @@ def test_cli_check_eval(eval_bundle: Path, tiny_deploy_bundle: Path, tmp_path: P
     manifest["schema_version"] = 2
     del manifest["on_demand"]
     (old / "manifest.json").write_text(json.dumps(manifest, indent=2) + "\n")
-    refused = run_edgetk("check", old, "--device", "local", "--eval", env=env)
+    refused = run_edgetk_inproc("check", old, "--device", "local", "--eval", env=env)
     assert_clean_error(refused, 2, "eval set", "older edgetk", "Convert the bundle again")
     done = run_edgetk("deploy", eval_bundle, "--device", "local", "--check", "--eval", "--runs", "2",
                       "--baseline", "none", "--json", env=env)

@@ -20,14 +20,12 @@ The speed rule (an artifact measurably slower than fp32 on a host profile is not
 from __future__ import annotations
 
 import json
-import time
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
 
-from tests.fixtures.tflite import digits_request
 from toolkit.conversion import candidate
 from toolkit.conversion.pipeline import ConvertOptions, ConvertResult, convert_bundle
 
@@ -157,49 +155,6 @@ def test_selective_quantization_rescues_int8(fmt, culprit, request) -> None:
     preferred = [r for r in manifest.artifacts if r.preferred]
     assert len(preferred) == 1 and preferred[0].precision in ("dynamic", "fp16", "fp32") and not record.preferred
     assert preferred[0].quantized is None or not preferred[0].quantized.mixed
-
-
-# --------------------------------------------------------------------------------------------- rankings
-
-
-def test_tflite_ranking_puts_the_outlier_layer_first(outlier_keras, digits, tmp_path) -> None:
-    from toolkit.conversion import tflite_debugger
-    from toolkit.sources import open_source
-
-    request = digits_request(open_source(str(outlier_keras)), digits, tmp_path, precision="int8", io_dtype="int8")
-    start = time.perf_counter()
-    errors = tflite_debugger.layer_errors(request, limit=4)
-    cheap = time.perf_counter() - start
-    assert "hidden_1/MatMul" in errors[0][0] and errors[0][1] > 0.5, errors  # the hidden units are lost
-    assert min(score for _, score in errors[-2:]) < 0.05, errors  # healthy layers: a few percent
-    start = time.perf_counter()
-    groups = tflite_debugger.float_groups(request, limit=3)
-    ranking = time.perf_counter() - start
-    print(f"tflite layer_errors {cheap:.2f}s, float_groups {ranking:.2f}s: {errors} {groups}")
-    best, error = groups[0]
-    assert any("hidden_1/MatMul" in n for n in best) and any("head_1/MatMul" in n for n in best), groups
-    assert error < 0.05 < groups[1][1], groups  # only that group brings the outputs back
-
-
-def test_onnx_ranking_puts_the_outlier_layer_first(outlier_keras, digits, tmp_path) -> None:
-    from toolkit.conversion import onnx_quant, onnx_ranking, registry
-    from toolkit.sources import open_source
-
-    request = digits_request(open_source(str(outlier_keras)), digits, tmp_path, format="onnx", precision="int8")
-    base = registry.fp32_onnx(request)
-    int8 = onnx_quant.derive(request, base, tmp_path / "int8.onnx")
-    # What relative L2 per node says: the hidden layer adds almost nothing, the head everything.
-    added = onnx_ranking.added_errors(request, base, int8, limit=0)
-    assert "head_1" in added[0][0] and "hidden_1" in added[-1][0] and added[-1][1] < 0.05, added
-    start = time.perf_counter()
-    errors = onnx_ranking.node_errors(request, base, int8, limit=3)
-    groups = onnx_ranking.float_groups(request, base, int8, limit=3)
-    ranking = time.perf_counter() - start
-    print(f"onnx node_errors + float_groups {ranking:.2f}s: {errors} {groups}")
-    assert "hidden_1/MatMul" in errors[0][0] and errors[0][1] > 0.5, errors
-    best, error = groups[0]
-    assert any("hidden_1/MatMul" in n for n in best) and any("head_1/MatMul" in n for n in best), groups
-    assert error < 0.05 < groups[1][1], groups
 
 
 # --------------------------------------------------------------------------------------------- fallback

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from tests.fixtures.cli import assert_clean_error, run_edgetk
+from tests.fixtures.cli import assert_clean_error, run_edgetk_inproc
 from tests.fixtures.deploy import build_bundle
 from toolkit.delivery.bundle import read_bundle
 from toolkit.errors import UsageError
@@ -115,5 +115,5 @@ def test_the_cli_refuses_an_unknown_key_in_one_plain_message(bundle: Path, tmp_p
     data = json.loads((copy_of / "manifest.json").read_text())
     data["artifacts"][0]["preffered"] = True
     (copy_of / "manifest.json").write_text(json.dumps(data))
-    result = run_edgetk("inspect", copy_of)
+    result = run_edgetk_inproc("inspect", copy_of)
     assert_clean_error(result, 2, "manifest.json", "'artifacts[0].preffered'", "did you mean 'preferred'")

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.fixtures.cli import assert_clean_error, run_edgetk
+from tests.fixtures.cli import assert_clean_error, run_edgetk, run_edgetk_inproc
 from tests.fixtures.deploy_helpers import write_inventory
 from toolkit.errors import UsageError
 from toolkit.delivery.provisioning import (
@@ -210,10 +210,10 @@ def test_setup_refuses_a_directory_that_is_not_a_venv(fresh_ssh_device, ssh_clie
 
 
 def test_setup_usage_errors() -> None:
-    assert_clean_error(run_edgetk("devices", "setup"), 2, "No device given")
-    assert_clean_error(run_edgetk("devices", "setup", "--device", "local", "--target", "raspberry-pie-4"), 2,
-                       "raspberry-pie-4")
-    assert_clean_error(run_edgetk("devices", "setup", "--device", "local", "--venv", "~"), 2, "--venv")
+    assert_clean_error(run_edgetk_inproc("devices", "setup"), 2, "No device given")
+    assert_clean_error(run_edgetk_inproc("devices", "setup", "--device", "local", "--target", "raspberry-pie-4"),
+                       2, "raspberry-pie-4")
+    assert_clean_error(run_edgetk_inproc("devices", "setup", "--device", "local", "--venv", "~"), 2, "--venv")
 
 
 @pytest.mark.ssh

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from tests.fixtures.chromium import chromium, needs_chromium
-from tests.fixtures.cli import assert_clean_error, run_edgetk
+from tests.fixtures.cli import assert_clean_error, run_edgetk, run_edgetk_inproc
 
 
 
@@ -160,10 +160,10 @@ def test_history_html_and_json(checked_bundle, tmp_path):  # type: ignore[no-unt
 
 
 def test_report_usage_errors(checked_bundle, tmp_path):  # type: ignore[no-untyped-def]
-    assert_clean_error(run_edgetk("report"), 2, "either a bundle directory or --history")
-    assert_clean_error(run_edgetk("report", checked_bundle.bundle, "--history"), 2, "either")
-    assert_clean_error(run_edgetk("report", tmp_path), 2, "not a bundle directory")
-    empty = run_edgetk("report", checked_bundle.bundle, "--store", tmp_path / "empty.sqlite")
+    assert_clean_error(run_edgetk_inproc("report"), 2, "either a bundle directory or --history")
+    assert_clean_error(run_edgetk_inproc("report", checked_bundle.bundle, "--history"), 2, "either")
+    assert_clean_error(run_edgetk_inproc("report", tmp_path), 2, "not a bundle directory")
+    empty = run_edgetk_inproc("report", checked_bundle.bundle, "--store", tmp_path / "empty.sqlite")
     assert empty.code == 0 and "no stored check" in empty.stdout
 
 

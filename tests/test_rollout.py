@@ -9,8 +9,9 @@ import pytest
 
 from toolkit.devices.spec import DeviceSpec
 from toolkit.errors import UsageError
-from toolkit.api.rollout import FailureLimit, JobOptions, WavePlan, deploy_in_waves, fleet_runner, prepare_job
-from toolkit.model.options import CheckOptions
+from toolkit.api.fleet import DeviceSelection
+from toolkit.api.rollout import FailureLimit, JobOptions, WavePlan, deploy_in_waves, prepare_job
+from toolkit.model.options import CheckOptions, DeviceOptions
 
 
 def test_wave_sizes_follow_ansible_serial() -> None:
@@ -52,15 +53,16 @@ def test_a_failing_wave_stops_the_rollout_and_rolls_back(ssh_devices, ssh_client
     new = deploy_bundle_factory(name="waves", seed=1)
     gates = CheckOptions(runs=3, warmup=1, budget_ms=100000.0, baseline="none", regression_pct=10.0,
                          store=str(tmp_path / "h.sqlite"))
+    fleet = DeviceSelection(tuple(specs), DeviceOptions(parallel=4))  # what `edgetk deploy --waves` runs on
     first = prepare_job(old, JobOptions(install=True, check=False), gates)
-    result = deploy_in_waves(first, specs, run_on=fleet_runner(open_connection, parallel=4), plan=WavePlan.parse("100%"),
+    result = deploy_in_waves(first, specs, run_on=fleet.run_batch, plan=WavePlan.parse("100%"),
                              max_failures=FailureLimit(), rollback_on_failure=False)
     assert result.stopped is None and [w.devices for w in result.waves] == [("d0", "d1", "d2", "d3")]
     old_version = first.bundle.version
 
     job = prepare_job(new, JobOptions(install=True, check=True), gates)
     assert job.bundle.version != old_version
-    result = deploy_in_waves(job, specs, run_on=fleet_runner(open_connection, parallel=4), plan=WavePlan.parse("1,1,100%"),
+    result = deploy_in_waves(job, specs, run_on=fleet.run_batch, plan=WavePlan.parse("1,1,100%"),
                              max_failures=FailureLimit.parse("0"), rollback_on_failure=True)
     assert [(w.devices, w.failed) for w in result.waves] == [(("d0",), ()), (("d1",), ("d1",))]
     assert result.stopped and "wave 2" in result.stopped and result.not_started == ("d2", "d3")

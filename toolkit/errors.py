@@ -179,12 +179,6 @@ class VersionReplaced(DeviceError):
     the device runs."""
 
 
-class DeviceSetupNeeded(DeviceError):
-    """The device lacks what edgetk runs with (Python, numpy, a runtime): `edgetk devices setup` fixes it."""
-
-    fix = "Run `edgetk devices setup --device SPEC` once (--offline for a device without internet access)."
-
-
 class MissingDependency(UsageError):
     """An optional framework is not installed; the hint names the extra to add."""
 

@@ -1,18 +1,23 @@
 """Bad input, everywhere, through the real CLI: every case gets its exit code, one or two plain lines that name
 the problem (and the fix), no traceback, and leaves nothing behind (the workspace is snapshotted before and
-compared after: no new, changed or half-written file anywhere)."""
+compared after: no new, changed or half-written file anywhere).
+
+Every case runs through the CLI's entry point in this process (``run_edgetk_inproc``: the frameworks are
+imported once, not once per case); the first case of each command also runs as a real ``edgetk`` process, for
+what only a process shows (the exit status, nothing the interpreter or a native library prints on stderr)."""
 
 from __future__ import annotations
 
 import json
 import os
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 import pytest
 
-from tests.fixtures.cli import assert_clean_error, run_edgetk
+from tests.fixtures.cli import CliResult, assert_clean_error, run_edgetk, run_edgetk_inproc
 from tests.fixtures.deploy import _tiny_onnx, build_bundle
 from tests.fixtures.home import Home
 
@@ -161,18 +166,21 @@ def test_the_table_is_big_enough() -> None:
     assert len(CASES) >= 30
     commands = {c.args[0] for c in CASES}
     assert {"convert", "inspect", "targets", "deploy", "check", "rollback", "remove", "history", "devices"} <= commands
+    assert {c.args[0] for c in IN_A_PROCESS} == commands and len(IN_A_PROCESS) == len(commands)
 
 
-@pytest.mark.parametrize("case", CASES, ids=[c.id for c in CASES])
-def test_bad_input(case: Case, workspace: Path) -> None:
+# the first case of each command (and of a mistyped one): run again as a real process
+IN_A_PROCESS = [c for i, c in enumerate(CASES) if c.args[0] not in {d.args[0] for d in CASES[:i]}]
+
+
+def _check(case: Case, workspace: Path, edgetk: Callable[..., CliResult]) -> None:
     home = workspace / "home"
     home.mkdir(exist_ok=True)
     cwd = workspace / "cwd"
     cwd.mkdir(exist_ok=True)
     before = _snapshot(workspace)
     args = [a.replace("{w}", str(workspace)) for a in case.args]
-    result = run_edgetk(*args, cwd=cwd, env=Home(home).env,
-                        timeout=300)
+    result = edgetk(*args, cwd=cwd, env=Home(home).env, timeout=300)
     assert_clean_error(result, case.code, *case.needles)
     # one or two lines (click's own usage errors add "Usage:" and "Try ... -h" lines around theirs)
     # (progress lines such as "loading X (onnx)" may come before the error; they are not the message)
@@ -184,3 +192,13 @@ def test_bad_input(case: Case, workspace: Path) -> None:
     assert after == before, sorted(set(after.items()) ^ set(before.items()))
     assert not list(cwd.iterdir())
     assert not list(workspace.rglob("*.partial"))
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c.id for c in CASES])
+def test_bad_input(case: Case, workspace: Path) -> None:
+    _check(case, workspace, run_edgetk_inproc)
+
+
+@pytest.mark.parametrize("case", IN_A_PROCESS, ids=[c.id for c in IN_A_PROCESS])
+def test_bad_input_in_a_process(case: Case, workspace: Path) -> None:
+    _check(case, workspace, run_edgetk)

@@ -1,4 +1,8 @@
-"""``edgetk convert`` and ``edgetk inspect`` as a user runs them: exit codes, messages, nothing half-written."""
+"""``edgetk convert`` and ``edgetk inspect`` as a user runs them: exit codes, messages, nothing half-written.
+
+The table of bad input runs through the CLI's entry point in this process (Keras and TensorFlow imported
+once); the cases in ``IN_A_PROCESS`` (one that fails before a model loads, one after Keras has loaded one) run
+again as real processes, which alone show the native frameworks' log lines and the interpreter's own output."""
 
 from __future__ import annotations
 
@@ -8,7 +12,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from tests.fixtures.cli import assert_clean_error, run_edgetk
+from tests.fixtures.bundles import subset_bundle
+from tests.fixtures.cli import assert_clean_error, run_edgetk, run_edgetk_inproc
 
 
 def test_convert_prints_a_table_and_writes_the_bundle(digits_keras, digits_calibration, tmp_path) -> None:
@@ -42,10 +47,9 @@ def test_default_name_and_location(digits_keras, tmp_path) -> None:
     assert manifest["name"] == "digits-generic-x86_64"
 
 
-def test_inspect_artifact_and_bundle(digits_keras, digits_calibration, tmp_path) -> None:
-    out = tmp_path / "b"
-    assert run_edgetk("convert", digits_keras, "--calibration", digits_calibration, "--precision", "int8",
-                      "--format", "tflite", "--out", out, "--no-cache").code == 0
+def test_inspect_artifact_and_bundle(digits_bundle, tmp_path) -> None:
+    # the INT8 TFLite artifact of the session's digits bundle (converted once per run, not again here)
+    out = subset_bundle(digits_bundle.bundle_dir, tmp_path / "b", ["model.int8.tflite"])
     text = run_edgetk("inspect", out / "model.int8.tflite")
     assert text.code == 0 and "scale=" in text.stdout and "CONV_2D" in text.stdout
     doc = run_edgetk("inspect", out / "model.int8.tflite", "--json").json()
@@ -107,11 +111,17 @@ BAD_CASES = [
 ]
 
 
-@pytest.mark.parametrize("case", BAD_CASES, ids=[c[0] for c in BAD_CASES])
-def test_bad_input_gets_a_plain_message(case, bad_files, digits_keras, tmp_path) -> None:
+IN_A_PROCESS = ("truncated-model", "wrong-rank")
+RUNS = [pytest.param(c, True, id=c[0]) for c in BAD_CASES] + \
+    [pytest.param(c, False, id=f"{c[0]}-process") for c in BAD_CASES if c[0] in IN_A_PROCESS]
+
+
+@pytest.mark.parametrize(("case", "in_process"), RUNS)
+def test_bad_input_gets_a_plain_message(case, in_process, bad_files, digits_keras, tmp_path) -> None:
     _, build, code, needles = case
     out = tmp_path / "out"
-    result = run_edgetk("convert", *build(bad_files, digits_keras), "--out", out, "--no-cache")
+    edgetk = run_edgetk_inproc if in_process else run_edgetk
+    result = edgetk("convert", *build(bad_files, digits_keras), "--out", out, "--no-cache")
     assert_clean_error(result, code, *needles)
     lines = result.stderr.strip().splitlines()
     error_at = next(i for i, line in enumerate(lines) if line.startswith("error: "))
@@ -125,8 +135,8 @@ def test_unwritable_output_directory(digits_keras, tmp_path) -> None:
     locked = tmp_path / "locked"
     locked.mkdir()
     (locked / "file").write_text("x")  # a file where a directory is needed cannot be made writable by root
-    result = run_edgetk("convert", digits_keras, "--precision", "fp32", "--format", "tflite",
-                        "--out", locked / "file" / "bundle", "--no-cache")
+    result = run_edgetk_inproc("convert", digits_keras, "--precision", "fp32", "--format", "tflite",
+                               "--out", locked / "file" / "bundle", "--no-cache")
     assert_clean_error(result, 2, "cannot write")
 
 
@@ -134,7 +144,7 @@ def test_existing_bundle_is_replaced_only_with_force(digits_keras, tmp_path) -> 
     out = tmp_path / "b"
     out.mkdir()
     (out / "keep.txt").write_text("mine")
-    result = run_edgetk("convert", digits_keras, "--precision", "fp32", "--out", out, "--no-cache")
+    result = run_edgetk_inproc("convert", digits_keras, "--precision", "fp32", "--out", out, "--no-cache")
     assert_clean_error(result, 2, "already exists", "--force")
     assert (out / "keep.txt").read_text() == "mine"
 

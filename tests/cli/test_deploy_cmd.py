@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.fixtures.cli import assert_clean_error, run_edgetk
+from tests.fixtures.cli import assert_clean_error, run_edgetk, run_edgetk_inproc
 from tests.fixtures.deploy_helpers import write_inventory
 from tests.fixtures.home import Home, new_home
 
@@ -217,13 +217,14 @@ def test_arch_mismatch_exit_2_and_force(home, deploy_bundle_factory):  # type: i
 
 def test_usage_errors(home, deploy_bundle_factory, tmp_path):  # type: ignore[no-untyped-def]
     bundle = deploy_bundle_factory(name="tiny")
-    assert_clean_error(run_edgetk("deploy", bundle, env=Home(home).env), 2, "no device given")
-    assert_clean_error(run_edgetk("deploy", tmp_path, "--device", "local", env=Home(home).env), 2, "not a bundle")
+    env = Home(home).env
+    assert_clean_error(run_edgetk_inproc("deploy", bundle, env=env), 2, "no device given")
+    assert_clean_error(run_edgetk_inproc("deploy", tmp_path, "--device", "local", env=env), 2, "not a bundle")
     bad = tmp_path / "bad.toml"
     bad.write_text('[devices.pi]\nhots = "1.2.3.4"\n')
-    assert_clean_error(run_edgetk("status", "--inventory", bad, env=Home(home).env), 2, "unknown key 'hots'",
+    assert_clean_error(run_edgetk_inproc("status", "--inventory", bad, env=env), 2, "unknown key 'hots'",
                        "did you mean 'host'")
-    assert_clean_error(run_edgetk("status", "--device", "a b;c", env=Home(home).env), 2, "not a device spec")
+    assert_clean_error(run_edgetk_inproc("status", "--device", "a b;c", env=env), 2, "not a device spec")
 
 
 def test_probe_local(home):  # type: ignore[no-untyped-def]

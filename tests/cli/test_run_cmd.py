@@ -10,7 +10,8 @@ import tomllib
 
 import pytest
 
-from tests.fixtures.cli import assert_clean_error, run_edgetk
+from tests.fixtures.cli import assert_clean_error, run_edgetk, run_edgetk_inproc
+from tests.fixtures.home import new_home
 
 NO_GATES = ("--budget-ms", "100000", "--baseline", "none")
 
@@ -109,16 +110,16 @@ def test_deploy_stage_failure_exits_4_and_skips_the_check(setup, tmp_path):  # t
     assert "[3/3 check]" not in result.stderr
 
 
-def test_bad_input_fails_before_converting(setup, tmp_path):  # type: ignore[no-untyped-def]
-    _root, env, _args, _first = setup
-    no_device = run_edgetk("run", "model.keras", env=env, cwd=tmp_path)
+def test_bad_input_fails_before_converting(tmp_path):  # type: ignore[no-untyped-def]
+    env = new_home(tmp_path).env
+    no_device = run_edgetk_inproc("run", "model.keras", env=env, cwd=tmp_path)
     assert_clean_error(no_device, 2, "no device given")
-    missing = run_edgetk("run", tmp_path / "missing.keras", "--device", "local", env=env, cwd=tmp_path)
+    missing = run_edgetk_inproc("run", tmp_path / "missing.keras", "--device", "local", env=env, cwd=tmp_path)
     assert_clean_error(missing, 2, "missing.keras")
     bad = tmp_path / "bad.toml"
     bad.write_text('source = "x.keras"\ndevise = ["local"]\n')
-    typo = run_edgetk("run", "--config", bad, env=env, cwd=tmp_path)
+    typo = run_edgetk_inproc("run", "--config", bad, env=env, cwd=tmp_path)
     assert_clean_error(typo, 2, "unknown run option 'devise'", "did you mean 'device'")
-    nothing = run_edgetk("run", "--device", "local", env=env, cwd=tmp_path)
+    nothing = run_edgetk_inproc("run", "--device", "local", env=env, cwd=tmp_path)
     assert_clean_error(nothing, 2, "no source given")
     assert not (tmp_path / "bundles").exists()

@@ -11,7 +11,7 @@ import pytest
 
 from tests.fixtures.models import Digits
 from tests.fixtures.ppocr import text_images, text_iou
-from toolkit.conversion import onnx_prepare, onnx_quant, onnx_ranking
+from toolkit.conversion import layers, onnx_prepare, onnx_quant
 from toolkit.conversion.onnx_checks import hint_for
 from toolkit.conversion.onnx_io import opset_of
 from toolkit.conversion.base import BuiltArtifact, ConversionRequest
@@ -105,14 +105,14 @@ def test_s8s8_and_qoperator_work(digits_run, digits: Digits) -> None:
     assert abs(accuracy(qop.path, digits) - float_acc) <= 0.01
 
 
-def test_node_errors_feed_selective_quantization(digits_run, digits: Digits) -> None:
+def test_layer_table_feeds_selective_quantization(digits_run, digits: Digits) -> None:
     _source, request, base, work = digits_run
     int8 = onnx_quant.derive(request("int8"), base, work / "int8.sel.onnx")
-    errors = onnx_ranking.node_errors(request("int8"), base, int8, limit=3)
-    assert 1 <= len(errors) <= 3
-    assert all(err >= 0 for _, err in errors)
-    assert [e for _, e in errors] == sorted((e for _, e in errors), reverse=True)
-    worst = errors[0][0]
+    rows = layers.onnx_table(request("int8"), int8).rows
+    errors = [r.channel_error for r in rows[:3]]
+    assert len(errors) == 3 and all(err >= 0 for err in errors), rows
+    assert errors == sorted(errors, reverse=True)
+    worst = rows[0].name
     retry = onnx_quant.derive(request("int8", nodes_to_exclude=(worst,)), base, work / "int8.retry.onnx")
     assert retry.float_nodes == (worst,)
     info = inspect_onnx(retry.path)

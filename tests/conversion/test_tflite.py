@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from tests.fixtures.tflite import digits_request
-from toolkit.conversion import tflite, tflite_checks, tflite_debugger
+from toolkit.conversion import layers, tflite, tflite_checks
 from toolkit.errors import ConversionError, UsageError
 from toolkit.runtimes.execution.tflite import TFLiteSession
 from toolkit.runtimes.inspection.tflite import float_op_outputs, inspect_tflite
@@ -70,10 +70,10 @@ def test_sequential_and_savedmodel_sources(digits, digits_keras_sequential, digi
 
 def test_selective_quantization_keeps_named_nodes_float(digits, digits_source, tmp_path):
     request = digits_request(digits_source, digits, tmp_path / "w", precision="int8", io_dtype="int8")
-    worst = tflite_debugger.layer_errors(request, limit=3)
+    worst = layers.tflite_table(request).rows[:3]
     assert len(worst) == 3
-    assert worst[0][1] >= worst[1][1] >= worst[2][1] > 0
-    chosen = worst[0][0]
+    assert worst[0].channel_error >= worst[1].channel_error >= worst[2].channel_error > 0, worst
+    chosen = worst[0].name
     request = digits_request(
         digits_source, digits, tmp_path / "w", precision="int8", io_dtype="int8", nodes_to_exclude=(chosen,)
     )

@@ -2,6 +2,12 @@
 a hung SD card or an OOM-thrashing board looks like from the network). TCP_USER_TIMEOUT cannot notice (the link
 is fine); the connection's keepalive watchdog must, whatever step the tool is in: mid-upload, mid-check, and in
 a fleet where the other devices finish. Figures are printed (run with -s).
+
+The watchdog is set short here, as a user would set it (``ServerAliveInterval 1``, ``ServerAliveCountMax 4``
+in the HOME's ``~/.ssh/config``): a freeze is declared after ~4 s instead of the shipped ~12 s (3 s x 4), which
+is what these tests wait for. The shipped defaults keep their proof in tests/faults/test_network.py (the link
+cut, whose TCP_USER_TIMEOUT derives from them) and the frozen login here (the shipped ConnectTimeout), and
+tests/devices/test_ssh_config.py proves that the settings drive the watchdog.
 """
 
 from __future__ import annotations
@@ -25,6 +31,13 @@ from toolkit.delivery.bundle import read_bundle
 
 pytestmark = [pytest.mark.ssh]
 FROZEN_FAIL_LIMIT_S = 60.0  # the contract: a frozen device fails within 60 s (the watchdog's default is ~20 s)
+
+
+def short_keepalives(home: Path) -> None:
+    """``~/.ssh/config`` in ``home``: every device's keepalive watchdog declares a freeze after ~4 s."""
+    ssh = home / ".ssh"
+    ssh.mkdir(mode=0o700, exist_ok=True)
+    (ssh / "config").write_text("Host *\n  ServerAliveInterval 1\n  ServerAliveCountMax 4\n")
 
 
 def _runner_pids(name: str) -> list[int]:
@@ -59,6 +72,7 @@ def _kill(pids: list[int]) -> None:
 def test_device_frozen_mid_upload_fails_keeps_current_and_resumes(field: Field, deploy_bundle_factory) -> None:  # type: ignore[no-untyped-def]
     lab = field.lab
     lab.reset()
+    short_keepalives(Path(field.env["HOME"]))
     v1 = deploy_bundle_factory(name="frozen", seed=71)
     v2 = deploy_bundle_factory(name="frozen", seed=72, pad_mb=12)
     deploy_and_check(field, v1)
@@ -83,6 +97,7 @@ def test_device_frozen_mid_upload_fails_keeps_current_and_resumes(field: Field, 
     print(f"\nFIGURE frozen mid-upload: the deploy failed {to_fail:.1f} s after the freeze")
     assert proc.returncode == 4, stderr
     assert "the device stopped answering" in stderr, stderr
+    assert "no reply to 4 keepalives" in stderr, stderr  # the user's setting, not the shipped 3 s x 4
     assert "Traceback" not in stderr
     assert to_fail < FROZEN_FAIL_LIMIT_S, to_fail
 
@@ -100,6 +115,7 @@ def test_device_frozen_mid_upload_fails_keeps_current_and_resumes(field: Field, 
 def test_device_frozen_mid_check_fails_and_records_nothing(field: Field, deploy_bundle_factory) -> None:  # type: ignore[no-untyped-def]
     lab = field.lab
     lab.reset()
+    short_keepalives(Path(field.env["HOME"]))
     bundle = deploy_bundle_factory(name="frozen-check", seed=73)
     deploy_and_check(field, bundle)
     before = run_edgetk("history", "--bundle", "frozen-check", "--json", env=field.env).json()
@@ -122,6 +138,7 @@ def test_device_frozen_mid_check_fails_and_records_nothing(field: Field, deploy_
     (entry,) = json.loads(stdout)["devices"]
     assert entry["ok"] is False and entry["reports"] == []
     assert "the device stopped answering" in entry["error"], entry["error"]
+    assert "no reply to 4 keepalives" in entry["error"], entry["error"]
     assert to_fail < FROZEN_FAIL_LIMIT_S
     assert run_edgetk("history", "--bundle", "frozen-check", "--json", env=field.env).json() == before
 
@@ -134,6 +151,7 @@ def test_frozen_device_in_a_fleet_is_reported_and_the_others_finish(fresh_ssh_de
                                 key=ssh_client_key, known_hosts=ssh_known_hosts(healthy, stuck),
                                 names=["healthy", "stuck"])
     home = new_home(tmp_path).path
+    short_keepalives(home)
     env = Home(home).env
     bundle = deploy_bundle_factory(name="fleet-frozen", seed=74)
     # long enough on both that `stuck` is caught mid-check; `healthy` then finishes its runs

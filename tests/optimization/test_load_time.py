@@ -120,10 +120,10 @@ def test_cli_load_time_json(edgetk, digits_artifacts, device_env, tmp_path):  # 
     assert all(np.isfinite(r["load_ratio"]) for r in doc["rows"])
 
 
-def test_cli_load_time_bad_input(edgetk, digits_keras, digits_artifacts, tmp_path):  # type: ignore[no-untyped-def]
-    assert_clean_error(edgetk("optimize", digits_keras, "--load-time", "--out", tmp_path / "o"), 2,
+def test_cli_load_time_bad_input(edgetk_inproc, digits_keras, digits_artifacts, tmp_path):  # type: ignore[no-untyped-def]
+    assert_clean_error(edgetk_inproc("optimize", digits_keras, "--load-time", "--out", tmp_path / "o"), 2,
                        ".onnx and .tflite")
-    assert_clean_error(edgetk("optimize", digits_artifacts["onnx"], "--load-time", "--prune", "0.5", "--out",
-                              tmp_path / "o"), 2, "does not combine")
-    assert_clean_error(edgetk("optimize", tmp_path / "none.onnx", "--load-time", "--out", tmp_path / "o"), 2,
-                       "does not exist")
+    assert_clean_error(edgetk_inproc("optimize", digits_artifacts["onnx"], "--load-time", "--prune", "0.5",
+                                     "--out", tmp_path / "o"), 2, "does not combine")
+    assert_clean_error(edgetk_inproc("optimize", tmp_path / "none.onnx", "--load-time", "--out", tmp_path / "o"),
+                       2, "does not exist")

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.fixtures.cli import assert_clean_error, run_edgetk
+from tests.fixtures.cli import assert_clean_error, run_edgetk, run_edgetk_inproc
 from tests.fixtures.deploy import build_bundle
 from tests.fixtures.deploy_helpers import write_inventory
 from tests.fixtures.home import Home, new_home
@@ -107,11 +107,16 @@ def _malicious(tmp_path: Path, how: str) -> tuple[Path, Path]:
     return bundle, outside
 
 
-@pytest.mark.parametrize("how", ["dotdot-artifact", "absolute-golden", "dotdot-runner", "symlink-artifact"])
-def test_malicious_bundle_is_refused_before_anything_is_written(home, tmp_path, how):  # type: ignore[no-untyped-def]
+# in this process; the first also as a real process (what only a process shows: exit status, the whole stderr)
+@pytest.mark.parametrize(("how", "in_process"), [
+    *((how, True) for how in ("dotdot-artifact", "absolute-golden", "dotdot-runner", "symlink-artifact")),
+    ("dotdot-artifact", False),
+], ids=["dotdot-artifact", "absolute-golden", "dotdot-runner", "symlink-artifact", "dotdot-artifact-process"])
+def test_malicious_bundle_is_refused_before_anything_is_written(home, tmp_path, how, in_process):  # type: ignore[no-untyped-def]
     bundle, _ = _malicious(tmp_path, how)
     before = sorted(p for p in home.rglob("*"))
-    result = run_edgetk("deploy", bundle, "--device", "local", env=Home(home).env)
+    result = (run_edgetk_inproc if in_process else run_edgetk)("deploy", bundle, "--device", "local",
+                                                               env=Home(home).env)
     needle = "not a regular file" if how == "symlink-artifact" else "escape the bundle"
     assert_clean_error(result, 2, needle)
     assert sorted(p for p in home.rglob("*")) == before  # the local device got nothing, not even ~/.edgetk

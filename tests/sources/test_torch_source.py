@@ -247,13 +247,14 @@ def test_cli_converts_an_exported_program_file_and_verifies_it(
 
 
 def test_cli_torchscript_without_input_shape_says_which_flag(
-    edgetk, torch_digits_net: TorchModel, tmp_path: Path
+    edgetk_inproc, torch_digits_net: TorchModel, tmp_path: Path
 ) -> None:
     import torch
 
     path = tmp_path / "digits.pt"
     torch.jit.save(torch.jit.script(_eager(torch_digits_net)), str(path))
-    result = edgetk("convert", path, "--format", "onnx", "--precision", "fp32", "--out", tmp_path / "bundle")
+    result = edgetk_inproc("convert", path, "--format", "onnx", "--precision", "fp32", "--out",
+                           tmp_path / "bundle")
     assert_clean_error(result, 2, "does not record the shape", "--input-shape image=")
     assert not (tmp_path / "bundle" / "model.fp32.onnx").exists()
 

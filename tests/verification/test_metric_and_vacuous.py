@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from tests.fixtures.cli import assert_clean_error, run_edgetk
+from tests.fixtures.cli import assert_clean_error, run_edgetk_inproc
 from toolkit import api
 
 METRIC = '''
@@ -43,8 +43,8 @@ def test_user_metric_is_recorded_and_gates(digits_keras: Path, digits_eval: Path
 
 
 def test_a_bad_metric_spec_is_a_usage_error(digits_keras: Path, tmp_path: Path) -> None:
-    result = run_edgetk("convert", digits_keras, "--metric", str(tmp_path / "missing.py:fn"), "--out",
-                        tmp_path / "b", "--precision", "fp32", "--format", "tflite")
+    result = run_edgetk_inproc("convert", digits_keras, "--metric", str(tmp_path / "missing.py:fn"), "--out",
+                               tmp_path / "b", "--precision", "fp32", "--format", "tflite")
     assert_clean_error(result, 2, "--metric", "not a Python file")
 
 

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from tests.fixtures.cli import assert_clean_error, run_edgetk
+from tests.fixtures.cli import assert_clean_error, run_edgetk_inproc
 from tests.fixtures.role_models import RoleModel
 from toolkit import api
 from toolkit.errors import UsageError
@@ -59,9 +59,9 @@ def test_a_wrong_role_in_dataset_toml_is_refused(face_stage: RoleModel, tmp_path
 
 
 def test_the_cli_flag_goes_through_the_option_machinery(face_stage: RoleModel, tmp_path: Path) -> None:
-    result = run_edgetk("convert", face_stage.model, "--eval-data", face_stage.eval, "--precision", "fp32",
-                        "--format", "tflite", "--out", tmp_path / "bundle", "--output-task", "face=probabilty",
-                        "--no-cache")
+    result = run_edgetk_inproc("convert", face_stage.model, "--eval-data", face_stage.eval, "--precision", "fp32",
+                               "--format", "tflite", "--out", tmp_path / "bundle", "--output-task",
+                               "face=probabilty", "--no-cache")
     assert_clean_error(result, 2, "unknown output task 'probabilty'", "did you mean 'probabilities'")
 
 

@@ -23,6 +23,7 @@ from toolkit.model.options import (
 if TYPE_CHECKING:  # pragma: no cover
     from toolkit.api.rollout import TextSink
     from toolkit.devices.spec import DeviceSpec
+    from toolkit.devices.fleet import FleetResult
 
 
 @dataclass(frozen=True)
@@ -47,6 +48,13 @@ class DeviceSelection:
 
         result = run_fleet(self.specs, one, parallel=self.options.parallel)
         return [(spec, outcome) for spec, outcome in zip(self.specs, result.outcomes)]
+
+    def run_batch(self, batch: Sequence[DeviceSpec], task: Callable[[Any, DeviceSpec], Any]) -> FleetResult[Any]:
+        """``task`` on ``batch`` (some of these devices: a wave) as :meth:`run` does, with this selection's
+        options: the ``run_on`` of :func:`toolkit.api.rollout.deploy_in_waves`."""
+        from toolkit.devices.fleet import FleetResult
+
+        return FleetResult(tuple(o for _, o in DeviceSelection(tuple(batch), self.options).run(task)))
 
 
 @with_option_keywords(DeviceOptions)
@@ -121,14 +129,10 @@ def bundle_task(
     job = prepare_job(bundle_path, what, checking)
     stream = progress_stream if progress_stream is not None else _Null()
     if rollout is not None and rollout.waves:
-        from toolkit.devices.fleet import FleetResult
         from toolkit.api.rollout import deploy_in_waves
         from toolkit.model.waves import FailureLimit, WavePlan
 
-        def run_on(batch: Sequence[DeviceSpec], task: Callable[[Any, DeviceSpec], Any]) -> FleetResult[Any]:
-            return FleetResult(tuple(o for _, o in DeviceSelection(tuple(batch), selection.options).run(task)))
-
-        staged = deploy_in_waves(job, selection.specs, run_on=run_on, plan=WavePlan.parse(rollout.waves),
+        staged = deploy_in_waves(job, selection.specs, run_on=selection.run_batch, plan=WavePlan.parse(rollout.waves),
                                  max_failures=FailureLimit.parse(rollout.max_failures),
                                  rollback_on_failure=rollout.rollback_on_failure, progress_stream=stream)
         by_name = {s.name: s for s in selection.specs}

@@ -219,22 +219,6 @@ def _check_failed(outcome: DeviceOutcome[tuple[Any, list[CheckReport], Any]]) ->
 RunOn = Callable[[Sequence[DeviceSpec], Callable[[Any, DeviceSpec], Any]], FleetResult[Any]]
 
 
-def fleet_runner(connect: Callable[[DeviceSpec], Any], *, parallel: int) -> RunOn:
-    """``run_on(specs, task)``: ``task(Device, spec)`` on each device, ``connect(spec)`` giving the connection
-    (a context manager, closed after the task), at most ``parallel`` at once."""
-    from toolkit.delivery.deployment import Device
-    from toolkit.devices.fleet import run_fleet
-
-    def run_on(specs: Sequence[DeviceSpec], task: Callable[[Any, DeviceSpec], Any]) -> FleetResult[Any]:
-        def one(spec: DeviceSpec) -> Any:
-            with connect(spec) as conn:
-                return task(Device(spec, conn), spec)
-
-        return run_fleet(specs, one, parallel=parallel)
-
-    return run_on
-
-
 def deploy_in_waves(
     job: BundleJob,
     specs: Sequence[DeviceSpec],
@@ -245,8 +229,9 @@ def deploy_in_waves(
     rollback_on_failure: bool,
     progress_stream: TextSink | None = None,
 ) -> RolloutResult[tuple[Any, list[CheckReport]]]:
-    """``edgetk deploy --waves``: ``job`` on the fleet wave by wave through ``run_on`` (see
-    :func:`fleet_runner`); a device fails a wave when its deploy or its check (gates included) fails."""
+    """``edgetk deploy --waves``: ``job`` on the fleet wave by wave through ``run_on`` (``task(Device, spec)`` on
+    each device of a wave: ``toolkit.api.fleet.DeviceSelection.run_batch``); a device fails a wave when its deploy
+    or its check (gates included) fails."""
     from toolkit.delivery.deployment import rollback as switch_back
 
     def back(device: Any, spec: DeviceSpec) -> dict[str, Any]:

@@ -169,7 +169,7 @@ def onnx_table(request: ConversionRequest, int8: BuiltArtifact) -> LayerTable:
     """The table of a QDQ INT8 ONNX artifact: every quantized node's output before/after its Q/DQ pair."""
     from toolkit.conversion.onnx_calibration import reader
     from toolkit.conversion.onnx_io import quiet, require_onnx, run_outputs
-    from toolkit.conversion.onnx_ranking import float_group_map, output_qdq, qdq_graph
+    from toolkit.conversion.onnx_qdq import float_group_map, output_qdq, qdq_graph
     from toolkit.conversion.sensitivity import DEBUG_SAMPLES, ChannelError
     from toolkit.runtimes.inspection.onnx import is_integer_op, iter_nodes
 

@@ -67,7 +67,7 @@ def reader(request: ConversionRequest, model_path: Path, limit: int | None = Non
 
 
 def preprocessed(request: ConversionRequest, base: BuiltArtifact, notes: list[str]) -> Path:
-    """``quant_pre_process`` of the base, once per run (every int8 recipe and ``node_errors`` share it). Symbolic
+    """``quant_pre_process`` of the base, once per run (every int8 recipe shares it). Symbolic
     shape inference fails on some real models (PP-OCRv4: "Incomplete symbolic shape inference"): retry without
     it, and as a last resort quantize the base as it is."""
     from onnxruntime.quantization.shape_inference import quant_pre_process

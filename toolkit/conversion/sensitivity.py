@@ -1,27 +1,24 @@
-"""Which layers to keep in float when full int8 breaks the tolerance: shared measures for both routes.
+"""Which layers lose most in int8, and what keeping one float takes: the measures every route's layer table
+(``toolkit.conversion.layers``) shares.
 
 Why not the quantizers' own per-layer numbers: an activation with one outlier channel gets a per-tensor int8
 scale set by that outlier, so every other channel collapses to a few levels; but the rounding error *in
 quantization steps* (the TFLite debugger's RMSE / scale) stays at the usual ~0.3, and a relative L2 error over
-the whole tensor is dominated by the outlier channel. Both rank such a layer last. Two measures replace them:
+the whole tensor is dominated by the outlier channel. Both rank such a layer last. So:
 
-* ``ChannelError`` (~1: the channel is lost; a healthy layer a few percent): one debug run; it shortlists.
-* Sensitivity: candidates built with a few layers in float, ordered by the relative error of the model's
-  *outputs*. A tensor stays float only when its producer *and* its consumers are float (a quantized consumer
-  re-quantizes it with the same outlier-dominated range), so each culprit is tried with its consumers
-  (``float_group``). ``MAX_CULPRITS`` and ``SENSITIVITY_SAMPLES`` keep ranking to seconds on small models.
+* ``ChannelError`` (~1: the channel is lost; a healthy layer a few percent) ranks the layers (one debug run).
+* ``float_group``: a tensor stays float only when its producer *and* its consumers are float (a quantized consumer
+  re-quantizes it with the same outlier-dominated range), so a layer is kept float with its consumers.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
 
-MAX_CULPRITS = 4  # layers shortlisted by the cheap measures, each tried alone and with its consumers
-SENSITIVITY_SAMPLES = 16  # calibration samples each candidate is run on
 DEBUG_SAMPLES = 16  # calibration samples of the per-layer debug run
 Row = tuple[str, str, float, float, "float | None", tuple[str, ...]]  # a layer table's row: name, op, channel error,
 # range error, sqnr, float group (ranked into layers.LayerError)
@@ -75,30 +72,6 @@ class ChannelError:
         return float(np.median(np.sqrt(self.noise[live] / self.signal[live])))
 
 
-def output_error(reference: Sequence[Sequence[np.ndarray]], actual: Sequence[Sequence[np.ndarray]]) -> float:
-    """Mean over samples of the relative L2 error of all outputs together (0 = identical to the float model)."""
-    errors = []
-    for ref_outputs, act_outputs in zip(reference, actual):
-        ref = np.concatenate([np.asarray(r, dtype=np.float64).ravel() for r in ref_outputs])
-        act = np.concatenate([np.asarray(a, dtype=np.float64).ravel() for a in act_outputs])
-        if ref.shape != act.shape or not np.all(np.isfinite(act)):
-            return math.inf
-        errors.append(float(np.linalg.norm(ref - act)) / max(float(np.linalg.norm(ref)), 1e-12))
-    return float(np.mean(errors)) if errors else math.inf
-
-
-def shortlist(*rankings: Sequence[tuple[str, float]], limit: int = MAX_CULPRITS) -> list[str]:
-    """The first ``limit`` distinct names, taken in turn from each ranking (worst first)."""
-    chosen: list[str] = []
-    for row in range(max((len(r) for r in rankings), default=0)):
-        for ranking in rankings:
-            if row < len(ranking) and ranking[row][0] not in chosen and not math.isnan(ranking[row][1]):
-                chosen.append(ranking[row][0])
-                if len(chosen) >= limit:
-                    return chosen
-    return chosen
-
-
 def float_group(
     node: str,
     consumers: Mapping[str, Sequence[str]],
@@ -118,20 +91,3 @@ def float_group(
         if passthrough(current):
             frontier.extend(consumers.get(current, ()))
     return tuple(group)
-
-
-def candidates(culprits: Iterable[str], groups: Mapping[str, Group]) -> list[Group]:
-    """Each culprit alone, then with its consumers; duplicates dropped, order kept."""
-    seen: list[Group] = []
-    for name in culprits:
-        for group in ((name,), groups.get(name, (name,))):
-            if group not in seen:
-                seen.append(group)
-    return seen
-
-
-def order(measured: Mapping[Group, float], *, limit: int) -> list[tuple[Group, float]]:
-    """Groups by output error when kept float, best first; a smaller group wins a tie (within 2%)."""
-    rows = [(g, e) for g, e in measured.items() if not math.isnan(e)]
-    rows.sort(key=lambda item: (round(math.log10(max(item[1], 1e-12)) / 0.0086), len(item[0])))
-    return rows[:limit]

@@ -1,15 +1,13 @@
-"""The TFLite quantization debugger on a Keras / SavedModel source, from the run's one calibration: the TFLite
-side of ``sensitivity`` (``layer_errors`` ranks layers, ``float_groups`` orders groups to keep in float)."""
+"""The TFLite quantization debugger on a Keras / SavedModel source, from the run's one calibration: what the
+layer table of the TFLite route (``layers.tflite_table``) reads: each op output's per-channel error and error in
+quantization steps (``debug_run``), and the op graph that gives each layer its float group (``op_graph``)."""
 
 from __future__ import annotations
 
 import csv
 import io
 import math
-import os
-import tempfile
 from collections.abc import Iterator, Mapping, Sequence
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -112,19 +110,6 @@ def _step_errors(rows: Sequence[Mapping[str, str]]) -> dict[str, float]:
     return steps
 
 
-def _ranked(scores: dict[str, float]) -> list[tuple[str, float]]:
-    rows = [(name, score) for name, score in scores.items() if not math.isnan(score)]
-    rows.sort(key=lambda item: item[1], reverse=True)
-    return rows
-
-
-def layer_errors(request: ConversionRequest, *, limit: int) -> list[tuple[str, float]]:
-    """Per-layer int8 error, worst first: (op output tensor name, ``sensitivity.ChannelError`` of its quantized output
-    against its float copy); the debugger's own RMSE / scale hides the layers that hurt most, so it does not rank."""
-    _model, channel, steps = debug_run(request)
-    return _ranked(channel or steps)[:limit]
-
-
 def op_graph(model: bytes) -> tuple[list[tuple[str, str]], dict[str, list[str]]]:
     """(builtin op name, first output tensor name) of each op of the main graph, and which ops read each
     op's outputs (op name -> consumer op names, by first output tensor name)."""
@@ -147,65 +132,6 @@ PASSTHROUGH = {
     "STRIDED_SLICE", "SLICE", "GATHER", "SPLIT", "SPLIT_V", "PACK", "UNPACK", "RELU", "RELU6", "DEPTH_TO_SPACE",
     "SPACE_TO_DEPTH", "RESIZE_NEAREST_NEIGHBOR",
 }
-
-
-def float_groups(request: ConversionRequest, *, limit: int) -> list[tuple[tuple[str, ...], float]]:
-    """The groups of ops worth keeping in float, best first: (op output tensor names, output error). Shortlists
-    ``sensitivity.MAX_CULPRITS`` ops by per-channel error and error in steps, builds each alone and with its
-    consumers float from one calibration, ordered by output error on ``sensitivity.SENSITIVITY_SAMPLES`` samples."""
-    from tensorflow.lite.python import convert as tf_convert
-
-    from toolkit.conversion import sensitivity
-    from toolkit.runtimes.execution.tflite import TFLiteSession
-
-    calibrated, channel, steps = debug_run(request)
-    ops, consumers = op_graph(calibrated)
-    kinds = {name: kind for kind, name in ops}
-
-    def op_of(tensor: str) -> str | None:
-        if tensor in kinds:
-            return tensor
-        prefixed = [n for n in kinds if tensor.startswith(n) and tensor[len(n) :].isdigit()]
-        return max(prefixed, key=len) if prefixed else None
-
-    def named(ranking: list[tuple[str, float]]) -> list[tuple[str, float]]:
-        return [(op, score) for name, score in ranking if (op := op_of(name)) is not None]
-
-    culprits = sensitivity.shortlist(named(_ranked(channel)), named(_ranked(steps)))
-    groups = {
-        name: sensitivity.float_group(name, consumers, lambda op: kinds.get(op) in PASSTHROUGH)
-        for name in culprits
-    }
-    source = _source(request)
-    samples = list(request.calibration[: sensitivity.SENSITIVITY_SAMPLES])
-    feeds = [{s.name: as_input_dtype(feed[s.name], s.dtype) for s in source.inputs} for feed in samples]
-    reference = [[np.asarray(o) for o in source.predict(feed)] for feed in feeds]
-    measured: dict[tuple[str, ...], float] = {}
-    for group in sensitivity.candidates(culprits, groups):
-        try:
-            model = tf_convert.mlir_quantize(
-                calibrated,
-                disable_per_channel=not request.recipe.per_channel,
-                fully_quantize=False,
-                denylisted_nodes=list(group),
-            )
-        except Exception:  # noqa: BLE001, S112 (a group the quantizer cannot split is simply not a candidate)
-            continue
-        fd, name = tempfile.mkstemp(suffix=".tflite", dir=request.workdir)
-        try:
-            with os.fdopen(fd, "wb") as handle:
-                handle.write(bytes(model))
-            session = TFLiteSession(Path(name))
-            try:
-                outputs = [[np.asarray(o) for o in session.run(feed)] for feed in feeds]
-            finally:
-                session.close()
-        except Exception:  # noqa: BLE001, S112 (a candidate that does not run is not a candidate)
-            continue
-        finally:
-            os.unlink(name)
-        measured[group] = sensitivity.output_error(reference, outputs)
-    return sensitivity.order(measured, limit=limit)
 
 
 def _match_input(tensor_name: str, names: Sequence[str]) -> str:
