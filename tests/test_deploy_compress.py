@@ -18,6 +18,7 @@ import numpy as np
 import pytest
 
 from tests.fixtures.deploy import build_bundle
+from tests.fixtures.runner_output import report_doc
 from toolkit.delivery.bundle import read_bundle, sha256_file, write_manifest
 from toolkit.delivery.deployment import Device, HelperRefused
 from toolkit.delivery.push import GZ_SUFFIX, push
@@ -59,7 +60,7 @@ def _sha(path: Path) -> str:
 def _runner_check(python: str, bundle_dir: Path) -> dict:  # type: ignore[type-arg]
     proc = subprocess.run([python, str(bundle_dir / "edgetk_runner.py"), "check", "--bundle", str(bundle_dir),
                            "--runs", "3"], capture_output=True, text=True, timeout=120, check=False)
-    return json.loads(proc.stdout.strip().splitlines()[-1])
+    return report_doc(proc.stdout)
 
 
 def test_local_compressed_push_inflates_verifies_and_runs(local_home, sparse_bundle, device_env):  # type: ignore[no-untyped-def]
