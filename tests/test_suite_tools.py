@@ -82,9 +82,9 @@ def test_test_times_names_a_missing_report_directory(tmp_path: Path) -> None:
 class _Item:
     """What the collection hook reads and writes of a pytest item."""
 
-    def __init__(self, nodeid: str) -> None:
+    def __init__(self, nodeid: str, *, timing: bool = False) -> None:
         self.nodeid = nodeid
-        self.marks: list[Any] = []
+        self.marks: list[Any] = [pytest.mark.timing.mark] if timing else []
 
     def get_closest_marker(self, name: str) -> Any:
         return next((m for m in self.marks if m.name == name), None)
@@ -94,26 +94,28 @@ class _Item:
 
 
 def test_workers_run_a_module_whole_and_the_longest_groups_first(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(workers, "quick_picks", lambda: {"tests/b.py": "tests/b.py::t2"})
+    monkeypatch.setattr(workers, "quick_picks",
+                        lambda: {"tests/b.py": "tests/b.py::t2", "tests/a.py": "tests/a.py::t0"})
     monkeypatch.setattr(workers, "known_durations", lambda: {
         "tests/a.py": 5.0, "tests/b.py": 50.0, "tests/arm/test_emulated_pi.py": 30.0,
         "tests/arm/test_pte_emulated_pi.py": 30.0})
-    items = [_Item("tests/a.py::t1"), _Item("tests/arm/test_emulated_pi.py::t"), _Item("tests/a.py::t2"),
-             _Item("tests/new.py::t"), _Item("tests/b.py::t1"), _Item("tests/arm/test_pte_emulated_pi.py::t"),
+    items = [_Item("tests/a.py::t0", timing=True), _Item("tests/a.py::t1"), _Item("tests/arm/test_emulated_pi.py::t"),
+             _Item("tests/a.py::t2"), _Item("tests/new.py::t"), _Item("tests/b.py::t1"), _Item("tests/arm/test_pte_emulated_pi.py::t"),
              _Item("tests/b.py::t2"), _Item("tests/c.py::t")]
     workers.pytest_collection_modifyitems(None, items)  # type: ignore[arg-type]
     order = [i.nodeid for i in items]
     # the emulated Pi's two modules are one group (60 s) and go first; then b (50 s), a (5 s); unknown ones keep
     # their collection order at the end; each module's tests stay in their order
     assert order == ["tests/arm/test_emulated_pi.py::t", "tests/arm/test_pte_emulated_pi.py::t", "tests/b.py::t1",
-                     "tests/b.py::t2", "tests/a.py::t1", "tests/a.py::t2", "tests/new.py::t", "tests/c.py::t"]
+                     "tests/b.py::t2", "tests/a.py::t0", "tests/a.py::t1", "tests/a.py::t2", "tests/new.py::t",
+                     "tests/c.py::t"]
     groups = {i.nodeid: workers.group_of(i.nodeid) for i in items}
     assert groups["tests/a.py::t1"] == groups["tests/a.py::t2"] == "tests/a.py"
     assert groups["tests/arm/test_pte_emulated_pi.py::t"] == groups["tests/arm/test_emulated_pi.py::t"] == "emulated-pi"
     quick = [i.nodeid for i in items if i.get_closest_marker("quick")]
     assert sorted(quick) == ["tests/a.py::t1", "tests/arm/test_emulated_pi.py::t",
                              "tests/arm/test_pte_emulated_pi.py::t", "tests/b.py::t2", "tests/c.py::t",
-                             "tests/new.py::t"]  # one per module: the file's pick, else the module's first
+                             "tests/new.py::t"]  # the file's pick, else (a's pick is timing) the first other
 
 
 def test_the_durations_file_names_modules_that_exist() -> None:
