@@ -38,6 +38,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from toolkit.delivery.deployment import home_hint
 from toolkit.delivery.pte_runner import build_on_host, compile_argv, exporter_version, no_compiler_error
 from toolkit.delivery.wheels import Log, Requirement, WheelSet, download_wheels, no_wheel_error
 from toolkit.device_side import PROBE_FILE, SETUP_FILE, source_path
@@ -46,8 +47,6 @@ from toolkit.model.platform import DevicePlatform, match_environment
 from toolkit.model.device_records import CommandResult
 from toolkit.model.vocabulary import RUNTIMES, TFLITE_RUNTIMES, Runtime
 from toolkit.runtimes.spec import SPECS
-
-from toolkit.delivery.deployment import home_hint
 
 if TYPE_CHECKING:
     from toolkit.delivery.deployment import Device
