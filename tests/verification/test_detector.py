@@ -114,7 +114,7 @@ def test_label_gate_limits_the_drop_from_the_float_models_own_score() -> None:
     """The label gate compares the artifact with the float model against the same boxes: a drop within
     max_label_recall_drop passes, one beyond it fails, and too few labelled boxes gate nothing."""
     from toolkit.model.artifact import Verification
-    from toolkit.verification.outputs import failures_of
+    from toolkit.verification.verdict import failures_of
     from toolkit.model.tolerance import Tolerance
 
     def record(own: float, boxes: int) -> Verification:

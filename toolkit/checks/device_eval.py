@@ -168,7 +168,7 @@ def lost_on_device(record: ArtifactRecord, scored: Verification, bundle: Bundle)
     """How the device's scores break the tolerance the artifact met on the host (empty when they do not, or when
     the host's own verdict already broke it: its status says so, the device adds nothing)."""
     from toolkit.model.tolerance import Tolerance
-    from toolkit.verification.outputs import failures_of
+    from toolkit.verification.verdict import failures_of
 
     policy = bundle.manifest.check_policy
     tolerance = Tolerance.from_dict(policy.tolerance) if policy and policy.tolerance is not None else Tolerance()

@@ -39,9 +39,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from toolkit.delivery.deployment import home_hint
-from toolkit.delivery.pte_runner import build_on_host, compile_argv, exporter_version, no_compiler_error
+from toolkit.delivery.pte_install import install_pte_runner
+from toolkit.delivery.pte_runner import exporter_version
+from toolkit.delivery.setup_steps import probe_script, run_json, setup_step
 from toolkit.delivery.wheels import Log, Requirement, WheelSet, download_wheels, no_wheel_error
-from toolkit.device_side import PROBE_FILE, SETUP_FILE, source_path
 from toolkit.errors import DeviceError, UsageError
 from toolkit.model.platform import DevicePlatform, match_environment
 from toolkit.model.device_records import CommandResult
@@ -58,16 +59,6 @@ FALLBACK_RUNTIMES = (Runtime.LITERT.value, Runtime.ONNXRUNTIME.value)
 def platform_from_probe(doc: dict[str, Any]) -> DevicePlatform:  # Any: JSON
     """A :class:`DevicePlatform` from the device probe's document (``toolkit/device_side/device_probe.py``)."""
     return DevicePlatform.from_probe(doc)
-
-
-def probe_script() -> str:
-    """The device probe's source, run as ``python -c`` (setup runs before anything is installed there)."""
-    return source_path(PROBE_FILE).read_text()
-
-
-def _setup_step(python: str, command: str, *args: str) -> list[str]:
-    """The argv of one step of ``device_side/device_setup.py``, run as ``python -c``."""
-    return [python, "-c", source_path(SETUP_FILE).read_text(), command, *args]
 
 
 # ------------------------------------------------------------------------------------------- plan
@@ -177,19 +168,6 @@ class SetupResult:
                 "notes": list(self.notes)}
 
 
-def _run_json(device: Device, argv: Sequence[str], what: str, *, timeout: float = 120.0) -> dict[str, Any]:
-    """The JSON document a device-side step printed last (raw data: Any at that boundary)."""
-    result = device.conn.run(list(argv), timeout=timeout)
-    try:
-        data = json.loads(result.stdout.strip().splitlines()[-1]) if result.ok and result.stdout.strip() else None
-    except (json.JSONDecodeError, IndexError):
-        data = None
-    if not isinstance(data, dict):
-        tail = (result.stderr.strip().splitlines() or [result.stdout.strip() or "no output"])[-1][:300]
-        raise DeviceError(f"{device.spec.name}: {what} failed on the device ({tail}).")
-    return data
-
-
 def base_python(device: Device) -> str:
     """The interpreter a venv is made from: the inventory's ``python`` if any, else python3 (this very one
     on ``local``)."""
@@ -228,12 +206,12 @@ def choose_profile(device: Device, probe: dict[str, Any], target: str | None) ->
 
 def _venv_state(device: Device, python: str, venv: str) -> dict[str, Any]:  # Any: JSON
     """The venv as it is: ``ok`` is reused, ``broken`` removed (and made again), ``foreign`` refused."""
-    state = _run_json(device, _setup_step(python, "venv-state", venv), "looking at the venv")
+    state = run_json(device, setup_step(python, "venv-state", venv), "looking at the venv")
     if state["state"] == "foreign":
         raise UsageError(f"{device.spec.name}: {state['venv']} exists and is not a virtual environment.",
                          hint="Pass another --venv PATH, or remove that directory on the device.")
     if state["state"] == "broken":
-        device.conn.run(_setup_step(python, "remove-venv", venv), timeout=300)
+        device.conn.run(setup_step(python, "remove-venv", venv), timeout=300)
     return state
 
 
@@ -241,7 +219,7 @@ def _check_writable(device: Device, python: str, places: dict[str, str], *, venv
     """Refuse before anything is downloaded or made when a place setup writes (``places``: path -> what goes
     there) cannot be written, or when the ``venv`` to make is on a filesystem mounted noexec (the runtimes'
     native libraries could not load from there)."""
-    state = _run_json(device, _setup_step(python, "writable", *places), "checking where setup writes")
+    state = run_json(device, setup_step(python, "writable", *places), "checking where setup writes")
     for where, entry in (state.get("dirs") or {}).items():
         what = places.get(where, where)
         if not entry.get("ok"):
@@ -260,7 +238,7 @@ def _make_venv(device: Device, python: str, venv: str, *, with_pip: bool) -> Non
     argv = [python, "-m", "venv", *([] if with_pip else ["--without-pip"]), venv]
     result = device.conn.run(argv, timeout=600)
     if not result.ok:
-        device.conn.run(_setup_step(python, "remove-venv", venv), timeout=300)
+        device.conn.run(setup_step(python, "remove-venv", venv), timeout=300)
         # Debian's python3 without python3-venv prints its explanation on stdout, not stderr
         output = f"{result.stderr}\n{result.stdout}"
         if with_pip and "ensurepip" in output:
@@ -281,7 +259,7 @@ def wheels_dir(device: Device) -> str:
 
 def _push_wheels(device: Device, python: str, wheels: WheelSet, log: Log | None) -> tuple[str, int, int]:
     remote_dir = f"{wheels_dir(device)}/{wheels.platform.key}"
-    present = _run_json(device, _setup_step(python, "list", remote_dir), "listing the wheels")
+    present = run_json(device, setup_step(python, "list", remote_dir), "listing the wheels")
     sent = sent_bytes = 0
     for path in wheels.files:
         size = path.stat().st_size
@@ -354,46 +332,13 @@ def _verify(device: Device, venv_python: str, requirements: Sequence[Requirement
     """Import each runtime in the venv (proof it loads): {requirement name: installed version}."""
     checks = [f"{SPECS[Runtime(r.name)].verify_module if r.name in RUNTIMES else r.name}={r.dist}"
               for r in requirements]
-    verified = _run_json(device, _setup_step(venv_python, "verify", *checks), "importing the runtimes", timeout=600)
+    verified = run_json(device, setup_step(venv_python, "verify", *checks), "importing the runtimes", timeout=600)
     errors = verified.get("errors") or {}
     if errors:
         dist, why = next(iter(errors.items()))
         raise DeviceError(f"{device.spec.name}: {dist} was installed but does not import: {why}",
                           hint=import_failure_hint(str(why)))
     return {r.name: (verified.get("versions") or {}).get(r.dist) for r in requirements}
-
-
-REMOTE_PTE_RUNNER = ".edgetk/pte-runner"
-
-
-def install_pte_runner(device: Device, venv_python: str, arch: str, version: str, log: Log | None) -> str:
-    """The native .pte runner into the venv's executorch lib/ folder: built (or cached) on this machine and pushed,
-    else built on the device with its compiler; started once there either way. Returns the note saying which."""
-    from toolkit.device_side import PTE_RUNNER_SOURCE, source_path
-
-    build = build_on_host(arch, version, log=log)
-    _run_json(device, _setup_step(venv_python, "list", REMOTE_PTE_RUNNER), "making the .pte runner's folder")
-    if build is not None:
-        remote = f"{REMOTE_PTE_RUNNER}/{build.path.parent.name}"
-        device.conn.put(build.path, remote)
-        done = _run_json(device, _setup_step(venv_python, "pte-runner-install", remote), "installing the .pte runner")
-        how = (f"the native .pte runner (executorch {version}, {arch}) "
-               f"{'from the cache' if build.cached else 'built with ' + Path(build.compiler).name} on this machine")
-    else:
-        remote = f"{REMOTE_PTE_RUNNER}/{PTE_RUNNER_SOURCE}"
-        device.conn.put(source_path(PTE_RUNNER_SOURCE), remote)
-        if log:
-            log(f"building the native .pte runner on {device.spec.name} (no {arch} compiler here)")
-        done = _run_json(device, _setup_step(venv_python, "pte-runner-build", remote, json.dumps(compile_argv(version))),
-                         "building the .pte runner on the device", timeout=1800)
-        if done.get("compiler") is None:
-            raise no_compiler_error(device.spec.name, arch)
-        how = f"the native .pte runner (executorch {version}) built on the device with {done['compiler']}"
-    if not done.get("ok"):
-        raise DeviceError(f"{device.spec.name}: the native .pte runner does not start there: "
-                          f"{str(done.get('output'))[-400:]}",
-                          hint="Check that executorch's libraries in the venv match the device's arch and glibc.")
-    return f"{how}: {done['binary']}"
 
 
 def import_failure_hint(why: str) -> str:
@@ -439,7 +384,7 @@ def setup_device(device: Device, options: SetupOptions, *, log: Log | None = Non
     if Runtime.EXECUTORCH in runtimes:
         notes.append(install_pte_runner(device, venv_python, platform.arch, str(installed[Runtime.EXECUTORCH.value]),
                                         log))
-    _run_json(device, _setup_step(base, "record", venv_python, device.base),
+    run_json(device, setup_step(base, "record", venv_python, device.base),
               f"recording the venv in {device.base}/config.json")
     if device.spec.python:
         notes.append(f"the inventory names python = {device.spec.python!r}, which wins over this venv for "
