@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import socket
 import subprocess
 import time
 from pathlib import Path
@@ -87,9 +88,14 @@ def test_down_device_fails_fast_with_device_error(fresh_ssh_device, ssh_client_k
     dev = fresh_ssh_device()
     known = ssh_known_hosts(dev)
     dev.stop()
-    started = time.perf_counter()
-    with pytest.raises(DeviceError) as down, open_connection(_spec(dev, ssh_client_key, known)) as conn:
-        conn.run(["true"])
+    # Hold the stopped device's port, bound but not listening: the kernel refuses connections to it, and no
+    # other server started by the suite's other worker can take the port in between (it once did).
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as holder:
+        holder.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        holder.bind(("127.0.0.1", dev.port))
+        started = time.perf_counter()
+        with pytest.raises(DeviceError) as down, open_connection(_spec(dev, ssh_client_key, known)) as conn:
+            conn.run(["true"])
     assert "refused the connection" in down.value.message
     assert time.perf_counter() - started < 60  # a bound that catches a hang (retries, a TCP timeout), not a speed
 
