@@ -116,6 +116,17 @@ def _render(part: str) -> str:
     return part if _BARE_KEY.match(part) else json.dumps(part)
 
 
+def render_key(path: Sequence[str | int]) -> str:
+    """A path as the user would write it: ``recipes[0].io_dtype``, ``devices."my pi"``, ``devices.pi-1``."""
+    key = ""
+    for part in path:
+        if isinstance(part, int):
+            key += f"[{part}]"
+        else:
+            key = f"{key}.{_render(part)}" if key else _render(part)
+    return key
+
+
 def _locate(model: Any, loc: Sequence[str | int]) -> tuple[str, str, list[Any]]:
     """(table header, key, the type at each step) for a pydantic location. A location that ends in
     ``[key]`` is about a table's name itself: the name stays in the key."""
