@@ -104,19 +104,45 @@ def check_record(cls: type, data: object, *, docs: str) -> None:
     """``data`` checked as far as it goes: keys, types, words and rules, but a key left out is no problem (the
     file ``extends`` another, which may have it). Inside a list of tables a key left out still is one: lists are
     replaced wholesale, never merged."""
-    _Reader(docs, partial=True).record(cls, data, ())
+    _Reader(docs, partial=True, derived=False).record(cls, data, ())
 
 
 def read_file(cls: type[R], data: object, *, file: object, docs: str, missing_context: str = "") -> R:
-    """:func:`read_record` for a whole file: its problem as the UsageError that names ``file`` (a missing key's
-    message gets ``missing_context``)."""
+    """:func:`read_record` for a whole file a user wrote (keys a record derives are not keys of it): its problem
+    as the UsageError that names ``file`` (a missing key's message gets ``missing_context``)."""
     try:
-        return read_record(cls, data, docs=docs)
+        return typing.cast(R, _Reader(docs, derived=False).record(cls, data, ()))
     except RecordProblem as exc:
         problem = exc.problem
         if problem.kind == "missing" and missing_context:
             problem = dataclasses.replace(problem, message=problem.message[:-1] + missing_context + ".")
         raise problem.error(file) from None
+
+
+class RuleBroken(UsageError):
+    """A record built in code against a rule of its field (:func:`check_rules`); ``key`` names the field."""
+
+    def __init__(self, key: str, message: str, *, hint: str | None = None) -> None:
+        super().__init__(message, hint=hint)
+        self.key = key
+
+
+def check_rules(record: object) -> None:
+    """The :class:`Rule` of each field of ``record`` (a dataclass), for a record built in code rather than read:
+    a record's ``__post_init__`` calls it, so its rules are written once, in its hints."""
+    hints = _hints(type(record))
+    for f in dataclasses.fields(typing.cast(typing.Any, record)):  # Any: fields() wants a DataclassInstance
+        value = getattr(record, f.name)
+        for rule in _rules(hints[f.name]):
+            if isinstance(rule, Rule) and value is not None and not rule.test(value):
+                raise RuleBroken(f.name, f"{f.name} {rule.message(value)}.", hint=rule.fix)
+
+
+def _rules(tp: object) -> tuple[object, ...]:
+    """The ``Annotated`` rules of a field's hint, also inside an optional (``Annotated[int, rule] | None``)."""
+    if typing.get_origin(tp) in (typing.Union, types.UnionType):
+        return tuple(r for a in typing.get_args(tp) for r in _rules(a))
+    return _split(tp)[1]
 
 
 def _hints(cls: type) -> dict[str, object]:
@@ -149,10 +175,14 @@ def _has_default(f: dataclasses.Field[object]) -> bool:
     return f.default is not dataclasses.MISSING or f.default_factory is not dataclasses.MISSING
 
 
+_INCOMPLETE = object()  # a partial read's record with keys left out: checked, not built
+
+
 class _Reader:
-    def __init__(self, docs: str, *, partial: bool = False) -> None:
+    def __init__(self, docs: str, *, partial: bool = False, derived: bool = True) -> None:
         self.docs = docs
         self.partial = partial
+        self.derived = derived  # a key the record derives (a property) may be written: JSON the toolkit wrote
 
     def problem(self, kind: str, path: Path, message: str, fix: str) -> RecordProblem:
         table, key = _where(path)
@@ -162,24 +192,23 @@ class _Reader:
         if not isinstance(data, Mapping):
             raise self._wrong(cls, data, path)
         hints = _hints(cls)
-        fields = [f for f in dataclasses.fields(cls) if f.init and NOT_READ not in _split(hints[f.name])[1]]
+        fields = [f for f in dataclasses.fields(cls) if f.init and NOT_READ not in _rules(hints[f.name])]
         names = [f.name for f in fields]
         for key in data:
-            if key not in names and not isinstance(getattr(cls, str(key), None), property):
+            if key not in names and not (self.derived and isinstance(getattr(cls, str(key), None), property)):
                 raise self._unknown(str(key), names, path)
         values, missing = {}, []
         for f in fields:
-            rules = _split(hints[f.name])[1]
             value = data.get(f.name)
-            if value is None and _has_default(f) and REQUIRED not in rules:
+            if value is None and _has_default(f) and REQUIRED not in _rules(hints[f.name]):
                 continue
             if f.name not in data:
                 missing.append(f.name)
                 continue
             values[f.name] = self.value(hints[f.name], value, (*path, f.name))
-        if missing:
+        if missing or _INCOMPLETE in values.values():
             if self.partial and not any(isinstance(p, int) for p in path):
-                return None
+                return _INCOMPLETE
             raise self.problem("missing", (*path, missing[0]), "the key {key} is missing.",
                                f"Add {missing[0]} = ... ({self.docs} describes it).")
         try:
@@ -189,14 +218,6 @@ class _Reader:
             raise self.problem("rule", at, "key {key}: " + exc.message, exc.hint or f"See {self.docs}.") from None
 
     def value(self, tp: object, value: object, path: Path) -> object:
-        origin, args = typing.get_origin(tp), typing.get_args(tp)
-        if origin in (typing.Union, types.UnionType):
-            inner = [a for a in args if a is not _NONE]
-            if len(inner) != 1:
-                raise TypeError(f"a record field of type {tp} has no reading")
-            if _NONE in args and (value is None or (value == {} and dataclasses.is_dataclass(_split(inner[0])[0]))):
-                return None
-            return self.value(inner[0], value, path)
         tp, rules = _split(tp)
         for rule in rules:
             if isinstance(rule, Before):
@@ -204,7 +225,16 @@ class _Reader:
                     value = rule.rewrite(value)
                 except ValueError as exc:
                     raise self.problem("value_error", path, "key {key}: " + str(exc), f"See {self.docs}.") from None
-        value = self._typed(tp, value, path)
+        if typing.get_origin(tp) in (typing.Union, types.UnionType):
+            inner = [a for a in typing.get_args(tp) if a is not _NONE]
+            if len(inner) != 1:
+                raise TypeError(f"a record field of type {tp} has no reading")
+            if value is None or (value == {} and dataclasses.is_dataclass(_split(inner[0])[0])):
+                return None
+            value = self.value(inner[0], value, path)
+        else:
+            words = [r.what for r in rules if isinstance(r, Words)]
+            value = self._typed(tp, value, path, what=words[0] if words else _leaf(path))
         for rule in rules:
             if isinstance(rule, Words):
                 value = self._word(rule.choices, rule.what, value, path)
@@ -212,7 +242,7 @@ class _Reader:
                 raise self.problem("invalid", path, "key {key}: " + rule.message(value) + ".", rule.fix)
         return value
 
-    def _typed(self, tp: object, value: object, path: Path) -> object:
+    def _typed(self, tp: object, value: object, path: Path, *, what: str) -> object:
         origin, args = typing.get_origin(tp), typing.get_args(tp)
         if tp is typing.Any or tp is object:
             return value
@@ -223,7 +253,7 @@ class _Reader:
         if origin in (Mapping, dict):
             return self._table(tp, args, value, path)
         if isinstance(tp, type) and issubclass(tp, enum.Enum):
-            return tp(self._word(tuple(str(m.value) for m in tp), _leaf(path), value, path))
+            return tp(self._word(tuple(str(m.value) for m in tp), what, value, path))
         if tp is float and value is None:
             return math.nan
         if tp is float and isinstance(value, (int, float)) and not isinstance(value, bool):
