@@ -21,7 +21,6 @@ import dataclasses
 import tomllib
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
 
 from toolkit.devices.spec import LOCAL, DeviceSpec, device_home
 from toolkit.errors import UsageError
@@ -45,7 +44,7 @@ def _checked_home(value: str | None, *, where: str) -> str | None:
     return value
 
 
-def parse_inventory(data: Mapping[str, Any], *, where: str) -> dict[str, DeviceSpec]:  # Any: parsed TOML
+def parse_inventory(data: Mapping[str, object], *, where: str) -> dict[str, DeviceSpec]:
     """Validate parsed TOML and return the devices by name (in file order)."""
     inventory = read_file(Inventory, data, file=where, docs=DOCS)
     if not inventory.devices:

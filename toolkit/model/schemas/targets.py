@@ -43,10 +43,6 @@ def matching(pattern: str, what: str, fix: str) -> Rule:
     return Rule(lambda v: bool(compiled.match(v)), lambda v: f"{v!r} is not {what}", fix)
 
 
-def above(low: float, fix: str) -> Rule:
-    return Rule(lambda v: v > low, lambda v: f"must be above {low:g} (got {v})", fix)
-
-
 def nonempty(what: str, fix: str) -> Rule:
     return Rule(bool, lambda v: f"the profile lists no {what}", fix)
 
