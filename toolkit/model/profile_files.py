@@ -16,7 +16,6 @@ from pathlib import Path
 from toolkit.errors import UsageError
 from toolkit.model.records import JsonDict, JsonObject
 from toolkit.model.schemas.problems import did_you_mean
-from toolkit.model.schemas.targets import DOCS
 
 ENV_VAR = "EDGETK_TARGETS_PATH"
 

@@ -17,11 +17,12 @@ from typing import Annotated
 from toolkit.errors import UsageError
 from toolkit.model.platform import ACCELERATOR_KINDS, ARCHES
 from toolkit.model.policy import CheckPolicy, GateLimits
-from toolkit.model.profile_files import DOCS, ProfileSource, duplicate_runtimes, read_layers, refusal, resolve
+from toolkit.model.profile_files import ProfileSource, duplicate_runtimes, read_layers, refusal, resolve
 from toolkit.model.reading import NOT_READ, RecordProblem, Words, check_record, read_file
 from toolkit.model.records import JsonDict, JsonObject, Record
 from toolkit.model.schemas.problems import did_you_mean
 from toolkit.model.schemas.targets import (
+    DOCS,
     Cpu,
     Match,
     OptionValue,

@@ -7,7 +7,6 @@ manifest to the device check. Stdlib only.
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Annotated
