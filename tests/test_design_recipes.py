@@ -47,6 +47,10 @@ def test_add_a_board_recipe(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> 
     from toolkit import resources
     from toolkit.model import platform
     from toolkit.model.schemas import targets as schema
+    from toolkit.model.targets import TargetProfile
+
+    profile_keys = {f.name for f in dataclasses.fields(TargetProfile)}
+    match_keys = {f.name for f in dataclasses.fields(schema.Match)}
 
     recipe = _recipe("A device kind")
     named = re.findall(r"`([^`]+)`", recipe)
@@ -55,9 +59,9 @@ def test_add_a_board_recipe(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> 
         if "/" in token:
             assert (ROOT / token).exists(), f"the board recipe names {token}, which does not exist"
         elif token.startswith("["):
-            assert token.strip("[]") in schema.ProfileFile.model_fields, f"no profile table {token}"
+            assert token.strip("[]") in profile_keys, f"no profile table {token}"
         else:
-            assert (hasattr(platform, token) or hasattr(schema, token) or token in schema.Match.model_fields), \
+            assert (hasattr(platform, token) or hasattr(schema, token) or token in match_keys), \
                 f"the board recipe names {token}, which neither platform.py nor the profile schema has"
 
     shipped = tmp_path / "targets"

@@ -93,7 +93,7 @@ def test_every_shipped_profile_loads_and_validates(shipped: dict[str, TargetProf
         assert profile.origin == "shipped"
         assert profile.path is not None and profile.path.parent == targets_dir()
         assert profile.recipes and all(isinstance(r, Recipe) for r in profile.recipes)
-        assert profile.runtimes and profile.cpu_cores >= 1 and profile.memory_mb >= 512
+        assert profile.runtimes and profile.cpu.cores >= 1 and profile.memory_mb >= 512
         assert profile.fallback[-1] == "fp32"
         assert 0 < profile.tolerance.max_top1_drop <= 0.05 and 0.9 <= profile.tolerance.min_cosine < 1
         assert profile.sources and all(s.startswith("https://") for s in profile.sources), name
@@ -199,7 +199,7 @@ def test_user_profile_with_a_shipped_name_wins(tmp_path: Path) -> None:
     profiles = load_profiles(targets_dirs=[tmp_path])
     pi4 = profiles["raspberry-pi-4"]
     assert pi4.origin == "user" and pi4.path == path
-    assert pi4.description == "a test board" and pi4.cpu_model == "Cortex-A53"
+    assert pi4.description == "a test board" and pi4.cpu.model == "Cortex-A53"
     assert profiles["raspberry-pi-5"].origin == "shipped"
 
 
@@ -225,7 +225,7 @@ def test_extends_inherits_and_overrides(tmp_path: Path) -> None:
     assert mine.tolerance.min_cosine == 0.995  # tables merge key by key ...
     assert mine.tolerance.max_top1_drop == base.tolerance.max_top1_drop
     assert [r.label for r in mine.recipes] == ["tflite fp32"]  # ... arrays are replaced wholesale
-    assert mine.runtimes == base.runtimes and mine.cpu_model == "Cortex-A72" and mine.arch == "aarch64"
+    assert mine.runtimes == base.runtimes and mine.cpu.model == "Cortex-A72" and mine.arch == "aarch64"
     assert mine.sources[-1] == "https://example.org/my-notes" and set(base.sources) < set(mine.sources)
 
 

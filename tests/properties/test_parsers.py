@@ -412,6 +412,8 @@ def test_input_shape_round_trip(shapes: dict[str, tuple[int, ...]]) -> None:
 
 
 def test_inventory_keys_are_the_schema_keys() -> None:
+    import dataclasses
+
     from toolkit.model.schemas.inventory import Device
 
-    assert DEVICE_KEYS == tuple(Device.model_fields)
+    assert DEVICE_KEYS == tuple(f.name for f in dataclasses.fields(Device))

@@ -74,7 +74,7 @@ def _render(p: TargetProfile) -> str:
     lines += [
         f"  source:            {origin}",
         f"  arch:              {p.arch}",
-        f"  cpu:               {p.cpu_cores}x {p.cpu_model}",
+        f"  cpu:               {p.cpu.cores}x {p.cpu.model}",
         f"  memory:            {p.memory_mb} MB",
         f"  os / python:       {p.os} / Python {p.python}",
         "  runtimes:          " + "; ".join(f"{r.name} {r.bounds}" + (f" ({r.note})" if r.note else "")

@@ -196,16 +196,15 @@ def _read_image_folder(path: Path, inputs: Sequence[TensorSpec], what: str) -> D
 
 def _preprocessing_from(config: Mapping[str, object], where: Path) -> Preprocessing:
     """``dataset.toml`` through its schema (toolkit.model.schemas.dataset) -> Preprocessing."""
-    from toolkit.model.schemas import validate
-    from toolkit.model.schemas.dataset import Dataset
+    from toolkit.model.reading import read_file
+    from toolkit.model.schemas.dataset import DOCS, Dataset
 
-    dataset = validate(Dataset, config, file=where, docs="calibration/README.md")
-    assert dataset is not None
+    dataset = read_file(Dataset, config, file=where, docs=DOCS)
     return Preprocessing(
         layout=dataset.layout,
         color_order=dataset.color_order,
-        mean=tuple(dataset.mean) if dataset.mean is not None else None,
-        std=tuple(dataset.std) if dataset.std is not None else None,
+        mean=dataset.mean,
+        std=dataset.std,
         scale=dataset.scale,
         dtype=dataset.dtype,
         size=(dataset.size[0], dataset.size[1]) if dataset.size is not None else None,

@@ -77,7 +77,7 @@ def policy_for(profile: TargetProfile, *, threads: int | None = None) -> Policy:
         max_opset=profile.max_onnx_opset,
         preferences={
             "runtimes": [r.name for r in profile.runtimes],
-            "execution_providers": list(profile.execution_providers),
+            "execution_providers": list(profile.execution_providers or ()),
             "threads": profile.threads,
             "latency_budget_ms": profile.latency_budget_ms,
         },

@@ -11,22 +11,24 @@
     known_hosts = "~/.ssh/known_hosts"     # optional
     home = "/data/edgetk"                  # optional: where the toolkit keeps its files (default ~/.edgetk)
 
-Every error names the file and the key, and an unknown key gets a "did you mean": the schema is a pydantic
-model (toolkit.model.schemas.inventory), read only when a file is.
+Every error names the file, the table and the key, and an unknown key gets a "did you mean": the schema is a
+record (toolkit.model.schemas.inventory) read by the one engine for records (toolkit.model.reading).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import tomllib
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
 
 from toolkit.devices.spec import LOCAL, DeviceSpec, device_home
 from toolkit.errors import UsageError
+from toolkit.model.reading import read_file
+from toolkit.model.schemas.inventory import DOCS, Device, Inventory
 
-# The keys of a [devices.NAME] table (the schema, toolkit.model.schemas.inventory, is the one definition).
-DEVICE_KEYS = ("host", "port", "user", "identity_file", "python", "target", "groups", "known_hosts", "home")
+# The keys of a [devices.NAME] table, from its one definition (the schema, toolkit.model.schemas.inventory).
+DEVICE_KEYS = tuple(f.name for f in dataclasses.fields(Device))
 
 
 def _did_you_mean(key: str, choices: tuple[str, ...] | list[str]) -> str:
@@ -42,13 +44,9 @@ def _checked_home(value: str | None, *, where: str) -> str | None:
     return value
 
 
-def parse_inventory(data: Mapping[str, Any], *, where: str) -> dict[str, DeviceSpec]:  # Any: parsed TOML
+def parse_inventory(data: Mapping[str, object], *, where: str) -> dict[str, DeviceSpec]:
     """Validate parsed TOML and return the devices by name (in file order)."""
-    from toolkit.model.schemas import validate
-    from toolkit.model.schemas.inventory import Inventory
-
-    inventory = validate(Inventory, data, file=where, docs="docs/devices.md")
-    assert inventory is not None
+    inventory = read_file(Inventory, data, file=where, docs=DOCS)
     if not inventory.devices:
         raise UsageError(
             f"{where}: no devices defined.",

@@ -150,5 +150,3 @@ def read_manifest(data: object, where: str = "manifest.json") -> Manifest:
         else:
             fix = f"{first.fix} Or rebuild the bundle with `edgetk convert`."
         raise dataclasses.replace(first, fix=fix).error(where) from None
-    except UsageError as exc:  # a rule the records keep themselves (a check policy's bounds)
-        raise UsageError(f"{where}: {exc.message}", hint=exc.hint or f"{REBUILD}.") from None

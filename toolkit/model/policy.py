@@ -11,9 +11,11 @@ from __future__ import annotations
 import fnmatch
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Annotated
 
 from toolkit.errors import UsageError
-from toolkit.model.records import JsonDict
+from toolkit.model.reading import REQUIRED, Rule, check_rules
+from toolkit.model.records import Record
 from toolkit.model.vocabulary import Format
 
 # Where a TFLite artifact's nodes can run besides the CPU kernels: the runner's names for its delegates.
@@ -26,7 +28,7 @@ _FORMATS_HINT = f"Use one of: {', '.join(Format)}."
 
 
 @dataclass(frozen=True)
-class RegressionPolicy:
+class RegressionPolicy(Record):
     """When a check is a latency regression against the history of the same bundle, device and artifact
     (the three conditions and their defaults: docs/targets.md). The baseline pools the raw samples of the last
     ``baseline_checks`` passing checks, and the slowdown is measured from the slowest per-check median among them,
@@ -53,14 +55,9 @@ class RegressionPolicy:
                 hint="For example baseline_checks = 5, min_baseline_checks = 3.",
             )
 
-    def to_dict(self) -> JsonDict:
-        return {"min_slowdown_pct": self.min_slowdown_pct, "min_slowdown_ms": self.min_slowdown_ms,
-                "alpha": self.alpha, "baseline_checks": self.baseline_checks,
-                "min_baseline_checks": self.min_baseline_checks}
-
 
 @dataclass(frozen=True)
-class PlacementExpectation:
+class PlacementExpectation(Record):
     """Where the nodes of an artifact must run: at least ``min_nodes_pct`` percent of them on ``on``.
 
     ``on`` is an ONNX Runtime execution provider (``TensorrtExecutionProvider``) for ONNX artifacts, a
@@ -90,41 +87,39 @@ class PlacementExpectation:
     def applies_to(self, file: str, fmt: str) -> bool:
         return fmt == self.format and fnmatch.fnmatchcase(file, self.artifacts)
 
-    def to_dict(self) -> JsonDict:
-        return {"format": self.format, "on": self.on, "min_nodes_pct": self.min_nodes_pct,
-                "artifacts": self.artifacts}
+
+def _positive(what: str) -> Rule:
+    return Rule(lambda v: v > 0, lambda v: f"must be above 0 (got {v})", what)
 
 
-@dataclass(frozen=True)
-class CheckPolicy:
+@dataclass(frozen=True, kw_only=True)
+class GateLimits(Record):
+    """The limits ``edgetk check`` gates on, each declared once, here. A target profile's keys of these names are
+    these fields (:class:`~toolkit.model.targets.TargetProfile` has them), the check policy frozen into the
+    manifest has them (:class:`CheckPolicy`), and :func:`~toolkit.model.targets.check_policy_from_profile` copies
+    every one: a new gate limit is one field here (with its rule), read, written and carried without more code.
+    """
+
+    # The slowest median an artifact may have on the device; a profile must write it (REQUIRED).
+    latency_budget_ms: Annotated[float | None, REQUIRED, _positive("Use the budget in milliseconds.")] = None
+    regression: RegressionPolicy = RegressionPolicy()  # when a check is a latency regression ([regression])
+    placement: tuple[PlacementExpectation, ...] = ()  # where nodes must run ([[placement]])
+    # The fewest inferences per second the best point of an artifact's throughput curve may reach
+    # (``check --throughput``); None: no floor.
+    min_throughput_ips: Annotated[float | None, _positive("Use inferences per second.")] = None
+
+    def __post_init__(self) -> None:
+        check_rules(self)
+
+
+@dataclass(frozen=True, kw_only=True)
+class CheckPolicy(GateLimits):
     """Everything check gates on that is not measured: written once, at convert time, from the profile."""
 
     target: str | None = None
-    latency_budget_ms: float | None = None
-    regression: RegressionPolicy = RegressionPolicy()
-    placement: tuple[PlacementExpectation, ...] = ()
     # The accuracy tolerance the artifacts were verified against on the host (``max_top1_drop``,
     # ``min_cosine``); kept for the report, the device's outputs are gated against the golden outputs.
     tolerance: Mapping[str, float] | None = None
-    # The fewest inferences per second the best point of an artifact's throughput curve may reach
-    # (``check --throughput``); None: no floor.
-    min_throughput_ips: float | None = None
-
-    def __post_init__(self) -> None:
-        if self.latency_budget_ms is not None and not self.latency_budget_ms > 0:
-            raise UsageError(f"check_policy: latency_budget_ms must be above 0 (got {self.latency_budget_ms}).")
-        if self.min_throughput_ips is not None and not self.min_throughput_ips > 0:
-            raise UsageError(f"check_policy: min_throughput_ips must be above 0 (got {self.min_throughput_ips}).")
-
-    def to_dict(self) -> JsonDict:
-        return {
-            "target": self.target,
-            "latency_budget_ms": self.latency_budget_ms,
-            "regression": self.regression.to_dict(),
-            "placement": [p.to_dict() for p in self.placement],
-            "tolerance": dict(self.tolerance) if self.tolerance is not None else None,
-            "min_throughput_ips": self.min_throughput_ips,
-        }
 
 
 @dataclass(frozen=True)

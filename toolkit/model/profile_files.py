@@ -9,19 +9,15 @@ from __future__ import annotations
 
 import os
 import tomllib
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 from toolkit.errors import UsageError
 from toolkit.model.records import JsonDict, JsonObject
 from toolkit.model.schemas.problems import did_you_mean
-from toolkit.model.policy import PlacementExpectation, RegressionPolicy
-from toolkit.model.reading import RecordProblem, read_record
-from toolkit.model.recipe import Recipe, RecipeError
 
 ENV_VAR = "EDGETK_TARGETS_PATH"
-DOCS = "docs/targets.md"
 
 
 def refusal(path: Path, key: str, problem: str, fix: str) -> UsageError:
@@ -29,52 +25,15 @@ def refusal(path: Path, key: str, problem: str, fix: str) -> UsageError:
     return UsageError(f"{path}: key '{key}': {problem}", hint=fix)
 
 
-def build_recipe(path: Path, index: int, table: object) -> Recipe:
-    """A ``[[recipes]]`` table -> Recipe, read against the record's own fields (keys, types, words); its own
-    cross-field refusals name the key too."""
-    try:
-        return read_record(Recipe, table, docs=DOCS, at=("recipes", index))
-    except RecordProblem as exc:
-        raise exc.problem.error(path) from None
-    except RecipeError as exc:
-        raise refusal(path, f"recipes[{index}].{exc.key}", exc.message, exc.hint or f"See {DOCS}.") from exc
+FileCheck = Callable[[Path, JsonObject], None]  # what can be checked in one file on its own
 
 
-def read_policies(path: Path, regression: object, placement: Sequence[object]
-                  ) -> tuple[RegressionPolicy, tuple[PlacementExpectation, ...]]:
-    """``[regression]`` and ``[[placement]]`` read by the check policy's records themselves (keys, types, words,
-    then their own rules, each naming the key)."""
-    try:
-        read = read_record(RegressionPolicy, regression or {}, docs=DOCS, at=("regression",))
-    except RecordProblem as exc:
-        raise exc.problem.error(path) from None
-    except UsageError as exc:
-        raise refusal(path, "regression", exc.message, exc.hint or f"See {DOCS}.") from exc
-    rows = []
-    for index, table in enumerate(placement):
-        try:
-            rows.append(read_record(PlacementExpectation, table, docs=DOCS, at=("placement", index)))
-        except RecordProblem as exc:
-            raise exc.problem.error(path) from None
-        except UsageError as exc:
-            raise refusal(path, f"placement[{index}]", exc.message, exc.hint or f"See {DOCS}.") from exc
-    return read, tuple(rows)
-
-
-def _validate_file(path: Path, data: JsonObject) -> None:
-    """What can be checked in one file on its own: the schema (keys, types, values) and each recipe. Required
-    keys and the cross-checks wait until ``extends`` has been merged."""
-    from toolkit.model.schemas import validate
-    from toolkit.model.schemas.targets import ProfileFile
-
-    validate(ProfileFile, data, file=path, docs=DOCS, partial=True)
-    names = [r["name"] for r in data.get("runtimes", ())]
+def duplicate_runtimes(path: Path, data: JsonObject) -> None:
+    """A runtime listed twice in one file is refused (the engine reads a list, not a set)."""
+    names = [str(r.get("name")) for r in data.get("runtimes", ()) if isinstance(r, Mapping)]
     for name in sorted(set(names)):
         if names.count(name) > 1:
             raise refusal(path, "runtimes", f"runtime {name!r} is listed twice.", "List each runtime once.")
-    for index, recipe in enumerate(data.get("recipes", ())):
-        build_recipe(path, index, recipe)
-    read_policies(path, data.get("regression"), data.get("placement", ()))
 
 
 @dataclass(frozen=True)
@@ -87,7 +46,7 @@ class ProfileSource:
     origin: str  # "shipped" or "user"
 
 
-def _read(path: Path, origin: str) -> ProfileSource:
+def _read(path: Path, origin: str, check: FileCheck) -> ProfileSource:
     try:
         with path.open("rb") as handle:
             data = tomllib.load(handle)
@@ -95,7 +54,7 @@ def _read(path: Path, origin: str) -> ProfileSource:
         raise UsageError(f"{path}: not valid TOML: {exc}.", hint="Fix the syntax (https://toml.io).") from exc
     except OSError as exc:
         raise UsageError(f"{path}: cannot read the profile: {exc.strerror}.") from exc
-    _validate_file(path, data)
+    check(path, data)
     name = data.get("name", path.stem)
     if name != path.stem:
         raise refusal(path, "name", f"{name!r} does not match the file name {path.name!r}.",
@@ -112,8 +71,9 @@ def _user_dirs(targets_dirs: Sequence[Path]) -> list[tuple[Path, str]]:
     return dirs
 
 
-def read_layers(targets_dirs: Sequence[Path]) -> dict[str, list[ProfileSource]]:
-    """name -> every file defining it, lowest precedence first."""
+def read_layers(targets_dirs: Sequence[Path], *, check: FileCheck) -> dict[str, list[ProfileSource]]:
+    """name -> every file defining it, lowest precedence first; ``check`` refuses a file that is wrong on its
+    own (keys, types, values), before ``extends`` is merged."""
     from toolkit.resources import targets_dir
 
     sources: list[tuple[Path, str]] = [(targets_dir(), "shipped")]
@@ -130,7 +90,7 @@ def read_layers(targets_dirs: Sequence[Path]) -> dict[str, list[ProfileSource]]:
             continue
         seen.add(resolved)
         for path in sorted(resolved.glob("*.toml")):
-            raw = _read(path, origin)
+            raw = _read(path, origin, check)
             layers.setdefault(raw.name, []).append(raw)
     return layers
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
+from pathlib import PurePath
 from typing import Any, ClassVar
 
 
@@ -32,6 +33,10 @@ class Record:
 def _plain(value: object) -> object:
     if isinstance(value, tuple):
         return [_plain(item) for item in value]
+    if isinstance(value, Mapping):
+        return {str(k): _plain(v) for k, v in value.items()}
+    if isinstance(value, PurePath):
+        return str(value)
     return value.to_dict() if isinstance(value, Record) else value
 
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import math
 import tomllib
+import typing
 from pathlib import Path
 
 from toolkit.errors import UsageError
@@ -75,9 +76,11 @@ def read_run_config(path: Path) -> JsonDict:
         raise UsageError(f"Cannot read the run config {path}: {exc}.") from None
     except tomllib.TOMLDecodeError as exc:
         raise UsageError(f"The run config {path} is not valid TOML: {exc}.") from None
-    from toolkit.model.schemas import validate
-    from toolkit.model.schemas.runconfig import RunFile
+    from toolkit.model.reading import RecordProblem, read_value
+    from toolkit.model.schemas.runconfig import DOCS, RunFile
 
-    run = validate(RunFile, data, file=path, docs="docs/cli.md")
-    assert run is not None
-    return {key.replace("_", "-"): value for key, value in run.root.items()}
+    try:
+        run = typing.cast(JsonDict, read_value(RunFile, data, docs=DOCS))
+    except RecordProblem as exc:
+        raise exc.problem.error(path) from None
+    return {key.replace("_", "-"): value for key, value in run.items()}

@@ -8,34 +8,47 @@ a file is refused with one :class:`~toolkit.errors.UsageError` that names the fi
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import Annotated
 
 from toolkit.errors import UsageError
-from toolkit.model.policy import CheckPolicy, PlacementExpectation, RegressionPolicy
-from toolkit.model.profile_files import DOCS, ProfileSource, build_recipe, read_layers, read_policies, refusal, resolve
-from toolkit.model.records import JsonDict, JsonObject
+from toolkit.model.platform import ACCELERATOR_KINDS, ARCHES
+from toolkit.model.policy import CheckPolicy, GateLimits
+from toolkit.model.profile_files import ProfileSource, duplicate_runtimes, read_layers, refusal, resolve
+from toolkit.model.reading import NOT_READ, RecordProblem, Words, check_record, read_file
+from toolkit.model.records import JsonDict, JsonObject, Record
 from toolkit.model.schemas.problems import did_you_mean
+from toolkit.model.schemas.targets import (
+    DOCS,
+    Cpu,
+    Match,
+    OptionValue,
+    PositiveInt,
+    PrecisionWord,
+    ProfileName,
+    Provider,
+    PythonVersion,
+    Version,
+    nonempty,
+)
 from toolkit.model.tolerance import Tolerance  # the one Tolerance type
 from toolkit.model.recipe import Recipe
-from toolkit.model.vocabulary import TFLITE_RUNTIMES, AcceleratorKind, Format, IoDtype, Precision, Runtime
-
-if TYPE_CHECKING:  # pragma: no cover - pydantic loads only when a file is read
-    from toolkit.model.schemas.targets import ProfileFile
+from toolkit.model.vocabulary import RUNTIMES, TFLITE_RUNTIMES, AcceleratorKind, Format, IoDtype, Precision, Runtime
 
 
 @dataclass(frozen=True)
-class RuntimeRequirement:
+class RuntimeRequirement(Record):
     """A runtime the device can carry, with inclusive version bounds.
 
     ``max_version`` is a prefix bound: ``"2.14"`` admits every 2.14.x. ``None`` means unbounded.
     """
 
-    name: str
-    min_version: str | None = None
-    max_version: str | None = None
+    name: Annotated[str, Words(RUNTIMES, "runtime")]
+    min_version: Version | None = None
+    max_version: Version | None = None
     note: str | None = None
 
     @property
@@ -66,57 +79,52 @@ class RuntimeRequirement:
         """``>=2.14, <2.15`` style text for tables."""
         return self.specifier or "any"
 
-    def to_dict(self) -> JsonDict:
-        return {"name": self.name, "min_version": self.min_version, "max_version": self.max_version,
-                "note": self.note}
-
 
 @dataclass(frozen=True)
-class Accelerator:
+class Accelerator(Record):
     """An accelerator on the device and what a runtime needs to use it (a TFLite delegate, ORT providers)."""
 
     name: str
-    kind: AcceleratorKind
+    kind: Annotated[AcceleratorKind, Words(ACCELERATOR_KINDS, "accelerator kind")]
     delegate: str | None = None  # TFLite delegate library, e.g. libedgetpu.so.1
-    execution_providers: tuple[str, ...] = ()
+    execution_providers: tuple[Provider, ...] = ()
     note: str | None = None
 
-    def to_dict(self) -> JsonDict:
-        return {"name": self.name, "kind": self.kind, "delegate": self.delegate,
-                "execution_providers": list(self.execution_providers), "note": self.note}
 
+@dataclass(frozen=True, kw_only=True)
+class TargetProfile(GateLimits):
+    """One resolved, validated profile (``extends`` already applied). Its fields are the profile file's keys,
+    written once: the engine reads a file into it (:mod:`toolkit.model.reading`, with the rules in the hints),
+    ``to_dict`` writes it (``targets show --json``), and the gate limits it inherits from
+    :class:`~toolkit.model.policy.GateLimits` (``latency_budget_ms``, ``[regression]``, ``[[placement]]``,
+    ``min_throughput_ips``) become the check policy (:func:`check_policy_from_profile`). Fields marked
+    ``NOT_READ`` say where the profile came from; no file writes them.
+    """
 
-@dataclass(frozen=True)
-class TargetProfile:
-    """One resolved, validated profile (``extends`` already applied)."""
-
-    name: str
+    name: ProfileName
     description: str
-    arch: str
-    cpu_cores: int
-    cpu_model: str
-    memory_mb: int
-    os: str
-    python: str
-    runtimes: tuple[RuntimeRequirement, ...]
-    accelerators: tuple[Accelerator, ...]
-    execution_providers: tuple[str, ...]
-    max_onnx_opset: int | None
-    recipes: tuple[Recipe, ...]
-    threads: int
-    latency_budget_ms: float
-    tolerance: Tolerance
-    fallback: tuple[Precision, ...]
-    edgetpu: bool = False
-    origin: str = "shipped"  # "shipped" or "user"
-    path: Path | None = None  # the file this profile came from
+    origin: Annotated[str, NOT_READ] = "shipped"  # "shipped" or "user"
+    path: Annotated[Path | None, NOT_READ] = None  # the file this profile came from
     extends: str | None = None
-    lineage: tuple[str, ...] = ()  # the files merged, this one first, then its parents
+    lineage: Annotated[tuple[str, ...], NOT_READ] = ()  # the files merged, this one first, then its parents
+    arch: Annotated[str, Words(ARCHES, "arch")]
+    cpu: Cpu
+    memory_mb: PositiveInt
+    os: str
+    python: PythonVersion
+    runtimes: Annotated[tuple[RuntimeRequirement, ...], nonempty("runtime", "Add at least one [[runtimes]] table.")]
+    accelerators: tuple[Accelerator, ...] = ()
+    # None in a file: CPUExecutionProvider where onnxruntime is listed (resolved when the profile is built)
+    execution_providers: tuple[Provider, ...] | None = None
+    provider_options: Mapping[Provider, Mapping[str, OptionValue]] = field(default_factory=dict, hash=False)
+    max_onnx_opset: PositiveInt | None = None
+    recipes: Annotated[tuple[Recipe, ...], nonempty("recipe", "Add at least one [[recipes]] table.")]
+    threads: PositiveInt
+    tolerance: Tolerance
+    fallback: tuple[PrecisionWord, ...]
+    edgetpu: bool = False
     sources: tuple[str, ...] = ()  # links to the documents the facts come from
-    provider_options: Mapping[str, JsonObject] = field(default_factory=dict, hash=False)
-    regression: RegressionPolicy = RegressionPolicy()  # when a check is a latency regression ([regression])
-    placement: tuple[PlacementExpectation, ...] = ()  # where nodes must run ([[placement]])
-    min_throughput_ips: float | None = None  # the throughput floor check --throughput gates on
+    match: Match | None = None  # what picks this profile for a probed device (toolkit.model.platform)
 
     @property
     def preferred_recipe(self) -> Recipe:
@@ -134,45 +142,20 @@ class TargetProfile:
         return None
 
     def to_dict(self) -> JsonDict:
-        return {
-            "name": self.name,
-            "description": self.description,
-            "origin": self.origin,
-            "path": str(self.path) if self.path else None,
-            "extends": self.extends,
-            "lineage": list(self.lineage),
-            "arch": self.arch,
-            "cpu": {"cores": self.cpu_cores, "model": self.cpu_model},
-            "memory_mb": self.memory_mb,
-            "os": self.os,
-            "python": self.python,
-            "runtimes": [r.to_dict() for r in self.runtimes],
-            "accelerators": [a.to_dict() for a in self.accelerators],
-            "execution_providers": list(self.execution_providers),
-            "provider_options": {k: dict(v) for k, v in self.provider_options.items()},
-            "max_onnx_opset": self.max_onnx_opset,
-            "recipes": [dict(r.to_dict(), label=r.label) for r in self.recipes],
-            "threads": self.threads,
-            "latency_budget_ms": self.latency_budget_ms,
-            "min_throughput_ips": self.min_throughput_ips,
-            "tolerance": self.tolerance.to_dict(),
-            "fallback": list(self.fallback),
-            "edgetpu": self.edgetpu,
-            "sources": list(self.sources),
-        }
+        """Every field (as :class:`~toolkit.model.records.Record` writes it), each recipe with its label."""
+        data = {"name": self.name, **super().to_dict()}
+        data["recipes"] = [dict(r.to_dict(), label=r.label) for r in self.recipes]
+        return data
 
 
 def check_policy_from_profile(profile: TargetProfile) -> CheckPolicy:
-    """The policy a bundle converted for ``profile`` is checked by."""
-    tolerance = profile.tolerance
-    return CheckPolicy(
-        target=profile.name,
-        latency_budget_ms=float(profile.latency_budget_ms),
-        regression=profile.regression,
-        placement=tuple(profile.placement),
-        tolerance={"max_top1_drop": float(tolerance.max_top1_drop), "min_cosine": float(tolerance.min_cosine)},
-        min_throughput_ips=profile.min_throughput_ips,
-    )
+    """The policy a bundle converted for ``profile`` is checked by: every gate limit of the profile (the fields
+    of :class:`~toolkit.model.policy.GateLimits`, copied whatever they are), its name and the tolerance it was
+    verified against."""
+    tolerance = {"max_top1_drop": float(profile.tolerance.max_top1_drop),
+                 "min_cosine": float(profile.tolerance.min_cosine)}
+    limits = {f.name: getattr(profile, f.name) for f in dataclasses.fields(GateLimits)}
+    return dataclasses.replace(CheckPolicy(target=profile.name, tolerance=tolerance), **limits)
 
 
 def parse_version(text: str) -> tuple[int, ...] | None:
@@ -197,7 +180,7 @@ def runtime_supports(profile: TargetProfile, runtime: str, version: str) -> bool
     return requirement is not None and requirement.admits(version)
 
 
-# The schema (keys, types, vocabularies, bounds) is a pydantic model in toolkit.model.schemas.targets; reading
+# The schema (keys, types, vocabularies, bounds) is TargetProfile itself, read by toolkit.model.reading; reading
 # the files and merging ``extends`` is toolkit.model.profile_files. What stays here are the checks across keys,
 # made once ``extends`` has been merged.
 
@@ -244,12 +227,11 @@ def _check_order(path: Path, recipes: Sequence[Recipe], fallback: Sequence[str],
                       'Make the first recipe format = "tflite", precision = "int8", io_dtype = "uint8".')
 
 
-def _providers(path: Path, profile: ProfileFile,
-               runtime_names: set[str]) -> tuple[tuple[str, ...], dict[str, JsonDict]]:
+def _providers(path: Path, profile: TargetProfile) -> tuple[tuple[str, ...], dict[str, Mapping[str, object]]]:
     """The execution providers (CPU by default where onnxruntime is listed) and their options."""
-    default = ["CPUExecutionProvider"] if Runtime.ONNXRUNTIME in runtime_names else []
-    providers = tuple(profile.execution_providers if profile.execution_providers is not None else default)
-    options = {k: dict(v) for k, v in profile.provider_options.items()}
+    default = ("CPUExecutionProvider",) if Runtime.ONNXRUNTIME in profile.runtime_names else ()
+    providers = profile.execution_providers if profile.execution_providers is not None else default
+    options = dict(profile.provider_options)
     for ep in options:
         if ep not in providers:
             raise refusal(path, f"provider_options.{ep}", f"{ep} is not in execution_providers.",
@@ -257,76 +239,38 @@ def _providers(path: Path, profile: ProfileFile,
     return providers, options
 
 
-def _policies(path: Path, profile: ProfileFile) -> tuple[RegressionPolicy, tuple[PlacementExpectation, ...]]:
-    """``[regression]`` and ``[[placement]]`` of the merged profile as the check policy's records."""
-    return read_policies(path, profile.regression, profile.placement)
-
-
-def _validated(data: JsonObject, lineage: tuple[ProfileSource, ...]) -> ProfileFile:
-    """The merged data through the schema, with every required key; a profile needs a recipe and a runtime."""
-    from toolkit.model.schemas import validate
-    from toolkit.model.schemas.targets import ProfileFile
-
-    path = lineage[0].path
-    context = "" if len(lineage) == 1 else f" (not in the profiles it extends either: {lineage[1].name})"
-    profile = validate(ProfileFile, data, file=path, docs=DOCS, missing_context=context)
-    assert profile is not None  # not partial: a problem raises
-    if not profile.recipes:
-        raise refusal(path, "recipes", "the profile lists no recipe.", "Add at least one [[recipes]] table.")
-    if not profile.runtimes:
-        raise refusal(path, "runtimes", "the profile lists no runtime.", "Add at least one [[runtimes]] table.")
-    return profile
-
-
-def _build(data: JsonObject, lineage: tuple[ProfileSource, ...]) -> TargetProfile:
+def _build(data: Mapping[str, object], lineage: tuple[ProfileSource, ...]) -> TargetProfile:
+    """The merged data read into a TargetProfile (every required key now), checked across keys."""
     top = lineage[0]
     path = top.path
-    profile = _validated(data, lineage)
-    recipes = tuple(build_recipe(path, i, r) for i, r in enumerate(profile.recipes))
-    runtimes = tuple(RuntimeRequirement(name=r.name, min_version=r.min_version, max_version=r.max_version,
-                                        note=r.note) for r in profile.runtimes)
-    runtime_names = {r.name for r in runtimes}
-    _check_recipe_runtimes(path, recipes, runtime_names, profile.max_onnx_opset)
-    _check_order(path, recipes, profile.fallback, profile.edgetpu)
-    execution_providers, provider_options = _providers(path, profile, runtime_names)
-    regression, placement = _policies(path, profile)
-    return TargetProfile(
-        name=top.name,
-        description=profile.description,
-        arch=profile.arch,
-        cpu_cores=profile.cpu.cores,
-        cpu_model=profile.cpu.model,
-        memory_mb=profile.memory_mb,
-        os=profile.os,
-        python=profile.python,
-        runtimes=runtimes,
-        accelerators=tuple(Accelerator(name=a.name, kind=AcceleratorKind(a.kind), delegate=a.delegate, note=a.note,
-                                       execution_providers=tuple(a.execution_providers))
-                           for a in profile.accelerators),
-        execution_providers=execution_providers,
-        max_onnx_opset=profile.max_onnx_opset,
-        recipes=recipes,
-        threads=profile.threads,
-        latency_budget_ms=float(profile.latency_budget_ms),
-        tolerance=Tolerance.from_dict(profile.tolerance.model_dump(exclude_none=True)),
-        fallback=tuple(Precision(p) for p in profile.fallback),
-        edgetpu=profile.edgetpu,
-        origin=top.origin,
-        path=top.path,
-        extends=top.data.get("extends"),
-        lineage=tuple(str(r.path) for r in lineage),
-        sources=tuple(profile.sources),
-        provider_options=provider_options,
-        regression=regression,
-        placement=placement,
-        min_throughput_ips=float(profile.min_throughput_ips) if profile.min_throughput_ips is not None else None,
-    )
+    context = "" if len(lineage) == 1 else f" (not in the profiles it extends either: {lineage[1].name})"
+    merged = {**{k: v for k, v in data.items() if k != "extends"}, "name": top.name}
+    if top.data.get("extends") is not None:
+        merged["extends"] = top.data["extends"]
+    profile = read_file(TargetProfile, merged, file=path, docs=DOCS, missing_context=context)
+    runtime_names = set(profile.runtime_names)
+    _check_recipe_runtimes(path, profile.recipes, runtime_names, profile.max_onnx_opset)
+    _check_order(path, profile.recipes, profile.fallback, profile.edgetpu)
+    execution_providers, provider_options = _providers(path, profile)
+    return dataclasses.replace(profile, origin=top.origin, path=path, lineage=tuple(str(r.path) for r in lineage),
+                               execution_providers=execution_providers, provider_options=provider_options)
+
+
+def _check_file(path: Path, data: JsonObject) -> None:
+    """What can be checked in one file on its own: keys, types, values, each recipe and policy table (the
+    engine reads the file as far as it goes). Required keys and the cross-checks wait until ``extends`` has been
+    merged."""
+    try:
+        check_record(TargetProfile, data, docs=DOCS)
+    except RecordProblem as exc:
+        raise exc.problem.error(path) from None
+    duplicate_runtimes(path, data)
 
 
 def load_profiles(*, targets_dirs: Sequence[Path] = ()) -> dict[str, TargetProfile]:
     """Every profile, resolved and validated, by name (sorted): shipped, then ``EDGETK_TARGETS_PATH``, then
     ``targets_dirs``; later wins. Raises UsageError naming the file and key of the first bad profile."""
-    layers = read_layers(targets_dirs)
+    layers = read_layers(targets_dirs, check=_check_file)
     profiles: dict[str, TargetProfile] = {}
     for name in sorted(layers):
         data, lineage = resolve(name, len(layers[name]) - 1, layers)

@@ -7,18 +7,19 @@ manifest to the device check. Stdlib only.
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Annotated
 
 from toolkit.errors import UsageError
-from toolkit.model.records import JsonDict, JsonObject
+from toolkit.model.reading import REQUIRED, Rule
+from toolkit.model.records import JsonDict, JsonObject, Record
 
 
 @dataclass(frozen=True)
 class Limit:
-    """The values one tolerance key admits (inclusive), written once: the dataclass and the profile schema's
-    ``[tolerance]`` table (:mod:`toolkit.model.schemas.targets`) both check them here."""
+    """The values one tolerance key admits (inclusive), written once: :class:`Tolerance` checks them when built
+    and the engine that reads a profile's ``[tolerance]`` table (:mod:`toolkit.model.reading`) as its rule."""
 
     low: float
     high: float | None  # None: no upper bound
@@ -37,6 +38,11 @@ class Limit:
             return False
         number = float(value)
         return self.low <= number and (self.high is None or number <= self.high)  # NaN fails both
+
+    @property
+    def rule(self) -> Rule:
+        """The limit as the rule of a field the engine reads."""
+        return Rule(self.admits, lambda v: f"must be {self.words} (got {v})", self.fix)
 
 
 def _fraction(fix: str) -> Limit:
@@ -61,7 +67,7 @@ LIMITS: Mapping[str, Limit] = {
 
 
 @dataclass(frozen=True)
-class Tolerance:
+class Tolerance(Record):
     """Limits per metric; each applies only where that metric exists for the model's task (the keys and
     their metrics: docs/verification.md). ``max_top1_drop`` is a fraction (0.01 = one point) of top-1 accuracy vs
     the float model's with labels, else 1 - top-1 agreement; ``max_slice_error`` is a fraction of the slice's float
@@ -69,18 +75,20 @@ class Tolerance:
     from.
     """
 
-    max_top1_drop: float = 0.01
-    min_cosine: float = 0.99
-    max_slice_error: float = 0.25
-    min_recall: float = 0.9
-    min_precision: float = 0.9
-    max_label_recall_drop: float = 0.05
-    max_label_precision_drop: float = 0.05
-    min_mask_iou: float = 0.9
-    min_box_iou: float = 0.9
-    max_relative_error: float = 0.15
-    max_ordinal_error: float = 0.5  # an ordinal output's decoded value, in bins, 95th percentile
-    min_samples: int = 5
+    # a profile must write the first two (REQUIRED); the check policy reports them
+    max_top1_drop: Annotated[float, REQUIRED, LIMITS["max_top1_drop"].rule] = 0.01
+    min_cosine: Annotated[float, REQUIRED, LIMITS["min_cosine"].rule] = 0.99
+    max_slice_error: Annotated[float, LIMITS["max_slice_error"].rule] = 0.25
+    min_recall: Annotated[float, LIMITS["min_recall"].rule] = 0.9
+    min_precision: Annotated[float, LIMITS["min_precision"].rule] = 0.9
+    max_label_recall_drop: Annotated[float, LIMITS["max_label_recall_drop"].rule] = 0.05
+    max_label_precision_drop: Annotated[float, LIMITS["max_label_precision_drop"].rule] = 0.05
+    min_mask_iou: Annotated[float, LIMITS["min_mask_iou"].rule] = 0.9
+    min_box_iou: Annotated[float, LIMITS["min_box_iou"].rule] = 0.9
+    max_relative_error: Annotated[float, LIMITS["max_relative_error"].rule] = 0.15
+    # an ordinal output's decoded value, in bins, 95th percentile
+    max_ordinal_error: Annotated[float, LIMITS["max_ordinal_error"].rule] = 0.5
+    min_samples: Annotated[int, LIMITS["min_samples"].rule] = 5
 
     def __post_init__(self) -> None:
         for name, limit in LIMITS.items():
@@ -97,6 +105,3 @@ class Tolerance:
                              hint=f"Known keys: {', '.join(LIMITS)}.")
         values: JsonDict = {key: value if LIMITS[key].whole else float(value) for key, value in data.items()}
         return cls(**values)
-
-    def to_dict(self) -> JsonDict:
-        return dataclasses.asdict(self)

@@ -1,17 +1,17 @@
 """The schema of ``run.toml`` (toolkit.model.runconfig): flat ``flag-name = value`` lines. Which names are options is
-the ``edgetk run`` command's to say (its flags), so the CLI checks those, with the same did-you-mean."""
+the ``edgetk run`` command's to say (its flags), so the CLI checks those, with the same did-you-mean. Read by
+:mod:`toolkit.model.reading` (the one engine for records read from files)."""
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from collections.abc import Mapping
+from typing import Annotated
 
-from pydantic import RootModel
+from toolkit.model.reading import Rule
 
-from toolkit.model.schemas.fields import Str, checked
+DOCS = "docs/cli.md"
 
-Value = Annotated[Any, checked(lambda v: not isinstance(v, dict), lambda v: "a table is not a run option",
+# A flag's value may be any TOML scalar or array (object), never a table.
+Value = Annotated[object, Rule(lambda v: not isinstance(v, dict), lambda v: "a table is not a run option",
                                'Write flat `flag-name = value` lines, e.g. target = "raspberry-pi-4".')]
-
-
-class RunFile(RootModel[dict[Str, Value]]):
-    """A value is Any: a flag's value may be any TOML scalar or array."""
+RunFile = Mapping[str, Value]
