@@ -54,6 +54,7 @@ LIMITS: Mapping[str, Limit] = {
         "0.05: precision vs the labels may fall 5 points below the float model's."),
     "min_mask_iou": _fraction("0.9: mask IoU vs the float model's."),
     "min_box_iou": _fraction("0.9: box IoU vs the float model's."),
+    "min_detection_iou": _fraction("0.8: mean IoU of a raw head's detections matched to the float model's."),
     "max_relative_error": Limit(0.0, None, "e.g. max_relative_error = 0.15."),
     "max_ordinal_error": Limit(0.0, None, "In bins, at the 95th percentile of the decoded values, e.g. 0.5."),
     "min_samples": Limit(1, None, "The fewest eval samples a verdict is drawn from, e.g. 5.", whole=True),
@@ -78,6 +79,7 @@ class Tolerance:
     max_label_precision_drop: float = 0.05
     min_mask_iou: float = 0.9
     min_box_iou: float = 0.9
+    min_detection_iou: float = 0.8  # a raw detector head: mean IoU of the detections matched to float's
     max_relative_error: float = 0.15
     max_ordinal_error: float = 0.5  # an ordinal output's decoded value, in bins, 95th percentile
     min_samples: int = 5

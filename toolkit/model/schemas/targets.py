@@ -86,6 +86,7 @@ class Tolerance(Table):
     max_label_precision_drop: Annotated[Number, _limited("max_label_precision_drop")] | None = None
     min_mask_iou: Annotated[Number, _limited("min_mask_iou")] | None = None
     min_box_iou: Annotated[Number, _limited("min_box_iou")] | None = None
+    min_detection_iou: Annotated[Number, _limited("min_detection_iou")] | None = None
     max_relative_error: Annotated[Number, _limited("max_relative_error")] | None = None
     max_ordinal_error: Annotated[Number, _limited("max_ordinal_error")] | None = None
     min_samples: Annotated[Int, _limited("min_samples")] | None = None
