@@ -138,7 +138,7 @@ def infer(stacked: np.ndarray, *, spec: HeadSpec | None = None, loose: bool = Fa
     for layout in layouts:
         rows = _rows(m, layout).astype(np.float64)
         anchors, channels = rows.shape[1:]
-        if channels < 5:
+        if channels < 5 or anchors < channels:  # a declared layout on the wrong axis decodes as nothing
             continue
         scores = rows[..., 4:]
         probabilities = bool(scores.min() >= -1e-3 and scores.max() <= 1 + 1e-3)
