@@ -20,6 +20,7 @@ import pytest
 from tests.fixtures.head_models import STRIDE, HeadModel, anchor_free_4cn, anchor_free_n5c  # noqa: F401 - fixtures
 from tests.fixtures.role_models import float_outputs, run_artifact
 from toolkit import api
+from toolkit.errors import UsageError
 from toolkit.model.heads import BoxEncoding, HeadLayout
 from toolkit.model.roles import parse_output_tasks
 from toolkit.model.tasks import TaskChoice
@@ -211,3 +212,14 @@ def test_grid_levels_and_multi_level_decoding() -> None:
     rows[0, 20] = [0.5, 0.5, 0.0, 0.0, 0.9]
     boxes, scores = detection_head.decode(rows, head)
     assert boxes[0, 20].tolist() == [0.0, 0.0, 4.0, 4.0] and scores[0, 20, 0] == 0.9
+
+
+def test_head_declarations_parse() -> None:
+    (head,) = parse_output_tasks(["head=detection-head,layout=4c_n"])
+    assert head.head is not None and (head.head.layout, head.head.boxes) == (HeadLayout.C4_N, None)
+    for bad, words in (("head=detection-head,layout=n5c", "layout='n5c'"),
+                       ("head=detection-head,boxes=xywh", "boxes='xywh'"),
+                       ("head=dense,layout=n_5c", "describe a raw detector head")):
+        with pytest.raises(UsageError) as raised:
+            parse_output_tasks([bad])
+        assert words in raised.value.message, raised.value.message
