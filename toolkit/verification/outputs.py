@@ -209,7 +209,7 @@ def verify_outputs(
     if finite and count:
         heads = [o for o in per_output if o.role == roles.Role.DETECTION_HEAD]
         task_vacuous += [why for why in (detection_head.too_few(o.name, o.metrics) for o in heads) if why]
-        if not heads:
+        if not heads or choice.task is not Task.DETECTION:  # a raw head's own metrics judge the detector
             measure_task(choice.task, ref, act, names, labels, score_threshold, task_metrics, task_vacuous, anchors)
         top1 = task_metrics.get("top1_agreement")
         accuracy = task_metrics.get("accuracy")
