@@ -52,7 +52,7 @@ class Head:
     def to_dict(self) -> JsonDict:
         return {"layout": self.layout.value, "boxes": self.boxes.value, "classes": self.classes,
                 "scores": "logits (sigmoid)" if self.logits else "probabilities",
-                "grid": [list(g) for g in self.grid]}
+                "grid": " + ".join(f"{h}x{w}" for h, w in self.grid) or None}
 
 
 def _matrix(stacked: np.ndarray) -> np.ndarray | None:
