@@ -5,7 +5,8 @@ objectness, class scores) and YOLOv8's channels-first ``[4+C, N]``.
 Each one's plain INT8 (TFLite; the [N, 5+C] head also ONNX) is kept on recall, precision and matched IoU
 against the float model's detections under a profile whose whole-tensor cosine limit (0.9999) it breaks; a
 copy of the INT8 artifact with one head column corrupted (a class score's weight scale negated, a box width's
-scale x 1.5) is refused by the same metrics.
+scale x 1.5) is refused by the same metrics. The same head with logit scores is read as a dense map, refused
+on cosine, and the reason names the declaration that reads it as a head.
 """
 
 from __future__ import annotations
@@ -186,19 +187,37 @@ def test_declared_and_task_given_heads(anchor_free_n5c: HeadModel, n5c_bundle: t
     assert out.role == "detection-head" and given.ok, given.failures
 
 
-def test_a_head_read_as_a_map_names_the_role_that_passes(
-        anchor_free_n5c: HeadModel, n5c_bundle: tuple[Path, dict[str, Any]], monkeypatch: pytest.MonkeyPatch) -> None:
-    """A head that inference does not claim on its own (simulated: the sparsity evidence set out of reach) is
-    read as a dense map and refused on the whole-tensor cosine; the reason says it passes as a detection head
-    and what to declare."""
+def _as_logits(per_sample: list) -> list:  # type: ignore[type-arg]
+    """The head with its score columns written as logits (a head exported without its sigmoid)."""
+    def one(head: np.ndarray) -> np.ndarray:
+        p = np.clip(head[..., 4:].astype(np.float64), 1e-6, 1 - 1e-6)
+        return np.concatenate([head[..., :4], np.log(p / (1 - p))], axis=-1).astype(np.float32)
+    return [[one(outs[0])] for outs in per_sample]
+
+
+def test_a_logit_head_read_as_a_map_names_the_role_that_passes(
+        anchor_free_n5c: HeadModel, n5c_bundle: tuple[Path, dict[str, Any]]) -> None:
+    """Logit scores are not claimed as a head on their own (any unbounded map could be read so): the head is
+    read as a dense map, where the INT8's background logits break cosine and relative error; the reason says
+    it passes as a detection head and what to declare. Declared so, or under --task detection, it passes."""
     bundle, manifest = n5c_bundle
-    reference, artifact = _outputs(anchor_free_n5c, bundle, _int8(manifest, ".tflite"))
-    monkeypatch.setattr(detection_head, "SPARSE", -1.0)
-    verdict = verify_outputs(reference, artifact, tolerance=STRICT, output_names=["head"])
-    (out,) = verdict.verification.outputs
+    reference, artifact = (_as_logits(o) for o in _outputs(anchor_free_n5c, bundle, _int8(manifest, ".tflite")))
+    plain = verify_outputs(reference, artifact, tolerance=Tolerance(), output_names=["head"])
+    (out,) = plain.verification.outputs
+    print("logit head read as a map:", plain.failures)
     assert out.role == "dense" and out.metrics["would_pass_as"] == "detection-head", out
-    assert any(f.startswith("cosine similarity") and "declare --output-task head=detection-head,layout=n_5c,"
-               "boxes=grid" in f for f in verdict.failures), verdict.failures
+    assert plain.verification.cosine_similarity < Tolerance().min_cosine
+    declare = "head=detection-head,layout=n_5c,boxes=grid"
+    assert any(f.startswith("cosine similarity") and f"declare --output-task {declare}" in f
+               for f in plain.failures), plain.failures
+    declared = verify_outputs(reference, artifact, tolerance=Tolerance(), output_names=["head"],
+                              task=TaskChoice(None, "--output-task", parse_output_tasks([declare])))
+    assert declared.ok and declared.verification.outputs[0].metrics["scores"] == "logits (sigmoid)", declared.failures
+    given = verify_outputs(reference, artifact, tolerance=Tolerance(), output_names=["head"], task="detection")
+    (out,) = given.verification.outputs
+    assert out.role == "detection-head" and out.role_source.startswith("inferred under --task: "), out.role_source
+    assert "scores are logits" in out.role_source and out.metrics["float_detections"] >= 100, out
+    assert given.ok, given.failures
 
 
 def test_grid_levels_and_multi_level_decoding() -> None:
