@@ -263,7 +263,9 @@ def _alternative(out: OutputMetrics, ref: np.ndarray, act: np.ndarray, role: rol
     if not failed and out.cosine_similarity >= tolerance.min_cosine:
         return out
     for other in alternatives(role, ref):  # a raw head is not gated by cosine: it may rescue a cosine failure
-        if (failed or other.role is roles.Role.DETECTION_HEAD) and not role_metrics.failures(out.name, other.role.value, role_metrics.score(other, ref, act), tolerance):
+        if not failed and other.role is not roles.Role.DETECTION_HEAD:
+            continue
+        if not role_metrics.failures(out.name, other.role.value, role_metrics.score(other, ref, act), tolerance):
             declare = {"would_pass_declare": f"{out.name}={other.role.value}{other.head.options()}"} \
                 if other.head is not None else {}
             return dataclasses.replace(out, metrics={**out.metrics, "would_pass_as": other.role.value, **declare})

@@ -27,7 +27,8 @@ def failures_of(verification: Verification, tolerance: Tolerance) -> list[str]:
     decoded = covered | {o.name for o in v.outputs if o.role == roles.Role.DETECTION_HEAD}  # tensor stats: info
     reasons: list[str] = []
     if not decoded and v.cosine_similarity < tolerance.min_cosine:
-        hint = "".join(role_metrics.would_pass_hint(o.name, o.metrics) for o in v.outputs[:1] if len(v.outputs) == 1)
+        hint = "".join(role_metrics.would_pass_hint(o.name, o.metrics) for o in v.outputs  # a head: no cosine
+                       if len(v.outputs) == 1 and o.metrics.get("would_pass_as") == roles.Role.DETECTION_HEAD)
         reasons.append(f"cosine similarity {v.cosine_similarity:.4f} < {tolerance.min_cosine}{hint}")
     for out in v.outputs if decoded else ():  # the outputs judged by no decoded metric: each by its own cosine
         if out.name not in decoded and out.cosine_similarity < tolerance.min_cosine:
