@@ -22,7 +22,7 @@ from tests.fixtures.head_models import STRIDE, HeadModel, anchor_free_4cn, ancho
 from tests.fixtures.role_models import float_outputs, run_artifact
 from toolkit import api
 from toolkit.errors import UsageError
-from toolkit.model.heads import BoxEncoding, HeadLayout
+from toolkit.model.heads import BoxEncoding, HeadLayout, HeadSpec
 from toolkit.model.roles import parse_output_tasks
 from toolkit.model.tasks import TaskChoice
 from toolkit.model.tolerance import Tolerance
@@ -218,6 +218,31 @@ def test_a_logit_head_read_as_a_map_names_the_role_that_passes(
     assert out.role == "detection-head" and out.role_source.startswith("inferred under --task: "), out.role_source
     assert "scores are logits" in out.role_source and out.metrics["float_detections"] >= 100, out
     assert given.ok, given.failures
+
+
+def _decoded(per_sample: list) -> list:  # type: ignore[type-arg]
+    """The head as YOLOv5 exports it: boxes decoded to cx, cy, w, h in pixels, objectness and classes kept."""
+    heads = np.concatenate([outs[0] for outs in per_sample])
+    head = detection_head.infer(heads, spec=HeadSpec(HeadLayout.N_5C, BoxEncoding.GRID))
+    assert head is not None
+    cells = detection_head.decode(heads, head)[0] * STRIDE
+    boxes = np.concatenate([(cells[..., :2] + cells[..., 2:]) / 2, cells[..., 2:] - cells[..., :2]], axis=-1)
+    decoded = np.concatenate([boxes, heads[..., 4:]], axis=-1).astype(np.float32)
+    return [[decoded[i:i + 1]] for i in range(len(decoded))]
+
+
+def test_a_decoded_head_with_objectness_is_no_yolov8_head(
+        anchor_free_n5c: HeadModel, n5c_bundle: tuple[Path, dict[str, Any]]) -> None:
+    """YOLOv5's decoded [N, 5+C] (boxes in pixels) also reads as [N, 4+C] with scores in [0, 1] after the
+    boxes; its column 4 fires with a class, so it is objectness: the head is n_5c, boxes centre and size."""
+    bundle, manifest = n5c_bundle
+    reference, artifact = (_decoded(o) for o in _outputs(anchor_free_n5c, bundle, _int8(manifest, ".tflite")))
+    verdict = verify_outputs(reference, artifact, tolerance=Tolerance(), output_names=["head"])
+    (out,) = verdict.verification.outputs
+    assert out.role == "detection-head" and verdict.verification.task == "detection", out.role_source
+    assert (out.metrics["layout"], out.metrics["boxes"]) == ("n_5c", "cxcywh"), out.role_source
+    assert "follows the anchor's grid row" in out.role_source and "layout" not in verdict.verification.task_metrics
+    assert out.metrics["float_detections"] >= 100 and verdict.ok, (out.metrics, verdict.failures)
 
 
 def test_grid_levels_and_multi_level_decoding() -> None:

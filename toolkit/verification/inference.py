@@ -12,7 +12,7 @@ from collections.abc import Collection, Sequence
 
 import numpy as np
 
-from toolkit.model.heads import HeadSpec
+from toolkit.model.heads import HeadLayout, HeadSpec
 from toolkit.model.roles import OutputDeclaration, OutputRole, Role
 from toolkit.model.tasks import Task, TaskChoice
 from toolkit.verification import detection, detection_head, ordinal
@@ -180,6 +180,11 @@ def head_role(head: detection_head.Head, how: str) -> OutputRole:
     return OutputRole(Role.DETECTION_HEAD, f"{how}: {head.evidence}", head=HeadSpec(head.layout, head.boxes))
 
 
+def objectness(role: OutputRole) -> bool:
+    """Whether ``role`` is a raw head whose column 4 is objectness (then it is no YOLOv8-style head)."""
+    return role.role is Role.DETECTION_HEAD and role.head is not None and role.head.layout is HeadLayout.N_5C
+
+
 def alternatives(role: OutputRole, stacked: np.ndarray) -> tuple[OutputRole, ...]:
     """The roles an inferred output might carry instead (tried when it fails its inferred role): ordinal or
     regression for a vector, a raw detector head for a matrix that decodes as one."""
@@ -232,6 +237,10 @@ def infer_task(stacked: Sequence[np.ndarray], names: Sequence[str] = (),
     (``roles``: from :func:`assign`)."""
     if not stacked:
         return TaskChoice(Task.GENERIC, "inferred: the model has no outputs")
+    heads = [k for k, r in enumerate(roles) if r.role is Role.DETECTION_HEAD]
+    raw = f"inferred: {output_name(names, heads[0])} is a raw detector head (its role_source says why)" if heads else ""
+    if any(objectness(roles[k]) for k in heads):  # YOLOv5's [N, 85]: column 4 is no class, whatever its boxes
+        return TaskChoice(Task.DETECTION, raw)
     yolo = detection.yolo_layout(stacked[0])
     if len(stacked) == 1 and yolo is not None:
         return TaskChoice(Task.DETECTION, f"inferred: one [4+C, N] head (channel axis {yolo}) with box-sized "
@@ -240,10 +249,8 @@ def infer_task(stacked: Sequence[np.ndarray], names: Sequence[str] = (),
     if ssd is not None:
         return TaskChoice(Task.DETECTION, f"inferred: separate box ({output_name(names, ssd.boxes)}) and score "
                                           f"({output_name(names, ssd.scores)}) outputs over the same {ssd.anchors} anchors")
-    heads = [k for k, r in enumerate(roles) if r.role is Role.DETECTION_HEAD]
     if heads:
-        return TaskChoice(Task.DETECTION, f"inferred: {output_name(names, heads[0])} is a raw detector head (its "
-                                          "role_source says why)")
+        return TaskChoice(Task.DETECTION, raw)
     if len(stacked) > 1 or not roles:
         return TaskChoice(Task.PER_OUTPUT, f"inferred: {len(stacked)} outputs, each judged by its own role")
     shape = stacked[0].shape[1:]

@@ -22,7 +22,7 @@ from toolkit.model import roles
 from toolkit.model.records import JsonDict, OutputMetrics, SliceMetrics
 from toolkit.verification.sequence import RecurrentRun
 from toolkit.model.tasks import Task, TaskChoice, parse_task
-from toolkit.verification.inference import alternatives, assign, head_role, infer_task, output_name
+from toolkit.verification.inference import alternatives, assign, head_role, infer_task, objectness, output_name
 from toolkit.verification.task_metrics import measure_task
 from toolkit.model.tolerance import Tolerance
 from toolkit.verification.user_metric import UserMetric, evaluate
@@ -139,10 +139,12 @@ def _choose_task(task: Task | TaskChoice | str | None, task_source: str | None, 
 
 def _detector_roles(ref: list[np.ndarray], names: list[str], declared: Sequence[roles.OutputDeclaration],
                     state: Sequence[int], source: str) -> list[roles.OutputRole]:
-    """A detector's roles: a declared raw head; else a decoded YOLO head or SSD pair (judged together by the
-    task's metrics); else a raw head read from the values (logits allowed, the task says it is a detector)."""
-    if any(d.role is roles.Role.DETECTION_HEAD for d in declared):
-        return assign(ref, names, declared, state=state)
+    """A detector's roles: a declared raw head, or one inferred with objectness; else a decoded YOLO head or SSD
+    pair (judged together by the task's metrics); else a raw head read from the values (logits allowed: the
+    task says it is a detector)."""
+    inferred = assign(ref, names, declared, state=state)
+    if any(d.role is roles.Role.DETECTION_HEAD for d in declared) or any(objectness(r) for r in inferred):
+        return inferred  # a declared head, or one with objectness (YOLOv5's [N, 85] is no [N, 4+C] head)
     decoded: tuple[int, ...] = ()
     if detection.yolo_layout(ref[0]) is not None:
         decoded = (0,)
