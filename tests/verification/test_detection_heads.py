@@ -150,7 +150,7 @@ def test_4cn_head_int8_is_kept_on_its_detections_where_cosine_would_refuse(
     assert record["status"] in KEPT, (record["status"], record.get("notes"))
 
 
-BREAKS = {"class score negated": ("cls", 1, -1.0), "box width x 1.5": ("box", 2, 1.5)}
+BREAKS = {"class-score-negated": ("cls", 1, -1.0), "box-width-x1.5": ("box", 2, 1.5)}
 
 
 @pytest.mark.parametrize("plant", sorted(BREAKS))
