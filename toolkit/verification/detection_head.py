@@ -45,10 +45,6 @@ class Head:
     grid: tuple[tuple[int, int], ...]  # GRID boxes: (rows, cols) per level, finest first; () otherwise
     evidence: str
 
-    def declaration(self, name: str) -> str:
-        """What ``--output-task`` takes for this head."""
-        return f"{name}=detection-head{HeadSpec(self.layout, self.boxes).options()}"
-
     def to_dict(self) -> JsonDict:
         return {"layout": self.layout.value, "boxes": self.boxes.value, "classes": self.classes,
                 "scores": "logits (sigmoid)" if self.logits else "probabilities",
