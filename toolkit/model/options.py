@@ -136,7 +136,8 @@ class ConvertOptions:
     output_tasks: tuple[str, ...] = field(default=(), metadata=flag(
         "What one output carries, judged by its own metrics (repeatable; default: the eval data's dataset.toml "
         "[outputs.NAME], else inferred per output; a CTC sequence takes ,blank=N, an ordinal histogram "
-        ",bin=WIDTH,unit=NAME).", name="--output-task",
+        ",bin=WIDTH,unit=NAME, a raw detector head (detection-head) ,layout=n_5c|n_4c|4c_n,boxes=cxcywh|xyxy|grid).",
+        name="--output-task",
         multiple=True, metavar="NAME=TASK"))
     metric: str | None = field(default=None, metadata=flag(
         "Your own verification metric: fn(reference, artifact, labels) -> {name: value, 'ok': bool}; it judges "

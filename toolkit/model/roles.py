@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 
 from toolkit.errors import UsageError
+from toolkit.model.heads import HeadSpec, parse_head
 from toolkit.model.records import JsonObject
 
 
@@ -27,6 +28,7 @@ class Role(StrEnum):
     REGRESSION = "regression"  # plain values: relative error; a vector: each component against its spread
     ORDINAL = "ordinal"  # ordered bins (pitch, angle, age): the value decoded around the peak, error in bins
     DETECTION = "detection"  # a detector's boxes or scores, judged together by the detection metrics
+    DETECTION_HEAD = "detection-head"  # a raw head [N, 4+1+C] / [N, 4+C] / [4+C, N]: decoded, NMS, vs float's
     STATE = "state"  # a recurrent model's state, judged over the sequence with the state fed back
 
 
@@ -47,6 +49,7 @@ class OutputDeclaration:
     blank: int | None = None  # a CTC sequence's blank class
     bin_size: float | None = None  # an ordinal output's bin width in its own unit (20 for 20-cent pitch bins)
     unit: str | None = None  # that unit's name ("cents")
+    head: HeadSpec | None = None  # a raw detector head's declared layout and box encoding
 
 
 @dataclass(frozen=True)
@@ -59,6 +62,7 @@ class OutputRole:
     classes_axis: int | None = None  # a dense map's class axis (of one sample's array), when it has one
     bin_size: float | None = None  # ordinal: the bin's width in its unit
     unit: str | None = None
+    head: HeadSpec | None = None  # detection-head: the layout declared or inferred (None: infer it)
 
 
 def parse_role(value: object, *, where: str) -> Role:
@@ -80,7 +84,8 @@ def parse_role(value: object, *, where: str) -> Role:
 
 
 def parse_output_tasks(values: Sequence[str]) -> tuple[OutputDeclaration, ...]:
-    """``--output-task NAME=TASK[,blank=N]`` (repeatable) -> declarations."""
+    """``--output-task NAME=TASK[,blank=N]`` (``,bin=W,unit=U``; ``,layout=L,boxes=B``) (repeatable) ->
+    declarations."""
     found: list[OutputDeclaration] = []
     for value in values:
         name, sep, rest = str(value).partition("=")
@@ -93,20 +98,26 @@ def parse_output_tasks(values: Sequence[str]) -> tuple[OutputDeclaration, ...]:
         options = _options(extra, where)
         blank = options.get("blank")
         size = options.get("bin")
-        found.append(OutputDeclaration(name.strip(), parse_role(task, where=where), "--output-task",
+        role = parse_role(task, where=where)
+        head = parse_head(options, where) if role is Role.DETECTION_HEAD else None
+        if head is None and ("layout" in options or "boxes" in options):
+            raise UsageError(f"{where}: layout= and boxes= describe a raw detector head.",
+                             hint=f"Write {name.strip()}=detection-head,layout=n_5c (or drop them).")
+        found.append(OutputDeclaration(name.strip(), role, "--output-task",
                                        None if blank is None else _whole(blank, where),
-                                       None if size is None else _positive(size, where), options.get("unit")))
+                                       None if size is None else _positive(size, where), options.get("unit"), head))
     return tuple(found)
 
 
 def _options(extra: str, where: str) -> dict[str, str]:
-    """``blank=0`` / ``bin=20,unit=cents`` after the role."""
+    """``blank=0`` / ``bin=20,unit=cents`` / ``layout=n_5c,boxes=grid`` after the role."""
     found: dict[str, str] = {}
     for part in filter(None, (p.strip() for p in extra.split(","))):
         key, sep, text = part.partition("=")
-        if not sep or key.strip() not in ("blank", "bin", "unit") or not text.strip():
-            raise UsageError(f"{where}: {part!r} is not blank=N, bin=WIDTH or unit=NAME.",
-                             hint="Write e.g. NAME=sequence,blank=0 or NAME=ordinal,bin=20,unit=cents.")
+        if not sep or key.strip() not in ("blank", "bin", "unit", "layout", "boxes") or not text.strip():
+            raise UsageError(f"{where}: {part!r} is not blank=N, bin=WIDTH, unit=NAME, layout=L or boxes=B.",
+                             hint="Write e.g. NAME=sequence,blank=0, NAME=ordinal,bin=20,unit=cents or "
+                                  "NAME=detection-head,layout=n_5c,boxes=grid.")
         found[key.strip()] = text.strip()
     return found
 

@@ -60,6 +60,7 @@ LIMITS: Mapping[str, Limit] = {
         "0.05: precision vs the labels may fall 5 points below the float model's."),
     "min_mask_iou": _fraction("0.9: mask IoU vs the float model's."),
     "min_box_iou": _fraction("0.9: box IoU vs the float model's."),
+    "min_detection_iou": _fraction("0.8: mean IoU of a raw head's detections matched to the float model's."),
     "max_relative_error": Limit(0.0, None, "e.g. max_relative_error = 0.15."),
     "max_ordinal_error": Limit(0.0, None, "In bins, at the 95th percentile of the decoded values, e.g. 0.5."),
     "min_samples": Limit(1, None, "The fewest eval samples a verdict is drawn from, e.g. 5.", whole=True),
@@ -85,6 +86,7 @@ class Tolerance(Record):
     max_label_precision_drop: Annotated[float, LIMITS["max_label_precision_drop"].rule] = 0.05
     min_mask_iou: Annotated[float, LIMITS["min_mask_iou"].rule] = 0.9
     min_box_iou: Annotated[float, LIMITS["min_box_iou"].rule] = 0.9
+    min_detection_iou: Annotated[float, LIMITS["min_detection_iou"].rule] = 0.8  # a raw head: mean IoU of matched detections
     max_relative_error: Annotated[float, LIMITS["max_relative_error"].rule] = 0.15
     # an ordinal output's decoded value, in bins, 95th percentile
     max_ordinal_error: Annotated[float, LIMITS["max_ordinal_error"].rule] = 0.5

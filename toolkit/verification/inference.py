@@ -12,9 +12,10 @@ from collections.abc import Collection, Sequence
 
 import numpy as np
 
+from toolkit.model.heads import HeadLayout, HeadSpec
 from toolkit.model.roles import OutputDeclaration, OutputRole, Role
 from toolkit.model.tasks import Task, TaskChoice
-from toolkit.verification import detection, ordinal
+from toolkit.verification import detection, detection_head, ordinal
 from toolkit.verification.detection import MAX_BOX_VALUES
 from toolkit.verification.segmentation import class_axis
 
@@ -112,6 +113,9 @@ def infer_role(stacked: np.ndarray, name: str = "", *, alone: bool = True) -> Ou
         if n % 2 == 0 and n >= 6:
             return OutputRole(Role.LANDMARKS, f"inferred: {n} values beside other outputs ({n // 2} x, y points)")
         return OutputRole(Role.REGRESSION, f"inferred: {n} values beside other outputs")
+    head = detection_head.infer(stacked) if len(shape) == 2 else None
+    if head is not None:
+        return head_role(head, "inferred")
     axis = class_axis(stacked.shape[1:])
     if len(shape) >= 3 or axis is not None:
         if axis is not None:
@@ -171,10 +175,26 @@ def regression_evidence(rows: np.ndarray, *, correlated_only: bool = False) -> s
             "its own spread, never by argmax")
 
 
+def head_role(head: detection_head.Head, how: str) -> OutputRole:
+    """The detection-head role of an output read as ``head``, its evidence in the source."""
+    return OutputRole(Role.DETECTION_HEAD, f"{how}: {head.evidence}", head=HeadSpec(head.layout, head.boxes))
+
+
+def objectness(role: OutputRole) -> bool:
+    """Whether ``role`` is a raw head whose column 4 is objectness (then it is no YOLOv8-style head)."""
+    return role.role is Role.DETECTION_HEAD and role.head is not None and role.head.layout is HeadLayout.N_5C
+
+
 def alternatives(role: OutputRole, stacked: np.ndarray) -> tuple[OutputRole, ...]:
-    """The roles an inferred vector output might carry instead (tried when it fails its inferred role)."""
+    """The roles an inferred output might carry instead (tried when it fails its inferred role): ordinal or
+    regression for a vector, a raw detector head for a matrix that decodes as one."""
     core = core_view(stacked)
-    if core.ndim != 2 or not role.source.startswith("inferred"):
+    if not role.source.startswith("inferred") or role.role is Role.DETECTION_HEAD:
+        return ()
+    if core.ndim == 3:
+        head = detection_head.infer(stacked, loose=True)
+        return (head_role(head, "alternative"),) if head is not None else ()
+    if core.ndim != 2:
         return ()
     found = []
     if role.role is not Role.ORDINAL and core.shape[-1] >= ordinal.MIN_BINS and core.min() >= -1e-3:
@@ -199,8 +219,8 @@ def assign(stacked: Sequence[np.ndarray], names: Sequence[str], declared: Sequen
                 blank = evident_blank(core_view(ref)) if core_view(ref).ndim == 3 else None
             axis = None
             if d.role is Role.DENSE:
-                            axis = class_axis(ref.shape[1:])
-            roles.append(OutputRole(d.role, d.source, blank, axis, d.bin_size, d.unit))
+                axis = class_axis(ref.shape[1:])
+            roles.append(OutputRole(d.role, d.source, blank, axis, d.bin_size, d.unit, d.head))
         elif k in decoded:
             roles.append(OutputRole(Role.DETECTION, "inferred: decoded with the other detector output"))
         elif k in state:
@@ -217,6 +237,10 @@ def infer_task(stacked: Sequence[np.ndarray], names: Sequence[str] = (),
     (``roles``: from :func:`assign`)."""
     if not stacked:
         return TaskChoice(Task.GENERIC, "inferred: the model has no outputs")
+    heads = [k for k, r in enumerate(roles) if r.role is Role.DETECTION_HEAD]
+    raw = f"inferred: {output_name(names, heads[0])} is a raw detector head (its role_source says why)" if heads else ""
+    if any(objectness(roles[k]) for k in heads):  # YOLOv5's [N, 85]: column 4 is no class, whatever its boxes
+        return TaskChoice(Task.DETECTION, raw)
     yolo = detection.yolo_layout(stacked[0])
     if len(stacked) == 1 and yolo is not None:
         return TaskChoice(Task.DETECTION, f"inferred: one [4+C, N] head (channel axis {yolo}) with box-sized "
@@ -225,6 +249,8 @@ def infer_task(stacked: Sequence[np.ndarray], names: Sequence[str] = (),
     if ssd is not None:
         return TaskChoice(Task.DETECTION, f"inferred: separate box ({output_name(names, ssd.boxes)}) and score "
                                           f"({output_name(names, ssd.scores)}) outputs over the same {ssd.anchors} anchors")
+    if heads:
+        return TaskChoice(Task.DETECTION, raw)
     if len(stacked) > 1 or not roles:
         return TaskChoice(Task.PER_OUTPUT, f"inferred: {len(stacked)} outputs, each judged by its own role")
     shape = stacked[0].shape[1:]

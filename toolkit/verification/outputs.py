@@ -17,12 +17,12 @@ from dataclasses import dataclass
 import numpy as np
 
 from toolkit.model.artifact import Verification
-from toolkit.verification import dense, detection, role_metrics, slices
+from toolkit.verification import dense, detection, detection_head, role_metrics, slices
 from toolkit.model import roles
 from toolkit.model.records import JsonDict, OutputMetrics, SliceMetrics
 from toolkit.verification.sequence import RecurrentRun
 from toolkit.model.tasks import Task, TaskChoice, parse_task
-from toolkit.verification.inference import alternatives, assign, infer_task, output_name
+from toolkit.verification.inference import alternatives, assign, head_role, infer_task, objectness, output_name
 from toolkit.verification.task_metrics import measure_task
 from toolkit.model.tolerance import Tolerance
 from toolkit.verification.user_metric import UserMetric, evaluate
@@ -127,12 +127,7 @@ def _choose_task(task: Task | TaskChoice | str | None, task_source: str | None, 
         else:
             choice = infer_task(ref, names, output_roles)
     if choice.task is Task.DETECTION:  # the outputs that decode as boxes and scores are judged together
-        if detection.yolo_layout(ref[0]) is not None:
-            decoded: tuple[int, ...] = (0,)
-        else:
-            ssd = detection.ssd_layout(ref, names)
-            decoded = (ssd.boxes, ssd.scores) if ssd is not None else ()
-        output_roles = assign(ref, names, declared, decoded=decoded, state=state)
+        output_roles = _detector_roles(ref, names, declared, state, choice.source)
     elif not choice.source.startswith("inferred") and choice.task in _TASK_ROLE:  # the user's task: its role
         role, first_only = _TASK_ROLE[choice.task]
         named = {d.output for d in declared}
@@ -140,6 +135,32 @@ def _choose_task(task: Task | TaskChoice | str | None, task_source: str | None, 
         output_roles = assign(ref, names, (*declared, *(roles.OutputDeclaration(n, role, choice.source)
                                                         for n in covered)), state=state)
     return choice, output_roles
+
+
+def _detector_roles(ref: list[np.ndarray], names: list[str], declared: Sequence[roles.OutputDeclaration],
+                    state: Sequence[int], source: str) -> list[roles.OutputRole]:
+    """A detector's roles: a declared raw head, or one inferred with objectness; else a decoded YOLO head or SSD
+    pair (judged together by the task's metrics); else a raw head read from the values (logits allowed: the
+    task says it is a detector)."""
+    inferred = assign(ref, names, declared, state=state)
+    if any(d.role is roles.Role.DETECTION_HEAD for d in declared) or any(objectness(r) for r in inferred):
+        return inferred  # a declared head, or one with objectness (YOLOv5's [N, 85] is no [N, 4+C] head)
+    decoded: tuple[int, ...] = ()
+    if detection.yolo_layout(ref[0]) is not None:
+        decoded = (0,)
+    else:
+        ssd = detection.ssd_layout(ref, names)
+        decoded = (ssd.boxes, ssd.scores) if ssd is not None else ()
+    found = assign(ref, names, declared, decoded=decoded, state=state)
+    if decoded or any(r.role is roles.Role.DETECTION_HEAD for r in found):
+        return found
+    named = {d.output for d in declared}
+    for k, stacked in enumerate(ref):
+        head = detection_head.infer(stacked, loose=True) if names[k] not in named else None
+        if head is not None:
+            found[k] = head_role(head, f"inferred under {source}")
+            break
+    return found
 
 
 def _too_little(samples: int, ref: Sequence[np.ndarray], tolerance: Tolerance) -> list[str]:
@@ -188,7 +209,10 @@ def verify_outputs(
     task_vacuous: list[str] = []  # why the task's own metrics prove nothing (moot where --metric judges)
     top1 = accuracy = reference_accuracy = None
     if finite and count:
-        measure_task(choice.task, ref, act, names, labels, score_threshold, task_metrics, task_vacuous, anchors)
+        heads = [o for o in per_output if o.role == roles.Role.DETECTION_HEAD]
+        task_vacuous += [why for why in (detection_head.too_few(o.name, o.metrics) for o in heads) if why]
+        if not heads or choice.task is not Task.DETECTION:  # a raw head's own metrics judge the detector
+            measure_task(choice.task, ref, act, names, labels, score_threshold, task_metrics, task_vacuous, anchors)
         top1 = task_metrics.get("top1_agreement")
         accuracy = task_metrics.get("accuracy")
         reference_accuracy = task_metrics.get("reference_accuracy")
@@ -232,13 +256,21 @@ def _output(ref: np.ndarray, act: np.ndarray, name: str, index: int, role: roles
 
 def _alternative(out: OutputMetrics, ref: np.ndarray, act: np.ndarray, role: roles.OutputRole,
                  tolerance: Tolerance) -> OutputMetrics:
-    """An output whose inferred role fails: the first other role it would pass as (``would_pass_as``), so the
-    reason can say what to declare. Declared roles are the user's word and get no alternative."""
-    if not out.role or not role_metrics.failures(out.name, out.role, out.metrics, tolerance):
+    """An output whose inferred role (or cosine) fails: the first other role it would pass as
+    (``would_pass_as``, and ``would_pass_declare``: the ``--output-task`` value), so the reason can say what to
+    declare. Declared roles are the user's word and get no alternative."""
+    if not out.role:
         return out
-    for other in alternatives(role, ref):
+    failed = bool(role_metrics.failures(out.name, out.role, out.metrics, tolerance))
+    if not failed and out.cosine_similarity >= tolerance.min_cosine:
+        return out
+    for other in alternatives(role, ref):  # a raw head is not gated by cosine: it may rescue a cosine failure
+        if not failed and other.role is not roles.Role.DETECTION_HEAD:
+            continue
         if not role_metrics.failures(out.name, other.role.value, role_metrics.score(other, ref, act), tolerance):
-            return dataclasses.replace(out, metrics={**out.metrics, "would_pass_as": other.role.value})
+            declare = {"would_pass_declare": f"{out.name}={other.role.value}{other.head.options()}"} \
+                if other.head is not None else {}
+            return dataclasses.replace(out, metrics={**out.metrics, "would_pass_as": other.role.value, **declare})
     return out
 
 

@@ -11,7 +11,8 @@ import math
 import numpy as np
 
 from toolkit.model.records import JsonDict, JsonObject
-from toolkit.verification import dense, ordinal, segmentation
+from toolkit.model.heads import HeadSpec
+from toolkit.verification import dense, detection_head, ordinal, segmentation
 from toolkit.model.roles import OutputRole, Role
 from toolkit.verification.inference import core_view
 from toolkit.model.tolerance import Tolerance
@@ -57,6 +58,11 @@ def score(role: OutputRole, ref: np.ndarray, act: np.ndarray) -> JsonDict:
         return _unless(finite, out)
     if kind is Role.ORDINAL:
         return _unless(finite, ordinal.metrics(r, a, bin_size=role.bin_size, unit=role.unit))
+    if kind is Role.DETECTION_HEAD:
+        head = detection_head.infer(ref, spec=role.head or HeadSpec(), loose=True)
+        if head is None:
+            return {"not_decoded": f"{list(ref.shape[1:])} is no [N, 4+1+C], [N, 4+C] or [4+C, N] head"}
+        return _unless(finite, detection_head.metrics(r, a, head))
     return {}
 
 
@@ -193,6 +199,10 @@ def failures(name: str, role: str | None, metrics: JsonObject, tolerance: Tolera
     elif role == Role.ORDINAL:
         checks.append(("decoded_error_bins_p95", "decoded value's error in bins (95th percentile)",
                        t.max_ordinal_error, False))
+    elif role == Role.DETECTION_HEAD and int(m.get("float_detections") or 0) >= detection_head.MIN_DETECTIONS:
+        checks += [("recall", "detection recall vs float", t.min_recall, True),
+                   ("precision", "detection precision vs float", t.min_precision, True),
+                   ("mean_iou", "mean IoU of the matched detections", t.min_detection_iou, True)]
     reasons = []
     for key, what, limit, larger in checks:
         value = m.get(key)
@@ -210,5 +220,6 @@ def would_pass_hint(name: str, metrics: JsonObject) -> str:
     other = metrics.get("would_pass_as")
     if not other:
         return ""
+    declare = metrics.get("would_pass_declare") or f"{name}={other}"
     return (f"; the role was only inferred, and as {other} this output passes: if it carries {other} values, "
-            f"declare --output-task {name}={other}")
+            f"declare --output-task {declare}")

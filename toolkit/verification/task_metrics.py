@@ -54,8 +54,10 @@ def measure_task(task: Task, ref: list[np.ndarray], act: list[np.ndarray], names
                                                                       threshold=score_threshold, logits=logits)
                                              for o in (ref, act)))
         else:
-            vacuous.append("--task detection, but the outputs are neither a YOLO-style [4+C, N] head nor separate "
-                           "box and score outputs: pass --metric for this layout")
+            vacuous.append("--task detection, but the outputs are neither a YOLO-style [4+C, N] head, a raw head "
+                           "([N, 4+1+C], [N, 4+C], [4+C, N]) nor separate box and score outputs: declare the head "
+                           "(--output-task NAME=detection-head,layout=n_5c|n_4c|4c_n,boxes=cxcywh|xyxy|grid) "
+                           "or pass --metric for this layout")
             return
         out.update(d.to_dict())
         if d.float_detections < detection.MIN_DETECTIONS:

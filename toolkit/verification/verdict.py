@@ -24,15 +24,18 @@ def failures_of(verification: Verification, tolerance: Tolerance) -> list[str]:
     if not math.isfinite(v.cosine_similarity) or not math.isfinite(v.max_abs_error):
         return ["outputs are NaN/Inf"]
     covered = set(v.user_metric.get("covers") or ()) if v.user_metric is not None else set()
+    decoded = covered | {o.name for o in v.outputs if o.role == roles.Role.DETECTION_HEAD}  # tensor stats: info
     reasons: list[str] = []
-    if not covered and v.cosine_similarity < tolerance.min_cosine:
-        reasons.append(f"cosine similarity {v.cosine_similarity:.4f} < {tolerance.min_cosine}")
-    for out in v.outputs if covered else ():  # the outputs --metric does not judge: each by its own cosine
-        if out.name not in covered and out.cosine_similarity < tolerance.min_cosine:
+    if not decoded and v.cosine_similarity < tolerance.min_cosine:
+        hint = "".join(role_metrics.would_pass_hint(o.name, o.metrics) for o in v.outputs  # a head: no cosine
+                       if len(v.outputs) == 1 and o.metrics.get("would_pass_as") == roles.Role.DETECTION_HEAD)
+        reasons.append(f"cosine similarity {v.cosine_similarity:.4f} < {tolerance.min_cosine}{hint}")
+    for out in v.outputs if decoded else ():  # the outputs judged by no decoded metric: each by its own cosine
+        if out.name not in decoded and out.cosine_similarity < tolerance.min_cosine:
             reasons.append(f"{out.name}: cosine similarity {out.cosine_similarity:.4f} < {tolerance.min_cosine}")
     if not task_covered(v.task, [o.role for o in v.outputs], [o.name for o in v.outputs], covered):
         reasons += _task_failures(v, tolerance)
-    return reasons + _output_failures(v, tolerance, covered) + _user_failures(v)
+    return reasons + _output_failures(v, tolerance, covered, decoded) + _user_failures(v)
 
 
 def task_covered(task: str | None, output_roles: Sequence[str | None], names: Sequence[str],
@@ -43,7 +46,8 @@ def task_covered(task: str | None, output_roles: Sequence[str | None], names: Se
         return False
     judged: Sequence[str] = names
     if task == Task.DETECTION:
-        judged = [n for n, r in zip(names, output_roles) if r == roles.Role.DETECTION] or names[:1]
+        judged = [n for n, r in zip(names, output_roles)
+                  if r in (roles.Role.DETECTION, roles.Role.DETECTION_HEAD)] or names[:1]
     elif task in (Task.CLASSIFICATION, Task.SEGMENTATION, Task.SEQUENCE):
         judged = names[:1]
     return all(n in covered for n in judged)
@@ -102,15 +106,17 @@ def _task_failures(v: Verification, tolerance: Tolerance) -> list[str]:
     return reasons
 
 
-def _output_failures(v: Verification, tolerance: Tolerance, covered: Collection[str]) -> list[str]:
-    """Each output's role and slice limits, for the outputs --metric does not judge."""
+def _output_failures(v: Verification, tolerance: Tolerance, covered: Collection[str],
+                     decoded: Collection[str]) -> list[str]:
+    """Each output's role limits, for the outputs --metric does not judge, and slice limits, for the outputs
+    no decoded metric judges."""
     reasons: list[str] = []
     for out in v.outputs:
         if out.name in covered:
             continue
         if out.role and out.metrics and not _judged_by_task(v.task, out):
             reasons += role_metrics.failures(out.name, out.role, out.metrics, tolerance)
-        for part in out.slices:
+        for part in out.slices if out.name not in decoded else ():
             if part.max_error_ratio > tolerance.max_slice_error:
                 reasons.append(f"{part.name}: max error {part.max_abs_error:.4g} is {part.max_error_ratio:.0%} of its "
                                f"float range {part.float_range:.4g} (> {tolerance.max_slice_error:.0%})")
