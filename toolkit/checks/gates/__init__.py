@@ -6,13 +6,15 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from toolkit.checks.gates.gate import NO_POLICY, Evidence, Gate, Limits
+from toolkit.checks.gates.gate import NO_POLICY, Evidence, Gate, Limits, Verdict
 from toolkit.checks.gates.measured import BudgetGate, OutputsGate, RanGate
 from toolkit.checks.gates.placement import PlacementGate
 from toolkit.checks.gates.regression import RegressionGate
 from toolkit.checks.gates.throughput import ThroughputGate
 from toolkit.model.device_records import GateResult
 from toolkit.model.records import JsonDict
+
+__all__ = ["GATES", "NO_POLICY", "Evidence", "Gate", "Limits", "Verdict", "judge"]
 
 GATES: tuple[Gate, ...] = (RanGate(), OutputsGate(), BudgetGate(), RegressionGate(), PlacementGate(),
                            ThroughputGate())
