@@ -20,7 +20,6 @@ from toolkit.model.options import (
     split_keywords,
     with_option_keywords,
 )
-
 from toolkit.model.records import JsonObject
 
 if TYPE_CHECKING:  # pragma: no cover
