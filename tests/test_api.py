@@ -323,3 +323,26 @@ def test_rooms_import_only_lower_floors():
                 upward.append(f"{module} -> {target} ({source} floor {floors[source]}, {destination} floor "
                               f"{floors[destination]})")
     assert upward == [], "imports that run up the floors (move the shared piece down): " + "; ".join(sorted(upward))
+
+
+@pytest.mark.fast
+def test_deploy_and_check_never_import_the_converter():
+    """The bundle's layout is its contract (toolkit.delivery.bundle): checks/, delivery/ and devices/ read a
+    bundle by it and never reach conversion/, directly or through another module, at load time or inside a
+    function (architecture.md: deploy and check never import convert)."""
+    graph = _toolkit_imports()
+    reached = []
+    for start in sorted(graph):
+        if not start.startswith(("toolkit.checks", "toolkit.delivery", "toolkit.devices")):
+            continue
+        seen, path = {start}, {start: [start]}
+        todo = [start]
+        while todo:
+            node = todo.pop()
+            for nxt in sorted(graph[node]):
+                if nxt not in seen:
+                    seen.add(nxt)
+                    path[nxt] = [*path[node], nxt]
+                    todo.append(nxt)
+        reached += [" -> ".join(path[m]) for m in sorted(seen) if m.startswith("toolkit.conversion")][:1]
+    assert reached == [], "the converter reached from deploy or check: " + "; ".join(reached)

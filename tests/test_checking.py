@@ -8,7 +8,9 @@ import json
 import numpy as np
 import pytest
 
-from toolkit.checks.checking import GateOptions, gate, regression_policy_for
+from toolkit.checks.checking import GateOptions
+from toolkit.checks.gates import GATES, Evidence, Limits, judge
+from toolkit.checks.gates.gate import NO_POLICY, Verdict
 from toolkit.model.policy import Budget, budget_for
 from toolkit.model.runner_report import parse_runner_output
 from toolkit.errors import DeviceError, UsageError
@@ -41,6 +43,13 @@ RUNNER_DOC = {
 }
 POLICY = RegressionPolicy()
 NO_BUDGET = Budget(None, skip="latency budget: the target t sets none")
+BUDGET_100 = Limits(CheckPolicy(), GateOptions(budget_ms=100.0))  # --budget-ms 100, the policy's defaults
+
+
+def gate(report, limits: Limits, *, regression: RegressionVerdict | None = None,  # type: ignore[no-untyped-def]
+         fmt: str | None = None):
+    """The check's gates (``GATES``, folded) on one report, no baseline asked for unless ``regression``."""
+    return judge(Evidence(report, artifact_format=fmt, regression=regression), limits)
 
 
 def _reports() -> list:  # type: ignore[type-arg]
@@ -54,24 +63,43 @@ def test_parse_and_gate_budget_outputs_errors() -> None:
     assert ok.latency_samples_ms == (5.0, 4.9, 5.1, 5.5, 4.8, 5.0, 6.0, 5.2)
     assert ok.to_dict()["latency_samples_ms"][0] == 5.0  # stored with the check in the history
 
-    passed = gate(ok, budget=Budget(6.0, "--budget-ms"), regression=None, regression_policy=POLICY)
+    passed = gate(ok, Limits(CheckPolicy(), GateOptions(budget_ms=6.0)))
     assert passed.passed and passed.failures == () and passed.skipped == ()
-    over = gate(ok, budget=Budget(5.0, "target pi"), regression=None, regression_policy=POLICY)
+    over = gate(ok, Limits(CheckPolicy(target="pi", latency_budget_ms=5.0)))
     assert not over.passed and over.failures == ("model.int8.tflite: p90 5.500 ms exceeds the budget of 5 ms "
                                                  "(target pi)",)
-    skipped = gate(ok, budget=NO_BUDGET, regression=None, regression_policy=POLICY)
+    skipped = gate(ok, Limits(CheckPolicy(target="t")))
     assert skipped.passed and skipped.failures == () and skipped.skipped == (NO_BUDGET.skip,)
     assert skipped.to_dict() == {"passed": True, "reasons": [], "skipped": [NO_BUDGET.skip], "details": {}}
 
-    failed = gate(missing, budget=Budget(100.0, "--budget-ms"), regression=None, regression_policy=POLICY)
+    failed = gate(missing, BUDGET_100)
     assert not failed.passed and "missing_runtime" in failed.failures[0]
     assert "pip install onnxruntime" in failed.failures[0]
 
     mismatch = json.loads(json.dumps(RUNNER_DOC))
     mismatch["reports"][0]["outputs_match"]["ok"] = False
     bad, _ = parse_runner_output(json.dumps(mismatch), device="pi", artifacts=[])
-    result = gate(bad, budget=Budget(100.0, "--budget-ms"), regression=None, regression_policy=POLICY)
+    result = gate(bad, BUDGET_100)
     assert not result.passed and "outputs differ" in result.failures[0]
+
+
+def test_gates_fold_in_list_order_and_a_report_that_did_not_run_is_judged_no_further() -> None:
+    """A gate is one entry of the list: its verdict is folded after the gates before it; the `ran` gate's verdict
+    on an error is final, and the note that the bundle carries no policy stays."""
+    ok, missing = _reports()
+
+    class Extra:  # a gate of one's own, one entry appended to GATES
+        def judge(self, evidence: Evidence, limits: Limits) -> Verdict:
+            return Verdict((f"{evidence.report.artifact}: extra",), ("extra note",), {"extra": 1})
+
+    gates = (*GATES, Extra())
+    result = judge(Evidence(ok), Limits(CheckPolicy(target="pi", latency_budget_ms=5.0)), gates)
+    assert result.failures == ("model.int8.tflite: p90 5.500 ms exceeds the budget of 5 ms (target pi)",
+                               "model.int8.tflite: extra")
+    assert result.skipped == ("extra note",) and result.details == {"extra": 1}
+    stopped = judge(Evidence(missing), Limits(None), gates)
+    assert len(stopped.failures) == 1 and stopped.failures[0].startswith("model.fp32.onnx: could not run")
+    assert stopped.skipped == (NO_POLICY,) and stopped.details == {}
 
 
 def test_gate_result_keeps_failures_and_skips_apart() -> None:
@@ -149,12 +177,12 @@ def test_regression_gate_reason_and_skip_note() -> None:
     ok, _ = _reports()
     verdict = RegressionVerdict(True, current_p50_ms=5.0, reference_ms=2.0, pooled_p50_ms=1.9, ratio=2.5,
                                 p_value=1e-12, baseline_checks=("a", "b", "c"), baseline_samples=150)
-    result = gate(ok, budget=Budget(100.0, "--budget-ms"), regression=verdict, regression_policy=POLICY)
+    result = gate(ok, BUDGET_100, regression=verdict)
     assert not result.passed
     assert result.failures[0].startswith("model.int8.tflite: p50 5.000 ms is 2.50x the slowest of the last 3 checks")
     assert result.details["regression"]["ratio"] == 2.5
     waiting = RegressionVerdict(None, skip="1 of the 5 earlier checks it compares with so far")
-    result = gate(ok, budget=Budget(100.0, "--budget-ms"), regression=waiting, regression_policy=POLICY)
+    result = gate(ok, BUDGET_100, regression=waiting)
     assert result.passed and result.skipped == (f"regression of model.int8.tflite: {waiting.skip}",)
 
 
@@ -167,15 +195,14 @@ def _onnx_report(runtime: dict, placement: dict | None = None):  # type: ignore[
 
 def test_placement_gate() -> None:
     trt = PlacementExpectation(format="onnx", on="TensorrtExecutionProvider", min_nodes_pct=90)
-    budget = Budget(100.0, "--budget-ms")
+    limits = Limits(CheckPolicy(placement=(trt,)), GateOptions(budget_ms=100.0))
 
-    def judge(report):  # type: ignore[no-untyped-def]
-        return gate(report, budget=budget, regression=None, regression_policy=POLICY, placement=(trt,),
-                    artifact_format="onnx")
+    def judged(report):  # type: ignore[no-untyped-def]
+        return gate(report, limits, fmt="onnx")
 
     absent = _onnx_report({"name": "onnxruntime", "version": "1.31.1", "providers": ["CPUExecutionProvider"],
                            "providers_missing": ["TensorrtExecutionProvider"]})
-    result = judge(absent)
+    result = judged(absent)
     assert not result.passed
     assert "no node ran on TensorrtExecutionProvider (this onnxruntime does not have it" in result.failures[0]
     partial = _onnx_report(
@@ -185,18 +212,17 @@ def test_placement_gate() -> None:
          "time_share_on_intended": 0.6,
          "fallback_ops": [{"name": "nms", "op_type": "NonMaxSuppression", "on": "CPUExecutionProvider"},
                           "TopK topk_1", {"name": "gather_3", "op_type": "Gather"}]})
-    result = judge(partial)
+    result = judged(partial)
     assert not result.passed
     assert result.failures == ("model.fp32.onnx: 7 of 10 nodes (70%) ran on TensorrtExecutionProvider; the target "
                                "expects at least 90%; fell back: NonMaxSuppression nms (on CPUExecutionProvider), "
                                "TopK topk_1, Gather gather_3",)
     full = _onnx_report({"name": "onnxruntime", "providers": ["TensorrtExecutionProvider"]},
                         {"intended": "TensorrtExecutionProvider", "nodes_total": 10, "nodes_on_intended": 10})
-    assert judge(full).passed
-    unreported = judge(_onnx_report({"name": "onnxruntime", "providers": ["TensorrtExecutionProvider"]}))
+    assert judged(full).passed
+    unreported = judged(_onnx_report({"name": "onnxruntime", "providers": ["TensorrtExecutionProvider"]}))
     assert unreported.passed and "reported no per-node placement" in unreported.skipped[0]
-    other = gate(absent, budget=budget, regression=None, regression_policy=POLICY, placement=(trt,),
-                 artifact_format="tflite")
+    other = gate(absent, limits, fmt="tflite")
     assert other.passed  # an expectation applies to its format (and file glob) only
     tpu = PlacementExpectation(format="tflite", on="edgetpu", artifacts="*_edgetpu.tflite")
     assert tpu.applies_to("model.int8_edgetpu.tflite", "tflite") and not tpu.applies_to("model.fp32.tflite", "tflite")
@@ -216,8 +242,8 @@ def test_policy_in_the_manifest_and_the_budget_from_it() -> None:
     assert budget_for(policy, GateOptions()) == Budget(profile.latency_budget_ms, "target generic-x86_64")
     assert budget_for(policy, GateOptions(budget_ms=3.0)) == Budget(3.0, "--budget-ms")
     assert budget_for(None, GateOptions()) == Budget(None)  # check adds the one NO_POLICY note instead
-    assert regression_policy_for(policy, GateOptions(regression_pct=7.0)).min_slowdown_pct == 7.0
-    assert regression_policy_for(None, GateOptions()) == RegressionPolicy()
+    assert Limits(policy, GateOptions(regression_pct=7.0)).regression.min_slowdown_pct == 7.0
+    assert Limits(None, GateOptions()).regression == RegressionPolicy()
     manifest = {"schema_version": 1, "name": "m", "created_at": "now", "toolkit_version": "t",
                 "source": {"path": "m.onnx", "sha256": "0" * 64, "framework": "onnx"}, "target": {"name": None},
                 "artifacts": []}
@@ -279,18 +305,17 @@ def test_placement_is_reported_but_not_judged_on_an_emulated_device() -> None:
     fell_back = {"intended": "xnnpack", "nodes_total": 12, "nodes_on_intended": 0, "fell_back": True,
                  "fallback_ops": [{"name": "conv", "op_type": "CONV_2D", "on": "cpu"}]}
 
-    def judge(emulated: bool):  # type: ignore[no-untyped-def]
+    def judged(emulated: bool):  # type: ignore[no-untyped-def]
         doc = json.loads(json.dumps(RUNNER_DOC))
         item = doc["reports"][0]
         item.update(artifact="model.fp32.tflite", placement=fell_back)
         doc["environment"] = {**(doc.get("environment") or {}), "arch": "aarch64", "emulated": emulated}
         (report,) = parse_runner_output(json.dumps({**doc, "reports": [item]}), device="pi", artifacts=[])
-        return gate(report, budget=Budget(100.0, "--budget-ms"), regression=None, regression_policy=POLICY,
-                    placement=(xnnpack,), artifact_format="tflite")
+        return gate(report, Limits(CheckPolicy(placement=(xnnpack,)), GateOptions(budget_ms=100.0)), fmt="tflite")
 
-    real = judge(False)
+    real = judged(False)
     assert not real.passed and "0 of 12 nodes (0%) ran on xnnpack" in real.failures[0]
-    emulated = judge(True)
+    emulated = judged(True)
     assert emulated.passed, emulated.failures
     (note,) = [s for s in emulated.skipped if s.startswith("placement of model.fp32.tflite")]
     assert "not judged on an emulated device" in note and "0 of 12 nodes (0%) ran on xnnpack" in note
@@ -308,8 +333,7 @@ def test_a_pte_placement_is_judged_on_an_emulated_device_too() -> None:
         item = {**doc["reports"][0], "artifact": "model.fp32.pte", "placement": counted}
         doc["environment"] = {**(doc.get("environment") or {}), "arch": "aarch64", "emulated": emulated}
         (report,) = parse_runner_output(json.dumps({**doc, "reports": [item]}), device="pi", artifacts=[])
-        result = gate(report, budget=Budget(100.0, "--budget-ms"), regression=None, regression_policy=POLICY,
-                      placement=(row,), artifact_format="pte")
+        result = gate(report, Limits(CheckPolicy(placement=(row,)), GateOptions(budget_ms=100.0)), fmt="pte")
         assert result.failures == ("model.fp32.pte: 9 of 10 nodes (90%) ran on xnnpack; the target expects at "
                                    "least 95%",), (emulated, result)
         assert not any(s.startswith("placement of") for s in result.skipped)

@@ -27,7 +27,7 @@ from tests.fixtures.bundles import copy_bundle, subset_bundle
 from tests.test_gates_device import local  # noqa: F401 - the `local` device fixture (a private HOME)
 from tests.fixtures.home import Home
 from toolkit.conversion import layer_probe
-from toolkit.delivery.bundle import read_bundle, sha256_file
+from toolkit.delivery.bundle import debug_name, probe_name, read_bundle, sha256_file
 from toolkit.checks.checking import GateOptions, check
 from toolkit.delivery.deployment import Device, version_dir
 from toolkit.delivery.push import push
@@ -64,10 +64,10 @@ def _break_onnx(bundle_dir: Path) -> None:
     init.CopyFrom(numpy_helper.from_array(numpy_helper.to_array(init) * np.float32(3.0), init.name))
     onnx.save(model, str(path))
     _rehash(bundle_dir, "model.int8.onnx")
-    probe = json.loads((bundle_dir / layer_probe.probe_name(path.name)).read_text())
+    probe = json.loads((bundle_dir / probe_name(path.name)).read_text())
     layer_probe.with_outputs(path, [layer["tensor"] for layer in probe["layers"]],
-                            bundle_dir / layer_probe.debug_name(path.name))
-    _rehash(bundle_dir, layer_probe.debug_name(path.name))
+                            bundle_dir / debug_name(path.name))
+    _rehash(bundle_dir, debug_name(path.name))
 
 
 def _break_tflite(bundle_dir: Path) -> None:
@@ -257,7 +257,7 @@ def test_eval_input_and_layer_probe_changed_on_the_device_are_refused_there(
     _break_onnx(bundle_dir)  # its outputs differ: the check asks the device for the layers too
     bundle = read_bundle(bundle_dir)
     vdir = version_dir(bundle.name, bundle.version)
-    changed = ("eval/input_0.npy", layer_probe.debug_name("model.int8.onnx"))
+    changed = ("eval/input_0.npy", debug_name("model.int8.onnx"))
     with _ssh_device(ssh_devices, ssh_client_key, device_python, tmp_path) as device:
         push(device, bundle)
         for name in changed:

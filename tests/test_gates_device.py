@@ -24,7 +24,8 @@ import pytest
 
 from tests.fixtures.bundles import copy_bundle, write_bundle
 from toolkit.delivery.bundle import Bundle, read_bundle, write_manifest
-from toolkit.checks.checking import NO_POLICY, GateOptions, check
+from toolkit.checks.checking import GateOptions, check
+from toolkit.checks.gates import NO_POLICY
 from toolkit.delivery.deployment import Device
 from toolkit.delivery.push import push
 from toolkit.devices.local import LocalConnection

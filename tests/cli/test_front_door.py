@@ -114,6 +114,26 @@ def test_shared_option_groups_are_on_every_command_that_takes_them(path: tuple[s
             assert option.field in signature, (path, option.field)
 
 
+def test_the_keywords_the_type_checker_sees_are_the_option_groups_fields() -> None:
+    """``**options: Unpack[...Keywords]`` (toolkit.api.keywords) lets mypy check a caller's keywords; each
+    TypedDict names exactly its group's flagged fields (a field added to a group without its keyword fails here),
+    and each verb's keywords are the groups its CLI command takes."""
+    from toolkit.api import keywords
+    from toolkit.model.options import RolloutOptions
+
+    def fields(*groups: type) -> set[str]:
+        return {o.field for group in groups for o in options_of(group)}
+
+    assert set(keywords.ConvertKeywords.__annotations__) == fields(ConvertOptions)
+    assert set(keywords.ReachKeywords.__annotations__) | {"devices"} == fields(DeviceOptions)
+    assert set(keywords.DeviceKeywords.__optional_keys__) == fields(DeviceOptions)
+    assert set(keywords.CheckKeywords.__annotations__) == fields(CheckOptions)
+    assert set(keywords.RolloutKeywords.__annotations__) == fields(RolloutOptions)
+    assert set(keywords.DeployKeywords.__optional_keys__) == fields(DeviceOptions, CheckOptions, RolloutOptions)
+    assert set(keywords.FleetCheckKeywords.__optional_keys__) == fields(DeviceOptions, CheckOptions)
+    assert set(keywords.RunKeywords.__optional_keys__) == fields(ConvertOptions, DeviceOptions, CheckOptions)
+
+
 def test_api_refuses_an_unknown_option_naming_it() -> None:
     with pytest.raises(TypeError, match="colour"):
         api.deploy("bundle", devices=["local"], colour=True)

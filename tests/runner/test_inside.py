@@ -186,7 +186,7 @@ def test_partial_delegation_and_absent_provider_are_reported_as_fallback(
     assert onnx["outputs_match"]["ok"] is True  # it ran correctly on the CPU: fallen back is not a crash...
     assert doc["ok"] is False  # ...and not a pass either
     # ...and the host's placement gate fails both, naming what fell back
-    from toolkit.checks.gates import judge_placement
+    from toolkit.checks.gates.placement import judge_placement
     from toolkit.model.runner_report import parse_runner_output
     from toolkit.model.policy import PlacementExpectation
 
@@ -317,7 +317,7 @@ def test_throughput_floor_from_a_profile_gates_the_measured_curve(
 ) -> None:
     """A user profile sets ``min_throughput_ips``; the check policy carries it; the gate judges the curve the
     runner measured (an unreachable floor fails and names the best point, a low one passes, none is skipped)."""
-    from toolkit.checks.gates import judge_throughput
+    from toolkit.checks.gates.throughput import judge_throughput
     from toolkit.model.runner_report import parse_runner_output
     from toolkit.model.targets import check_policy_from_profile
     from toolkit.model.targets import get_profile

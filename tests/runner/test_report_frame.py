@@ -15,9 +15,8 @@ import pytest
 
 from toolkit import device_side
 from toolkit.checks import runner_fate
-from toolkit.checks.checking import gate
+from toolkit.checks.gates import Evidence, Limits, judge
 from toolkit.model import runner_frame
-from toolkit.model.policy import Budget, RegressionPolicy
 from toolkit.model.runner_frame import read_frame, unframed_document
 from toolkit.model.runner_report import expected_samples, invalid_figure, parse_runner_output
 
@@ -121,6 +120,6 @@ def test_a_bad_report_carries_no_figure_and_fails_its_gate() -> None:
     (report,) = parse_runner_output(json.dumps(lying), device="pi", artifacts=["model.int8.tflite"], runs=8)
     assert report.error is not None and report.error["kind"] == "bad_report"
     assert report.latency_ms is None and report.latency_samples_ms == () and report.peak_rss_mb is None
-    verdict = gate(report, budget=Budget(None), regression=None, regression_policy=RegressionPolicy())
+    verdict = judge(Evidence(report), Limits(None))
     assert not verdict.passed and "could not run: bad_report" in verdict.failures[0]
     assert "latency_ms.p50 is -1.0" in verdict.failures[0]

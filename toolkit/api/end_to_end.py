@@ -6,9 +6,10 @@ from __future__ import annotations
 import sys
 from collections.abc import Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any  # Any: keywords the options records check; run.toml values
+from typing import TYPE_CHECKING, Any, Unpack  # Any: run.toml values (TOML scalars, lists, tables)
 
 from toolkit.api.fleet import bundle_task, selection_of
+from toolkit.api.keywords import RunKeywords
 from toolkit.api.local import convert
 from toolkit.api.results import PathLike, Progress, RunResult
 from toolkit.model.options import (
@@ -33,7 +34,7 @@ def run(
     progress: Progress | None = None,
     progress_stream: TextSink | None = sys.stderr,
     config: Mapping[str, Any] | None = None,
-    **options: Any,
+    **options: Unpack[RunKeywords],
 ) -> RunResult:
     """``edgetk run``: convert -> deploy -> check, stopping at the first stage that fails.
 

@@ -4,11 +4,12 @@
 from __future__ import annotations
 
 import sys
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any  # Any: keywords DeviceOptions checks; connections, results
+from typing import TYPE_CHECKING, TypeVar, Unpack
 
+from toolkit.api.keywords import DeployKeywords, DeviceKeywords, FleetCheckKeywords, ReachKeywords
 from toolkit.api.results import DeviceLike, DeviceResult, FleetReport, PathLike, Progress
 from toolkit.errors import UsageError
 from toolkit.model.options import (
@@ -19,11 +20,16 @@ from toolkit.model.options import (
     split_keywords,
     with_option_keywords,
 )
+from toolkit.model.records import JsonObject
 
 if TYPE_CHECKING:  # pragma: no cover
-    from toolkit.api.rollout import TextSink
+    from toolkit.api.rollout import BundleOutcome, TextSink
+    from toolkit.delivery.deployment import Device
     from toolkit.devices.spec import DeviceSpec
-    from toolkit.devices.fleet import FleetResult
+    from toolkit.devices.fleet import DeviceOutcome, FleetResult
+
+W = TypeVar("W")
+A = TypeVar("A", bound=JsonObject)
 
 
 @dataclass(frozen=True)
@@ -31,14 +37,15 @@ class DeviceSelection:
     specs: tuple[DeviceSpec, ...]
     options: DeviceOptions
 
-    def run(self, task: Callable[[Any, DeviceSpec], Any]) -> list[tuple[DeviceSpec, Any]]:
-        """``task(device, spec)`` on every device (connection opened and closed around it), concurrently."""
+    def run(self, task: Callable[[Device, DeviceSpec], W]) -> FleetResult[W]:
+        """``task(device, spec)`` on every device (connection opened and closed around it), concurrently; the
+        outcomes in the order of ``specs``."""
         from toolkit.devices import open_connection
         from toolkit.devices.fleet import run_fleet
 
         known_hosts = str(self.options.known_hosts) if self.options.known_hosts else None
 
-        def one(spec: DeviceSpec) -> Any:
+        def one(spec: DeviceSpec) -> W:
             from toolkit.delivery.deployment import Device
 
             with open_connection(
@@ -46,19 +53,17 @@ class DeviceSelection:
             ) as conn:
                 return task(Device(spec, conn), spec)
 
-        result = run_fleet(self.specs, one, parallel=self.options.parallel)
-        return [(spec, outcome) for spec, outcome in zip(self.specs, result.outcomes)]
+        return run_fleet(self.specs, one, parallel=self.options.parallel)
 
-    def run_batch(self, batch: Sequence[DeviceSpec], task: Callable[[Any, DeviceSpec], Any]) -> FleetResult[Any]:
+    def run_batch(self, batch: Sequence[DeviceSpec], task: Callable[[Device, DeviceSpec], W]) -> FleetResult[W]:
         """``task`` on ``batch`` (some of these devices: a wave) as :meth:`run` does, with this selection's
         options: the ``run_on`` of :func:`toolkit.api.rollout.deploy_in_waves`."""
-        from toolkit.devices.fleet import FleetResult
-
-        return FleetResult(tuple(o for _, o in DeviceSelection(tuple(batch), self.options).run(task)))
+        return DeviceSelection(tuple(batch), self.options).run(task)
 
 
 @with_option_keywords(DeviceOptions)
-def select_devices(devices: Iterable[DeviceLike] | DeviceLike = (), **options: Any) -> DeviceSelection:
+def select_devices(devices: Iterable[DeviceLike] | DeviceLike = (), **options: Unpack[ReachKeywords]
+                   ) -> DeviceSelection:
     """The devices named by specs (``local``, ``user@host[:port]``, aliases, inventory names) or an inventory."""
     (device_values,) = split_keywords("select_devices", {"devices": devices, **options}, DeviceOptions)
     return selection_of(build(DeviceOptions, device_values))
@@ -68,11 +73,11 @@ def selection_of(options: DeviceOptions) -> DeviceSelection:
     from toolkit.devices.inventory import resolve_specs
     from toolkit.devices.spec import DeviceSpec
 
-    devices: Any = options.devices
-    if isinstance(devices, (str, DeviceSpec)):
-        devices = [devices]
+    given: object = options.devices  # a spec string or DeviceSpec, or several (build() makes them a tuple)
+    if isinstance(given, (str, DeviceSpec)) or not isinstance(given, Iterable):
+        given = (given,)
     specs = resolve_specs(
-        [d if isinstance(d, DeviceSpec) else str(d) for d in devices],
+        [d if isinstance(d, DeviceSpec) else str(d) for d in given],
         inventory=Path(options.inventory) if options.inventory else None,
         group=options.group,
         limit=options.limit,
@@ -87,24 +92,32 @@ def selection_of(options: DeviceOptions) -> DeviceSelection:
     return DeviceSelection(specs, options)
 
 
-def _result(spec: DeviceSpec, outcome: Any, *, gated: bool) -> DeviceResult:
-    """A fleet outcome -> DeviceResult; a failed gate makes the device not ok with exit code 1."""
-    value = outcome.value
-    push = reports = selected = None
-    data: Mapping[str, Any] = {}
-    if isinstance(value, tuple):
-        push, reports, selected = value
-    elif isinstance(value, Mapping):
-        data = value
-    reports = tuple(reports or ())
-    failed = [r for r in reports if not r.gates.passed] if gated else []
+def _bundle_result(outcome: DeviceOutcome[BundleOutcome], *, gated: bool) -> DeviceResult:
+    """A deploy/check outcome -> DeviceResult; a failed gate (or nothing selected) makes the device not ok with
+    exit code 1."""
+    from toolkit.api.rollout import BundleOutcome
+
+    value = outcome.value if outcome.value is not None else BundleOutcome()
+    failed = [r for r in value.reports if not r.gates.passed] if gated else []
+    selected = value.selected
     nothing = gated and selected is not None and selected.artifact is None  # nothing passes: exit 1, say why
     code = outcome.exit_code or (1 if failed or nothing else 0)
     error = outcome.error
     if error is None and (failed or nothing):
         error = "; ".join([failure for r in failed for failure in r.gates.failures]
                           + ([f"nothing selected: {selected.reason}"] if nothing and selected else []))
-    return DeviceResult(outcome.device, code == 0, error, code, push, reports, data, selected)
+    return DeviceResult(outcome.device, code == 0, error, code, value.push, value.reports, {}, selected)
+
+
+def _answered(outcome: DeviceOutcome[A]) -> DeviceResult:
+    """A rollback/status/remove/prune/probe/setup/add-key outcome -> DeviceResult: its answer is ``data``."""
+    code = outcome.exit_code
+    return DeviceResult(outcome.device, code == 0, outcome.error, code,
+                        data=outcome.value if outcome.value is not None else {})
+
+
+def _answers(result: FleetResult[A]) -> FleetReport:
+    return FleetReport(tuple(_answered(o) for o in result.outcomes))
 
 
 def bundle_task(
@@ -135,17 +148,16 @@ def bundle_task(
         staged = deploy_in_waves(job, selection.specs, run_on=selection.run_batch, plan=WavePlan.parse(rollout.waves),
                                  max_failures=FailureLimit.parse(rollout.max_failures),
                                  rollback_on_failure=rollout.rollback_on_failure, progress_stream=stream)
-        by_name = {s.name: s for s in selection.specs}
-        results = tuple(_result(by_name[o.device], o, gated=check) for o in staged.outcomes)
+        results = tuple(_bundle_result(o, gated=check) for o in staged.outcomes)
         return FleetReport(results, store=job.store_status(), rollout=staged)
-    outcomes = selection.run(lambda device, spec: job.run(device, progress_stream=stream))
-    return FleetReport(tuple(_result(s, o, gated=check) for s, o in outcomes), store=job.store_status())
+    outcomes = selection.run(lambda device, spec: job.run(device, progress_stream=stream)).outcomes
+    return FleetReport(tuple(_bundle_result(o, gated=check) for o in outcomes), store=job.store_status())
 
 
 @with_option_keywords(DeviceOptions, CheckOptions, RolloutOptions)
 def deploy(bundle: PathLike, *, check: bool = False, force: bool = False, compress: bool = False,
            break_lock: bool = False, prune: bool = False, progress_stream: TextSink | None = sys.stderr,
-           **options: Any) -> FleetReport:
+           **options: Unpack[DeployKeywords]) -> FleetReport:
     """``edgetk deploy``: push the bundle to every device, verify it there, make it current; ``check=True``
     checks it right after; ``compress=True`` sends files gzip-compressed where that pays; ``force=True``
     deploys to a device of another arch than the bundle's target; ``break_lock=True`` breaks the bundle's lock
@@ -163,7 +175,7 @@ def deploy(bundle: PathLike, *, check: bool = False, force: bool = False, compre
 
 @with_option_keywords(DeviceOptions, CheckOptions)
 def check(bundle: PathLike, *, select: str | None = None, progress_stream: TextSink | None = None,
-          **options: Any) -> FleetReport:
+          **options: Unpack[FleetCheckKeywords]) -> FleetReport:
     """``edgetk check``: run the deployed bundle on every device, gate the reports, record them in the store;
     each device then selects the artifact it runs (toolkit.checks.selection); ``select=FILE`` pins that one."""
     device_values, check_values = split_keywords("check", options, DeviceOptions, CheckOptions)
@@ -173,15 +185,15 @@ def check(bundle: PathLike, *, select: str | None = None, progress_stream: TextS
                         progress_stream=progress_stream, pin=select)
 
 
-def _simple(caller: str, options: Mapping[str, Any], action: Callable[[Any], Mapping[str, Any]]) -> FleetReport:
+def _simple(caller: str, options: DeviceKeywords, action: Callable[[Device], JsonObject]) -> FleetReport:
+    """``action`` on every selected device; its answer is each device's ``data``."""
     (device_values,) = split_keywords(caller, options, DeviceOptions)
     selection = selection_of(build(DeviceOptions, device_values))
-    outcomes = selection.run(lambda device, spec: dict(action(device)))
-    return FleetReport(tuple(_result(s, o, gated=False) for s, o in outcomes))
+    return _answers(selection.run(lambda device, spec: dict(action(device))))
 
 
 @with_option_keywords(DeviceOptions)
-def rollback(name: str, *, break_lock: bool = False, **options: Any) -> FleetReport:
+def rollback(name: str, *, break_lock: bool = False, **options: Unpack[DeviceKeywords]) -> FleetReport:
     """``edgetk rollback``: bundle ``name``'s ``current`` back to the previous version on every device."""
     from toolkit.delivery.deployment import rollback as do_rollback
 
@@ -189,7 +201,7 @@ def rollback(name: str, *, break_lock: bool = False, **options: Any) -> FleetRep
 
 
 @with_option_keywords(DeviceOptions)
-def status(**options: Any) -> FleetReport:
+def status(**options: Unpack[DeviceKeywords]) -> FleetReport:
     """``edgetk status``: the bundles and versions installed on every device (``data["bundles"]``)."""
     from toolkit.delivery.deployment import status as do_status
 
@@ -197,7 +209,7 @@ def status(**options: Any) -> FleetReport:
 
 
 @with_option_keywords(DeviceOptions)
-def remove(name: str, *, break_lock: bool = False, **options: Any) -> FleetReport:
+def remove(name: str, *, break_lock: bool = False, **options: Unpack[DeviceKeywords]) -> FleetReport:
     """``edgetk remove``: delete bundle ``name`` (every version) from every device."""
     from toolkit.delivery.deployment import remove as do_remove
 
@@ -205,7 +217,7 @@ def remove(name: str, *, break_lock: bool = False, **options: Any) -> FleetRepor
 
 
 @with_option_keywords(DeviceOptions)
-def prune(name: str, *, keep: int = 2, break_lock: bool = False, **options: Any) -> FleetReport:
+def prune(name: str, *, keep: int = 2, break_lock: bool = False, **options: Unpack[DeviceKeywords]) -> FleetReport:
     """``edgetk prune``: remove old versions of bundle ``name`` on every device, keeping the current version and
     the ``keep - 1`` installed before it, always the rollback target (``data``: removed, kept, freed_bytes)."""
     from toolkit.delivery.deployment import prune as do_prune
@@ -216,7 +228,7 @@ def prune(name: str, *, keep: int = 2, break_lock: bool = False, **options: Any)
 
 
 @with_option_keywords(DeviceOptions)
-def probe(**options: Any) -> FleetReport:
+def probe(**options: Unpack[DeviceKeywords]) -> FleetReport:
     """``edgetk devices probe``: arch, OS, CPU, memory, runtimes and best profile (``data["probe"]``)."""
     from toolkit.devices.probe import probe_device
 
@@ -225,7 +237,7 @@ def probe(**options: Any) -> FleetReport:
 
 @with_option_keywords(DeviceOptions)
 def setup(*, runtimes: Sequence[str] = (), offline: bool = False, venv: str | None = None,
-          target: str | None = None, progress: Progress | None = None, **options: Any) -> FleetReport:
+          target: str | None = None, progress: Progress | None = None, **options: Unpack[DeviceKeywords]) -> FleetReport:
     """``edgetk devices setup``: a venv on every device with numpy and its runtimes (``data["setup"]``).
 
     ``runtimes`` default to the ones the device's target profile runs; ``offline`` downloads wheels here
@@ -244,20 +256,19 @@ def setup(*, runtimes: Sequence[str] = (), offline: bool = False, venv: str | No
     wanted = SetupOptions(runtimes=tuple(runtimes), offline=offline, venv=_venv_path(venv) if venv else None,
                           target=target)
 
-    def task(device: Any, spec: DeviceSpec) -> Mapping[str, Any]:
+    def task(device: Device, spec: DeviceSpec) -> JsonObject:
         def log(line: str) -> None:
             if progress is not None:
                 progress(f"{spec.name}: {line}")
 
         return {"setup": setup_device(device, wanted, log=log).to_dict()}
 
-    outcomes = selection.run(task)
-    return FleetReport(tuple(_result(s, o, gated=False) for s, o in outcomes))
+    return _answers(selection.run(task))
 
 
 @with_option_keywords(DeviceOptions)
 def add_key(*, public_key: PathLike | None = None, password_file: PathLike | None = None,
-            password_env: str | None = None, ask: Callable[[], str] | None = None, **options: Any) -> FleetReport:
+            password_env: str | None = None, ask: Callable[[], str] | None = None, **options: Unpack[DeviceKeywords]) -> FleetReport:
     """``edgetk devices add-key``: install the user's public key on every device over a password login, then prove
     a key login works; host keys are checked and recorded as ``devices probe --trust-new-host`` does.
 
@@ -273,7 +284,7 @@ def add_key(*, public_key: PathLike | None = None, password_file: PathLike | Non
     outcomes = add_keys(specs, public_key=public_key, password_file=password_file, password_env=password_env,
                         ask=ask, trust_new_host=chosen.trust_new_host, known_hosts=chosen.known_hosts,
                         parallel=chosen.parallel)
-    return FleetReport(tuple(_result(s, o, gated=False) for s, o in zip(specs, outcomes)))
+    return FleetReport(tuple(_answered(o) for o in outcomes))
 
 
 def _venv_path(text: str) -> str:

@@ -5,8 +5,9 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any  # Any: keywords the options records check; either optimize report
+from typing import TYPE_CHECKING, Any, Unpack  # Any: either optimize report
 
+from toolkit.api.keywords import ConvertKeywords
 from toolkit.api.results import BundleInspection, History, PathLike, Progress, TargetCatalog, TargetView
 from toolkit.errors import UsageError
 from toolkit.model.options import ConvertOptions, build, split_keywords, with_option_keywords
@@ -21,7 +22,8 @@ if TYPE_CHECKING:  # pragma: no cover
 
 
 @with_option_keywords(ConvertOptions)
-def convert(source: PathLike, *, progress: Progress | None = None, **options: Any) -> ConvertResult:
+def convert(source: PathLike, *, progress: Progress | None = None, **options: Unpack[ConvertKeywords]
+            ) -> ConvertResult:
     """``edgetk convert``: build, verify and write a bundle; returns ``ConvertResult(bundle_dir, manifest, cached)``.
 
     ``options`` are :class:`toolkit.model.options.ConvertOptions`' fields (target, calibration, precisions, ...).
@@ -34,7 +36,7 @@ def convert(source: PathLike, *, progress: Progress | None = None, **options: An
     return convert_bundle(built, progress=progress)
 
 
-def convert_options(source: PathLike, **values: Any) -> ConvertOptions:
+def convert_options(source: PathLike, **values: Unpack[ConvertKeywords]) -> ConvertOptions:
     """``ConvertOptions`` from keyword values (paths as str or Path, sequences as lists or tuples)."""
     (convert_values,) = split_keywords("convert", values, ConvertOptions)
     return build(ConvertOptions, convert_values, source=str(source))

@@ -6,12 +6,13 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypeAlias  # Any: JSON values of the --json documents
+from typing import TYPE_CHECKING, TypeAlias
 
 from toolkit.errors import worst_exit_code
+from toolkit.model.records import JsonDict, JsonObject
 
 if TYPE_CHECKING:  # pragma: no cover
-    from toolkit.api.rollout import RolloutResult
+    from toolkit.api.rollout import BundleOutcome, RolloutResult
     from toolkit.checks.selection import Selection
     from toolkit.conversion.layers import LayerTable
     from toolkit.conversion.pipeline import ConvertResult
@@ -40,12 +41,12 @@ class DeviceResult:
     exit_code: int
     push: PushResult | None = None
     reports: tuple[CheckReport, ...] = ()
-    data: Mapping[str, Any] = field(default_factory=dict)  # rollback/status/remove/probe answers
+    data: JsonObject = field(default_factory=dict)  # the answer of rollback/status/remove/prune/probe/setup/add-key
     selected: Selection | None = None  # the artifact this device selected by its check (toolkit.checks.selection)
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> JsonDict:
         """The device's entry of the CLI's ``--json`` document (docs/schemas/deploy.md)."""
-        out: dict[str, Any] = {
+        out: JsonDict = {
             "device": self.device,
             "ok": self.ok,
             "error": self.error,
@@ -65,7 +66,7 @@ class FleetReport:
 
     devices: tuple[DeviceResult, ...]
     store: StoreStatus | None = None  # where the check reports went (deploy --check, check)
-    rollout: RolloutResult[Any] | None = None  # deploy --waves: the waves, why it stopped, the rollback
+    rollout: RolloutResult[BundleOutcome] | None = None  # deploy --waves: the waves, why it stopped, the rollback
 
     @property
     def exit_code(self) -> int:
@@ -92,9 +93,9 @@ class FleetReport:
     def reports(self) -> tuple[CheckReport, ...]:
         return tuple(r for d in self.devices for r in d.reports)
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> JsonDict:
         """``{"passed", "devices": [...]}``: the document ``edgetk deploy|check --json`` prints."""
-        doc: dict[str, Any] = {"passed": self.passed, "devices": [d.to_dict() for d in self.devices]}
+        doc: JsonDict = {"passed": self.passed, "devices": [d.to_dict() for d in self.devices]}
         if self.store is not None:
             doc["store"] = self.store.to_dict()
         if self.rollout is not None:
@@ -111,7 +112,7 @@ class BundleInspection:
     artifacts: tuple[ModelInfo, ...]
     layers: Mapping[str, LayerTable] | None = None  # inspect(layers=True): artifact file -> its layer-wise table
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> JsonDict:
         doc = {
             "bundle": str(self.bundle),
             "manifest": self.manifest.to_dict(),
@@ -133,7 +134,7 @@ class RunResult:
     converted: ConvertResult
     deployed: FleetReport | None
     checked: FleetReport | None
-    config: Mapping[str, Any] = field(default_factory=dict)
+    config: JsonObject = field(default_factory=dict)
 
     @property
     def failed_stage(self) -> str | None:
@@ -174,7 +175,7 @@ class RunResult:
             out.append(DeviceResult(dep.device, chk.ok, chk.error, chk.exit_code, dep.push, chk.reports))
         return tuple(out)
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> JsonDict:
         """The document ``edgetk run --json`` prints (docs/schemas/run.md)."""
         return {
             "passed": self.passed,
@@ -194,7 +195,7 @@ class TargetCatalog:
 
     profiles: tuple[TargetProfile, ...]
 
-    def to_dict(self) -> list[dict[str, Any]]:
+    def to_dict(self) -> list[JsonDict]:
         """The document ``edgetk targets list --json`` prints: a list of profile summaries
         (docs/schemas/targets.md)."""
         return [
@@ -219,7 +220,7 @@ class TargetView:
 
     profile: TargetProfile
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> JsonDict:
         """The document ``edgetk targets show NAME --json`` prints."""
         data = dict(self.profile.to_dict())
         data["source"] = self.profile.origin
@@ -238,6 +239,6 @@ class History:
 
         return trends(list(self.checks))
 
-    def to_dict(self) -> list[dict[str, Any]]:
+    def to_dict(self) -> list[JsonDict]:
         """The document ``edgetk history --json`` prints: a list of stored check reports."""
         return [c.to_dict() for c in self.checks]

@@ -2,7 +2,7 @@
 deploy``/``check`` and ``toolkit.deploy``/``toolkit.check`` hand to the fleet runner), and staged rollouts:
 the fleet in waves (Ansible's ``serial`` + ``max_fail_percentage``), stopped after a wave in which MORE than
 ``--max-failures`` devices failed, the devices this rollout switched rolled back on request (docs/devices.md,
-"Staged rollouts"). ``Any``: a task's own result type and a Device connection (devices/ is imported lazily).
+"Staged rollouts"). Every device's outcome is typed: a job's :class:`BundleOutcome`, a rollback's answer.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar
+from typing import TYPE_CHECKING, Generic, Protocol, TypeVar
 
 from toolkit.checks.checking import require_baseline, runner_flags
 from toolkit.delivery.bundle import Bundle, read_bundle
@@ -22,6 +22,7 @@ from toolkit.errors import UsageError
 from toolkit.model.options import CheckOptions
 from toolkit.model.policy import GateOptions
 from toolkit.model.device_records import CheckReport
+from toolkit.model.records import JsonDict, JsonObject
 from toolkit.model.waves import FailureLimit, WavePlan
 from toolkit.store.guard import GuardedStore, StoreStatus
 
@@ -31,6 +32,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from toolkit.delivery.push import PushResult
 
 T = TypeVar("T")
+W = TypeVar("W")
 
 
 class TextSink(Protocol):
@@ -55,6 +57,22 @@ class JobOptions:
 
 
 @dataclass(frozen=True)
+class BundleOutcome:
+    """What a job did on one device: the push (None when it only checked), the check reports (none when it only
+    deployed) and the artifact the device selected by them (None unless it checked)."""
+
+    push: PushResult | None = None
+    reports: tuple[CheckReport, ...] = ()
+    selected: Selection | None = None
+
+    @property
+    def gate_failed(self) -> bool:
+        """A check report failed its gates, or nothing passed there so the device selected nothing."""
+        return (any(not r.gates.passed for r in self.reports)
+                or (self.selected is not None and self.selected.artifact is None))
+
+
+@dataclass(frozen=True)
 class BundleJob:
     """What to do with ``bundle`` on each device: install it (``options.install``), then check it
     (``options.check``) as ``checking`` says, gated by ``gates`` and recorded in ``store``."""
@@ -68,18 +86,18 @@ class BundleJob:
     switched: dict[str, str | None] = field(default_factory=dict, compare=False, repr=False)
     _lock: threading.Lock = field(default_factory=threading.Lock, compare=False, repr=False)
 
-    def run(self, device: Device, *, progress_stream: TextSink | None) -> tuple[PushResult | None, list[CheckReport],
-                                                                              Selection | None]:
-        """(push result or None, check reports, the device's Selection or None) on one connected device."""
+    def run(self, device: Device, *, progress_stream: TextSink | None) -> BundleOutcome:
+        """The job on one connected device: install, then check and select, as its options say."""
         from toolkit.checks.selection import apply as select
 
         pushed = self._install(device, progress_stream) if self.options.install else None
         if not self.options.check:
-            return pushed, [], None
+            return BundleOutcome(pushed)
         reports = self._check(device)
         if pushed is not None:
             pushed = self._note_replaced(device, pushed, progress_stream)
-        return pushed, reports, select(device, self.bundle, reports, pin=self.options.pin, store=self.store)
+        selected = select(device, self.bundle, reports, pin=self.options.pin, store=self.store)
+        return BundleOutcome(pushed, tuple(reports), selected)
 
     def _install(self, device: Device, progress_stream: TextSink | None) -> PushResult:
         from toolkit.delivery.push import push
@@ -150,7 +168,7 @@ class WaveResult:
     devices: tuple[str, ...]
     failed: tuple[str, ...]
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> JsonDict:
         return {"wave": self.index, "devices": list(self.devices), "failed": list(self.failed),
                 "failed_pct": round(100.0 * len(self.failed) / len(self.devices), 1) if self.devices else 0.0}
 
@@ -164,9 +182,9 @@ class RolloutResult(Generic[T]):
     outcomes: tuple[DeviceOutcome[T], ...]
     stopped: str | None  # why the rollout stopped early (None: every wave ran)
     not_started: tuple[str, ...]
-    rolled_back: tuple[DeviceOutcome[Any], ...] = ()
+    rolled_back: tuple[DeviceOutcome[JsonObject], ...] = ()  # the deployment helper's answer per device
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> JsonDict:
         return {
             "waves": [w.to_dict() for w in self.waves], "stopped": self.stopped, "not_started": list(self.not_started),
             "rolled_back": [{"device": o.device, "ok": o.ok, "error": o.error} for o in self.rolled_back],
@@ -179,7 +197,7 @@ def staged_rollout(
     *,
     plan: WavePlan,
     max_failures: FailureLimit,
-    rollback: Callable[[Sequence[DeviceSpec]], FleetResult[Any]] | None = None,
+    rollback: Callable[[Sequence[DeviceSpec]], FleetResult[JsonObject]] | None = None,
     switched: Callable[[], Sequence[str]] = lambda: (),
     failed: Callable[[DeviceOutcome[T]], bool] = lambda o: not o.ok,
 ) -> RolloutResult[T]:
@@ -200,7 +218,7 @@ def staged_rollout(
                        f"({100.0 * len(bad) / len(batch):.0f}%), more than --max-failures {max_failures}")
             break
     not_started = tuple(s.name for s in specs[start:]) if stopped else ()
-    rolled: tuple[DeviceOutcome[Any], ...] = ()
+    rolled: tuple[DeviceOutcome[JsonObject], ...] = ()
     if stopped and rollback is not None:
         names = set(switched())
         back = [s for s in specs if s.name in names]
@@ -209,14 +227,14 @@ def staged_rollout(
     return RolloutResult(tuple(waves), tuple(outcomes), stopped, not_started, rolled)
 
 
-def _check_failed(outcome: DeviceOutcome[tuple[Any, list[CheckReport], Any]]) -> bool:
-    if not outcome.ok or outcome.value is None:
-        return True
-    selection = outcome.value[2]
-    return any(not r.gates.passed for r in outcome.value[1]) or (selection is not None and selection.artifact is None)
+def _check_failed(outcome: DeviceOutcome[BundleOutcome]) -> bool:
+    return not outcome.ok or outcome.value is None or outcome.value.gate_failed
 
 
-RunOn = Callable[[Sequence[DeviceSpec], Callable[[Any, DeviceSpec], Any]], FleetResult[Any]]
+class RunOn(Protocol):
+    """Runs ``task(Device, spec)`` on each device of a batch (a wave): ``DeviceSelection.run_batch``."""
+
+    def __call__(self, batch: Sequence[DeviceSpec], task: Callable[[Device, DeviceSpec], W], /) -> FleetResult[W]: ...
 
 
 def deploy_in_waves(
@@ -228,13 +246,13 @@ def deploy_in_waves(
     max_failures: FailureLimit,
     rollback_on_failure: bool,
     progress_stream: TextSink | None = None,
-) -> RolloutResult[tuple[Any, list[CheckReport]]]:
+) -> RolloutResult[BundleOutcome]:
     """``edgetk deploy --waves``: ``job`` on the fleet wave by wave through ``run_on`` (``task(Device, spec)`` on
     each device of a wave: ``toolkit.api.fleet.DeviceSelection.run_batch``); a device fails a wave when its deploy
     or its check (gates included) fails."""
     from toolkit.delivery.deployment import rollback as switch_back
 
-    def back(device: Any, spec: DeviceSpec) -> dict[str, Any]:
+    def back(device: Device, spec: DeviceSpec) -> JsonObject:
         if job.switched.get(spec.name) is None:
             raise UsageError(f"{spec.name}: {job.bundle.name} had no earlier version there to go back to.",
                              hint=f"Remove it if needed: edgetk remove {job.bundle.name} --device ...")

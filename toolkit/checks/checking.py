@@ -2,7 +2,8 @@
 
 What is not measured is gated from the bundle's own ``check_policy`` (:mod:`toolkit.model.policy` says why),
 never from a profile looked up again by name; ``--budget-ms`` and ``--regression-pct`` override it. The gates
-(ran, outputs match, budget, regression, placement: :mod:`toolkit.checks.gates`) are in docs/verification.md.
+(ran, outputs match, budget, regression, placement, throughput: ``GATES`` in :mod:`toolkit.checks.gates`) are in
+docs/verification.md.
 """
 
 from __future__ import annotations
@@ -14,103 +15,16 @@ from dataclasses import replace
 from toolkit.delivery.bundle import Bundle
 from toolkit.delivery.deployment import Device, installed_version, version_dir
 from toolkit.errors import ToolkitError, UsageError
-from toolkit.model.policy import Budget, CheckPolicy, GateOptions, PlacementExpectation, RegressionPolicy, budget_for
-from toolkit.model.records import JsonDict
-from toolkit.model.vocabulary import Format
+from toolkit.model.policy import GateOptions, RegressionPolicy
 from toolkit.regression import RegressionVerdict, confirmed, decide
 from toolkit.store import Store, StoredCheck
-from toolkit.checks.gates import EMULATED_PLACEMENT, judge_placement, judge_throughput, regression_text
+from toolkit.checks.gates import Evidence, Limits, judge
 from toolkit.checks.runner_fate import evidence
 from toolkit.model.runner_report import invalid_figure, latency_samples, parse_runner_output
-from toolkit.model.device_records import CheckReport, GateResult
+from toolkit.model.device_records import CheckReport
 
 log = logging.getLogger(__name__)
 CHECK_TIMEOUT_S = 900.0
-NO_POLICY = ("the bundle carries no check policy (built by an older edgetk): its target's latency budget and "
-             "placement expectations are unknown and the regression gate uses the default thresholds; rebuild it "
-             "with `edgetk convert`, or pass --budget-ms")
-
-
-def regression_policy_for(policy: CheckPolicy | None, options: GateOptions) -> RegressionPolicy:
-    base = policy.regression if policy is not None else RegressionPolicy()
-    if options.regression_pct is not None:
-        return replace(base, min_slowdown_pct=options.regression_pct)
-    return base
-
-
-def gate(
-    report: CheckReport,
-    *,
-    budget: Budget,
-    regression: RegressionVerdict | None,
-    regression_policy: RegressionPolicy,
-    explicit_baseline: bool = False,
-    placement: Sequence[PlacementExpectation] = (),
-    artifact_format: str | None = None,
-    notes: Sequence[str] = (),
-    throughput_floor: float | None = None,
-) -> GateResult:
-    """Gate one measured report. ``regression`` None: no baseline asked for (``--baseline none``)."""
-    failures: list[str] = []
-    skipped: list[str] = list(notes)
-    details: JsonDict = {}
-    name = report.artifact
-    if report.error:
-        err = report.error
-        hint = f" ({err.get('hint')})" if err.get("hint") else ""
-        return GateResult(False, (f"{name}: could not run: {err.get('kind')}: {err.get('message')}{hint}",),
-                          tuple(skipped))
-    match = report.outputs_match or {}
-    if not match.get("ok"):
-        failures.append(
-            f"{name}: outputs differ from the golden outputs (max abs error {match.get('max_abs_error')}, "
-            f"top-1 agreement {match.get('top1_agreement')})"
-        )
-    lat = report.latency_ms
-    if lat is None:
-        failures.append(f"{name}: no latency was measured")
-    elif budget.ms is not None:
-        if lat.p90 > budget.ms:
-            failures.append(f"{name}: p90 {lat.p90:.3f} ms exceeds the budget of {budget.ms:g} ms ({budget.source})")
-    elif budget.skip:
-        skipped.append(budget.skip)
-    if regression is not None:
-        details["regression"] = regression.to_dict()
-        if regression.regressed:
-            failures.append(regression_text(name, regression, regression_policy, explicit_baseline))
-        elif regression.confirmed is False and regression.current_p50_ms is not None:
-            skipped.append(f"regression of {name}: not confirmed: p50 {regression.current_p50_ms:.3f} ms was "
-                           f"{regression.ratio:.2f}x the baseline, a second runner process measured "
-                           f"{regression.confirm_p50_ms:.3f} ms (one slow process, not a slower artifact)")
-        elif regression.skip:
-            skipped.append(f"regression of {name}: {regression.skip}")
-    checked = []
-    emulated = bool((report.environment or {}).get("emulated"))
-    for expectation in placement:
-        if artifact_format is None or not expectation.applies_to(name, artifact_format):
-            continue
-        failure, skip, detail = judge_placement(report, expectation)
-        if emulated and expectation.format != Format.PTE:
-            # qemu-user runs the ARM build on an x86 host: where its nodes run says nothing of the real board
-            # (XNNPACK takes no LiteRT node there), so the measured placement is reported but not judged. A .pte
-            # carries its delegation in the program (counted at convert time): the same on any board
-            detail["judged"] = False
-            skip = EMULATED_PLACEMENT.format(name=name, want=expectation.on) + (f" (here: {failure})" if failure
-                                                                                 else "")
-            failure = None
-        checked.append(detail)
-        if failure:
-            failures.append(failure)
-        if skip:
-            skipped.append(skip)
-    if checked:
-        details["placement"] = checked
-    failure, skip = judge_throughput(report, throughput_floor)
-    if failure:
-        failures.append(failure)
-    if skip:
-        skipped.append(skip)
-    return GateResult(not failures, tuple(failures), tuple(dict.fromkeys(skipped)), details)
 
 
 def _stored_samples(stored: StoredCheck) -> list[float]:
@@ -262,11 +176,9 @@ def check(
     artifacts = [a.file for a in bundle.manifest.artifacts]
     sizes = {a.file: int(a.bytes) for a in bundle.manifest.artifacts}
     reports = _run_runner(device, argv, artifacts, timeout, sizes=sizes, runs=runs, warmup=warmup)
-    policy = bundle.manifest.check_policy
-    budget = budget_for(policy, gates)
-    regression_policy = regression_policy_for(policy, gates)
+    limits = Limits(bundle.manifest.check_policy, gates)
+    regression_policy = limits.regression
     formats = {a.file: str(a.format) for a in bundle.manifest.artifacts}
-    notes = (NO_POLICY,) if policy is None else ()
 
     def judged(report: CheckReport) -> tuple[RegressionVerdict | None, bool]:
         if report.throttled:  # a throttled run decides no regression (nor a selection: toolkit.checks.selection)
@@ -285,16 +197,9 @@ def check(
             second = again.get(artifact)
             assert first is not None
             verdicts[artifact] = (confirmed(first, judged(second)[0] if second is not None else None), explicit)
-    gated = []
-    for report in reports:
-        verdict, explicit = verdicts[report.artifact]
-        result_gate = gate(
-            report, budget=budget, regression=verdict, regression_policy=regression_policy,
-            explicit_baseline=explicit, placement=policy.placement if policy else (),
-            throughput_floor=policy.min_throughput_ips if policy else None,
-            artifact_format=formats.get(report.artifact), notes=notes,
-        )
-        gated.append(replace(report, gates=result_gate))
+    gated = [replace(report, gates=judge(Evidence(report, formats.get(report.artifact), *verdicts[report.artifact]),
+                                         limits))
+             for report in reports]
     gated = on_device_accuracy(device, bundle, vdir, gated, evaluate=evaluate)
     if store is not None:
         run_id = store.new_run_id()

@@ -21,8 +21,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from toolkit.delivery import on_demand
-from toolkit.conversion.eval_set import EVAL_DIR, EVAL_LABELS, EVAL_REFERENCE
-from toolkit.delivery.bundle import Bundle, load_npz
+from toolkit.delivery.bundle import EVAL_DIR, EVAL_LABELS, EVAL_REFERENCE, Bundle, load_npz
 from toolkit.errors import UsageError
 from toolkit.model.records import JsonDict, JsonObject
 from toolkit.model.vocabulary import RunnerErrorKind

@@ -19,12 +19,11 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from toolkit.conversion.layer_probe import PROBE_SAMPLES, debug_name, float_name, probe_name, relative_error
-from toolkit.conversion.layers import LAYERS_DIR
 from toolkit.delivery import on_demand
-from toolkit.delivery.bundle import load_npz
+from toolkit.delivery.bundle import LAYERS_DIR, PROBE_SAMPLES, debug_name, float_name, load_npz, probe_name
 from toolkit.model.records import JsonDict, JsonObject
 from toolkit.model.vocabulary import Format, RunnerErrorKind
+from toolkit.verification.dense import range_error
 
 if TYPE_CHECKING:
     from toolkit.delivery.bundle import Bundle
@@ -48,7 +47,7 @@ def first_divergence(layers: Sequence[JsonObject], device: Mapping[str, np.ndarr
         key = f"t_{j}"
         if key not in device or key not in floats:
             continue
-        error = relative_error(device[key].astype(np.float32), floats[key].astype(np.float32))
+        error = range_error(device[key].astype(np.float32), floats[key].astype(np.float32))
         limit = limit_of(layer)
         entry = {"layer": layer["layer"], "op_type": layer.get("op_type"), "error": _num(error),
                  "host_error": _num(float(layer.get("host_error") or 0.0)), "limit": _num(limit),

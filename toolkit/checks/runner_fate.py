@@ -25,7 +25,6 @@ import logging
 import re
 import signal
 from collections.abc import Mapping
-from typing import Any
 
 from toolkit.delivery.deployment import Device
 from toolkit.errors import DeviceError
@@ -80,7 +79,7 @@ def _fate(result: CommandResult) -> tuple[str, signal.Signals | None]:
     return f"exited with code {code}", None
 
 
-def _memory_now(device: Device, runner: str, cgroup: Any) -> JsonObject | None:  # Any: JSON
+def _memory_now(device: Device, runner: str, cgroup: object) -> JsonObject | None:
     """The device's memory facts now (``edgetk_runner.py memory``), None when they cannot be had."""
     argv = [device.python, runner, "memory", *(["--cgroup", str(cgroup)] if cgroup else [])]
     try:
@@ -98,7 +97,7 @@ def _oom_rose(before: JsonObject | None, after: JsonObject | None) -> bool | Non
     return any(new[k] > old[k] for k in known) if known else None
 
 
-def _mb(value: Any) -> str:  # Any: a JSON number or null
+def _mb(value: object) -> str:
     return f"{value:g} MB" if isinstance(value, (int, float)) else "unknown"
 
 

@@ -14,7 +14,7 @@ import dataclasses
 import datetime as _dt
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING
 
 from toolkit.errors import UsageError, VersionReplaced
 from toolkit.model.policy import RegressionPolicy
@@ -26,6 +26,11 @@ from toolkit.model.device_records import CheckReport
 from toolkit.model.manifest import Manifest
 from toolkit.model.quantized import label_beyond
 from toolkit.model.vocabulary import ArtifactStatus
+
+if TYPE_CHECKING:  # pragma: no cover
+    from toolkit.delivery.bundle import Bundle
+    from toolkit.delivery.deployment import Device
+    from toolkit.store import Store
 
 SELECTED_FILE = "selected.json"  # in <home>/bundles/<name>/, beside ``current``
 SELECT_WAIT_S = 120.0  # how long writing the selection waits on the device for another controller's push
@@ -190,7 +195,7 @@ def choose(reports: Sequence[CheckReport], manifest: Manifest, *, device: str, v
     return Selection(artifact=winner, reason=note + reason, changed=changed, **base)  # type: ignore[arg-type]
 
 
-def write_selection(device: Any, name: str, selection: Selection) -> None:  # Any: delivery's Device
+def write_selection(device: Device, name: str, selection: Selection) -> None:
     """``selected.json`` on the device: a compare-and-swap on the installed version, under the bundle's lock there
     (``cmd_select`` in the device helper). When another controller installed another version since this check
     began, raise :class:`~toolkit.errors.VersionReplaced` naming it and its deploy's host and pid."""
@@ -206,7 +211,7 @@ def write_selection(device: Any, name: str, selection: Selection) -> None:  # An
                       timeout=SELECT_WAIT_S + 60)
     except HelperRefused as refused:
         found = refused.data.get("owner")
-        owner: dict[str, Any] = found if isinstance(found, dict) else {}  # Any: JSON
+        owner: JsonObject = found if isinstance(found, dict) else {}
         if refused.kind is HelperRefusal.LOCKED and owner.get("what") in (None, "deploy"):
             # another controller is installing: its version will replace this one
             raise VersionReplaced(
@@ -231,8 +236,8 @@ def write_selection(device: Any, name: str, selection: Selection) -> None:  # An
             "install this version again.") from None
 
 
-def apply(device: Any, bundle: Any, reports: Sequence[CheckReport], *, pin: str | None = None,
-          store: Any = None) -> Selection:  # Any: delivery's Device and Bundle, a Store (lazy imports)
+def apply(device: Device, bundle: Bundle, reports: Sequence[CheckReport], *, pin: str | None = None,
+          store: Store | None = None) -> Selection:
     """Select on ``device`` (a connected ``toolkit.delivery.deployment.Device``) from this check's gated ``reports`` of
     ``bundle``: read its previous ``selected.json``, :func:`choose`, write the new one there, record it in
     ``store`` (a history that is down loses only the record: the check's store status says so)."""

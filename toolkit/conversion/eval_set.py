@@ -8,11 +8,7 @@ from pathlib import Path
 
 import numpy as np
 
-from toolkit.delivery.bundle import save_npz
-
-EVAL_DIR = "eval"
-EVAL_REFERENCE = f"{EVAL_DIR}/reference.npz"
-EVAL_LABELS = f"{EVAL_DIR}/labels.npy"
+from toolkit.delivery.bundle import EVAL_DIR, EVAL_LABELS, EVAL_REFERENCE, save_npz
 
 
 def write_eval_set(staging: Path, *, feeds: Sequence[Mapping[str, np.ndarray]], input_names: Sequence[str],

@@ -16,37 +16,10 @@ from typing import Any
 
 import numpy as np
 
-from toolkit.conversion.layers import LAYERS_DIR, LayerError, read_table
-from toolkit.delivery.bundle import save_npz
+from toolkit.conversion.layers import LayerError, read_table
+from toolkit.delivery.bundle import PROBE_SAMPLES, debug_name, float_name, probe_name, save_npz
+from toolkit.verification.dense import range_error
 from toolkit.model.vocabulary import Format
-
-PROBE_SAMPLES = 2
-
-
-def probe_name(artifact: str) -> str:
-    """The probe (bundle-relative): the layers in graph order, their tensors and the host's INT8 error there."""
-    return f"{LAYERS_DIR}/{artifact}.probe.json"
-
-
-def float_name(artifact: str) -> str:
-    """The float model's values of the probed tensors (bundle-relative), float16, ``t_<j>``."""
-    return f"{LAYERS_DIR}/{artifact}.float.npz"
-
-
-def debug_name(artifact: str) -> str:
-    """ONNX: the artifact with the probed tensors added as graph outputs (the device needs no onnx package)."""
-    return f"{LAYERS_DIR}/{artifact}.debug.onnx"
-
-
-def relative_error(actual: np.ndarray, want: np.ndarray) -> float:
-    """RMS(actual - want) over want's range (0 when want is constant and actual equals it)."""
-    a, w = np.asarray(actual, dtype=np.float64).ravel(), np.asarray(want, dtype=np.float64).ravel()
-    if a.size != w.size or not np.all(np.isfinite(a)):
-        return math.inf
-    noise = float(np.sqrt(np.mean((a - w) ** 2))) if w.size else 0.0
-    span = float(w.max() - w.min()) if w.size else 0.0
-    return noise / span if span > 0 else (0.0 if noise == 0 else math.inf)
-
 
 # --------------------------------------------------------------------------------------------- host tensors
 
@@ -134,7 +107,7 @@ def record(staging: Path, artifact: str, fmt: str, float_artifact: Path | None,
         arrays[f"t_{len(layers)}"] = floats[tensor].astype(np.float16)
         table_error = row.rmse_range if math.isfinite(row.rmse_range) else 0.0
         layers.append({"layer": row.name, "op_type": row.op_type, "tensor": tensor,
-                       "host_error": relative_error(quantized[tensor], floats[tensor]), "table_error": table_error})
+                       "host_error": range_error(quantized[tensor], floats[tensor]), "table_error": table_error})
     if not layers:
         return "no layer probe: the float artifact has none of the table's layer tensors"
     if fmt == Format.ONNX:
@@ -142,7 +115,7 @@ def record(staging: Path, artifact: str, fmt: str, float_artifact: Path | None,
     save_npz(staging / float_name(artifact), arrays)
     probe = {"samples": len(samples), "layers": layers}
     (staging / probe_name(artifact)).write_text(json.dumps(probe, indent=1) + "\n")  # last: a probe is complete
-    return f"layer probe for a failed device check: {len(layers)} layers, {LAYERS_DIR}/{artifact}.probe.json"
+    return f"layer probe for a failed device check: {len(layers)} layers, {probe_name(artifact)}"
 
 
 def with_outputs(source: Path, names: Sequence[str], target: Path) -> None:

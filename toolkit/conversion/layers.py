@@ -28,6 +28,7 @@ import numpy as np
 
 from toolkit.conversion.base import BuiltArtifact, ConversionRequest
 from toolkit.conversion.sensitivity import Row
+from toolkit.delivery.bundle import layer_table_name
 from toolkit.model.quantized import names_layer
 from toolkit.errors import ConversionError, ToolkitError
 from toolkit.model.reading import RecordProblem, read_record
@@ -37,7 +38,6 @@ if TYPE_CHECKING:
     from toolkit.conversion.run import Candidate, ConvertRun
     from toolkit.model.recipe import Recipe
 
-LAYERS_DIR = "layers"  # bundle folder of the tables: layers/<artifact file>.json
 INT8_LEVELS = 255.0  # an int8 activation's range in quantization steps
 
 
@@ -245,7 +245,7 @@ def table_for(run: ConvertRun, recipe: Recipe, built: BuiltArtifact) -> LayerTab
 
 
 def table_path(bundle: Path, artifact_file: str) -> Path:
-    return bundle / LAYERS_DIR / f"{artifact_file}.json"
+    return bundle / layer_table_name(artifact_file)
 
 
 def bundle_table(run: ConvertRun, item: Candidate, staging: Path) -> str | None:
@@ -269,7 +269,7 @@ def bundle_table(run: ConvertRun, item: Candidate, staging: Path) -> str | None:
     worst = table.worst
     summary = f" (worst: {worst.name} {worst.op_type}, channel error {worst.channel_error:.3g})" if worst else ""
     kind = "A16W8" if item.recipe.a16w8 else "int8"
-    return f"layer-wise {kind} error table: {LAYERS_DIR}/{file}.json{summary}"
+    return f"layer-wise {kind} error table: {layer_table_name(file)}{summary}"
 
 
 def read_table(bundle: Path, artifact_file: str) -> LayerTable | None:

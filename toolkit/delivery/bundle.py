@@ -13,6 +13,17 @@ Layout (architecture.md)::
                                          self-check: a few held-out inputs and the float outputs)
     <bundle>/edgetk_runner.py            the on-device runner (stdlib + numpy + one runtime)
 
+and, pushed only when a check asks (:mod:`toolkit.delivery.on_demand`)::
+
+    <bundle>/eval/input_<i>.npy          convert --device-eval N: the first N held-out inputs
+    <bundle>/eval/reference.npz          the float model's outputs for them; eval/labels.npy their labels
+    <bundle>/layers/<artifact>.json      an INT8 artifact's layer-wise error table
+    <bundle>/layers/<artifact>.probe.json  its layer probe (:func:`probe_name`), with .float.npz and, for
+                                         ONNX, .debug.onnx beside it (:func:`float_name`, :func:`debug_name`)
+
+These names are the bundle's contract: ``convert`` writes by them and ``deploy`` and ``check`` read by them, so
+they are written here once and neither of the two imports the converter (tests/test_api.py checks that).
+
 Keys are positional because tensor names (``serving_default_image:0``) are not safe file names inside an
 ``.npz``; every artifact of a bundle has the same inputs and outputs in the same order.
 
@@ -46,6 +57,11 @@ MANIFEST = "manifest.json"
 GOLDEN_DIR = "golden"
 GOLDEN_INPUTS = f"{GOLDEN_DIR}/inputs.npz"
 GOLDEN_REFERENCE = f"{GOLDEN_DIR}/reference.npz"
+EVAL_DIR = "eval"  # convert --device-eval: input_<i>.npy, reference.npz, labels.npy (toolkit.checks.device_eval)
+EVAL_REFERENCE = f"{EVAL_DIR}/reference.npz"
+EVAL_LABELS = f"{EVAL_DIR}/labels.npy"
+LAYERS_DIR = "layers"  # an INT8 artifact's layer table (layers/<artifact file>.json) and its layer probe
+PROBE_SAMPLES = 2  # golden samples a layer probe keeps (toolkit.checks.divergence runs as many on the device)
 RUNNER_SOURCE = device_side.source_path(RUNNER_FILE)
 
 
@@ -77,6 +93,26 @@ def sha256_file(path: Path) -> str:
 
 def golden_outputs_name(artifact_file: str) -> str:
     return f"{GOLDEN_DIR}/{artifact_file}.npz"
+
+
+def layer_table_name(artifact: str) -> str:
+    """The artifact's layer-wise INT8 error table (bundle-relative)."""
+    return f"{LAYERS_DIR}/{artifact}.json"
+
+
+def probe_name(artifact: str) -> str:
+    """The layer probe (bundle-relative): the layers in graph order, their tensors and the host's INT8 error there."""
+    return f"{LAYERS_DIR}/{artifact}.probe.json"
+
+
+def float_name(artifact: str) -> str:
+    """The float model's values of the probed tensors (bundle-relative), float16, ``t_<j>``."""
+    return f"{LAYERS_DIR}/{artifact}.float.npz"
+
+
+def debug_name(artifact: str) -> str:
+    """ONNX: the artifact with the probed tensors added as graph outputs (the device needs no onnx package)."""
+    return f"{LAYERS_DIR}/{artifact}.debug.onnx"
 
 
 def safe_relative(name: str, *, what: str = "file") -> PurePosixPath:

@@ -17,7 +17,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from toolkit.delivery.bundle import safe_relative, sha256_file
+from toolkit.delivery.bundle import EVAL_DIR, LAYERS_DIR, safe_relative, sha256_file
 from toolkit.errors import DeviceError, UsageError
 from toolkit.model.manifest import FileRef
 
@@ -25,7 +25,7 @@ if TYPE_CHECKING:
     from toolkit.delivery.bundle import Bundle
     from toolkit.delivery.deployment import Device
 
-FOLDERS = ("eval", "layers")
+FOLDERS = (EVAL_DIR, LAYERS_DIR)
 UNRECORDED = "was written by an older edgetk, which did not record it in manifest.json"
 CONVERT_AGAIN = "Convert the bundle again with this edgetk (its manifest then records the file's sha256)."
 

@@ -24,6 +24,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from toolkit.model.vocabulary import CalibrationMethod, Format, IoDtype, Precision
 
 T = TypeVar("T")
+F = TypeVar("F", bound=Callable[..., object])
 
 def build(cls: type[T], values: JsonObject, **fixed: Any) -> T:  # Any: field values, checked by cls
     """An options object from keyword values by field name (unknown names refused with ``TypeError``)."""
@@ -59,11 +60,12 @@ def split_keywords(caller: str, values: JsonObject, *classes: type) -> tuple[Jso
     return tuple({k: v for k, v in values.items() if k in names} for names in fields)
 
 
-def with_option_keywords(*classes: type) -> Callable[[Callable[..., T]], Callable[..., T]]:
-    """List the option classes' fields as keyword-only parameters in the function's signature (``help()``,
-    ``inspect.signature``), in place of its ``**options``."""
+def with_option_keywords(*classes: type) -> Callable[[F], F]:
+    """List the option classes' fields as keyword-only parameters in the function's run-time signature
+    (``help()``, ``inspect.signature``), in place of its ``**options``; the type checker sees the function as
+    written (its ``**options: Unpack[...]``, :mod:`toolkit.api.keywords`)."""
 
-    def decorate(func: Callable[..., T]) -> Callable[..., T]:
+    def decorate(func: F) -> F:
         import inspect
 
         signature = inspect.signature(func)

@@ -86,7 +86,7 @@ class Tolerance(Record):
     max_label_precision_drop: Annotated[float, LIMITS["max_label_precision_drop"].rule] = 0.05
     min_mask_iou: Annotated[float, LIMITS["min_mask_iou"].rule] = 0.9
     min_box_iou: Annotated[float, LIMITS["min_box_iou"].rule] = 0.9
-    min_detection_iou: Annotated[float, LIMITS["min_detection_iou"].rule] = 0.8  # a raw head: mean IoU of matched detections
+    min_detection_iou: Annotated[float, LIMITS["min_detection_iou"].rule] = 0.8  # raw head: matched IoU
     max_relative_error: Annotated[float, LIMITS["max_relative_error"].rule] = 0.15
     # an ordinal output's decoded value, in bins, 95th percentile
     max_ordinal_error: Annotated[float, LIMITS["max_ordinal_error"].rule] = 0.5

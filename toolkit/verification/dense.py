@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 
@@ -46,3 +48,15 @@ def relative_error(ref: np.ndarray, act: np.ndarray) -> float:
     norm = float(np.linalg.norm(r))
     diff = float(np.linalg.norm(a - r))
     return diff / norm if norm > 0 else (0.0 if diff == 0 else float("inf"))
+
+
+def range_error(actual: np.ndarray, want: np.ndarray) -> float:
+    """RMS(actual - want) over want's range (0 when want is constant and actual equals it; inf when the sizes
+    differ or actual is not finite): the error a layer probe records on the host (``host_error``) and a check
+    measures on the device (:mod:`toolkit.checks.divergence`), one measure for both."""
+    a, w = np.asarray(actual, dtype=np.float64).ravel(), np.asarray(want, dtype=np.float64).ravel()
+    if a.size != w.size or not np.all(np.isfinite(a)):
+        return math.inf
+    noise = float(np.sqrt(np.mean((a - w) ** 2))) if w.size else 0.0
+    span = float(w.max() - w.min()) if w.size else 0.0
+    return noise / span if span > 0 else (0.0 if noise == 0 else math.inf)

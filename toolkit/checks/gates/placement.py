@@ -1,16 +1,18 @@
-"""The judgements behind the placement, throughput and regression gates of one measured report (the gate itself,
-and where its thresholds come from: :mod:`toolkit.checks.checking`): a failure line naming the artifact, or a
-note on why the gate could not judge."""
+"""The placement gate: where an artifact's nodes ran against the check policy's placement expectations (a
+TFLite delegate, an ONNX Runtime execution provider, the ExecuTorch backend), each judged by
+:func:`judge_placement`: a failure line naming the artifact, or a note on why it could not judge."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 
-from toolkit.model.policy import PlacementExpectation, RegressionPolicy
+from dataclasses import dataclass
+
+from toolkit.checks.gates.gate import Evidence, Limits, Verdict
+from toolkit.model.policy import PlacementExpectation
 from toolkit.model.device_records import CheckReport
 from toolkit.model.records import JsonDict
 from toolkit.model.vocabulary import Format
-from toolkit.regression import RegressionVerdict
 
 
 def _same_place(a: str, b: str) -> bool:
@@ -73,39 +75,28 @@ def judge_placement(report: CheckReport, expectation: PlacementExpectation) -> t
     return None, f"placement of {name}: the runner reported no per-node placement to judge {want}", detail
 
 
-def regression_text(name: str, verdict: RegressionVerdict, policy: RegressionPolicy, explicit: bool) -> str:
-    assert verdict.current_p50_ms is not None and verdict.reference_ms is not None
-    against = (f"baseline {verdict.baseline_checks[0]}" if explicit
-               else f"the slowest of the last {len(verdict.baseline_checks)} checks")
-    return (f"{name}: p50 {verdict.current_p50_ms:.3f} ms is {verdict.ratio:.2f}x {against} "
-            f"({verdict.reference_ms:.3f} ms; {verdict.baseline_samples} baseline samples, Mann-Whitney "
-            f"p={verdict.p_value:.2g}); a regression is more than +{policy.min_slowdown_pct:g}% and "
-            f"+{policy.min_slowdown_ms:g} ms"
-            + (f"; a second runner process confirmed it (p50 {verdict.confirm_p50_ms:.3f} ms)"
-               if verdict.confirmed else ""))
+@dataclass(frozen=True)
+class PlacementGate:
+    """Every placement expectation of the policy that applies to the artifact (its format and file glob); on an
+    emulated device (qemu-user runs the ARM build on an x86 host) where the nodes of a TFLite or ONNX artifact run
+    says nothing of the real board (XNNPACK takes no LiteRT node there), so its placement is reported, not
+    judged. A .pte carries its delegation in the program (counted at convert time): the same on any board."""
 
-
-def judge_throughput(report: CheckReport, floor: float | None) -> tuple[str | None, str | None]:
-    """(failure, skip note) of the throughput gates: batched outputs must equal batch-1 outputs per sample, and
-    the best point of the curve must reach the policy's floor (skipped, and said, without --throughput)."""
-    name = report.artifact
-    curve = report.throughput or {}
-    per_sample = curve.get("per_sample") or {}
-    if per_sample.get("ok") is False:
-        bad = [c for c in per_sample.get("checks") or [] if not c.get("ok")]
-        worst = ", ".join(f"batch {c.get('batch')}: max abs error {c.get('max_abs_error')}" for c in bad)
-        return (f"{name}: outputs at batch > 1 differ from batch-1 outputs per sample ({worst}; tolerance "
-                f"{per_sample.get('tolerance')})", None)
-    if floor is None:
-        return None, None
-    points = [p for p in curve.get("points") or [] if p.get("inferences_per_s")]
-    if not points:
-        why = curve.get("error") or "run the check with --throughput"
-        return None, f"throughput floor of {floor:g}/s for {name}: not measured ({why})"
-    best = max(points, key=lambda p: float(p["inferences_per_s"]))
-    where = (f"batch {best.get('batch')}" if curve.get("mode") == "batch"
-             else f"{best.get('in_flight')} requests in flight")
-    if float(best["inferences_per_s"]) < floor:
-        return (f"{name}: at most {float(best['inferences_per_s']):.1f} inferences/s ({where}); the target asks "
-                f"for at least {floor:g}/s", None)
-    return None, None
+    def judge(self, evidence: Evidence, limits: Limits) -> Verdict:
+        report, fmt = evidence.report, evidence.artifact_format
+        expectations = limits.policy.placement if limits.policy is not None else ()
+        emulated = bool((report.environment or {}).get("emulated"))
+        failures, skipped, checked = [], [], []
+        for expectation in expectations:
+            if fmt is None or not expectation.applies_to(report.artifact, fmt):
+                continue
+            failure, skip, detail = judge_placement(report, expectation)
+            if emulated and expectation.format != Format.PTE:
+                detail["judged"] = False
+                skip = EMULATED_PLACEMENT.format(name=report.artifact, want=expectation.on) + (
+                    f" (here: {failure})" if failure else "")
+                failure = None
+            checked.append(detail)
+            failures += [failure] if failure else []
+            skipped += [skip] if skip else []
+        return Verdict(tuple(failures), tuple(skipped), {"placement": checked} if checked else {})
