@@ -246,9 +246,15 @@ class Device:
         return data
 
     def info(self) -> dict[str, Any]:  # Any: JSON
+        """The device's probe (the helper's ``info``), asked once per device and remembered."""
         if self._info is None:
             self._info = self.helper("info")
         return self._info
+
+    def remember_info(self, info: dict[str, Any]) -> None:  # Any: JSON
+        """Keep ``info`` as this device's probe: one a push's begin already answered, reused by whatever follows
+        on this device (check) instead of asking again."""
+        self._info = info
 
     @property
     def python(self) -> str:

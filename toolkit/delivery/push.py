@@ -199,7 +199,7 @@ class _Push:
             device = self.device
             info = plan.get("info")
             if isinstance(info, dict):
-                device._info = info  # the probe of this push, reused by whatever follows on this device (check)
+                device.remember_info(info)  # the probe of this push, reused by what follows on this device
             warnings = _setup_warnings(device, info if isinstance(info, dict) else {})
             for warning in warnings:
                 print(f"warning: {warning}", flush=True,
