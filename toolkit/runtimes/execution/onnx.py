@@ -13,7 +13,7 @@ from toolkit.runtimes.execution import HostSession
 from toolkit.model.tensors import TensorSpec
 from toolkit.model.vocabulary import Runtime
 
-_ORT_TYPES = {
+ORT_TYPES = {  # ONNX Runtime's type names -> numpy dtype names (host sessions and onnx_checks read them)
     "tensor(float)": "float32",
     "tensor(float16)": "float16",
     "tensor(double)": "float64",
@@ -32,7 +32,7 @@ _ORT_TYPES = {
 
 def _spec(arg: Any) -> TensorSpec:  # Any: an onnxruntime NodeArg (untyped)
     shape = tuple(d if isinstance(d, int) and d > 0 else None for d in (arg.shape or ()))
-    return TensorSpec(arg.name, shape, _ORT_TYPES.get(arg.type, "float32"))
+    return TensorSpec(arg.name, shape, ORT_TYPES.get(arg.type, "float32"))
 
 
 class OnnxSession(HostSession):

@@ -99,9 +99,10 @@ def _size(buffer: Any) -> int:  # Any: generated schema code
 
 
 def tflite_layers(path: Path) -> list[Layer]:
-    from toolkit.runtimes.inspection.tflite import _OpView, _schema, _text, is_integer_op, schema_names, tensor_dtype
+    from toolkit.runtimes.inspection.tflite import (OpView, flatbuffer_schema, is_integer_op, schema_names,
+                                                   schema_text, tensor_dtype)
 
-    schema = _schema()
+    schema = flatbuffer_schema()
     model = schema.ModelT.InitFromPackedBuf(Path(path).read_bytes(), 0)
     type_names, op_names = schema_names(schema)
     buffers = model.buffers or []
@@ -137,10 +138,10 @@ def tflite_layers(path: Path) -> list[Layer]:
             shapes = [[int(d) for d in tensors[w].shape] for w in weights]
             params = sum(math.prod(s) for s in shapes)
             size = sum(_size(buffers[tensors[w].buffer]) for w in weights)
-            view = _OpView(name, tuple(dtype(tensors[i]) for i in ins), tuple(dtype(tensors[i]) for i in outs), ())
+            view = OpView(name, tuple(dtype(tensors[i]) for i in ins), tuple(dtype(tensors[i]) for i in outs), ())
             out = tensors[outs[0]].shape
             out = None if out is None else [int(d) for d in out]
-            layers.append(Layer(_text(tensors[outs[0]].name), name, params, size,
+            layers.append(Layer(schema_text(tensors[outs[0]].name), name, params, size,
                                 _macs(name, out, shapes, params,
                                       channels_first=False), is_integer_op(view)))
     return layers
