@@ -11,9 +11,9 @@ from __future__ import annotations
 import signal
 from typing import Any
 
-import paramiko
 from paramiko.common import MSG_CHANNEL_REQUEST
 
+from toolkit.compat import paramiko as paramiko_compat
 from toolkit.devices.ssh_window import WINDOW_PUMP_HANDLERS
 
 
@@ -26,7 +26,7 @@ def _request(chan: Any, message: Any) -> None:  # Any: paramiko's Channel and Me
         chan.status_event.set()
         return
     message.packet.seek(start)
-    paramiko.Channel._handle_request(chan, message)
+    paramiko_compat.handle_channel_request(chan, message)
 
 
 def signal_status(chan: Any, status: int) -> tuple[int, str | None]:  # Any: paramiko.Channel

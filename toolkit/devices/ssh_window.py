@@ -40,8 +40,9 @@ import threading
 import time
 from typing import Any
 
-import paramiko
 from paramiko.common import MSG_CHANNEL_WINDOW_ADJUST, cMSG_CHANNEL_DATA
+
+from toolkit.compat import paramiko as paramiko_compat
 
 PACKET_HEADROOM = 64  # paramiko keeps this much of the server's largest packet for the packet's own fields
 DATA = bytes(cMSG_CHANNEL_DATA)
@@ -144,11 +145,11 @@ class WindowSender:
 
 
 def _adjust_then_pump(chan: Any, message: Any) -> None:  # Any: paramiko's Channel and Message
-    paramiko.Channel._window_adjust(chan, message)
+    paramiko_compat.adjust_window(chan, message)
     pump = getattr(chan, "window_pump", None)
     if pump is not None:
         pump()
 
 
 # a transport class's ``_channel_handler_table``: paramiko's, a window adjustment also calling the channel's pump
-WINDOW_PUMP_HANDLERS = {**paramiko.Transport._channel_handler_table, MSG_CHANNEL_WINDOW_ADJUST: _adjust_then_pump}
+WINDOW_PUMP_HANDLERS = {**paramiko_compat.channel_handlers(), MSG_CHANNEL_WINDOW_ADJUST: _adjust_then_pump}
