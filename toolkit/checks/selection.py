@@ -27,7 +27,6 @@ from toolkit.model.manifest import Manifest
 from toolkit.model.quantized import label_beyond
 from toolkit.model.vocabulary import ArtifactStatus
 
-SELECTED_FILE = "selected.json"  # in <home>/bundles/<name>/, beside ``current``
 SELECT_WAIT_S = 120.0  # how long writing the selection waits on the device for another controller's push
 # statuses that passed verification at convert time; UNVERIFIED (verification proved nothing) is in the running
 # only where no verified artifact is

@@ -25,9 +25,6 @@ from typing import Any
 from toolkit.devices.spec import LOCAL, DeviceSpec, device_home
 from toolkit.errors import UsageError
 
-# The keys of a [devices.NAME] table (the schema, toolkit.model.schemas.inventory, is the one definition).
-DEVICE_KEYS = ("host", "port", "user", "identity_file", "python", "target", "groups", "known_hosts", "home")
-
 
 def _did_you_mean(key: str, choices: tuple[str, ...] | list[str]) -> str:
     from toolkit.model.schemas.problems import did_you_mean

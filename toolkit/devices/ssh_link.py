@@ -30,7 +30,6 @@ from __future__ import annotations
 import logging
 import os
 import socket
-import time
 from pathlib import Path
 from types import TracebackType
 from typing import Any, Self
@@ -88,7 +87,6 @@ class SshLink:
         self._passphrase = passphrase if passphrase is not None else os.environ.get("EDGETK_SSH_PASSPHRASE")
         self._proxy_jump = proxy_jump
         self._transport_obj: paramiko.Transport | None = None
-        self._stream: WatchedSocket | None = None
         self._watchdog: Watchdog | None = None
         self._sftp: paramiko.SFTPClient | None = None
         self._sftp_broken: str | None = None  # why SFTP cannot be used: files then go over exec channels
@@ -99,7 +97,6 @@ class SshLink:
         self._noise_reported = False
         self.options: SshOptions | None = None
         self.shell_noise: str | None = None  # what the login shell printed before a command, if anything
-        self.connect_seconds: float | None = None
 
     # ----------------------------------------------------------------------------------------- connecting
 
@@ -203,7 +200,6 @@ class SshLink:
             return self._transport_obj
         if self._lost is not None:
             raise self._lost  # after a drop, a reconnect would wait on a dead link again; fail at once
-        started = time.perf_counter()
         opts = self.resolved_options()
         timeout = self.timeout_s()
         try:
@@ -248,8 +244,6 @@ class SshLink:
             ) from None
         transport.set_keepalive(KEEPALIVE_S)
         self._transport_obj = transport
-        self._stream = stream
-        self.connect_seconds = time.perf_counter() - started
         return transport
 
 

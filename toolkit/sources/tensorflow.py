@@ -173,7 +173,6 @@ class KerasSource(TensorFlowSource):
             )
         self.model = model
         self._structure = keras_compat.inputs_structure(model)
-        self._input_tensors = tensors
         self._inputs = tuple(
             TensorSpec(name=str(t.name), shape=_spec_shape(t.shape), dtype=_dtype_name(t.dtype))
             for t in tensors

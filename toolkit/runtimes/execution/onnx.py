@@ -51,7 +51,6 @@ class OnnxSession(HostSession):
         self.path = Path(path)
         if not self.path.is_file():
             raise UsageError(f"{self.path} does not exist.", hint="Pass the path of an .onnx artifact.")
-        self.runtime_version = ort.__version__
         self.threads = threads
         options = ort.SessionOptions()
         options.log_severity_level = 3

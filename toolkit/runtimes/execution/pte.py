@@ -34,9 +34,6 @@ class PteSession(HostSession):
         meta = program.metadata("forward")
         self._inputs = tensor_specs(meta, "input")
         self._outputs = tensor_specs(meta, "output")
-        from importlib import metadata
-
-        self.runtime_version = metadata.version("executorch")
 
     def run_raw(self, feeds: Mapping[str, np.ndarray]) -> list[np.ndarray]:
         args = [self._torch.from_numpy(np.ascontiguousarray(feeds[spec.name])) for spec in self._inputs]

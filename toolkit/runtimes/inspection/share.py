@@ -76,8 +76,7 @@ def share_of(layers: Sequence[Layer], why: Callable[[str], str] = lambda name: L
     )
 
 
-def _macs(op: str, out_shape: Sequence[int] | None, weight_shapes: Sequence[Sequence[int]], params: int,
-          *, channels_first: bool) -> int:
+def _macs(op: str, out_shape: Sequence[int] | None, params: int, *, channels_first: bool) -> int:
     if op in _LOOKUPS:
         return 0
     if not out_shape:
@@ -142,8 +141,7 @@ def tflite_layers(path: Path) -> list[Layer]:
             out = tensors[outs[0]].shape
             out = None if out is None else [int(d) for d in out]
             layers.append(Layer(schema_text(tensors[outs[0]].name), name, params, size,
-                                _macs(name, out, shapes, params,
-                                      channels_first=False), is_integer_op(view)))
+                                _macs(name, out, params, channels_first=False), is_integer_op(view)))
     return layers
 
 
@@ -194,8 +192,7 @@ def onnx_model_layers(model: Any) -> list[Layer]:  # Any: onnx.ModelProto (onnx 
             size = sum(math.prod(w.dims) * onnx.helper.tensor_dtype_to_np_dtype(w.data_type).itemsize for w in weights)
             out = next((shapes.get(o) for o in node.output if o), None)
             layers.append(Layer(node.name or f"<{node.op_type}>", node.op_type, params, size,
-                                _macs(node.op_type, out, [list(w.dims) for w in weights], params,
-                                      channels_first=node.op_type in _CHANNELS_FIRST), integer,
+                                _macs(node.op_type, out, params, channels_first=node.op_type in _CHANNELS_FIRST), integer,
                                 nested=index > 0))
     return layers
 
