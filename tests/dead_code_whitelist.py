@@ -42,7 +42,6 @@ _.log_severity_level, _.graph_optimization_level, _.optimized_model_filepath  # 
 _.intra_op_num_threads, _.inter_op_num_threads  # onnxruntime SessionOptions
 _.dim_param  # ONNX shape dimensions
 _.optimizations, _.supported_types, _.representative_dataset, _.experimental_mlir_quantizer  # TFLiteConverter
-_._experimental_calibrate_only, _._experimental_disable_per_channel  # TFLiteConverter (toolkit/compat/tensorflow.py)
 _.supported_ops, _.signature_key  # TFLiteConverter target_spec; a SavedModel's serving signature
 _.training  # torch modules put in eval mode
 _.auth_timeout, _.banner_timeout, _.MAX_REQUEST_SIZE, _.seqno  # paramiko Transport, SFTP file, Message

@@ -34,17 +34,18 @@ def producing_layer_name(tensor: Any) -> str:  # Any: a KerasTensor
     return str(tensor._keras_history.operation.name)
 
 
-def producing_layer_name_or(tensor: Any, default: str) -> str:  # Any: a KerasTensor
-    """As :func:`producing_layer_name`, or ``default`` for a tensor with no history (an input's)."""
+def producing_layer_name_or(tensor: object, default: str) -> str:
+    """As :func:`producing_layer_name` (``tensor``: a KerasTensor), or ``default`` for a tensor with no history
+    (an input's)."""
     history = getattr(tensor, "_keras_history", None)
     name = getattr(getattr(history, "operation", None), "name", None)
     return str(name or default)
 
 
-def inputs_structure(model: Any) -> Any:  # Any: a Keras model; the structure its inputs were built in
+def inputs_structure(model: object) -> Any:  # Any: the structure its inputs were built in (nested, Keras's)
     """The structure ``model``'s inputs were built in (a dict, a list, one tensor), or None when it has none
     (a Sequential model reads its inner Functional's)."""
     structure = getattr(model, "_inputs_struct", None)
     if structure is None and hasattr(model, "_functional"):
-        structure = getattr(model._functional, "_inputs_struct", None)
+        structure = getattr(getattr(model, "_functional"), "_inputs_struct", None)
     return structure

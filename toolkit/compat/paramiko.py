@@ -40,8 +40,8 @@ MEMBERS = (
     *(Member("paramiko:Packetizer", _MANGLED + name, instance=True) for name in PACKETIZER_FIELDS),
 )
 
-# A handler in a transport's channel handler table: (channel, message) -> None (Any: paramiko is untyped).
-Handler = Callable[[Any, Any], None]
+# A handler in a transport's channel handler table: (channel, message) -> None.
+Handler = Callable[[paramiko.Channel, paramiko.Message], None]
 
 
 def preferred_ciphers() -> tuple[str, ...]:
@@ -49,7 +49,7 @@ def preferred_ciphers() -> tuple[str, ...]:
     return tuple(paramiko.Transport._preferred_ciphers)
 
 
-def cipher_info() -> dict[str, dict[str, Any]]:  # Any: paramiko's cipher records (a class, sizes, flags)
+def cipher_info() -> dict[str, dict[str, object]]:
     """paramiko's cipher table: name -> its record (a Transport subclass adds its ciphers to a copy)."""
     return dict(paramiko.Transport._cipher_info)
 
@@ -59,12 +59,12 @@ def channel_handlers() -> dict[int, Handler]:
     return dict(paramiko.Transport._channel_handler_table)
 
 
-def handle_channel_request(chan: Any, message: Any) -> None:  # Any: paramiko's Channel and Message
+def handle_channel_request(chan: paramiko.Channel, message: paramiko.Message) -> None:
     """paramiko's own handling of a channel request (exec, exit-status, ...)."""
     paramiko.Channel._handle_request(chan, message)
 
 
-def adjust_window(chan: Any, message: Any) -> None:  # Any: paramiko's Channel and Message
+def adjust_window(chan: paramiko.Channel, message: paramiko.Message) -> None:
     """paramiko's own handling of a window adjustment (more room to send on ``chan``)."""
     paramiko.Channel._window_adjust(chan, message)
 

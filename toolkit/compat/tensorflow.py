@@ -34,23 +34,24 @@ def model_object(model: bytes) -> Any:  # Any: the flatbuffer schema's ModelT (g
     return tf_util._convert_model_from_bytearray_to_object(model)
 
 
-def model_bytes(model: Any) -> bytes:  # Any: the flatbuffer schema's ModelT (generated code)
+def model_bytes(model: object) -> bytes:
     """The object form (``ModelT``) written back as a .tflite flatbuffer."""
     from tensorflow.lite.python import util as tf_util
 
     return bytes(tf_util._convert_model_from_object_to_bytearray(model))
 
 
-def calibrate_only(converter: Any) -> None:  # Any: a tf.lite.TFLiteConverter
-    """Make ``converter`` stop after calibration: the float model with the recorded tensor ranges."""
-    converter._experimental_calibrate_only = True
+def calibrate_only(converter: object) -> None:
+    """Make ``converter`` (a ``tf.lite.TFLiteConverter``) stop after calibration: the float model with the
+    recorded tensor ranges."""
+    setattr(converter, "_experimental_calibrate_only", True)
 
 
-def per_tensor_weights(converter: Any) -> None:  # Any: a tf.lite.TFLiteConverter
-    """Make ``converter`` quantize weights per tensor instead of per channel."""
-    converter._experimental_disable_per_channel = True
+def per_tensor_weights(converter: object) -> None:
+    """Make ``converter`` (a ``tf.lite.TFLiteConverter``) quantize weights per tensor instead of per channel."""
+    setattr(converter, "_experimental_disable_per_channel", True)
 
 
-def debugger_interpreter(debugger: Any) -> Any:  # Any: TF's QuantizationDebugger and its Interpreter
-    """The quantization debugger's interpreter of the quantized model."""
-    return debugger._quant_interpreter
+def debugger_interpreter(debugger: object) -> Any:  # Any: TF's Interpreter (tensorflow is untyped)
+    """The quantization debugger's (TF's ``QuantizationDebugger``) interpreter of the quantized model."""
+    return getattr(debugger, "_quant_interpreter")

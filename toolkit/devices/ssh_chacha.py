@@ -32,6 +32,7 @@ from paramiko.packet import Packetizer
 
 from toolkit.compat import paramiko as paramiko_compat
 from toolkit.devices.ssh_signal import CHANNEL_HANDLERS
+from toolkit.devices.ssh_watch import ByteStream
 
 CHACHA = "chacha20-poly1305@openssh.com"
 TAG = 16
@@ -91,7 +92,7 @@ class ChachaPacketizer(Packetizer):  # type: ignore[misc, unused-ignore]  # para
     def _get(self, name: str) -> Any:  # Any: the field's own type
         return paramiko_compat.packetizer_field(self, name)
 
-    def _set(self, name: str, value: Any) -> None:
+    def _set(self, name: str, value: object) -> None:
         paramiko_compat.set_packetizer_field(self, name, value)
 
     _ahead: tuple[bytes, ChachaKey, int, bytes] | None = None  # payload, key, sequence number, sealed packet
@@ -195,5 +196,5 @@ class ChachaTransport(paramiko.Transport):  # type: ignore[misc, unused-ignore] 
     # a window adjustment sends an exec stream's next packet at once; a command's exit-signal is read (ssh_signal)
     _channel_handler_table = CHANNEL_HANDLERS
 
-    def __init__(self, sock: Any, **kwargs: Any) -> None:  # Any: paramiko's socket-likes and options
+    def __init__(self, sock: ByteStream, **kwargs: object) -> None:
         super().__init__(sock, packetizer_class=ChachaPacketizer, **kwargs)

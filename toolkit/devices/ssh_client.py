@@ -21,6 +21,7 @@ falls back too. A host key the client refuses is refused: never retried elsewher
 
 from __future__ import annotations
 
+import io
 import logging
 import shutil
 import subprocess
@@ -29,7 +30,6 @@ import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
-from typing import Any
 
 from toolkit.devices.connection import Progress, quote_argv
 from toolkit.devices.ssh import OUT_MARK, SshConnection
@@ -156,7 +156,7 @@ class _ClientRun:
         for reader in self.readers:
             reader.start()
 
-    def _read(self, pipe: Any, buf: bytearray) -> None:  # Any: a binary pipe
+    def _read(self, pipe: io.BufferedReader, buf: bytearray) -> None:
         while chunk := pipe.read1(1 << 16):
             with self.changed:
                 buf += chunk

@@ -32,7 +32,7 @@ import os
 import socket
 from pathlib import Path
 from types import TracebackType
-from typing import Any, Self
+from typing import Self
 
 import paramiko
 
@@ -40,7 +40,7 @@ from toolkit.devices.spec import DeviceSpec, parse_spec
 from toolkit.devices.ssh_config import SshOptions, resolve
 from toolkit.devices.ssh_chacha import CHACHA, ChachaTransport
 from toolkit.devices.ssh_auth import authenticate, check_host_key, home_relative, prefer_known_key_types
-from toolkit.devices.ssh_watch import Watchdog, WatchedSocket
+from toolkit.devices.ssh_watch import ByteStream, Watchdog, WatchedSocket
 from toolkit.errors import DeviceError, DeviceStopped, DeviceUnreachable, LinkDropped
 
 log = logging.getLogger(__name__)
@@ -171,7 +171,7 @@ class SshLink:
                 sock.setsockopt(socket.IPPROTO_TCP, getattr(socket, opt), value)
         return sock
 
-    def _open_stream(self, opts: SshOptions, timeout: float) -> Any:  # Any: any socket-like stream
+    def _open_stream(self, opts: SshOptions, timeout: float) -> ByteStream:
         """A byte stream to the device's sshd: through the jump host(s), a ProxyCommand, or straight."""
         if opts.proxy_jump:
             chain = [j.strip() for j in opts.proxy_jump.split(",") if j.strip()]

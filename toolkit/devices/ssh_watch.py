@@ -27,11 +27,23 @@ class Watched(Protocol):
         device stopped answering (TCP still acknowledged)."""
 
 
+class ByteStream(Protocol):
+    """A transport's byte stream as paramiko uses it: a socket, a ProxyJump channel or a ProxyCommand."""
+
+    def recv(self, size: int, /) -> bytes: ...
+
+    def send(self, data: bytes, /) -> int: ...
+
+    def settimeout(self, value: float | None, /) -> None: ...
+
+    def close(self) -> None: ...
+
+
 class WatchedSocket:
     """The transport's byte stream (a socket, a ProxyJump channel or a ProxyCommand) with the time of the last
     byte received: the watchdog's clock."""
 
-    def __init__(self, inner: Any) -> None:  # Any: a paramiko socket or channel
+    def __init__(self, inner: ByteStream) -> None:
         self.inner = inner
         self.last_recv = time.monotonic()
 
@@ -76,7 +88,7 @@ class WatchedSocket:
         except Exception:  # closing a dead stream must never raise
             pass
 
-    def __getattr__(self, name: str) -> Any:
+    def __getattr__(self, name: str) -> Any:  # Any: whatever else paramiko asks of the stream, passed through
         return getattr(self.inner, name)
 
 
