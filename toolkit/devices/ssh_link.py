@@ -92,8 +92,8 @@ class SshLink:
         self._sftp_broken: str | None = None  # why SFTP cannot be used: files then go over exec channels
         self._jump: SshLink | None = None
         self._lost: LinkDropped | None = None  # once the link is gone: no silent reconnect after that
-        self._stopped: str | None = None  # set by the watchdog: the device stopped answering
-        self._silent: str | None = None  # set by the watchdog: silence and no TCP acknowledgements (a dead link)
+        self._stopped: str | None = None  # the watchdog reported (watchdog_cut): the device stopped answering
+        self._silent: str | None = None  # the watchdog reported silence and no TCP acknowledgements (a dead link)
         self._noise_reported = False
         self.options: SshOptions | None = None
         self.shell_noise: str | None = None  # what the login shell printed before a command, if anything
