@@ -213,7 +213,7 @@ class SshLink:
         transport.banner_timeout = timeout
         # the watchdog covers the handshake too: a device that freezes while we log in is noticed as well
         self._watchdog = Watchdog(self, transport, stream, opts.server_alive_interval or ALIVE_INTERVAL_S,
-                                   opts.server_alive_count_max or ALIVE_COUNT_MAX)
+                                  opts.server_alive_count_max or ALIVE_COUNT_MAX)
         try:
             prefer_known_key_types(self.name, transport, opts, self.known_hosts)
             transport.start_client(timeout=timeout)
