@@ -53,7 +53,8 @@ _._program  # runtimes/execution/pte.py: the Program kept alive while its Method
 # Documented API with no caller inside toolkit/ yet.
 runtime_supports  # model/targets.py (docs/targets.md)
 
-# Helpers the tests call: views of live code (kept beside what they view).
+# Helpers kept for the tests (nothing in toolkit/ calls them): small views of live code, kept beside what they
+# view; each could move into tests/ (left for now: those test files are being edited on other branches).
 float_op_outputs  # runtimes/inspection/tflite.py: float_ops' names (tests/conversion/test_tflite.py)
 runtimes_for  # runtimes/spec.py: the runtime table by format (tests/test_provisioning.py, the runner's tables)
 rss_mb, reset_peak_rss  # optimization/memory.py: the memory tests' child processes measure with them

@@ -1,6 +1,7 @@
 """No dead code in toolkit/: vulture (pinned in the [test] extra, configured in pyproject.toml's [tool.vulture])
 finds no unused function, class, variable, attribute or import. What is used where vulture cannot see it is in
-tests/dead_code_whitelist.py with who uses it; code that only its own tests reach is removed, not listed."""
+tests/dead_code_whitelist.py with who uses it; code that only its own tests reach is removed (the few helpers
+kept for the tests are listed there as such)."""
 
 from __future__ import annotations
 
