@@ -3,6 +3,7 @@ where it is defined. Counted with ``ast`` over every host module (docs/design.md
 
 - private names imported across modules: ``from toolkit.x import _name`` (or relative), and a private module
   imported from outside its own package;
+- a library's private module imported (``from torch.utils._pytree import ...``): through toolkit/compat/;
 - private attributes touched from outside: ``obj._attr`` (read, written or deleted, or through
   ``getattr``/``setattr``/``hasattr``/``delattr`` with a literal name) where ``obj`` is not the ``self``/``cls``
   of the method it is written in (``super()._x`` is the class's own too). ``other._x`` inside the class counts:
@@ -91,6 +92,8 @@ class _Scan(ast.NodeVisitor):
 
     def visit_ImportFrom(self, node: ast.ImportFrom) -> None:
         module = _module_of(self.path, node)
+        if module.split(".")[0] != "toolkit" and any(_private(part) for part in module.split(".")):
+            self._hit(node, f"from {module} import ... (a library's private module: through toolkit/compat/)")
         if module.split(".")[0] == "toolkit":
             for alias in node.names:
                 if _private(alias.name):
@@ -104,6 +107,8 @@ class _Scan(ast.NodeVisitor):
     def visit_Import(self, node: ast.Import) -> None:
         for alias in node.names:
             parts = alias.name.split(".")
+            if parts[0] != "toolkit" and any(_private(part) for part in parts):
+                self._hit(node, f"import {alias.name} (a library's private module: through toolkit/compat/)")
             for i, part in enumerate(parts):
                 if parts[0] == "toolkit" and _private(part) and \
                         not _package(self.path).startswith(".".join(parts[:i])):
@@ -160,6 +165,7 @@ def test_the_scan_sees_each_kind_of_reach_in(tmp_path):
         "from ._private_mod import thing\n"
         "from toolkit.elsewhere._hidden import thing2\n"
         "import toolkit.elsewhere._hidden\n"
+        "from torch.utils._pytree import tree_map\n"
         "class C:\n"
         "    def __init__(self, other):\n"
         "        self._mine = 1\n"
@@ -187,6 +193,7 @@ def test_the_scan_sees_each_kind_of_reach_in(tmp_path):
         "from toolkit.other import _helper",
         "from toolkit.elsewhere._hidden import ... (a private module from outside its package)",
         "import toolkit.elsewhere._hidden (a private module from outside its package)",
+        "from torch.utils._pytree import ... (a library's private module: through toolkit/compat/)",
         "other._theirs", "x._lam", "getattr(other, '_reflected')", "self._not_really_self", "self.conn._deep",
         "conn._transport",
     ], found
