@@ -40,6 +40,11 @@ code wins, and a device that fails inside a fleet command is reported under its 
 
 Exit codes: 0 ok, 1 a check or gate failed, 2 bad usage, configuration or input, 3 conversion failed, 4 a
 device could not be reached, refused us, or could not take the bundle.
+
+A failed gate (exit 1) is a verdict, not an error kind: read which gate failed in the table or the --json
+document (budget, outputs, accuracy, regression, placement); `edgetk report BUNDLE --html report.html` shows the
+measurements. Then change what was measured (another precision, format, target or model), or the gate itself on
+purpose (--budget-ms, --baseline none, the profile's tolerance).
 """
 
 

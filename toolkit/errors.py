@@ -29,19 +29,6 @@ class ToolkitError(Exception):
         return self.message if not self.hint else f"{self.message}\n{self.hint}"
 
 
-class GateFailed(ToolkitError):
-    """A check, gate, accuracy or regression threshold was not met (exit 1)."""
-
-    fix = (
-        "Read which gate failed in the table or the --json document (budget, outputs, accuracy, regression, "
-        "placement); `edgetk report BUNDLE --html report.html` shows the measurements. Then change what was "
-        "measured (another precision, format, target or model), or the gate itself on purpose (--budget-ms, "
-        "--baseline none, the profile's tolerance)."
-    )
-
-    exit_code = 1
-
-
 class UsageError(ToolkitError):
     """Bad usage, configuration or input: a path, a flag, a profile, calibration data (exit 2)."""
 

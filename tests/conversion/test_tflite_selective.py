@@ -184,7 +184,7 @@ def test_one_calibration_serves_every_build_with_fresh_parameters(conv_outlier_k
     assert len(tflite._CACHE) == 1
     calibrated = tflite._CACHE[0].model
     reused = tflite.convert(mixed, tmp_path / "reused.tflite")
-    assert len(tflite._CACHE) == 1 and tflite._calibrated(mixed) is calibrated  # no second calibration
+    assert len(tflite._CACHE) == 1 and tflite.calibrated_model(mixed) is calibrated  # no second calibration
 
     converter = tf.lite.TFLiteConverter.from_saved_model(str(tflite.fixed_saved_model(plain)))
     converter.optimizations = [tf.lite.Optimize.DEFAULT]

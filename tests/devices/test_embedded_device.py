@@ -129,7 +129,7 @@ def test_a_push_cut_mid_stream_is_a_dropped_link_and_the_next_resumes(
     real_counted = deploy_stream.counted
     # the link goes, mid-push
     monkeypatch.setattr(deploy_stream, "counted",
-                        cutting_stream(lambda: conn._transport().sock.close()))  # type: ignore[attr-defined]
+                        cutting_stream(lambda: conn.transport().sock.close()))  # type: ignore[attr-defined]
     try:
         with pytest.raises(LinkDropped):
             push.push(deployment.Device(spec, conn), bundle, progress_stream=io.StringIO())

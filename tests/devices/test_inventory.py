@@ -9,7 +9,7 @@ import pytest
 from toolkit.devices.fleet import run_fleet
 from toolkit.devices.inventory import load_inventory, select
 from toolkit.devices.spec import DeviceSpec, parse_spec
-from toolkit.errors import DeviceError, GateFailed, UsageError
+from toolkit.errors import DeviceError, UsageError
 
 INVENTORY = """
 [devices.pi-lab-1]
@@ -82,7 +82,7 @@ def test_fleet_keeps_going_and_worst_exit_wins() -> None:
         if spec.name == "d1":
             raise DeviceError("d1 down")
         if spec.name == "d3":
-            raise GateFailed("too slow")
+            raise UsageError("bad flag")  # exit 2: the device error's 4 is still the worst
         return spec.name.upper()
 
     result = run_fleet(specs, task, parallel=3)

@@ -30,7 +30,7 @@ def _round_trip(spec: DeviceSpec, python: str, *, rekey_every: int | None = None
     """Send 3 MB to the device, read 1 MB back, over ChaCha20; the number of key exchanges seen."""
     data = os.urandom(3 << 20)
     with open_connection(spec) as conn:
-        transport = conn._transport()  # type: ignore[attr-defined]
+        transport = conn.transport()  # type: ignore[attr-defined]
         assert (transport.local_cipher, transport.remote_cipher) == (CHACHA, CHACHA)
         packetizer = transport.packetizer
         keyed: list[str] = []
@@ -60,7 +60,7 @@ def test_openssh_speaks_chacha(ssh_devices: Any, ssh_client_key: Path, ssh_known
     dev = ssh_devices(1)[0]
     spec = _spec(dev, ssh_client_key, ssh_known_hosts(dev))
     with open_connection(spec) as conn:  # a server with AES-GCM gets it: the least CPU on this side
-        assert conn._transport().local_cipher == "aes128-gcm@openssh.com"  # type: ignore[attr-defined]
+        assert conn.transport().local_cipher == "aes128-gcm@openssh.com"  # type: ignore[attr-defined]
 
     def chacha_only(transport: Any) -> None:
         transport.get_security_options().ciphers = (CHACHA,)

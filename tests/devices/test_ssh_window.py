@@ -51,7 +51,7 @@ def _send(spec: DeviceSpec, python: str, program: str, data: bytes, block: int,
     sizes: list[int] = []
     caller = threading.get_ident()
     with open_connection(spec) as conn:
-        packetizer = conn._transport().packetizer  # type: ignore[attr-defined]
+        packetizer = conn.transport().packetizer  # type: ignore[attr-defined]
         send_message = packetizer.send_message
 
         def recording(message: Any) -> None:  # Any: a paramiko Message

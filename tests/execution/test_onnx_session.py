@@ -16,7 +16,7 @@ from toolkit.sources.onnx import OnnxSource
 def test_runs_like_the_source(conv_net_onnx: Path) -> None:
     session = open_session(conv_net_onnx, threads=1)
     assert isinstance(session, OnnxSession)
-    assert session.runtime == "onnxruntime" and session.runtime_version
+    assert session.runtime == "onnxruntime"
     assert [(s.name, s.shape, s.dtype) for s in session.inputs] == [("x", (None, 3, 16, 16), "float32")]
     assert [s.name for s in session.outputs] == ["logits"]
     x = np.random.default_rng(0).random((2, 3, 16, 16), dtype=np.float32)

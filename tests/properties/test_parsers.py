@@ -26,7 +26,8 @@ from tests.fixtures.deploy import build_bundle
 from toolkit.delivery.bundle import read_bundle
 from toolkit.conversion.calibration import read_data
 from toolkit.model.flags import parse_input_shapes
-from toolkit.devices.inventory import DEVICE_KEYS, load_inventory, parse_inventory
+from toolkit.devices.inventory import load_inventory, parse_inventory
+from toolkit.model.schemas.inventory import Device as InventoryDevice
 from toolkit.errors import ToolkitError
 from toolkit.model.targets import load_profiles
 from toolkit.model.manifest import read_manifest
@@ -305,8 +306,9 @@ def test_inventory_from_any_value(data: Any) -> None:
 
 
 @SETTINGS
-@given(devices=st.dictionaries(st.text(max_size=10), st.dictionaries(st.sampled_from([*DEVICE_KEYS, "hots"]),
-                                                                      json_values, max_size=5), max_size=3))
+@given(devices=st.dictionaries(st.text(max_size=10),
+                               st.dictionaries(st.sampled_from([*InventoryDevice.model_fields, "hots"]), json_values,
+                                               max_size=5), max_size=3))
 def test_inventory_from_random_device_tables(devices: dict[str, Any]) -> None:
     try:
         parse_inventory({"devices": devices}, where="inv.toml")
@@ -409,11 +411,3 @@ def test_input_shape_from_any_text(values: list[str]) -> None:
 def test_input_shape_round_trip(shapes: dict[str, tuple[int, ...]]) -> None:
     values = [f"{name}={','.join(map(str, dims))}" for name, dims in shapes.items()]
     assert parse_input_shapes(values) == shapes
-
-
-def test_inventory_keys_are_the_schema_keys() -> None:
-    import dataclasses
-
-    from toolkit.model.schemas.inventory import Device
-
-    assert DEVICE_KEYS == tuple(f.name for f in dataclasses.fields(Device))

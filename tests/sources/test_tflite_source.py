@@ -7,7 +7,8 @@ import pytest
 
 from toolkit.errors import UsageError
 from toolkit.sources import open_source
-from toolkit.sources.tflite import TFLiteSource, detect_precision
+from toolkit.runtimes.inspection.tflite import inspect_tflite
+from toolkit.sources.tflite import TFLiteSource
 
 
 def test_int8_tflite_source(digits, digits_source, digits_tflite):
@@ -24,7 +25,7 @@ def test_int8_tflite_source(digits, digits_source, digits_tflite):
 
 
 def test_detect_precision(digits_tflite):
-    assert {p: detect_precision(path) for p, path in digits_tflite.items()} == {
+    assert {p: inspect_tflite(path).precision for p, path in digits_tflite.items()} == {
         "fp32": "fp32",
         "fp16": "fp16",
         "dynamic": "dynamic",

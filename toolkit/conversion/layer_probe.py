@@ -77,9 +77,11 @@ def graph_order(path: Path, fmt: str, rows: Sequence[LayerError]) -> list[tuple[
     else:
         from ai_edge_litert.interpreter import Interpreter
 
+        from toolkit.compat import litert as litert_compat
+
         interpreter = Interpreter(model_path=str(path))
         index = {d["name"]: d["index"] for d in interpreter.get_tensor_details()}
-        producer = {int(t): i for i, op in enumerate(interpreter._get_ops_details()) for t in op["outputs"]}
+        producer = {int(t): i for i, op in enumerate(litert_compat.ops_details(interpreter)) for t in op["outputs"]}
         found = [(producer[index[r.name]], r, r.name) for r in rows if index.get(r.name) in producer]
     return [(row, tensor) for _, row, tensor in sorted(found, key=lambda item: item[0])]
 

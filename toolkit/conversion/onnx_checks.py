@@ -14,7 +14,7 @@ import numpy as np
 from toolkit.conversion.base import ConversionRequest
 from toolkit.conversion.onnx_io import require_onnx, save_model, session
 from toolkit.errors import ArtifactCrashed, ArtifactRefused, ConversionError, key_line, origin
-from toolkit.runtimes.execution.onnx import _ORT_TYPES
+from toolkit.runtimes.execution.onnx import ORT_TYPES
 
 if TYPE_CHECKING:
     import onnx
@@ -58,7 +58,7 @@ def sample_feed(request: ConversionRequest, runner: Any) -> dict[str, np.ndarray
 
 def _dtype(arg: Any) -> np.dtype:
     """The numpy dtype of an onnxruntime input (float32 when the type is not a tensor type it names)."""
-    return np.dtype(_ORT_TYPES.get(arg.type, "float32"))
+    return np.dtype(ORT_TYPES.get(arg.type, "float32"))
 
 
 def _synthetic(arg: Any, request: ConversionRequest) -> np.ndarray:

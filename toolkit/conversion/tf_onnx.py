@@ -181,5 +181,5 @@ def _saved_model_function(request: ConversionRequest, shapes: dict[str, tuple[in
         return signature(**dict(zip(names, args)))
 
     function = tf.function(serve, input_signature=specs, autograph=False)
-    function._edgetk_keepalive = loaded  # the variables must outlive the trace
+    function.edgetk_keepalive = loaded  # the variables must outlive the trace
     return function

@@ -4,7 +4,7 @@ The source is exported once to a SavedModel with the input shapes pinned (``kera
 Keras 3, which freezes the variables correctly) and converted with ``TFLiteConverter.from_saved_model``:
 ``from_concrete_functions`` on a live Keras 3 model yields NaN models (findings.md), so every artifact passes
 ``sanity_check`` before it is renamed into place at ``output`` (never left half-written). A run calibrates
-once (``_calibrated``); full int8, the fragile-pattern pass and selective rebuilds (``nodes_to_exclude``
+once (``calibrated_model``); full int8, the fragile-pattern pass and selective rebuilds (``nodes_to_exclude``
 denylisted in the MLIR quantizer the debugger uses) quantize that one calibrated model. A16W8 is the
 converter's own 16x8 build with float I/O: it calibrates for itself (``_a16w8``). Which entries name which ops:
 ``tflite_nodes``; integer I/O around float islands: ``tflite_borders``; the layer table: ``tflite_debugger``.
@@ -24,6 +24,7 @@ from typing import Any
 
 import numpy as np
 
+from toolkit.compat import tensorflow as tf_compat
 from toolkit.conversion import fragile, fragile_tflite
 from toolkit.conversion.base import BuiltArtifact, ConversionRequest, as_input_dtype
 from toolkit.conversion.tflite_borders import int8_borders
@@ -34,14 +35,16 @@ from toolkit.model.artifact import FloatIO
 from toolkit.model.vocabulary import FloatIOReason, Format, IoDtype, Precision
 
 
-def _tf() -> Any:
+def import_tf() -> Any:
+    """TensorFlow, imported with its C++ log quiet (Any: tensorflow is untyped)."""
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
     import tensorflow as tf
 
     return tf
 
 
-def _source(request: ConversionRequest) -> Any:
+def tf_source(request: ConversionRequest) -> Any:
+    """The request's Keras / SavedModel source; another framework's is refused in plain words."""
     from toolkit.sources.tensorflow import TensorFlowSource
 
     source = request.source
@@ -55,7 +58,7 @@ def _source(request: ConversionRequest) -> Any:
 
 def fixed_saved_model(request: ConversionRequest) -> Path:
     """The source exported once per workdir as a SavedModel with ``request.input_shapes`` pinned."""
-    source = _source(request)
+    source = tf_source(request)
     shapes = {s.name: tuple(request.input_shapes.get(s.name, s.shape)) for s in source.inputs}
     for spec in source.inputs:
         if any(d is None for d in shapes[spec.name]):
@@ -79,7 +82,7 @@ def fixed_saved_model(request: ConversionRequest) -> Path:
 
 def _representative(request: ConversionRequest) -> Callable[[], Iterator[dict[str, np.ndarray]]]:
     """The converter's representative dataset: every calibration sample in the source's input dtypes."""
-    source = _source(request)
+    source = tf_source(request)
 
     def generate() -> Iterator[dict[str, np.ndarray]]:
         for feed in request.calibration:
@@ -97,8 +100,9 @@ def _require_calibration(request: ConversionRequest) -> None:
 
 
 def _converter(request: ConversionRequest) -> Any:
-    """The converter of ``request.recipe``; for int8 it calibrates (``_calibrated``), the quantizer runs apart."""
-    tf = _tf()
+    """The converter of ``request.recipe``; for int8 it calibrates (``calibrated_model``), the quantizer runs
+    apart."""
+    tf = import_tf()
     recipe = request.recipe
     converter = tf.lite.TFLiteConverter.from_saved_model(str(fixed_saved_model(request)))
     if recipe.precision == Precision.FP16:
@@ -111,7 +115,7 @@ def _converter(request: ConversionRequest) -> Any:
         converter.optimizations = [tf.lite.Optimize.DEFAULT]
         converter.representative_dataset = _representative(request)
         if not recipe.per_channel:
-            converter._experimental_disable_per_channel = True
+            tf_compat.per_tensor_weights(converter)
     return converter
 
 
@@ -130,7 +134,7 @@ _CACHE: list[_Calibration] = []  # the calibrations of this process, newest last
 _CACHE_SIZE = 4  # recipes of one run differ in per_channel at most; each entry is a float model's size
 
 
-def _calibrated(request: ConversionRequest) -> bytes:
+def calibrated_model(request: ConversionRequest) -> bytes:
     """The source calibrated on ``request.calibration`` (``_experimental_calibrate_only``), once per run: only the
     source, the calibration samples (the same objects: requests of one run share them), per-channel and the pinned
     shapes decide it, not the recipe's float nodes or I/O types."""
@@ -143,7 +147,7 @@ def _calibrated(request: ConversionRequest) -> bytes:
             return entry.model
     converter = _converter(request)
     converter.experimental_mlir_quantizer = True  # what the debugger sets for its calibration
-    converter._experimental_calibrate_only = True
+    tf_compat.calibrate_only(converter)
     model = _run(converter, "int8 calibration")
     _CACHE[:] = [*_CACHE[-(_CACHE_SIZE - 1):], _Calibration(request.source, request.calibration, per_channel,
                                                            saved_model, model)]
@@ -154,7 +158,7 @@ def _full_int8(request: ConversionRequest, calibrated: bytes) -> bytes:
     """Full INT8 from the run's calibration with the recipe's I/O type: what ``TFLiteConverter.convert()`` does
     after calibrating (lite.py ``_quantize``: ``mlir_quantize`` with the I/O types, then the read-only buffers
     deduplicated), so the artifact is the one the converter builds, without calibrating again."""
-    tf = _tf()
+    tf = import_tf()
     from tensorflow.lite.python import convert as tf_convert
     from tensorflow.lite.python.lite import _deduplicate_readonly_buffers
 
@@ -175,7 +179,7 @@ def _full_int8(request: ConversionRequest, calibrated: bytes) -> bytes:
 def _a16w8(request: ConversionRequest) -> bytes:
     """16-bit activations, 8-bit weights, float I/O: the converter's 16x8 ops set (reference kernels, no XNNPACK). No
     builtin falls back to float (no ``TFLITE_BUILTINS`` beside it): an op without a 16x8 kernel fails the build."""
-    tf = _tf()
+    tf = import_tf()
     converter = _converter(request)
     converter.target_spec.supported_ops = [tf.lite.OpsSet.EXPERIMENTAL_TFLITE_BUILTINS_ACTIVATIONS_INT16_WEIGHTS_INT8]
     return _run(converter, "A16W8")
@@ -201,12 +205,12 @@ def _selective_int8(
     """Quantize the run's calibration with the requested and the known-fragile nodes denylisted; integer I/O stays
     integer (``int8_borders``) except an output a mixed-range Concat writes. Returns (model, denylisted names, I/O
     left float with why, fragile (node, why)); None when ``only_if_fragile`` and nothing fragile was found."""
-    tf = _tf()
+    tf = import_tf()
     from tensorflow.lite.python import convert as tf_convert  # the quantizer the debugger uses
     from tensorflow.lite.python import util as tf_util
 
     recipe = request.recipe
-    calibrated = _calibrated(request)
+    calibrated = calibrated_model(request)
     found, float_outputs = fragile_tflite.tflite_fragile_nodes(calibrated)
     if only_if_fragile and not found:
         return None
@@ -323,7 +327,7 @@ def convert(request: ConversionRequest, output: Path) -> BuiltArtifact:
     elif recipe.a16w8:
         model = _a16w8(request)
     elif recipe.precision == Precision.INT8:
-        model = _full_int8(request, _calibrated(request))
+        model = _full_int8(request, calibrated_model(request))
         if _has_output_concat(model) or _reads_integer_input(model) or fragile_tflite.tflite_has_decomposition(model):
             selective = _selective_int8(request, only_if_fragile=True)
     else:

@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from toolkit.compat import tensorflow as tf_compat
 from toolkit.model.artifact import FloatIO
 from toolkit.model.vocabulary import FloatIOReason, TensorRole
 
@@ -21,9 +22,7 @@ def _int8_params(low: float, high: float) -> tuple[float, int]:
 
 def _tensor_ranges(calibrated: bytes) -> dict[str, tuple[float, float]]:
     """Tensor name -> the (min, max) the calibration recorded on it (main graph)."""
-    from tensorflow.lite.python import util as tf_util
-
-    graph = tf_util._convert_model_from_bytearray_to_object(calibrated).subgraphs[0]
+    graph = tf_compat.model_object(calibrated).subgraphs[0]
     ranges = {}
     for tensor in graph.tensors or []:
         q = tensor.quantization
@@ -135,9 +134,7 @@ def int8_borders(
     the scale calibration measured there, so ``modify_model_io_type`` can make that I/O integer and the float island
     sits inside the graph. ``keep_float`` names I/O that must stay float, with why (an output that mixes ranges).
     Returns the model and the I/O that stays float with the reason (the caller records it: ``FloatIO``)."""
-    from tensorflow.lite.python import util as tf_util
-
-    obj = tf_util._convert_model_from_bytearray_to_object(model)
+    obj = tf_compat.model_object(model)
     graph = _Graph(obj)
     ranges = _tensor_ranges(calibrated)
     signature = obj.signatureDefs[0] if obj.signatureDefs else None
@@ -163,4 +160,4 @@ def int8_borders(
             else:
                 graph.quantize_output(index, _int8_params(*ranges[tensor_name]))
     graph.graph.operators = graph.front + list(graph.graph.operators) + graph.back
-    return bytes(tf_util._convert_model_from_object_to_bytearray(obj)), tuple(stays)
+    return tf_compat.model_bytes(obj), tuple(stays)

@@ -12,9 +12,10 @@ from typing import Any
 
 import numpy as np
 
+from toolkit.compat import tensorflow as tf_compat
 from toolkit.conversion.base import ConversionRequest, as_input_dtype
 from toolkit.conversion.sensitivity import ChannelError
-from toolkit.conversion.tflite import _calibrated, _source, _tf
+from toolkit.conversion.tflite import calibrated_model, import_tf, tf_source
 from toolkit.errors import ConversionError, key_line
 
 
@@ -27,13 +28,13 @@ def debug_run(request: ConversionRequest) -> tuple[bytes, dict[str, float], dict
     converter it opens its interpreter without ``experimental_preserve_all_tensors`` and reads the tensors after
     ``invoke()`` from an arena later ops have reused (the float copy of the last layer read back zeros, so a
     healthy logits layer ranked first with channel error 1.0). Its own NumericVerify differences were right."""
-    tf = _tf()
+    tf = import_tf()
     from tensorflow.lite.python import convert as tf_convert
 
     from toolkit.conversion.sensitivity import DEBUG_SAMPLES
 
-    calibrated = _calibrated(request)
-    source = _source(request)
+    calibrated = calibrated_model(request)
+    source = tf_source(request)
     samples = list(request.calibration[:DEBUG_SAMPLES])
     holder: dict[str, Any] = {}  # Any: the QuantizationDebugger (tensorflow is untyped)
     calls: list[ChannelError] = []
@@ -50,7 +51,7 @@ def debug_run(request: ConversionRequest) -> tuple[bytes, dict[str, float], dict
     def debug_dataset() -> Iterator[list[np.ndarray]]:
         # The debugger feeds lists in its interpreter's input order (tensor names such as
         # ``serving_default_image:0``); map them back to the source's input names.
-        details = holder["debugger"]._quant_interpreter.get_input_details()
+        details = tf_compat.debugger_interpreter(holder["debugger"]).get_input_details()
         order = [_match_input(str(d["name"]), [s.name for s in source.inputs]) for d in details]
         dtypes = {s.name: s.dtype for s in source.inputs}
         for feed in samples:

@@ -101,7 +101,7 @@ def _half(torch: Any, module: Any) -> tuple[Any, int]:
     back to float32), and how many of its weights are float16."""
     import copy
 
-    from torch.utils._pytree import tree_map
+    from toolkit.compat.torch import tree_map
 
     half = copy.deepcopy(module).half()
     count = sum(1 for t in (*half.parameters(), *half.buffers()) if t.dtype == torch.float16)

@@ -13,7 +13,6 @@ import sys
 import uuid
 from dataclasses import dataclass, field
 from functools import lru_cache
-from typing import Any
 
 from toolkit import device_side
 from toolkit.delivery.locks import DeviceLock
@@ -21,6 +20,7 @@ from toolkit.devices.connection import Connection
 from toolkit.devices.spec import DEFAULT_HOME, DeviceSpec
 from toolkit.errors import DeviceDiskFull, DeviceError, DeviceShellNoise, UsageError
 from toolkit.model.device_records import CommandResult
+from toolkit.model.records import JsonDict
 from toolkit.model.vocabulary import HelperRefusal
 
 KEEP_VERSIONS = 3
@@ -113,7 +113,7 @@ def unframe(stdout: str) -> str | None:
     return stdout[start + len(FRAME_BEGIN):end if end >= 0 else None]
 
 
-def helper_json(stdout: str) -> dict[str, Any] | None:  # Any: JSON
+def helper_json(stdout: str) -> JsonDict | None:
     """The helper's JSON answer (framed, or plain from an older helper), None when there is none."""
     text = unframe(stdout)
     if text is None:
@@ -125,7 +125,7 @@ def helper_json(stdout: str) -> dict[str, Any] | None:  # Any: JSON
     return data if isinstance(data, dict) else None
 
 
-def refusal_of(data: dict[str, Any]) -> HelperRefusal | None:  # Any: JSON
+def refusal_of(data: JsonDict) -> HelperRefusal | None:
     """The ``kind`` of the helper's refusal ``data`` as a member, parsed here once (None: a kind this host does
     not know)."""
     kind = data.get("kind")
@@ -173,11 +173,11 @@ def version_dir(name: str, version: str, *, base: str = BASE) -> str:
 
 @dataclass
 class Device:
-    """A connection plus what we learned about the device; ``helper`` runs one helper command (Any: JSON)."""
+    """A connection plus what we learned about the device; ``helper`` runs one helper command."""
 
     spec: DeviceSpec
     conn: Connection
-    _info: dict[str, Any] | None = field(default=None, repr=False)  # Any: JSON
+    _info: JsonDict | None = field(default=None, repr=False)
 
     @property
     def helper_python(self) -> str:
@@ -209,14 +209,14 @@ class Device:
         # -S: the helper is stdlib-only, and site start-up (.pth files) costs tens of ms per call on a device
         return [self.helper_python, "-S", "-c", helper_boot(self.base), command, *args]
 
-    def helper(self, command: str, *args: str, timeout: float = HELPER_TIMEOUT_S) -> dict[str, Any]:
+    def helper(self, command: str, *args: str, timeout: float = HELPER_TIMEOUT_S) -> JsonDict:
         result = self.conn.run(self.helper_argv(command, *args), timeout=timeout)
         if refusal(result) is HelperRefusal.HELPER_MISSING:
             self.install_helper()  # once per device and helper version
             result = self.conn.run(self.helper_argv(command, *args), timeout=timeout)
         return self.answer(command, result)
 
-    def answer(self, command: str, result: CommandResult) -> dict[str, Any]:  # Any: JSON
+    def answer(self, command: str, result: CommandResult) -> JsonDict:
         """The helper's JSON answer to ``command``, or the error its run says (a refusal, no Python, noise)."""
         data = helper_json(result.stdout)
         if result.returncode == 3 and isinstance(data, dict):
@@ -245,10 +245,16 @@ class Device:
             raise DeviceError(f"{self.spec.name}: the device-side step {command!r} failed ({tail}).")
         return data
 
-    def info(self) -> dict[str, Any]:  # Any: JSON
+    def info(self) -> JsonDict:
+        """The device's probe (the helper's ``info``), asked once per device and remembered."""
         if self._info is None:
             self._info = self.helper("info")
         return self._info
+
+    def remember_info(self, info: JsonDict) -> None:
+        """Keep ``info`` as this device's probe: one a push's begin already answered, reused by whatever follows
+        on this device (check) instead of asking again."""
+        self._info = info
 
     @property
     def python(self) -> str:
@@ -273,7 +279,7 @@ class HelperRefused(DeviceError):
         " re-run the deploy, it is sent again)."
     )
 
-    def __init__(self, device: str, data: dict[str, Any], kind: HelperRefusal | None) -> None:  # Any: JSON
+    def __init__(self, device: str, data: JsonDict, kind: HelperRefusal | None) -> None:
         self.kind = kind
         self.data = data
         message = f"{device}: {str(data.get('error')).rstrip('.')}."
@@ -298,25 +304,25 @@ class HelperDiskFull(HelperRefused, DeviceDiskFull):
 # --------------------------------------------------------------------------------------------- the steps
 
 
-def rollback(device: Device, name: str, *, break_lock: bool = False) -> dict[str, Any]:  # Any: JSON
+def rollback(device: Device, name: str, *, break_lock: bool = False) -> JsonDict:
     """``current`` back to the previous installed version, after verifying that version's files."""
     with DeviceLock(device, validate_name(name), what="rollback", break_lock=break_lock):
         return device.helper("rollback", validate_name(name))
 
 
-def status(device: Device) -> dict[str, Any]:  # Any: JSON
+def status(device: Device) -> JsonDict:
     """``{"bundles": {name: {"current": version, "versions": [{"version", "installed_at", "by"}]}}}``."""
     return device.helper("status")
 
 
-def remove(device: Device, name: str, *, break_lock: bool = False) -> dict[str, Any]:  # Any: JSON
+def remove(device: Device, name: str, *, break_lock: bool = False) -> JsonDict:
     with DeviceLock(device, validate_name(name), what="remove", break_lock=break_lock):
         return device.helper("remove", validate_name(name))
 
 
-def prune(device: Device, name: str, *, keep: int = 2, break_lock: bool = False) -> dict[str, Any]:
+def prune(device: Device, name: str, *, keep: int = 2, break_lock: bool = False) -> JsonDict:
     """Remove old versions of ``name``: keep the current one and the ``keep - 1`` installed before it, always the
-    rollback target (``{"current", "rollback_target", "removed", "kept", "freed_bytes"}``; Any: JSON)."""
+    rollback target (``{"current", "rollback_target", "removed", "kept", "freed_bytes"}``)."""
     with DeviceLock(device, validate_name(name), what="prune", break_lock=break_lock):
         return device.helper("prune", validate_name(name), str(int(keep)))
 

@@ -43,7 +43,7 @@ import uuid
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, fields
 from pathlib import Path
-from typing import Any, TextIO
+from typing import TextIO
 
 from toolkit.delivery import locks
 from toolkit.delivery.bundle import Bundle
@@ -55,6 +55,7 @@ from toolkit.delivery.locks import LOCK_TIMEOUT_S
 from toolkit.devices.connection import Progress
 from toolkit.errors import DeviceDiskFull, DeviceError, LinkDropped, UsageError
 from toolkit.model.platform import accepted_arches
+from toolkit.model.records import JsonDict, JsonObject
 from toolkit.model.vocabulary import HelperRefusal
 
 GZ_SUFFIX = ".edgetk-gz"  # the device helper's name for a compressed upload, inflated by its `inflate`
@@ -86,7 +87,7 @@ class PushResult:
     pruned: tuple[str, ...] = ()  # old versions deploy --prune removed to make room
     route: str = ""  # how the files went: "ssh client (PATH)", "paramiko exec stream (why not the client)", ...
 
-    def to_dict(self) -> dict[str, Any]:  # Any: JSON
+    def to_dict(self) -> JsonDict:
         fields_ = {f.name: getattr(self, f.name) for f in fields(self) if f.name != "device"}
         return {**fields_, "seconds": round(self.seconds, 3), "removed": list(self.removed),
                 "warnings": list(self.warnings), "lock": self.lock.to_dict(), "pruned": list(self.pruned)}
@@ -179,10 +180,10 @@ class _Push:
         """The arguments ``begin`` and the streamed ``push`` start with."""
         return [self.name, self.bundle.version, self.listing, str(wait), self.asked, self.token, self.arches]
 
-    def begin(self, lock_timeout: float) -> tuple[dict[str, Any], locks.LockNote]:  # Any: JSON
+    def begin(self, lock_timeout: float) -> tuple[JsonDict, locks.LockNote]:
         """Take the lock and begin's plan (the streamed push's first answer); a foreign arch refused by name."""
         device = self.device
-        call: Callable[[float], dict[str, Any]] = self.streamed.begin if self.streamed is not None else \
+        call: Callable[[float], JsonDict] = self.streamed.begin if self.streamed is not None else \
             lambda wait: device.helper("begin", *self.begin_args(wait), "0" if self.compress else "1",
                                        self.runner_python, timeout=wait + HELPER_TIMEOUT_S)
         try:
@@ -193,13 +194,13 @@ class _Push:
                 raise _arch_refused(self.bundle, device, str(refused.data.get("arch"))) from None
             raise
 
-    def files(self, plan: Mapping[str, Any]) -> _Sending:  # Any: JSON
+    def files(self, plan: JsonObject) -> _Sending:
         """What to send, from begin's plan (told once: the probe reused, the setup warnings printed)."""
         if self.sending is None:
             device = self.device
             info = plan.get("info")
             if isinstance(info, dict):
-                device._info = info  # the probe of this push, reused by whatever follows on this device (check)
+                device.remember_info(info)  # the probe of this push, reused by what follows on this device
             warnings = _setup_warnings(device, info if isinstance(info, dict) else {})
             for warning in warnings:
                 print(f"warning: {warning}", flush=True,
@@ -216,14 +217,14 @@ class _Push:
                 device.spec.name, sum(wire.values()), stream=self.progress_stream))
         return self.sending
 
-    def outgoing(self, plan: dict[str, Any]) -> tuple[list[Outgoing], Progress | None]:  # Any: JSON
+    def outgoing(self, plan: JsonDict) -> tuple[list[Outgoing], Progress | None]:
         """The files of a streamed push, and its progress."""
         sending = self.files(plan)
         return [Outgoing(rel, sending.packed.get(rel, self.bundle.path / rel), sending.offsets.get(rel, 0),
                          rel in sending.packed, self.digests[rel], self.sizes[rel]) for rel in sending.missing], \
             sending.progress.file_progress(0)
 
-    def transfer(self, plan: dict[str, Any]) -> tuple[Mapping[str, Any], str, _Sending, int]:  # Any: JSON
+    def transfer(self, plan: JsonDict) -> tuple[JsonObject, str, _Sending, int]:
         """The files to the device and finish there: (finish's answer, the device's arch, what was sent, the
         bytes that crossed the link)."""
         try:
@@ -248,7 +249,7 @@ class _Push:
             raise
         return done, arch, sending, sent
 
-    def _finished(self, streamed: StreamedPush) -> Mapping[str, Any]:  # Any: JSON
+    def _finished(self, streamed: StreamedPush) -> JsonObject:
         try:
             return streamed.finished()
         except LinkDropped:
@@ -306,7 +307,7 @@ def _arch_refused(bundle: Bundle, device: Device, arch: str) -> UsageError:
 
 
 
-def _setup_warnings(device: Device, info: dict[str, Any]) -> list[str]:  # Any: JSON
+def _setup_warnings(device: Device, info: JsonDict) -> list[str]:
     """Told at the start of a push, not after it: the runner's Python lacks numpy (or does not start)."""
     python = info.get("runner_python") or device.spec.python or "python3"
     where = device.spec.name

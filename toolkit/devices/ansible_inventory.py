@@ -37,7 +37,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from toolkit.devices.spec import DeviceSpec, _port
+from toolkit.devices.spec import DeviceSpec, port_number
 from toolkit.errors import MissingDependency, UsageError
 from toolkit.model.schemas.problems import closest
 
@@ -205,7 +205,7 @@ def host_spec(name: str, hostvars: Mapping[str, Any], groups: tuple[str, ...], *
     return DeviceSpec(
         name=name,
         host=None if local else _text(fields.get("host", name), "the host", here),
-        port=None if port is None or local else _port(port, f"{here} ansible_port"),
+        port=None if port is None or local else port_number(port, f"{here} ansible_port"),
         user=None if fields.get("user") is None else _text(fields["user"], "ansible_user", here),
         identity_file=None if fields.get("identity_file") is None else os.path.expanduser(
             _text(fields["identity_file"], "ansible_ssh_private_key_file", here)),

@@ -27,9 +27,6 @@ from toolkit.errors import UsageError
 from toolkit.model.reading import read_file
 from toolkit.model.schemas.inventory import DOCS, Device, Inventory
 
-# The keys of a [devices.NAME] table, from its one definition (the schema, toolkit.model.schemas.inventory).
-DEVICE_KEYS = tuple(f.name for f in dataclasses.fields(Device))
-
 
 def _did_you_mean(key: str, choices: tuple[str, ...] | list[str]) -> str:
     from toolkit.model.schemas.problems import did_you_mean

@@ -76,7 +76,8 @@ def device_home(value: str | None, *, where: str = "home") -> str:
     return text
 
 
-def _port(value: object, where: str) -> int:
+def port_number(value: object, where: str) -> int:
+    """A TCP port as written (a number or its text) checked to 1-65535; ``where`` names it in the message."""
     if isinstance(value, bool) or not isinstance(value, (int, str)):
         raise UsageError(f"{where}: the port must be a number between 1 and 65535, got {value!r}.")
     try:
@@ -101,5 +102,5 @@ def parse_spec(text: str, *, inventory: Mapping[str, DeviceSpec] | None = None) 
             f"{text!r} is not a device spec.",
             hint="Use local, user@host[:port], a Host alias from ~/.ssh/config, or a name from --inventory.",
         )
-    port = _port(match["port"], f"device {text!r}") if match["port"] else None
+    port = port_number(match["port"], f"device {text!r}") if match["port"] else None
     return DeviceSpec(name=text, host=match["v6"] or match["host"], port=port, user=match["user"])

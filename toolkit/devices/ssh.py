@@ -59,7 +59,9 @@ class SshConnection(SshLink):
 
     # ----------------------------------------------------------------------------------------- commands
 
-    def _strip_noise(self, out: bytes) -> bytes:
+    def strip_noise(self, out: bytes) -> bytes:
+        """A command's stdout without what the login shell printed before the marker (reported once): every
+        route that runs a command through this device's login shell (the ``ssh`` client's too) reads it so."""
         mark = OUT_MARK.encode()
         at = out.find(mark)
         if at < 0:
@@ -90,10 +92,10 @@ class SshConnection(SshLink):
         the channel opens, is tried once more on a fresh connection before it counts as a failure: the command
         has not started then, and Dropbear sometimes ends a connection just when a channel opens (findings.md 6)."""
         for attempt in (1, 2):
-            transport = self._transport()
+            transport = self.transport()
             try:
                 chan = transport.open_session(window_size=SFTP_WINDOW, max_packet_size=SFTP_MAX_PACKET,
-                                              timeout=self._timeout(self._resolve()))
+                                              timeout=self.timeout_s())
                 chan.exec_command(f"printf %s {OUT_MARK}; {command}")
                 return transport, chan
             except (paramiko.SSHException, EOFError, OSError) as exc:
@@ -122,7 +124,7 @@ class SshConnection(SshLink):
         if callable(stdin):
             if not self._collect(chan, transport, out, err, timeout, what, until=reply_end):
                 return self._ended(chan, transport, out, err, what)
-            stdin = stdin(self._strip_noise(b"".join(out)))
+            stdin = stdin(self.strip_noise(b"".join(out)))
             timeout = None  # the files take what they take; a stalled device is caught per block below
         try:
             if stdin is not None:
@@ -205,7 +207,7 @@ class SshConnection(SshLink):
         self.exit_signal = killed  # of the last command that ended (run reads it)
         if status == -1 and killed is None and not transport.is_active():
             raise self._dropped(f"the connection closed during {what}")
-        return status, self._strip_noise(b"".join(out)), b"".join(err)
+        return status, self.strip_noise(b"".join(out)), b"".join(err)
 
     def stream(self, argv: Sequence[str], blocks: Iterable[bytes] | Callable[[str], Iterable[bytes] | None], *,
                total: int, progress: Progress | None = None, timeout: float | None = None,
@@ -230,7 +232,7 @@ class SshConnection(SshLink):
     # ----------------------------------------------------------------------------------------- files
 
     def _facts_key(self, transport: paramiko.Transport) -> str:
-        opts = self._resolve()
+        opts = self.resolved_options()
         return host_id(opts.user, opts.hostname, opts.port, fingerprint(transport.get_remote_server_key()))
 
     def _sftp_client(self) -> paramiko.SFTPClient | None:
@@ -240,7 +242,7 @@ class SshConnection(SshLink):
         opens a fresh one, because Dropbear may end a connection whose SFTP request failed when the next channel
         opens (findings.md section 6)."""
         if self._sftp is None and self._sftp_broken is None:
-            transport = self._transport()
+            transport = self.transport()
             key = self._facts_key(transport)
             if sftp_known(key) is False:
                 self._sftp_broken = "no SFTP server on the device (remembered)"
@@ -336,7 +338,7 @@ class SshConnection(SshLink):
         except FileNotFoundError:
             raise DeviceError(f"{self.name}: {remote} does not exist on the device.") from None
         except (EOFError, OSError, paramiko.SSHException) as exc:
-            if self._stopped or not self._transport().is_active():
+            if self._stopped or not self.transport().is_active():
                 raise self._dropped(str(exc)) from None
             raise DeviceError(f"{self.name}: cannot read {remote} ({exc}).") from None
 

@@ -21,6 +21,7 @@ from pathlib import Path
 
 import paramiko
 
+from toolkit.compat import paramiko as paramiko_compat
 from toolkit.devices.ssh_config import SshOptions
 from toolkit.errors import AuthRefused, HostKeyRefused
 
@@ -137,8 +138,7 @@ def _agent_keys(device: str, opts: SshOptions) -> list[paramiko.AgentKey]:
     try:
         sock.settimeout(5)
         sock.connect(os.path.expanduser(opts.identity_agent))
-        agent = paramiko.agent.AgentSSH()
-        agent._connect(sock)
+        agent = paramiko_compat.agent_on(sock)
         return list(agent.get_keys())
     except (OSError, paramiko.SSHException) as exc:
         log.warning("%s: the SSH agent at %s did not answer (%s)", device, opts.identity_agent, exc)

@@ -30,13 +30,14 @@ from paramiko.common import xffffffff
 from paramiko.message import Message
 from paramiko.packet import Packetizer
 
+from toolkit.compat import paramiko as paramiko_compat
 from toolkit.devices.ssh_signal import CHANNEL_HANDLERS
+from toolkit.devices.ssh_watch import ByteStream
 
 CHACHA = "chacha20-poly1305@openssh.com"
 TAG = 16
 BLOCK = 8  # the cipher's "block size": the packet (length field excluded) is padded to a multiple of it
 PACKET_MAX = 1 << 18  # a longer length field is refused before reading it (OpenSSH: 256 KiB)
-_P = "_Packetizer__"  # paramiko's Packetizer state, name-mangled
 
 
 class ChachaKey:
@@ -88,11 +89,11 @@ class ChachaKey:
 class ChachaPacketizer(Packetizer):  # type: ignore[misc, unused-ignore]  # paramiko: untyped
     """paramiko's packetizer, framing packets itself while the cipher is ChaCha20-Poly1305."""
 
-    def _get(self, name: str) -> Any:
-        return getattr(self, _P + name)
+    def _get(self, name: str) -> Any:  # Any: the field's own type
+        return paramiko_compat.packetizer_field(self, name)
 
-    def _set(self, name: str, value: Any) -> None:
-        setattr(self, _P + name, value)
+    def _set(self, name: str, value: object) -> None:
+        paramiko_compat.set_packetizer_field(self, name, value)
 
     _ahead: tuple[bytes, ChachaKey, int, bytes] | None = None  # payload, key, sequence number, sealed packet
 
@@ -185,9 +186,9 @@ class ChachaPacketizer(Packetizer):  # type: ignore[misc, unused-ignore]  # para
 class ChachaTransport(paramiko.Transport):  # type: ignore[misc, unused-ignore]  # paramiko: untyped
     """A paramiko transport that also speaks ``chacha20-poly1305@openssh.com``."""
 
-    _preferred_ciphers = (CHACHA, *paramiko.Transport._preferred_ciphers)
+    _preferred_ciphers = (CHACHA, *paramiko_compat.preferred_ciphers())
     _cipher_info = {
-        **paramiko.Transport._cipher_info,
+        **paramiko_compat.cipher_info(),
         # block size 8 and a 12-byte "IV" nobody uses: what paramiko's key set-up and padding expect of an AEAD
         CHACHA: {"class": ChachaKey, "block-size": BLOCK, "iv-size": 12, "key-size": 64, "is_aead": True},
     }
@@ -195,5 +196,5 @@ class ChachaTransport(paramiko.Transport):  # type: ignore[misc, unused-ignore] 
     # a window adjustment sends an exec stream's next packet at once; a command's exit-signal is read (ssh_signal)
     _channel_handler_table = CHANNEL_HANDLERS
 
-    def __init__(self, sock: Any, **kwargs: Any) -> None:  # Any: paramiko's socket-likes and options
+    def __init__(self, sock: ByteStream, **kwargs: object) -> None:
         super().__init__(sock, packetizer_class=ChachaPacketizer, **kwargs)

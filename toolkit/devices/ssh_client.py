@@ -21,6 +21,7 @@ falls back too. A host key the client refuses is refused: never retried elsewher
 
 from __future__ import annotations
 
+import io
 import logging
 import shutil
 import subprocess
@@ -29,7 +30,6 @@ import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
-from typing import Any
 
 from toolkit.devices.connection import Progress, quote_argv
 from toolkit.devices.ssh import OUT_MARK, SshConnection
@@ -56,7 +56,7 @@ HOST_KEY_ALGORITHMS = {"ssh-rsa": "rsa-sha2-512,rsa-sha2-256,ssh-rsa"}  # an RSA
 
 def ssh_options(conn: SshConnection, known_hosts: Path, key_type: str) -> list[str]:
     """The client's whole configuration for ``conn``'s device (see the module docstring)."""
-    opts = conn._resolve()
+    opts = conn.resolved_options()
     identities = list(opts.identity_files)
     if opts.default_identities:
         from toolkit.devices.ssh_auth import DEFAULT_KEYS
@@ -71,7 +71,7 @@ def ssh_options(conn: SshConnection, known_hosts: Path, key_type: str) -> list[s
         "Ciphers": "^" + ",".join(PREFERRED_CIPHERS),  # first, as paramiko's link (ssh_link._prefer_aead)
         "ControlMaster": "no", "ControlPath": "none", "ForwardAgent": "no", "ForwardX11": "no",
         "ClearAllForwardings": "yes", "PermitLocalCommand": "no", "LogLevel": "ERROR",
-        "ConnectTimeout": str(max(1, round(conn._timeout(opts)))),
+        "ConnectTimeout": str(max(1, round(conn.timeout_s()))),
         "ServerAliveInterval": str(max(1, round(opts.server_alive_interval or ALIVE_INTERVAL_S))),
         "ServerAliveCountMax": str(opts.server_alive_count_max or ALIVE_COUNT_MAX),
     }
@@ -87,12 +87,12 @@ def ssh_options(conn: SshConnection, known_hosts: Path, key_type: str) -> list[s
 
 def why_not(conn: SshConnection, binary: str | None) -> str | None:
     """Why ``conn``'s device cannot be reached through the ``ssh`` client as paramiko reaches it; None: it can."""
-    opts = conn._resolve()
+    opts = conn.resolved_options()
     if binary is None:
         return "no ssh client on PATH"
     if opts.proxy_jump or opts.proxy_command:
         return "the device is reached through a ProxyJump or ProxyCommand"
-    if conn._passphrase:
+    if conn.holds_passphrase:
         return "the key's passphrase is given to edgetk only ($EDGETK_SSH_PASSPHRASE)"
     if not opts.identity_files and not opts.default_identities and not opts.identity_agent:
         return "no identity file or agent to give the ssh client"
@@ -115,7 +115,7 @@ class SshClientStreams:
                reply_end: str = "") -> CommandResult:
         """As ``SshConnection.stream``: ``argv`` with ``blocks`` as its stdin (a callable holds a conversation)."""
         name = self.conn.name
-        key = self.conn._transport().get_remote_server_key()  # verified on paramiko's connection just now
+        key = self.conn.verified_host_key()  # verified on paramiko's connection just now
         with tempfile.TemporaryDirectory(prefix="edgetk-ssh-") as tmp:
             known = Path(tmp) / "known_hosts"
             known.write_text(f"{PINNED_ALIAS} {key.get_name()} {key.get_base64()}\n")
@@ -138,7 +138,7 @@ class SshClientStreams:
         if status == 255 or status < 0:
             raise LinkDropped(f"{name}: the link to the device dropped (ssh: {said}).",
                               hint="Check the network and re-run: files already sent are not sent again.")
-        return CommandResult(status, self.conn._strip_noise(out).decode("utf-8", "replace"), err)
+        return CommandResult(status, self.conn.strip_noise(out).decode("utf-8", "replace"), err)
 
 
 class _ClientRun:
@@ -156,7 +156,7 @@ class _ClientRun:
         for reader in self.readers:
             reader.start()
 
-    def _read(self, pipe: Any, buf: bytearray) -> None:  # Any: a binary pipe
+    def _read(self, pipe: io.BufferedReader, buf: bytearray) -> None:
         while chunk := pipe.read1(1 << 16):
             with self.changed:
                 buf += chunk

@@ -30,10 +30,9 @@ from __future__ import annotations
 import logging
 import os
 import socket
-import time
 from pathlib import Path
 from types import TracebackType
-from typing import Any, Self
+from typing import Self
 
 import paramiko
 
@@ -41,7 +40,7 @@ from toolkit.devices.spec import DeviceSpec, parse_spec
 from toolkit.devices.ssh_config import SshOptions, resolve
 from toolkit.devices.ssh_chacha import CHACHA, ChachaTransport
 from toolkit.devices.ssh_auth import authenticate, check_host_key, home_relative, prefer_known_key_types
-from toolkit.devices.ssh_watch import _Watchdog, _WatchedSocket
+from toolkit.devices.ssh_watch import ByteStream, Watchdog, WatchedSocket
 from toolkit.errors import DeviceError, DeviceStopped, DeviceUnreachable, LinkDropped
 
 log = logging.getLogger(__name__)
@@ -88,30 +87,51 @@ class SshLink:
         self._passphrase = passphrase if passphrase is not None else os.environ.get("EDGETK_SSH_PASSPHRASE")
         self._proxy_jump = proxy_jump
         self._transport_obj: paramiko.Transport | None = None
-        self._stream: _WatchedSocket | None = None
-        self._watchdog: _Watchdog | None = None
+        self._watchdog: Watchdog | None = None
         self._sftp: paramiko.SFTPClient | None = None
         self._sftp_broken: str | None = None  # why SFTP cannot be used: files then go over exec channels
         self._jump: SshLink | None = None
         self._lost: LinkDropped | None = None  # once the link is gone: no silent reconnect after that
-        self._stopped: str | None = None  # set by the watchdog: the device stopped answering
-        self._silent: str | None = None  # set by the watchdog: silence and no TCP acknowledgements (a dead link)
+        self._stopped: str | None = None  # the watchdog reported (watchdog_cut): the device stopped answering
+        self._silent: str | None = None  # the watchdog reported silence and no TCP acknowledgements (a dead link)
         self._noise_reported = False
         self.options: SshOptions | None = None
         self.shell_noise: str | None = None  # what the login shell printed before a command, if anything
-        self.connect_seconds: float | None = None
 
     # ----------------------------------------------------------------------------------------- connecting
 
-    def _resolve(self) -> SshOptions:
+    def resolved_options(self) -> SshOptions:
+        """How this device is reached, as ``ssh`` would read the user's configuration for it (resolved once):
+        the ``ssh`` client route (:mod:`toolkit.devices.ssh_client`) is configured from exactly these."""
         assert self.spec.host is not None
         if self.options is None:
             self.options = resolve(self.spec.host, user=self.spec.user, port=self.spec.port,
                                    identity_file=self.spec.identity_file, proxy_jump=self._proxy_jump)
         return self.options
 
-    def _timeout(self, opts: SshOptions) -> float:
-        return self.connect_timeout or opts.connect_timeout or DEFAULT_CONNECT_TIMEOUT_S
+    def timeout_s(self) -> float:
+        """Seconds to wait for the device to connect and answer a channel: the caller's ``connect_timeout``, else
+        the configuration's ConnectTimeout, else 15 s."""
+        return self.connect_timeout or self.resolved_options().connect_timeout or DEFAULT_CONNECT_TIMEOUT_S
+
+    @property
+    def holds_passphrase(self) -> bool:
+        """Whether edgetk holds the key's passphrase (given here or in $EDGETK_SSH_PASSPHRASE): another client
+        (the system ``ssh``) could not unlock the key then. The passphrase itself is never handed out."""
+        return bool(self._passphrase)
+
+    def verified_host_key(self) -> paramiko.PKey:
+        """The device's host key, as verified against the known_hosts on this (connected) link."""
+        return self.transport().get_remote_server_key()
+
+    def watchdog_cut(self, what: str, *, link_gone: bool) -> None:
+        """The watchdog's report, from its thread, just before it cuts the link: ``what`` was silent, and either
+        the link itself is gone (``link_gone``: nothing acknowledged TCP either) or the device stopped answering.
+        Every later call on this link raises accordingly (``_dropped``)."""
+        if link_gone:
+            self._silent = what
+        else:
+            self._stopped = what
 
     def _socket(self, hostname: str, port: int, timeout: float) -> socket.socket:
         try:
@@ -137,10 +157,10 @@ class SshLink:
             raise DeviceUnreachable(f"{self.name}: cannot connect to {hostname}:{port} ({exc.strerror or exc}).") \
                 from None
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)
-        opts = self._resolve()
+        opts = self.resolved_options()
         watchdog_s = (opts.server_alive_interval or ALIVE_INTERVAL_S) * (opts.server_alive_count_max or ALIVE_COUNT_MAX)
         for opt, value in (
-            # the watchdog speaks first, so that a frozen device is told apart from a dead link (see _Watchdog)
+            # the watchdog speaks first, so that a frozen device is told apart from a dead link (see Watchdog)
             ("TCP_USER_TIMEOUT", max(USER_TIMEOUT_MS, int((watchdog_s + 5) * 1000))),
             ("TCP_KEEPIDLE", KEEPALIVE_S),
             ("TCP_KEEPINTVL", KEEPALIVE_S),
@@ -151,7 +171,7 @@ class SshLink:
                 sock.setsockopt(socket.IPPROTO_TCP, getattr(socket, opt), value)
         return sock
 
-    def _open_stream(self, opts: SshOptions, timeout: float) -> Any:  # Any: any socket-like stream
+    def _open_stream(self, opts: SshOptions, timeout: float) -> ByteStream:
         """A byte stream to the device's sshd: through the jump host(s), a ProxyCommand, or straight."""
         if opts.proxy_jump:
             chain = [j.strip() for j in opts.proxy_jump.split(",") if j.strip()]
@@ -159,7 +179,7 @@ class SshLink:
                 parse_spec(chain[-1]), trust_new_host=self.trust_new_host, known_hosts=self.known_hosts,
                 connect_timeout=self.connect_timeout, passphrase=self._passphrase, proxy_jump=",".join(chain[:-1]),
             )
-            transport = self._jump._transport()
+            transport = self._jump.transport()
             try:
                 return transport.open_channel("direct-tcpip", (opts.hostname, opts.port), ("127.0.0.1", 0),
                                               timeout=timeout)
@@ -180,11 +200,10 @@ class SshLink:
             return self._transport_obj
         if self._lost is not None:
             raise self._lost  # after a drop, a reconnect would wait on a dead link again; fail at once
-        started = time.perf_counter()
-        opts = self._resolve()
-        timeout = self._timeout(opts)
+        opts = self.resolved_options()
+        timeout = self.timeout_s()
         try:
-            stream = _WatchedSocket(self._open_stream(opts, timeout))
+            stream = WatchedSocket(self._open_stream(opts, timeout))
         except DeviceError:
             self.close()
             raise
@@ -193,8 +212,8 @@ class SshLink:
         _prefer_aead(transport)
         transport.banner_timeout = timeout
         # the watchdog covers the handshake too: a device that freezes while we log in is noticed as well
-        self._watchdog = _Watchdog(self, transport, stream, opts.server_alive_interval or ALIVE_INTERVAL_S,
-                                   opts.server_alive_count_max or ALIVE_COUNT_MAX)
+        self._watchdog = Watchdog(self, transport, stream, opts.server_alive_interval or ALIVE_INTERVAL_S,
+                                  opts.server_alive_count_max or ALIVE_COUNT_MAX)
         try:
             prefer_known_key_types(self.name, transport, opts, self.known_hosts)
             transport.start_client(timeout=timeout)
@@ -225,8 +244,6 @@ class SshLink:
             ) from None
         transport.set_keepalive(KEEPALIVE_S)
         self._transport_obj = transport
-        self._stream = stream
-        self.connect_seconds = time.perf_counter() - started
         return transport
 
 
@@ -236,7 +253,8 @@ class SshLink:
 
     # ----------------------------------------------------------------------------------------- link state
 
-    def _transport(self) -> paramiko.Transport:
+    def transport(self) -> paramiko.Transport:
+        """The live, logged-in transport (connecting on first use); a link that is gone raises."""
         transport = self._connect()
         if not transport.is_active():
             raise self._dropped("the connection is closed")

@@ -9,15 +9,14 @@ every other request to paramiko; :func:`signal_status` turns it into the negativ
 from __future__ import annotations
 
 import signal
-from typing import Any
-
 import paramiko
 from paramiko.common import MSG_CHANNEL_REQUEST
 
+from toolkit.compat import paramiko as paramiko_compat
 from toolkit.devices.ssh_window import WINDOW_PUMP_HANDLERS
 
 
-def _request(chan: Any, message: Any) -> None:  # Any: paramiko's Channel and Message
+def _request(chan: paramiko.Channel, message: paramiko.Message) -> None:
     start = message.packet.tell()
     if message.get_text() == "exit-signal":
         message.get_boolean()  # want-reply: always false for exit-signal
@@ -26,10 +25,10 @@ def _request(chan: Any, message: Any) -> None:  # Any: paramiko's Channel and Me
         chan.status_event.set()
         return
     message.packet.seek(start)
-    paramiko.Channel._handle_request(chan, message)
+    paramiko_compat.handle_channel_request(chan, message)
 
 
-def signal_status(chan: Any, status: int) -> tuple[int, str | None]:  # Any: paramiko.Channel
+def signal_status(chan: paramiko.Channel, status: int) -> tuple[int, str | None]:
     """(status, signal name) of the ended command on ``chan``: ``-SIGNUM`` and ``"SIGKILL"`` after a signal (-1
     for a signal this host does not number), else ``status`` and None."""
     name = getattr(chan, "exit_signal", None)

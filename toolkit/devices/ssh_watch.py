@@ -1,7 +1,7 @@
 """How an SSH connection notices a dead link or a frozen device (``ssh_link``'s "Reliability").
 
-``_WatchedSocket`` wraps the transport's byte stream and keeps the time of the last byte received;
-``_Watchdog`` sends keepalives after silence and cuts the connection after ``ServerAliveCountMax`` silent
+``WatchedSocket`` wraps the transport's byte stream and keeps the time of the last byte received;
+``Watchdog`` sends keepalives after silence and cuts the connection after ``ServerAliveCountMax`` silent
 intervals, telling a frozen device (its kernel still acknowledges TCP) from a dead link (nothing acknowledged).
 """
 
@@ -17,18 +17,33 @@ import paramiko
 
 
 class Watched(Protocol):
-    """What the watchdog reads and marks on ``toolkit.devices.ssh.SshConnection``."""
+    """What the watchdog needs of the link it watches (``toolkit.devices.ssh_link.SshLink``): its name, and
+    where it reports a cut from its own thread."""
 
     name: str
-    _stopped: str | None  # the device stopped answering (TCP still acknowledged)
-    _silent: str | None  # silence and no TCP acknowledgements: the link itself is gone
+
+    def watchdog_cut(self, what: str, *, link_gone: bool) -> None:
+        """``what`` was silent: the link itself is gone (``link_gone``: no TCP acknowledgements either) or the
+        device stopped answering (TCP still acknowledged)."""
 
 
-class _WatchedSocket:
+class ByteStream(Protocol):
+    """A transport's byte stream as paramiko uses it: a socket, a ProxyJump channel or a ProxyCommand."""
+
+    def recv(self, size: int, /) -> bytes: ...
+
+    def send(self, data: bytes, /) -> int: ...
+
+    def settimeout(self, value: float | None, /) -> None: ...
+
+    def close(self) -> None: ...
+
+
+class WatchedSocket:
     """The transport's byte stream (a socket, a ProxyJump channel or a ProxyCommand) with the time of the last
     byte received: the watchdog's clock."""
 
-    def __init__(self, inner: Any) -> None:  # Any: a paramiko socket or channel
+    def __init__(self, inner: ByteStream) -> None:
         self.inner = inner
         self.last_recv = time.monotonic()
 
@@ -73,14 +88,14 @@ class _WatchedSocket:
         except Exception:  # closing a dead stream must never raise
             pass
 
-    def __getattr__(self, name: str) -> Any:
+    def __getattr__(self, name: str) -> Any:  # Any: whatever else paramiko asks of the stream, passed through
         return getattr(self.inner, name)
 
 
-class _Watchdog(threading.Thread):
+class Watchdog(threading.Thread):
     """Keepalives with a bounded number of missed replies (see the module docstring)."""
 
-    def __init__(self, conn: Watched, transport: paramiko.Transport, stream: _WatchedSocket,
+    def __init__(self, conn: Watched, transport: paramiko.Transport, stream: WatchedSocket,
                  interval: float, count_max: int) -> None:
         super().__init__(name=f"edgetk-watchdog-{conn.name}", daemon=True)
         self.conn = conn
@@ -105,10 +120,8 @@ class _Watchdog(threading.Thread):
             silent = time.monotonic() - self.stream.last_recv
             if silent >= self.interval * self.count_max:
                 what = f"no reply to {self.count_max} keepalives in {self.interval * self.count_max:.0f} s"
-                if self.stream.peer_acks_within(silent - 1.0) is False:
-                    self.conn._silent = what  # nothing acknowledged either: the link itself is gone
-                else:
-                    self.conn._stopped = what
+                # nothing acknowledged either: the link itself is gone; else the device stopped answering
+                self.conn.watchdog_cut(what, link_gone=self.stream.peer_acks_within(silent - 1.0) is False)
                 self.stream.cut()
                 threading.Thread(target=self.transport.close, daemon=True).start()
                 return

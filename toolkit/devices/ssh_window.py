@@ -30,7 +30,7 @@ shared cores it gained nothing at load 4-6 (1.58 s vs 1.57 s on one channel, 1.6
 same sequence number). What was done instead: a bundle of 32 MiB or more streams through the system ``ssh``
 client (:mod:`toolkit.devices.ssh_client`), which spends about half this side's CPU per packet.
 
-paramiko ships no type information: its channels, transports and messages are ``Any`` here.
+paramiko ships no type information: its channels, transports and messages type-check as anything here.
 """
 
 from __future__ import annotations
@@ -38,10 +38,10 @@ from __future__ import annotations
 import struct
 import threading
 import time
-from typing import Any
-
 import paramiko
 from paramiko.common import MSG_CHANNEL_WINDOW_ADJUST, cMSG_CHANNEL_DATA
+
+from toolkit.compat import paramiko as paramiko_compat
 
 PACKET_HEADROOM = 64  # paramiko keeps this much of the server's largest packet for the packet's own fields
 DATA = bytes(cMSG_CHANNEL_DATA)
@@ -52,7 +52,7 @@ class WindowSender:
     """Sends blocks on ``chan`` (an open paramiko session channel, nothing sent on it yet) in whole packets.
     Blocks go out in order; the tail of a block shorter than a packet waits for the next block or ``flush``."""
 
-    def __init__(self, chan: Any) -> None:  # Any: paramiko.Channel
+    def __init__(self, chan: paramiko.Channel) -> None:
         self.chan = chan
         with chan.lock:
             largest = max(1, chan.out_max_packet_size - PACKET_HEADROOM)
@@ -143,12 +143,12 @@ class WindowSender:
                     return
 
 
-def _adjust_then_pump(chan: Any, message: Any) -> None:  # Any: paramiko's Channel and Message
-    paramiko.Channel._window_adjust(chan, message)
+def _adjust_then_pump(chan: paramiko.Channel, message: paramiko.Message) -> None:
+    paramiko_compat.adjust_window(chan, message)
     pump = getattr(chan, "window_pump", None)
     if pump is not None:
         pump()
 
 
 # a transport class's ``_channel_handler_table``: paramiko's, a window adjustment also calling the channel's pump
-WINDOW_PUMP_HANDLERS = {**paramiko.Transport._channel_handler_table, MSG_CHANNEL_WINDOW_ADJUST: _adjust_then_pump}
+WINDOW_PUMP_HANDLERS = {**paramiko_compat.channel_handlers(), MSG_CHANNEL_WINDOW_ADJUST: _adjust_then_pump}

@@ -114,7 +114,6 @@ PRECISIONS: tuple[str, ...] = Precision.values()
 FORMATS: tuple[str, ...] = Format.values()
 RUNTIMES: tuple[str, ...] = Runtime.values()
 TFLITE_RUNTIMES: tuple[str, ...] = tuple(r.value for r in (Runtime.LITERT, Runtime.TFLITE_RUNTIME, Runtime.TENSORFLOW))
-FRAMEWORKS: tuple[str, ...] = Framework.values()
 
 
 class AcceleratorKind(_Word):

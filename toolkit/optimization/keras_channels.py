@@ -16,6 +16,7 @@ from typing import Any  # Any: Keras layers and nodes (Keras is untyped); dict[s
 
 import numpy as np
 
+from toolkit.compat import keras as keras_compat
 from toolkit.errors import UsageError
 
 # Layers without weights that act on each channel alone (the channel axis is last and survives them).
@@ -86,7 +87,7 @@ class _Graph:
         self.node_of: dict[str, Any] = {}
         self.shared: set[str] = set()
         self.consumers: dict[str, list[str]] = {}
-        for nodes in functional._nodes_by_depth.values():
+        for nodes in keras_compat.nodes_by_depth(functional).values():
             for node in nodes:
                 op = node.operation
                 if isinstance(op, keras.layers.InputLayer):
@@ -97,9 +98,9 @@ class _Graph:
         self.layers = {name: node.operation for name, node in self.node_of.items()}
         for name, node in self.node_of.items():
             for tensor in node.input_tensors:
-                source = tensor._keras_history.operation.name
+                source = keras_compat.producing_layer_name(tensor)
                 self.consumers.setdefault(source, []).append(name)
-        self.outputs = {t._keras_history.operation.name for t in functional.outputs}
+        self.outputs = {keras_compat.producing_layer_name(t) for t in functional.outputs}
 
     def single_input_shape(self, name: str) -> tuple[Any, ...] | None:
         node = self.node_of[name]

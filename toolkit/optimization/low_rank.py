@@ -98,9 +98,9 @@ def _keras(model: models.OptimizableModel, energy: float | None, rank: int | Non
     import keras
 
     from toolkit.optimization.keras_graph import replace_calls
-    from toolkit.optimization.measure import _keras_layers
+    from toolkit.optimization.measure import keras_layers
 
-    layers = _keras_layers(model.model)
+    layers = keras_layers(model.model)
     dense = [l for l in layers if isinstance(l, keras.layers.Dense)]
     candidates = [l for l in layers if (isinstance(l, keras.layers.Dense) and l is not dense[-1])
                   or (type(l) is keras.layers.Conv2D and l.groups == 1)]
@@ -192,11 +192,12 @@ def _torch(model: models.OptimizableModel, energy: float | None, rank: int | Non
             second.weight.copy_(torch.from_numpy(np.ascontiguousarray(b_weight)))
             if layer.bias is not None:
                 second.bias.copy_(layer.bias)
-        _set_submodule(module, name, nn.Sequential(first, second))
+        set_submodule(module, name, nn.Sequential(first, second))
     return plans, kept
 
 
-def _set_submodule(root: Any, name: str, new: Any) -> None:
+def set_submodule(root: Any, name: str, new: Any) -> None:
+    """Replace ``root``'s submodule at the dotted ``name`` with ``new`` (Any: torch modules, imported lazily)."""
     parent_name, _, child = name.rpartition(".")
     parent = root.get_submodule(parent_name) if parent_name else root
     setattr(parent, child, new)

@@ -98,7 +98,7 @@ def _keras_macs(net: Any) -> int:
     import keras
 
     total = 0
-    for layer in _keras_layers(net):
+    for layer in keras_layers(net):
         if isinstance(layer, keras.layers.Dense):
             kernel = layer.kernel
             rows = int(np.prod([d for d in layer.output.shape[1:-1] if d is not None] or [1]))
@@ -114,13 +114,14 @@ def _keras_macs(net: Any) -> int:
     return int(total)
 
 
-def _keras_layers(net: Any) -> list[Any]:
+def keras_layers(net: Any) -> list[Any]:
+    """Every leaf layer of a Keras model, nested models opened (Any: Keras objects)."""
     import keras
 
     found = []
     for layer in net.layers:
         if isinstance(layer, keras.Model):
-            found.extend(_keras_layers(layer))
+            found.extend(keras_layers(layer))
         else:
             found.append(layer)
     return found

@@ -61,7 +61,7 @@ def _torch(model: models.OptimizableModel, sparsity: float, sample: tuple[np.nda
     from torch import fx, nn
     from torch.fx.passes.shape_prop import ShapeProp
 
-    from toolkit.optimization.low_rank import _set_submodule
+    from toolkit.optimization.low_rank import set_submodule
 
     module = model.model.eval()
     try:
@@ -107,7 +107,7 @@ def _torch(model: models.OptimizableModel, sparsity: float, sample: tuple[np.nda
                 if bias is not None:
                     new.bias.copy_(bias)
             shapes[str(node.target)] = [int(kind.weight.shape[0]), int(weight.shape[0])]
-            _set_submodule(module, str(node.target), new)
+            set_submodule(module, str(node.target), new)
             keep_in = keep_out
         elif isinstance(kind, (nn.BatchNorm2d, nn.BatchNorm1d)):
             if keep_in is not None:
@@ -122,7 +122,7 @@ def _torch(model: models.OptimizableModel, sparsity: float, sample: tuple[np.nda
                         stats: Any = kind
                         new_bn.running_mean.copy_(stats.running_mean[index])
                         new_bn.running_var.copy_(stats.running_var[index])
-                _set_submodule(module, str(node.target), new_bn.eval())
+                set_submodule(module, str(node.target), new_bn.eval())
         elif _is_flatten(node, kind):
             if keep_in is not None:
                 source_shape = chain[i - 1].meta["tensor_meta"].shape

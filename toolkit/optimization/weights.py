@@ -35,10 +35,10 @@ def prunable_weights(model: models.OptimizableModel) -> list[WeightRef]:
 
 
 def _keras_refs(net: Any) -> list[WeightRef]:
-    from toolkit.optimization.measure import _keras_layers
+    from toolkit.optimization.measure import keras_layers
 
     refs = []
-    for layer in _keras_layers(net):
+    for layer in keras_layers(net):
         for attribute in _KERAS_KERNELS:
             variable = getattr(layer, attribute, None)
             if variable is None or not hasattr(variable, "assign") or len(variable.shape) < 2:

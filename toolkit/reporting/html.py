@@ -177,7 +177,7 @@ def _inside(data: ReportData) -> str:
     """Placement, per-operator profiles, throughput and loads of this bundle version (newest per device and
     artifact that measured each); empty when no check asked for them."""
     from toolkit.reporting import plots
-    from toolkit.reporting.terminal import _ms
+    from toolkit.reporting.terminal import ms_text
 
     checks = [c for c in data.history if c.get("version") == data.version] or list(data.latest)
     parts: list[str] = []
@@ -208,7 +208,7 @@ def _inside(data: ReportData) -> str:
 
         def pair(entry: Any) -> str:
             entry = entry or {}
-            return f"{_ms(entry.get('load_ms'))} + {_ms(entry.get('first_inference_ms'))}"
+            return f"{ms_text(entry.get('load_ms'))} + {ms_text(entry.get('first_inference_ms'))}"
 
         rows = []
         for c in loaded:

@@ -17,7 +17,7 @@ class StageProgress:
         self.out = stream if stream is not None else sys.stderr
         self.stages = stages
         self.stage = stages[0]
-        self._lock = threading.Lock()
+        self.lock = threading.Lock()  # one line at a time, from every stage's stream
 
     def prefix(self, stage: str | None = None) -> str:
         stage = stage or self.stage
@@ -28,7 +28,7 @@ class StageProgress:
         self.stage = stage
 
     def __call__(self, message: str) -> None:
-        with self._lock:
+        with self.lock:
             print(f"{self.prefix()} {message}", file=self.out, flush=True)
 
     def stream(self, stage: str) -> _PrefixedStream:
@@ -47,7 +47,7 @@ class _PrefixedStream:
         self._buffer += text
         while "\n" in self._buffer:
             line, self._buffer = self._buffer.split("\n", 1)
-            with self.owner._lock:
+            with self.owner.lock:
                 print(f"{self.owner.prefix(self.stage)} {line}", file=self.owner.out, flush=True)
         return len(text)
 

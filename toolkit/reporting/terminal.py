@@ -41,7 +41,8 @@ def human_bytes(count: float) -> str:
     return f"{value:.1f} GB"
 
 
-def _ms(value: Any) -> str:
+def ms_text(value: Any) -> str:
+    """A time in milliseconds as shown in the tables: 3 decimals under 10 ms, 1 above; '-' for none."""
     if value is None:
         return "-"
     value = float(value)
@@ -82,7 +83,7 @@ def bundle_rows(manifest: Manifest, reports: Sequence[CheckReport | Mapping[str,
         if a.precision != Precision.FP32 and fp32.get(a.format):
             size += f" ({a.bytes / fp32[a.format]:.2f}x)"
         precision = precision_label(a.precision, a.recipe, a.quantized)
-        base = [a.file, precision, size, accuracy_text(a.verification), _ms(a.host_latency_ms)]
+        base = [a.file, precision, size, accuracy_text(a.verification), ms_text(a.host_latency_ms)]
         checked = by_artifact.get(a.file) or []
         if not checked:
             rows.append(base + ["-", "-", "-", "-", "-", "-"])
@@ -90,7 +91,7 @@ def bundle_rows(manifest: Manifest, reports: Sequence[CheckReport | Mapping[str,
             lat = r.get("latency_ms") or {}
             rss = r.get("peak_rss_mb")
             rows.append(base + [
-                str(r.get("device")), _ms(lat.get("p50")), _ms(lat.get("p90")), _ms(r.get("load_ms")),
+                str(r.get("device")), ms_text(lat.get("p50")), ms_text(lat.get("p90")), ms_text(r.get("load_ms")),
                 f"{rss:.0f} MB" if rss is not None else "-", verdict(r),
             ])
     return rows
@@ -246,7 +247,7 @@ def profile_lines(profile: Mapping[str, Any] | None, *, top: int = 5) -> list[st
         head += f", profiler overhead {overhead['ratio']:.2f}x"
     lines = [head + ")"]
     for t in types:
-        lines.append(f"  {str(t.get('op_type')):<20} x{t.get('nodes'):<3} {_ms(t.get('time_ms')):>10}  "
+        lines.append(f"  {str(t.get('op_type')):<20} x{t.get('nodes'):<3} {ms_text(t.get('time_ms')):>10}  "
                      f"{100 * float(t.get('share') or 0):5.1f}%")
     return lines
 
@@ -258,7 +259,7 @@ def throughput_line(throughput: Mapping[str, Any] | None) -> str | None:
         return f"throughput: {throughput['error']}"
     key = "batch" if throughput.get("mode") == "batch" else "in_flight"
     label = "batch" if key == "batch" else "in flight"
-    points = ", ".join(f"{label} {p.get(key)}: {_rate(p.get('inferences_per_s'))} (p50 {_ms((p.get('latency_ms') or {}).get('p50'))})"
+    points = ", ".join(f"{label} {p.get(key)}: {_rate(p.get('inferences_per_s'))} (p50 {ms_text((p.get('latency_ms') or {}).get('p50'))})"
                        for p in throughput.get("points") or [])
     per_sample = throughput.get("per_sample") or {}
     suffix = ""
@@ -275,7 +276,7 @@ def loads_lines(loads: Mapping[str, Any] | None) -> list[str]:
         entry = entry or {}
         if entry.get("error"):
             return f"error ({(entry['error'] or {}).get('message')})"
-        return f"load {_ms(entry.get('load_ms'))} + first {_ms(entry.get('first_inference_ms'))}"
+        return f"load {ms_text(entry.get('load_ms'))} + first {ms_text(entry.get('first_inference_ms'))}"
 
     cold = loads.get("cold") or {}
     cache = cold.get("page_cache") or {}

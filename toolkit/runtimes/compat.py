@@ -83,7 +83,7 @@ def tflite_op_versions(path: Path) -> dict[str, OpVersion]:
     from toolkit.runtimes.inspection import tflite as inspection
 
     inspection.parse_tflite(path)  # refuses a file that is not a TFLite flatbuffer, with a plain message
-    schema = inspection._schema()
+    schema = inspection.flatbuffer_schema()
     model = schema.ModelT.InitFromPackedBuf(path.read_bytes(), 0)
     found: dict[str, OpVersion] = {}
     for code, name in zip(model.operatorCodes or [], inspection.op_code_names(schema, model)):
@@ -142,7 +142,7 @@ def _int8_ops(path: Path) -> set[str]:
     """The builtin ops of the .tflite at ``path`` that read an int8 tensor as their first input."""
     from toolkit.runtimes.inspection import tflite as inspection
 
-    schema = inspection._schema()
+    schema = inspection.flatbuffer_schema()
     model = schema.ModelT.InitFromPackedBuf(path.read_bytes(), 0)
     codes = inspection.op_code_names(schema, model)
     return {codes[op.opcodeIndex] for graph in model.subgraphs or [] for op in graph.operators or []

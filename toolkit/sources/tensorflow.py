@@ -19,6 +19,7 @@ from typing import Any
 
 import numpy as np
 
+from toolkit.compat import keras as keras_compat
 from toolkit.errors import MissingDependency, UsageError, key_line
 from toolkit.model.tensors import TensorSpec
 from toolkit.model.vocabulary import Framework
@@ -171,11 +172,7 @@ class KerasSource(TensorFlowSource):
                 hint="Save a Functional or Sequential model, or export it with model.export(DIR) and pass DIR.",
             )
         self.model = model
-        structure = getattr(model, "_inputs_struct", None)
-        if structure is None and hasattr(model, "_functional"):
-            structure = getattr(model._functional, "_inputs_struct", None)
-        self._structure = structure
-        self._input_tensors = tensors
+        self._structure = keras_compat.inputs_structure(model)
         self._inputs = tuple(
             TensorSpec(name=str(t.name), shape=_spec_shape(t.shape), dtype=_dtype_name(t.dtype))
             for t in tensors
@@ -183,9 +180,7 @@ class KerasSource(TensorFlowSource):
         outs = list(model.outputs or [])
         op_names = []
         for t in outs:
-            history = getattr(t, "_keras_history", None)
-            op = getattr(history, "operation", None)
-            op_names.append(str(getattr(op, "name", None) or t.name))
+            op_names.append(keras_compat.producing_layer_name_or(t, str(t.name)))
         self._outputs = tuple(
             TensorSpec(name=n, shape=_spec_shape(t.shape), dtype=_dtype_name(t.dtype))
             for n, t in zip(_unique(op_names), outs)

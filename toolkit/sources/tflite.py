@@ -16,11 +16,6 @@ from toolkit.runtimes.inspection.tflite import inspect_tflite
 from toolkit.sources.base import SourceModel
 
 
-def detect_precision(path: Path) -> str:
-    """fp32 | fp16 | dynamic | int8, from what the model's operators compute in."""
-    return inspect_tflite(Path(path)).precision
-
-
 class TFLiteSource(SourceModel):
     """A ready .tflite model: the reference is the model itself, run in LiteRT."""
 

@@ -118,24 +118,6 @@ class TorchSource(SourceModel):
         self.predict(feeds)
         return self._probed or ()
 
-    def require_input_shapes(self, given: Mapping[str, Sequence[int]]) -> dict[str, tuple[int, ...]]:
-        """Concrete shapes for every input: ``given`` first, then the model's own (dynamic batch -> 1).
-
-        Raises one UsageError listing every input whose shape is still unknown, with the flag to pass.
-        """
-        shapes: dict[str, tuple[int, ...]] = {}
-        missing: list[str] = []
-        for spec in self._inputs:
-            if spec.name in given:
-                shapes[spec.name] = tuple(int(d) for d in given[spec.name])
-            elif spec.shape != UNKNOWN_RANK and all(d is not None for d in spec.shape[1:]):
-                shapes[spec.name] = tuple(1 if d is None else int(d) for d in spec.shape)
-            else:
-                missing.append(spec.name)
-        if missing:
-            raise missing_shape_error(self, missing)
-        return shapes
-
     def torch_inputs(self, feeds: Mapping[str, np.ndarray]) -> tuple[Any, ...]:  # Any: torch tensors
         """Feeds as tensors in ``forward`` order; a missing input is a UsageError."""
         torch = import_torch()

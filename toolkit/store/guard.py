@@ -79,7 +79,7 @@ class GuardedStore(Store):
     def probe(self) -> bool:
         """Open the database now (migrating it if needed); False (and noted) when it is unavailable."""
         try:
-            self._engine()
+            self.engine()
         except StoreUnavailable as exc:
             self._failed(exc)
             return False

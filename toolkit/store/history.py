@@ -100,12 +100,15 @@ class Store:
     def __repr__(self) -> str:
         return f"Store({self.location.display!r})"
 
-    def _engine(self) -> Engine:
+    def engine(self) -> Engine:
+        """The database's SQLAlchemy engine (opened, and migrated, once per location): tables beside the
+        history's own (selections.py) read and write through it."""
         from toolkit.store.engine import open_engine
 
         return open_engine(self.location)
 
-    def _guard(self, exc: BaseException) -> Exception:
+    def failure(self, exc: BaseException) -> Exception:
+        """The toolkit's error for a database failure ``exc`` on this store (it names the location)."""
         from toolkit.store.engine import store_error
 
         return store_error(self.location, exc)
@@ -147,7 +150,7 @@ class Store:
         if not rows:
             return 0
         try:
-            engine = self._engine()
+            engine = self.engine()
             with engine.begin() as conn:
                 statement: Any = insert(checks)  # Any: sqlalchemy's or a dialect's Insert
                 if skip_existing:
@@ -158,7 +161,7 @@ class Store:
                 if rows:
                     conn.execute(statement, list(rows))
         except SQLAlchemyError as exc:
-            raise self._guard(exc) from None
+            raise self.failure(exc) from None
         return len(rows)
 
     def delete(self, check_ids: Sequence[str]) -> None:
@@ -168,19 +171,19 @@ class Store:
         from toolkit.store.schema import checks
 
         try:
-            with self._engine().begin() as conn:
+            with self.engine().begin() as conn:
                 conn.execute(delete(checks).where(checks.c.check_id.in_(list(check_ids))))
         except SQLAlchemyError as exc:
-            raise self._guard(exc) from None
+            raise self.failure(exc) from None
 
     def _rows(self, query: Select[Any]) -> list[StoredCheck]:  # Any: sqlalchemy's row tuple type
         from sqlalchemy.exc import SQLAlchemyError
 
         try:
-            with self._engine().connect() as conn:
+            with self.engine().connect() as conn:
                 rows = conn.execute(query).mappings().all()
         except SQLAlchemyError as exc:
-            raise self._guard(exc) from None
+            raise self.failure(exc) from None
         return [
             StoredCheck(
                 check_id=r["check_id"], run_id=r["run_id"], created_at=r["created_at"], device=r["device"],

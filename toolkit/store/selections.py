@@ -23,10 +23,10 @@ def record_selection(store: Store, selection: JsonObject, *, device: str, bundle
         "pinned": int(bool(selection.get("pinned"))), "selection": json.dumps(dict(selection)),
     }
     try:
-        with store._engine().begin() as conn:
+        with store.engine().begin() as conn:
             conn.execute(insert(t), [row])
     except SQLAlchemyError as exc:
-        raise store._guard(exc) from None
+        raise store.failure(exc) from None
 
 
 def latest_selections(store: Store, *, bundle: str | None = None, device: str | None = None) -> list[JsonDict]:
@@ -43,10 +43,10 @@ def latest_selections(store: Store, *, bundle: str | None = None, device: str | 
     if device:
         query = query.where(t.c.device == device)
     try:
-        with store._engine().connect() as conn:
+        with store.engine().connect() as conn:
             rows = conn.execute(query.order_by(t.c.created_at, t.c.seq)).mappings().all()
     except SQLAlchemyError as exc:
-        raise store._guard(exc) from None
+        raise store.failure(exc) from None
     newest: dict[tuple[str, str], JsonDict] = {}
     for r in rows:
         doc = json.loads(r["selection"])

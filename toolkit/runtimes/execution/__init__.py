@@ -24,7 +24,6 @@ class HostSession(TensorIO, abc.ABC):
     the tensor's own scale and zero point, so callers compare every artifact with the float model alike."""
 
     runtime: Runtime
-    runtime_version: str
 
     @abc.abstractmethod
     def run_raw(self, feeds: Mapping[str, np.ndarray]) -> list[np.ndarray]:

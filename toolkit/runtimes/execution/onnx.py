@@ -13,7 +13,7 @@ from toolkit.runtimes.execution import HostSession
 from toolkit.model.tensors import TensorSpec
 from toolkit.model.vocabulary import Runtime
 
-_ORT_TYPES = {
+ORT_TYPES = {  # ONNX Runtime's type names -> numpy dtype names (host sessions and onnx_checks read them)
     "tensor(float)": "float32",
     "tensor(float16)": "float16",
     "tensor(double)": "float64",
@@ -32,7 +32,7 @@ _ORT_TYPES = {
 
 def _spec(arg: Any) -> TensorSpec:  # Any: an onnxruntime NodeArg (untyped)
     shape = tuple(d if isinstance(d, int) and d > 0 else None for d in (arg.shape or ()))
-    return TensorSpec(arg.name, shape, _ORT_TYPES.get(arg.type, "float32"))
+    return TensorSpec(arg.name, shape, ORT_TYPES.get(arg.type, "float32"))
 
 
 class OnnxSession(HostSession):
@@ -51,7 +51,6 @@ class OnnxSession(HostSession):
         self.path = Path(path)
         if not self.path.is_file():
             raise UsageError(f"{self.path} does not exist.", hint="Pass the path of an .onnx artifact.")
-        self.runtime_version = ort.__version__
         self.threads = threads
         options = ort.SessionOptions()
         options.log_severity_level = 3

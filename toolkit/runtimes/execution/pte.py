@@ -26,17 +26,14 @@ class PteSession(HostSession):
         self._torch = torch
         program = load_program(self.path)
         if threads is not None:
-            from executorch.extension.pybindings import portable_lib
+            from toolkit.compat import executorch as executorch_compat
 
-            portable_lib._unsafe_reset_threadpool(int(threads))
+            executorch_compat.set_threads(int(threads))
         self._program = program
         self._method: Any = program.load_method("forward")  # Any: ExecuTorch's Method (untyped)
         meta = program.metadata("forward")
         self._inputs = tensor_specs(meta, "input")
         self._outputs = tensor_specs(meta, "output")
-        from importlib import metadata
-
-        self.runtime_version = metadata.version("executorch")
 
     def run_raw(self, feeds: Mapping[str, np.ndarray]) -> list[np.ndarray]:
         args = [self._torch.from_numpy(np.ascontiguousarray(feeds[spec.name])) for spec in self._inputs]

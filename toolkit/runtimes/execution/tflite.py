@@ -27,15 +27,6 @@ def _interpreter_class() -> Any:
     return Interpreter
 
 
-def litert_version() -> str:
-    try:
-        from importlib.metadata import version
-
-        return version("ai-edge-litert")
-    except Exception:  # metadata missing in odd installs; the version is informative only  # noqa: BLE001 (frameworks raise any type; reported as one plain line)
-        return "unknown"
-
-
 class TFLiteSession(HostSession):
     """A .tflite model loaded in ai-edge-litert, allocated once and reused for many runs."""
 
@@ -48,7 +39,6 @@ class TFLiteSession(HostSession):
         self._outputs = contents.outputs
         self._input_indices = contents.input_indices
         self._output_indices = contents.output_indices
-        self.runtime_version = litert_version()
         self.threads = threads
         interpreter = _interpreter_class()
         try:

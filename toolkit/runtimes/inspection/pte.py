@@ -60,12 +60,12 @@ def load_program(path: Path) -> Any:
 
 
 def inspect_pte(path: Path) -> ModelInfo:
-    from executorch.exir._serialize._program import deserialize_pte_binary
+    from toolkit.compat.executorch import pte_program
 
     program = load_program(path)
     meta = program.metadata("forward")
     quantized, half = (_constant(program, name) for name in (QUANTIZED_METHOD, HALF_METHOD))
-    plan = next(p for p in _plans(deserialize_pte_binary(Path(path).read_bytes())) if p.name == "forward")
+    plan = next(p for p in _plans(pte_program(Path(path).read_bytes())) if p.name == "forward")
     counts: Counter[str] = Counter(f"delegate:{d.id}" for d in plan.delegates)
     counts.update(op.name for op in plan.operators)
     portable = sum(1 for op in plan.operators)

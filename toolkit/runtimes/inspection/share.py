@@ -76,8 +76,7 @@ def share_of(layers: Sequence[Layer], why: Callable[[str], str] = lambda name: L
     )
 
 
-def _macs(op: str, out_shape: Sequence[int] | None, weight_shapes: Sequence[Sequence[int]], params: int,
-          *, channels_first: bool) -> int:
+def _macs(op: str, out_shape: Sequence[int] | None, params: int, *, channels_first: bool) -> int:
     if op in _LOOKUPS:
         return 0
     if not out_shape:
@@ -99,9 +98,10 @@ def _size(buffer: Any) -> int:  # Any: generated schema code
 
 
 def tflite_layers(path: Path) -> list[Layer]:
-    from toolkit.runtimes.inspection.tflite import _OpView, _schema, _text, is_integer_op, schema_names, tensor_dtype
+    from toolkit.runtimes.inspection.tflite import (OpView, flatbuffer_schema, is_integer_op, schema_names,
+                                                   schema_text, tensor_dtype)
 
-    schema = _schema()
+    schema = flatbuffer_schema()
     model = schema.ModelT.InitFromPackedBuf(Path(path).read_bytes(), 0)
     type_names, op_names = schema_names(schema)
     buffers = model.buffers or []
@@ -137,12 +137,11 @@ def tflite_layers(path: Path) -> list[Layer]:
             shapes = [[int(d) for d in tensors[w].shape] for w in weights]
             params = sum(math.prod(s) for s in shapes)
             size = sum(_size(buffers[tensors[w].buffer]) for w in weights)
-            view = _OpView(name, tuple(dtype(tensors[i]) for i in ins), tuple(dtype(tensors[i]) for i in outs), ())
+            view = OpView(name, tuple(dtype(tensors[i]) for i in ins), tuple(dtype(tensors[i]) for i in outs), ())
             out = tensors[outs[0]].shape
             out = None if out is None else [int(d) for d in out]
-            layers.append(Layer(_text(tensors[outs[0]].name), name, params, size,
-                                _macs(name, out, shapes, params,
-                                      channels_first=False), is_integer_op(view)))
+            layers.append(Layer(schema_text(tensors[outs[0]].name), name, params, size,
+                                _macs(name, out, params, channels_first=False), is_integer_op(view)))
     return layers
 
 
@@ -193,8 +192,7 @@ def onnx_model_layers(model: Any) -> list[Layer]:  # Any: onnx.ModelProto (onnx 
             size = sum(math.prod(w.dims) * onnx.helper.tensor_dtype_to_np_dtype(w.data_type).itemsize for w in weights)
             out = next((shapes.get(o) for o in node.output if o), None)
             layers.append(Layer(node.name or f"<{node.op_type}>", node.op_type, params, size,
-                                _macs(node.op_type, out, [list(w.dims) for w in weights], params,
-                                      channels_first=node.op_type in _CHANNELS_FIRST), integer,
+                                _macs(node.op_type, out, params, channels_first=node.op_type in _CHANNELS_FIRST), integer,
                                 nested=index > 0))
     return layers
 

@@ -43,7 +43,7 @@ _NUMPY_NAMES = {
 }
 
 
-def _schema() -> Any:
+def flatbuffer_schema() -> Any:
     """The flatbuffer schema module (generated code: Any)."""
     try:
         from ai_edge_litert import schema_py_generated
@@ -60,7 +60,7 @@ def _schema() -> Any:
 
 
 @dataclass(frozen=True)
-class _OpView:
+class OpView:
     """One operator: its builtin name and the dtypes of what it reads and writes."""
 
     name: str
@@ -77,7 +77,7 @@ class TFLiteContents:
     outputs: tuple[TensorSpec, ...]
     input_indices: tuple[int, ...]
     output_indices: tuple[int, ...]
-    ops: tuple[_OpView, ...]
+    ops: tuple[OpView, ...]
     subgraphs: int
     signatures: tuple[str, ...]
 
@@ -91,7 +91,7 @@ def _read_bytes(path: Path) -> bytes:
 def parse_tflite(path: Path) -> TFLiteContents:
     """Parse ``path``; anything that is not a TFLite flatbuffer raises :class:`UsageError`."""
     data = _read_bytes(path)
-    schema = _schema()
+    schema = flatbuffer_schema()
     if len(data) < 8 or data[4:8] != b"TFL3":
         raise UsageError(
             f"{path} is not a TFLite model (no TFL3 flatbuffer identifier).",
@@ -127,7 +127,7 @@ def op_code_names(schema: Any, model: Any) -> list[str]:  # Any: generated schem
 
 def main_graph_ops(path: Path) -> list[str]:
     """The builtin operator name of each operator of the main graph of the .tflite at ``path``, in order."""
-    schema = _schema()
+    schema = flatbuffer_schema()
     model = schema.ModelT.InitFromPackedBuf(path.read_bytes(), 0)
     names = op_code_names(schema, model)
     return [names[op.opcodeIndex] for op in model.subgraphs[0].operators]
@@ -164,11 +164,11 @@ def _contents(model: Any, schema: Any) -> TFLiteContents:  # Any: generated sche
     for sig in model.signatureDefs or []:
         if sig.subgraphIndex not in (0, None):
             continue
-        signature_keys.append(_text(sig.signatureKey))
+        signature_keys.append(schema_text(sig.signatureKey))
         for item in sig.inputs or []:
-            in_names[item.tensorIndex] = _text(item.name)
+            in_names[item.tensorIndex] = schema_text(item.name)
         for item in sig.outputs or []:
-            out_names[item.tensorIndex] = _text(item.name)
+            out_names[item.tensorIndex] = schema_text(item.name)
         break  # the first signature of the main graph names the I/O
 
     def spec(index: int, names: dict[int, str]) -> TensorSpec:
@@ -181,7 +181,7 @@ def _contents(model: Any, schema: Any) -> TFLiteContents:  # Any: generated sche
         dims = shape_sig if shape_sig is not None else (tensor.shape if tensor.shape is not None else [])
         shape = tuple(None if int(d) < 0 else int(d) for d in dims)
         return TensorSpec(
-            name=names.get(index, _text(tensor.name)),
+            name=names.get(index, schema_text(tensor.name)),
             shape=shape,
             dtype=dtype_of(tensor),
             quantization=_quantization(tensor.quantization),
@@ -189,7 +189,7 @@ def _contents(model: Any, schema: Any) -> TFLiteContents:  # Any: generated sche
 
     inputs = tuple(int(i) for i in (main.inputs if main.inputs is not None else []))
     outputs = tuple(int(i) for i in (main.outputs if main.outputs is not None else []))
-    ops: list[_OpView] = []
+    ops: list[OpView] = []
     codes = model.operatorCodes or []
     for graph in subgraphs:
         graph_tensors = graph.tensors or []
@@ -197,11 +197,11 @@ def _contents(model: Any, schema: Any) -> TFLiteContents:  # Any: generated sche
             ins = [int(i) for i in (op.inputs if op.inputs is not None else []) if int(i) >= 0]
             outs = [int(i) for i in (op.outputs if op.outputs is not None else []) if int(i) >= 0]
             ops.append(
-                _OpView(
+                OpView(
                     name=op_name(codes[op.opcodeIndex]),
                     input_types=tuple(dtype_of(graph_tensors[i]) for i in ins),
                     output_types=tuple(dtype_of(graph_tensors[i]) for i in outs),
-                    output_names=tuple(_text(graph_tensors[i].name) for i in outs),
+                    output_names=tuple(schema_text(graph_tensors[i].name) for i in outs),
                 )
             )
     return TFLiteContents(
@@ -215,7 +215,8 @@ def _contents(model: Any, schema: Any) -> TFLiteContents:  # Any: generated sche
     )
 
 
-def _text(value: Any) -> str:  # Any: a schema string field (bytes or str)
+def schema_text(value: Any) -> str:  # Any: a schema string field (bytes or str)
+    """A name field of the flatbuffer as text (the generated code gives bytes or str, or None: '')."""
     if value is None:
         return ""
     return value.decode("utf-8", "replace") if isinstance(value, bytes) else str(value)
@@ -233,7 +234,7 @@ def _quantization(params: Any) -> Quantization | None:  # Any: generated schema 
     )
 
 
-def is_integer_op(op: _OpView) -> bool:
+def is_integer_op(op: OpView) -> bool:
     """True when ``op`` computes in integer: any int8/uint8/int16 operand (weights of a dynamic-range op
     included), except the QUANTIZE/DEQUANTIZE ops that only convert."""
     if op.name in CONVERSION_OPS:
@@ -241,11 +242,11 @@ def is_integer_op(op: _OpView) -> bool:
     return any(t in _INTEGER_TYPES for t in op.input_types + op.output_types)
 
 
-def _is_integer_activation_op(op: _OpView) -> bool:
+def _is_integer_activation_op(op: OpView) -> bool:
     return op.name not in CONVERSION_OPS and any(t in _INTEGER_TYPES for t in op.output_types)
 
 
-def _is_float_op(op: _OpView) -> bool:
+def _is_float_op(op: OpView) -> bool:
     return (
         op.name not in CONVERSION_OPS
         and not is_integer_op(op)
