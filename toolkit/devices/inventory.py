@@ -17,7 +17,6 @@ record (toolkit.model.schemas.inventory) read by the one engine for records (too
 
 from __future__ import annotations
 
-import dataclasses
 import tomllib
 from collections.abc import Mapping, Sequence
 from pathlib import Path
