@@ -192,7 +192,7 @@ def _measure(run: ConvertRun, recipe: Recipe, built: BuiltArtifact, info: ModelI
     """Run the artifact in a child process (``crash_guard.measure``: a runtime's crash drops this candidate
     only), then judge its outputs here against the float reference."""
     from toolkit.conversion import crash_guard
-    from toolkit.conversion.measure_child import MeasureJob, RunFailed, RunProblem
+    from toolkit.conversion.measure_child import MeasureJob, RunFailed, RunProblem, write_feeds
 
     source, data = run.source, run.data
     numerics = target_numerics(recipe, run.policy.arch)  # the target's int8 arithmetic where this host's differs
@@ -201,7 +201,7 @@ def _measure(run: ConvertRun, recipe: Recipe, built: BuiltArtifact, info: ModelI
     except ConversionError:
         named = ()  # the child names the mismatch
     job = MeasureJob(built.path, recipe.threads or run.policy.threads, numerics, tuple(source.inputs),
-                     tuple(source.outputs), tuple(dict(feed) for feed in data.heldout.feeds),
+                     tuple(source.outputs), write_feeds(data.heldout.feeds, run.scratch / "heldout-feeds.pkl"),
                      run.recurrent.pairs if run.recurrent else None, _fp32_to_pair_with(run, recipe),
                      run.dynamic_batch, named)
     result = crash_guard.measure(job, artifact_format=recipe.format, scratch=run.scratch)

@@ -26,7 +26,8 @@ from typing import Any
 
 import numpy as np
 
-from toolkit.conversion.measure_child import FIRST, LOADING, Measurement, MeasureJob, RunFailed, RunProblem
+from toolkit.conversion.measure_child import (FIRST, LOADING, Measurement, MeasureJob, RunFailed, RunProblem,
+                                              read_feeds)
 from toolkit.model.vocabulary import Format
 
 MEASURE_TIMEOUT_S = 1800.0  # a candidate's whole verification: a child still running then is stopped, and failed
@@ -110,9 +111,10 @@ def measure(job: MeasureJob, *, artifact_format: Format, scratch: Path) -> Measu
         return RunFailed(RunProblem.RUN, when, f"its verification process ended without a result ({how})", None,
                          "" if status is None else "SystemExit", None, err[-4000:])
     node = None
-    if sample is not None and sample < len(job.feeds) and job.artifact_inputs:
+    held = read_feeds(job.feeds) if sample is not None and job.artifact_inputs else ()
+    if sample is not None and sample < len(held):
         feeds = scratch / "first-run-feed.npz"
-        feed = job.feeds[sample]
+        feed = held[sample]
         arrays: dict[str, Any] = {name: np.asarray(feed[spec.name])
                                   for spec, name in zip(job.inputs, job.artifact_inputs)}
         np.savez(feeds, **arrays)

@@ -16,7 +16,7 @@ from __future__ import annotations
 import pickle
 import sys
 import traceback
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 from pathlib import Path
@@ -44,7 +44,7 @@ class MeasureJob:
     config: Mapping[str, str] | None  # onnxruntime session config entries: the target's numerics
     inputs: tuple[TensorSpec, ...]  # the source model's, in its order (the feeds are keyed by their names)
     outputs: tuple[TensorSpec, ...]
-    feeds: tuple[dict[str, np.ndarray], ...]  # the held-out samples
+    feeds: Path  # the held-out samples: a pickled tuple of feeds, written once per run (``write_feeds``)
     pairs: tuple[StatePair, ...] | None  # a step model's state pairs: also run as one sequence; None: not one
     fp32: Path | None  # timed against this fp32 artifact in alternating rounds (the profile is this host)
     batches: bool  # also at batch 4 and 8, when the artifact's batch is dynamic (--dynamic-batch)
@@ -98,6 +98,18 @@ class Measurement:
     session_outputs: tuple[TensorSpec, ...]
 
 
+def write_feeds(feeds: Sequence[Mapping[str, np.ndarray]], path: Path) -> Path:
+    """``feeds`` pickled at ``path`` (once: every candidate of a run reads the same held-out samples)."""
+    if not path.is_file():
+        path.write_bytes(pickle.dumps(tuple(dict(feed) for feed in feeds), protocol=pickle.HIGHEST_PROTOCOL))
+    return path
+
+
+def read_feeds(path: Path) -> tuple[dict[str, np.ndarray], ...]:
+    feeds: tuple[dict[str, np.ndarray], ...] = pickle.loads(path.read_bytes())
+    return feeds
+
+
 def _stage(sample: int | None, words: str) -> None:
     print(f"stage|{'' if sample is None else sample}|{words}", flush=True)
 
@@ -147,25 +159,26 @@ def _runs(job: MeasureJob, session: HostSession, in_order: list[int], out_order:
         native = session.run({session.inputs[j].name: feed[spec.name] for spec, j in zip(job.inputs, in_order)})
         return [np.asarray(native[j]) for j in out_order]
 
+    feeds = read_feeds(job.feeds)
     outputs = []
-    for index, feed in enumerate(job.feeds):
+    for index, feed in enumerate(feeds):
         announce(index, FIRST if index == 0 else f"while verifying it on held-out sample {index}")
         outputs.append(infer(feed))
     steps = None
     if job.pairs is not None:
         announce(None, "while running the held-out samples as one sequence (its state fed back)")
-        steps = run_steps(infer, job.feeds, job.pairs)
+        steps = run_steps(infer, feeds, job.pairs)
     announce(0, "while timing it")
-    latency = median_latency_ms(infer, job.feeds[0])
+    latency = median_latency_ms(infer, feeds[0])
     timing = None
     if job.fp32 is not None:
         announce(0, "while timing it against fp32")
         timing = paired_with_fp32(job.fp32, threads=job.threads or 1, source_inputs=job.inputs, candidate=infer,
-                                  feed=job.feeds[0], align=align)
+                                  feed=feeds[0], align=align)
     batching = None
     if job.batches and batch_is_dynamic(session.inputs):
         announce(None, "while verifying it at batch 4 and 8")
-        batching = verify_batches(infer, job.feeds, outputs, output_names=[s.name for s in job.outputs],
+        batching = verify_batches(infer, feeds, outputs, output_names=[s.name for s in job.outputs],
                                   steps=[output_step(session.outputs[j]) for j in out_order])
     return Measurement(in_order, out_order, outputs, steps, latency, str(session.runtime), timing, batching,
                        tuple(session.inputs), tuple(session.outputs))
