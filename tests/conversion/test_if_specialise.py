@@ -107,3 +107,12 @@ def test_input_value_names_a_real_input_and_a_number() -> None:
     assert "image, sr" in (caught.value.hint or "")
     with pytest.raises(UsageError, match="NAME=VALUE"):
         parse_input_values(["sr"], ["image", "sr"])
+
+
+def test_a_bad_input_value_is_one_plain_usage_error(if_model: IfModel, digits: Digits, tmp_path: Path) -> None:
+    from tests.fixtures.cli import assert_clean_error, run_edgetk_inproc
+
+    calibration, _ = _data(digits, tmp_path, (16000,))
+    result = run_edgetk_inproc("convert", if_model.path, "--calibration", calibration, "--format", "onnx",
+                               "--input-value", "rate=16000", "--out", tmp_path / "b", "--no-cache")
+    assert_clean_error(result, 2, "--input-value 'rate=16000': the model has no input 'rate'", "image, sr")
