@@ -199,11 +199,14 @@ def test_host_timings_never_demote_an_artifact_for_another_cpu(digits_keras, dig
     host clock replaced by fixed timings, fp32 timed first), the profile's first recipe stays ``ok`` and
     preferred; the host latency is recorded, labelled with the host CPU, and decides nothing (the device
     selects). Conversion, verification and everything else are real."""
-    from toolkit.conversion import pipeline
     from toolkit.conversion.host_timing import host_cpu
 
+    from tests.fixtures.verification_child import runs_in_this_process
+    from toolkit.verification import verify
+
     timings = iter([1.0, 5.0])
-    monkeypatch.setattr(pipeline.verify, "median_latency_ms", lambda run, feed: next(timings))
+    monkeypatch.setattr(verify, "median_latency_ms", lambda run, feed: next(timings))
+    runs_in_this_process(monkeypatch)  # the fixed timings are this process's
     result = convert_bundle(
         ConvertOptions(source=str(digits_keras), calibration=digits_calibration, formats=("tflite",),
                        target="raspberry-pi-4", out=tmp_path / "b", use_cache=False),

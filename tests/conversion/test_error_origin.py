@@ -49,3 +49,31 @@ def test_the_toolkits_own_frames_are_not_an_origin() -> None:
         parse_role("nope", where="--output-task x=nope")
     assert origin(caught.value) is not None and origin(caught.value).startswith("tests.")  # only this test's frame
     assert not origin(caught.value).startswith("toolkit")
+
+
+def test_an_exception_in_the_verification_child_keeps_its_origin_stage_and_traceback(tmp_path: Path) -> None:
+    """A candidate's runs happen in a child process (crash_guard.measure): the exception onnxruntime raises there
+    (a held-out sample of the wrong rank, from the second sample on) comes back with its type, the module and
+    function that raised it, the stage, and its traceback for --debug."""
+    import onnx
+    from onnx import TensorProto, helper
+
+    from toolkit.conversion import crash_guard
+    from toolkit.conversion.measure_child import MeasureJob, RunFailed, RunProblem, write_feeds
+    from toolkit.model.tensors import TensorSpec
+    from toolkit.model.vocabulary import Format
+
+    graph = helper.make_graph([helper.make_node("Relu", ["x"], ["y"])], "g",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4])])
+    path = tmp_path / "relu.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8), str(path))
+    feeds = [{"x": np.zeros((1, 4), np.float32)}, {"x": np.zeros((1, 4, 1), np.float32)}]
+    job = MeasureJob(path, 1, None, (TensorSpec("x", (1, 4), "float32"),), (TensorSpec("y", (1, 4), "float32"),),
+                     write_feeds(feeds, tmp_path / "feeds.pkl"), None, None, False, ("x",))
+    result = crash_guard.measure(job, artifact_format=Format.ONNX, scratch=tmp_path)
+    assert isinstance(result, RunFailed) and result.problem is RunProblem.RUN, result
+    reason = result.reason()
+    assert reason.startswith("the artifact does not run in its runtime: "), reason
+    assert "(InvalidArgument raised in onnxruntime." in reason and "while verifying it on held-out sample 1)" in reason
+    assert "Traceback (most recent call last)" in result.traceback and "measure_child.py" in result.traceback

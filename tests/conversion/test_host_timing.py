@@ -76,6 +76,9 @@ def test_a_really_slower_int8_on_the_host_profile_is_slower(digits_keras, digits
     from toolkit.conversion import candidate as candidate_module
 
     monkeypatch.setattr(candidate_module, "is_this_host", host_timing.is_this_host)
+    from tests.fixtures.verification_child import runs_in_this_process
+
+    runs_in_this_process(monkeypatch)  # the slowed INT8 is this process's
     result = convert_bundle(
         ConvertOptions(source=str(digits_keras), calibration=digits_calibration, formats=("tflite",),
                        target="generic-x86_64", out=tmp_path / "b", use_cache=False),

@@ -129,6 +129,7 @@ def face_pi_bundle(face_stage: RoleModel,
     """The face stage for a Pi, converted where the probe reads an AVX2-only x86 CPU (U8S8 saturates): every
     onnxruntime session the convert opens is recorded with its config entries (the sessions are real)."""
     from tests.fixtures.cpu_flags import AVX2, probe_flags
+    from tests.fixtures.verification_child import runs_in_this_process
     from toolkit.runtimes.execution.onnx import OnnxSession
 
     out = tmp_path_factory.mktemp("face-pi") / "bundle"
@@ -141,6 +142,7 @@ def face_pi_bundle(face_stage: RoleModel,
 
     with probe_flags(AVX2), pytest.MonkeyPatch.context() as patch:
         patch.setattr(OnnxSession, "__init__", recorded)
+        runs_in_this_process(patch)  # the sessions recorded are this process's
         manifest = _bundle(face_stage, out, formats=("onnx",), target="raspberry-pi-4")
     return out, manifest, opened
 

@@ -110,6 +110,7 @@ def build_dir(options: ConvertOptions, policy: Policy, data: RunData) -> Path | 
         "weights": _hash_if(options.weights),
         "calibration": data.calibration_ref.sha256 if data.calibration_ref else None,
         "calibration_samples": len(data.calibration),
+        "input_values": sorted(options.input_values),  # --input-value changes the samples and the graph quantized
         "shapes": {k: list(v) for k, v in data.shapes.items()},
         "dynamic_batch": options.dynamic_batch,
         "max_opset": policy.max_opset,

@@ -9,8 +9,7 @@ from __future__ import annotations
 
 import logging
 import dataclasses
-import re
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -21,18 +20,19 @@ from toolkit.verification import verify
 from toolkit.delivery.bundle import sha256_file
 from toolkit.conversion import cache
 from toolkit.conversion.base import BuiltArtifact, ConversionRequest
-from toolkit.conversion.host_timing import PairedTiming, Speed, host_cpu, is_this_host, paired_with_fp32
+from toolkit.conversion.host_timing import PairedTiming, Speed, host_cpu, is_this_host
 from toolkit.conversion.int8_saturation import X64_QUANT_PRECISION_NOTE, target_numerics
 from toolkit.conversion.plan import Policy
-from toolkit.conversion.run import WORKAROUNDS, Candidate, ConvertRun, Failure, FailureKind, failure
-from toolkit.errors import ArtifactCrashed, ArtifactRefused, ConversionError, ToolkitError, UsageError, origin
+from toolkit.conversion.io_align import align
+from toolkit.conversion.run import Candidate, ConvertRun, Failure, FailureKind, failure
+from toolkit.errors import ArtifactCrashed, ArtifactRefused, ConversionError, ToolkitError, UsageError
 from toolkit.runtimes.inspection.share import artifact_share
 from toolkit.quiet import native_stderr_silenced
 from toolkit.model.artifact import ArtifactRecord
 from toolkit.model.recipe import Recipe
 from toolkit.model.tensors import TensorSpec
 from toolkit.model.vocabulary import ArtifactStatus, Format, Framework, Precision, artifact_file_name
-from toolkit.model.batching import FIXED_BATCH_NOTE, BatchVerification, batch_is_dynamic, output_step, verify_batches
+from toolkit.model.batching import FIXED_BATCH_NOTE, BatchVerification
 
 if TYPE_CHECKING:
     from toolkit.runtimes.inspection import ModelInfo
@@ -42,36 +42,6 @@ _log = logging.getLogger(__name__)
 
 
 _FORMAT_NAMES = {Format.TFLITE: "TFLite", Format.ONNX: "ONNX", Format.PTE: ".pte"}
-
-
-def align(source: Sequence[TensorSpec], artifact: Sequence[TensorSpec], *, what: str) -> list[int]:
-    """For each source tensor, the index of the artifact tensor that carries it: converters rename tensors (``image``
-    -> ``serving_default_image:0``) and may reorder them; match by name, then containment, then position."""
-    if len(source) != len(artifact):
-        extra = [a.name for a in artifact if a.name not in {s.name for s in source}]
-        raise ConversionError(
-            f"The artifact has {len(artifact)} {what}s but the source model has {len(source)}"
-            + (f" (extra: {', '.join(extra[:4])})" if extra else "")
-            + ": the converter changed the model's signature.",
-            hint=WORKAROUNDS[FailureKind.SIGNATURE],
-        )
-    order: list[int | None] = [None] * len(source)
-    free = list(range(len(artifact)))
-    for matcher in (
-        lambda s, a: a.name == s.name,
-        lambda s, a: bool(s.name) and re.search(rf"(^|[^A-Za-z0-9]){re.escape(s.name)}([^A-Za-z0-9]|$)", a.name)
-        is not None,
-    ):
-        for i, spec in enumerate(source):
-            if order[i] is None:
-                hits = [j for j in free if matcher(spec, artifact[j])]
-                if len(hits) == 1:
-                    order[i] = hits[0]
-                    free.remove(hits[0])
-    for i in range(len(source)):
-        if order[i] is None:
-            order[i] = free.pop(0)
-    return [int(j) for j in order if j is not None]
 
 
 def _runtime_incompatibilities(path: Path, policy: Policy) -> str:
@@ -129,16 +99,14 @@ def _device_only(recipe: Recipe, policy: Policy) -> list[str]:
     return device_only
 
 
-def _paired(run: ConvertRun, recipe: Recipe, infer: Callable[[Mapping[str, np.ndarray]], object]) -> PairedTiming | None:
-    """The paired comparison with fp32 of the format, only where the profile is this host and the recipe runs on
-    its CPU (``host_timing``)."""
+def _fp32_to_pair_with(run: ConvertRun, recipe: Recipe) -> Path | None:
+    """The fp32 artifact of the format to time ``recipe``'s against in alternating rounds (``host_timing``), only
+    where the profile is this host and the recipe runs on its CPU."""
     fp32 = run.fp32.get(recipe.format)
     if (recipe.precision == Precision.FP32 or not isinstance(fp32, Candidate) or not is_this_host(run.policy.name)
             or _device_only(recipe, run.policy)):
         return None
-    return paired_with_fp32(fp32.built.path, threads=recipe.threads or run.policy.threads,
-                            source_inputs=run.source.inputs, candidate=infer, feed=run.data.heldout.feeds[0],
-                            align=align)
+    return fp32.built.path
 
 
 @dataclass(frozen=True)
@@ -173,7 +141,7 @@ def build_and_verify(run: ConvertRun, recipe: Recipe, *, explicit: bool) -> Cand
     if isinstance(built, Failure):
         return built
     recipe, artifact, info = built
-    measured = _crashed(run, recipe, artifact.path, info) or _measure(run, recipe, artifact)
+    measured = _measure(run, recipe, artifact, info)
     if isinstance(measured, Failure):
         return measured
     failures = tuple(measured.verdict.failures) + tuple(measured.batching.failures() if measured.batching else ())
@@ -220,71 +188,45 @@ def _built(run: ConvertRun, recipe: Recipe, *, explicit: bool
     return recipe, built, info
 
 
-def _crashed(run: ConvertRun, recipe: Recipe, path: Path, info: ModelInfo) -> Failure | None:
-    """A failure when the artifact's first load and inference crash its runtime in a child (``crash_guard``)."""
+def _measure(run: ConvertRun, recipe: Recipe, built: BuiltArtifact, info: ModelInfo) -> _Measured | Failure:
+    """Run the artifact in a child process (``crash_guard.measure``: a runtime's crash drops this candidate
+    only), then judge its outputs here against the float reference."""
     from toolkit.conversion import crash_guard
-
-    try:
-        order = align(run.source.inputs, info.inputs, what="input")
-    except ConversionError:
-        return None  # the in-process load names the mismatch
-    feed = {info.inputs[j].name: run.data.heldout.feeds[0][spec.name] for spec, j in zip(run.source.inputs, order)}
-    crash = crash_guard.first_run(path, feed, artifact_format=recipe.format,
-                                  threads=recipe.threads or run.policy.threads, scratch=run.scratch)
-    if crash is None:
-        return None
-    what = f"{recipe.precision} {_FORMAT_NAMES[recipe.format]}"
-    return failure(recipe, FailureKind.CRASHED, crash.reason(what))
-
-
-def _measure(run: ConvertRun, recipe: Recipe, built: BuiltArtifact) -> _Measured | Failure:
-    from toolkit.runtimes.execution import open_session
+    from toolkit.conversion.measure_child import MeasureJob, RunFailed, RunProblem, write_feeds
 
     source, data = run.source, run.data
     numerics = target_numerics(recipe, run.policy.arch)  # the target's int8 arithmetic where this host's differs
     try:
-        session = open_session(built.path, threads=recipe.threads or run.policy.threads, config=numerics)
-    except Exception as exc:  # noqa: BLE001 - the runtime refuses the file: this artifact's failure only
-        message = exc.message if isinstance(exc, ToolkitError) else f"{type(exc).__name__}: {exc}"
-        return failure(recipe, FailureKind.DOES_NOT_RUN, f"its runtime cannot load it: {message}",
-                       exc.hint if isinstance(exc, ToolkitError) else None)
-    try:
-        try:
-            in_order = align(source.inputs, session.inputs, what="input")
-            out_order = align(source.outputs, session.outputs, what="output")
-        except ConversionError as exc:
-            return failure(recipe, FailureKind.SIGNATURE, exc.message)
-
-        def infer(feed: Mapping[str, np.ndarray]) -> list[np.ndarray]:
-            native = session.run({session.inputs[j].name: feed[spec.name] for spec, j in zip(source.inputs, in_order)})
-            return [native[j] for j in out_order]
-
-        try:
-            outputs = verify.run_all(infer, data.heldout.feeds)
-            recurrent = (run.recurrent.with_candidate(verify.run_steps(infer, data.heldout.feeds, run.recurrent.pairs))
-                         if run.recurrent else None)  # a step model: also over one sequence, its state fed back
-            verdict = verify.verify_outputs(
-                run.reference, outputs, tolerance=run.policy.tolerance, task=run.task, labels=data.heldout.labels,
-                metric=run.metric, output_names=[s.name for s in source.outputs], recurrent=recurrent,
-                anchors=data.anchors,
-            )
-            latency = verify.median_latency_ms(infer, data.heldout.feeds[0])
-            timing = _paired(run, recipe, infer)  # only where the profile is this host
-            batching = (verify_batches(infer, data.heldout.feeds, outputs,
-                                       output_names=[s.name for s in source.outputs],
-                                       steps=[output_step(session.outputs[j]) for j in out_order])
-                        if run.dynamic_batch and batch_is_dynamic(session.inputs) else None)  # per sample at 4, 8
-        except ToolkitError:
-            raise
-        except Exception as exc:  # noqa: BLE001 - a runtime's own error, reported as the artifact's failure
-            where = origin(exc)
-            return failure(recipe, FailureKind.DOES_NOT_RUN, f"the artifact does not run in its runtime: {exc}"
-                           + (f" ({type(exc).__name__} raised in {where})" if where else ""))
-        io_notes = _io_notes(source.inputs, session.inputs, in_order, "input") + _io_notes(
-            source.outputs, session.outputs, out_order, "output") + ([X64_QUANT_PRECISION_NOTE] if numerics else [])
-        return _Measured(in_order, out_order, outputs, verdict, latency, session.runtime, timing, batching, io_notes)
-    finally:
-        session.close()
+        named = tuple(info.inputs[j].name for j in align(source.inputs, info.inputs, what="input"))
+    except ConversionError:
+        named = ()  # the child names the mismatch
+    job = MeasureJob(built.path, recipe.threads or run.policy.threads, numerics, tuple(source.inputs),
+                     tuple(source.outputs), write_feeds(data.heldout.feeds, run.scratch / "heldout-feeds.pkl"),
+                     run.recurrent.pairs if run.recurrent else None, _fp32_to_pair_with(run, recipe),
+                     run.dynamic_batch, named)
+    result = crash_guard.measure(job, artifact_format=recipe.format, scratch=run.scratch)
+    what = f"{recipe.precision} {_FORMAT_NAMES[recipe.format]}"
+    if isinstance(result, crash_guard.Crash):
+        if result.stack:
+            _log.debug("%s: the Python stack when the runtime crashed (in its verification process):\n%s",
+                       recipe.label, result.stack)
+        return failure(recipe, FailureKind.CRASHED, result.reason(what))
+    if isinstance(result, RunFailed):
+        if result.traceback:  # the child's exception: its traceback under --debug (debug logging)
+            _log.debug("%s: %s in its verification process:\n%s", recipe.label, result.stage, result.traceback)
+        kind = {RunProblem.LOAD: FailureKind.DOES_NOT_RUN, RunProblem.SIGNATURE: FailureKind.SIGNATURE,
+                RunProblem.RUN: FailureKind.DOES_NOT_RUN}[result.problem]
+        return failure(recipe, kind, result.reason(), result.hint)
+    recurrent = run.recurrent.with_candidate(result.steps) if run.recurrent and result.steps is not None else None
+    verdict = verify.verify_outputs(
+        run.reference, result.outputs, tolerance=run.policy.tolerance, task=run.task, labels=data.heldout.labels,
+        metric=run.metric, output_names=[s.name for s in source.outputs], recurrent=recurrent, anchors=data.anchors,
+    )
+    inputs, outputs = result.session_inputs, result.session_outputs
+    io_notes = _io_notes(source.inputs, inputs, result.in_order, "input") + _io_notes(
+        source.outputs, outputs, result.out_order, "output") + ([X64_QUANT_PRECISION_NOTE] if numerics else [])
+    return _Measured(result.in_order, result.out_order, result.outputs, verdict, result.latency, result.runtime,
+                     result.timing, result.batching, io_notes)
 
 
 def _speed(run: ConvertRun, recipe: Recipe, measured: _Measured, *, failed: bool) -> _Speed:

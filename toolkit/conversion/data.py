@@ -70,6 +70,11 @@ def prepare_data(options: ConvertOptions, source: SourceModel, progress: Callabl
         progress("no data given: verifying on random inputs (pass --calibration or --eval-data for real ones)")
     if len(heldout) > MAX_VERIFY_SAMPLES:
         heldout = cal.subset(heldout, MAX_VERIFY_SAMPLES)
+    if options.input_values:  # --input-value: every sample fed the value (an If it picks folds: onnx_specialise)
+        from toolkit.conversion.onnx_specialise import parse_input_values
+
+        values = parse_input_values(options.input_values, [s.name for s in inputs])
+        calibration, heldout = (_fixed(samples, values) for samples in (calibration, heldout))
     return RunData(
         calibration=calibration,
         heldout=heldout,
@@ -83,3 +88,10 @@ def prepare_data(options: ConvertOptions, source: SourceModel, progress: Callabl
         outputs=(eval_file.outputs if eval_file else ()) or (cal_file.outputs if cal_file else ()),
         anchors=next((f.anchors for f in (eval_file, cal_file) if f is not None and f.anchors is not None), None),
     )
+
+
+def _fixed(samples: cal.SampleSet, values: dict[str, float]) -> cal.SampleSet:
+    """``samples`` with each input of ``values`` set to its value (in the input's own dtype and shape)."""
+    feeds = tuple({name: (np.full_like(np.asarray(array), values[name]) if name in values else array)
+                   for name, array in feed.items()} for feed in samples.feeds)
+    return cal.SampleSet(feeds, samples.labels)

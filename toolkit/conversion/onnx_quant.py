@@ -24,6 +24,7 @@ from toolkit.conversion.onnx_checks import check_runs, failure, first_run_in_chi
 from toolkit.conversion.onnx_fold import FOLD_STEP, folded_base
 from toolkit.conversion.onnx_io import opset_of, quiet, refused_copy, require_onnx, save_model, staged_file
 from toolkit.conversion.onnx_prepare import QDQ_MIN_OPSET
+from toolkit.conversion.onnx_specialise import specialised_base
 from toolkit.errors import ArtifactRefused, ConversionError, MissingDependency, UsageError, key_line
 from toolkit.model.vocabulary import (
     A16W8_MIN_ONNXRUNTIME,
@@ -50,6 +51,8 @@ def derive(request: ConversionRequest, base: BuiltArtifact, output: Path) -> Bui
     request.workdir.mkdir(parents=True, exist_ok=True)
     builders: Mapping[str, Callable[[ConversionRequest, BuiltArtifact, Path], _Result]] = {
         Precision.FP32: _fp32, Precision.FP16: _fp16, Precision.DYNAMIC: _dynamic, Precision.INT8: static_int8}
+    if recipe.precision in (Precision.DYNAMIC, Precision.INT8):  # an If an input fixed in the data picks: folded
+        base = specialised_base(request, base)
     with staged_file(output) as tmp:
         float_nodes, notes = builders[recipe.precision](request, base, tmp)
         try:
@@ -377,8 +380,8 @@ def _require_quantized(path: Path, precision: str, notes: Sequence[str]) -> None
         raise ConversionError(
             f"{precision} quantization changed nothing: every operator it would quantize ({ops}) sits inside an "
             f"If/Loop/Scan body, and {why}; it would be a float model under an int8 label.",
-            hint="Ship the fp32/fp16 artifact, or quantize an export of the model without the control flow around "
-            "its layers (one branch per model).",
+            hint="Ship the fp32/fp16 artifact; if an input picks the branch (a sample rate), fix it with "
+            "--input-value NAME=VALUE; or quantize an export of the model without the control flow around its layers.",
         )
     raise ConversionError(
         f"{precision} quantization changed nothing: the model has no operator the quantizer supports "

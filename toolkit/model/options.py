@@ -110,6 +110,10 @@ class ConvertOptions:
     input_shapes: Mapping[str, tuple[int, ...]] = field(default_factory=dict, metadata=flag(
         "Pin an input's shape (batch defaults to 1).", kind=Kind.SHAPES, name="--input-shape", multiple=True,
         metavar="NAME=D0,D1,..."))
+    input_values: tuple[str, ...] = field(default=(), metadata=flag(
+        "Fix an input to one value (a sample rate): every calibration and held-out sample is fed it, and an ONNX "
+        "If it picks is folded to its branch before quantizing (repeatable).", name="--input-value",
+        multiple=True, metavar="NAME=VALUE"))
     name: str | None = field(default=None, metadata=flag("Bundle name (default: <source stem>-<target>)."))
     out: Path | None = field(default=None, metadata=flag(
         "Bundle directory (default ./bundles/<name>).", kind=Kind.PATH))
