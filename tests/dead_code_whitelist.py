@@ -15,10 +15,10 @@ prepare, derive_onnx, take_as_is  # a Route's builder
 __getattr__  # toolkit/__init__.py: the verbs, loaded from api/ on first use (PEP 562)
 _.__signature__  # model/options.py: the signature click and inspect read
 format_commands  # cli/__init__.py: click.Group's hook for the help's command list
+__call__  # api/rollout.py RunOn: a Protocol's call signature (DeviceSelection.run_batch fits it)
 exc_type  # __exit__(exc_type, exc, tb): the protocol's parameters
 on_train_batch_end, logs  # optimization/training.py: a Keras Callback hook and its parameter
 _no_driver_transactions, _begin  # store/engine.py: SQLAlchemy event listeners (@event.listens_for)
-model_config  # model/schemas/fields.py: pydantic's configuration
 instance  # toolkit/compat/__init__.py Member.instance: read by tests/test_compat.py
 PIN, MEMBERS  # toolkit/compat/*.py: the pin and the private members, read by tests/test_compat.py
 
