@@ -23,7 +23,7 @@ import tempfile
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -75,25 +75,47 @@ class NodeLocation:
         return {n.name: n.added for n in self.nodes}
 
 
-def relative(actual: np.ndarray, want: np.ndarray) -> float:
-    """RMS(actual - want) over want's range, capped at ``ERROR_CAP`` (non-finite values count as the cap)."""
-    a, w = np.asarray(actual, dtype=np.float64).ravel(), np.asarray(want, dtype=np.float64).ravel()
-    if a.size != w.size or a.size == 0:
-        return math.nan
-    if not (np.all(np.isfinite(a)) and np.all(np.isfinite(w))):
-        return ERROR_CAP
-    span = float(w.max() - w.min())
-    noise = float(np.sqrt(np.mean((a - w) ** 2)))
-    if span <= 0:
-        return 0.0 if noise == 0 else ERROR_CAP
-    return min(noise / span, ERROR_CAP)
+@dataclass
+class _Gap:
+    """The running error of one tensor over samples: squared error, count, the float values' range."""
+
+    squared: float = 0.0
+    count: int = 0
+    low: float = math.inf
+    high: float = -math.inf
+    finite: bool = True
+
+    def add(self, actual: np.ndarray, want: np.ndarray) -> None:
+        a, w = np.asarray(actual, dtype=np.float64).ravel(), np.asarray(want, dtype=np.float64).ravel()
+        if a.size != w.size or a.size == 0:
+            self.finite = self.finite and a.size == w.size
+            return
+        if not (np.all(np.isfinite(a)) and np.all(np.isfinite(w))):
+            self.finite = False
+            return
+        self.squared += float(np.sum((a - w) ** 2))
+        self.count += a.size
+        self.low, self.high = min(self.low, float(w.min())), max(self.high, float(w.max()))
+
+    def error(self) -> float:
+        """RMS error over the float range, capped at ``ERROR_CAP`` (non-finite values count as the cap); NaN
+        when nothing comparable was seen."""
+        if not self.finite:
+            return ERROR_CAP
+        if self.count == 0:
+            return math.nan
+        noise, span = math.sqrt(self.squared / self.count), self.high - self.low
+        if span <= 0:
+            return 0.0 if noise == 0 else ERROR_CAP
+        return min(noise / span, ERROR_CAP)
 
 
 def locate(request: ConversionRequest, float_model: Path, int8: BuiltArtifact) -> NodeLocation:
     """Rank the nodes of ``float_model`` (the model the quantizer was given) by the error each adds in ``int8``
-    (its full static INT8 QDQ artifact), on the first ``LOCATOR_SAMPLES`` calibration samples."""
+    (its full static INT8 QDQ artifact), on the first ``LOCATOR_SAMPLES`` calibration samples (one sample's
+    tensors held at a time)."""
     from toolkit.conversion.onnx_calibration import reader
-    from toolkit.conversion.onnx_io import quiet, require_onnx, run_outputs
+    from toolkit.conversion.onnx_io import quiet, require_onnx
 
     onnx = require_onnx()
     reference = onnx.shape_inference.infer_shapes(onnx.load(str(float_model)), strict_mode=False)
@@ -103,11 +125,14 @@ def locate(request: ConversionRequest, float_model: Path, int8: BuiltArtifact) -
     floats = _float_tensors(reference)
     measured = [n.output[0] for n in nodes if n.output and n.output[0] in floats and n.output[0] in in_int8]
     feeds = list(reader(request, float_model, LOCATOR_SAMPLES))
+    gaps = {t: _Gap() for t in measured}
     with tempfile.TemporaryDirectory(dir=request.workdir) as scratch, quiet():
-        want = run_outputs(reference, measured, Path(scratch).resolve(), feeds)
-        got = run_outputs(quantized, measured, Path(scratch).resolve(), feeds)
-    error = {t: relative(np.concatenate([g.ravel() for g in got[t]]), np.concatenate([w.ravel() for w in want[t]]))
-             for t in measured}
+        want_run = _with_outputs(reference, measured, Path(scratch) / "float.onnx")
+        got_run = _with_outputs(quantized, measured, Path(scratch) / "int8.onnx")
+        for feed in feeds:
+            for name, want, got in zip(measured, want_run.run(measured, dict(feed)), got_run.run(measured, dict(feed))):
+                gaps[name].add(got, want)
+    error = {t: gap.error() for t, gap in gaps.items()}
     ranked = []
     for node in nodes:
         out = node.output[0] if node.output else ""
@@ -118,6 +143,21 @@ def locate(request: ConversionRequest, float_model: Path, int8: BuiltArtifact) -
         ranked.append(NodeError(node.name, node.op_type, error[out], max(error[out] - before, 0.0)))
     ranked.sort(key=lambda n: -n.added)  # stable: the earlier node first among equals
     return NodeLocation(tuple(ranked), _ancestors(nodes), len(feeds))
+
+
+def _with_outputs(model: onnx.ModelProto, names: Sequence[str], path: Path) -> Any:
+    """A session (unoptimized: Q/DQ pairs kept) of ``model`` with the float tensors ``names`` as outputs
+    (Any: onnxruntime is untyped)."""
+    from toolkit.conversion.onnx_io import require_onnx, save_model, session
+
+    onnx = require_onnx()
+    augmented = onnx.ModelProto()
+    augmented.CopyFrom(model)
+    present = {o.name for o in augmented.graph.output}
+    augmented.graph.output.extend(onnx.helper.make_tensor_value_info(n, onnx.TensorProto.FLOAT, None)
+                                  for n in names if n not in present)
+    save_model(augmented, path, final_name=path.name)
+    return session(path, optimize=False)
 
 
 def _float_tensors(model: onnx.ModelProto) -> set[str]:
