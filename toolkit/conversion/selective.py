@@ -36,6 +36,7 @@ from toolkit.quiet import native_stderr_silenced
 
 if TYPE_CHECKING:
     from toolkit.conversion.layers import LayerTable
+    from toolkit.model.recipe import Recipe
     from toolkit.conversion.node_locator import NodeLocation
     from toolkit.runtimes.inspection.share import Layer
 
@@ -200,9 +201,19 @@ def selective(run: ConvertRun, failed: Candidate) -> Candidate | None:
         why = min(skipped, key=lambda w: w.remaining).why_not()
         stop = (f"selective quantization stopped after {len(worth)} rebuild(s), {len(skipped)} float set(s) "
                 f"not tried: {retry_worth.spread_summary(ranked.errors)}; the best of them: {why}")
-        run.attempts.append(failed.attempt(AttemptOutcome.FAILED, stop))
-        run.progress(stop)
+        _say_stopped(run, recipe, stop)
     return None
+
+
+def _say_stopped(run: ConvertRun, recipe: Recipe, stop: str) -> None:
+    """Add why the retry stopped to the last attempt of ``recipe`` (the full INT8's, or its last rebuild's), so
+    each artifact keeps one line in the attempts."""
+    for index in range(len(run.attempts) - 1, -1, -1):
+        attempt = run.attempts[index]
+        if (attempt.recipe.format, attempt.recipe.precision) == (recipe.format, recipe.precision):
+            run.attempts[index] = dataclasses.replace(attempt, reason=f"{attempt.reason}; {stop}")
+            break
+    run.progress(stop)
 
 
 def _explained(result: Candidate, failed: Candidate, union: Group, share: float, *, front_end: bool) -> Candidate:
