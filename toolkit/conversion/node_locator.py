@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import math
 import tempfile
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -58,17 +58,23 @@ class NodeLocation:
     """The nodes of the float graph ranked by the error they add in full INT8, worst first."""
 
     nodes: tuple[NodeError, ...]
-    ancestors: Mapping[str, tuple[str, ...]]  # node -> the nodes it depends on (graph order), itself last
+    names: tuple[str, ...]  # every node of the float graph in graph order ("" for an unnamed one)
+    parents: tuple[tuple[int, ...], ...]  # per node, the indices of the nodes that write its inputs
     samples: int
-
-    @property
-    def worst(self) -> NodeError | None:
-        return self.nodes[0] if self.nodes and self.nodes[0].added > 0 else None
 
     def front_end(self, name: str) -> tuple[str, ...]:
         """``name`` and every node it depends on, from the graph inputs: the nodes to keep float so that no
         Q/DQ pair stands before it."""
-        return self.ancestors.get(name, (name,))
+        if name not in self.names:
+            return (name,)
+        seen: set[int] = set()
+        frontier = [self.names.index(name)]
+        while frontier:
+            index = frontier.pop()
+            if index not in seen:
+                seen.add(index)
+                frontier.extend(self.parents[index])
+        return tuple(self.names[i] for i in sorted(seen) if self.names[i])
 
     def added_errors(self) -> dict[str, float]:
         """Node name -> the error it adds: what ``retry_worth`` weighs a float set with."""
@@ -142,7 +148,7 @@ def locate(request: ConversionRequest, float_model: Path, int8: BuiltArtifact) -
         before = 0.0 if math.isnan(before) else before
         ranked.append(NodeError(node.name, node.op_type, error[out], max(error[out] - before, 0.0)))
     ranked.sort(key=lambda n: -n.added)  # stable: the earlier node first among equals
-    return NodeLocation(tuple(ranked), _ancestors(nodes), len(feeds))
+    return NodeLocation(tuple(ranked), tuple(n.name for n in nodes), _parents(nodes), len(feeds))
 
 
 def _with_outputs(model: onnx.ModelProto, names: Sequence[str], path: Path) -> Any:
@@ -168,20 +174,14 @@ def _float_tensors(model: onnx.ModelProto) -> set[str]:
     return {vi.name for vi in [*graph.value_info, *graph.output] if vi.type.tensor_type.elem_type == float32}
 
 
-def _ancestors(nodes: Sequence[onnx.NodeProto]) -> dict[str, tuple[str, ...]]:
-    """Node name -> the names of the nodes it depends on, in graph order, itself last (unnamed nodes are
-    followed but not listed: no ``nodes_to_exclude`` entry can name them)."""
+def _parents(nodes: Sequence[onnx.NodeProto]) -> tuple[tuple[int, ...], ...]:
+    """Per node (graph order), the indices of the nodes that write its inputs."""
     producer: dict[str, int] = {}
-    depends: list[set[int]] = []
+    parents = []
     for index, node in enumerate(nodes):
-        above = {index}
-        for name in node.input:
-            if name in producer:
-                above |= depends[producer[name]]
-        depends.append(above)
+        parents.append(tuple(dict.fromkeys(producer[i] for i in node.input if i in producer)))
         producer.update((out, index) for out in node.output)
-    return {node.name: tuple(nodes[i].name for i in sorted(depends[index]) if nodes[i].name)
-            for index, node in enumerate(nodes) if node.name}
+    return tuple(parents)
 
 
 def locate_full(request: ConversionRequest, full: BuiltArtifact | None) -> NodeLocation:
