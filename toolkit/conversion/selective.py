@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -112,8 +112,8 @@ class _Ranked:
     """What the analysis of a failed INT8 recipe offers: the float sets in the order to try them, the measured
     error per node they are weighed against, and the weight share of a set."""
 
-    sets: list[Group]
-    errors: dict[str, float]
+    sets: tuple[Group, ...]
+    errors: Mapping[str, float]
     cost: Callable[[Sequence[str]], float]
     front_end: Group = ()  # the contiguous front end up to the locator's worst activation-only node, if any
 
@@ -127,17 +127,17 @@ def _ranked(run: ConvertRun, failed: Candidate) -> _Ranked:
     fp32 = run.fp32.get(recipe.format)
     nested = body_layers(fp32.built.path) if isinstance(fp32, Candidate) else []
     if nested:
-        return _Ranked(_tries(*_by_op(nested)), {}, _cost_of(nested))
+        return _Ranked(tuple(_tries(*_by_op(nested))), {}, _cost_of(nested))
     table = table_for(run, recipe, failed.built)
     sets = _tries(*options(table, failed))
-    errors = {r.name: r.channel_error for r in table.rows}
+    errors: Mapping[str, float] = {r.name: r.channel_error for r in table.rows}
     front: Group = ()
     located = _located(run, failed) if recipe.format == Format.ONNX else None
     if located is not None:
         errors = located.added_errors()
         front = _front_end(located, {r.name for r in table.rows})
         sets = [front, *(s for s in sets if s != front)] if front else sets
-    return _Ranked(sets, errors, weight_cost(failed.built.path), front)
+    return _Ranked(tuple(sets), errors, weight_cost(failed.built.path), front)
 
 
 def _located(run: ConvertRun, failed: Candidate) -> NodeLocation | None:
