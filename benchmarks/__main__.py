@@ -197,7 +197,8 @@ def summary(h: dict) -> str:
         rows.append(["Small CNN whose INT8 cannot pass, TFLite + ONNX + .pte: `edgetk convert` vs the plain paths "
                      "(target <= 2x)", _fmt(ff.get("ratio")),
                      f"{_fmt(ff.get('toolkit_s'), ' s')} vs {_fmt(ff.get('plain_s'), ' s')}; without fail fast "
-                     f"{_fmt(ff.get('unweighed_ratio'))}"])
+                     + (f"over {_fmt(ff['unweighed_ratio_over'])}" if "unweighed_ratio_over" in ff
+                        else _fmt(ff.get("unweighed_ratio")))])
     sn = h.get("selection", {})
     for slug, entry in sn.get("models", {}).items():
         ratios = list((entry.get("selected_vs_old") or {}).values())
