@@ -21,7 +21,7 @@ from typing import Any
 from benchmarks.common import DOC, log, machine, table, update_doc
 
 SECTIONS = ("convert", "int8", "convert_time", "torch_routes", "deploy", "runner", "loads", "optimize", "startup",
-            "finetune_memory", "fleet", "selective", "selection", "crash_guard", "pte", "pte_native")
+            "finetune_memory", "fleet", "selective", "selection", "crash_guard", "pte", "pte_native", "fail_fast")
 HEADLINES = DOC.with_suffix(".json")
 
 
@@ -192,6 +192,13 @@ def summary(h: dict) -> str:
             rows.append([f"ResNet50 selective quantization, {route} -> TFLite, wall time (target < 180 s on 2 cores)",
                          _fmt(sel.get(f"{key}_s"), " s"),
                          f"{_fmt(sel.get(f'{key}_cpu_s'), ' s')} CPU; section selective"])
+    ff = h.get("fail_fast", {})
+    if ff:
+        rows.append(["Small CNN whose INT8 cannot pass, TFLite + ONNX + .pte: `edgetk convert` vs the plain paths "
+                     "(target <= 2x)", _fmt(ff.get("ratio")),
+                     f"{_fmt(ff.get('toolkit_s'), ' s')} vs {_fmt(ff.get('plain_s'), ' s')}; without fail fast "
+                     + (f"over {_fmt(ff['unweighed_ratio_over'])}" if "unweighed_ratio_over" in ff
+                        else _fmt(ff.get("unweighed_ratio")))])
     sn = h.get("selection", {})
     for slug, entry in sn.get("models", {}).items():
         ratios = list((entry.get("selected_vs_old") or {}).values())

@@ -133,9 +133,10 @@ def test_selective_quantization_rescues_int8(fmt, culprit, request) -> None:
     kept = [a for a in mixed if a.outcome == "kept"]
     assert len(kept) == 1, [(a.recipe.nodes_to_exclude, a.outcome, a.reason) for a in mixed]
     assert _accuracy(kept[0]) >= float_acc - 0.01
-    # Cheapest first (toolkit/conversion/selective.py): the weightless and small options are tried before the
-    # one that passes, the layer carrying the outlier and its consumer.
-    assert mixed[-1] is kept[0] and 2 <= len(mixed) <= 5
+    # Cheapest first (toolkit/conversion/selective.py): the weightless and small options come before the one
+    # that passes, the layer carrying the outlier and its consumer; those the measured errors say cannot pass
+    # are not rebuilt (retry_worth), so the passing set may be the first one built.
+    assert mixed[-1] is kept[0] and 1 <= len(mixed) <= 5
     record = manifest.artifact(f"model.int8.{fmt}")
     assert record.precision == "int8"
     assert any(culprit in node for node in record.float_nodes), record.float_nodes

@@ -193,10 +193,12 @@ def test_pipeline_keeps_the_worst_group_float_and_ships_int8(
     assert abs(float_acc - outlier_net.float_accuracy) < 0.003
     assert len(plain) == 1 and plain[0].outcome == "dropped"
     assert (plain[0].metrics or {})["verification"]["accuracy"] < float_acc - 0.5  # full int8: about chance
-    # the cheapest option first (the culprit alone: its consumer re-quantizes the outlier, so it is lost
-    # still), then the culprit with its consumer, which repairs it
-    assert [(a.recipe.nodes_to_exclude, a.outcome) for a in mixed] == [
-        (("linear",), "dropped"), (("linear", "relu_2", "linear_1"), "kept")]
+    # the cheapest option is the culprit alone (its consumer re-quantizes the outlier, so it is lost still):
+    # weighed against the table's errors (retry_worth) it is skipped, or built and dropped; then the culprit
+    # with its consumer, which repairs it
+    tried = [(a.recipe.nodes_to_exclude, a.outcome) for a in mixed]
+    assert tried[-1] == (("linear", "relu_2", "linear_1"), "kept"), tried
+    assert tried[:-1] in ([], [(("linear",), "dropped")]), tried
     record = manifest.artifact("model.int8.tflite")
     # fc1 holds ~92% of the weights: kept float, this int8 is mixed, labelled so and not preferred
     assert record.precision == "int8" and not record.preferred

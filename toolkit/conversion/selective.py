@@ -10,24 +10,34 @@ over the fp16/fp32 fallback. PyTorch -> TFLite's FX node names do not name the a
 the order is by error alone. Layers inside If/Loop/Scan bodies have no row in the table (it compares the main
 graph's tensors): there the options are whole op kinds (every Conv of the model), fewest weights first. No
 candidate is converted just to rank.
+
+ONNX routes also rank every node, activation-only ones included (``node_locator``): when the node adding the
+most error is one the table has no row for (a ``Log`` of an 8-bit power spectrum, a Softmax, a Div), the
+first float set is its **front end**, everything from the inputs up to and including it. Every float set is
+weighed first (``retry_worth``, on the locator's added errors for ONNX, the table's channel errors elsewhere):
+only sets that can remove the error are rebuilt, and when none can the retry stops at once, saying why.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from toolkit.conversion import retry_worth
 from toolkit.conversion.candidate import build_and_verify
 from toolkit.conversion.onnx_fold import body_layers
 from toolkit.conversion.run import Candidate, ConvertRun, Failure
 from toolkit.errors import ToolkitError
-from toolkit.model.vocabulary import AttemptOutcome
+from toolkit.model.vocabulary import AttemptOutcome, Format
 from toolkit.quiet import native_stderr_silenced
 
 if TYPE_CHECKING:
+    from toolkit.conversion.layers import LayerTable
+    from toolkit.model.recipe import Recipe
+    from toolkit.conversion.node_locator import NodeLocation
     from toolkit.runtimes.inspection.share import Layer
 
 SELECTIVE_STEPS = (1, 2, 4)  # how many of the cheapest options the float set holds at each try
@@ -74,12 +84,9 @@ def _by_op(layers: Sequence[Layer]) -> tuple[list[tuple[Group, float, float]], l
              sum(layer.params for layer in layers if layer.op == op) / total) for op in kinds], []
 
 
-def options(run: ConvertRun, failed: Candidate) -> tuple[list[tuple[Group, float, float]], list[Group]]:
+def options(table: LayerTable, failed: Candidate) -> tuple[list[tuple[Group, float, float]], list[Group]]:
     """(group to keep float, its layer's channel error, its share of the weights), cheapest per error first;
     and the float groups of the worst rows by error alone, worst first (the last resort)."""
-    from toolkit.conversion.layers import table_for
-
-    table = table_for(run, failed.recipe, failed.built)
     rows = [r for r in table.rows if not math.isnan(r.channel_error)][:CANDIDATE_ROWS]
     cost = weight_cost(failed.built.path)
     found: list[tuple[Group, float, float]] = []
@@ -100,15 +107,74 @@ def _tries(cheap: Sequence[tuple[Group, float, float]], worst: Sequence[Group]) 
     return [s for i, s in enumerate(sets) if s and s not in sets[:i]]
 
 
-def selective(run: ConvertRun, failed: Candidate) -> Candidate | None:
-    """The int8 recipe of ``failed`` retried with its cheapest sensitive layers in float (layers inside bodies: by
-    op kind, ``_by_op``); None when that does not help. Every try that does not pass is appended to ``run.attempts``."""
+@dataclasses.dataclass(frozen=True)
+class _Ranked:
+    """What the analysis of a failed INT8 recipe offers: the float sets in the order to try them, the measured
+    error per node they are weighed against, and the weight share of a set."""
+
+    sets: tuple[Group, ...]
+    errors: Mapping[str, float]
+    cost: Callable[[Sequence[str]], float]
+    front_end: Group = ()  # the contiguous front end up to the locator's worst activation-only node, if any
+
+
+def _ranked(run: ConvertRun, failed: Candidate) -> _Ranked:
+    """The float sets of ``failed``: layers inside bodies by op kind (``_by_op``, unweighed); else the layer
+    table's options, after the front end of the worst activation-only node (ONNX, ``node_locator``)."""
+    from toolkit.conversion.layers import table_for
+
     recipe = failed.recipe
     fp32 = run.fp32.get(recipe.format)
     nested = body_layers(fp32.built.path) if isinstance(fp32, Candidate) else []
+    if nested:
+        return _Ranked(tuple(_tries(*_by_op(nested))), {}, _cost_of(nested))
+    table = table_for(run, recipe, failed.built)
+    sets = _tries(*options(table, failed))
+    errors: Mapping[str, float] = {r.name: r.channel_error for r in table.rows}
+    front: Group = ()
+    located = _located(run, failed) if recipe.format == Format.ONNX else None
+    if located is not None:
+        errors = located.added_errors()
+        front = _front_end(located, {r.name for r in table.rows})
+        sets = [front, *(s for s in sets if s != front)] if front else sets
+    return _Ranked(tuple(sets), errors, weight_cost(failed.built.path), front)
+
+
+def _located(run: ConvertRun, failed: Candidate) -> NodeLocation | None:
+    """The node ranking of an ONNX recipe's full quantization (None where it cannot be measured: the table's
+    errors decide then)."""
+    from toolkit.conversion.node_locator import locate_full
+
+    plain = dataclasses.replace(failed.recipe, nodes_to_exclude=())
+    try:
+        return locate_full(run.request(plain), None if failed.recipe.nodes_to_exclude else failed.built)
+    except Exception as exc:  # noqa: BLE001 - a runtime's own error in the analysis: the table alone decides
+        run.progress(f"node-level error locator unavailable ({type(exc).__name__}: {str(exc)[:120]})")
+        return None
+
+
+def _front_end(located: NodeLocation, rows: set[str]) -> Group:
+    """The front end of the worst node among the top ``CANDIDATE_ROWS`` that the layer table cannot keep float
+    on its own (an activation-only op, or a node with no row); () when the worst nodes are all table layers."""
+    from toolkit.conversion.node_locator import ACTIVATION_ONLY
+
+    for node in located.nodes[:CANDIDATE_ROWS]:
+        if node.added <= 0:
+            break
+        if node.op_type in ACTIVATION_ONLY or node.name not in rows:
+            return located.front_end(node.name)
+    return ()
+
+
+def selective(run: ConvertRun, failed: Candidate) -> Candidate | None:
+    """The int8 recipe of ``failed`` retried with its cheapest sensitive layers in float (layers inside bodies: by
+    op kind, ``_by_op``; ONNX: first the front end of the worst activation-only node); only the float sets that
+    the measured errors say can pass are rebuilt (``retry_worth``). None when that does not help. Every try that
+    does not pass, and why the retry stopped, is appended to ``run.attempts``."""
+    recipe = failed.recipe
     try:
         with native_stderr_silenced():
-            ranked = _by_op(nested) if nested else options(run, failed)
+            ranked = _ranked(run, failed)
     except ToolkitError as exc:
         run.attempts.append(failed.attempt(AttemptOutcome.FAILED, f"selective quantization unavailable: {exc.message}"))
         return None
@@ -116,26 +182,46 @@ def selective(run: ConvertRun, failed: Candidate) -> Candidate | None:
         run.attempts.append(failed.attempt(
             AttemptOutcome.FAILED, f"selective quantization unavailable: {type(exc).__name__}: {str(exc)[:200]}"))
         return None
-    cost = _cost_of(nested) if nested else weight_cost(failed.built.path)
-    for union in _tries(*ranked):
+    weighed = [(union, retry_worth.weigh(ranked.errors, union)) for union in ranked.sets]
+    worth = [union for union, w in weighed if w.worth]
+    for union in worth:
         mixed = dataclasses.replace(recipe, nodes_to_exclude=tuple(dict.fromkeys(recipe.nodes_to_exclude + union)))
-        run.progress(f"retrying {recipe.label} with {len(mixed.nodes_to_exclude)} layer(s) in float "
-                     f"({100 * cost(union):.0f}% of the weights)")
+        what = (f"its front end up to {union[-1]} ({len(union)} nodes)" if union == ranked.front_end
+                else f"{len(mixed.nodes_to_exclude)} layer(s)")
+        run.progress(f"retrying {recipe.label} with {what} in float ({100 * ranked.cost(union):.0f}% of the weights)")
         result = build_and_verify(run, mixed, explicit=False)
         if isinstance(result, Failure):
             run.attempts.append(result.attempt())
             continue
         if not result.failures:
-            return _explained(result, failed, union, cost(union))
+            return _explained(result, failed, union, ranked.cost(union), front_end=union == ranked.front_end)
         run.attempts.append(result.attempt(AttemptOutcome.DROPPED, "; ".join(result.problems)))
+    skipped = [w for _, w in weighed if not w.worth]
+    if skipped:
+        why = min(skipped, key=lambda w: w.remaining).why_not()
+        stop = (f"selective quantization stopped after {len(worth)} rebuild(s), {len(skipped)} float set(s) "
+                f"not tried: {retry_worth.spread_summary(ranked.errors)}; the best of them: {why}")
+        _say_stopped(run, recipe, stop)
     return None
 
 
-def _explained(result: Candidate, failed: Candidate, union: Group, share: float) -> Candidate:
+def _say_stopped(run: ConvertRun, recipe: Recipe, stop: str) -> None:
+    """Add why the retry stopped to the last attempt of ``recipe`` (the full INT8's, or its last rebuild's), so
+    each artifact keeps one line in the attempts."""
+    for index in range(len(run.attempts) - 1, -1, -1):
+        attempt = run.attempts[index]
+        if (attempt.recipe.format, attempt.recipe.precision) == (recipe.format, recipe.precision):
+            run.attempts[index] = dataclasses.replace(attempt, reason=f"{attempt.reason}; {stop}")
+            break
+    run.progress(stop)
+
+
+def _explained(result: Candidate, failed: Candidate, union: Group, share: float, *, front_end: bool) -> Candidate:
     """``result`` with its float layers' reason and, when the float set holds most of the weights, a note saying so."""
     from toolkit.runtimes.inspection.share import artifact_share
 
-    why = f"selective retry: full INT8 out of tolerance ({'; '.join(failed.failures)[:160]})"
+    where = f"front end kept float up to {union[-1]}, the node adding the most error; " if front_end else ""
+    why = f"selective retry: {where}full INT8 out of tolerance ({'; '.join(failed.failures)[:160]})"
     notes = result.record.notes
     if share > MOST_OF_THE_MODEL:
         notes += (f"selective quantization: the only passing float set found holds {100 * share:.0f}% of the "
