@@ -188,6 +188,13 @@ def test_bundle_name_default() -> None:
     assert bundle_name("saved_model/", None) == "saved_model"
 
 
+def test_a_factory_bundle_is_named_after_its_file_and_function() -> None:
+    """Two projects' ``make_model`` factories get two bundles, not one overwritten by the other."""
+    assert bundle_name("proj_a/Digits.py:make_model", "raspberry-pi-4") == "digits.make_model-raspberry-pi-4"
+    assert bundle_name("proj_b/faces.py:make_model", "raspberry-pi-4") == "faces.make_model-raspberry-pi-4"
+    assert bundle_name("vision.nets.faces:make_model", None) == "faces.make_model"
+
+
 def test_existing_bundle_needs_force(digits_bundle: ConvertResult, digits_keras) -> None:
     with pytest.raises(UsageError, match="already exists"):
         convert_bundle(ConvertOptions(source=str(digits_keras), out=digits_bundle.bundle_dir))

@@ -118,8 +118,17 @@ def detect_is_factory(source: str) -> bool:
 
 
 def bundle_name(source: str, target: str | None) -> str:
-    """``digits-raspberry-pi-4``: the source's stem and the target, lower case, in ``[a-z0-9._-]``."""
-    stem = source.split(":")[-1] if detect_is_factory(source) else Path(source.rstrip("/")).stem
+    """``digits-raspberry-pi-4``: the source's stem and the target, lower case, in ``[a-z0-9._-]``.
+
+    A PyTorch factory ``nets/digits.py:make_model`` (or ``pkg.digits:make_model``) gives ``digits.make_model``:
+    its file and its function, so two projects' ``make_model`` factories do not overwrite each other's bundle.
+    """
+    if detect_is_factory(source):
+        where, _, function = source.rpartition(":")
+        module = Path(where).stem if where.endswith(".py") else where.rsplit(".", 1)[-1]
+        stem = ".".join(part for part in (module, function) if part)
+    else:
+        stem = Path(source.rstrip("/")).stem
     raw = f"{stem}-{target}" if target else stem
     name = re.sub(r"[^a-z0-9._-]+", "-", raw.lower()).strip("-.") or "model"
     return name[:100]
