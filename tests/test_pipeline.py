@@ -121,6 +121,24 @@ def test_tflite_source_is_taken_as_it_is(digits_bundle: ConvertResult, digits_ev
     assert "taken as it is (no conversion)" in record.notes
 
 
+def test_fp16_tflite_source_is_built_logged_and_shipped_as_fp16(digits_tflite, digits_eval, tmp_path) -> None:
+    """The log line, the attempts and the artifact agree on the file's precision (it said "building tflite fp32"
+    and shipped model.fp16.tflite)."""
+    source = tmp_path / "given.tflite"
+    source.write_bytes(digits_tflite["fp16"].read_bytes())
+    messages: list[str] = []
+    result = convert_bundle(
+        ConvertOptions(source=str(source), eval_data=digits_eval, out=tmp_path / "b", use_cache=False),
+        progress=messages.append,
+    )
+    (record,) = result.manifest.artifacts
+    assert (record.file, record.precision) == ("model.fp16.tflite", "fp16")
+    building = [m for m in messages if m.startswith("building ")]
+    assert building == ["building tflite fp16"], messages
+    tflite = [(a.recipe.precision, a.outcome) for a in result.manifest.attempts if a.recipe.format == "tflite"]
+    assert ("fp16", "kept") in tflite and ("fp16", "failed") not in tflite, tflite
+
+
 def test_tflite_source_plan_says_what_the_calibration_data_are_for(digits_bundle: ConvertResult,
                                                                     digits_calibration, tmp_path) -> None:
     source = tmp_path / "given.tflite"
@@ -186,6 +204,13 @@ def test_savedmodel_directory_source(digits_keras, digits_eval, tmp_path) -> Non
 def test_bundle_name_default() -> None:
     assert bundle_name("models/Digits V2.keras", "raspberry-pi-4") == "digits-v2-raspberry-pi-4"
     assert bundle_name("saved_model/", None) == "saved_model"
+
+
+def test_a_factory_bundle_is_named_after_its_file_and_function() -> None:
+    """Two projects' ``make_model`` factories get two bundles, not one overwritten by the other."""
+    assert bundle_name("proj_a/Digits.py:make_model", "raspberry-pi-4") == "digits.make_model-raspberry-pi-4"
+    assert bundle_name("proj_b/faces.py:make_model", "raspberry-pi-4") == "faces.make_model-raspberry-pi-4"
+    assert bundle_name("vision.nets.faces:make_model", None) == "faces.make_model"
 
 
 def test_existing_bundle_needs_force(digits_bundle: ConvertResult, digits_keras) -> None:

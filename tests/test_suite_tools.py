@@ -1,5 +1,5 @@
 """The suite's own tools: ``scripts/test-times`` (where the time goes) and the workers' order and groups
-(tests/fixtures/workers.py)."""
+(tests/fixtures/workers.py), and the cache of converted products (tests/fixtures/products.py)."""
 
 from __future__ import annotations
 
@@ -124,3 +124,48 @@ def test_the_durations_file_names_modules_that_exist() -> None:
     assert known, "tests/durations.json is missing or empty: scripts/test-times --write-durations writes it"
     missing = [m for m in known if not (REPO / m).is_file()]
     assert len(missing) <= len(known) // 10, missing
+
+
+def test_a_cached_product_is_built_once_per_recipe_and_never_half(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                                   tmp_path_factory: pytest.TempPathFactory) -> None:
+    """``built_once`` (the converted .pte bundles): one build per key, reused; a build that fails leaves no product
+    a later run could read; ``product_key`` changes with a toolkit source, a recipe file and a package version."""
+    from tests.fixtures import products
+
+    monkeypatch.setenv("EDGETK_TEST_CACHE", str(tmp_path / "cache"))
+    builds: list[Path] = []
+
+    def build(folder: Path) -> None:
+        builds.append(folder)
+        (folder / "model.pte").write_text(f"build {len(builds)}")
+
+    first = products.built_once(tmp_path_factory, "pte-x", "k1", build)
+    again = products.built_once(tmp_path_factory, "pte-x", "k1", build)
+    assert first == again and len(builds) == 1 and (first / "model.pte").read_text() == "build 1"
+    other = products.built_once(tmp_path_factory, "pte-x", "k2", build)
+    assert other != first and len(builds) == 2
+
+    def broken(folder: Path) -> None:
+        (folder / "model.pte").write_text("half")
+        raise RuntimeError("conversion failed")
+
+    with pytest.raises(RuntimeError):
+        products.built_once(tmp_path_factory, "pte-x", "k3", broken)
+    assert not list((tmp_path / "cache").glob("pte-x-k3*"))
+    assert products.built_once(tmp_path_factory, "pte-x", "k3", build) and len(builds) == 3
+
+    checkout = tmp_path / "checkout"
+    (checkout / "toolkit" / "conversion").mkdir(parents=True)
+    (checkout / "targets").mkdir()
+    recipe = checkout / "recipe.py"
+    recipe.write_text("EPOCHS = 12\n")
+    converter = checkout / "toolkit" / "conversion" / "pte.py"
+    converter.write_text("def convert(): ...\n")
+    monkeypatch.setattr(products, "CHECKOUT", checkout)
+    key = products.product_key(recipe, packages=("numpy",))
+    assert products.product_key(recipe, packages=("numpy",)) == key
+    converter.write_text("def convert(): return 1\n")
+    changed = products.product_key(recipe, packages=("numpy",))
+    recipe.write_text("EPOCHS = 13\n")
+    assert len({key, changed, products.product_key(recipe, packages=("numpy",)),
+                products.product_key(recipe, packages=("numpy", "pytest"))}) == 4

@@ -166,6 +166,17 @@ class VersionReplaced(DeviceError):
     the device runs."""
 
 
+class MissingRuntime(DeviceError):
+    """The device's runtime cannot run the bundle's artifacts: a ``.pte`` exported by another executorch release
+    than the device's (the version lock; the device's runner reports the same as ``missing_runtime``). The hint
+    names the release to install."""
+
+    fix = (
+        "Install the runtime release the hint names on the device (`edgetk devices setup --device SPEC "
+        "--runtime executorch` installs this machine's), or convert with the device's release."
+    )
+
+
 class MissingDependency(UsageError):
     """An optional framework is not installed; the hint names the extra to add."""
 

@@ -93,6 +93,38 @@ def test_another_executorch_release_is_refused(pte_digits_bundle: tuple[Path, di
     assert_native(report["model.int8.pte"])  # its neighbour, of this release, still runs
 
 
+def test_deploy_refuses_another_executorch_release_before_pushing(pte_digits_bundle: tuple[Path, dict[str, Any]],
+                                                                   tmp_path: Path) -> None:
+    """The version lock on the host: `local`'s runner Python is this venv's, with executorch 1.5.1. A bundle whose
+    every artifact is a .pte of 1.4.0 is refused before anything is sent, with the device's own words
+    (missing_runtime: the release to install); with an ONNX artifact beside them, a warning and the deploy goes on
+    (the check reports the .pte as missing_runtime and measures the rest)."""
+    from tests.fixtures.bundles import subset_bundle
+
+    home = new_home(tmp_path).path
+    inventory = tmp_path / "inv.toml"
+    inventory.write_text('[devices.here]\nhost = "local"\n')
+    only_pte = subset_bundle(pte_digits_bundle[0], tmp_path / "pte", PTE)
+    manifest = json.loads((only_pte / "manifest.json").read_text())
+    for record in manifest["artifacts"]:
+        record["pte"]["executorch_version"] = "1.4.0"
+    (only_pte / "manifest.json").write_text(json.dumps(manifest))
+    refused = run_edgetk("deploy", only_pte, "--inventory", inventory, env=Home(home).env)
+    assert refused.code == 4, refused.stdout[-2000:] + refused.stderr[-2000:]
+    said = " ".join(refused.stderr.split())
+    assert "model.fp32.pte was exported by executorch 1.4.0" in said and "has executorch 1.5.1" in said, said
+    assert "executorch==1.4.0" in said and "devices setup" in said and "Traceback" not in said, said
+    assert not list(home.glob(".edgetk/bundles/*")), "nothing is sent before the refusal"
+
+    mixed = _edited(pte_digits_bundle[0], tmp_path / "b", "model.int8.pte", executorch_version="1.4.0")
+    result = run_edgetk("deploy", mixed, "--inventory", inventory, env=Home(home).env)
+    assert result.code == 0, result.stdout[-2000:] + result.stderr[-2000:]
+    said = " ".join(result.stderr.split())
+    assert "warning: here: model.int8.pte was exported by executorch 1.4.0" in said, said
+    assert "model.fp32.pte" not in said.split("measures", 1)[0], said  # of this release: not named as refused
+    assert list(home.glob(".edgetk/bundles/*/current")), "deployed"
+
+
 def test_local_deploy_check_selects_among_pte_and_onnx(pte_digits_bundle: tuple[Path, dict[str, Any]],
                                                       executorch_native_env: DeviceEnv, tmp_path: Path) -> None:
     """``deploy --check --eval`` on `local` with the torch-free env: the .pte measured natively beside the ONNX

@@ -100,8 +100,11 @@ class BundleJob:
         return BundleOutcome(pushed, tuple(reports), selected)
 
     def _install(self, device: Device, progress_stream: TextSink | None) -> PushResult:
+        from toolkit.delivery.pte_lock import refuse_other_release
         from toolkit.delivery.push import push
 
+        for warning in refuse_other_release(device, self.bundle):  # the version lock, before anything is sent
+            print(f"warning: {warning}", file=progress_stream or sys.stderr, flush=True)
         what = self.options
         # push's stream is typed TextIO but it only writes and flushes: a TextSink is what it uses.
         pushed = push(device, self.bundle, force=what.force, progress_stream=progress_stream,  # type: ignore[arg-type]

@@ -44,7 +44,7 @@ from toolkit.sources import SourceModel, detect_framework, open_source
 from toolkit.model.artifact import Attempt
 from toolkit.model.recipe import Recipe
 from toolkit.model.manifest import Manifest
-from toolkit.model.vocabulary import AttemptOutcome, Precision
+from toolkit.model.vocabulary import AttemptOutcome, Framework, Precision
 
 if TYPE_CHECKING:
     from toolkit.model.targets import TargetProfile
@@ -89,7 +89,8 @@ def convert_bundle(
                        ("labels file", options.labels), ("weights file", options.weights)):
         if path is not None and not Path(path).exists():
             raise UsageError(f"The {what} {str(path)!r} does not exist.", hint="Check the path.")
-    plan = plan_recipes(options, policy, framework, has_calibration=options.calibration is not None)
+    plan = plan_recipes(options, policy, framework, has_calibration=options.calibration is not None,
+                        as_is=_file_precision(options.source) if framework == Framework.TFLITE else None)
 
     key = cache.bundle_key(options, policy, name) if options.use_cache else None
     if key is not None:
@@ -117,6 +118,13 @@ def convert_bundle(
         source.close()
     progress(f"wrote {destination}")
     return ConvertResult(destination, manifest)
+
+
+def _file_precision(source: str) -> Precision:
+    """A .tflite source's own precision (it ships as it is)."""
+    from toolkit.sources.tflite import detect_precision
+
+    return Precision(detect_precision(Path(source)))
 
 
 def _start(options: ConvertOptions, policy: Policy, source: SourceModel, plan: Plan, scratch: Path,

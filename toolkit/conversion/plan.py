@@ -118,8 +118,17 @@ def detect_is_factory(source: str) -> bool:
 
 
 def bundle_name(source: str, target: str | None) -> str:
-    """``digits-raspberry-pi-4``: the source's stem and the target, lower case, in ``[a-z0-9._-]``."""
-    stem = source.split(":")[-1] if detect_is_factory(source) else Path(source.rstrip("/")).stem
+    """``digits-raspberry-pi-4``: the source's stem and the target, lower case, in ``[a-z0-9._-]``.
+
+    A PyTorch factory ``nets/digits.py:make_model`` (or ``pkg.digits:make_model``) gives ``digits.make_model``:
+    its file and its function, so two projects' ``make_model`` factories do not overwrite each other's bundle.
+    """
+    if detect_is_factory(source):
+        where, _, function = source.rpartition(":")
+        module = Path(where).stem if where.endswith(".py") else where.rsplit(".", 1)[-1]
+        stem = ".".join(part for part in (module, function) if part)
+    else:
+        stem = Path(source.rstrip("/")).stem
     raw = f"{stem}-{target}" if target else stem
     name = re.sub(r"[^a-z0-9._-]+", "-", raw.lower()).strip("-.") or "model"
     return name[:100]
@@ -178,8 +187,10 @@ def a16w8_refusal(recipe: Recipe, policy: Policy) -> str | None:
             f"profile admits onnxruntime {policy.onnxruntime_min}")
 
 
-def plan_recipes(options: ConvertOptions, policy: Policy, framework: str, *, has_calibration: bool) -> Plan:
-    """The recipes to build, in order, and the ones skipped before any work (with the reason)."""
+def plan_recipes(options: ConvertOptions, policy: Policy, framework: str, *, has_calibration: bool,
+                 as_is: Precision | None = None) -> Plan:
+    """The recipes to build, in order, and the ones skipped before any work (with the reason). ``as_is``: a .tflite
+    source's own precision (its one TFLite artifact is planned, logged and named at it)."""
     from toolkit.conversion import int8_saturation
     from toolkit.conversion.registry import check_supported, supports
 
@@ -233,14 +244,15 @@ def plan_recipes(options: ConvertOptions, policy: Policy, framework: str, *, has
     # fp32 of each format first: it is the baseline every other artifact is timed against (stable sort).
     planned.sort(key=lambda p: (FORMATS.index(p.recipe.format), p.recipe.precision != Precision.FP32))
     if framework == Framework.TFLITE:
-        return _as_is_plan(planned, skipped, has_calibration, onnx_asked=Format.ONNX in formats)
+        return _as_is_plan(planned, skipped, has_calibration, onnx_asked=Format.ONNX in formats, precision=as_is)
     return Plan(tuple(planned), tuple(skipped))
 
 
 def _as_is_plan(planned: Sequence[PlannedRecipe], skipped: list[Attempt], has_calibration: bool, *,
-                onnx_asked: bool) -> Plan:
-    """A .tflite source ships as it is as its one TFLite artifact (the other TFLite recipes say why not); ONNX recipes
-    are built from it (``tflite_onnx``) only when ``--format onnx`` asks, never just because the profile lists them."""
+                onnx_asked: bool, precision: Precision | None) -> Plan:
+    """A .tflite source ships as it is as its one TFLite artifact, at the file's ``precision`` where known (the other
+    TFLite recipes say why not); ONNX recipes are built from it (``tflite_onnx``) only when ``--format onnx`` asks,
+    never just because the profile lists them."""
     tflite = [p for p in planned if p.recipe.format == Format.TFLITE]
     onnx = [p for p in planned if p.recipe.format == Format.ONNX] if onnx_asked else []
     chosen = tflite[:1] + onnx if tflite or onnx else list(planned)[:1]
@@ -251,6 +263,9 @@ def _as_is_plan(planned: Sequence[PlannedRecipe], skipped: list[Attempt], has_ca
         else "no calibration data are needed"
     )
     others = [p.recipe for p in planned if p not in chosen]
+    if tflite and precision is not None:  # "building tflite fp16" for the model.fp16.tflite it ships
+        chosen[0] = dataclasses.replace(chosen[0], recipe=dataclasses.replace(chosen[0].recipe, precision=precision))
+        others = [r for r in others if (r.format, r.precision) != (Format.TFLITE, precision)]
     if has_calibration and tflite and not any(
         r.format == Format.TFLITE and r.precision == Precision.INT8 for r in others
     ):
