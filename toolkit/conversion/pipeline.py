@@ -122,9 +122,9 @@ def convert_bundle(
 
 def _file_precision(source: str) -> Precision:
     """A .tflite source's own precision (it ships as it is)."""
-    from toolkit.sources.tflite import detect_precision
+    from toolkit.runtimes.inspection.tflite import inspect_tflite
 
-    return Precision(detect_precision(Path(source)))
+    return Precision(inspect_tflite(Path(source)).precision)
 
 
 def _start(options: ConvertOptions, policy: Policy, source: SourceModel, plan: Plan, scratch: Path,
