@@ -43,6 +43,7 @@ class ConvertKeywords(TypedDict, total=False):
     task: str | None
     output_tasks: Sequence[str]
     metric: str | None
+    input_values: Sequence[str]
     use_cache: bool
 
 
