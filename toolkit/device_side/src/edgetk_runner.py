@@ -82,10 +82,13 @@ from typing import Any  # noqa: F401 (type comments)
 # --- block: runner/models.py ---
 # --- block: runner/tflite.py ---
 # --- block: runner/litert.py ---
+# --- block: runner/tflite_runtime.py ---
+# --- block: runner/tensorflow.py ---
 # --- block: runner/onnxruntime.py ---
 # --- block: runner/executorch.py ---
 # --- block: runner/executorch_native.py ---
 # --- block: runner/executorch_binding.py ---
+# --- block: runner/loaders.py ---
 # --- block: runner/measuring.py ---
 # --- block: runner/throughput.py ---
 # --- block: runner/run.py ---

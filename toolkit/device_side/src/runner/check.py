@@ -11,7 +11,7 @@ from typing import Any  # noqa: F401
 from .base import REPORT_MARK, RUNNER_VERSION, RunnerError
 from .cli import finite_or_none
 from .environment import artifact_format, default_threads, environment, read_manifest, verify_artifact
-from .executorch import native_pte_runner
+from .loaders import LOADERS, loaders_for
 from .measuring import own_peak_rss_mb
 from .memory import MEMORY_WORDS, children_peak_mb, note_memory, oom_kills, oom_rose, out_of_memory, own_cgroup
 from .models import CPU_PROVIDER, XNNPACK, import_numpy
@@ -76,11 +76,12 @@ def _worker_report(name, opts, returncode, stdout, tail, timed_out, seconds, oom
     report = empty_report(name, opts.threads, opts.runs, opts.warmup)
     path = os.path.join(os.path.abspath(os.path.expanduser(opts.bundle)), name)
     killed = returncode is not None and returncode < 0 and -returncode == getattr(signal, "SIGKILL", 9)
-    if returncode and not timed_out and (killed and oom or MEMORY_WORDS.search(tail or "")):
+    words = MEMORY_WORDS.search(tail or "")
+    if returncode and not timed_out and (killed and oom or words):
         how = ("the worker was killed by SIGKILL and the kernel's OOM-kill count rose" if killed and oom else
                "the worker ended with {}: {}".format(
                    "signal " + signal_name(-returncode) if returncode < 0 else "exit code {}".format(returncode),
-                   MEMORY_WORDS.search(tail).group(0)))
+                   words.group(0) if words else ""))
         report["error"] = out_of_memory(name, path, how, children_peak_mb())
         report["error"]["detail"] = tail or None
         return report
@@ -135,10 +136,10 @@ def run_child(bundle, name, opts, extra=()):
                           oom_rose(before, oom_kills(cgroup)) if proc.returncode else None)
 
 
-# The formats whose runtime import dominates a worker's life (ExecuTorch's Python runtime imports torch: 6-10 s on
-# an x86 host, 43-55 s under qemu): their artifacts share one import per check (run-group). TFLite and ONNX Runtime
-# import in 0.1-1 s and keep a fresh process per artifact.
-SHARED_IMPORT_FORMATS = ("pte",)
+# The formats whose runtime import dominates a worker's life (a loader's ``shares_import``: ExecuTorch's Python
+# runtime imports torch, 6-10 s on an x86 host, 43-55 s under qemu): their artifacts share one import per check
+# (run-group). TFLite and ONNX Runtime import in 0.1-1 s and keep a fresh process per artifact.
+SHARED_IMPORT_FORMATS = tuple(sorted(set(loader.format for loader in LOADERS if loader.shares_import)))
 
 
 _FORKED = []  # type: list  # the pid of run-group's current child, for its SIGTERM handler
@@ -151,8 +152,8 @@ def import_runtime(fmt):
     t0 = time.perf_counter()
     try:
         import_numpy()
-        if fmt == "pte" and native_pte_runner() is None:
-            import executorch.runtime  # noqa: F401 (imports torch)
+        for loader in loaders_for(fmt)[:1]:
+            loader.import_once()
     except Exception:
         return None
     return round((time.perf_counter() - t0) * 1000.0, 3)
@@ -334,7 +335,7 @@ def check(opts):
             continue
         report = dict(grouped[name]) if name in grouped else run_child(bundle, name, opts)
         if getattr(opts, "loads", False) and report.get("error") is None:
-            report["loads"] = measure_loads(bundle, name, opts, report, artifact_format(record))
+            report["loads"] = measure_loads(bundle, name, opts, report)
         doc["reports"].append(report)
         note_memory()
     doc["ok"] = all(report_ok(r) for r in doc["reports"])

@@ -5,9 +5,9 @@ import json
 import os
 import re
 import sys
-from typing import Any  # noqa: F401
+from typing import Any, Dict  # noqa: F401
 from device_probe import probe_environment, probe_module_present
-from shared import sha256_file
+from shared import RUNTIME_ROWS, sha256_file
 from .base import PACKAGES, REDEPLOY_HINT, RUNNER_VERSION, RunnerError
 
 # --- shipped from here (the lines above are for the host's type checker) ---
@@ -169,11 +169,14 @@ def on_demand_file(bundle, manifest, name):
 
 
 def artifact_format(record):
-    # type: (dict) -> str
+    # type: (Dict[str, Any]) -> str
+    """The artifact's format: the manifest's, else its file's suffix (a format of RUNTIME_ROWS), else tflite (the
+    first manifests named no format)."""
+    formats = [row["format"] for row in RUNTIME_ROWS]
     fmt = record.get("format")
-    if fmt in ("tflite", "onnx", "pte"):
-        return fmt
-    for suffix in ("onnx", "pte"):
+    if fmt in formats:
+        return str(fmt)
+    for suffix in formats:
         if str(record["file"]).endswith("." + suffix):
             return suffix
     return "tflite"

@@ -11,10 +11,9 @@ from device_probe import probe_read
 from .base import REDEPLOY_HINT, RUNNER_VERSION, RunnerError
 from .check import find_record
 from .environment import artifact_format, default_threads, on_demand_file, read_manifest, verify_artifact
-from .measuring import dequantize, in_manifest_order, load_npz, prepare_input
-from .models import import_numpy, open_model, version_of
-from .onnxruntime import OnnxModel
-from .tflite import TFLiteModel, tflite_with_tensors
+from .loaders import loaders_for
+from .measuring import in_manifest_order, load_npz, prepare_input
+from .models import import_numpy, open_model
 
 # --- shipped from here (the lines above are for the host's type checker) ---
 
@@ -162,37 +161,8 @@ def run_layers(opts):
         golden = load_npz(numpy, os.path.join(bundle, manifest.get("golden_inputs") or "golden/inputs.npz"),
                            "input_")
         samples = min([opts.samples] + [len(g) for g in golden])
-        values = dict((j, []) for j in range(len(wanted)))  # type: dict
-        if fmt == "onnx":
-            model = OnnxModel(version_of("onnxruntime"),
-                              on_demand_file(bundle, manifest, "layers/{}.debug.onnx".format(name)), 1, [], record)
-            known = set(o.name for o in model.session.get_outputs())
-            present = [n for n in wanted if n in known]
-            inputs = in_manifest_order(model.inputs, record.get("inputs"))
-            for i in range(samples):
-                model.set_inputs([(t, prepare_input(numpy, t, g[i])) for t, g in zip(inputs, golden)])
-                got = dict(zip(present, model.session.run(present, model.feeds)))
-                for j, n in enumerate(wanted):
-                    if n in got:
-                        values[j].append(numpy.asarray(got[n], dtype=numpy.float32))
-            runtime = "onnxruntime"
-        else:
-            runtime, interpreter = tflite_with_tensors(os.path.join(bundle, name), 1, opts.runtime)
-            details = dict((d["name"], d) for d in interpreter.get_tensor_details())
-            inputs = in_manifest_order([TFLiteModel._tensor(d) for d in interpreter.get_input_details()], record.get("inputs"))
-            for i in range(samples):
-                for t, g in zip(inputs, golden):
-                    interpreter.set_tensor(t.key, prepare_input(numpy, t, g[i]))
-                interpreter.invoke()
-                for j, n in enumerate(wanted):
-                    d = details.get(n)
-                    if d is None:
-                        continue
-                    try:
-                        raw = interpreter.get_tensor(d["index"])
-                    except ValueError:  # a tensor the runtime did not keep
-                        continue
-                    values[j].append(dequantize(numpy, TFLiteModel._tensor(d), raw))
+        runtime, values = loaders_for(fmt)[0].layers(numpy, bundle, manifest, record, wanted, golden, samples,
+                                                     opts.runtime)
         arrays = dict(("t_{}".format(j), numpy.stack(v).astype(numpy.float16)) for j, v in values.items()
                       if len(v) == samples and samples)
         out = os.path.abspath(os.path.expanduser(opts.out))

@@ -2,18 +2,18 @@
 check, placement and the ETDump profile.
 """
 import os
-from typing import Any  # noqa: F401
+from typing import Any, Dict, List, Tuple  # noqa: F401
 from .base import RunnerError
-from .environment import safe_name
+from .environment import dist_version, safe_name
 from .executorch_binding import PteModel
-from .executorch_native import NativePteModel, PTE_RUNNER_BINARY, native_bundled_check
-from .models import DEFAULT_PROFILE_RUNS, XNNPACK, placement_record
+from .executorch_native import NativePteModel, PTE_RUNNER_BINARY
+from .models import Loader, Model, XNNPACK, placement_record
 
 # --- shipped from here (the lines above are for the host's type checker) ---
 
 # ExecuTorch ScalarType codes -> numpy dtype names
 PTE_SCALAR_TYPES = {0: "uint8", 1: "int8", 2: "int16", 3: "int32", 4: "int64", 5: "float16", 6: "float32",
-                    7: "float64", 11: "bool"}
+                    7: "float64", 11: "bool"}  # type: Dict[Any, str]  # looked up with what JSON and flatbuffers give
 
 
 PTE_TORCH_NOTE = ("ran through ExecuTorch's Python binding, which imports torch (its load time and peak memory "
@@ -50,7 +50,8 @@ def pte_version_lock(record, installed):
     # type: (dict, Any) -> None
     """Refuse a .pte whose exporter's executorch is not this device's: ExecuTorch promises no compatibility
     between versions, and a mismatch fails in ways that read like a damaged file."""
-    info = record.get("pte") if isinstance(record.get("pte"), dict) else {}
+    given = record.get("pte")
+    info = given if isinstance(given, dict) else {}
     wanted = info.get("executorch_version")
     if wanted and installed and installed != wanted:
         raise RunnerError(
@@ -62,45 +63,26 @@ def pte_version_lock(record, installed):
                 wanted, wanted, installed))
 
 
-def pte_bundled_check(bundle, record, model=None):
-    # type: (str, dict, Any) -> Any
+def pte_bundled_check(bundle, record, model):
+    # type: (str, Dict[str, Any], PteBase) -> Any
     """The artifact's ExecuTorch bundled program (``model.<p>.bpte``): every bundled input against the float
     model's outputs at the manifest's ``bundled_atol``, through the native runner when ``model`` is one, else by
     ExecuTorch's own verifier in the Python binding. None when the bundle has none; ``{"ok", "cases", "failed",
     "atol"}`` otherwise (this device checked its own numbers)."""
-    info = record.get("pte")
-    name = info.get("bundled") if isinstance(info, dict) else None
-    if not safe_name(name) or not os.path.isfile(os.path.join(bundle, name)):
+    given = record.get("pte")
+    info = given if isinstance(given, dict) else {}
+    name = info.get("bundled")
+    if not isinstance(name, str) or not safe_name(name) or not os.path.isfile(os.path.join(bundle, name)):
         return None
     atol = float(info.get("bundled_atol") or 0.0)
-    if isinstance(model, NativePteModel):
-        return native_bundled_check(model, bundle, record, name, atol)
-    from executorch.extension.pybindings import portable_lib
-
-    with open(os.path.join(bundle, name), "rb") as handle:
-        bundled = portable_lib._load_bundled_program_from_buffer(handle.read())
-    cases, failed = 0, []  # type: (int, list)
-    while True:
-        try:
-            bundled.verify_result_with_bundled_expected_output("forward", cases, 0.0, atol)
-        except (IndexError, ValueError):
-            break
-        except RuntimeError as exc:
-            text = str(exc)
-            if "0x12" in text or "status 18" in text:  # InvalidArgument: past the last case
-                break
-            failed.append(cases)
-        cases += 1
-        if cases >= 64:
-            break
-    return {"ok": bool(cases) and not failed, "cases": cases, "failed": failed, "atol": atol, "file": name,
-            "path": "python-binding"}
+    return model.bundled_check(bundle, record, name, atol)
 
 
 def pte_placement(record):
     # type: (dict) -> dict
     """What the convert stage counted: the XNNPACK delegate's share of the program's operator nodes."""
-    info = record.get("pte") if isinstance(record.get("pte"), dict) else {}
+    given = record.get("pte")
+    info = given if isinstance(given, dict) else {}
     total, on = info.get("total_nodes"), info.get("delegated_nodes")
     share = float(on) / total if isinstance(total, int) and isinstance(on, int) and total else None
     return placement_record(XNNPACK, total, on, None, [], "graph" if total else "none",
@@ -109,47 +91,56 @@ def pte_placement(record):
                             "the manifest records no delegation count")
 
 
-def pte_profile(model, path, record, threads, first, top):
-    # type: (Any, str, dict, int, list, int) -> Any
-    """Per-operator times from ExecuTorch's ETDump: a second program loaded with the event tracer, run
-    ``DEFAULT_PROFILE_RUNS`` times, its ETDump read by ``executorch.devtools.Inspector`` (delegate calls and
-    portable operators by name). The Python wheel's runtime may be built without the tracer: then it says so."""
-    import tempfile
+class PteBase(Model):
+    """What both ExecuTorch paths (the native runner, the Python binding) offer beyond every model."""
 
-    if isinstance(model, NativePteModel):
-        ops = [{"name": op["name"], "calls": op["calls"], "total_ms": round(op["ns"] / 1e6, 4),
-                "mean_ms": round(op["ns"] / 1e6 / op["calls"], 5)} for op in model.profile(first, DEFAULT_PROFILE_RUNS)
-               if op["calls"] and not op["name"].startswith(("Method::", "Program::"))]  # the call, the load
-        if not ops:
-            return {"available": False, "error": "this ExecuTorch build reported no profiling events"}
-        ops.sort(key=lambda e: -e["total_ms"])
-        return {"available": True, "source": "etdump", "runs": DEFAULT_PROFILE_RUNS, "top": ops[:top]}
-    traced = PteModel(model.version, path, threads, etdump=True)
-    if not traced.program._program.has_etdump():
-        return {"available": False, "error": "this ExecuTorch build has no event tracer (ETDump)"}
-    traced.set_inputs(first)
-    for _ in range(DEFAULT_PROFILE_RUNS):
-        traced.invoke()
-    folder = tempfile.mkdtemp(prefix="edgetk-etdump-")
-    dump = os.path.join(folder, "run.etdp")
-    traced.program.write_etdump_result_to_file(dump, os.path.join(folder, "debug.bin"))
-    from executorch.devtools import Inspector
+    format = "pte"
 
-    inspector = Inspector(etdump_path=dump)
-    per_op = {}  # type: dict
-    for block in inspector.event_blocks:
-        if block.name != "Execute":  # "Default" holds the load (Program::load_method, Method::init)
-            continue
-        for event in block.events:
-            times = [t for t in (event.perf_data.raw if event.perf_data else [])]
-            if not times or event.name == "Method::execute":
-                continue
-            entry = per_op.setdefault(event.name, {"name": event.name, "calls": 0, "total_ms": 0.0})
-            entry["calls"] += len(times)
-            entry["total_ms"] += sum(times)
-    ops = sorted(per_op.values(), key=lambda e: -e["total_ms"])
-    for entry in ops:
-        entry["mean_ms"] = round(entry["total_ms"] / entry["calls"], 5)
-        entry["total_ms"] = round(entry["total_ms"], 4)
-    # XNNPACK's own operators (``Convolution (NHWC, QC8) IGEMM #1``) run inside DELEGATE_CALL: both are listed
-    return {"available": True, "source": "etdump", "runs": DEFAULT_PROFILE_RUNS, "top": ops[:top]}
+    def bundled_check(self, bundle, record, name, atol):
+        # type: (str, Dict[str, Any], str, float) -> Dict[str, Any]
+        """The bundled program ``name``'s cases, each output within ``atol`` (pte_bundled_check)."""
+        raise NotImplementedError
+
+    def etdump_profile(self, path, threads, first, top):
+        # type: (str, int, list, int) -> Dict[str, Any]
+        """Per-operator times from ExecuTorch's ETDump over DEFAULT_PROFILE_RUNS runs of a second program
+        loaded with the event tracer: ``{"available", "source", "runs", "top": [{"name", "calls", "total_ms",
+        "mean_ms"}]}``."""
+        raise NotImplementedError
+
+
+class ExecuTorchLoader(Loader):
+    """ExecuTorch: the native runner where setup installed it, else the Python binding (which imports torch)."""
+
+    shares_import = True  # the binding's import of torch dominates a worker's life: run-group pays it once
+
+    def prepare(self, record):
+        # type: (Dict[str, Any]) -> Any
+        native = native_pte_runner()
+        pte_version_lock(record, dist_version("executorch"))
+        if native is None:
+            import executorch.runtime  # noqa: F401 (imports torch too: part of import_ms)
+        return native
+
+    def open(self, prepared, version, path, record, threads, options):
+        # type: (Any, Any, str, Dict[str, Any], int, Dict[str, Any]) -> Model
+        if prepared is not None:
+            return NativePteModel(version, path, threads, prepared)
+        return PteModel(version, path, threads)
+
+    def placement(self, model, path, record, threads, opts, intended, first, times, top):
+        # type: (Any, str, Dict[str, Any], int, Any, str, list, List[float], int) -> Tuple[dict, Any]
+        profile = model.etdump_profile(path, threads, first, top) if getattr(opts, "profile", False) else None
+        return pte_placement(record), profile
+
+    def own_checks(self, bundle, record, model, report):
+        # type: (str, Dict[str, Any], Any, Dict[str, Any]) -> None
+        """Its bundled program's numbers: a failure fails the outputs check too."""
+        report["bundled_check"] = pte_bundled_check(bundle, record, model)
+        if report["bundled_check"] and not report["bundled_check"]["ok"] and report.get("outputs_match"):
+            report["outputs_match"]["ok"] = False
+
+    def import_once(self):
+        # type: () -> None
+        if native_pte_runner() is None:
+            import executorch.runtime  # noqa: F401 (imports torch)

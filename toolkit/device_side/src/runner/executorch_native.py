@@ -4,11 +4,11 @@ the bundled program read without a flatbuffers library.
 import json
 import os
 import subprocess
-from typing import Any  # noqa: F401
+from typing import Any, Dict, Optional  # noqa: F401
 from .base import REDEPLOY_HINT, RunnerError
 from .check import signal_name
-from .executorch import PTE_SCALAR_TYPES
-from .models import Tensor, import_numpy
+from .executorch import PTE_SCALAR_TYPES, PteBase
+from .models import DEFAULT_PROFILE_RUNS, Tensor, import_numpy
 
 # --- shipped from here (the lines above are for the host's type checker) ---
 
@@ -37,6 +37,9 @@ class NativePte(object):
         argv = [binary, path, "forward", str(int(threads))] + (["profile"] if profile else [])
         self.proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.log,
                                      env=env)
+        if self.proc.stdin is None or self.proc.stdout is None:  # never with PIPE: said for the type checker
+            raise RunnerError("crash", "The native .pte runner started without its pipes.")
+        self.stdin, self.stdout = self.proc.stdin, self.proc.stdout
         self.hello = self.reply()
 
     def _died(self):
@@ -53,7 +56,7 @@ class NativePte(object):
         # type: (int) -> bytes
         chunks, left = [], size
         while left:
-            chunk = self.proc.stdout.read(left)
+            chunk = self.stdout.read(left)
             if not chunk:
                 raise self._died()
             chunks.append(chunk)
@@ -84,8 +87,8 @@ class NativePte(object):
         import struct
 
         try:
-            self.proc.stdin.write(struct.pack("<I", 1 + len(payload)) + op + payload)
-            self.proc.stdin.flush()
+            self.stdin.write(struct.pack("<I", 1 + len(payload)) + op + payload)
+            self.stdin.flush()
         except (IOError, OSError):
             raise self._died()
         return self.reply()
@@ -123,19 +126,17 @@ class NativePte(object):
         # type: () -> None
         if self.proc.poll() is None:
             try:
-                self.proc.stdin.write(b"\x01\x00\x00\x00Q")
-                self.proc.stdin.close()
+                self.stdin.write(b"\x01\x00\x00\x00Q")
+                self.stdin.close()
             except (IOError, OSError):
                 pass
             self.proc.wait()
 
 
-class NativePteModel(object):
+class NativePteModel(PteBase):
     """A .pte through the native runner: ExecuTorch's runtime libraries alone, no torch in any process. Its
     ``load_ms`` is the runner's own (program and method loaded, mmap data loader); ``peak_rss_mb`` the runner
     process's own peak, the program's memory rather than Python's."""
-
-    format = "pte"
 
     def __init__(self, version, path, threads, runner, profile=False):
         # type: (Any, str, int, tuple, bool) -> None
@@ -147,7 +148,7 @@ class NativePteModel(object):
         self.runner = runner
         self.process = NativePte(runner[0], runner[1], path, threads, profile)
         hello = self.process.hello[0]
-        self.native_load_ms = hello.get("load_ms")
+        self.own_load_ms = hello.get("load_ms")
         self.inputs = [Tensor("input_{}".format(i), list(t["shape"]), numpy.dtype(PTE_SCALAR_TYPES.get(
             t["dtype"], "float32")), 0.0, 0, i) for i, t in enumerate(hello["inputs"])]
         self.outputs = [Tensor("output_{}".format(i), list(t["shape"]) if t else [], numpy.dtype(
@@ -183,8 +184,23 @@ class NativePteModel(object):
         return self.process.timed(runs, min_time)
 
     def peak_rss_mb(self):
-        # type: () -> Any
+        # type: () -> Optional[float]
         return round(self.process.request(b"S")[0]["peak_rss_kb"] / 1024.0, 1)
+
+    def bundled_check(self, bundle, record, name, atol):
+        # type: (str, Dict[str, Any], str, float) -> Dict[str, Any]
+        return native_bundled_check(self, bundle, record, name, atol)
+
+    def etdump_profile(self, path, threads, first, top):
+        # type: (str, int, list, int) -> Dict[str, Any]
+        """ETDump's generator subclassed in the native runner, each profiled event summed by name."""
+        ops = [{"name": op["name"], "calls": op["calls"], "total_ms": round(op["ns"] / 1e6, 4),
+                "mean_ms": round(op["ns"] / 1e6 / op["calls"], 5)} for op in self.profile(first, DEFAULT_PROFILE_RUNS)
+               if op["calls"] and not op["name"].startswith(("Method::", "Program::"))]  # the call, the load
+        if not ops:
+            return {"available": False, "error": "this ExecuTorch build reported no profiling events"}
+        ops.sort(key=lambda e: -e["total_ms"])
+        return {"available": True, "source": "etdump", "runs": DEFAULT_PROFILE_RUNS, "top": ops[:top]}
 
     def profile(self, first, runs):
         # type: (list, int) -> list

@@ -1,13 +1,17 @@
-"""LiteRT (ai-edge-litert) alone: its CompiledModel API, which --loads uses for XNNPACK's weight cache.
+"""LiteRT (ai-edge-litert): a TFLite runtime (tflite.py's loader), and its CompiledModel API, which --loads uses
+for XNNPACK's weight cache.
 """
+import os
 import time
-from typing import Any  # noqa: F401
+from typing import Any, Callable, Dict, List  # noqa: F401
 from .base import RunnerError
-from .models import Tensor, import_numpy
+from .models import Model, Tensor, artifact_cache_dir, import_numpy
+from .run import first_inference, page_cache_state
+from .tflite import TFLiteLoader
 
 # --- shipped from here (the lines above are for the host's type checker) ---
 
-class CompiledTFLite(object):
+class CompiledTFLite(Model):
     """LiteRT's CompiledModel API: used here only to measure XNNPACK's weight cache, which the Interpreter API
     of ai-edge-litert 2.3 does not offer (``CpuOptions.xnnpack_weight_cache_path``)."""
 
@@ -51,3 +55,45 @@ class CompiledTFLite(object):
         # type: () -> list
         self.model.run_by_index(0, self.in_buffers, self.out_buffers)
         return []
+
+
+class LiteRTLoader(TFLiteLoader):
+    """LiteRT, the TFLite runtime tried first."""
+
+    load_variants = ("litert-compiled", "xnnpack-cache")
+
+    def interpreter_class(self):
+        # type: () -> Any
+        from ai_edge_litert.interpreter import Interpreter
+
+        return Interpreter
+
+    def delegate_loader(self):
+        # type: () -> Any
+        from ai_edge_litert.interpreter import load_delegate
+
+        return load_delegate
+
+    def measure_variant(self, variant, numpy, path, record, threads, opts, golden_inputs, out):
+        # type: (str, Any, str, Dict[str, Any], int, Any, list, Dict[str, Any]) -> None
+        """litert-compiled: the CompiledModel API without a weight cache; xnnpack-cache: with the cache file in
+        the device cache (--fresh-cache removes it first: the load that packs the weights)."""
+        weights = os.path.join(artifact_cache_dir(opts, record), os.path.basename(path) + ".xnnpack_cache")
+        cached = variant == "xnnpack-cache"
+        if cached and getattr(opts, "fresh_cache", False) and os.path.exists(weights):
+            os.remove(weights)
+        page_cache_state(path, opts, out)
+        first_inference(numpy, CompiledTFLite(path, threads, weights if cached else None), record, golden_inputs,
+                        out)
+        if cached:
+            out["cache_bytes"] = os.path.getsize(weights) if os.path.isfile(weights) else None
+
+    def load_options(self, one, warm):
+        # type: (Callable[..., Dict[str, Any]], Dict[str, Any]) -> List[Dict[str, Any]]
+        before = one("--load-variant", "litert-compiled")
+        prepare = one("--load-variant", "xnnpack-cache", "--fresh-cache")
+        after = one("--load-variant", "xnnpack-cache")
+        return [{
+            "name": "xnnpack_weight_cache", "before": before, "prepare": prepare, "after": after,
+            "note": "LiteRT's CompiledModel API with CpuOptions.xnnpack_weight_cache_path: the first load packs the "
+                    "weights into the cache file, later loads map it instead of packing again."}]

@@ -3,7 +3,7 @@
 import math
 import os
 import sys
-from typing import Any  # noqa: F401
+from typing import Any, Dict  # noqa: F401
 from .base import REDEPLOY_HINT, RunnerError
 from .check import check
 from .environment import safe_name
@@ -146,7 +146,7 @@ def compare_outputs(numpy, model, bundle, manifest, record, golden_inputs):
         "ok": bool(ok),
         "atol": atol,
         "samples": samples,
-    }
+    }  # type: Dict[str, Any]
     if checks:
         # the same per-slice limit as the host's verification, against the FLOAT model's outputs: a slice
         # drowned by a wider one (detection scores next to box coordinates under one int8 scale) fails here

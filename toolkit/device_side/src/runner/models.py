@@ -5,19 +5,15 @@ import os
 import re
 import sys
 import time
-from typing import Any  # noqa: F401
-from .base import INSTALL_HINTS, ONNX_RUNTIMES, PACKAGES, PTE_RUNTIMES, REDEPLOY_HINT, RunnerError, TFLITE_RUNTIMES
+from typing import Any, Callable, Dict, List, Optional, Tuple  # noqa: F401
+from .base import INSTALL_HINTS, PACKAGES, REDEPLOY_HINT, RunnerError
 from .environment import dist_version
-from .executorch import native_pte_runner, pte_version_lock
-from .executorch_binding import PteModel
-from .executorch_native import NativePteModel
+from .loaders import loaders_for
 from .memory import MEMORY_WORDS, memory_line
-from .onnxruntime import OnnxModel
-from .tflite import TFLiteModel, load_tflite_delegate, load_tflite_interpreter, tflite_delegate_library
 
 # --- shipped from here (the lines above are for the host's type checker) ---
 
-_NUMPY_ABI = "compiled using NumPy 1.x cannot be run"
+NUMPY_ABI = "compiled using NumPy 1.x cannot be run"
 
 
 def import_numpy():
@@ -81,7 +77,7 @@ def classify_load_error(exc, runtime, version):
             "{} cannot run an operator of this artifact: {}".format(label.strip(), short),
             "Upgrade the runtime ({}), or convert with an older opset / fewer ops for this device.".format(upgrade),
         )
-    if _NUMPY_ABI in text or "_ARRAY_API not found" in text or "numpy.core.multiarray failed" in text:
+    if NUMPY_ABI in text or "_ARRAY_API not found" in text or "numpy.core.multiarray failed" in text:
         return RunnerError(
             "missing_runtime",
             "{} was built against numpy 1.x and cannot run with numpy {} ({}).".format(
@@ -119,80 +115,163 @@ class Tensor(object):
         return bool(self.scale) and self.dtype.kind in "iu"
 
 
-def open_model(path, fmt, record, threads, forced, onnx_options=None):
-    # type: (str, str, dict, int, Any, Any) -> Any
-    """Load the artifact in the first runtime that is installed (or the forced one); classify failures.
+class Model(object):
+    """One loaded artifact as the measuring code sees it, whichever runtime holds it (each runtime's block
+    subclasses it): its tensors, inputs set once, one run, a timed loop of runs."""
 
-    A TFLite artifact that needs a delegate (Edge TPU) gets it through the runtime's ``load_delegate``; the
-    delegate's load time is part of ``load_ms``. ``onnx_options`` go to :class:`OnnxModel` (profiling, caches).
-    """
-    candidates = {"onnx": ONNX_RUNTIMES, "pte": PTE_RUNTIMES}.get(fmt, TFLITE_RUNTIMES)  # type: tuple
+    format = ""  # what it runs: tflite, onnx, pte
+    runtime = ""  # its loader's runtime (RUNTIME_ROWS' name)
+    version = None  # type: Any
+    inputs = []  # type: List[Tensor]
+    outputs = []  # type: List[Tensor]
+    extra = {}  # type: Dict[str, Any]  # more about the runtime for the report's ``runtime`` (providers, path)
+    import_ms = 0.0
+    load_ms = 0.0
+    own_load_ms = None  # type: Optional[float]  # the load the runtime timed itself, where it does (native .pte)
+
+    def dynamic_batch(self):
+        # type: () -> bool
+        """Whether every input takes any batch (--throughput then measures batch sizes)."""
+        return False
+
+    def resize_batch(self, batch):
+        # type: (int) -> None
+        """Make every input's batch ``batch`` (only called where dynamic_batch is true)."""
+
+    def set_inputs(self, pairs):
+        # type: (List[Tuple[Tensor, Any]]) -> None
+        """``pairs``: [(Tensor, array)] in any order; kept for every later run."""
+        raise NotImplementedError
+
+    def invoke(self):
+        # type: () -> List[Any]
+        """One run on the inputs set; its outputs as numpy arrays."""
+        raise NotImplementedError
+
+    def timed_loop(self, runs, min_time):
+        # type: (int, float) -> List[float]
+        """Seconds of each of ``runs`` runs (more until ``min_time`` seconds have passed)."""
+        raise NotImplementedError
+
+    def peak_rss_mb(self):
+        # type: () -> Optional[float]
+        """The peak RSS of the process that ran the model when that is not this one, else None."""
+        return None
+
+
+class Loader(object):
+    """One runtime, as the runner uses it: each runtime's block subclasses it and LOADERS (the loaders block) holds
+    one per row of RUNTIME_ROWS. What differs between runtimes and formats lives in these methods, so the
+    measuring code never asks which runtime or format it holds."""
+
+    shares_import = False  # run-group imports it once for all the format's artifacts (torch behind ExecuTorch)
+    load_variants = ()  # type: Tuple[str, ...]  # the --load-variant names measure_variant measures
+
+    def __init__(self, row):
+        # type: (Dict[str, Any]) -> None
+        self.runtime = row["runtime"]  # type: str
+        self.format = row["format"]  # type: str
+
+    def prepare(self, record):
+        # type: (Dict[str, Any]) -> Any
+        """Import the runtime (ImportError when it is not installed here; part of ``import_ms``): what ``open``
+        needs of it. A RunnerError refuses the artifact before anything loads (ExecuTorch's version lock)."""
+        raise NotImplementedError
+
+    def open(self, prepared, version, path, record, threads, options):
+        # type: (Any, Any, str, Dict[str, Any], int, Dict[str, Any]) -> Model
+        """Load the artifact (``load_ms``). ``options``: the run's load options (run_options), each loader
+        reading the ones it knows."""
+        raise NotImplementedError
+
+    def missing_hint(self, forced):
+        # type: (bool) -> str
+        """The hint when no runtime for the format is installed (``forced``: --runtime named this one)."""
+        return INSTALL_HINTS[self.runtime]
+
+    def intended(self, record):
+        # type: (Dict[str, Any]) -> str
+        """Where the artifact is meant to run: a delegate (edgetpu, a library name), XNNPACK, an ORT provider."""
+        return XNNPACK
+
+    def placement(self, model, path, record, threads, opts, intended, first, times, top):
+        # type: (Any, str, Dict[str, Any], int, Any, str, list, List[float], int) -> Tuple[dict, Any]
+        """(placement, profile or None): where the artifact's nodes ran and, with --profile, per operator."""
+        raise NotImplementedError
+
+    def workers(self, model, path, record, threads, level):
+        # type: (Model, str, Dict[str, Any], int, int) -> List[Model]
+        """``level`` models for requests in flight: by default one each (a model is not thread-safe), the
+        threads split between them."""
+        each = max(1, threads // level)
+        return [open_model(path, self.format, record, each, self.runtime) for _ in range(level)]
+
+    def own_checks(self, bundle, record, model, report):
+        # type: (str, Dict[str, Any], Model, Dict[str, Any]) -> None
+        """The runtime's own check of the artifact's numbers, into ``report`` (ExecuTorch's bundled program)."""
+
+    def import_once(self):
+        # type: () -> None
+        """What run-group imports once before forking (only where ``shares_import``)."""
+
+    def measure_variant(self, variant, numpy, path, record, threads, opts, golden_inputs, out):
+        # type: (str, Any, str, Dict[str, Any], int, Any, list, Dict[str, Any]) -> None
+        """One of ``load_variants`` loaded in this fresh process, into ``out`` (measure_load)."""
+        raise RunnerError("usage", "{} has no load variant {}.".format(self.runtime, variant))
+
+    def load_options(self, one, warm):
+        # type: (Callable[..., Dict[str, Any]], Dict[str, Any]) -> List[Dict[str, Any]]
+        """--loads' ``options`` entries: each load option of this runtime before/after, ``one(*args)`` measuring a
+        load in a fresh process (``warm``: the plain warm load)."""
+        return []
+
+    def layers(self, numpy, bundle, manifest, record, wanted, golden, samples, forced):
+        # type: (Any, str, Dict[str, Any], Dict[str, Any], List[str], list, int, Any) -> Tuple[str, Dict[int, list]]
+        """(runtime, {j: [float32 array per sample]}) of the ``wanted`` intermediate tensors (``layers``)."""
+        raise RunnerError("usage", "Reading the layers of a .{} artifact is not supported.".format(self.format))
+
+
+def open_model(path, fmt, record, threads, forced, options=None):
+    # type: (str, str, Dict[str, Any], int, Any, Any) -> Model
+    """Load the artifact with the first of the format's loaders whose runtime is installed (or the forced one);
+    classify failures. ``options`` go to the loader (ONNX Runtime: profiling, caches; see run_options)."""
+    candidates = loaders_for(fmt)
+    names = [loader.runtime for loader in candidates]
     if forced:
-        if forced not in candidates:
+        if forced not in names:
             raise RunnerError("usage", "--runtime {} cannot run a .{} artifact (use one of: {}).".format(
-                forced, fmt, ", ".join(candidates)))
-        candidates = (forced,)
+                forced, fmt, ", ".join(names)))
+        candidates = tuple(loader for loader in candidates if loader.runtime == forced)
     import_numpy()
     missing = []
-    for runtime in candidates:
+    for loader in candidates:
+        runtime = loader.runtime
         t0 = time.perf_counter()
         try:
-            if fmt == "onnx":
-                import onnxruntime  # noqa: F401
-                interpreter_cls = None
-            elif fmt == "pte":
-                native = native_pte_runner()
-                pte_version_lock(record, dist_version("executorch"))
-                if native is None:
-                    import executorch.runtime  # noqa: F401 (imports torch too: part of import_ms)
-                interpreter_cls = None
-            else:
-                interpreter_cls = load_tflite_interpreter(runtime)
+            prepared = loader.prepare(record)
         except ImportError as exc:
-            if _NUMPY_ABI in str(exc) or MEMORY_WORDS.search(str(exc)):
+            if NUMPY_ABI in str(exc) or MEMORY_WORDS.search(str(exc)):
                 raise classify_load_error(exc, runtime, version_of(runtime))
             missing.append("{} ({})".format(runtime, str(exc).splitlines()[0] if str(exc) else "not installed"))
             continue
         version = version_of(runtime)
         t1 = time.perf_counter()
-        delegates = []  # type: list
-        library = tflite_delegate_library(record) if fmt == "tflite" else None
-        if library:
-            delegates.append(load_tflite_delegate(runtime, version, library))
         try:
-            if fmt == "onnx":
-                providers = [p for p in record.get("execution_providers") or [] if isinstance(p, str)]
-                model = OnnxModel(version, path, threads, providers, record, **(onnx_options or {}))  # type: Any
-            elif fmt == "pte" and native is not None:
-                model = NativePteModel(version, path, threads, native)
-            elif fmt == "pte":
-                model = PteModel(version, path, threads)
-            else:
-                model = TFLiteModel(runtime, version, interpreter_cls, path, threads, delegates)
-                if library:
-                    model.extra["delegate"] = library
+            model = loader.open(prepared, version, path, record, threads, options or {})
             model.import_ms = round((t1 - t0) * 1000.0, 3)
             model.load_ms = round((time.perf_counter() - t1) * 1000.0, 3)
-            if isinstance(model, NativePteModel):  # its process start and library linking count as the import
-                model.import_ms = round(model.import_ms + model.load_ms - model.native_load_ms, 3)
-                model.load_ms = round(model.native_load_ms, 3)
+            if model.own_load_ms is not None:  # the rest (a process started, libraries linked) counts as the import
+                model.import_ms = round(model.import_ms + model.load_ms - model.own_load_ms, 3)
+                model.load_ms = round(model.own_load_ms, 3)
             return model
-        except (KeyboardInterrupt, RunnerError):  # RunnerError: the native runner's, kind decided
+        except (KeyboardInterrupt, RunnerError):  # RunnerError: the loader's own, kind decided
             raise
         except Exception as exc:  # MemoryError too: classify_load_error names it
             raise classify_load_error(exc, runtime, version)
-    if fmt == "onnx":
-        hint = INSTALL_HINTS["onnxruntime"] + " (on Jetson: NVIDIA's onnxruntime-gpu wheel for your JetPack)"
-    elif fmt == "pte":
-        hint = INSTALL_HINTS["executorch"]
-    elif forced:
-        hint = INSTALL_HINTS[forced]
-    else:
-        hint = "pip install ai-edge-litert (or, on older images, pip install tflite-runtime 'numpy<2')"
     raise RunnerError(
         "missing_runtime",
         "No runtime for .{} artifacts is installed on this device (tried: {}).".format(fmt, "; ".join(missing)),
-        hint,
+        candidates[0].missing_hint(bool(forced)),
     )
 
 

@@ -3,10 +3,15 @@ profile, the session options --loads measures.
 """
 import json
 import os
-from typing import Any  # noqa: F401
-from .base import RunnerError, timed_calls
-from .models import DEFAULT_PROFILE_RUNS, Tensor, artifact_cache_dir, import_numpy, placement_record
-from .run import LOAD_ROUNDS, median_entry
+from typing import Any, Callable, Dict, List, Tuple  # noqa: F401
+from .base import INSTALL_HINTS, RunnerError, timed_calls
+from .environment import on_demand_file
+from .measuring import in_manifest_order, prepare_input
+from .models import (
+    CPU_PROVIDER, DEFAULT_PROFILE_RUNS, Loader, Model, Tensor, artifact_cache_dir, import_numpy, open_model,
+    placement_record, version_of,
+)
+from .run import LOAD_ROUNDS, first_inference, median_entry, page_cache_state, run_options
 
 # --- shipped from here (the lines above are for the host's type checker) ---
 
@@ -61,7 +66,7 @@ def apply_ort_tuning(ort, options, variant):
         raise RunnerError("usage", "Unknown ONNX Runtime load option {!r}.".format(variant))
 
 
-class OnnxModel(object):
+class OnnxModel(Model):
     """One ONNX Runtime session. ``profile_prefix`` turns ORT's profiler on (a separate session from the timed
     one); ``optimized_out`` writes the graph-optimized model there while loading; ``optimization="disable"``
     loads an already optimized file without optimizing again; ``cache_dir`` holds TensorRT engines."""
@@ -245,14 +250,6 @@ ORT_TUNINGS = (
 )
 
 
-def onnx_session_options(opts, record, fmt):
-    # type: (Any, dict, str) -> Any
-    """Options every ONNX session of this artifact gets: the device cache directory (TensorRT engines)."""
-    if fmt != "onnx":
-        return None
-    return {"cache_dir": artifact_cache_dir(opts, record, make=False)}
-
-
 def ort_profile(model, path, record, threads, opts, intended, first, times, top):
     # type: (Any, str, dict, int, Any, str, list, list, int) -> tuple
     """Profile the artifact in a second, profiled ORT session (the timed session stays unprofiled)."""
@@ -297,3 +294,99 @@ def measure_ort_tunings(one):
     before = median_entry(runs["default"])
     return [{"name": name, "before": before, "after": median_entry(runs[variant]), "note": note}
             for variant, name, note in ORT_TUNINGS]
+
+
+class OnnxRuntimeLoader(Loader):
+    """ONNX Runtime: one session with the artifact's execution providers this onnxruntime has, then the CPU."""
+
+    load_variants = ("ort-optimized-write", "ort-optimized") + tuple(v for v, _, _ in ORT_TUNINGS)
+
+    def prepare(self, record):
+        # type: (Dict[str, Any]) -> Any
+        import onnxruntime  # noqa: F401
+
+    def open(self, prepared, version, path, record, threads, options):
+        # type: (Any, Any, str, Dict[str, Any], int, Dict[str, Any]) -> Model
+        providers = [p for p in record.get("execution_providers") or [] if isinstance(p, str)]
+        return OnnxModel(version, path, threads, providers, record, **options)
+
+    def missing_hint(self, forced):
+        # type: (bool) -> str
+        return INSTALL_HINTS[self.runtime] + " (on Jetson: NVIDIA's onnxruntime-gpu wheel for your JetPack)"
+
+    def intended(self, record):
+        # type: (Dict[str, Any]) -> str
+        for name in record.get("execution_providers") or []:
+            if isinstance(name, str):
+                return name
+        return CPU_PROVIDER
+
+    def placement(self, model, path, record, threads, opts, intended, first, times, top):
+        # type: (Any, str, Dict[str, Any], int, Any, str, list, List[float], int) -> Tuple[dict, Any]
+        """From the profiler in a second session; a CPU-only artifact skips it without --profile (nothing can
+        fall back from the CPU)."""
+        if getattr(opts, "profile", False) or intended != CPU_PROVIDER:
+            return ort_profile(model, path, record, threads, opts, intended, first, times, top)
+        return placement_record(intended, None, None, None, [], "none",
+                                "CPU provider only: nothing can fall back; node counts come with --profile."), None
+
+    def workers(self, model, path, record, threads, level):
+        # type: (Model, str, Dict[str, Any], int, int) -> List[Model]
+        """One session shared: its run is thread-safe."""
+        return [model] * level
+
+    def measure_variant(self, variant, numpy, path, record, threads, opts, golden_inputs, out):
+        # type: (str, Any, str, Dict[str, Any], int, Any, list, Dict[str, Any]) -> None
+        """ort-optimized-write: the graph optimized while loading, written to the device cache; ort-optimized: that
+        file loaded with optimizations off, its first outputs against the original's; an ORT_TUNINGS option."""
+        optimized = os.path.join(artifact_cache_dir(opts, record), os.path.basename(path) + ".optimized.onnx")
+        target = optimized if variant == "ort-optimized" else path
+        if variant == "ort-optimized" and not os.path.isfile(optimized):
+            raise RunnerError("usage", "No optimized model at {}: load with --load-variant ort-optimized-write "
+                              "first.".format(optimized))
+        page_cache_state(target, opts, out)
+        options = run_options(opts, record)
+        if variant == "ort-optimized-write":
+            options["optimized_out"] = optimized
+        elif variant == "ort-optimized":
+            options["optimization"] = "disable"
+        else:
+            options["tuning"] = variant
+        model = open_model(target, self.format, record, threads, opts.runtime, options)
+        first, got = first_inference(numpy, model, record, golden_inputs, out)
+        if variant == "ort-optimized":
+            original = open_model(path, self.format, record, threads, opts.runtime, run_options(opts, record))
+            original.set_inputs(first)
+            want = original.invoke()
+            out["max_abs_diff_vs_original"] = max(
+                [float(numpy.max(numpy.abs(numpy.asarray(a, "float64") - numpy.asarray(b, "float64"))))
+                 for a, b in zip(got, want) if numpy.asarray(a).size] or [0.0])
+
+    def load_options(self, one, warm):
+        # type: (Callable[..., Dict[str, Any]], Dict[str, Any]) -> List[Dict[str, Any]]
+        prepare = one("--load-variant", "ort-optimized-write")
+        after = one("--load-variant", "ort-optimized")
+        return [{
+            "name": "ort_optimized_model", "before": warm, "prepare": prepare, "after": after,
+            "note": "The graph optimized once on this device (SessionOptions.optimized_model_filepath), then loaded "
+                    "with graph optimizations off; valid for this device's onnxruntime and providers only."},
+        ] + measure_ort_tunings(one)
+
+    def layers(self, numpy, bundle, manifest, record, wanted, golden, samples, forced):
+        # type: (Any, str, Dict[str, Any], Dict[str, Any], List[str], list, int, Any) -> Tuple[str, Dict[int, list]]
+        """The tensors as outputs of ``layers/<artifact>.debug.onnx``, a copy of the artifact written at convert
+        time with them added as graph outputs (the device needs no onnx package)."""
+        values = dict((j, []) for j in range(len(wanted)))  # type: Dict[int, list]
+        model = OnnxModel(version_of(self.runtime),
+                          on_demand_file(bundle, manifest, "layers/{}.debug.onnx".format(record["file"])), 1, [],
+                          record)
+        known = set(o.name for o in model.session.get_outputs())
+        present = [n for n in wanted if n in known]
+        inputs = in_manifest_order(model.inputs, record.get("inputs"))
+        for i in range(samples):
+            model.set_inputs([(t, prepare_input(numpy, t, g[i])) for t, g in zip(inputs, golden)])
+            got = dict(zip(present, model.session.run(present, model.feeds)))
+            for j, n in enumerate(wanted):
+                if n in got:
+                    values[j].append(numpy.asarray(got[n], dtype=numpy.float32))
+        return self.runtime, values

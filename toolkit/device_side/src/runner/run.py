@@ -5,23 +5,19 @@ import argparse
 import os
 import time
 import traceback
-from typing import Any  # noqa: F401
+from typing import Any, Dict, List  # noqa: F401
 from .base import RunnerError
 from .check import find_record, run_child
 from .environment import artifact_format, default_threads, read_manifest, safe_name, verify_artifact
-from .executorch import pte_bundled_check, pte_placement, pte_profile
-from .executorch_native import NativePteModel
-from .litert import CompiledTFLite
+from .loaders import LOADERS, loader_named
 from .measuring import (
     compare_outputs, drop_from_page_cache, evict_from_page_cache, in_manifest_order, latency_samples,
     latency_stats, load_npz, own_peak_rss_mb, prepare_input, resident_fraction,
 )
 from .memory import MEMORY_WORDS, out_of_memory
 from .models import (
-    CPU_PROVIDER, DEFAULT_PROFILE_TOP, artifact_cache_dir, import_numpy, open_model, placement_record,
+    DEFAULT_PROFILE_TOP, Loader, Model, artifact_cache_dir, import_numpy, open_model, placement_record,
 )
-from .onnxruntime import ORT_TUNINGS, measure_ort_tunings, onnx_session_options, ort_profile
-from .tflite import intended_placement, tflite_graph_profile
 from .throughput import measure_throughput
 
 # --- shipped from here (the lines above are for the host's type checker) ---
@@ -29,8 +25,15 @@ from .throughput import measure_throughput
 LOAD_ROUNDS = 3  # fresh processes per side for the session options, interleaved; medians are reported
 
 
-LOAD_VARIANTS = ("default", "ort-optimized-write", "ort-optimized", "litert-compiled", "xnnpack-cache") + tuple(
-    v for v, _, _ in ORT_TUNINGS)
+# what --load-variant takes: each loader's own variants (Loader.measure_variant)
+LOAD_VARIANTS = ("default",) + tuple(v for loader in LOADERS for v in loader.load_variants)
+
+
+def run_options(opts, record):
+    # type: (Any, Dict[str, Any]) -> Dict[str, Any]
+    """The load options of every model of this artifact, each loader reading the ones it knows: the device cache
+    directory (ONNX Runtime keeps TensorRT engines there)."""
+    return {"cache_dir": artifact_cache_dir(opts, record, make=False)}
 
 
 def _failure_note(what, exc):
@@ -39,29 +42,18 @@ def _failure_note(what, exc):
     return {"available": False, "error": "{} failed ({}: {})".format(what, type(exc).__name__, text)}
 
 
-def inspect_artifact(numpy, model, path, fmt, record, threads, opts, first, times, golden_inputs, report):
-    # type: (Any, Any, str, str, dict, int, Any, list, list, list, dict) -> None
+def inspect_artifact(numpy, model, path, record, threads, opts, first, times, golden_inputs, report):
+    # type: (Any, Model, str, Dict[str, Any], int, Any, list, List[float], list, Dict[str, Any]) -> None
     """Placement (always), the per-operator profile (--profile) and throughput (--throughput), into ``report``.
 
     Each runs after the timed loop, so the latency percentiles and peak RSS stay those of the plain runs; a
     failure in one is reported in its own entry and leaves the measured report intact.
     """
-    intended = intended_placement(record, fmt)
+    loader = model_loader(model)
+    intended = loader.intended(record)
     top = getattr(opts, "profile_top", DEFAULT_PROFILE_TOP)
     try:
-        if fmt == "tflite":
-            placement, profile = tflite_graph_profile(model.interpreter, intended, model.runtime, model.version, top)
-        elif fmt == "pte":
-            placement = pte_placement(record)
-            profile = pte_profile(model, path, record, threads, first, top) if getattr(opts, "profile", False) \
-                else None
-        elif getattr(opts, "profile", False) or intended != CPU_PROVIDER:
-            placement, profile = ort_profile(model, path, record, threads, opts, intended, first, times, top)
-        else:
-            placement = placement_record(intended, None, None, None, [], "none",
-                                         "CPU provider only: nothing can fall back; node counts come with "
-                                         "--profile.")
-            profile = None
+        placement, profile = loader.placement(model, path, record, threads, opts, intended, first, times, top)
         report["placement"] = placement
         if getattr(opts, "profile", False):
             report["profile"] = profile
@@ -73,69 +65,49 @@ def inspect_artifact(numpy, model, path, fmt, record, threads, opts, first, time
     if getattr(opts, "throughput", False):
         try:
             report["throughput"] = measure_throughput(
-                numpy, model, record, golden_inputs, opts, lambda level: _workers(model, path, record, threads,
-                                                                                  opts, level))
+                numpy, model, record, golden_inputs, opts,
+                lambda level: loader.workers(model, path, record, threads, level))
         except Exception as exc:
             report["throughput"] = _failure_note("Measuring throughput", exc)
 
 
-def _workers(model, path, record, threads, opts, level):
-    # type: (Any, str, dict, int, Any, int) -> list
-    """``level`` models for requests in flight: one ORT session is shared (its run is thread-safe); TFLite
-    interpreters are not, so each request gets its own, with the threads split between them."""
-    if model.format == "onnx":
-        return [model] * level
-    each = max(1, threads // level)
-    workers = []
-    for _ in range(level):
-        workers.append(open_model(path, model.format, record, each, model.runtime))
-    return workers
+def model_loader(model):
+    # type: (Model) -> Loader
+    """The loader of the runtime that holds ``model``."""
+    loader = loader_named(model.runtime)
+    if loader is None:
+        raise RunnerError("crash", "No loader for the runtime {!r}.".format(model.runtime))
+    return loader
+
+
+def page_cache_state(path, opts, out):
+    # type: (str, Any, Dict[str, Any]) -> None
+    """Into ``out`` before a load: with --cold the file dropped from the page cache (and whether that worked),
+    else how much of it is cached."""
+    if getattr(opts, "cold", False):
+        out["page_cache"] = drop_from_page_cache(path)
+    else:
+        out["resident_before_load"] = resident_fraction(path)
 
 
 def measure_load(numpy, path, fmt, record, threads, opts, golden_inputs):
-    # type: (Any, str, str, dict, int, Any, list) -> dict
+    # type: (Any, str, str, Dict[str, Any], int, Any, list) -> Dict[str, Any]
     """One load and the first inference after it, in this (fresh) process: ``--cold`` drops the file from the page
-    cache first and says whether that worked; ``--load-variant`` picks what is loaded (see LOAD_VARIANTS)."""
+    cache first and says whether that worked; ``--load-variant`` picks what is loaded (a loader's
+    ``load_variants``, measured by it)."""
     variant = getattr(opts, "load_variant", None) or "default"
-    cache = artifact_cache_dir(opts, record)
-    base = os.path.basename(path)
-    optimized = os.path.join(cache, base + ".optimized.onnx")
-    weights = os.path.join(cache, base + ".xnnpack_cache")
-    out = {"load_variant": variant}  # type: dict
-    target = optimized if variant == "ort-optimized" else path
-    if variant == "ort-optimized" and not os.path.isfile(optimized):
-        raise RunnerError("usage", "No optimized model at {}: load with --load-variant ort-optimized-write "
-                          "first.".format(optimized))
-    if variant == "xnnpack-cache" and getattr(opts, "fresh_cache", False) and os.path.exists(weights):
-        os.remove(weights)
-    if getattr(opts, "cold", False):
-        out["page_cache"] = drop_from_page_cache(target)
-    else:
-        out["resident_before_load"] = resident_fraction(target)
-    onnx_options = onnx_session_options(opts, record, fmt)
-    if variant == "ort-optimized-write":
-        onnx_options = dict(onnx_options or {}, optimized_out=optimized)
-    elif variant == "ort-optimized":
-        onnx_options = dict(onnx_options or {}, optimization="disable")
-    elif variant in [v for v, _, _ in ORT_TUNINGS]:
-        if fmt != "onnx":
-            raise RunnerError("usage", "--load-variant {} is an ONNX Runtime option; {} is not an ONNX "
-                              "artifact.".format(variant, base))
-        onnx_options = dict(onnx_options or {}, tuning=variant)
-    if variant in ("litert-compiled", "xnnpack-cache"):
-        model = CompiledTFLite(path, threads, weights if variant == "xnnpack-cache" else None)  # type: Any
-    else:
-        model = open_model(target, fmt, record, threads, opts.runtime, onnx_options)
-    first, got = first_inference(numpy, model, record, golden_inputs, out)
-    if variant == "xnnpack-cache":
-        out["cache_bytes"] = os.path.getsize(weights) if os.path.isfile(weights) else None
-    if variant == "ort-optimized":
-        original = open_model(path, fmt, record, threads, opts.runtime, onnx_session_options(opts, record, fmt))
-        original.set_inputs(first)
-        want = original.invoke()
-        out["max_abs_diff_vs_original"] = max(
-            [float(numpy.max(numpy.abs(numpy.asarray(a, "float64") - numpy.asarray(b, "float64"))))
-             for a, b in zip(got, want) if numpy.asarray(a).size] or [0.0])
+    artifact_cache_dir(opts, record)  # made here for every load: the variants keep their files in it
+    out = {"load_variant": variant}  # type: Dict[str, Any]
+    owners = [loader for loader in LOADERS if variant in loader.load_variants]
+    if owners:
+        if owners[0].format != fmt:
+            raise RunnerError("usage", "--load-variant {} is a load option of {} (.{} artifacts); {} is not "
+                              "one.".format(variant, owners[0].runtime, owners[0].format, os.path.basename(path)))
+        owners[0].measure_variant(variant, numpy, path, record, threads, opts, golden_inputs, out)
+        return out
+    page_cache_state(path, opts, out)
+    first_inference(numpy, open_model(path, fmt, record, threads, opts.runtime, run_options(opts, record)), record,
+                    golden_inputs, out)
     return out
 
 
@@ -183,8 +155,8 @@ def median_entry(entries):
     return out
 
 
-def measure_loads(bundle, name, opts, main_report, fmt):
-    # type: (str, str, Any, dict, str) -> dict
+def measure_loads(bundle, name, opts, main_report):
+    # type: (str, str, Any, Dict[str, Any]) -> Dict[str, Any]
     """Cold, warm and with-each-load-option loads of one artifact, each in a fresh process (a load in the
     process that already loaded the artifact would find the runtime's own caches warm)."""
 
@@ -197,27 +169,9 @@ def measure_loads(bundle, name, opts, main_report, fmt):
     loads = {"cold": one("--cold"), "warm": one(), "options": [],
              "note": "Cold drops only the artifact's pages (posix_fadvise); the runtime's own libraries stay "
                      "cached, as they would for a second app on the device."}  # type: dict
-    if fmt == "onnx":
-        prepare = one("--load-variant", "ort-optimized-write")
-        after = one("--load-variant", "ort-optimized")
-        loads["options"].append({
-            "name": "ort_optimized_model", "before": loads["warm"], "prepare": prepare, "after": after,
-            "note": "The graph optimized once on this device (SessionOptions.optimized_model_filepath), then loaded "
-                    "with graph optimizations off; valid for this device's onnxruntime and providers only."})
-        loads["options"].extend(measure_ort_tunings(one))
-    elif runtime == "litert":
-        before = one("--load-variant", "litert-compiled")
-        prepare = one("--load-variant", "xnnpack-cache", "--fresh-cache")
-        after = one("--load-variant", "xnnpack-cache")
-        loads["options"].append({
-            "name": "xnnpack_weight_cache", "before": before, "prepare": prepare, "after": after,
-            "note": "LiteRT's CompiledModel API with CpuOptions.xnnpack_weight_cache_path: the first load packs the "
-                    "weights into the cache file, later loads map it instead of packing again."})
-    else:
-        loads["options"].append({
-            "name": "xnnpack_weight_cache", "available": False,
-            "note": "{}'s Interpreter API offers no XNNPACK weight cache (ai-edge-litert's CompiledModel API has "
-                    "it).".format(runtime)})
+    loader = loader_named(runtime)
+    if loader is not None:
+        loads["options"].extend(loader.load_options(one, loads["warm"]))
     return loads
 
 
@@ -262,7 +216,7 @@ def run_one(bundle, name, opts, verify=True):
             return report
         if getattr(opts, "cold", False):
             evict_from_page_cache(path)
-        model = open_model(path, fmt, record, threads, opts.runtime, onnx_session_options(opts, record, fmt))
+        model = open_model(path, fmt, record, threads, opts.runtime, run_options(opts, record))
         first, _ = first_inference(numpy, model, record, golden_inputs, report)
         if opts.warmup:
             model.timed_loop(opts.warmup, 0.0)
@@ -272,15 +226,13 @@ def run_one(bundle, name, opts, verify=True):
         report["runs"] = len(times)
         if golden_inputs:
             report["outputs_match"] = compare_outputs(numpy, model, bundle, manifest, record, golden_inputs)
-        if fmt == "pte":  # its own numbers, from its bundled program: a failure fails the outputs check too
-            report["bundled_check"] = pte_bundled_check(bundle, record, model)
-            if report["bundled_check"] and not report["bundled_check"]["ok"] and report.get("outputs_match"):
-                report["outputs_match"]["ok"] = False
+        model_loader(model).own_checks(bundle, record, model, report)
         report["peak_rss_mb"] = own_peak_rss_mb()  # before profiling and throughput open sessions of their own
-        if isinstance(model, NativePteModel):  # the program's process, not this Python's
+        elsewhere = model.peak_rss_mb()
+        if elsewhere is not None:  # the program's own process (the native .pte runner), not this Python's
             report["runner_peak_rss_mb"] = report["peak_rss_mb"]
-            report["peak_rss_mb"] = model.peak_rss_mb()
-        inspect_artifact(numpy, model, path, fmt, record, threads, opts, first, times, golden_inputs, report)
+            report["peak_rss_mb"] = elsewhere
+        inspect_artifact(numpy, model, path, record, threads, opts, first, times, golden_inputs, report)
     except RunnerError as exc:
         report["peak_rss_mb"] = own_peak_rss_mb()
         report["error"] = (out_of_memory(name, os.path.join(bundle, name), exc.message) if exc.kind == "out_of_memory"

@@ -2,27 +2,17 @@
 TPU), where the nodes ran read from the graph after delegation.
 """
 import os
-from typing import Any  # noqa: F401
-from .base import RunnerError, TFLITE_RUNTIMES, timed_calls
-from .models import CPU_PROVIDER, Tensor, XNNPACK, import_numpy, placement_record
+from typing import Any, Callable, Dict, List, Tuple  # noqa: F401
+from .base import INSTALL_HINTS, RunnerError, timed_calls
+from .loaders import loaders_for
+from .measuring import dequantize, in_manifest_order, prepare_input
+from .models import Loader, Model, Tensor, XNNPACK, import_numpy, placement_record
 
 # --- shipped from here (the lines above are for the host's type checker) ---
 
-def load_tflite_interpreter(runtime):
-    # type: (str) -> Any
-    """The Interpreter class of one TFLite runtime (ImportError when it is not installed)."""
-    if runtime == "litert":
-        from ai_edge_litert.interpreter import Interpreter
-    elif runtime == "tflite-runtime":
-        from tflite_runtime.interpreter import Interpreter
-    else:
-        import tensorflow as tf
+class TFLiteModel(Model):
+    """A TFLite artifact in one of the TFLite runtimes' Interpreter (the same API in the three)."""
 
-        Interpreter = tf.lite.Interpreter
-    return Interpreter
-
-
-class TFLiteModel(object):
     format = "tflite"
 
     def __init__(self, runtime, version, interpreter_cls, path, threads, delegates=None):
@@ -35,13 +25,13 @@ class TFLiteModel(object):
         else:
             self.interpreter = interpreter_cls(model_path=path, num_threads=threads)
         self.interpreter.allocate_tensors()
-        self.inputs = [self._tensor(d) for d in self.interpreter.get_input_details()]
-        self.outputs = [self._tensor(d) for d in self.interpreter.get_output_details()]
+        self.inputs = [self.tensor_of(d) for d in self.interpreter.get_input_details()]
+        self.outputs = [self.tensor_of(d) for d in self.interpreter.get_output_details()]
         self.extra = {}  # type: dict
         self.delegates = list(delegates or [])
 
     @staticmethod
-    def _tensor(detail):
+    def tensor_of(detail):
         # type: (dict) -> Tensor
         numpy = import_numpy()
         scale, zero = detail.get("quantization", (0.0, 0))
@@ -60,8 +50,8 @@ class TFLiteModel(object):
         for tensor in self.inputs:
             self.interpreter.resize_tensor_input(tensor.key, [batch] + list(tensor.shape[1:]))
         self.interpreter.allocate_tensors()
-        self.inputs = [self._tensor(d) for d in self.interpreter.get_input_details()]
-        self.outputs = [self._tensor(d) for d in self.interpreter.get_output_details()]
+        self.inputs = [self.tensor_of(d) for d in self.interpreter.get_input_details()]
+        self.outputs = [self.tensor_of(d) for d in self.interpreter.get_output_details()]
 
     def set_inputs(self, pairs):
         # type: (list) -> None
@@ -115,36 +105,11 @@ def tflite_delegate_library(record):
     return None
 
 
-def intended_placement(record, fmt):
-    # type: (dict, str) -> str
-    """Where the artifact is meant to run: a delegate (edgetpu, a library name), XNNPACK, or an ORT provider."""
-    if fmt == "pte":
-        return XNNPACK
-    if fmt == "onnx":
-        for name in record.get("execution_providers") or []:
-            if isinstance(name, str):
-                return name
-        return CPU_PROVIDER
-    library = tflite_delegate_library(record)
-    if library is None:
-        return XNNPACK
-    for place in ("edgetpu", "gpu"):
-        if place in library.lower():
-            return place
-    return os.path.basename(library)
-
-
-def load_tflite_delegate(runtime, version, library):
-    # type: (str, Any, str) -> Any
+def load_tflite_delegate(loader, version, library):
+    # type: (TFLiteLoader, Any, str) -> Any
     """``load_delegate(library)`` of the runtime in use; a missing library or device is ``missing_runtime``."""
-    if runtime == "litert":
-        from ai_edge_litert.interpreter import load_delegate
-    elif runtime == "tflite-runtime":
-        from tflite_runtime.interpreter import load_delegate
-    else:
-        import tensorflow as tf
-
-        load_delegate = tf.lite.experimental.load_delegate
+    runtime = loader.runtime
+    load_delegate = loader.delegate_loader()
     try:
         return load_delegate(library)
     except Exception as exc:  # OSError: no such library; ValueError: the library found no device
@@ -265,16 +230,97 @@ def tflite_graph_profile(interpreter, intended, runtime, version, top):
 
 
 def tflite_with_tensors(path, threads, forced):
-    # type: (str, int, Any) -> Any
+    # type: (str, int, Any) -> Tuple[str, Any]
     """A TFLite interpreter that keeps every intermediate tensor (``experimental_preserve_all_tensors``, which
     also leaves the default delegate out: XNNPACK would fuse the tensors away)."""
-    for runtime in ([forced] if forced else list(TFLITE_RUNTIMES)):
+    for loader in loaders_for("tflite"):
+        if not isinstance(loader, TFLiteLoader) or (forced and loader.runtime != forced):
+            continue
         try:
-            cls = load_tflite_interpreter(runtime)
+            cls = loader.interpreter_class()
         except ImportError:
             continue
         interpreter = cls(model_path=path, num_threads=threads, experimental_preserve_all_tensors=True)
         interpreter.allocate_tensors()
-        return runtime, interpreter
+        return loader.runtime, interpreter
     raise RunnerError("missing_runtime", "No TFLite runtime is installed on this device.",
                       "pip install ai-edge-litert")
+
+
+class TFLiteLoader(Loader):
+    """What the three TFLite runtimes share (their Interpreter and load_delegate are one API): each runtime's
+    block says where it imports the two from."""
+
+    def interpreter_class(self):
+        # type: () -> Any
+        """The runtime's Interpreter class (ImportError when it is not installed)."""
+        raise NotImplementedError
+
+    def delegate_loader(self):
+        # type: () -> Any
+        """The runtime's ``load_delegate`` function."""
+        raise NotImplementedError
+
+    def prepare(self, record):
+        # type: (Dict[str, Any]) -> Any
+        return self.interpreter_class()
+
+    def open(self, prepared, version, path, record, threads, options):
+        # type: (Any, Any, str, Dict[str, Any], int, Dict[str, Any]) -> Model
+        """A delegate the artifact needs (Edge TPU) comes through the runtime's ``load_delegate``; its load time
+        is part of ``load_ms``."""
+        library = tflite_delegate_library(record)
+        delegates = [load_tflite_delegate(self, version, library)] if library else []
+        model = TFLiteModel(self.runtime, version, prepared, path, threads, delegates)
+        if library:
+            model.extra["delegate"] = library
+        return model
+
+    def missing_hint(self, forced):
+        # type: (bool) -> str
+        if forced:
+            return INSTALL_HINTS[self.runtime]
+        return "pip install ai-edge-litert (or, on older images, pip install tflite-runtime 'numpy<2')"
+
+    def intended(self, record):
+        # type: (Dict[str, Any]) -> str
+        library = tflite_delegate_library(record)
+        if library is None:
+            return XNNPACK
+        for place in ("edgetpu", "gpu"):
+            if place in library.lower():
+                return place
+        return os.path.basename(library)
+
+    def placement(self, model, path, record, threads, opts, intended, first, times, top):
+        # type: (Any, str, Dict[str, Any], int, Any, str, list, List[float], int) -> Tuple[dict, Any]
+        return tflite_graph_profile(model.interpreter, intended, model.runtime, model.version, top)
+
+    def load_options(self, one, warm):
+        # type: (Callable[..., Dict[str, Any]], Dict[str, Any]) -> List[Dict[str, Any]]
+        return [{"name": "xnnpack_weight_cache", "available": False,
+                 "note": "{}'s Interpreter API offers no XNNPACK weight cache (ai-edge-litert's CompiledModel API "
+                         "has it).".format(self.runtime)}]
+
+    def layers(self, numpy, bundle, manifest, record, wanted, golden, samples, forced):
+        # type: (Any, str, Dict[str, Any], Dict[str, Any], List[str], list, int, Any) -> Tuple[str, Dict[int, list]]
+        """The tensors by name from an interpreter that keeps them all (tflite_with_tensors)."""
+        values = dict((j, []) for j in range(len(wanted)))  # type: Dict[int, list]
+        runtime, interpreter = tflite_with_tensors(os.path.join(bundle, record["file"]), 1, forced)
+        details = dict((d["name"], d) for d in interpreter.get_tensor_details())
+        inputs = in_manifest_order([TFLiteModel.tensor_of(d) for d in interpreter.get_input_details()],
+                                   record.get("inputs"))
+        for i in range(samples):
+            for t, g in zip(inputs, golden):
+                interpreter.set_tensor(t.key, prepare_input(numpy, t, g[i]))
+            interpreter.invoke()
+            for j, n in enumerate(wanted):
+                d = details.get(n)
+                if d is None:
+                    continue
+                try:
+                    raw = interpreter.get_tensor(d["index"])
+                except ValueError:  # a tensor the runtime did not keep
+                    continue
+                values[j].append(dequantize(numpy, TFLiteModel.tensor_of(d), raw))
+        return runtime, values

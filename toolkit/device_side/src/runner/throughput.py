@@ -63,7 +63,8 @@ def measure_throughput(numpy, model, record, samples, opts, reopen):
             got = dict((t.key, a) for t, a in zip(model.outputs, model.invoke()))
             reference.append([dequantize(numpy, t, got[t.key]) for t in outputs])
         step = max([t.scale for t in outputs if t.quantized] or [0.0])
-        golden = record.get("golden") if isinstance(record.get("golden"), dict) else {}
+        given = record.get("golden")
+        golden = given if isinstance(given, dict) else {}
         tolerance = max(float(golden.get("atol") or 0.0), 1e-4) + step * 1.0001
         points = []
         matches = []
