@@ -3,7 +3,9 @@
 
 This file is copied into every bundle (``<bundle>/edgetk_runner.py``) and run by ``edgetk check`` on the
 device. It must run on Python >= 3.6 (JetPack 4 ships 3.6) with the standard library, numpy and whichever
-runtime the device has; it imports nothing from the toolkit. ``probe`` needs the standard library only.
+runtime the device has; it imports nothing from the toolkit. ``probe`` needs the standard library only. It is
+assembled on the host from blocks (toolkit/device_side/src/runner/, each after its ``# --- block:`` line below): one
+loader per runtime (a ``Loader`` chosen from LOADER_CLASSES) and the measuring code that asks it (docs/runner.md).
 
 Commands (docs/runner.md has the full schema)::
 
