@@ -7,12 +7,13 @@ import os
 import sys
 from typing import Any  # noqa: F401
 from .base import (
-    DEFAULT_RUNS, DEFAULT_TIMEOUT, DEFAULT_WARMUP, ONNX_RUNTIMES, PTE_RUNTIMES, RUNNER_VERSION, RunnerError,
-    TFLITE_RUNTIMES, UsageFailure,
+    DEFAULT_RUNS, DEFAULT_TIMEOUT, DEFAULT_WARMUP, ONNX_RUNTIMES, RUNNER_VERSION, RunnerError, TFLITE_RUNTIMES,
+    UsageFailure,
 )
 from .check import check, framed, json_bytes, run_group, write_all
 from .environment import probe
 from .evaluate import run_eval, run_layers
+from .loaders import LOADERS
 from .memory import OOM_HINT, memory_facts
 from .models import DEFAULT_PROFILE_RUNS, DEFAULT_PROFILE_TOP, toolkit_home
 from .run import LOAD_VARIANTS, run_one
@@ -112,7 +113,7 @@ def build_parser():
         p.add_argument("--warmup", type=_positive_int, default=DEFAULT_WARMUP)
         p.add_argument("--min-time", type=_non_negative_float, default=0.0, dest="min_time")
         p.add_argument("--threads", type=_positive_int, default=None)
-        p.add_argument("--runtime", choices=TFLITE_RUNTIMES + ONNX_RUNTIMES + PTE_RUNTIMES, default=None)
+        p.add_argument("--runtime", choices=tuple(loader.runtime for loader in LOADERS), default=None)
         p.add_argument("--timeout", type=_non_negative_float, default=DEFAULT_TIMEOUT)
         p.add_argument("--cold", action="store_true",
                        help="drop the artifact from the page cache before loading it (a load as after a reboot)")

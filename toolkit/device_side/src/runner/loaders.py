@@ -1,6 +1,7 @@
 """The loader table: one row per runtime, the runtime's name in RUNTIME_ROWS (toolkit/device_side/shared.py, which
 the host reads too) and the loader class its block defines. A new runtime is its block (a Loader subclass, its
-block line in src/edgetk_runner.py) and its row here; nothing else in the runner names a runtime or a format.
+block line in src/edgetk_runner.py) and its row here; no other block branches on a runtime's or a format's
+name (tests/runner/test_blocks.py).
 """
 from typing import Any, Dict, Optional, Tuple, Type  # noqa: F401
 from shared import RUNTIME_ROWS
