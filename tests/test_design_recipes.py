@@ -116,7 +116,8 @@ def test_add_a_runtime_recipe() -> None:
     recipe = _recipe("A runtime")
     for place in ("toolkit/device_side/shared.py", "toolkit/runtimes/spec.py", "toolkit/delivery/provisioning.py",
                   "toolkit/runtimes/execution/", "toolkit/device_side/src/edgetk_runner.py",
-                  "tests/test_provisioning.py", "tests/fixtures/device_envs.py"):
+                  "toolkit/device_side/src/runner/loaders.py", "tests/test_provisioning.py",
+                  "tests/fixtures/device_envs.py"):
         assert f"`{place}`" in recipe or f" {place}" in recipe, f"the recipe does not name {place}"
         assert (ROOT / place).exists(), f"the recipe names {place}, which does not exist"
     assert "`RUNTIME_ROWS`" in recipe and "`RuntimeSpec`" in recipe and "`RUNTIME_SPECS`" in recipe
@@ -129,4 +130,8 @@ def test_add_a_runtime_recipe() -> None:
     assert "toolkit.runtimes.spec" in _imports(ROOT / "toolkit" / "delivery" / "provisioning.py"), \
         "setup does not read the rows"
     assert "runtime table" in device_side.ASSEMBLED[device_side.RUNNER_FILE], "the runner does not carry the rows"
+    assert "`LOADER_CLASSES`" in recipe and "`Loader`" in recipe
+    assert "LOADER_CLASSES" in _names(ROOT / "toolkit" / "device_side" / "src" / "runner" / "loaders.py")
+    assert "test_every_runtime_row_has_its_loader_in_the_rows_order" in _names(ROOT / "tests" / "runner" /
+                                                                               "test_blocks.py")
     assert "test_the_runner_and_setup_read_one_runtime_table" in _names(ROOT / "tests" / "test_provisioning.py")

@@ -49,6 +49,7 @@ def test_wheel_carries_targets_and_calibration(wheel: Path) -> None:
     assert "toolkit/_data/targets/raspberry-pi-4.toml" in names
     assert "toolkit/_data/calibration/digits/calibration.npz" in names
     assert "toolkit/device_side/src/edgetk_runner.py" in names  # assembled with device_probe.py at first use
+    assert "toolkit/device_side/src/runner/loaders.py" in names  # and with the runner's blocks
     assert "toolkit/device_side/device_probe.py" in names
     assert "toolkit/device_side/mender_module.py" in names  # written next to every Mender artifact
     assert "toolkit/store/migrations/env.py" in names  # the history's Alembic migrations run from the wheel

@@ -110,9 +110,9 @@ def test_the_runner_and_setup_read_one_runtime_table() -> None:
     runner = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(runner)
     assert {row.runtime for row in RUNTIME_SPECS} == set(Runtime)
-    assert list(runner._PACKAGES) == [*(row.runtime for row in RUNTIME_SPECS), "numpy"]  # the probe asks for each
+    assert list(runner.PACKAGES) == [*(row.runtime for row in RUNTIME_SPECS), "numpy"]  # the probe asks for each
     for row in RUNTIME_SPECS:
-        assert runner._PACKAGES[row.runtime] == (row.module, row.distributions)
+        assert runner.PACKAGES[row.runtime] == (row.module, row.distributions)
         assert runner.INSTALL_HINTS[row.runtime] == row.install_hint
     for fmt, names in ((Format.TFLITE, runner.TFLITE_RUNTIMES), (Format.ONNX, runner.ONNX_RUNTIMES),
                        (Format.PTE, runner.PTE_RUNTIMES)):

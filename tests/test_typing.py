@@ -1,5 +1,6 @@
 """The package stays mypy-clean (the configuration is in pyproject.toml; the on-device runner, which must run on
-Python 3.6, is checked for syntax by vermin in tests/runner instead)."""
+Python 3.6, is checked for syntax by vermin in tests/runner, and its blocks by mypy with their own configuration in
+tests/runner/test_blocks.py)."""
 
 from __future__ import annotations
 

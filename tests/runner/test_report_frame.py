@@ -8,7 +8,6 @@ import ast
 import copy
 import hashlib
 import json
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -22,7 +21,7 @@ from toolkit.model.runner_report import expected_samples, invalid_figure, parse_
 
 pytestmark = pytest.mark.fast
 
-RUNNER = Path(device_side.__file__).parent / "src" / "edgetk_runner.py"
+RUNNER = device_side.source_path(device_side.RUNNER_FILE)  # the assembled file, as the device runs it
 REPORT: dict[str, Any] = {"artifact": "model.int8.tflite", "runtime": {"name": "litert", "version": "2.3.0"}, "threads": 4,
           "load_ms": 3.0, "first_inference_ms": 9.0,
           "latency_ms": {"mean": 5.0, "std": 0.2, "min": 4.8, "p50": 5.0, "p90": 5.5, "p99": 6.0, "max": 7.0},

@@ -18,7 +18,10 @@ the host copies to the device and runs with the device's own Python; nothing in 
 
 The runner and the helper are written by hand in ``src/`` with one marker line where each shared block goes: the
 shipped single file is assembled from them (the blocks inlined there: the probe from ``device_probe.py``, the
-runtime table and the file hash from ``shared.py``, which the host imports too), so each is written once. The host
+runtime table and the file hash from ``shared.py``, which the host imports too), so each is written once. The
+runner's own source is blocks too: ``src/edgetk_runner.py`` is its head (docstring, imports) and one block line per
+``src/runner/*.py`` file, in the order they are inlined (each block's lines from its SHIPPED line on; the lines
+above it import the other blocks' names for the host's type checker, ``src/mypy.ini``, and are not shipped). The host
 reads every file through :func:`source_path`, which assembles on first use into a temporary folder of the process
 (keyed by the assembled text's hash, so a changed source is a new file; nothing is left in the user's cache).
 """
@@ -28,6 +31,7 @@ from __future__ import annotations
 import atexit
 import hashlib
 import os
+import re
 import shutil
 import tempfile
 from pathlib import Path
@@ -59,12 +63,31 @@ def block_text(block: str) -> str:
     return text[text.index(f"# --- begin {block}"):text.index(end) + len(end)]
 
 
+SHIPPED = "# --- shipped from here (the lines above are for the host's type checker) ---\n"  # in each runner block
+BLOCK_LINE = re.compile(r"^# --- block: (runner/\w+\.py) ---\n", re.M)  # in src/edgetk_runner.py, one per block
+
+
+def runner_blocks(name: str = RUNNER_FILE) -> tuple[Path, ...]:
+    """The block files the ``src/`` file ``name`` names by its block lines, in the order they are inlined."""
+    return tuple(SRC_DIR / match.group(1) for match in BLOCK_LINE.finditer((SRC_DIR / name).read_text()))
+
+
+def shipped_text(block: Path) -> str:
+    """What one runner block puts in the shipped file: its lines from its SHIPPED line on (that line left out)."""
+    text = block.read_text()
+    if text.count(SHIPPED) != 1:
+        raise RuntimeError(f"{block.relative_to(SRC_DIR)} must hold the line {SHIPPED.strip()!r} exactly once")
+    return text.split(SHIPPED, 1)[1]
+
+
 def assemble(name: str) -> str:
-    """The text of the shipped ``name``: its ``src/`` file with each block's text in place of its marker line."""
-    text = (SRC_DIR / name).read_text()
+    """The text of the shipped ``name``: its ``src/`` file with each runner block after its block line, then each
+    shared block's text in place of its marker line (a runner block may hold one)."""
+    text = BLOCK_LINE.sub(lambda match: match.group(0) + shipped_text(SRC_DIR / match.group(1)),
+                          (SRC_DIR / name).read_text())
     for block in ASSEMBLED[name]:
         if text.count(mark(block)) != 1:
-            raise RuntimeError(f"src/{name} must hold the marker line of the {block} exactly once")
+            raise RuntimeError(f"src/{name} and its blocks must hold the marker line of the {block} exactly once")
         text = text.replace(mark(block), block_text(block))
     return text
 
