@@ -32,7 +32,7 @@ def _retarget(source: Path, out: Path, *, name: str, drop_formats: tuple[str, ..
     manifest = json.loads((out / "manifest.json").read_text())
     manifest["name"] = name
     manifest["target"] = {"name": "raspberry-pi-4", "arch": "aarch64"}
-    policy = manifest.get("check_policy") or {}
+    policy = manifest.get("check_policy") or {"latency_budget_ms": None}  # the manifest's key, null: no budget
     policy["placement"] = [{"format": "tflite", "on": "xnnpack", "min_nodes_pct": 40}]  # raspberry-pi-4's
     manifest["check_policy"] = policy
     kept = []
