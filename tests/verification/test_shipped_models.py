@@ -7,6 +7,7 @@ independent computation here."""
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -172,8 +173,12 @@ def test_blazeface_onnx_from_tflite_fp32_matches_and_int8_is_refused(
     assert m["label_recall"] == m["reference_label_recall"] == 1.0
     assert fp32["status"] in ("ok", "slower")
     int8 = _onnx_int8_attempts(blazeface_photos, "uint8")
-    assert len(int8) >= 2 and all(a["outcome"] == "dropped" for a in int8)  # full INT8, then selective retries
-    assert any(a["recipe"]["nodes_to_exclude"] for a in int8)
+    assert int8 and all(a["outcome"] == "dropped" for a in int8)  # full INT8, then selective retries or a stop
+    # the retries were built, or fail fast measured that no float set could remove the spread error (both seen:
+    # 2-5 rebuilds before fail fast; none after it, "the error is spread", 2026-12-06)
+    assert any(a["recipe"]["nodes_to_exclude"] for a in int8) or (
+        "selective quantization stopped" in int8[-1]["reason"]
+        and "tried next" not in (int8[-1]["workaround"] or "")), int8
     for attempt in int8:
         m = attempt["metrics"]["verification"]["task_metrics"]
         # measured 2026-12-01 (earlier session): recall vs float 0.00 (0 of 426 float anchor detections) and label
@@ -219,7 +224,7 @@ def test_blazeface_a16w8_onnx_keeps_the_faces_int8_lost(blazeface_photos: dict[s
     from toolkit.model.manifest import read_manifest
 
     text = convert_table(read_manifest(blazeface_photos["manifest"]), bundle_dir=blazeface_photos["out"])
-    assert "model.int8.onnx (int8 A16W8)" in text and "onnx int8 (3 layers float)" in text, text
+    assert "model.int8.onnx (int8 A16W8)" in text and re.search(r"onnx int8( \(\d+ layers float\))?: ", text), text
 
 
 def test_the_device_runner_runs_the_a16w8_onnx_artifact(blazeface_photos: dict[str, Any]) -> None:

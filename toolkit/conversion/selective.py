@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING
 from toolkit.conversion import retry_worth
 from toolkit.conversion.candidate import build_and_verify
 from toolkit.conversion.onnx_fold import body_layers
-from toolkit.conversion.run import Candidate, ConvertRun, Failure
+from toolkit.conversion.run import OUT_OF_TOLERANCE_WORKAROUND, Candidate, ConvertRun, Failure
 from toolkit.errors import ToolkitError
 from toolkit.model.vocabulary import AttemptOutcome, Format
 from toolkit.quiet import native_stderr_silenced
@@ -211,7 +211,9 @@ def _say_stopped(run: ConvertRun, recipe: Recipe, stop: str) -> None:
     for index in range(len(run.attempts) - 1, -1, -1):
         attempt = run.attempts[index]
         if (attempt.recipe.format, attempt.recipe.precision) == (recipe.format, recipe.precision):
-            run.attempts[index] = dataclasses.replace(attempt, reason=f"{attempt.reason}; {stop}")
+            # no retry comes after this one: the workaround is the next recipe's, not "selective is tried next"
+            run.attempts[index] = dataclasses.replace(attempt, reason=f"{attempt.reason}; {stop}",
+                                                      workaround=OUT_OF_TOLERANCE_WORKAROUND)
             break
     run.progress(stop)
 
