@@ -9,6 +9,7 @@ folder of TOML files), the inventory (``parse_inventory``, ``load_inventory``), 
 from __future__ import annotations
 
 import copy
+import dataclasses
 import json
 import math
 import shutil
@@ -307,7 +308,7 @@ def test_inventory_from_any_value(data: Any) -> None:
 
 @SETTINGS
 @given(devices=st.dictionaries(st.text(max_size=10),
-                               st.dictionaries(st.sampled_from([*InventoryDevice.model_fields, "hots"]), json_values,
+                               st.dictionaries(st.sampled_from([*(f.name for f in dataclasses.fields(InventoryDevice)), "hots"]), json_values,
                                                max_size=5), max_size=3))
 def test_inventory_from_random_device_tables(devices: dict[str, Any]) -> None:
     try:
