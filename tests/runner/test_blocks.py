@@ -23,7 +23,7 @@ BLOCK_DIR = device_side.SRC_DIR / "runner"
 MAX_BLOCK_LINES = 600
 # The blocks that may name a runtime or a format: the loaders (one block per runtime, the TFLite ones' common
 # block, ExecuTorch's two paths) and the loader table. The measuring code asks its loader instead.
-LOADER_BLOCKS = {"tflite", "litert", "tflite_runtime", "tensorflow", "onnxruntime", "executorch",
+LOADER_BLOCKS = {"tflite", "litert", "tflite_runtime", "tensorflow", "onnxruntime", "pte", "executorch",
                  "executorch_native", "executorch_binding", "loaders"}
 
 
@@ -64,6 +64,26 @@ def test_the_shipped_file_holds_no_host_lines() -> None:
     for block in device_side.runner_blocks():
         missing = _top_level_names(ast.parse(device_side.shipped_text(block))) - shipped
         assert not missing, f"{block.name} defines {missing}, which the shipped file lacks"
+
+
+def _block_imports(block: Path) -> dict[str, int]:
+    """The blocks ``block`` imports names from (above its SHIPPED line, for the type checker), each with its line."""
+    head = block.read_text().split(device_side.SHIPPED, 1)[0]
+    return {node.module: node.lineno for node in ast.parse(head).body
+            if isinstance(node, ast.ImportFrom) and node.level == 1 and node.module}
+
+
+def test_each_block_imports_only_from_the_blocks_before_it() -> None:
+    """One way, top to bottom: a block takes names only from the blocks inlined before it, so the blocks form no
+    import circle. A block that must call one further down owns a table that one fills (the loader table,
+    LOADERS), or is called by it (check and run are called by the command line, not the other way round)."""
+    order = [block.stem for block in device_side.runner_blocks()]
+    backward = [f"{block.name}:{line} imports from {module}.py, which is not inlined before it"
+                for position, block in enumerate(device_side.runner_blocks())
+                for module, line in _block_imports(block).items()
+                if module not in order[:position]]
+    assert not backward, "blocks import only from the blocks before them in src/edgetk_runner.py: " + "; ".join(
+        backward)
 
 
 def test_the_blocks_type_check_for_the_device() -> None:

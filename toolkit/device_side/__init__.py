@@ -21,9 +21,10 @@ shipped single file is assembled from them (the blocks inlined there: the probe 
 runtime table and the file hash from ``shared.py``, which the host imports too), so each is written once. The
 runner's own source is blocks too: ``src/edgetk_runner.py`` is its head (docstring, imports) and one block line per
 ``src/runner/*.py`` file, in the order they are inlined (each block's lines from its SHIPPED line on; the lines
-above it import the other blocks' names for the host's type checker, ``src/mypy.ini``, and are not shipped). The host
-reads every file through :func:`source_path`, which assembles on first use into a temporary folder of the process
-(keyed by the assembled text's hash, so a changed source is a new file; nothing is left in the user's cache).
+above it import names of the blocks inlined before it, never after, for the host's type checker, ``src/mypy.ini``,
+and are not shipped). The host reads every file through :func:`source_path`, which assembles on first use into a
+temporary folder of the process (keyed by the assembled text's hash, so a changed source is a new file; nothing is
+left in the user's cache).
 """
 
 from __future__ import annotations

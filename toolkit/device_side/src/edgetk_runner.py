@@ -79,20 +79,24 @@ from typing import Any  # noqa: F401 (type comments)
 
 
 # --- block: runner/base.py ---
+# --- block: runner/report.py ---
 # --- block: runner/environment.py ---
 # --- block: runner/memory.py ---
 # --- block: runner/models.py ---
+# --- block: runner/measuring.py ---
+# --- block: runner/loading.py ---
 # --- block: runner/tflite.py ---
 # --- block: runner/litert.py ---
 # --- block: runner/tflite_runtime.py ---
 # --- block: runner/tensorflow.py ---
 # --- block: runner/onnxruntime.py ---
-# --- block: runner/executorch.py ---
+# --- block: runner/pte.py ---
 # --- block: runner/executorch_native.py ---
 # --- block: runner/executorch_binding.py ---
+# --- block: runner/executorch.py ---
 # --- block: runner/loaders.py ---
-# --- block: runner/measuring.py ---
 # --- block: runner/throughput.py ---
+# --- block: runner/workers.py ---
 # --- block: runner/run.py ---
 # --- block: runner/check.py ---
 # --- block: runner/evaluate.py ---

@@ -1,6 +1,7 @@
 """The runner's words: its version, the error kinds, the defaults, the runtime table's derived tables and the
 one exception it reports.
 """
+import signal
 import time
 from typing import Any  # noqa: F401
 from shared import RUNTIME_ROWS
@@ -114,3 +115,12 @@ class RunnerError(Exception):
 
 class UsageFailure(Exception):
     """Raised by the argument parser instead of printing usage text and exiting."""
+
+
+def signal_name(number):
+    # type: (int) -> str
+    """The name of signal ``number`` (SIGKILL), or "signal N" for one this Python does not name."""
+    try:
+        return signal.Signals(number).name
+    except ValueError:
+        return "signal {}".format(number)

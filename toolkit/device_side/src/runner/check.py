@@ -1,4 +1,5 @@
-"""check: a worker process per artifact (run-group for the formats that share one import), the framed report.
+"""check: each artifact verified, then measured in its worker (the workers block), or in one run-group for the formats
+that share one import (a child forked per artifact); the document check prints (the command line frames it).
 """
 import argparse
 import json
@@ -8,133 +9,15 @@ import subprocess
 import sys
 import time
 from typing import Any  # noqa: F401
-from .base import REPORT_MARK, RUNNER_VERSION, RunnerError
-from .cli import finite_or_none
-from .environment import artifact_format, default_threads, environment, read_manifest, verify_artifact
-from .loaders import LOADERS, loaders_for
-from .measuring import own_peak_rss_mb
-from .memory import MEMORY_WORDS, children_peak_mb, note_memory, oom_kills, oom_rose, out_of_memory, own_cgroup
-from .models import CPU_PROVIDER, XNNPACK, import_numpy
-from .run import empty_report, measure_loads, run_one
+from .base import RUNNER_VERSION, RunnerError
+from .environment import artifact_format, default_threads, environment, find_record, read_manifest, verify_artifact
+from .memory import note_memory, oom_kills, oom_rose, own_cgroup, own_peak_rss_mb
+from .models import CPU_PROVIDER, LOADERS, XNNPACK, import_numpy, loaders_for
+from .report import json_bytes, write_all
+from .run import measure_loads, run_one
+from .workers import empty_report, run_child, worker_cmd, worker_report
 
 # --- shipped from here (the lines above are for the host's type checker) ---
-
-def find_record(manifest, name):
-    # type: (dict, str) -> dict
-    for record in manifest["artifacts"]:
-        if record.get("file") == name:
-            return record
-    raise RunnerError("usage", "The bundle has no artifact {} (it has: {}).".format(
-        name, ", ".join(str(a.get("file")) for a in manifest["artifacts"])))
-
-
-def signal_name(number):
-    # type: (int) -> str
-    try:
-        return signal.Signals(number).name
-    except ValueError:
-        return "signal {}".format(number)
-
-
-def _forwarded(opts):
-    # type: (argparse.Namespace) -> list
-    """The options of ``check`` that its ``run-one`` children take too."""
-    args = []  # type: list
-    for flag in ("profile", "throughput"):
-        if getattr(opts, flag, False):
-            args.append("--" + flag)
-    for flag, dest in (("--profile-top", "profile_top"), ("--profile-runs", "profile_runs"),
-                       ("--batch-sizes", "batch_sizes"), ("--in-flight", "in_flight"), ("--cache-dir", "cache_dir")):
-        value = getattr(opts, dest, None)
-        if value is not None:
-            args += [flag, ",".join(str(v) for v in value) if isinstance(value, (list, tuple)) else str(value)]
-    return args
-
-
-def _worker_cmd(command, bundle, names, opts, extra=()):
-    # type: (str, str, list, argparse.Namespace, tuple) -> list
-    """The command line of a worker (``run-one`` or ``run-group``) for ``names`` with ``check``'s options."""
-    cmd = [sys.executable, os.path.abspath(__file__), command, "--bundle", bundle]
-    for name in names:
-        cmd += ["--artifact", name]
-    cmd += ["--runs", str(opts.runs), "--warmup", str(opts.warmup), "--min-time", str(opts.min_time),
-            "--timeout", str(opts.timeout), "--skip-verify"]
-    if opts.threads:
-        cmd += ["--threads", str(opts.threads)]
-    if opts.runtime:
-        cmd += ["--runtime", opts.runtime]
-    if getattr(opts, "cold", False) and not extra:
-        cmd.append("--cold")
-    return cmd + _forwarded(opts) + list(extra)
-
-
-def _worker_report(name, opts, returncode, stdout, tail, timed_out, seconds, oom=None):
-    # type: (str, argparse.Namespace, Any, str, str, bool, float, Any) -> dict
-    """The report a worker printed for ``name``, or what its fate says: killed after ``seconds``, out of memory
-    (``oom``: whether the kernel's OOM-kill count rose while it ran, None: unknown; or its stderr says so),
-    killed by a signal (the runtime crashed on this artifact), or ended without a report."""
-    report = empty_report(name, opts.threads, opts.runs, opts.warmup)
-    path = os.path.join(os.path.abspath(os.path.expanduser(opts.bundle)), name)
-    killed = returncode is not None and returncode < 0 and -returncode == getattr(signal, "SIGKILL", 9)
-    words = MEMORY_WORDS.search(tail or "")
-    if returncode and not timed_out and (killed and oom or words):
-        how = ("the worker was killed by SIGKILL and the kernel's OOM-kill count rose" if killed and oom else
-               "the worker ended with {}: {}".format(
-                   "signal " + signal_name(-returncode) if returncode < 0 else "exit code {}".format(returncode),
-                   words.group(0) if words else ""))
-        report["error"] = out_of_memory(name, path, how, children_peak_mb())
-        report["error"]["detail"] = tail or None
-        return report
-    if killed and not timed_out:
-        report["error"] = RunnerError(
-            "killed",
-            "The worker measuring {} was killed by SIGKILL, {}.".format(
-                name, "not by the kernel's out-of-memory killer (its OOM-kill count did not rise)" if oom is False
-                else "and the kernel's OOM-kill count cannot be read here"),
-            "Something on the device killed it (a watchdog, a supervisor, a container's memory limit); look at "
-            "`dmesg` and the system journal.", detail=tail or None).to_dict()
-        return report
-    if timed_out:
-        report["error"] = RunnerError(
-            "crash", "Measuring {} did not finish within {:g} s; the worker was killed.".format(name, seconds),
-            "Lower --runs/--min-time, or raise --timeout if the device is this slow.").to_dict()
-        return report
-    if returncode is not None and returncode < 0:
-        report["error"] = RunnerError(
-            "crash",
-            "The worker measuring {} was killed by {} (the runtime crashed on this artifact).".format(
-                name, signal_name(-returncode)),
-            "Try another runtime (--runtime) or another artifact of the bundle; the stderr tail is in 'detail'.",
-            detail=tail or None).to_dict()
-        return report
-    for line in reversed((stdout or "").strip().splitlines()):
-        try:
-            parsed = json.loads(line)
-        except ValueError:
-            continue
-        if isinstance(parsed, dict) and parsed.get("artifact") == name:
-            return parsed
-    report["error"] = RunnerError(
-        "crash", "The worker measuring {} exited with code {} without a report.".format(name, returncode),
-        "Run `python3 edgetk_runner.py run-one --bundle DIR --artifact {}` on the device to see why.".format(
-            name), detail=tail or None).to_dict()
-    return report
-
-
-def run_child(bundle, name, opts, extra=()):
-    # type: (str, str, argparse.Namespace, tuple) -> dict
-    """Run ``run-one`` for one artifact in a child process and turn its fate into a report."""
-    cmd = _worker_cmd("run-one", bundle, [name], opts, extra)
-    cgroup = own_cgroup()
-    before = oom_kills(cgroup)
-    try:
-        proc = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, universal_newlines=True,
-                              timeout=opts.timeout)
-    except subprocess.TimeoutExpired:
-        return _worker_report(name, opts, None, "", "", True, opts.timeout)
-    return _worker_report(name, opts, proc.returncode, proc.stdout, (proc.stderr or "")[-1500:], False, 0.0,
-                          oom_rose(before, oom_kills(cgroup)) if proc.returncode else None)
-
 
 # The formats whose runtime import dominates a worker's life (a loader's ``shares_import``: ExecuTorch's Python
 # runtime imports torch, 6-10 s on an x86 host, 43-55 s under qemu): their artifacts share one import per check
@@ -157,28 +40,6 @@ def import_runtime(fmt):
     except Exception:
         return None
     return round((time.perf_counter() - t0) * 1000.0, 3)
-
-
-def json_bytes(doc):
-    # type: (Any) -> bytes
-    return (json.dumps(finite_or_none(doc), sort_keys=False, allow_nan=False, default=str) + "\n").encode("utf-8")
-
-
-def framed(data):
-    # type: (bytes) -> bytes
-    """``data`` (one JSON document, ASCII) in check's frame: ``REPORT_MARK LENGTH SHA256`` on a line of its own,
-    the document, ``REPORT_MARK-end`` on a line of its own. The host takes a report only from a whole frame
-    whose length and sha256 agree (toolkit.model.runner_frame)."""
-    import hashlib
-
-    head = "{} {} {}\n".format(REPORT_MARK, len(data), hashlib.sha256(data).hexdigest()).encode("ascii")
-    return head + data + (REPORT_MARK + "-end\n").encode("ascii")
-
-
-def write_all(fd, data):
-    # type: (int, bytes) -> None
-    while data:
-        data = data[os.write(fd, data):]
 
 
 def _forked(bundle, name, opts):
@@ -225,7 +86,7 @@ def _forked(bundle, name, opts):
     log.close()
     sys.stderr.write(text)
     code = -os.WTERMSIG(status) if os.WIFSIGNALED(status) else os.WEXITSTATUS(status)
-    return _worker_report(name, opts, code, b"".join(chunks).decode("utf-8", "replace"), text[-1500:],
+    return worker_report(name, opts, code, b"".join(chunks).decode("utf-8", "replace"), text[-1500:],
                           timed_out, opts.timeout, oom_rose(before, oom_kills(cgroup)) if code else None)
 
 
@@ -267,7 +128,7 @@ def _group_children(bundle, names, opts):
     seconds = opts.timeout * (len(names) + 1)
     cgroup = own_cgroup()
     before = oom_kills(cgroup)
-    proc = subprocess.Popen(_worker_cmd("run-group", bundle, names, opts), stdout=subprocess.PIPE,
+    proc = subprocess.Popen(worker_cmd("run-group", bundle, names, opts), stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, universal_newlines=True)
     timed_out = False
     try:
@@ -290,7 +151,7 @@ def _group_children(bundle, names, opts):
             found[doc["artifact"]] = doc
     tail = (err or "")[-1500:]
     oom = oom_rose(before, oom_kills(cgroup)) if proc.returncode else None
-    return dict((name, found.get(name) or _worker_report(name, opts, proc.returncode, "", tail, timed_out, seconds,
+    return dict((name, found.get(name) or worker_report(name, opts, proc.returncode, "", tail, timed_out, seconds,
                                                          oom))
                 for name in names)
 

@@ -2,7 +2,6 @@
 """
 import argparse
 import json
-import math
 import os
 import sys
 from typing import Any  # noqa: F401
@@ -10,27 +9,15 @@ from .base import (
     DEFAULT_RUNS, DEFAULT_TIMEOUT, DEFAULT_WARMUP, ONNX_RUNTIMES, RUNNER_VERSION, RunnerError, TFLITE_RUNTIMES,
     UsageFailure,
 )
-from .check import check, framed, json_bytes, run_group, write_all
+from .check import check, run_group
 from .environment import probe
 from .evaluate import run_eval, run_layers
-from .loaders import LOADERS
 from .memory import OOM_HINT, memory_facts
-from .models import DEFAULT_PROFILE_RUNS, DEFAULT_PROFILE_TOP, toolkit_home
+from .models import DEFAULT_PROFILE_RUNS, DEFAULT_PROFILE_TOP, LOADERS, toolkit_home
+from .report import framed, json_bytes, write_all
 from .run import LOAD_VARIANTS, run_one
 
 # --- shipped from here (the lines above are for the host's type checker) ---
-
-def finite_or_none(value):
-    # type: (Any) -> Any
-    """JSON has no NaN/Infinity: write them as null."""
-    if isinstance(value, float) and not math.isfinite(value):
-        return None
-    if isinstance(value, dict):
-        return dict((k, finite_or_none(v)) for k, v in value.items())
-    if isinstance(value, (list, tuple)):
-        return [finite_or_none(v) for v in value]
-    return value
-
 
 class _Parser(argparse.ArgumentParser):
     def error(self, message):

@@ -124,6 +124,16 @@ def read_manifest(bundle):
 # --- file hash: shared.py's block, inlined here when assembled (toolkit.device_side) ---
 
 
+def find_record(manifest, name):
+    # type: (dict, str) -> dict
+    """The manifest's record of the artifact ``name`` (a usage error naming the ones it has)."""
+    for record in manifest["artifacts"]:
+        if record.get("file") == name:
+            return record
+    raise RunnerError("usage", "The bundle has no artifact {} (it has: {}).".format(
+        name, ", ".join(str(a.get("file")) for a in manifest["artifacts"])))
+
+
 def verify_artifact(bundle, record):
     # type: (str, dict) -> None
     """Refuse an artifact that is missing or whose sha256 differs from manifest.json."""

@@ -7,13 +7,11 @@ import re
 import time
 import traceback
 from typing import Any  # noqa: F401
-from device_probe import probe_read
 from .base import REDEPLOY_HINT, RUNNER_VERSION, RunnerError
-from .check import find_record
-from .environment import artifact_format, default_threads, on_demand_file, read_manifest, verify_artifact
-from .loaders import loaders_for
+from .environment import artifact_format, default_threads, find_record, on_demand_file, read_manifest, verify_artifact
 from .measuring import in_manifest_order, load_npz, prepare_input
-from .models import import_numpy, open_model
+from .memory import available_memory_bytes
+from .models import import_numpy, loaders_for, open_model
 
 # --- shipped from here (the lines above are for the host's type checker) ---
 
@@ -24,13 +22,6 @@ EVAL_MEMORY_SHARE = 0.25  # a chunk of eval inputs and outputs may take this sha
 
 
 EVAL_MAX_CHUNK = 4096
-
-
-def available_memory_bytes():
-    # type: () -> Any
-    """MemAvailable from /proc/meminfo (None where it is missing)."""
-    match = re.search(r"MemAvailable:\s+(\d+)\s+kB", probe_read("/proc/meminfo") or "")
-    return int(match.group(1)) * 1024 if match else None
 
 
 def eval_chunk(sample_bytes, total, requested=None):

@@ -4,8 +4,8 @@ runner is installed.
 import os
 from typing import Any, Dict  # noqa: F401
 from .base import timed_calls
-from .executorch import PTE_SCALAR_TYPES, PTE_TORCH_NOTE, PteBase
 from .models import DEFAULT_PROFILE_RUNS, Tensor, import_numpy
+from .pte import PTE_SCALAR_TYPES, PTE_TORCH_NOTE, PteBase
 
 # --- shipped from here (the lines above are for the host's type checker) ---
 

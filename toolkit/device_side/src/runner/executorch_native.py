@@ -5,17 +5,13 @@ import json
 import os
 import subprocess
 from typing import Any, Dict, Optional  # noqa: F401
-from .base import REDEPLOY_HINT, RunnerError
-from .check import signal_name
-from .executorch import PTE_SCALAR_TYPES, PteBase
+from .base import REDEPLOY_HINT, RunnerError, signal_name
 from .models import DEFAULT_PROFILE_RUNS, Tensor, import_numpy
+from .pte import PTE_SCALAR_TYPES, PteBase
 
 # --- shipped from here (the lines above are for the host's type checker) ---
 
 # --- the native .pte runner (toolkit/device_side/pte_runner.cpp), driven through a framed pipe ---
-
-PTE_RUNNER_BINARY = "edgetk-pte-runner"  # installed by setup into executorch's lib/ folder, beside its libraries
-
 
 PTE_NUMPY_CODES = dict((name, code) for code, name in PTE_SCALAR_TYPES.items())
 

@@ -5,8 +5,8 @@ import os
 import time
 from typing import Any, Callable, Dict, List  # noqa: F401
 from .base import RunnerError
+from .loading import first_inference, page_cache_state
 from .models import Model, Tensor, artifact_cache_dir, import_numpy
-from .run import first_inference, page_cache_state
 from .tflite import TFLiteLoader
 
 # --- shipped from here (the lines above are for the host's type checker) ---

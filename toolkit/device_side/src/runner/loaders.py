@@ -3,11 +3,11 @@ the host reads too) and the loader class its block defines. A new runtime is its
 block line in src/edgetk_runner.py) and its row here; no other block branches on a runtime's or a format's
 name (tests/runner/test_blocks.py).
 """
-from typing import Any, Dict, Optional, Tuple, Type  # noqa: F401
+from typing import Dict, Type  # noqa: F401
 from shared import RUNTIME_ROWS
 from .executorch import ExecuTorchLoader
 from .litert import LiteRTLoader
-from .models import Loader
+from .models import LOADERS, Loader
 from .onnxruntime import OnnxRuntimeLoader
 from .tensorflow import TensorFlowLoader
 from .tflite_runtime import TFLiteRuntimeLoader
@@ -22,21 +22,6 @@ LOADER_CLASSES = {
     "onnxruntime": OnnxRuntimeLoader,
     "executorch": ExecuTorchLoader,
 }  # type: Dict[str, Type[Loader]]
-# in RUNTIME_ROWS' order, the order the runner tries them for a format; a row without a loader is left out
-LOADERS = tuple(LOADER_CLASSES[row["runtime"]](row) for row in RUNTIME_ROWS
-                if row["runtime"] in LOADER_CLASSES)  # type: Tuple[Loader, ...]
-
-
-def loaders_for(fmt):
-    # type: (str) -> Tuple[Loader, ...]
-    """The loaders of the runtimes that run ``fmt``, in the order they are tried."""
-    return tuple(loader for loader in LOADERS if loader.format == fmt)
-
-
-def loader_named(runtime):
-    # type: (Any) -> Optional[Loader]
-    """The loader of the runtime named ``runtime``, None for another name (or none)."""
-    for loader in LOADERS:
-        if loader.runtime == runtime:
-            return loader
-    return None
+# into the table the models block owns (LOADERS), in RUNTIME_ROWS' order, the order the runner tries them for a
+# format; a row without a loader is left out
+LOADERS.extend(LOADER_CLASSES[row["runtime"]](row) for row in RUNTIME_ROWS if row["runtime"] in LOADER_CLASSES)

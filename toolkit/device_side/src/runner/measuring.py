@@ -2,10 +2,8 @@
 """
 import math
 import os
-import sys
 from typing import Any, Dict  # noqa: F401
 from .base import REDEPLOY_HINT, RunnerError
-from .check import check
 from .environment import safe_name
 from .models import Tensor
 
@@ -222,17 +220,6 @@ def evict_from_page_cache(path):
             pass
         finally:
             os.close(fd)
-
-
-def own_peak_rss_mb():
-    # type: () -> Any
-    try:
-        import resource
-
-        rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    except (ImportError, AttributeError):
-        return None
-    return round(rss / (1024.0 * 1024.0) if sys.platform == "darwin" else rss / 1024.0, 1)
 
 
 def resident_fraction(path):

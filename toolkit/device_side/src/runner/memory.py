@@ -8,8 +8,6 @@ import sys
 from typing import Any  # noqa: F401
 from device_probe import probe_read
 from .base import MEMORY_MARK, RunnerError
-from .evaluate import available_memory_bytes
-from .measuring import own_peak_rss_mb
 
 # --- shipped from here (the lines above are for the host's type checker) ---
 
@@ -94,6 +92,25 @@ def cgroup_limit_bytes(cgroup):
             limits.append(limit)
         folder = os.path.dirname(folder)
     return min(limits) if limits else None
+
+
+def available_memory_bytes():
+    # type: () -> Any
+    """MemAvailable from /proc/meminfo (None where it is missing)."""
+    match = re.search(r"MemAvailable:\s+(\d+)\s+kB", probe_read("/proc/meminfo") or "")
+    return int(match.group(1)) * 1024 if match else None
+
+
+def own_peak_rss_mb():
+    # type: () -> Any
+    """The largest resident size this process reached, in MB (None where unknown)."""
+    try:
+        import resource
+
+        rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    except (ImportError, AttributeError):
+        return None
+    return round(rss / (1024.0 * 1024.0) if sys.platform == "darwin" else rss / 1024.0, 1)
 
 
 def children_peak_mb():

@@ -8,7 +8,6 @@ import time
 from typing import Any, Callable, Dict, List, Optional, Tuple  # noqa: F401
 from .base import INSTALL_HINTS, PACKAGES, REDEPLOY_HINT, RunnerError
 from .environment import dist_version
-from .loaders import loaders_for
 from .memory import MEMORY_WORDS, memory_line
 
 # --- shipped from here (the lines above are for the host's type checker) ---
@@ -160,8 +159,8 @@ class Model(object):
 
 
 class Loader(object):
-    """One runtime, as the runner uses it: each runtime's block subclasses it and LOADERS (the loaders block) holds
-    one per row of RUNTIME_ROWS. What differs between runtimes and formats lives in these methods, so the
+    """One runtime, as the runner uses it: each runtime's block subclasses it and LOADERS (filled by the loaders
+    block) holds one per row of RUNTIME_ROWS. What differs between runtimes and formats lives in these methods, so the
     measuring code never asks which runtime or format it holds."""
 
     shares_import = False  # run-group imports it once for all the format's artifacts (torch behind ExecuTorch)
@@ -229,6 +228,26 @@ class Loader(object):
         # type: (Any, str, Dict[str, Any], Dict[str, Any], List[str], list, int, Any) -> Tuple[str, Dict[int, list]]
         """(runtime, {j: [float32 array per sample]}) of the ``wanted`` intermediate tensors (``layers``)."""
         raise RunnerError("usage", "Reading the layers of a .{} artifact is not supported.".format(self.format))
+
+
+# The loader table, one per row of RUNTIME_ROWS in its order. This block owns it so that it and the blocks above
+# the loaders can ask it; the loaders block (runner/loaders.py), inlined after every loader, fills it.
+LOADERS = []  # type: List[Loader]
+
+
+def loaders_for(fmt):
+    # type: (str) -> Tuple[Loader, ...]
+    """The loaders of the runtimes that run ``fmt``, in the order they are tried."""
+    return tuple(loader for loader in LOADERS if loader.format == fmt)
+
+
+def loader_named(runtime):
+    # type: (Any) -> Optional[Loader]
+    """The loader of the runtime named ``runtime``, None for another name (or none)."""
+    for loader in LOADERS:
+        if loader.runtime == runtime:
+            return loader
+    return None
 
 
 def open_model(path, fmt, record, threads, forced, options=None):

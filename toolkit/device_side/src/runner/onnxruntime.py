@@ -6,12 +6,12 @@ import os
 from typing import Any, Callable, Dict, List, Tuple  # noqa: F401
 from .base import INSTALL_HINTS, RunnerError, timed_calls
 from .environment import on_demand_file
+from .loading import LOAD_ROUNDS, first_inference, median_entry, page_cache_state, run_options
 from .measuring import in_manifest_order, prepare_input
 from .models import (
     CPU_PROVIDER, DEFAULT_PROFILE_RUNS, Loader, Model, Tensor, artifact_cache_dir, import_numpy, open_model,
     placement_record, version_of,
 )
-from .run import LOAD_ROUNDS, first_inference, median_entry, page_cache_state, run_options
 
 # --- shipped from here (the lines above are for the host's type checker) ---
 

@@ -3,37 +3,24 @@ throughput, and the loads (--loads) each in a fresh process.
 """
 import argparse
 import os
-import time
 import traceback
 from typing import Any, Dict, List  # noqa: F401
 from .base import RunnerError
-from .check import find_record, run_child
-from .environment import artifact_format, default_threads, read_manifest, safe_name, verify_artifact
-from .loaders import LOADERS, loader_named
-from .measuring import (
-    compare_outputs, drop_from_page_cache, evict_from_page_cache, in_manifest_order, latency_samples,
-    latency_stats, load_npz, own_peak_rss_mb, prepare_input, resident_fraction,
-)
-from .memory import MEMORY_WORDS, out_of_memory
+from .environment import artifact_format, default_threads, find_record, read_manifest, safe_name, verify_artifact
+from .loading import first_inference, page_cache_state, run_options
+from .measuring import compare_outputs, evict_from_page_cache, latency_samples, latency_stats, load_npz
+from .memory import MEMORY_WORDS, out_of_memory, own_peak_rss_mb
 from .models import (
-    DEFAULT_PROFILE_TOP, Loader, Model, artifact_cache_dir, import_numpy, open_model, placement_record,
+    DEFAULT_PROFILE_TOP, LOADERS, Loader, Model, artifact_cache_dir, import_numpy, loader_named, open_model,
+    placement_record,
 )
 from .throughput import measure_throughput
+from .workers import empty_report, run_child
 
 # --- shipped from here (the lines above are for the host's type checker) ---
 
-LOAD_ROUNDS = 3  # fresh processes per side for the session options, interleaved; medians are reported
-
-
 # what --load-variant takes: each loader's own variants (Loader.measure_variant)
 LOAD_VARIANTS = ("default",) + tuple(v for loader in LOADERS for v in loader.load_variants)
-
-
-def run_options(opts, record):
-    # type: (Any, Dict[str, Any]) -> Dict[str, Any]
-    """The load options of every model of this artifact, each loader reading the ones it knows: the device cache
-    directory (ONNX Runtime keeps TensorRT engines there)."""
-    return {"cache_dir": artifact_cache_dir(opts, record, make=False)}
 
 
 def _failure_note(what, exc):
@@ -80,16 +67,6 @@ def model_loader(model):
     return loader
 
 
-def page_cache_state(path, opts, out):
-    # type: (str, Any, Dict[str, Any]) -> None
-    """Into ``out`` before a load: with --cold the file dropped from the page cache (and whether that worked),
-    else how much of it is cached."""
-    if getattr(opts, "cold", False):
-        out["page_cache"] = drop_from_page_cache(path)
-    else:
-        out["resident_before_load"] = resident_fraction(path)
-
-
 def measure_load(numpy, path, fmt, record, threads, opts, golden_inputs):
     # type: (Any, str, str, Dict[str, Any], int, Any, list) -> Dict[str, Any]
     """One load and the first inference after it, in this (fresh) process: ``--cold`` drops the file from the page
@@ -111,48 +88,8 @@ def measure_load(numpy, path, fmt, record, threads, opts, golden_inputs):
     return out
 
 
-def first_inference(numpy, model, record, golden_inputs, out):
-    # type: (Any, Any, dict, Any, dict) -> tuple
-    """Into ``out``: the model's runtime, its load and import times, and one timed inference on the first golden
-    sample (zeros without one). Returns the inputs it fed and what the model returned."""
-    out["runtime"] = dict({"name": model.runtime, "version": getattr(model, "version", None)}, **model.extra)
-    out["load_ms"] = model.load_ms
-    out["import_ms"] = model.import_ms
-    inputs = in_manifest_order(model.inputs, record.get("inputs"))
-    if golden_inputs and len(golden_inputs) == len(inputs):
-        first = [(t, prepare_input(numpy, t, g[0])) for t, g in zip(inputs, golden_inputs)]
-    else:
-        first = [(t, prepare_input(numpy, t, numpy.zeros([d if d > 0 else 1 for d in t.shape], "float32")))
-                 for t in inputs]
-    model.set_inputs(first)
-    t0 = time.perf_counter()
-    got = model.invoke()
-    out["first_inference_ms"] = round((time.perf_counter() - t0) * 1000.0, 3)
-    return first, got
-
-
 LOAD_KEYS = ("load_ms", "first_inference_ms", "import_ms", "page_cache", "resident_before_load", "cache_bytes",
              "max_abs_diff_vs_original", "peak_rss_mb", "error")
-
-
-MEDIAN_KEYS = ("load_ms", "first_inference_ms", "import_ms", "peak_rss_mb")
-
-
-def median_entry(entries):
-    # type: (list) -> dict
-    """The median and [min, max] of each of MEDIAN_KEYS over the rounds' entries (an error in any round is the
-    entry's)."""
-    failed = [e for e in entries if e.get("error")]
-    if failed:
-        return dict(failed[0])
-    out = {"rounds": len(entries)}  # type: dict
-    for key in MEDIAN_KEYS:
-        values = sorted(e[key] for e in entries if isinstance(e.get(key), (int, float)))
-        if values:
-            middle = len(values) // 2
-            out[key] = values[middle] if len(values) % 2 else round((values[middle - 1] + values[middle]) / 2.0, 3)
-            out[key + "_range"] = [values[0], values[-1]]
-    return out
 
 
 def measure_loads(bundle, name, opts, main_report):
@@ -173,23 +110,6 @@ def measure_loads(bundle, name, opts, main_report):
     if loader is not None:
         loads["options"].extend(loader.load_options(one, loads["warm"]))
     return loads
-
-
-def empty_report(name, threads, runs, warmup):
-    # type: (str, Any, int, int) -> dict
-    return {
-        "artifact": name,
-        "runtime": {"name": None, "version": None},
-        "threads": threads,
-        "load_ms": None,
-        "first_inference_ms": None,
-        "latency_ms": None,
-        "runs": 0,
-        "warmup": warmup,
-        "peak_rss_mb": None,
-        "outputs_match": None,
-        "error": None,
-    }
 
 
 def run_one(bundle, name, opts, verify=True):

@@ -4,9 +4,8 @@ TPU), where the nodes ran read from the graph after delegation.
 import os
 from typing import Any, Callable, Dict, List, Tuple  # noqa: F401
 from .base import INSTALL_HINTS, RunnerError, timed_calls
-from .loaders import loaders_for
 from .measuring import dequantize, in_manifest_order, prepare_input
-from .models import Loader, Model, Tensor, XNNPACK, import_numpy, placement_record
+from .models import Loader, Model, Tensor, XNNPACK, import_numpy, loaders_for, placement_record
 
 # --- shipped from here (the lines above are for the host's type checker) ---
 
