@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from types import ModuleType
 from typing import Any
 
 from toolkit.conversion.fragile import HEAD_DEPTH, RANGE_RATIO, RANGE_SAMPLES, span_why
@@ -79,7 +80,7 @@ def pt2e_output_cats(graph: Any) -> list[tuple[Any, list[Any], int]]:
 
 
 def pt2e_fragile_nodes(
-    torch: Any, graph: Any, samples: Sequence[Sequence[Any]]
+    torch: ModuleType, graph: Any, samples: Sequence[Sequence[Any]]
 ) -> tuple[list[tuple[str, str]], list[MixedOutput]]:
     """``(node, why)`` for the nodes of a float FX graph (``torch.export(...).module()``) that PT2E INT8 should leave
     float, and the outputs that must then stay float: ``fragile``'s Concat rule on the first ``RANGE_SAMPLES`` of

@@ -17,6 +17,7 @@ from __future__ import annotations
 import functools
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from types import ModuleType
 from typing import Any
 
 import numpy as np
@@ -68,7 +69,7 @@ class _Entry:
 _CACHE: list[_Entry] = []  # the full (nothing float) quantization of the current run: one entry
 
 
-def inputs(torch: Any, request: ConversionRequest) -> tuple[tuple[Any, ...], list[str]]:
+def inputs(torch: ModuleType, request: ConversionRequest) -> tuple[tuple[Any, ...], list[str]]:
     """The tracing inputs (first calibration sample) and the input names, in the source's order."""
     from toolkit.conversion.torch_onnx import example_args
 
@@ -79,7 +80,7 @@ def inputs(torch: Any, request: ConversionRequest) -> tuple[tuple[Any, ...], lis
 
 
 def quantize(
-    torch: Any, module: Any, args: tuple[Any, ...], names: list[str], request: ConversionRequest, *,
+    torch: ModuleType, module: Any, args: tuple[Any, ...], names: list[str], request: ConversionRequest, *,
     fragile: bool = False,
 ) -> Quantized:
     """Static PT2E int8 of ``module`` with ``nodes_to_exclude`` (and, with ``fragile``, the known-fragile nodes)
@@ -148,7 +149,7 @@ def _failed(exc: BaseException) -> ConversionError:
     )
 
 
-def _export(torch: Any, module: Any, args: tuple[Any, ...]) -> Any:
+def _export(torch: ModuleType, module: Any, args: tuple[Any, ...]) -> Any:
     from toolkit.conversion.torch_onnx import quiet_export
 
     try:
@@ -177,7 +178,7 @@ def _has_output_cat(graph: Any) -> bool:
 
 
 def _fragile(
-    torch: Any, graph: Any, request: ConversionRequest, names: Sequence[str], args: Sequence[Any]
+    torch: ModuleType, graph: Any, request: ConversionRequest, names: Sequence[str], args: Sequence[Any]
 ) -> tuple[tuple[tuple[str, str], ...], tuple[MixedOutput, ...]]:
     """The fragile nodes and mixed outputs of ``graph`` (a float export), measured on the calibration data."""
     from toolkit.conversion import fragile, fragile_pt2e
@@ -200,7 +201,7 @@ def _cached(request: ConversionRequest) -> _Entry | None:
     return None
 
 
-def feed(torch: Any, sample: Mapping[str, np.ndarray], names: Sequence[str], args: Sequence[Any]) -> list[Any]:
+def feed(torch: ModuleType, sample: Mapping[str, np.ndarray], names: Sequence[str], args: Sequence[Any]) -> list[Any]:
     return [torch.from_numpy(np.ascontiguousarray(sample[n]).reshape(a.shape)).to(a.dtype) for n, a in zip(names, args)]
 
 
@@ -225,7 +226,7 @@ def _ranges(prepared: Any) -> dict[str, dict[str, Any]]:
             for module, observed in _observers(prepared) if module.min_val.numel() > 0}
 
 
-def _reuse_ranges(torch: Any, prepared: Any, ranges: Mapping[str, Mapping[str, Any]]) -> bool:
+def _reuse_ranges(torch: ModuleType, prepared: Any, ranges: Mapping[str, Mapping[str, Any]]) -> bool:
     """Load the activation observers of ``prepared`` with the full calibration's states and fill the weight
     observers from the weights; False (calibrate instead) when an observed tensor has no range there."""
     pending = []

@@ -11,6 +11,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from types import ModuleType
 from typing import Any
 
 from toolkit.conversion.base import ConversionRequest
@@ -92,7 +93,7 @@ def _consumers(layers: Sequence[_Layer]) -> dict[str, list[str]]:
     return result
 
 
-def _interpreter(torch: Any, graph: Any) -> Any:
+def _interpreter(torch: Any, graph: Any) -> Any:  # Any: subclasses torch.fx.Interpreter
     """A torch.fx.Interpreter that keeps every node's value of the last run (``values``) and computes the
     nodes that do not depend on an input (the weights' quantize -> dequantize) once for all samples."""
     import torch.fx
@@ -120,7 +121,7 @@ def _interpreter(torch: Any, graph: Any) -> Any:
     return interpreter
 
 
-def _shadow(torch: Any, layer: _Layer, values: Mapping[Any, Any]) -> Any:
+def _shadow(torch: ModuleType, layer: _Layer, values: Mapping[Any, Any]) -> Any:
     """``layer``'s output recomputed with float weights on the same dequantized inputs."""
     import torch.fx
 
@@ -192,7 +193,7 @@ def layer_rows(request: ConversionRequest) -> tuple[list[Row], int]:
     return rows, done
 
 
-def _accumulate(torch: Any, stats: Any, acc: list[float], reference: Any, actual: Any) -> None:
+def _accumulate(torch: ModuleType, stats: Any, acc: list[float], reference: Any, actual: Any) -> None:
     """Add one sample of a layer to its ChannelError (per-channel sums along axis 1, in float64) and to its
     [squared error, elements, min, max] accumulator; computed in torch (threads, no copies)."""
     if not isinstance(reference, torch.Tensor) or not isinstance(actual, torch.Tensor) or (

@@ -21,6 +21,7 @@ import sys
 import warnings
 from collections.abc import Iterator, Mapping
 from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 import numpy as np
@@ -147,7 +148,7 @@ def _input_shapes(request: ConversionRequest, source: TorchSource) -> dict[str, 
 
 
 def example_args(
-    torch: Any, source: TorchSource, request: ConversionRequest, shapes: Mapping[str, tuple[int, ...]]
+    torch: ModuleType, source: TorchSource, request: ConversionRequest, shapes: Mapping[str, tuple[int, ...]]
 ) -> tuple[Any, ...]:
     """Tracing inputs: the first calibration sample when there is one (real values keep data-dependent paths
     honest), else seeded random data; with a dynamic batch, batch 2 (a batch of 1 is specialised by export)."""
@@ -185,7 +186,7 @@ def quiet_export() -> Iterator[None]:
 
 
 def _export(
-    torch: Any, module: Any, args: tuple[Any, ...], path: Path, names: list[str], outputs: list[str], opset: int,
+    torch: ModuleType, module: Any, args: tuple[Any, ...], path: Path, names: list[str], outputs: list[str], opset: int,
     dynamic_batch: bool, *, dynamo: bool,
 ) -> None:
     """``torch.onnx.export`` with the current exporter (``dynamo``) or the legacy TorchScript one; a dynamic
@@ -223,7 +224,7 @@ def _cleanup(tmp: Path) -> None:
     Path(str(tmp) + ".data").unlink(missing_ok=True)
 
 
-def _version(torch: Any) -> str:
+def _version(torch: ModuleType) -> str:
     return str(torch.__version__).split("+")[0]
 
 

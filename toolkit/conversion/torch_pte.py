@@ -17,6 +17,7 @@ from __future__ import annotations
 import os
 import warnings
 from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 from toolkit.conversion import pt2e
@@ -82,7 +83,7 @@ def convert(request: ConversionRequest, output: Path) -> BuiltArtifact:
                          exporter=f"executorch {_version()} (XNNPACK)", pte=delegation)
 
 
-def _folded(torch: Any, graph: Any) -> Any:
+def _folded(torch: ModuleType, graph: Any) -> Any:
     """A copy of the converted PT2E graph with each weight's ``quantize`` folded into an int8 constant (what
     ``convert_pt2e(fold_quantize=True)`` does): XNNPACK takes only folded weights, and an unfolded per-channel
     quantize has no ExecuTorch kernel. ``pt2e.quantize`` keeps them unfolded for its layer table and the cache."""
@@ -96,7 +97,7 @@ def _folded(torch: Any, graph: Any) -> Any:
     return folded
 
 
-def _half(torch: Any, module: Any) -> tuple[Any, int]:
+def _half(torch: Any, module: Any) -> tuple[Any, int]:  # Any: subclasses torch.nn.Module
     """A half copy of ``module`` behind float32 I/O (float inputs cast to float16 on the way in, float16 outputs
     back to float32), and how many of its weights are float16."""
     import copy
@@ -121,7 +122,7 @@ def _half(torch: Any, module: Any) -> tuple[Any, int]:
     return FloatIO().eval(), count
 
 
-def _lower(torch: Any, module: Any, args: tuple[Any, ...], constants: dict[str, int]) -> tuple[Any, PteRecord]:
+def _lower(torch: ModuleType, module: Any, args: tuple[Any, ...], constants: dict[str, int]) -> tuple[Any, PteRecord]:
     """``module`` exported, lowered to XNNPACK and serialized; and how many nodes the delegate took."""
     from executorch.backends.xnnpack.partition.xnnpack_partitioner import XnnpackPartitioner
     from executorch.devtools.backend_debug import get_delegation_info

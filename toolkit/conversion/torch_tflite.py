@@ -23,6 +23,7 @@ import sys
 import warnings
 from collections.abc import Iterator, Sequence
 from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 from toolkit.conversion import pt2e
@@ -169,7 +170,7 @@ def _version(module: Any) -> str:
     return str(getattr(module, "__version__", "?"))
 
 
-def _named_inputs(torch: Any, module: Any, names: list[str], four_d: list[int]) -> Any:
+def _named_inputs(torch: Any, module: Any, names: list[str], four_d: list[int]) -> Any:  # Any: subclasses torch.nn.Module
     """``module`` called with its inputs by name (so the TFLite signature keeps the source's input names, and
     graph modules from ``torch.export`` that take positional inputs convert alike), with a transpose
     NHWC -> NCHW in front of the inputs at ``four_d``."""

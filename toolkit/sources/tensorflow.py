@@ -15,6 +15,7 @@ import os
 import re
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 import numpy as np
@@ -291,7 +292,7 @@ class _FrozenSignature:
         return dict(self._function(*[kwargs[name] for name in self.structured_input_signature[1]]))
 
 
-def _frozen_signatures(tf: Any, path: Path, error: BaseException) -> Any:
+def _frozen_signatures(tf: ModuleType, path: Path, error: BaseException) -> Any:
     """A stand-in for ``tf.saved_model.load(path)`` when the object graph cannot be revived (``error``): a
     variable-free module whose ``signatures`` are the serving signatures, loaded by the v1 loader (what
     ``tf.compat.v1.lite.TFLiteConverter.from_saved_model`` does) and frozen. Refuses with ``error``'s line

@@ -9,6 +9,7 @@ import inspect
 import sys
 from collections.abc import Callable, Mapping
 from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 from toolkit.errors import UsageError, key_line
@@ -35,7 +36,7 @@ def open_torch(source: str, framework: str, *, weights: Path | None) -> TorchSou
     raise UsageError(f"{source!r} is not a PyTorch model ({framework}).")
 
 
-def _open_torchscript(torch: Any, path: Path) -> TorchSource:  # Any: torch (imported lazily)
+def _open_torchscript(torch: ModuleType, path: Path) -> TorchSource:  # Any: torch (imported lazily)
     try:
         module = torch.jit.load(str(path), map_location="cpu")
     except Exception as exc:
@@ -54,7 +55,7 @@ def _open_torchscript(torch: Any, path: Path) -> TorchSource:  # Any: torch (imp
     return TorchSource(framework=Framework.TORCHSCRIPT, path=path, module=module, inputs=specs)
 
 
-def _open_exported_program(torch: Any, path: Path) -> TorchSource:  # Any: torch (imported lazily)
+def _open_exported_program(torch: ModuleType, path: Path) -> TorchSource:  # Any: torch (imported lazily)
     """``torch.export.load``. A program whose outputs are Hugging Face ``ModelOutput`` dataclasses loads only
     once transformers has registered those types with torch's pytree (``torch.export.save`` records the type
     by name): the load is retried after importing ``transformers.modeling_outputs``."""
@@ -91,7 +92,7 @@ def _open_exported_program(torch: Any, path: Path) -> TorchSource:  # Any: torch
     )
 
 
-def _load_with_transformers_outputs(torch: Any, path: Path) -> Any:
+def _load_with_transformers_outputs(torch: ModuleType, path: Path) -> Any:
     """The program loaded after transformers registered its ModelOutput types; None without transformers or
     when it still fails."""
     import warnings
@@ -108,7 +109,7 @@ def _load_with_transformers_outputs(torch: Any, path: Path) -> Any:
         return None
 
 
-def exported_input_specs(torch: Any, program: Any) -> tuple[TensorSpec, ...]:  # Any: torch objects (lazy)
+def exported_input_specs(torch: ModuleType, program: Any) -> tuple[TensorSpec, ...]:  # Any: torch objects (lazy)
     """Names, shapes (symbolic dimension -> None) and dtypes of an ExportedProgram's user inputs."""
     user_inputs = list(program.graph_signature.user_inputs)
     by_name = {node.name: node for node in program.graph.nodes if node.op == "placeholder"}
@@ -170,7 +171,7 @@ def load_factory(source: str) -> tuple[Callable[[], Any], Any, Path]:  # Any: a 
     return factory, module, path
 
 
-def _open_factory(torch: Any, source: str, weights: Path | None) -> TorchSource:  # Any: torch (lazy)
+def _open_factory(torch: ModuleType, source: str, weights: Path | None) -> TorchSource:  # Any: torch (lazy)
     factory, module, path = load_factory(source)
     try:
         model = factory()
@@ -192,7 +193,7 @@ def _open_factory(torch: Any, source: str, weights: Path | None) -> TorchSource:
     return TorchSource(framework=Framework.TORCH_FACTORY, path=path, module=model, inputs=specs)
 
 
-def _load_weights(torch: Any, model: Any, weights: Path) -> None:  # Any: torch objects (lazy)
+def _load_weights(torch: ModuleType, model: Any, weights: Path) -> None:  # Any: torch objects (lazy)
     if not weights.is_file():
         raise UsageError(f"The weights file {str(weights)!r} does not exist.")
     try:
@@ -235,7 +236,7 @@ def forward_parameter_names(model: Any) -> list[str]:  # Any: a torch.nn.Module
     return names or ["input"]
 
 
-def _declared_specs(torch: Any, module: Any, model: Any, names: list[str]) -> tuple[TensorSpec, ...]:
+def _declared_specs(torch: ModuleType, module: Any, model: Any, names: list[str]) -> tuple[TensorSpec, ...]:
     """Specs from ``example_inputs()`` or ``model.example_input_shapes``, else unknown rank (Any: torch)."""
     example = getattr(module, "example_inputs", None)
     if callable(example):
