@@ -80,7 +80,7 @@ class RegressionVerdict:
     confirm_p50_ms: float | None = None
     confirmed: bool | None = None
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, object]:
         return {
             "regressed": self.regressed, "current_p50_ms": self.current_p50_ms, "reference_ms": self.reference_ms,
             "pooled_p50_ms": self.pooled_p50_ms, "ratio": self.ratio, "p_value": self.p_value,

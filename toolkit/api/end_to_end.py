@@ -33,7 +33,7 @@ def run(
     break_lock: bool = False,
     progress: Progress | None = None,
     progress_stream: TextSink | None = sys.stderr,
-    config: Mapping[str, Any] | None = None,
+    config: Mapping[str, object] | None = None,
     **options: Unpack[RunKeywords],
 ) -> RunResult:
     """``edgetk run``: convert -> deploy -> check, stopping at the first stage that fails.

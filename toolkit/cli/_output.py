@@ -24,7 +24,7 @@ def emit(document: Any) -> None:
         ctx.meta[EMITTED] = True
 
 
-def error_document(kind: str, message: str, hint: str | None, exit_code: int) -> dict[str, Any]:
+def error_document(kind: str, message: str, hint: str | None, exit_code: int) -> dict[str, object]:
     """The ``--json`` document of a command that failed before it had a result (docs/schemas/error.md)."""
     return {"passed": False, "exit_code": exit_code, "error": {"kind": kind, "message": message, "hint": hint}}
 

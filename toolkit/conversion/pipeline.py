@@ -61,7 +61,7 @@ class ConvertResult:
     manifest: Manifest
     cached: bool = False
 
-    def to_dict(self) -> dict[str, Any]:  # Any: JSON values
+    def to_dict(self) -> dict[str, object]:
         """The document ``edgetk convert --json`` prints: the bundle's path, whether it came from the cache,
         and the manifest's keys."""
         return {"bundle": str(self.bundle_dir), "cached": self.cached, **self.manifest.to_dict()}

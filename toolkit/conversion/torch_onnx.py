@@ -191,7 +191,7 @@ def _export(
 ) -> None:
     """``torch.onnx.export`` with the current exporter (``dynamo``) or the legacy TorchScript one; a dynamic
     batch is ``dynamic_shapes`` for the first, ``dynamic_axes`` for the second."""
-    options: dict[str, Any]  # the exporters' own keyword arguments
+    options: dict[str, object]  # the exporters' own keyword arguments
     if dynamo:
         batch = torch.export.Dim("batch", min=1, max=_BATCH_MAX) if dynamic_batch else None
         options = {"external_data": False, "verbose": False,

@@ -40,7 +40,7 @@ class MenderExport:
     bundle: str
     version: str
 
-    def to_dict(self) -> dict[str, Any]:  # Any: JSON
+    def to_dict(self) -> dict[str, object]:
         return {"artifact": str(self.artifact), "module": str(self.module), "artifact_name": self.artifact_name,
                 "device_types": list(self.device_types), "bytes": self.bytes, "bundle": self.bundle,
                 "version": self.version, "type": MODULE_TYPE}

@@ -58,7 +58,7 @@ def _factor(name: str, matrix: np.ndarray, energy: float | None, rank: int | Non
 
 
 def low_rank(model: models.OptimizableModel, *, energy: float | None, rank: int | None,
-             train_data: LabelledData | None, config: FineTuneConfig) -> dict[str, Any]:
+             train_data: LabelledData | None, config: FineTuneConfig) -> dict[str, object]:
     check_low_rank(energy, rank)
     if model.kind == Framework.KERAS:
         plans, kept = _keras(model, energy, rank)

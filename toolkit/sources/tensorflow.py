@@ -117,11 +117,11 @@ class TensorFlowSource(SourceModel):
             specs.append(tf.TensorSpec(shape, tf.as_dtype(spec.dtype), name=spec.name))
         return specs
 
-    def _serve(self) -> Callable[..., dict[str, Any]]:  # Any: tf tensors
+    def _serve(self) -> Callable[..., dict[str, object]]:
         """The model taking the inputs positionally and returning {output name: tensor}."""
         names = [s.name for s in self._outputs]
 
-        def serve(*args: Any) -> dict[str, Any]:  # Any: tf tensors
+        def serve(*args: Any) -> dict[str, object]:  # Any: tf tensors
             return dict(zip(names, self._call(list(args))))
 
         return serve
@@ -283,12 +283,12 @@ class _FrozenSignature:
     """One serving signature read by the v1 loader with its variables folded into constants: called with
     keyword tensors like a loaded signature, with the same ``structured_*`` description (Any: tf objects)."""
 
-    def __init__(self, function: Any, inputs: Mapping[str, Any], outputs: Mapping[str, Any]) -> None:
+    def __init__(self, function: Any, inputs: Mapping[str, object], outputs: Mapping[str, object]) -> None:
         self._function = function
         self.structured_input_signature = ((), dict(inputs))
         self.structured_outputs = dict(outputs)
 
-    def __call__(self, **kwargs: Any) -> dict[str, Any]:  # Any: tf tensors
+    def __call__(self, **kwargs: Any) -> dict[str, object]:  # Any: tf tensors
         return dict(self._function(*[kwargs[name] for name in self.structured_input_signature[1]]))
 
 

@@ -36,7 +36,7 @@ def open_torch(source: str, framework: str, *, weights: Path | None) -> TorchSou
     raise UsageError(f"{source!r} is not a PyTorch model ({framework}).")
 
 
-def _open_torchscript(torch: ModuleType, path: Path) -> TorchSource:  # Any: torch (imported lazily)
+def _open_torchscript(torch: ModuleType, path: Path) -> TorchSource:
     try:
         module = torch.jit.load(str(path), map_location="cpu")
     except Exception as exc:
@@ -55,7 +55,7 @@ def _open_torchscript(torch: ModuleType, path: Path) -> TorchSource:  # Any: tor
     return TorchSource(framework=Framework.TORCHSCRIPT, path=path, module=module, inputs=specs)
 
 
-def _open_exported_program(torch: ModuleType, path: Path) -> TorchSource:  # Any: torch (imported lazily)
+def _open_exported_program(torch: ModuleType, path: Path) -> TorchSource:
     """``torch.export.load``. A program whose outputs are Hugging Face ``ModelOutput`` dataclasses loads only
     once transformers has registered those types with torch's pytree (``torch.export.save`` records the type
     by name): the load is retried after importing ``transformers.modeling_outputs``."""
@@ -171,7 +171,7 @@ def load_factory(source: str) -> tuple[Callable[[], Any], Any, Path]:  # Any: a 
     return factory, module, path
 
 
-def _open_factory(torch: ModuleType, source: str, weights: Path | None) -> TorchSource:  # Any: torch (lazy)
+def _open_factory(torch: ModuleType, source: str, weights: Path | None) -> TorchSource:
     factory, module, path = load_factory(source)
     try:
         model = factory()
