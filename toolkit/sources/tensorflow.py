@@ -29,7 +29,7 @@ from toolkit.sources.base import SourceModel
 Shapes = Mapping[str, Sequence[int | None]]
 
 
-def _tf() -> Any:
+def _tf() -> ModuleType:
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
     try:
         import tensorflow as tf
@@ -40,7 +40,7 @@ def _tf() -> Any:
     return tf
 
 
-def _keras() -> Any:
+def _keras() -> ModuleType:
     _tf()
     try:
         import keras
