@@ -22,7 +22,7 @@ import warnings
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 from types import ModuleType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -31,6 +31,9 @@ from toolkit.conversion.onnx_io import export_opset, opset_of
 from toolkit.errors import ConversionError, MissingDependency, UsageError, key_line
 from toolkit.model.vocabulary import Framework
 from toolkit.sources.torch import TorchSource, import_torch, missing_shape_error, output_names
+
+if TYPE_CHECKING:  # pragma: no cover
+    from torch import Tensor, nn
 
 DEFAULT_OPSET = 18
 _BATCH_MAX = 65536
@@ -186,7 +189,7 @@ def quiet_export() -> Iterator[None]:
 
 
 def _export(
-    torch: ModuleType, module: Any, args: tuple[Any, ...], path: Path, names: list[str], outputs: list[str], opset: int,
+    torch: ModuleType, module: nn.Module, args: tuple[Tensor, ...], path: Path, names: list[str], outputs: list[str], opset: int,
     dynamic_batch: bool, *, dynamo: bool,
 ) -> None:
     """``torch.onnx.export`` with the current exporter (``dynamo``) or the legacy TorchScript one; a dynamic

@@ -28,7 +28,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -36,6 +36,10 @@ from toolkit.errors import MissingDependency, UsageError, key_line
 from toolkit.model.tensors import TensorSpec
 from toolkit.model.vocabulary import Framework
 from toolkit.sources.base import SourceModel
+
+if TYPE_CHECKING:  # pragma: no cover
+    from torch import nn
+    from torch.export import ExportedProgram
 
 UNKNOWN_RANK: tuple[int | None, ...] = (None,)
 
@@ -73,9 +77,9 @@ class TorchSource(SourceModel):
         *,
         framework: Framework,
         path: Path,
-        module: Any,  # Any: a torch.nn.Module (torch is lazy)
+        module: nn.Module,
         inputs: tuple[TensorSpec, ...],
-        exported_program: Any = None,  # Any: torch ExportedProgram
+        exported_program: ExportedProgram | None = None,
     ) -> None:
         self.framework = framework
         self.path = path
