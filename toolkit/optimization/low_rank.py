@@ -9,7 +9,7 @@ PyTorch factory models get their ``nn.Linear``/``nn.Conv2d`` modules replaced by
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any  # Any: Keras/PyTorch objects (untyped, lazy); JSON details
+from typing import TYPE_CHECKING, Any  # Any: Keras/PyTorch objects (untyped, lazy); JSON details
 
 import numpy as np
 
@@ -18,6 +18,9 @@ from toolkit.errors import UsageError
 from toolkit.optimization import models
 from toolkit.optimization.data import LabelledData
 from toolkit.optimization.training import FineTuneConfig, fine_tune
+
+if TYPE_CHECKING:  # pragma: no cover
+    from torch import nn
 
 
 @dataclass(frozen=True)
@@ -196,8 +199,8 @@ def _torch(model: models.OptimizableModel, energy: float | None, rank: int | Non
     return plans, kept
 
 
-def set_submodule(root: Any, name: str, new: Any) -> None:
-    """Replace ``root``'s submodule at the dotted ``name`` with ``new`` (Any: torch modules, imported lazily)."""
+def set_submodule(root: nn.Module, name: str, new: nn.Module) -> None:
+    """Replace ``root``'s submodule at the dotted ``name`` with ``new``."""
     parent_name, _, child = name.rpartition(".")
     parent = root.get_submodule(parent_name) if parent_name else root
     setattr(parent, child, new)

@@ -10,12 +10,16 @@ import sys
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from types import ModuleType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from toolkit.errors import UsageError, key_line
 from toolkit.model.tensors import TensorSpec
 from toolkit.model.vocabulary import Framework
 from toolkit.sources.torch import UNKNOWN_RANK, TorchSource, import_torch
+
+if TYPE_CHECKING:  # pragma: no cover
+    from torch import nn
+    from torch.export import ExportedProgram
 
 
 def open_torch(source: str, framework: str, *, weights: Path | None) -> TorchSource:
@@ -109,7 +113,7 @@ def _load_with_transformers_outputs(torch: ModuleType, path: Path) -> Any:
         return None
 
 
-def exported_input_specs(torch: ModuleType, program: Any) -> tuple[TensorSpec, ...]:  # Any: torch objects (lazy)
+def exported_input_specs(torch: ModuleType, program: ExportedProgram) -> tuple[TensorSpec, ...]:
     """Names, shapes (symbolic dimension -> None) and dtypes of an ExportedProgram's user inputs."""
     user_inputs = list(program.graph_signature.user_inputs)
     by_name = {node.name: node for node in program.graph.nodes if node.op == "placeholder"}
@@ -193,7 +197,7 @@ def _open_factory(torch: ModuleType, source: str, weights: Path | None) -> Torch
     return TorchSource(framework=Framework.TORCH_FACTORY, path=path, module=model, inputs=specs)
 
 
-def _load_weights(torch: ModuleType, model: Any, weights: Path) -> None:  # Any: torch objects (lazy)
+def _load_weights(torch: ModuleType, model: nn.Module, weights: Path) -> None:
     if not weights.is_file():
         raise UsageError(f"The weights file {str(weights)!r} does not exist.")
     try:
@@ -222,7 +226,7 @@ def _load_weights(torch: ModuleType, model: Any, weights: Path) -> None:  # Any:
     del result
 
 
-def forward_parameter_names(model: Any) -> list[str]:  # Any: a torch.nn.Module
+def forward_parameter_names(model: nn.Module) -> list[str]:
     """Positional parameter names of ``model.forward`` (without self); ``input`` when it takes *args."""
     try:
         signature = inspect.signature(model.forward)
