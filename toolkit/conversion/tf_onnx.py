@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 import numpy as np
@@ -37,8 +38,8 @@ def _shapes(request: ConversionRequest) -> dict[str, tuple[int | None, ...]]:
     return shapes
 
 
-def require_tf2onnx(purpose: str) -> Any:
-    """The ``tf2onnx`` module (Any: it is untyped), or the error naming the extra that brings it."""
+def require_tf2onnx(purpose: str) -> ModuleType:
+    """The ``tf2onnx`` module, or the error naming the extra that brings it."""
     try:
         import tf2onnx
     except ImportError as exc:

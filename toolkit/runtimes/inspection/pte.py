@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from collections import Counter
 from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 from toolkit.errors import MissingDependency, UsageError, key_line
@@ -25,8 +26,8 @@ QUANTIZED_METHOD = "edgetk_quantized_tensors"
 HALF_METHOD = "edgetk_half_tensors"
 
 
-def import_executorch(purpose: str) -> Any:
-    """The ``executorch`` package (a module: Any), or MissingDependency naming the extra."""
+def import_executorch(purpose: str) -> ModuleType:
+    """The ``executorch`` package, or MissingDependency naming the extra."""
     try:
         import executorch
     except ImportError as exc:
