@@ -109,7 +109,7 @@ class LockNote:
             out.append(f"waited {self.waited_s:.1f} s for {self.waited_for}")
         return out
 
-    def to_dict(self) -> dict[str, Any]:  # Any: JSON
+    def to_dict(self) -> dict[str, object]:
         return {"waited_s": round(self.waited_s, 3), "waited_for": self.waited_for, "broke": self.broke}
 
 

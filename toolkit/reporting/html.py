@@ -40,7 +40,7 @@ class ReportData:
     def title(self) -> str:
         return f"edgetk report: {self.manifest.name}" if self.manifest else "edgetk report: check history"
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, object]:
         """The document ``edgetk report --json`` prints (docs/schemas/report.md)."""
         return {
             "bundle": str(self.bundle_dir) if self.bundle_dir else None,
