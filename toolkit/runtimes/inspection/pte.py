@@ -8,7 +8,7 @@ from __future__ import annotations
 from collections import Counter
 from pathlib import Path
 from types import ModuleType
-from typing import Any
+from typing import Any  # Any: ExecuTorch's program, method and schema objects (untyped)
 
 from toolkit.errors import MissingDependency, UsageError, key_line
 from toolkit.model.tensors import TensorSpec
