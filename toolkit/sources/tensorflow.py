@@ -126,7 +126,7 @@ class TensorFlowSource(SourceModel):
 
         return serve
 
-    def serving_function(self, shapes: Shapes | None = None) -> Any:
+    def serving_function(self, shapes: Shapes | None = None) -> Any:  # Any: a tf.function
         """A ``tf.function`` of ``_serve`` with the inputs' shapes fixed."""
         return _tf().function(self._serve(), input_signature=self.input_signature(shapes), autograph=False)
 
@@ -187,7 +187,7 @@ class KerasSource(TensorFlowSource):
             for n, t in zip(_unique(op_names), outs)
         )
 
-    def _pack(self, args: Sequence[Any]) -> Any:
+    def _pack(self, args: Sequence[Any]) -> Any:  # Any: tf tensors
         if len(args) == 1 and (
             self._structure is None or not isinstance(self._structure, (list, tuple, dict))
         ):
@@ -292,7 +292,7 @@ class _FrozenSignature:
         return dict(self._function(*[kwargs[name] for name in self.structured_input_signature[1]]))
 
 
-def _frozen_signatures(tf: ModuleType, path: Path, error: BaseException) -> Any:
+def _frozen_signatures(tf: ModuleType, path: Path, error: BaseException) -> Any:  # Any: tf objects
     """A stand-in for ``tf.saved_model.load(path)`` when the object graph cannot be revived (``error``): a
     variable-free module whose ``signatures`` are the serving signatures, loaded by the v1 loader (what
     ``tf.compat.v1.lite.TFLiteConverter.from_saved_model`` does) and frozen. Refuses with ``error``'s line

@@ -96,7 +96,7 @@ def _open_exported_program(torch: ModuleType, path: Path) -> TorchSource:
     )
 
 
-def _load_with_transformers_outputs(torch: ModuleType, path: Path) -> Any:
+def _load_with_transformers_outputs(torch: ModuleType, path: Path) -> ExportedProgram | None:
     """The program loaded after transformers registered its ModelOutput types; None without transformers or
     when it still fails."""
     import warnings
