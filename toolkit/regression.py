@@ -15,7 +15,6 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from enum import StrEnum
-from typing import Any  # Any: JSON values
 
 from toolkit.model.policy import RegressionPolicy
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import sys
 from collections.abc import Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Unpack  # Any: run.toml values (TOML scalars, lists, tables)
+from typing import TYPE_CHECKING, Unpack
 
 from toolkit.api.fleet import bundle_task, selection_of
 from toolkit.api.keywords import RunKeywords

@@ -19,7 +19,7 @@ import tempfile
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from toolkit.verification import verify
 from toolkit.delivery.bundle import read_bundle, staging_dir

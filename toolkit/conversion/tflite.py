@@ -20,6 +20,7 @@ import os
 import tempfile
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 import numpy as np
@@ -35,8 +36,8 @@ from toolkit.model.artifact import FloatIO
 from toolkit.model.vocabulary import FloatIOReason, Format, IoDtype, Precision
 
 
-def import_tf() -> Any:
-    """TensorFlow, imported with its C++ log quiet (Any: tensorflow is untyped)."""
+def import_tf() -> ModuleType:
+    """TensorFlow, imported with its C++ log quiet."""
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
     import tensorflow as tf
 

@@ -8,7 +8,6 @@ import csv
 import io
 import math
 from collections.abc import Iterator, Mapping, Sequence
-from typing import Any
 
 import numpy as np
 

@@ -8,7 +8,6 @@ below 18: the current exporter down-converts with the ONNX version converter, wh
 (``Assertion node->hasAttribute(kaxes)``, findings.md) and then silently keeps 18, so the written opset is
 checked, never assumed. Opset: ``recipe.opset``, else 18, capped by ``request.max_opset``. Inputs keep the
 source's names; outputs are named like the source's (``output`` or ``output_0``, ...).
-``Any``: torch and its tensors and modules (torch is imported lazily).
 """
 
 from __future__ import annotations
@@ -22,7 +21,7 @@ import warnings
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 from types import ModuleType
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -152,7 +151,7 @@ def _input_shapes(request: ConversionRequest, source: TorchSource) -> dict[str, 
 
 def example_args(
     torch: ModuleType, source: TorchSource, request: ConversionRequest, shapes: Mapping[str, tuple[int, ...]]
-) -> tuple[Any, ...]:
+) -> tuple[Tensor, ...]:
     """Tracing inputs: the first calibration sample when there is one (real values keep data-dependent paths
     honest), else seeded random data; with a dynamic batch, batch 2 (a batch of 1 is specialised by export)."""
     rng = np.random.default_rng(0)

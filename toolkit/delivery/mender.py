@@ -18,7 +18,6 @@ import tarfile
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from toolkit.errors import UsageError
 from toolkit.model.policy import GateOptions, budget_for

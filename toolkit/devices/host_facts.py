@@ -18,7 +18,6 @@ import os
 import tempfile
 import time
 from pathlib import Path
-from typing import Any
 
 FILE_NAME = "hosts.json"
 

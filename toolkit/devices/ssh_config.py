@@ -25,7 +25,6 @@ import shlex
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from toolkit.errors import UsageError
 
@@ -194,7 +193,7 @@ def _number(options: Mapping[str, object], key: str, where: str) -> float | None
 
 def _read_options(host: str, home: Path, system_config: Path | None) -> tuple[dict[str, object], list[Path]]:
     """The options the user's and the system's configuration give ``host`` (Includes followed), and the files
-    read. Any: paramiko's config values (a string, or a list for repeatable options)."""
+    read. Values as paramiko gives them (a string, or a list for repeatable options)."""
     import paramiko
 
     texts: list[str] = []
@@ -222,7 +221,7 @@ def _where(files: list[Path]) -> str:
 
 
 def _refuse_unfollowed(host: str, options: Mapping[str, object], where: str, proxy_jump: str | None) -> None:
-    """Refuse an option edgetk cannot follow, by name (and ProxyCommand with ProxyJump). Any: as above."""
+    """Refuse an option edgetk cannot follow, by name (and ProxyCommand with ProxyJump)."""
     unsupported = sorted(k for k in options if k not in HONOURED and k not in NOT_APPLICABLE)
     canonical = _first(options, "canonicalizehostname")
     if canonical is not None and canonical.lower() in _CANONICAL_OFF:

@@ -12,7 +12,6 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Sequence
-from typing import Any
 
 from toolkit.errors import DeviceError
 from toolkit.model.device_records import CheckReport, GateResult, LatencyStats

@@ -8,7 +8,6 @@ Float files do not shrink; the gzip size (and an int8/palette encoding downstrea
 
 from __future__ import annotations
 
-from typing import Any  # Any: dict[str, object]: the step's JSON-ready details
 
 import numpy as np
 

@@ -7,7 +7,6 @@ The teacher (any Keras 3 or PyTorch model ``optimize`` can open) runs once over 
 
 from __future__ import annotations
 
-from typing import Any  # Any: dict[str, object]: the step's JSON-ready details
 
 import numpy as np
 

@@ -9,7 +9,6 @@ Structured pruning (filters and channels removed, layers rebuilt smaller) lives 
 from __future__ import annotations
 
 import math
-from typing import Any  # Any: dict[str, object]: the step's JSON-ready details
 
 import numpy as np
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
-from typing import Any  # Any: JSON values of the --json document
 
 
 @dataclass(frozen=True)
