@@ -18,7 +18,7 @@ from toolkit.optimization.data import LabelledData
 from toolkit.optimization.report import ModelFigures
 
 if TYPE_CHECKING:  # pragma: no cover
-    from torch import nn
+    from torch import Tensor, nn
 
 
 def measure(model: models.OptimizableModel, *, sample: tuple[np.ndarray, ...] | None,
@@ -138,7 +138,7 @@ def _torch_macs(model: models.OptimizableModel, sample: tuple[np.ndarray, ...]) 
         return _torch_macs_from_weights(module, sample)
     total = 0
 
-    def hook(layer: Any, _inputs: Any, output: Any) -> None:
+    def hook(layer: nn.Module, _inputs: object, output: Tensor) -> None:
         nonlocal total
         if isinstance(layer, torch.nn.Linear):
             total += int(output.numel() // layer.out_features) * layer.in_features * layer.out_features

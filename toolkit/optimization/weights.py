@@ -78,5 +78,5 @@ def _keras_setter(variable: Any) -> Callable[[np.ndarray], None]:
     return write
 
 
-def _torch_getter(param: Any) -> Callable[[], np.ndarray]:
+def _torch_getter(param: nn.Parameter) -> Callable[[], np.ndarray]:
     return lambda: param.detach().cpu().numpy().copy()
