@@ -78,7 +78,8 @@ def first_run(path: Path, feed: Mapping[str, np.ndarray], *, artifact_format: Fo
     if _identity(path) in _SURVIVED:
         return None
     feeds = scratch / "first-run-feed.npz"
-    arrays: dict[str, Any] = {name: np.asarray(value) for name, value in feed.items()}  # Any: savez(**arrays) would clash with allow_pickle: bool
+    # Any: np.savez types **arrays against its own allow_pickle: bool
+    arrays: dict[str, Any] = {name: np.asarray(value) for name, value in feed.items()}
     np.savez(feeds, **arrays)
     status, out = _child(path, feeds, threads)
     if status == 0:

@@ -7,7 +7,8 @@ their inputs were observed only behind a quantized op (the box sizes' ``mul``, n
 the scores' sigmoid). The converter then gave the concatenation the scale of its one quantized input (0.53),
 and the scores collapsed to {0, 0.53}. So the float graph is run (a ``torch.fx.Interpreter``) instead.
 The other two rules are not needed here: litert-torch's quantizer annotates no ``layer_norm``, ``gelu`` or
-``embedding`` node, so they already stay float. ``Any``: FX arguments (a node or a constant) and the values an Interpreter returns.
+``embedding`` node, so they already stay float. ``Any``: FX arguments (a node or a constant) and the values an
+Interpreter returns.
 """
 
 from __future__ import annotations

@@ -205,7 +205,9 @@ def _cached(request: ConversionRequest) -> _Entry | None:
     return None
 
 
-def feed(torch: ModuleType, sample: Mapping[str, np.ndarray], names: Sequence[str], args: Sequence[Tensor]) -> list[Tensor]:
+def feed(
+    torch: ModuleType, sample: Mapping[str, np.ndarray], names: Sequence[str], args: Sequence[Tensor]
+) -> list[Tensor]:
     return [torch.from_numpy(np.ascontiguousarray(sample[n]).reshape(a.shape)).to(a.dtype) for n, a in zip(names, args)]
 
 

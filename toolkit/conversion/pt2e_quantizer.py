@@ -34,7 +34,7 @@ def _backend(fmt: Format) -> tuple[Any, Any, Any]:  # Any: executorch's and lite
 
 
 def excluding_quantizer(per_channel: bool, exclude: Sequence[str], *, keep_io: bool,
-                        float_outputs: frozenset[str] = frozenset(), fmt: Format = Format.TFLITE) -> Any:  # Any: a subclass of _backend's
+                        float_outputs: frozenset[str] = frozenset(), fmt: Format = Format.TFLITE) -> Any:  # Any: as _backend
     """The route's PT2E quantizer (``_backend``) whose annotations skip the layers named in ``exclude``; ``keep_io``
     and ``float_outputs`` as in ``_drop_annotations`` (a mixed-range cat's output: one int8 scale would flatten
     the scores again)."""

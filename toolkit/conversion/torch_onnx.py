@@ -188,8 +188,8 @@ def quiet_export() -> Iterator[None]:
 
 
 def _export(
-    torch: ModuleType, module: nn.Module, args: tuple[Tensor, ...], path: Path, names: list[str], outputs: list[str], opset: int,
-    dynamic_batch: bool, *, dynamo: bool,
+    torch: ModuleType, module: nn.Module, args: tuple[Tensor, ...], path: Path, names: list[str], outputs: list[str],
+    opset: int, dynamic_batch: bool, *, dynamo: bool,
 ) -> None:
     """``torch.onnx.export`` with the current exporter (``dynamo``) or the legacy TorchScript one; a dynamic
     batch is ``dynamic_shapes`` for the first, ``dynamic_axes`` for the second."""

@@ -175,7 +175,9 @@ def _version(module: ModuleType) -> str:
     return str(getattr(module, "__version__", "?"))
 
 
-def _named_inputs(torch: Any, module: nn.Module, names: list[str], four_d: list[int]) -> nn.Module:  # Any: subclasses torch.nn.Module
+def _named_inputs(
+    torch: Any, module: nn.Module, names: list[str], four_d: list[int]  # Any: subclasses its nn.Module
+) -> nn.Module:
     """``module`` called with its inputs by name (so the TFLite signature keeps the source's input names, and
     graph modules from ``torch.export`` that take positional inputs convert alike), with a transpose
     NHWC -> NCHW in front of the inputs at ``four_d``."""

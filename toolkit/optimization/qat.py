@@ -20,7 +20,9 @@ from toolkit.optimization.data import LabelledData
 from toolkit.optimization.training import FineTuneConfig, fine_tune
 
 
-def qat(model: models.OptimizableModel, *, train_data: LabelledData | None, config: FineTuneConfig) -> dict[str, object]:
+def qat(
+    model: models.OptimizableModel, *, train_data: LabelledData | None, config: FineTuneConfig
+) -> dict[str, object]:
     if model.kind == Framework.KERAS:
         raise UsageError("Quantization-aware training is implemented for PyTorch models only.",
                          hint="For a Keras model use post-training INT8 in convert, or train it in PyTorch.")

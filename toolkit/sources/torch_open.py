@@ -130,7 +130,7 @@ def exported_input_specs(torch: ModuleType, program: ExportedProgram) -> tuple[T
     return tuple(specs)
 
 
-def load_factory(source: str) -> tuple[Callable[[], Any], Any, Path]:  # Any: a torch.nn.Module
+def load_factory(source: str) -> tuple[Callable[[], Any], ModuleType, Path]:  # Any: what the user's factory returns
     """``file.py:attr`` or ``pkg.mod:attr`` -> (the callable, its module, a path for the report)."""
     target, _, attr = source.rpartition(":")
     if target.endswith(".py"):
@@ -240,8 +240,10 @@ def forward_parameter_names(model: nn.Module) -> list[str]:
     return names or ["input"]
 
 
-def _declared_specs(torch: ModuleType, module: Any, model: Any, names: list[str]) -> tuple[TensorSpec, ...]:
-    """Specs from ``example_inputs()`` or ``model.example_input_shapes``, else unknown rank (Any: torch)."""
+def _declared_specs(
+    torch: ModuleType, module: ModuleType, model: nn.Module, names: list[str]
+) -> tuple[TensorSpec, ...]:
+    """Specs from ``example_inputs()`` or ``model.example_input_shapes``, else unknown rank."""
     example = getattr(module, "example_inputs", None)
     if callable(example):
         value = example()
