@@ -7,7 +7,7 @@ Fine-tunes afterwards when training data is given.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any  # Any: torch modules, fx nodes (lazy); JSON details
+from typing import TYPE_CHECKING, Any, cast  # Any: torch modules read by attribute; JSON details
 
 import numpy as np
 
@@ -19,6 +19,7 @@ from toolkit.optimization.pruning import check_sparsity, keep_channels
 from toolkit.optimization.training import FineTuneConfig, fine_tune
 
 if TYPE_CHECKING:  # pragma: no cover
+    from torch import Tensor
     from torch.fx import GraphModule, Node
 
 
@@ -100,15 +101,15 @@ def _torch(model: models.OptimizableModel, sparsity: float, sample: tuple[np.nda
                 weight = weight[torch.from_numpy(keep_out)]
                 bias = None if bias is None else bias[torch.from_numpy(keep_out)]
             if isinstance(kind, nn.Linear):
-                new: Any = nn.Linear(weight.shape[1], weight.shape[0], bias=bias is not None)
+                new: nn.Linear | nn.Conv2d = nn.Linear(weight.shape[1], weight.shape[0], bias=bias is not None)
             else:
                 new = nn.Conv2d(weight.shape[1], weight.shape[0], kind.kernel_size, stride=kind.stride,
                                 padding=kind.padding, dilation=kind.dilation, bias=bias is not None,
                                 padding_mode=kind.padding_mode)
             with torch.no_grad():
                 new.weight.copy_(weight)
-                if bias is not None:
-                    new.bias.copy_(bias)
+                if bias is not None:  # made with bias=True just above
+                    cast("Tensor", new.bias).copy_(bias)
             shapes[str(node.target)] = [int(kind.weight.shape[0]), int(weight.shape[0])]
             set_submodule(module, str(node.target), new)
             keep_in = keep_out
