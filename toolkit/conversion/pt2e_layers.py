@@ -24,7 +24,7 @@ from toolkit.sources.torch import TorchSource, import_torch
 
 if TYPE_CHECKING:  # pragma: no cover
     from torch import Tensor
-    from torch.fx import Graph, Node
+    from torch.fx import Graph, GraphModule, Node
 
     from toolkit.conversion.sensitivity import ChannelError
 
@@ -99,7 +99,7 @@ def _consumers(layers: Sequence[_Layer]) -> dict[str, list[str]]:
     return result
 
 
-def _interpreter(torch: Any, graph: Any) -> Any:  # Any: subclasses torch.fx.Interpreter
+def _interpreter(torch: Any, graph: GraphModule) -> Any:  # Any: subclasses torch.fx.Interpreter
     """A torch.fx.Interpreter that keeps every node's value of the last run (``values``) and computes the
     nodes that do not depend on an input (the weights' quantize -> dequantize) once for all samples."""
     import torch.fx
@@ -199,7 +199,9 @@ def layer_rows(request: ConversionRequest) -> tuple[list[Row], int]:
     return rows, done
 
 
-def _accumulate(torch: ModuleType, stats: ChannelError, acc: list[float], reference: object, actual: object) -> None:
+def _accumulate(
+    torch: ModuleType, stats: ChannelError, acc: list[float], reference: object, actual: object
+) -> None:
     """Add one sample of a layer to its ChannelError (per-channel sums along axis 1, in float64) and to its
     [squared error, elements, min, max] accumulator; computed in torch (threads, no copies)."""
     if not isinstance(reference, torch.Tensor) or not isinstance(actual, torch.Tensor) or (

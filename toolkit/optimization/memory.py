@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING, Any  # Any: torch modules (torch imported lazily)
+from typing import TYPE_CHECKING, Any  # Any: a block's forward, wrapped with whatever it takes and returns
 
 from toolkit.errors import UsageError
 
@@ -37,7 +37,8 @@ def checkpoint_blocks(module: nn.Module) -> list[nn.Module]:
                     blocks.append(block)
                     seen.update(id(m) for m in block.modules())
         return blocks
-    sequences: list[nn.Sequential] = [m for m in module.modules() if isinstance(m, torch.nn.Sequential) and len(m) >= 2]
+    sequences: list[nn.Sequential] = [m for m in module.modules()
+                                      if isinstance(m, torch.nn.Sequential) and len(m) >= 2]
     if not sequences:
         return []
     longest: nn.Sequential = max(sequences, key=lambda m: len(m))

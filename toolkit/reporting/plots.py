@@ -13,7 +13,7 @@ import io
 from collections.abc import Mapping, Sequence
 from datetime import datetime
 from types import ModuleType
-from typing import TYPE_CHECKING, Any  # Any: matplotlib objects (imported lazily) and JSON values of stored checks
+from typing import TYPE_CHECKING, Any  # Any: JSON values of stored checks, read by key
 
 from toolkit.errors import MissingDependency
 from toolkit.model.quantized import precision_label

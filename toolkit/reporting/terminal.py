@@ -21,8 +21,9 @@ from toolkit.model.vocabulary import Precision
 
 HEADERS = ("artifact", "precision", "size", "accuracy (float)", "host p50", "device", "p50", "p90", "load",
            "peak mem", "gate")
-_STYLES: dict[str, dict[str, str | bool]] = {"PASS": {"fg": "green", "bold": True}, "FAIL": {"fg": "red", "bold": True},
-           "ERROR": {"fg": "red", "bold": True}, "-": {"dim": True}}
+_STYLES: dict[str, dict[str, str | bool]] = {
+    "PASS": {"fg": "green", "bold": True}, "FAIL": {"fg": "red", "bold": True},
+    "ERROR": {"fg": "red", "bold": True}, "-": {"dim": True}}
 
 
 def stdout_is_terminal() -> bool:
