@@ -21,7 +21,7 @@ import tempfile
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from types import ModuleType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -35,6 +35,9 @@ from toolkit.errors import ConversionError, UsageError, key_line
 from toolkit.model.artifact import FloatIO
 from toolkit.model.vocabulary import FloatIOReason, Format, IoDtype, Precision
 
+if TYPE_CHECKING:  # pragma: no cover
+    from toolkit.sources.tensorflow import TensorFlowSource
+
 
 def import_tf() -> ModuleType:
     """TensorFlow, imported with its C++ log quiet."""
@@ -44,7 +47,7 @@ def import_tf() -> ModuleType:
     return tf
 
 
-def tf_source(request: ConversionRequest) -> Any:
+def tf_source(request: ConversionRequest) -> TensorFlowSource:
     """The request's Keras / SavedModel source; another framework's is refused in plain words."""
     from toolkit.sources.tensorflow import TensorFlowSource
 
@@ -124,7 +127,7 @@ def _converter(request: ConversionRequest) -> Any:
 class _Calibration:
     """One calibration of a source on one calibration set: the float model with the recorded tensor ranges."""
 
-    source: Any
+    source: object  # compared by identity only
     calibration: Sequence[Mapping[str, np.ndarray]]
     per_channel: bool
     saved_model: str
