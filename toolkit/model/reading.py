@@ -244,7 +244,7 @@ class _Reader:
 
     def _typed(self, tp: object, value: object, path: Path, *, what: str) -> object:
         origin, args = typing.get_origin(tp), typing.get_args(tp)
-        if tp is typing.Any or tp is object:  # Any: compared with, a field that takes any value
+        if tp is typing.Any or tp is object:
             return value
         if isinstance(tp, type) and dataclasses.is_dataclass(tp):
             return self.record(tp, value, path)
