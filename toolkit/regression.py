@@ -15,7 +15,6 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from enum import StrEnum
-from typing import Any  # Any: JSON values
 
 from toolkit.model.policy import RegressionPolicy
 
@@ -80,7 +79,7 @@ class RegressionVerdict:
     confirm_p50_ms: float | None = None
     confirmed: bool | None = None
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, object]:
         return {
             "regressed": self.regressed, "current_p50_ms": self.current_p50_ms, "reference_ms": self.reference_ms,
             "pooled_p50_ms": self.pooled_p50_ms, "ratio": self.ratio, "p_value": self.p_value,

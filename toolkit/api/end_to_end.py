@@ -6,7 +6,7 @@ from __future__ import annotations
 import sys
 from collections.abc import Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Unpack  # Any: run.toml values (TOML scalars, lists, tables)
+from typing import TYPE_CHECKING, Unpack
 
 from toolkit.api.fleet import bundle_task, selection_of
 from toolkit.api.keywords import RunKeywords
@@ -33,7 +33,7 @@ def run(
     break_lock: bool = False,
     progress: Progress | None = None,
     progress_stream: TextSink | None = sys.stderr,
-    config: Mapping[str, Any] | None = None,
+    config: Mapping[str, object] | None = None,
     **options: Unpack[RunKeywords],
 ) -> RunResult:
     """``edgetk run``: convert -> deploy -> check, stopping at the first stage that fails.

@@ -10,7 +10,7 @@ import click
 
 from toolkit.cli._output import done, emit
 
-Render = Callable[[Mapping[str, Any]], list[str]]
+Render = Callable[[Mapping[str, object]], list[str]]
 
 
 def finish(report: Any, *, as_json: bool, render: Render) -> None:

@@ -5,7 +5,6 @@ prints exactly one document."""
 from __future__ import annotations
 
 import sys
-from typing import Any  # Any: a JSON document
 
 import click
 
@@ -13,7 +12,7 @@ EMITTED = "edgetk.emitted"  # ctx.meta key: a JSON document is already on stdout
 WANTS_JSON = "edgetk.json"  # ctx.meta key: --json was given
 
 
-def emit(document: Any) -> None:
+def emit(document: object) -> None:
     """Print ``document`` as the command's one JSON document on stdout."""
     import json
 
@@ -24,7 +23,7 @@ def emit(document: Any) -> None:
         ctx.meta[EMITTED] = True
 
 
-def error_document(kind: str, message: str, hint: str | None, exit_code: int) -> dict[str, Any]:
+def error_document(kind: str, message: str, hint: str | None, exit_code: int) -> dict[str, object]:
     """The ``--json`` document of a command that failed before it had a result (docs/schemas/error.md)."""
     return {"passed": False, "exit_code": exit_code, "error": {"kind": kind, "message": message, "hint": hint}}
 

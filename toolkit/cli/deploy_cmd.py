@@ -14,12 +14,15 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Mapping
-from typing import Any  # Any: click's parsed values; JSON entries of the fleet document
+from typing import TYPE_CHECKING, Any  # Any: click's parsed values; JSON entries of the fleet document
 
 import click
 
 from toolkit.cli._fleet import finish
 from toolkit.cli.options import PathType, check_options, device_options, json_option, rollout_options
+
+if TYPE_CHECKING:  # pragma: no cover
+    from pathlib import Path
 
 
 break_lock_option = click.option(
@@ -90,7 +93,7 @@ def _render(entry: Mapping[str, Any]) -> list[str]:
 @break_lock_option
 @rollout_options
 @json_option
-def deploy(bundle: Any, as_json: bool, **values: Any) -> None:
+def deploy(bundle: Path, as_json: bool, **values: Any) -> None:
     """Push BUNDLE to devices, verify every file there, and make it current (keeps the last 3 versions)."""
     from toolkit import api
 
@@ -104,7 +107,7 @@ def deploy(bundle: Any, as_json: bool, **values: Any) -> None:
 @click.option("--select", "select", default=None, metavar="FILE",
               help="Pin the artifact FILE as the one each device runs (instead of the fastest that passes there).")
 @json_option
-def check(bundle: Any, as_json: bool, **values: Any) -> None:
+def check(bundle: Path, as_json: bool, **values: Any) -> None:
     """Run the deployed BUNDLE on devices: latency, memory, outputs; gate on budget and regression."""
     from toolkit import api
 

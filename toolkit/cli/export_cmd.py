@@ -3,12 +3,15 @@ Mender module-image artifact for pull-based fleets, and the ``edgetk`` Update Mo
 
 from __future__ import annotations
 
-from typing import Any  # Any: click's parsed values
+from typing import TYPE_CHECKING, Any  # Any: click's parsed values
 
 import click
 
 from toolkit.cli._output import emit
 from toolkit.cli.options import PathType
+
+if TYPE_CHECKING:  # pragma: no cover
+    from pathlib import Path
 
 
 @click.command()
@@ -24,7 +27,7 @@ from toolkit.cli.options import PathType
 @click.option("--warmup", type=click.IntRange(0), default=3, show_default=True, help="Untimed runs first.")
 @click.option("--force", is_flag=True, help="Replace an existing output file.")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON document on stdout.")
-def export(bundle: Any, mender: bool, output: Any, as_json: bool, **values: Any) -> None:
+def export(bundle: Path, mender: bool, output: Path | None, as_json: bool, **values: Any) -> None:
     """Package BUNDLE for another delivery system: a Mender artifact (install the Update Module written next to
     it on each device once, as /usr/share/mender/modules/v3/edgetk)."""
     from pathlib import Path

@@ -7,12 +7,15 @@
 
 from __future__ import annotations
 
-from typing import Any  # Any: click's parsed values
+from typing import TYPE_CHECKING, Any  # Any: click's parsed values
 
 import click
 
 from toolkit.cli._output import emit
 from toolkit.cli.options import PathType
+
+if TYPE_CHECKING:  # pragma: no cover
+    from pathlib import Path
 
 
 _STORE_HELP = ("Check history: a file (SQLite) or postgresql://USER@HOST:PORT/DB (default $EDGETK_STORE or "
@@ -79,7 +82,7 @@ def history_sync(store: str | None, as_json: bool) -> None:
 @click.option("--device", default=None, help="Record the checks under this device name (default: the device's own).")
 @click.option("--store", default=None, metavar="PATH|URL", help=_STORE_HELP)
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON document on stdout.")
-def history_import(paths: tuple[Any, ...], device: str | None, store: str | None, as_json: bool) -> None:
+def history_import(paths: tuple[Path, ...], device: str | None, store: str | None, as_json: bool) -> None:
     """Record check reports that devices left in reports/ of the toolkit's home there (the Mender update module
     writes them): files, or folders of them."""
     from toolkit import api

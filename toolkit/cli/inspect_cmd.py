@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
-from typing import Any  # Any: click's parsed values
+from typing import TYPE_CHECKING, Any  # Any: click's parsed values
 
 import click
 
 from toolkit.cli._output import emit
 from toolkit.cli.options import PathType, json_option
+
+if TYPE_CHECKING:  # pragma: no cover
+    from pathlib import Path
 
 
 @click.command("inspect")
@@ -15,7 +18,7 @@ from toolkit.cli.options import PathType, json_option
 @click.option("--layers", is_flag=True, help="Also each INT8 artifact's layer-wise error table, worst layer first "
               "(bundles only).")
 @json_option
-def inspect(path: Any, as_json: bool, **values: Any) -> None:
+def inspect(path: Path, as_json: bool, **values: Any) -> None:
     """Inputs, outputs, quantization, operator counts and size of a .tflite, .onnx or bundle."""
     from toolkit import api
 

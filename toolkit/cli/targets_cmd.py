@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any  # Any: click's parsed paths
+from typing import TYPE_CHECKING
 
 import click
 
@@ -11,6 +11,8 @@ from toolkit.cli._output import emit
 from toolkit.cli.options import PathType
 
 if TYPE_CHECKING:  # pragma: no cover
+    from pathlib import Path
+
     from toolkit.model.targets import TargetProfile
 
 _targets_dir_option = click.option(
@@ -30,7 +32,7 @@ def targets() -> None:
 @targets.command("list")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON document (a list of profiles).")
 @_targets_dir_option
-def list_targets(as_json: bool, targets_dirs: tuple[Any, ...]) -> None:
+def list_targets(as_json: bool, targets_dirs: tuple[Path, ...]) -> None:
     """List every target profile: name, arch, preferred recipe, latency budget, where it came from."""
     from toolkit import api
 
@@ -53,7 +55,7 @@ def list_targets(as_json: bool, targets_dirs: tuple[Any, ...]) -> None:
 @click.argument("name")
 @click.option("--json", "as_json", is_flag=True, help="Print the resolved profile as one JSON document.")
 @_targets_dir_option
-def show_target(name: str, as_json: bool, targets_dirs: tuple[Any, ...]) -> None:
+def show_target(name: str, as_json: bool, targets_dirs: tuple[Path, ...]) -> None:
     """Show one resolved profile (extends applied) and the file it came from."""
     from toolkit import api
 

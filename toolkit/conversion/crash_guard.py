@@ -78,6 +78,7 @@ def first_run(path: Path, feed: Mapping[str, np.ndarray], *, artifact_format: Fo
     if _identity(path) in _SURVIVED:
         return None
     feeds = scratch / "first-run-feed.npz"
+    # Any: np.savez types **arrays against its own allow_pickle: bool
     arrays: dict[str, Any] = {name: np.asarray(value) for name, value in feed.items()}
     np.savez(feeds, **arrays)
     status, out = _child(path, feeds, threads)
@@ -115,7 +116,7 @@ def measure(job: MeasureJob, *, artifact_format: Format, scratch: Path) -> Measu
     if sample is not None and sample < len(held):
         feeds = scratch / "first-run-feed.npz"
         feed = held[sample]
-        arrays: dict[str, Any] = {name: np.asarray(feed[spec.name])
+        arrays: dict[str, Any] = {name: np.asarray(feed[spec.name])  # Any: as above
                                   for spec, name in zip(job.inputs, job.artifact_inputs)}
         np.savez(feeds, **arrays)
         try:

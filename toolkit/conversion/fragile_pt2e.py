@@ -7,16 +7,22 @@ their inputs were observed only behind a quantized op (the box sizes' ``mul``, n
 the scores' sigmoid). The converter then gave the concatenation the scale of its one quantized input (0.53),
 and the scores collapsed to {0, 0.53}. So the float graph is run (a ``torch.fx.Interpreter``) instead.
 The other two rules are not needed here: litert-torch's quantizer annotates no ``layer_norm``, ``gelu`` or
-``embedding`` node, so they already stay float. ``Any``: FX nodes and torch (torch is imported lazily).
+``embedding`` node, so they already stay float. ``Any``: FX arguments (a node or a constant) and the values an
+Interpreter returns.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from types import ModuleType
+from typing import TYPE_CHECKING, Any
 
 from toolkit.conversion.fragile import HEAD_DEPTH, RANGE_RATIO, RANGE_SAMPLES, span_why
+
+if TYPE_CHECKING:  # pragma: no cover
+    from torch import Tensor
+    from torch.fx import GraphModule, Node
 
 # pass-through ops (slices and splits too: a YOLOv8 head splits its box and score channels out of one tensor)
 PT2E_PASSTHROUGH = frozenset({
@@ -37,21 +43,21 @@ class MixedOutput:
     why: str
 
 
-def _fx_op(node: Any) -> str:
+def _fx_op(node: object) -> str:
     """The op of an FX node without its overload (``aten.flatten.using_ints`` -> ``flatten``); '' if none."""
     if getattr(node, "op", None) != "call_function":
         return ""
-    target = node.target
+    target = getattr(node, "target")  # an FX call_function node (its op checked above)
     return str(getattr(target, "__name__", target)).split(".")[0]
 
 
-def _cat_inputs(cat: Any) -> list[Any]:
+def _cat_inputs(cat: Node) -> list[Node]:
     """The inputs of a ``cat`` node that are computed (not constants)."""
-    tensors = cat.args[0] if cat.args else ()
+    tensors: Any = cat.args[0] if cat.args else ()  # Any: FX arguments, nodes where they have an ``op``
     return [t for t in tensors if getattr(t, "op", None) not in (None, "get_attr")]
 
 
-def pt2e_output_cats(graph: Any) -> list[tuple[Any, list[Any], int]]:
+def pt2e_output_cats(graph: GraphModule) -> list[tuple[Node, list[Node], int]]:
     """``cat`` nodes of an FX graph module whose output reaches a graph output through pass-through ops only,
     with those ops and the output's index: the Concat rule's candidates (the cheap structural test)."""
     nodes = list(graph.graph.nodes)
@@ -65,7 +71,7 @@ def pt2e_output_cats(graph: Any) -> list[tuple[Any, list[Any], int]]:
     for node in nodes:
         if _fx_op(node) != "cat" or len(_cat_inputs(node)) < 2:
             continue
-        path: list[Any] = []
+        path: list[Node] = []
         current = node
         while current not in index:
             users = list(current.users)
@@ -79,7 +85,7 @@ def pt2e_output_cats(graph: Any) -> list[tuple[Any, list[Any], int]]:
 
 
 def pt2e_fragile_nodes(
-    torch: Any, graph: Any, samples: Sequence[Sequence[Any]]
+    torch: ModuleType, graph: GraphModule, samples: Sequence[Sequence[Tensor]]
 ) -> tuple[list[tuple[str, str]], list[MixedOutput]]:
     """``(node, why)`` for the nodes of a float FX graph (``torch.export(...).module()``) that PT2E INT8 should leave
     float, and the outputs that must then stay float: ``fragile``'s Concat rule on the first ``RANGE_SAMPLES`` of
@@ -92,7 +98,7 @@ def pt2e_fragile_nodes(
         return [], []
     peaks = {node: 0.0 for cat, _path, _index in cats for node in _cat_inputs(cat)}
 
-    def watched(n: Any) -> Any:
+    def watched(n: Node) -> Any:  # Any: as Interpreter.run_node returns
         value = plain(n)
         if n in peaks and isinstance(value, torch.Tensor) and value.numel():
             peaks[n] = max(peaks[n], float(value.detach().abs().max()))
@@ -121,7 +127,7 @@ def pt2e_fragile_nodes(
     return list(found.items()), outputs
 
 
-def _pt2e_head_behind(start: Any, found: dict[str, str], concat: str) -> None:
+def _pt2e_head_behind(start: Node, found: dict[str, str], concat: str) -> None:
     """Mark the post-processing nodes behind ``start`` (an input of the final cat) float, depth-first."""
     pending = [(start, 0)]
     while pending:

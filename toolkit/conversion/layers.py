@@ -55,7 +55,7 @@ class LayerError:
     # what keeping this layer float takes (``nodes_to_exclude`` names; ``sensitivity.float_group``)
     float_group: tuple[str, ...] = ()
 
-    def to_dict(self) -> dict[str, Any]:  # Any: JSON values, as in the other records
+    def to_dict(self) -> dict[str, object]:
         return {
             "rank": self.rank, "name": self.name, "op_type": self.op_type,
             "channel_error": _finite(self.channel_error), "rmse_range": _finite(self.rmse_range),
@@ -82,7 +82,7 @@ class LayerTable:
         rows = tuple(dataclasses.replace(r, kept_float=names_layer(r.name, kept)) for r in self.rows)
         return dataclasses.replace(self, rows=rows)
 
-    def to_dict(self) -> dict[str, Any]:  # Any: JSON values
+    def to_dict(self) -> dict[str, object]:
         return {"route": self.route, "method": self.method, "samples": self.samples,
                 "layers": [r.to_dict() for r in self.rows]}
 

@@ -10,6 +10,7 @@ import tempfile
 import warnings
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
+from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -24,7 +25,7 @@ if TYPE_CHECKING:
 _TWO_GB = 2**31 - 2**20
 
 
-def require_onnx() -> Any:
+def require_onnx() -> ModuleType:
     """The ``onnx`` module, or the error naming the extra that brings it (Any: a module object)."""
     try:
         import onnx
@@ -90,7 +91,7 @@ def refused_copy(output: Path) -> Path:
     return output.with_suffix(".refused.onnx")
 
 
-def session(path: Path, *, optimize: bool = True) -> Any:
+def session(path: Path, *, optimize: bool = True) -> Any:  # Any: onnxruntime is untyped
     """A quiet onnxruntime CPU session (Any: onnxruntime is untyped); ``optimize=False`` keeps every node
     (graph optimizations would fold the Q/DQ pairs away)."""
     import onnxruntime as ort

@@ -234,9 +234,9 @@ def static_int8(request: ConversionRequest, base: BuiltArtifact, tmp: Path) -> _
     per_channel = _per_channel(request, opset, notes)
     contrib = _contrib_ops(request, opset, notes)
     # onnxruntime's own words for the recipe's (Any: onnxruntime is untyped)
-    qtype: Mapping[str, Any] = {QuantType.INT8: ortq.QuantType.QInt8, QuantType.UINT8: ortq.QuantType.QUInt8,
+    qtype: Mapping[str, object] = {QuantType.INT8: ortq.QuantType.QInt8, QuantType.UINT8: ortq.QuantType.QUInt8,
              QuantType.INT16: ortq.QuantType.QInt16}
-    method: Mapping[str, Any] = {CalibrationMethod.MINMAX: ortq.CalibrationMethod.MinMax,
+    method: Mapping[str, object] = {CalibrationMethod.MINMAX: ortq.CalibrationMethod.MinMax,
               CalibrationMethod.ENTROPY: ortq.CalibrationMethod.Entropy,
               CalibrationMethod.PERCENTILE: ortq.CalibrationMethod.Percentile}
     try:

@@ -19,7 +19,7 @@ import tempfile
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from toolkit.verification import verify
 from toolkit.delivery.bundle import read_bundle, staging_dir
@@ -61,7 +61,7 @@ class ConvertResult:
     manifest: Manifest
     cached: bool = False
 
-    def to_dict(self) -> dict[str, Any]:  # Any: JSON values
+    def to_dict(self) -> dict[str, object]:
         """The document ``edgetk convert --json`` prints: the bundle's path, whether it came from the cache,
         and the manifest's keys."""
         return {"bundle": str(self.bundle_dir), "cached": self.cached, **self.manifest.to_dict()}

@@ -9,15 +9,16 @@ float island as float ops between them). A name is an FX node name (``linear_1``
 **Calibration cache.** One run calibrates its full quantization once (``_CACHE``). Observers see float values
 only (``prepare_pt2e`` inserts observers, not fake quantizers), so the ranges of the layers left quantized do
 not depend on which layers are kept float: a selective rebuild copies them (``_reuse_ranges``; weight observers
-are filled from the weights themselves). ``Any``: torch and FX objects (torch is imported lazily).
-"""
+are filled from the weights themselves). ``Any``: the observer modules
+(found by ``getattr`` on the graph)."""
 
 from __future__ import annotations
 
 import functools
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from types import ModuleType
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -28,6 +29,10 @@ from toolkit.conversion.sensitivity import Row
 from toolkit.errors import ConversionError, UsageError, key_line
 from toolkit.model.vocabulary import Format, IoDtype
 from toolkit.sources.torch import TorchSource, import_torch
+
+if TYPE_CHECKING:  # pragma: no cover
+    from torch import Tensor, nn
+    from torch.fx import GraphModule, Node
 
 PURPOSE = "Quantizing a PyTorch model with PT2E"
 
@@ -45,8 +50,8 @@ PASSTHROUGH = frozenset({
 class Quantized:
     """A converted PT2E graph (``quantize -> dequantize`` pairs left in place) and what was kept float."""
 
-    graph: Any  # torch.fx.GraphModule
-    quantizer: Any  # the PT2EQuantizer that annotated it (litert-torch's QuantConfig takes it)
+    graph: GraphModule
+    quantizer: object  # the PT2EQuantizer that annotated it (litert-torch's QuantConfig takes it)
     kept_float: tuple[str, ...]  # FX node names whose quantization annotations were removed
     reused_ranges: bool = False  # the activation ranges came from the cached full calibration
     fragile: tuple[tuple[str, str], ...] = ()  # (node, why) kept float up front (``fragile.pt2e_fragile_nodes``)
@@ -55,12 +60,12 @@ class Quantized:
 
 @dataclass
 class _Entry:
-    source: Any
-    calibration: Any
+    source: object  # compared by identity only
+    calibration: object
     per_channel: bool
     fmt: Format  # the route (its quantizer): tflite | pte
     quantized: Quantized
-    ranges: dict[str, dict[str, Any]]  # observed node name -> its activation observer's state (``_ranges``)
+    ranges: dict[str, dict[str, Tensor]]  # observed node name -> its activation observer's state (``_ranges``)
     # the fragile nodes and mixed outputs of this source (``_fragile``), None until a build looked for them
     fragile: tuple[tuple[tuple[str, str], ...], tuple[MixedOutput, ...]] | None = None
 
@@ -68,7 +73,7 @@ class _Entry:
 _CACHE: list[_Entry] = []  # the full (nothing float) quantization of the current run: one entry
 
 
-def inputs(torch: Any, request: ConversionRequest) -> tuple[tuple[Any, ...], list[str]]:
+def inputs(torch: ModuleType, request: ConversionRequest) -> tuple[tuple[Tensor, ...], list[str]]:
     """The tracing inputs (first calibration sample) and the input names, in the source's order."""
     from toolkit.conversion.torch_onnx import example_args
 
@@ -79,7 +84,7 @@ def inputs(torch: Any, request: ConversionRequest) -> tuple[tuple[Any, ...], lis
 
 
 def quantize(
-    torch: Any, module: Any, args: tuple[Any, ...], names: list[str], request: ConversionRequest, *,
+    torch: ModuleType, module: nn.Module, args: tuple[Tensor, ...], names: list[str], request: ConversionRequest, *,
     fragile: bool = False,
 ) -> Quantized:
     """Static PT2E int8 of ``module`` with ``nodes_to_exclude`` (and, with ``fragile``, the known-fragile nodes)
@@ -148,7 +153,7 @@ def _failed(exc: BaseException) -> ConversionError:
     )
 
 
-def _export(torch: Any, module: Any, args: tuple[Any, ...]) -> Any:
+def _export(torch: ModuleType, module: nn.Module, args: tuple[Tensor, ...]) -> GraphModule:
     from toolkit.conversion.torch_onnx import quiet_export
 
     try:
@@ -168,7 +173,7 @@ def graph_ops(request: ConversionRequest) -> list[tuple[str, str]]:
     return [(node.name, op_name(node)) for node in graph.graph.nodes if node.op == "call_function"]
 
 
-def _has_output_cat(graph: Any) -> bool:
+def _has_output_cat(graph: GraphModule) -> bool:
     """Whether a ``cat`` reaches a graph output through pass-through ops only: the cheap test that decides whether the
     float graph runs to measure the cat's input ranges (the rule's one switch: a test turns it off here)."""
     from toolkit.conversion import fragile_pt2e
@@ -177,7 +182,7 @@ def _has_output_cat(graph: Any) -> bool:
 
 
 def _fragile(
-    torch: Any, graph: Any, request: ConversionRequest, names: Sequence[str], args: Sequence[Any]
+    torch: ModuleType, graph: GraphModule, request: ConversionRequest, names: Sequence[str], args: Sequence[Tensor]
 ) -> tuple[tuple[tuple[str, str], ...], tuple[MixedOutput, ...]]:
     """The fragile nodes and mixed outputs of ``graph`` (a float export), measured on the calibration data."""
     from toolkit.conversion import fragile, fragile_pt2e
@@ -200,11 +205,13 @@ def _cached(request: ConversionRequest) -> _Entry | None:
     return None
 
 
-def feed(torch: Any, sample: Mapping[str, np.ndarray], names: Sequence[str], args: Sequence[Any]) -> list[Any]:
+def feed(
+    torch: ModuleType, sample: Mapping[str, np.ndarray], names: Sequence[str], args: Sequence[Tensor]
+) -> list[Tensor]:
     return [torch.from_numpy(np.ascontiguousarray(sample[n]).reshape(a.shape)).to(a.dtype) for n, a in zip(names, args)]
 
 
-def _observers(prepared: Any) -> Iterable[tuple[Any, Any]]:
+def _observers(prepared: GraphModule) -> Iterable[tuple[Any, Node]]:  # Any: the observer module, by getattr
     """(observer module, the node it observes) for every activation observer call in ``prepared``."""
     for node in prepared.graph.nodes:
         if node.op != "call_module" or not node.args:
@@ -218,14 +225,14 @@ def _observers(prepared: Any) -> Iterable[tuple[Any, Any]]:
         yield module, observed
 
 
-def _ranges(prepared: Any) -> dict[str, dict[str, Any]]:
+def _ranges(prepared: GraphModule) -> dict[str, dict[str, Tensor]]:
     """Observed node name -> its activation observer's state (min/max and, for the histogram observer that
     litert-torch's symmetric config uses, the histogram its range search reads)."""
     return {observed.name: {k: v.clone() for k, v in module.state_dict().items()}
             for module, observed in _observers(prepared) if module.min_val.numel() > 0}
 
 
-def _reuse_ranges(torch: Any, prepared: Any, ranges: Mapping[str, Mapping[str, Any]]) -> bool:
+def _reuse_ranges(torch: ModuleType, prepared: GraphModule, ranges: Mapping[str, Mapping[str, Tensor]]) -> bool:
     """Load the activation observers of ``prepared`` with the full calibration's states and fill the weight
     observers from the weights; False (calibrate instead) when an observed tensor has no range there."""
     pending = []
@@ -247,13 +254,13 @@ def _reuse_ranges(torch: Any, prepared: Any, ranges: Mapping[str, Mapping[str, A
 # --------------------------------------------------------------------------------------------- graph reading
 
 
-def op_name(node: Any) -> str:
+def op_name(node: Node) -> str:
     target = node.target
     name = getattr(target, "__name__", str(target))
     return name.split(".")[0]
 
 
-def is_op(node: Any, kinds: tuple[str, ...]) -> bool:
+def is_op(node: Node, kinds: tuple[str, ...]) -> bool:
     return node.op == "call_function" and op_name(node) in kinds
 
 
@@ -282,6 +289,6 @@ def describe(quantized: Quantized, request: ConversionRequest, quantizer: str) -
     return notes, float_nodes
 
 
-def quantized_tensors(graph: Any) -> int:
+def quantized_tensors(graph: GraphModule) -> int:
     """How many tensors a converted PT2E graph quantizes (its ``quantize`` nodes: weights and activations)."""
     return sum(1 for node in graph.graph.nodes if is_op(node, Q_OPS))

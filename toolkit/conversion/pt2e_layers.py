@@ -3,15 +3,16 @@
 ``max_pool2d``) is run again with *float* weights on the same dequantized inputs and compared with the tensor
 after its ``quantize -> dequantize`` pair: the layer's own error, not what it inherited. Rows carry their
 ``float_group`` (``sensitivity.float_group``); the table reuses the run's full calibration (``pt2e._CACHE``).
-``Any``: FX graphs and nodes, torch tensors and the torch module (torch is imported lazily).
+``Any``: the torch module where a class derives from its ``fx.Interpreter`` (the checker cannot follow it).
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from types import ModuleType
+from typing import TYPE_CHECKING, Any, cast
 
 from toolkit.conversion.base import ConversionRequest
 from toolkit.conversion.pt2e import (
@@ -21,17 +22,23 @@ from toolkit.conversion.sensitivity import Row
 from toolkit.errors import ConversionError
 from toolkit.sources.torch import TorchSource, import_torch
 
+if TYPE_CHECKING:  # pragma: no cover
+    from torch import Tensor
+    from torch.fx import Graph, GraphModule, Node
+
+    from toolkit.conversion.sensitivity import ChannelError
+
 # The table runs DEBUG_SAMPLES calibration samples when a sample's quantized activations hold at most
 # TABLE_ELEMENTS values, proportionally fewer above (a ResNet50 at 224x224: the minimum).
 TABLE_ELEMENTS = 2_000_000
 MIN_TABLE_SAMPLES = 4
 
 
-def _weight_dq(node: Any) -> Any | None:
+def _weight_dq(node: Node) -> Node | None:
     """The float constant behind ``node`` when it is ``dequantize(quantize(constant))`` (a weight)."""
     if not is_op(node, DQ_OPS) or not node.args:
         return None
-    q = node.args[0]
+    q: Any = node.args[0]  # Any: an FX argument, a node when its ``op`` says so (checked below)
     if getattr(q, "op", None) == "call_function" and is_op(q, Q_OPS) and getattr(q.args[0], "op", None) == "get_attr":
         return q.args[0]
     return None
@@ -41,16 +48,16 @@ def _weight_dq(node: Any) -> Any | None:
 class _Layer:
     name: str  # the region's weighted node, else its output node: usable in nodes_to_exclude
     op_type: str
-    output: Any  # the node whose value is quantized
-    dequantized: Any  # the dq node after its quantize
-    region: tuple[Any, ...]  # nodes recomputed in float, graph order
+    output: Node  # the node whose value is quantized
+    dequantized: Node  # the dq node after its quantize
+    region: tuple[Node, ...]  # nodes recomputed in float, graph order
 
 
-def _layers(graph: Any) -> list[_Layer]:
+def _layers(graph: Graph) -> list[_Layer]:
     """Every quantized activation of a converted graph with the nodes that compute it (graph order)."""
     order = {node: i for i, node in enumerate(graph.nodes)}
     layers: list[_Layer] = []
-    seen: set[Any] = set()
+    seen: set[Node] = set()
     for q in graph.nodes:
         if not is_op(q, Q_OPS) or not q.args:
             continue
@@ -61,7 +68,7 @@ def _layers(graph: Any) -> list[_Layer]:
         if dq is None:
             continue
         seen.add(out)
-        region: list[Any] = []
+        region: list[Node] = []
         frontier = [out]
         while frontier:
             node = frontier.pop()
@@ -92,20 +99,20 @@ def _consumers(layers: Sequence[_Layer]) -> dict[str, list[str]]:
     return result
 
 
-def _interpreter(torch: Any, graph: Any) -> Any:
+def _interpreter(torch: Any, graph: GraphModule) -> Any:  # Any: subclasses torch.fx.Interpreter
     """A torch.fx.Interpreter that keeps every node's value of the last run (``values``) and computes the
     nodes that do not depend on an input (the weights' quantize -> dequantize) once for all samples."""
     import torch.fx
 
-    constant: set[Any] = set()
+    constant: set[Node] = set()
     for node in graph.graph.nodes:
         if node.op == "get_attr" or (node.op == "call_function" and node.all_input_nodes
                                      and all(a in constant for a in node.all_input_nodes)):
             constant.add(node)
-    cache: dict[Any, Any] = {}
+    cache: dict[Node, object] = {}
 
     class Keep(torch.fx.Interpreter):  # type: ignore[misc,unused-ignore]  # torch arrives as an untyped module object
-        def run_node(self, n: Any) -> Any:
+        def run_node(self, n: Node) -> object:
             if n in cache:
                 value = cache[n]
             else:
@@ -120,13 +127,13 @@ def _interpreter(torch: Any, graph: Any) -> Any:
     return interpreter
 
 
-def _shadow(torch: Any, layer: _Layer, values: Mapping[Any, Any]) -> Any:
+def _shadow(torch: ModuleType, layer: _Layer, values: Mapping[Node, object]) -> object:
     """``layer``'s output recomputed with float weights on the same dequantized inputs."""
     import torch.fx
 
-    local: dict[Any, Any] = {}
+    local: dict[Node, object] = {}
 
-    def value(arg: Any) -> Any:
+    def value(arg: Node) -> object:
         if arg in local:
             return local[arg]
         weight = _weight_dq(arg)
@@ -136,7 +143,7 @@ def _shadow(torch: Any, layer: _Layer, values: Mapping[Any, Any]) -> Any:
         for node in layer.region:
             args = torch.fx.node.map_arg(node.args, value)
             kwargs = torch.fx.node.map_arg(node.kwargs, value)
-            local[node] = node.target(*args, **kwargs)
+            local[node] = cast("Callable[..., object]", node.target)(*args, **kwargs)  # call_function nodes
     return local[layer.output]
 
 
@@ -192,7 +199,9 @@ def layer_rows(request: ConversionRequest) -> tuple[list[Row], int]:
     return rows, done
 
 
-def _accumulate(torch: Any, stats: Any, acc: list[float], reference: Any, actual: Any) -> None:
+def _accumulate(
+    torch: ModuleType, stats: ChannelError, acc: list[float], reference: object, actual: object
+) -> None:
     """Add one sample of a layer to its ChannelError (per-channel sums along axis 1, in float64) and to its
     [squared error, elements, min, max] accumulator; computed in torch (threads, no copies)."""
     if not isinstance(reference, torch.Tensor) or not isinstance(actual, torch.Tensor) or (

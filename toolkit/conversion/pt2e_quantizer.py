@@ -2,7 +2,7 @@
 ``XNNPACKQuantizer`` for ``.pte``; both annotate the same way: patterns, then shared-range ops propagated) with
 layers kept in float (``recipe.nodes_to_exclude``): the annotations of each named node, and of the nodes fused
 with it in one pattern (``conv2d`` with its ``relu``), are removed after the quantizer annotated the graph, so
-no observer lands on that layer's weights, inputs or output. ``Any``: FX nodes and quantizers (lazy torch).
+no observer lands on that layer's weights, inputs or output. ``Any``: the backends' quantizer classes (untyped).
 
 One module called twice (a shared ``nn.MaxPool2d``) is annotated call by call (``_one_partition_per_call``).
 """
@@ -11,13 +11,16 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Iterator, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from toolkit.errors import UsageError
 from toolkit.model.vocabulary import Format
 
+if TYPE_CHECKING:  # pragma: no cover
+    from torch.fx import GraphModule, Node
 
-def _backend(fmt: Format) -> tuple[Any, Any, Any]:
+
+def _backend(fmt: Format) -> tuple[Any, Any, Any]:  # Any: executorch's and litert-torch's untyped classes
     """(quantizer class, its symmetric config getter, its propagate_annotation) for the route ``fmt``."""
     if fmt == Format.PTE:
         from executorch.backends.xnnpack.quantizer import xnnpack_quantizer as xnn
@@ -31,7 +34,7 @@ def _backend(fmt: Format) -> tuple[Any, Any, Any]:
 
 
 def excluding_quantizer(per_channel: bool, exclude: Sequence[str], *, keep_io: bool,
-                        float_outputs: frozenset[str] = frozenset(), fmt: Format = Format.TFLITE) -> Any:
+                        float_outputs: frozenset[str] = frozenset(), fmt: Format = Format.TFLITE) -> Any:  # Any: as _backend
     """The route's PT2E quantizer (``_backend``) whose annotations skip the layers named in ``exclude``; ``keep_io``
     and ``float_outputs`` as in ``_drop_annotations`` (a mixed-range cat's output: one int8 scale would flatten
     the scores again)."""
@@ -44,7 +47,7 @@ def excluding_quantizer(per_channel: bool, exclude: Sequence[str], *, keep_io: b
             super().__init__()
             self.kept_float: list[str] = []
 
-        def annotate(self, model: Any) -> Any:
+        def annotate(self, model: GraphModule) -> GraphModule:
             first = getattr(self, "_annotate_for_static_quantization_config", None) or getattr(
                 self, "_annotate_for_quantization_config")
             with _one_partition_per_call(model):
@@ -65,7 +68,7 @@ def excluding_quantizer(per_channel: bool, exclude: Sequence[str], *, keep_io: b
 
 
 @contextlib.contextmanager
-def _one_partition_per_call(model: Any) -> Iterator[None]:
+def _one_partition_per_call(model: GraphModule) -> Iterator[None]:
     """While the base quantizer annotates: each node's innermost ``nn_module_stack`` entry names its call (the
     entry's key, ``L__self__pool@1``), not its module (``pool``). The annotators find a module's nodes with
     torch's ``get_source_partitions``, which on a non-strict export (no ``source_fn_stack``) groups them by that
@@ -88,19 +91,19 @@ def _one_partition_per_call(model: Any) -> Iterator[None]:
             node.meta["nn_module_stack"] = stack
 
 
-def _module_path(node: Any) -> str:
+def _module_path(node: Node) -> str:
     stack = node.meta.get("nn_module_stack") or {}
     return str(list(stack.values())[-1][0]) if stack else ""
 
 
-def _selected(node: Any, names: set[str]) -> bool:
+def _selected(node: Node, names: set[str]) -> bool:
     if node.name in names:
         return True
     path = _module_path(node)
     return bool(path) and any(path == n or path.startswith(n + ".") for n in names)
 
 
-def _drop_annotations(model: Any, exclude: Sequence[str], *, fused: bool = True, keep_io: bool = False,
+def _drop_annotations(model: GraphModule, exclude: Sequence[str], *, fused: bool = True, keep_io: bool = False,
                       float_outputs: frozenset[str] = frozenset()) -> list[str]:
     """Remove the quantization annotations of the nodes ``exclude`` names (with ``fused``, also of the nodes annotated
     in one pattern with them); returns the compute nodes made float; unknown names are a UsageError. With
@@ -145,14 +148,14 @@ def _prefixes(path: str) -> list[str]:
     return [".".join(parts[: i + 1]) for i in range(len(parts))]
 
 
-def _fused_with(nodes: Sequence[Any]) -> list[Any]:
+def _fused_with(nodes: Sequence[Node]) -> list[Node]:
     """``nodes`` and the annotated nodes in one pattern with them: an annotated node whose output is not
     quantized (no ``output_qspec``) belongs with its annotated users (``conv2d`` -> ``relu``)."""
 
-    def annotation(node: Any) -> Any:
+    def annotation(node: Node) -> Any:  # Any: torchao's QuantizationAnnotation, from node.meta
         return node.meta.get("quantization_annotation")
 
-    def fused(a: Any, b: Any) -> bool:  # a feeds b inside one pattern
+    def fused(a: Node, b: Node) -> bool:  # a feeds b inside one pattern
         ann_a, ann_b = annotation(a), annotation(b)
         return ann_a is not None and ann_b is not None and ann_a.output_qspec is None
 

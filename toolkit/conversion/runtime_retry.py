@@ -15,13 +15,16 @@ import dataclasses
 import re
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 from toolkit.conversion.candidate import build_and_verify, candidate_path
 from toolkit.conversion.run import Candidate, ConvertRun, Failure, FailureKind
 from toolkit.conversion.routes import TF, TORCH_EXPORT
 from toolkit.model.vocabulary import Format, Precision
 from toolkit.runtimes.inspection.share import artifact_share
+
+if TYPE_CHECKING:  # pragma: no cover
+    from onnx import NodeProto
 
 RETRIED = (FailureKind.INCOMPATIBLE, FailureKind.DOES_NOT_RUN, FailureKind.CRASHED)
 ROUNDS = 3  # each round keeps the ops the last failure named in float: a second op may fail next
@@ -80,7 +83,7 @@ def onnx_source_nodes(artifact: Path | None, names: Sequence[str]) -> list[str]:
     nodes = list(load_onnx(artifact, load_external_data=False).graph.node)
     by_name = {node.name: node for node in nodes}
     producer = {output: node for node in nodes for output in node.output}
-    readers: dict[str, list[Any]] = {}  # Any: onnx.NodeProto
+    readers: dict[str, list[NodeProto]] = {}
     for node in nodes:
         for name in node.input:
             readers.setdefault(name, []).append(node)

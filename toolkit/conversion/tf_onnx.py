@@ -3,20 +3,24 @@
 tf2onnx's ``from_keras`` raises ``KeyError: 'keras_tensor_5'`` on Keras 3 Sequential models (findings.md), so
 every source goes through ``from_function`` on its serving function (shapes pinned, or the batch dynamic with
 ``request.dynamic_batch``), then the fixed-shape SavedModel export if that fails. Graph inputs and outputs get
-the source's names so the pipeline can feed by name. ``Any``: tf2onnx, TensorFlow and ONNX protos (untyped).
+the source's names so the pipeline can feed by name. ``Any``: tf2onnx and TensorFlow objects (untyped).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from types import ModuleType
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from toolkit.conversion.base import BuiltArtifact, ConversionRequest
 from toolkit.conversion.onnx_io import export_opset, require_onnx, staged_file
 from toolkit.errors import ConversionError, MissingDependency, UsageError, key_line
+
+if TYPE_CHECKING:  # pragma: no cover
+    from onnx import ModelProto
 
 DEFAULT_OPSET = 17
 
@@ -37,8 +41,8 @@ def _shapes(request: ConversionRequest) -> dict[str, tuple[int | None, ...]]:
     return shapes
 
 
-def require_tf2onnx(purpose: str) -> Any:
-    """The ``tf2onnx`` module (Any: it is untyped), or the error naming the extra that brings it."""
+def require_tf2onnx(purpose: str) -> ModuleType:
+    """The ``tf2onnx`` module, or the error naming the extra that brings it."""
     try:
         import tf2onnx
     except ImportError as exc:
@@ -46,7 +50,7 @@ def require_tf2onnx(purpose: str) -> Any:
     return tf2onnx
 
 
-def check_written(proto: Any) -> None:
+def check_written(proto: ModelProto) -> None:
     """onnx's checker on what tf2onnx wrote; a model it refuses is a ConversionError (one plain line)."""
     try:
         require_onnx().checker.check_model(proto)
@@ -54,7 +58,7 @@ def check_written(proto: Any) -> None:
         raise ConversionError(f"tf2onnx wrote an invalid ONNX model: {key_line(exc)}") from None
 
 
-def rename_io(model: Any, inputs: list[str], outputs: list[str]) -> None:
+def rename_io(model: ModelProto, inputs: list[str], outputs: list[str]) -> None:
     """Give graph inputs/outputs the source's names (tf2onnx appends ``:0`` or keeps ``Identity`` names)."""
     renames: dict[str, str] = {}
     for values, names in ((model.graph.input, inputs), (model.graph.output, outputs)):
@@ -81,7 +85,7 @@ def rename_io(model: Any, inputs: list[str], outputs: list[str]) -> None:
                 node.output[i] = renames[name]
 
 
-def _bind_captured_constants(proto: Any, function: Any, inputs: list[str]) -> list[str]:
+def _bind_captured_constants(proto: ModelProto, function: Any, inputs: list[str]) -> list[str]:
     """Graph inputs that are really constants captured by the traced function become initializers: tf2onnx turns
     what a ``tf.function`` captures by value (Keras' ``Normalization`` mean and variance, as in
     ``keras.applications.EfficientNetB0``) into graph inputs the device would have to feed. Returns the names folded."""

@@ -20,7 +20,8 @@ import os
 import tempfile
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from types import ModuleType
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -34,16 +35,19 @@ from toolkit.errors import ConversionError, UsageError, key_line
 from toolkit.model.artifact import FloatIO
 from toolkit.model.vocabulary import FloatIOReason, Format, IoDtype, Precision
 
+if TYPE_CHECKING:  # pragma: no cover
+    from toolkit.sources.tensorflow import TensorFlowSource
 
-def import_tf() -> Any:
-    """TensorFlow, imported with its C++ log quiet (Any: tensorflow is untyped)."""
+
+def import_tf() -> ModuleType:
+    """TensorFlow, imported with its C++ log quiet."""
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
     import tensorflow as tf
 
     return tf
 
 
-def tf_source(request: ConversionRequest) -> Any:
+def tf_source(request: ConversionRequest) -> TensorFlowSource:
     """The request's Keras / SavedModel source; another framework's is refused in plain words."""
     from toolkit.sources.tensorflow import TensorFlowSource
 
@@ -123,7 +127,7 @@ def _converter(request: ConversionRequest) -> Any:
 class _Calibration:
     """One calibration of a source on one calibration set: the float model with the recorded tensor ranges."""
 
-    source: Any
+    source: object  # compared by identity only
     calibration: Sequence[Mapping[str, np.ndarray]]
     per_channel: bool
     saved_model: str

@@ -4,7 +4,7 @@ float I/O tensor whose neighbouring op is kept float, with the scale the calibra
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import Any  # Any: the generated TFLite flatbuffer schema objects (untyped)
 
 from toolkit.compat import tensorflow as tf_compat
 from toolkit.model.artifact import FloatIO

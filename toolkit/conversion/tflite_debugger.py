@@ -8,7 +8,6 @@ import csv
 import io
 import math
 from collections.abc import Iterator, Mapping, Sequence
-from typing import Any
 
 import numpy as np
 
@@ -36,7 +35,7 @@ def debug_run(request: ConversionRequest) -> tuple[bytes, dict[str, float], dict
     calibrated = calibrated_model(request)
     source = tf_source(request)
     samples = list(request.calibration[:DEBUG_SAMPLES])
-    holder: dict[str, Any] = {}  # Any: the QuantizationDebugger (tensorflow is untyped)
+    holder: dict[str, object] = {}  # the QuantizationDebugger, passed on
     calls: list[ChannelError] = []
 
     def channel_error(floats: np.ndarray, quants: np.ndarray, scale: float, zero_point: int) -> float:

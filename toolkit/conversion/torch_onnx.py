@@ -8,7 +8,6 @@ below 18: the current exporter down-converts with the ONNX version converter, wh
 (``Assertion node->hasAttribute(kaxes)``, findings.md) and then silently keeps 18, so the written opset is
 checked, never assumed. Opset: ``recipe.opset``, else 18, capped by ``request.max_opset``. Inputs keep the
 source's names; outputs are named like the source's (``output`` or ``output_0``, ...).
-``Any``: torch and its tensors and modules (torch is imported lazily).
 """
 
 from __future__ import annotations
@@ -21,7 +20,8 @@ import sys
 import warnings
 from collections.abc import Iterator, Mapping
 from pathlib import Path
-from typing import Any
+from types import ModuleType
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -30,6 +30,9 @@ from toolkit.conversion.onnx_io import export_opset, opset_of
 from toolkit.errors import ConversionError, MissingDependency, UsageError, key_line
 from toolkit.model.vocabulary import Framework
 from toolkit.sources.torch import TorchSource, import_torch, missing_shape_error, output_names
+
+if TYPE_CHECKING:  # pragma: no cover
+    from torch import Tensor, nn
 
 DEFAULT_OPSET = 18
 _BATCH_MAX = 65536
@@ -147,8 +150,8 @@ def _input_shapes(request: ConversionRequest, source: TorchSource) -> dict[str, 
 
 
 def example_args(
-    torch: Any, source: TorchSource, request: ConversionRequest, shapes: Mapping[str, tuple[int, ...]]
-) -> tuple[Any, ...]:
+    torch: ModuleType, source: TorchSource, request: ConversionRequest, shapes: Mapping[str, tuple[int, ...]]
+) -> tuple[Tensor, ...]:
     """Tracing inputs: the first calibration sample when there is one (real values keep data-dependent paths
     honest), else seeded random data; with a dynamic batch, batch 2 (a batch of 1 is specialised by export)."""
     rng = np.random.default_rng(0)
@@ -185,12 +188,12 @@ def quiet_export() -> Iterator[None]:
 
 
 def _export(
-    torch: Any, module: Any, args: tuple[Any, ...], path: Path, names: list[str], outputs: list[str], opset: int,
-    dynamic_batch: bool, *, dynamo: bool,
+    torch: ModuleType, module: nn.Module, args: tuple[Tensor, ...], path: Path, names: list[str], outputs: list[str],
+    opset: int, dynamic_batch: bool, *, dynamo: bool,
 ) -> None:
     """``torch.onnx.export`` with the current exporter (``dynamo``) or the legacy TorchScript one; a dynamic
     batch is ``dynamic_shapes`` for the first, ``dynamic_axes`` for the second."""
-    options: dict[str, Any]  # the exporters' own keyword arguments
+    options: dict[str, object]  # the exporters' own keyword arguments
     if dynamo:
         batch = torch.export.Dim("batch", min=1, max=_BATCH_MAX) if dynamic_batch else None
         options = {"external_data": False, "verbose": False,
@@ -223,7 +226,7 @@ def _cleanup(tmp: Path) -> None:
     Path(str(tmp) + ".data").unlink(missing_ok=True)
 
 
-def _version(torch: Any) -> str:
+def _version(torch: ModuleType) -> str:
     return str(torch.__version__).split("+")[0]
 
 

@@ -17,7 +17,8 @@ from __future__ import annotations
 import os
 import warnings
 from pathlib import Path
-from typing import Any
+from types import ModuleType
+from typing import TYPE_CHECKING, Any
 
 from toolkit.conversion import pt2e
 from toolkit.conversion.base import BuiltArtifact, ConversionRequest
@@ -26,6 +27,10 @@ from toolkit.model.artifact import PteRecord
 from toolkit.model.vocabulary import Precision
 from toolkit.runtimes.inspection.pte import HALF_METHOD, QUANTIZED_METHOD, import_executorch
 from toolkit.sources.torch import TorchSource, import_torch, missing_shape_error
+
+if TYPE_CHECKING:  # pragma: no cover
+    from torch import Tensor, nn
+    from torch.fx import GraphModule
 
 _PURPOSE = "Converting a PyTorch model to ExecuTorch (.pte)"
 
@@ -82,7 +87,7 @@ def convert(request: ConversionRequest, output: Path) -> BuiltArtifact:
                          exporter=f"executorch {_version()} (XNNPACK)", pte=delegation)
 
 
-def _folded(torch: Any, graph: Any) -> Any:
+def _folded(torch: ModuleType, graph: GraphModule) -> GraphModule:
     """A copy of the converted PT2E graph with each weight's ``quantize`` folded into an int8 constant (what
     ``convert_pt2e(fold_quantize=True)`` does): XNNPACK takes only folded weights, and an unfolded per-channel
     quantize has no ExecuTorch kernel. ``pt2e.quantize`` keeps them unfolded for its layer table and the cache."""
@@ -96,7 +101,7 @@ def _folded(torch: Any, graph: Any) -> Any:
     return folded
 
 
-def _half(torch: Any, module: Any) -> tuple[Any, int]:
+def _half(torch: Any, module: nn.Module) -> tuple[nn.Module, int]:  # Any: subclasses torch.nn.Module
     """A half copy of ``module`` behind float32 I/O (float inputs cast to float16 on the way in, float16 outputs
     back to float32), and how many of its weights are float16."""
     import copy
@@ -121,7 +126,8 @@ def _half(torch: Any, module: Any) -> tuple[Any, int]:
     return FloatIO().eval(), count
 
 
-def _lower(torch: Any, module: Any, args: tuple[Any, ...], constants: dict[str, int]) -> tuple[Any, PteRecord]:
+def _lower(torch: ModuleType, module: nn.Module, args: tuple[Tensor, ...],
+           constants: dict[str, int]) -> tuple[Any, PteRecord]:  # Any: ExecuTorch's program
     """``module`` exported, lowered to XNNPACK and serialized; and how many nodes the delegate took."""
     from executorch.backends.xnnpack.partition.xnnpack_partitioner import XnnpackPartitioner
     from executorch.devtools.backend_debug import get_delegation_info

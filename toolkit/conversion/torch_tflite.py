@@ -23,7 +23,8 @@ import sys
 import warnings
 from collections.abc import Iterator, Sequence
 from pathlib import Path
-from typing import Any
+from types import ModuleType
+from typing import TYPE_CHECKING, Any
 
 from toolkit.conversion import pt2e
 from toolkit.conversion.base import BuiltArtifact, ConversionRequest
@@ -32,6 +33,11 @@ from toolkit.errors import ConversionError, MissingDependency, UsageError, key_l
 from toolkit.model.artifact import FloatIO
 from toolkit.model.vocabulary import FloatIOReason, Framework, IoDtype, Layout, Precision, TensorRole
 from toolkit.sources.torch import TorchSource, import_torch, missing_shape_error
+
+if TYPE_CHECKING:  # pragma: no cover
+    from torch import nn
+
+    from toolkit.model.tensors import TensorSpec
 
 _PURPOSE = "Converting a PyTorch model to TFLite"
 
@@ -146,7 +152,7 @@ def _float_io(path: Path, request: ConversionRequest, mixed: Sequence[MixedOutpu
         return ()  # float I/O was asked for
     why = {info.outputs[m.index].name: m.why for m in mixed if m.index < len(info.outputs)}
 
-    def record(role: TensorRole, spec: Any) -> FloatIO:
+    def record(role: TensorRole, spec: TensorSpec) -> FloatIO:
         if role is TensorRole.OUTPUT and spec.name in why:
             return FloatIO(name=spec.name, role=role, reason=FloatIOReason.MIXED_RANGES, detail=why[spec.name])
         side = "reads" if role is TensorRole.INPUT else "writes"
@@ -157,7 +163,7 @@ def _float_io(path: Path, request: ConversionRequest, mixed: Sequence[MixedOutpu
     return tuple(record(role, spec) for role, spec in sides if spec.quantization is None)
 
 
-def _import_litert_torch() -> Any:
+def _import_litert_torch() -> ModuleType:
     try:
         import litert_torch
     except ImportError as exc:
@@ -165,11 +171,13 @@ def _import_litert_torch() -> Any:
     return litert_torch
 
 
-def _version(module: Any) -> str:
+def _version(module: ModuleType) -> str:
     return str(getattr(module, "__version__", "?"))
 
 
-def _named_inputs(torch: Any, module: Any, names: list[str], four_d: list[int]) -> Any:
+def _named_inputs(
+    torch: Any, module: nn.Module, names: list[str], four_d: list[int]  # Any: subclasses its nn.Module
+) -> nn.Module:
     """``module`` called with its inputs by name (so the TFLite signature keeps the source's input names, and
     graph modules from ``torch.export`` that take positional inputs convert alike), with a transpose
     NHWC -> NCHW in front of the inputs at ``four_d``."""
@@ -189,7 +197,7 @@ def _named_inputs(torch: Any, module: Any, names: list[str], four_d: list[int]) 
 
 
 @contextlib.contextmanager
-def _quiet(litert_torch: Any) -> Iterator[None]:
+def _quiet(litert_torch: ModuleType) -> Iterator[None]:
     """litert-torch prints its progress to stdout (rich); keep stdout for ``--json``."""
     config = getattr(litert_torch, "config", None)
     previous = getattr(config, "show_progress", None)

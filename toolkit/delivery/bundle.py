@@ -214,7 +214,8 @@ def read_bundle(path: Path, *, verify: bool = True) -> Bundle:
 
 def save_npz(path: Path, arrays: Mapping[str, np.ndarray]) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
-    named: dict[str, Any] = {k: np.asarray(v) for k, v in arrays.items()}  # Any: numpy arrays of any dtype
+    # Any: np.savez types **named against its own allow_pickle: bool
+    named: dict[str, Any] = {k: np.asarray(v) for k, v in arrays.items()}
     with path.open("wb") as handle:
         np.savez(handle, **named)
 

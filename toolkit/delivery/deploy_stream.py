@@ -99,15 +99,15 @@ class StreamedPush:
     push, most of a small push's fixed cost on a slow device."""
 
     def __init__(self, device: Device, conn: Streams, args: Callable[[float], list[str]], *, reply_end: str,
-                 plan: Callable[[dict[str, Any]], tuple[Sequence[Outgoing], Progress | None]],  # Any: JSON
+                 plan: Callable[[dict[str, object]], tuple[Sequence[Outgoing], Progress | None]],
                  timeout: float) -> None:
         self.device, self.conn, self.args, self.reply_end = device, conn, args, reply_end
         self.plan, self.timeout = plan, timeout
-        self.begun: dict[str, Any] | None = None  # Any: JSON
+        self.begun: dict[str, object] | None = None
         self.result: CommandResult | None = None
         self.error: DeviceError | None = None
 
-    def begin(self, wait: float) -> dict[str, Any]:  # Any: JSON
+    def begin(self, wait: float) -> dict[str, object]:
         """Run the push, waiting up to ``wait`` s on the device for the lock: begin's plan, or its refusal
         raised. What the rest of the run said is read with ``finished``."""
         for attempt in (1, 2):
@@ -139,7 +139,7 @@ class StreamedPush:
         files, progress = self.plan(answer)
         return counted(frames(files), sum(item.length for item in files), progress)
 
-    def finished(self) -> Mapping[str, Any]:  # Any: JSON
+    def finished(self) -> Mapping[str, object]:
         """``finish``'s answer, or the error the receiving part said (a full disk, a wrong hash, a broken lock)."""
         if self.error is not None:
             raise self.error

@@ -40,7 +40,7 @@ def compress_files(bundle: Bundle, rels: list[str], folder: Path) -> dict[str, P
     return packed
 
 
-def resume_offsets(bundle: Bundle, partial: dict[str, Any], sizes: dict[str, int]) -> dict[str, int]:
+def resume_offsets(bundle: Bundle, partial: dict[str, Any], sizes: dict[str, int]) -> dict[str, int]:  # Any: JSON
     """For each cut-short file on the device: resume at its size when its bytes prefix ours (Any: JSON)."""
     import hashlib
 

@@ -64,7 +64,7 @@ def request(what: str, *, version: str | None = None, break_lock: bool = False, 
                        "version": version, "break": break_lock, "prune": prune})
 
 
-def installer(by: Any) -> str | None:  # Any: JSON
+def installer(by: object) -> str | None:
     """``HOST (pid N)`` from a ``by`` record (who installed a version or asked for a lock), None when unknown."""
     return f"{by.get('host')} (pid {by.get('pid')})" if isinstance(by, dict) and by.get("host") else None
 
@@ -109,7 +109,7 @@ class LockNote:
             out.append(f"waited {self.waited_s:.1f} s for {self.waited_for}")
         return out
 
-    def to_dict(self) -> dict[str, Any]:  # Any: JSON
+    def to_dict(self) -> dict[str, object]:
         return {"waited_s": round(self.waited_s, 3), "waited_for": self.waited_for, "broke": self.broke}
 
 

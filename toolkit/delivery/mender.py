@@ -18,7 +18,6 @@ import tarfile
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from toolkit.errors import UsageError
 from toolkit.model.policy import GateOptions, budget_for
@@ -40,7 +39,7 @@ class MenderExport:
     bundle: str
     version: str
 
-    def to_dict(self) -> dict[str, Any]:  # Any: JSON
+    def to_dict(self) -> dict[str, object]:
         return {"artifact": str(self.artifact), "module": str(self.module), "artifact_name": self.artifact_name,
                 "device_types": list(self.device_types), "bytes": self.bytes, "bundle": self.bundle,
                 "version": self.version, "type": MODULE_TYPE}

@@ -161,7 +161,7 @@ class SetupResult:
     seconds: float
     notes: tuple[str, ...] = field(default=())
 
-    def to_dict(self) -> dict[str, Any]:  # Any: JSON
+    def to_dict(self) -> dict[str, object]:
         return {"mode": self.mode, "python": self.python, "venv_reused": self.venv_reused,
                 "platform": self.platform, "profile": self.profile, "installed": dict(self.installed),
                 "wheels_sent": self.wheels_sent, "bytes_sent": self.bytes_sent, "seconds": round(self.seconds, 2),

@@ -24,7 +24,9 @@ def setup_step(python: str, command: str, *args: str) -> list[str]:
     return [python, "-c", source_path(SETUP_FILE).read_text(), command, *args]
 
 
-def run_json(device: Device, argv: Sequence[str], what: str, *, timeout: float = 120.0) -> dict[str, Any]:
+def run_json(  # Any: the step's JSON, read by key
+    device: Device, argv: Sequence[str], what: str, *, timeout: float = 120.0
+) -> dict[str, Any]:
     """The JSON document a device-side step printed last (raw data: Any at that boundary)."""
     result = device.conn.run(list(argv), timeout=timeout)
     try:

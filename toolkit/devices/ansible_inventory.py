@@ -163,7 +163,7 @@ def _proxy_jump(args: str, where: str) -> str | None:
     return jump or None
 
 
-def _text(value: Any, key: str, where: str) -> str:  # Any: JSON
+def _text(value: object, key: str, where: str) -> str:
     if isinstance(value, bool) or not isinstance(value, (str, int, float)) or not str(value).strip():
         raise UsageError(f"{where}: {key} must be a non-empty string, got {value!r}.")
     return str(value)

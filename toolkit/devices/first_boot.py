@@ -169,7 +169,7 @@ def _install(conn: SshConnection, spec: DeviceSpec, key: PublicKey) -> list[list
     return [line.split(" ", 1) for line in done.stdout.splitlines() if line.startswith(("added ", "present "))]
 
 
-def _result(key: PublicKey, results: list[list[str]], *, key_login: bool, password_used: bool) -> dict[str, Any]:
+def _result(key: PublicKey, results: list[list[str]], *, key_login: bool, password_used: bool) -> dict[str, object]:
     return {"key": key.fingerprint, "key_file": home_relative(key.path),
             "added": [f for what, f in results if what == "added"],
             "present": [f for what, f in results if what == "present"], "key_login": key_login,
@@ -180,7 +180,7 @@ def _keyed(spec: DeviceSpec, key: PublicKey) -> DeviceSpec:
     return replace(spec, identity_file=str(key.private)) if key.private else spec
 
 
-def by_key(spec: DeviceSpec, key: PublicKey, *, known_hosts: str | None) -> dict[str, Any] | None:  # Any: JSON
+def by_key(spec: DeviceSpec, key: PublicKey, *, known_hosts: str | None) -> dict[str, object] | None:
     """When a key login already works (a re-run, a board imaged with the key), the install script runs over it
     and no password is needed; None when it does not (refused, or a host key not known yet: the password
     login decides then, with its own messages)."""
@@ -192,7 +192,7 @@ def by_key(spec: DeviceSpec, key: PublicKey, *, known_hosts: str | None) -> dict
 
 
 def add_key(spec: DeviceSpec, key: PublicKey, password: str, *, trust_new_host: bool,
-            known_hosts: str | None) -> dict[str, Any]:  # Any: JSON
+            known_hosts: str | None) -> dict[str, object]:
     """Install ``key`` on one device over a password login, then prove a key login works."""
     if spec.is_local:
         raise UsageError("add-key installs a key on an SSH device; `local` needs none.")
@@ -214,7 +214,7 @@ def add_key(spec: DeviceSpec, key: PublicKey, password: str, *, trust_new_host: 
 def add_keys(specs: Sequence[DeviceSpec], *, public_key: str | os.PathLike[str] | None,
              password_file: str | os.PathLike[str] | None, password_env: str | None,
              ask: Callable[[], str] | None, trust_new_host: bool, known_hosts: str | os.PathLike[str] | None,
-             parallel: int) -> tuple[DeviceOutcome[dict[str, Any]], ...]:  # Any: JSON
+             parallel: int) -> tuple[DeviceOutcome[dict[str, object]], ...]:
     """``add_key`` on every device (``{"add_key": ...}`` each): the key and the password are read once, before
     any device is contacted, so a missing key or password source fails at once (exit 2)."""
     key = read_public_key(Path(public_key)) if public_key else default_public_key(specs[0]) if specs else None
@@ -230,7 +230,7 @@ def add_keys(specs: Sequence[DeviceSpec], *, public_key: str | os.PathLike[str] 
                 given.append(read_password(None, None, ask))
         return given[0]
 
-    def one(spec: DeviceSpec) -> dict[str, Any]:  # Any: JSON
+    def one(spec: DeviceSpec) -> dict[str, object]:
         assert key is not None
         if spec.is_local:
             raise UsageError("add-key installs a key on an SSH device; `local` needs none.")

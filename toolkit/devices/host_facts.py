@@ -18,7 +18,6 @@ import os
 import tempfile
 import time
 from pathlib import Path
-from typing import Any
 
 FILE_NAME = "hosts.json"
 
@@ -33,7 +32,7 @@ def host_id(user: str, hostname: str, port: int, key_fingerprint: str) -> str:
     return f"{user}@{hostname}:{port} {key_fingerprint}"
 
 
-def _load(path: Path) -> dict[str, Any]:  # Any: JSON
+def _load(path: Path) -> dict[str, object]:
     try:
         data = json.loads(path.read_text())
     except (OSError, ValueError):
@@ -53,7 +52,7 @@ def remember_sftp(key: str, works: bool) -> None:
     path = facts_path()
     data = _load(path)
     found = data.get(key)
-    entry: dict[str, Any] = found if isinstance(found, dict) else {}  # Any: JSON
+    entry: dict[str, object] = found if isinstance(found, dict) else {}
     if entry.get("sftp") is works:
         return
     data[key] = {**entry, "sftp": works, "checked": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}

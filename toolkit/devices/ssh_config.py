@@ -25,7 +25,6 @@ import shlex
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from toolkit.errors import UsageError
 
@@ -156,7 +155,7 @@ def expand_includes(path: Path, *, home: Path, user_config: bool, depth: int = 0
     return "\n".join(out) + "\n", read
 
 
-def _first(options: Mapping[str, Any], key: str) -> str | None:  # Any: paramiko's config values
+def _first(options: Mapping[str, object], key: str) -> str | None:
     value = options.get(key)
     if isinstance(value, list):
         value = value[0] if value else None
@@ -181,7 +180,7 @@ def _local_user() -> str:
     return os.environ.get("USER") or getpass.getuser()
 
 
-def _number(options: Mapping[str, Any], key: str, where: str) -> float | None:  # Any: paramiko's values
+def _number(options: Mapping[str, object], key: str, where: str) -> float | None:
     value = _first(options, key)
     if value is None or value.lower() == "none":
         return None
@@ -192,9 +191,9 @@ def _number(options: Mapping[str, Any], key: str, where: str) -> float | None:  
             from None
 
 
-def _read_options(host: str, home: Path, system_config: Path | None) -> tuple[dict[str, Any], list[Path]]:
+def _read_options(host: str, home: Path, system_config: Path | None) -> tuple[dict[str, object], list[Path]]:
     """The options the user's and the system's configuration give ``host`` (Includes followed), and the files
-    read. Any: paramiko's config values (a string, or a list for repeatable options)."""
+    read. Values as paramiko gives them (a string, or a list for repeatable options)."""
     import paramiko
 
     texts: list[str] = []
@@ -221,8 +220,8 @@ def _where(files: list[Path]) -> str:
     return ", ".join(str(f) for f in files[:3]) or "~/.ssh/config"
 
 
-def _refuse_unfollowed(host: str, options: Mapping[str, Any], where: str, proxy_jump: str | None) -> None:
-    """Refuse an option edgetk cannot follow, by name (and ProxyCommand with ProxyJump). Any: as above."""
+def _refuse_unfollowed(host: str, options: Mapping[str, object], where: str, proxy_jump: str | None) -> None:
+    """Refuse an option edgetk cannot follow, by name (and ProxyCommand with ProxyJump)."""
     unsupported = sorted(k for k in options if k not in HONOURED and k not in NOT_APPLICABLE)
     canonical = _first(options, "canonicalizehostname")
     if canonical is not None and canonical.lower() in _CANONICAL_OFF:

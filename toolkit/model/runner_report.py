@@ -12,7 +12,6 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Sequence
-from typing import Any
 
 from toolkit.errors import DeviceError
 from toolkit.model.device_records import CheckReport, GateResult, LatencyStats
@@ -62,16 +61,16 @@ def latency_samples(data: object) -> tuple[float, ...]:
         return ()
 
 
-def _number(value: Any) -> float | None:  # Any: a JSON value
+def _number(value: object) -> float | None:
     return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
 
 
-def _shown(value: Any) -> str:  # Any: a JSON value
+def _shown(value: object) -> str:
     """``value`` as JSON writes it (NaN, Infinity), for a message."""
     return json.dumps(value) if isinstance(value, (int, float, str, type(None))) else repr(value)
 
 
-def _latency_problem(latency: Any) -> str | None:  # Any: the report's JSON
+def _latency_problem(latency: object) -> str | None:
     if not isinstance(latency, dict):
         return f"latency_ms is {_shown(latency)}, not an object"
     values: dict[str, float] = {}

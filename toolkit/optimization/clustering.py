@@ -8,7 +8,6 @@ Float files do not shrink; the gzip size (and an int8/palette encoding downstrea
 
 from __future__ import annotations
 
-from typing import Any  # Any: dict[str, Any]: the step's JSON-ready details
 
 import numpy as np
 
@@ -93,7 +92,7 @@ class _Clustered:
 
 
 def cluster(model: models.OptimizableModel, *, clusters: int, train_data: LabelledData | None,
-            config: FineTuneConfig) -> dict[str, Any]:
+            config: FineTuneConfig) -> dict[str, object]:
     """Cluster every kernel of ``model`` in place; returns the distinct values per kernel."""
     check_clusters(clusters)
     refs = prunable_weights(model)

@@ -7,7 +7,6 @@ The teacher (any Keras 3 or PyTorch model ``optimize`` can open) runs once over 
 
 from __future__ import annotations
 
-from typing import Any  # Any: dict[str, Any]: the step's JSON-ready details
 
 import numpy as np
 
@@ -20,7 +19,7 @@ from toolkit.optimization.training import Distillation, FineTuneConfig, fine_tun
 
 
 def distill(student: models.OptimizableModel, *, teacher_source: str, train_data: LabelledData | None,
-            config: FineTuneConfig, temperature: float = 4.0, alpha: float = 0.3) -> dict[str, Any]:
+            config: FineTuneConfig, temperature: float = 4.0, alpha: float = 0.3) -> dict[str, object]:
     if train_data is None or config.epochs < 1:
         raise UsageError("Distillation trains the student, so it needs training data and at least one epoch.",
                          hint="Pass --train-data FILE.npz (inputs and labels 'y') and --epochs N (N >= 1).")

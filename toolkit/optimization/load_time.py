@@ -56,7 +56,7 @@ class LoadFigures:
     repeats: int
     how: str = "runner"
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, object]:
         return asdict(self)
 
 
@@ -72,7 +72,7 @@ class LoadTimeReport:
     def baseline(self) -> LoadFigures:
         return self.rows[0]
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, object]:
         base = self.baseline
         return {
             "model": self.model,
@@ -166,9 +166,9 @@ def _bundle_for(path: Path, folder: Path, reference: tuple[list[np.ndarray], lis
             os.link(extra, dest)
         except OSError:
             shutil.copyfile(extra, dest)
-    record: dict[str, Any] = {"file": target.name, "format": "tflite" if path.suffix == ".tflite" else "onnx",
-                              "sha256": sha256_file(target)}
-    manifest: dict[str, Any] = {"artifacts": [record]}
+    record: dict[str, object] = {"file": target.name, "format": "tflite" if path.suffix == ".tflite" else "onnx",
+                                 "sha256": sha256_file(target)}
+    manifest: dict[str, object] = {"artifacts": [record]}
     if reference is not None:
         (folder / "golden").mkdir(exist_ok=True)
         save_npz(folder / "golden" / "inputs.npz", {f"input_{i}": a[None] for i, a in enumerate(reference[0])})

@@ -9,7 +9,7 @@ PyTorch factory models get their ``nn.Linear``/``nn.Conv2d`` modules replaced by
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any  # Any: Keras/PyTorch objects (untyped, lazy); JSON details
+from typing import TYPE_CHECKING, Any, cast  # Any: Keras objects (untyped, lazy); JSON details
 
 import numpy as np
 
@@ -18,6 +18,9 @@ from toolkit.errors import UsageError
 from toolkit.optimization import models
 from toolkit.optimization.data import LabelledData
 from toolkit.optimization.training import FineTuneConfig, fine_tune
+
+if TYPE_CHECKING:  # pragma: no cover
+    from torch import Tensor, nn
 
 
 @dataclass(frozen=True)
@@ -58,7 +61,7 @@ def _factor(name: str, matrix: np.ndarray, energy: float | None, rank: int | Non
 
 
 def low_rank(model: models.OptimizableModel, *, energy: float | None, rank: int | None,
-             train_data: LabelledData | None, config: FineTuneConfig) -> dict[str, Any]:
+             train_data: LabelledData | None, config: FineTuneConfig) -> dict[str, object]:
     check_low_rank(energy, rank)
     if model.kind == Framework.KERAS:
         plans, kept = _keras(model, energy, rank)
@@ -176,8 +179,8 @@ def _torch(model: models.OptimizableModel, energy: float | None, rank: int | Non
         plans.append(plan)
         layer = named[name]
         if isinstance(layer, nn.Linear):
-            first: Any = nn.Linear(layer.in_features, plan.rank, bias=False)
-            second: Any = nn.Linear(plan.rank, layer.out_features, bias=layer.bias is not None)
+            first: nn.Linear | nn.Conv2d = nn.Linear(layer.in_features, plan.rank, bias=False)
+            second: nn.Linear | nn.Conv2d = nn.Linear(plan.rank, layer.out_features, bias=layer.bias is not None)
             a_weight = plan.a.T
             b_weight = plan.b.T
         else:
@@ -190,14 +193,14 @@ def _torch(model: models.OptimizableModel, energy: float | None, rank: int | Non
         with torch.no_grad():
             first.weight.copy_(torch.from_numpy(np.ascontiguousarray(a_weight)))
             second.weight.copy_(torch.from_numpy(np.ascontiguousarray(b_weight)))
-            if layer.bias is not None:
-                second.bias.copy_(layer.bias)
+            if layer.bias is not None:  # second was made with a bias then
+                cast("Tensor", second.bias).copy_(layer.bias)
         set_submodule(module, name, nn.Sequential(first, second))
     return plans, kept
 
 
-def set_submodule(root: Any, name: str, new: Any) -> None:
-    """Replace ``root``'s submodule at the dotted ``name`` with ``new`` (Any: torch modules, imported lazily)."""
+def set_submodule(root: nn.Module, name: str, new: nn.Module) -> None:
+    """Replace ``root``'s submodule at the dotted ``name`` with ``new``."""
     parent_name, _, child = name.rpartition(".")
     parent = root.get_submodule(parent_name) if parent_name else root
     setattr(parent, child, new)

@@ -8,7 +8,7 @@ import statistics
 import tempfile
 import time
 from pathlib import Path
-from typing import Any  # Any: Keras/PyTorch objects (untyped frameworks, imported lazily)
+from typing import TYPE_CHECKING, Any  # Any: Keras/PyTorch objects (untyped frameworks, imported lazily)
 
 import numpy as np
 
@@ -16,6 +16,9 @@ from toolkit.model.vocabulary import Framework
 from toolkit.optimization import models
 from toolkit.optimization.data import LabelledData
 from toolkit.optimization.report import ModelFigures
+
+if TYPE_CHECKING:  # pragma: no cover
+    from torch import Tensor, nn
 
 
 def measure(model: models.OptimizableModel, *, sample: tuple[np.ndarray, ...] | None,
@@ -135,7 +138,7 @@ def _torch_macs(model: models.OptimizableModel, sample: tuple[np.ndarray, ...]) 
         return _torch_macs_from_weights(module, sample)
     total = 0
 
-    def hook(layer: Any, _inputs: Any, output: Any) -> None:
+    def hook(layer: nn.Module, _inputs: object, output: Tensor) -> None:
         nonlocal total
         if isinstance(layer, torch.nn.Linear):
             total += int(output.numel() // layer.out_features) * layer.in_features * layer.out_features
@@ -154,7 +157,7 @@ def _torch_macs(model: models.OptimizableModel, sample: tuple[np.ndarray, ...]) 
     return int(total)
 
 
-def _torch_macs_from_weights(module: Any, sample: tuple[np.ndarray, ...]) -> int:
+def _torch_macs_from_weights(module: nn.Module, sample: tuple[np.ndarray, ...]) -> int:
     """TorchScript/ExportedProgram modules cannot take hooks: an estimate from the weights that assumes every
     conv keeps the input's spatial size (exact for dense layers, an upper bound for strided/pooled convs)."""
     total = 0

@@ -13,14 +13,17 @@ from __future__ import annotations
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any  # Any: torch modules (torch imported lazily)
+from typing import TYPE_CHECKING, Any  # Any: a block's forward, wrapped with whatever it takes and returns
 
 from toolkit.errors import UsageError
+
+if TYPE_CHECKING:  # pragma: no cover
+    from torch import nn
 
 KERAS_REMAT_MODE = "activations"  # keras.RematScope mode for Keras fine-tuning (the one tf.function accepts)
 
 
-def checkpoint_blocks(module: Any) -> list[Any]:
+def checkpoint_blocks(module: nn.Module) -> list[nn.Module]:
     """The repeated blocks of ``module`` whose activations checkpointing recomputes (empty when none)."""
     import torch
 
@@ -34,15 +37,16 @@ def checkpoint_blocks(module: Any) -> list[Any]:
                     blocks.append(block)
                     seen.update(id(m) for m in block.modules())
         return blocks
-    sequences: list[Any] = [m for m in module.modules() if isinstance(m, torch.nn.Sequential) and len(m) >= 2]
+    sequences: list[nn.Sequential] = [m for m in module.modules()
+                                      if isinstance(m, torch.nn.Sequential) and len(m) >= 2]
     if not sequences:
         return []
-    longest: Any = max(sequences, key=lambda m: len(m))
+    longest: nn.Sequential = max(sequences, key=lambda m: len(m))
     return list(longest)
 
 
 @contextmanager
-def activation_checkpointing(module: Any) -> Iterator[int]:
+def activation_checkpointing(module: nn.Module) -> Iterator[int]:
     """While inside, each block of ``module`` recomputes its activations in backward; yields how many blocks.
     Without gradients (evaluation) blocks run as usual. The module is left as it was on exit."""
     from torch.utils.checkpoint import checkpoint

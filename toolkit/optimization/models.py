@@ -13,13 +13,16 @@ import importlib.util
 import sys
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any  # Any: Keras/PyTorch objects (untyped frameworks, imported lazily)
+from typing import TYPE_CHECKING, Any  # Any: Keras/PyTorch objects (untyped frameworks, imported lazily)
 
 import numpy as np
 
 from toolkit.errors import UsageError
 from toolkit.model.vocabulary import Framework
 from toolkit.sources.detect import detect_framework
+
+if TYPE_CHECKING:  # pragma: no cover
+    from torch.export import ExportedProgram
 
 
 class OptimizableModel:
@@ -89,7 +92,7 @@ def _keras_input_name(tensor: Any) -> str:
     return name.split(":")[0]
 
 
-def _exported_example(program: Any) -> tuple[tuple[np.ndarray, ...], bool]:
+def _exported_example(program: ExportedProgram) -> tuple[tuple[np.ndarray, ...], bool]:
     """Zeros shaped like the ExportedProgram's user inputs (from the placeholders' recorded values), and
     whether the batch dimension is symbolic (then the example has batch 1)."""
     user_inputs = set(program.graph_signature.user_inputs)

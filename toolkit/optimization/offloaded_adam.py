@@ -6,7 +6,6 @@ from __future__ import annotations
 import os
 import tempfile
 from collections.abc import Callable, Iterable
-from typing import Any  # Any: torch parameters and optimizers, as the fine-tune loop passes them untyped
 from pathlib import Path
 
 import torch
@@ -145,8 +144,8 @@ class OffloadedAdam(torch.optim.Optimizer):
         return loss
 
 
-def make_adam(params: list[Any], *, learning_rate: float, offload: Offload | None, device: str,
-              directory: Path | None = None) -> Any:
+def make_adam(params: list[torch.nn.Parameter], *, learning_rate: float, offload: Offload | None, device: str,
+              directory: Path | None = None) -> torch.optim.Optimizer:
     """The fine-tune loop's optimizer: plain ``torch.optim.Adam``, or ``OffloadedAdam``. ``Offload.CPU``
     with a model that trains on the CPU is refused: its state is in host memory already."""
     if offload is None:

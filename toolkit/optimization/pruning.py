@@ -9,7 +9,6 @@ Structured pruning (filters and channels removed, layers rebuilt smaller) lives 
 from __future__ import annotations
 
 import math
-from typing import Any  # Any: dict[str, Any]: the step's JSON-ready details
 
 import numpy as np
 
@@ -58,7 +57,7 @@ def _mask_smallest(magnitudes: np.ndarray, count: int) -> np.ndarray:
 
 
 def prune(model: models.OptimizableModel, *, sparsity: float, scope: str = "global",
-          train_data: LabelledData | None, config: FineTuneConfig) -> dict[str, Any]:
+          train_data: LabelledData | None, config: FineTuneConfig) -> dict[str, object]:
     """Prune ``model`` in place; returns the sparsity reached per kernel and over all kernels."""
     check_sparsity(sparsity)
     if scope not in SCOPES:

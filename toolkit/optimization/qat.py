@@ -11,7 +11,7 @@ QAT changed. Keras 3 has no QAT here (tfmot does not take Keras 3 models; findin
 from __future__ import annotations
 
 import copy
-from typing import Any  # Any: torch.ao.quantization is untyped; dict[str, Any]: JSON-ready details
+from typing import Any  # Any: torch.ao.quantization is untyped; dict[str, object]: JSON-ready details
 
 from toolkit.model.vocabulary import Framework
 from toolkit.errors import UsageError
@@ -20,7 +20,9 @@ from toolkit.optimization.data import LabelledData
 from toolkit.optimization.training import FineTuneConfig, fine_tune
 
 
-def qat(model: models.OptimizableModel, *, train_data: LabelledData | None, config: FineTuneConfig) -> dict[str, Any]:
+def qat(
+    model: models.OptimizableModel, *, train_data: LabelledData | None, config: FineTuneConfig
+) -> dict[str, object]:
     if model.kind == Framework.KERAS:
         raise UsageError("Quantization-aware training is implemented for PyTorch models only.",
                          hint="For a Keras model use post-training INT8 in convert, or train it in PyTorch.")

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
-from typing import Any  # Any: JSON values of the --json document
 
 
 @dataclass(frozen=True)
@@ -25,7 +24,7 @@ class ModelFigures:
     macs: int
     accuracy: float | None = None
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, object]:
         return asdict(self)
 
 
@@ -34,12 +33,12 @@ class StepReport:
     """One technique applied: its settings, what it measured on the way, and the model's figures after it."""
 
     technique: str
-    settings: dict[str, Any]
-    details: dict[str, Any]
+    settings: dict[str, object]
+    details: dict[str, object]
     figures: ModelFigures
     fine_tuned: bool = False
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, object]:
         return {
             "technique": self.technique,
             "settings": dict(self.settings),
@@ -64,7 +63,7 @@ class OptimizationReport:
     def final(self) -> ModelFigures:
         return self.steps[-1].figures if self.steps else self.baseline
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, object]:
         final = self.final
         return {
             "source": self.source,

@@ -7,7 +7,7 @@ Fine-tunes afterwards when training data is given.
 
 from __future__ import annotations
 
-from typing import Any  # Any: torch modules, fx nodes (lazy); JSON details
+from typing import TYPE_CHECKING, Any, cast  # Any: torch modules read by attribute; JSON details
 
 import numpy as np
 
@@ -17,6 +17,10 @@ from toolkit.optimization import models
 from toolkit.optimization.data import LabelledData
 from toolkit.optimization.pruning import check_sparsity, keep_channels
 from toolkit.optimization.training import FineTuneConfig, fine_tune
+
+if TYPE_CHECKING:  # pragma: no cover
+    from torch import Tensor
+    from torch.fx import GraphModule, Node
 
 
 def prune_structured(model: models.OptimizableModel, *, sparsity: float, sample: tuple[np.ndarray, ...],
@@ -97,15 +101,15 @@ def _torch(model: models.OptimizableModel, sparsity: float, sample: tuple[np.nda
                 weight = weight[torch.from_numpy(keep_out)]
                 bias = None if bias is None else bias[torch.from_numpy(keep_out)]
             if isinstance(kind, nn.Linear):
-                new: Any = nn.Linear(weight.shape[1], weight.shape[0], bias=bias is not None)
+                new: nn.Linear | nn.Conv2d = nn.Linear(weight.shape[1], weight.shape[0], bias=bias is not None)
             else:
                 new = nn.Conv2d(weight.shape[1], weight.shape[0], kind.kernel_size, stride=kind.stride,
                                 padding=kind.padding, dilation=kind.dilation, bias=bias is not None,
                                 padding_mode=kind.padding_mode)
             with torch.no_grad():
                 new.weight.copy_(weight)
-                if bias is not None:
-                    new.bias.copy_(bias)
+                if bias is not None:  # made with bias=True just above
+                    cast("Tensor", new.bias).copy_(bias)
             shapes[str(node.target)] = [int(kind.weight.shape[0]), int(weight.shape[0])]
             set_submodule(module, str(node.target), new)
             keep_in = keep_out
@@ -135,12 +139,12 @@ def _torch(model: models.OptimizableModel, sparsity: float, sample: tuple[np.nda
     return shapes
 
 
-def _torch_chain(graph: Any) -> list[Any]:
+def _torch_chain(graph: GraphModule) -> list[Node]:
     """The graph's tensor path from the input to the output; branching graphs raise a UsageError."""
     placeholders = [n for n in graph.graph.nodes if n.op == "placeholder"]
     if len(placeholders) != 1:
         raise UsageError("Structured pruning needs a model with one input.")
-    chain: list[Any] = []
+    chain: list[Node] = []
     node = placeholders[0]
     while True:
         users = [u for u in node.users if not (u.op in ("call_method", "call_function")
@@ -165,7 +169,7 @@ def _branching() -> UsageError:
     )
 
 
-def _is_flatten(node: Any, kind: Any) -> bool:
+def _is_flatten(node: Node, kind: object) -> bool:
     from torch import nn
 
     if isinstance(kind, nn.Flatten):

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 from enum import StrEnum
-from typing import Any  # Any: Keras/PyTorch objects (untyped frameworks, imported lazily)
+from typing import TYPE_CHECKING, Any  # Any: Keras objects (untyped, imported lazily)
 
 import numpy as np
 
@@ -21,6 +21,11 @@ from toolkit.optimization import models
 from toolkit.optimization.data import LabelledData
 from toolkit.optimization.memory import KERAS_REMAT_MODE
 from toolkit.optimization.offload import Offload, OffloadedOptimizer
+
+if TYPE_CHECKING:  # pragma: no cover
+    from torch import Tensor
+    from torch.amp import GradScaler
+    from torch.optim import Optimizer
 
 
 class MixedPrecision(StrEnum):
@@ -205,7 +210,7 @@ def _fine_tune_keras(model: models.OptimizableModel, data: LabelledData, config:
 # --- PyTorch -------------------------------------------------------------------------------------------------
 
 
-def loss_scaler(precision: MixedPrecision, device: str) -> Any | None:
+def loss_scaler(precision: MixedPrecision, device: str) -> GradScaler | None:
     """fp16 trains with dynamic loss scaling (``torch.amp.GradScaler``): the loss is multiplied before backward
     so small fp16 gradients do not flush to zero; a step whose gradients overflow is skipped and the scale
     halved, and after a run of good steps the scale grows. None for fp32/bf16, which need no scaling."""
@@ -216,12 +221,12 @@ def loss_scaler(precision: MixedPrecision, device: str) -> Any | None:
     return torch.amp.GradScaler(device)
 
 
-def backward(loss: Any, scaler: Any | None) -> None:
+def backward(loss: Tensor, scaler: GradScaler | None) -> None:
     """Back-propagate ``loss``, scaled when training in fp16."""
     (scaler.scale(loss) if scaler is not None else loss).backward()
 
 
-def update(optimizer: Any, scaler: Any | None) -> None:
+def update(optimizer: Optimizer, scaler: GradScaler | None) -> None:
     """One optimizer update; with a scaler, the gradients are unscaled first and an overflowing step is skipped."""
     if scaler is None:
         optimizer.step()

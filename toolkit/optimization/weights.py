@@ -9,12 +9,15 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any  # Any: Keras/PyTorch objects (untyped frameworks, imported lazily)
+from typing import TYPE_CHECKING, Any  # Any: Keras/PyTorch objects (untyped frameworks, imported lazily)
 
 import numpy as np
 
 from toolkit.model.vocabulary import Framework
 from toolkit.optimization import models
+
+if TYPE_CHECKING:  # pragma: no cover
+    from torch import nn
 
 _KERAS_KERNELS = ("kernel", "depthwise_kernel", "pointwise_kernel")
 
@@ -48,7 +51,7 @@ def _keras_refs(net: Any) -> list[WeightRef]:
     return refs
 
 
-def _torch_refs(module: Any) -> list[WeightRef]:
+def _torch_refs(module: nn.Module) -> list[WeightRef]:
     import torch
 
     refs = []
@@ -56,7 +59,7 @@ def _torch_refs(module: Any) -> list[WeightRef]:
         if not name.endswith("weight") or param.dim() < 2:
             continue
 
-        def setter(value: np.ndarray, p: Any = param) -> None:
+        def setter(value: np.ndarray, p: nn.Parameter = param) -> None:
             with torch.no_grad():
                 p.copy_(torch.from_numpy(np.ascontiguousarray(value, dtype=np.float32)))
 
@@ -75,5 +78,5 @@ def _keras_setter(variable: Any) -> Callable[[np.ndarray], None]:
     return write
 
 
-def _torch_getter(param: Any) -> Callable[[], np.ndarray]:
+def _torch_getter(param: nn.Parameter) -> Callable[[], np.ndarray]:
     return lambda: param.detach().cpu().numpy().copy()

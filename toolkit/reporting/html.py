@@ -40,7 +40,7 @@ class ReportData:
     def title(self) -> str:
         return f"edgetk report: {self.manifest.name}" if self.manifest else "edgetk report: check history"
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, object]:
         """The document ``edgetk report --json`` prints (docs/schemas/report.md)."""
         return {
             "bundle": str(self.bundle_dir) if self.bundle_dir else None,
@@ -105,11 +105,11 @@ code { font-size: 12px; }
 """
 
 
-def _e(value: Any) -> str:
+def _e(value: object) -> str:
     return html.escape("-" if value is None else str(value))
 
 
-def _table(headers: Sequence[str], rows: Sequence[Sequence[Any]], *, css_id: str, verdict_col: int | None = None,
+def _table(headers: Sequence[str], rows: Sequence[Sequence[object]], *, css_id: str, verdict_col: int | None = None,
            numeric: Sequence[int] = ()) -> str:
     head = "".join(f"<th>{_e(h)}</th>" for h in headers)
     body = []
@@ -138,7 +138,7 @@ def _facts(data: ReportData) -> str:
     m = data.manifest
     if m is None:
         return ""
-    facts: list[tuple[str, Any]] = [
+    facts: list[tuple[str, object]] = [
         ("name", m.name), ("bundle", data.bundle_dir), ("version", (data.version or "")[:16]),
         ("created", m.created_at), ("toolkit", m.toolkit_version),
         ("source", f"{m.source.path} ({m.source.framework}, sha256 {m.source.sha256[:12]})"),
@@ -161,7 +161,7 @@ def _facts(data: ReportData) -> str:
     return f'<h2>Manifest</h2><dl id="manifest">{items}</dl>{extra}'
 
 
-def _history_rows(checks: Sequence[Mapping[str, Any]]) -> list[list[Any]]:
+def _history_rows(checks: Sequence[Mapping[str, Any]]) -> list[list[object]]:
     rows = []
     for c in checks:
         lat = c.get("latency_ms") or {}
@@ -233,7 +233,7 @@ def _inside(data: ReportData) -> str:
     return "".join(parts)
 
 
-def selection_rows(selected: Sequence[Mapping[str, Any]]) -> list[list[Any]]:
+def selection_rows(selected: Sequence[Mapping[str, Any]]) -> list[list[object]]:
     """One row per device's newest selection: the artifact (with its label), its p50 there, pinned, why, the
     proposal."""
     from toolkit.reporting.terminal import labelled

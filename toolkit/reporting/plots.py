@@ -12,17 +12,21 @@ from __future__ import annotations
 import io
 from collections.abc import Mapping, Sequence
 from datetime import datetime
-from typing import Any  # Any: matplotlib objects (imported lazily) and JSON values of stored checks
+from types import ModuleType
+from typing import TYPE_CHECKING, Any  # Any: JSON values of stored checks, read by key
 
 from toolkit.errors import MissingDependency
 from toolkit.model.quantized import precision_label
 from toolkit.model.manifest import Manifest
 from toolkit.model.vocabulary import Format
 
+if TYPE_CHECKING:  # pragma: no cover
+    from matplotlib.figure import Figure
+
 PRECISION_COLOURS = {"fp32": "#4c72b0", "fp16": "#55a868", "dynamic": "#dd8452", "int8": "#c44e52"}
 
 
-def _pyplot() -> Any:
+def _pyplot() -> ModuleType:
     try:
         import matplotlib
     except ImportError:
@@ -33,7 +37,7 @@ def _pyplot() -> Any:
     return plt
 
 
-def _png(fig: Any) -> bytes:
+def _png(fig: Figure) -> bytes:
     plt = _pyplot()
     buffer = io.BytesIO()
     fig.savefig(buffer, format="png", dpi=110, bbox_inches="tight")

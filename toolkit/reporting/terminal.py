@@ -21,8 +21,9 @@ from toolkit.model.vocabulary import Precision
 
 HEADERS = ("artifact", "precision", "size", "accuracy (float)", "host p50", "device", "p50", "p90", "load",
            "peak mem", "gate")
-_STYLES: dict[str, dict[str, Any]] = {"PASS": {"fg": "green", "bold": True}, "FAIL": {"fg": "red", "bold": True},
-           "ERROR": {"fg": "red", "bold": True}, "-": {"dim": True}}
+_STYLES: dict[str, dict[str, str | bool]] = {
+    "PASS": {"fg": "green", "bold": True}, "FAIL": {"fg": "red", "bold": True},
+    "ERROR": {"fg": "red", "bold": True}, "-": {"dim": True}}
 
 
 def stdout_is_terminal() -> bool:
@@ -41,7 +42,7 @@ def human_bytes(count: float) -> str:
     return f"{value:.1f} GB"
 
 
-def ms_text(value: Any) -> str:
+def ms_text(value: float | None) -> str:
     """A time in milliseconds as shown in the tables: 3 decimals under 10 ms, 1 above; '-' for none."""
     if value is None:
         return "-"
@@ -174,7 +175,7 @@ def run_summary(result: Any, *, colour: bool = False) -> str:
     return "\n".join(parts)
 
 
-def labelled(artifact: str, label: Any) -> str:
+def labelled(artifact: str, label: object) -> str:
     """``model.int8.tflite (int8 mixed: 2% of weights int)``: a file with the label a selection recorded for it
     where its name says too little (``toolkit.model.quantized.label_beyond``)."""
     return f"{artifact} ({label})" if label else artifact
@@ -209,7 +210,7 @@ def selection_lines(selected: Mapping[str, Any] | None) -> list[str]:
 # ------------------------------------------------------------------------------------------ inside a run
 
 
-def _rate(value: Any) -> str:
+def _rate(value: float | None) -> str:
     if value is None:
         return "-"
     value = float(value)
@@ -329,7 +330,7 @@ def eval_line(artifact: str, result: Mapping[str, Any]) -> str:
     return line + (f" ({result['note']})" if result.get("note") else "")
 
 
-def eval_row(report: Mapping[str, Any]) -> list[Any]:
+def eval_row(report: Mapping[str, Any]) -> list[object]:
     """artifact, device, samples, device vs labels, float vs labels, device vs float (top-1 agreement, else
     cosine), note: one row of the report's table."""
     result = report.get("evaluation") or {}
@@ -342,5 +343,5 @@ def eval_row(report: Mapping[str, Any]) -> list[Any]:
             result.get("note") or ""]
 
 
-def _pct(value: Any) -> str:
+def _pct(value: float | None) -> str:
     return "-" if value is None else f"{100.0 * float(value):.1f}%"

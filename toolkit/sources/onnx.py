@@ -32,7 +32,7 @@ class OnnxSource(SourceModel):
         self._session: Any = None  # Any: an onnxruntime InferenceSession
 
 
-    def _open(self) -> Any:
+    def _open(self) -> Any:  # Any: the InferenceSession, as above
         if self._session is None:
             try:
                 import onnxruntime as ort

@@ -15,6 +15,7 @@ import os
 import re
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 import numpy as np
@@ -28,7 +29,7 @@ from toolkit.sources.base import SourceModel
 Shapes = Mapping[str, Sequence[int | None]]
 
 
-def _tf() -> Any:
+def _tf() -> ModuleType:
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
     try:
         import tensorflow as tf
@@ -39,7 +40,7 @@ def _tf() -> Any:
     return tf
 
 
-def _keras() -> Any:
+def _keras() -> ModuleType:
     _tf()
     try:
         import keras
@@ -116,16 +117,16 @@ class TensorFlowSource(SourceModel):
             specs.append(tf.TensorSpec(shape, tf.as_dtype(spec.dtype), name=spec.name))
         return specs
 
-    def _serve(self) -> Callable[..., dict[str, Any]]:  # Any: tf tensors
+    def _serve(self) -> Callable[..., dict[str, object]]:
         """The model taking the inputs positionally and returning {output name: tensor}."""
         names = [s.name for s in self._outputs]
 
-        def serve(*args: Any) -> dict[str, Any]:  # Any: tf tensors
+        def serve(*args: Any) -> dict[str, object]:  # Any: tf tensors
             return dict(zip(names, self._call(list(args))))
 
         return serve
 
-    def serving_function(self, shapes: Shapes | None = None) -> Any:
+    def serving_function(self, shapes: Shapes | None = None) -> Any:  # Any: a tf.function
         """A ``tf.function`` of ``_serve`` with the inputs' shapes fixed."""
         return _tf().function(self._serve(), input_signature=self.input_signature(shapes), autograph=False)
 
@@ -186,7 +187,7 @@ class KerasSource(TensorFlowSource):
             for n, t in zip(_unique(op_names), outs)
         )
 
-    def _pack(self, args: Sequence[Any]) -> Any:
+    def _pack(self, args: Sequence[Any]) -> Any:  # Any: tf tensors
         if len(args) == 1 and (
             self._structure is None or not isinstance(self._structure, (list, tuple, dict))
         ):
@@ -282,16 +283,16 @@ class _FrozenSignature:
     """One serving signature read by the v1 loader with its variables folded into constants: called with
     keyword tensors like a loaded signature, with the same ``structured_*`` description (Any: tf objects)."""
 
-    def __init__(self, function: Any, inputs: Mapping[str, Any], outputs: Mapping[str, Any]) -> None:
+    def __init__(self, function: Any, inputs: Mapping[str, object], outputs: Mapping[str, object]) -> None:
         self._function = function
         self.structured_input_signature = ((), dict(inputs))
         self.structured_outputs = dict(outputs)
 
-    def __call__(self, **kwargs: Any) -> dict[str, Any]:  # Any: tf tensors
+    def __call__(self, **kwargs: Any) -> dict[str, object]:  # Any: tf tensors
         return dict(self._function(*[kwargs[name] for name in self.structured_input_signature[1]]))
 
 
-def _frozen_signatures(tf: Any, path: Path, error: BaseException) -> Any:
+def _frozen_signatures(tf: ModuleType, path: Path, error: BaseException) -> Any:  # Any: tf objects
     """A stand-in for ``tf.saved_model.load(path)`` when the object graph cannot be revived (``error``): a
     variable-free module whose ``signatures`` are the serving signatures, loaded by the v1 loader (what
     ``tf.compat.v1.lite.TFLiteConverter.from_saved_model`` does) and frozen. Refuses with ``error``'s line

@@ -28,7 +28,8 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from types import ModuleType
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -37,10 +38,14 @@ from toolkit.model.tensors import TensorSpec
 from toolkit.model.vocabulary import Framework
 from toolkit.sources.base import SourceModel
 
+if TYPE_CHECKING:  # pragma: no cover
+    from torch import Tensor, nn
+    from torch.export import ExportedProgram
+
 UNKNOWN_RANK: tuple[int | None, ...] = (None,)
 
 
-def import_torch(purpose: str = "Loading a PyTorch model") -> Any:
+def import_torch(purpose: str = "Loading a PyTorch model") -> ModuleType:
     """``torch``, or a MissingDependency naming the extra that brings it."""
     try:
         import torch
@@ -73,9 +78,9 @@ class TorchSource(SourceModel):
         *,
         framework: Framework,
         path: Path,
-        module: Any,  # Any: a torch.nn.Module (torch is lazy)
+        module: nn.Module,
         inputs: tuple[TensorSpec, ...],
-        exported_program: Any = None,  # Any: torch ExportedProgram
+        exported_program: ExportedProgram | None = None,
     ) -> None:
         self.framework = framework
         self.path = path
@@ -118,7 +123,7 @@ class TorchSource(SourceModel):
         self.predict(feeds)
         return self._probed or ()
 
-    def torch_inputs(self, feeds: Mapping[str, np.ndarray]) -> tuple[Any, ...]:  # Any: torch tensors
+    def torch_inputs(self, feeds: Mapping[str, np.ndarray]) -> tuple[Tensor, ...]:
         """Feeds as tensors in ``forward`` order; a missing input is a UsageError."""
         torch = import_torch()
         args = []

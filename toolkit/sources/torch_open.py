@@ -9,12 +9,17 @@ import inspect
 import sys
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any
+from types import ModuleType
+from typing import TYPE_CHECKING, Any
 
 from toolkit.errors import UsageError, key_line
 from toolkit.model.tensors import TensorSpec
 from toolkit.model.vocabulary import Framework
 from toolkit.sources.torch import UNKNOWN_RANK, TorchSource, import_torch
+
+if TYPE_CHECKING:  # pragma: no cover
+    from torch import nn
+    from torch.export import ExportedProgram
 
 
 def open_torch(source: str, framework: str, *, weights: Path | None) -> TorchSource:
@@ -35,7 +40,7 @@ def open_torch(source: str, framework: str, *, weights: Path | None) -> TorchSou
     raise UsageError(f"{source!r} is not a PyTorch model ({framework}).")
 
 
-def _open_torchscript(torch: Any, path: Path) -> TorchSource:  # Any: torch (imported lazily)
+def _open_torchscript(torch: ModuleType, path: Path) -> TorchSource:
     try:
         module = torch.jit.load(str(path), map_location="cpu")
     except Exception as exc:
@@ -54,7 +59,7 @@ def _open_torchscript(torch: Any, path: Path) -> TorchSource:  # Any: torch (imp
     return TorchSource(framework=Framework.TORCHSCRIPT, path=path, module=module, inputs=specs)
 
 
-def _open_exported_program(torch: Any, path: Path) -> TorchSource:  # Any: torch (imported lazily)
+def _open_exported_program(torch: ModuleType, path: Path) -> TorchSource:
     """``torch.export.load``. A program whose outputs are Hugging Face ``ModelOutput`` dataclasses loads only
     once transformers has registered those types with torch's pytree (``torch.export.save`` records the type
     by name): the load is retried after importing ``transformers.modeling_outputs``."""
@@ -91,7 +96,7 @@ def _open_exported_program(torch: Any, path: Path) -> TorchSource:  # Any: torch
     )
 
 
-def _load_with_transformers_outputs(torch: Any, path: Path) -> Any:
+def _load_with_transformers_outputs(torch: ModuleType, path: Path) -> ExportedProgram | None:
     """The program loaded after transformers registered its ModelOutput types; None without transformers or
     when it still fails."""
     import warnings
@@ -108,7 +113,7 @@ def _load_with_transformers_outputs(torch: Any, path: Path) -> Any:
         return None
 
 
-def exported_input_specs(torch: Any, program: Any) -> tuple[TensorSpec, ...]:  # Any: torch objects (lazy)
+def exported_input_specs(torch: ModuleType, program: ExportedProgram) -> tuple[TensorSpec, ...]:
     """Names, shapes (symbolic dimension -> None) and dtypes of an ExportedProgram's user inputs."""
     user_inputs = list(program.graph_signature.user_inputs)
     by_name = {node.name: node for node in program.graph.nodes if node.op == "placeholder"}
@@ -125,7 +130,7 @@ def exported_input_specs(torch: Any, program: Any) -> tuple[TensorSpec, ...]:  #
     return tuple(specs)
 
 
-def load_factory(source: str) -> tuple[Callable[[], Any], Any, Path]:  # Any: a torch.nn.Module
+def load_factory(source: str) -> tuple[Callable[[], Any], ModuleType, Path]:  # Any: what the user's factory returns
     """``file.py:attr`` or ``pkg.mod:attr`` -> (the callable, its module, a path for the report)."""
     target, _, attr = source.rpartition(":")
     if target.endswith(".py"):
@@ -170,7 +175,7 @@ def load_factory(source: str) -> tuple[Callable[[], Any], Any, Path]:  # Any: a 
     return factory, module, path
 
 
-def _open_factory(torch: Any, source: str, weights: Path | None) -> TorchSource:  # Any: torch (lazy)
+def _open_factory(torch: ModuleType, source: str, weights: Path | None) -> TorchSource:
     factory, module, path = load_factory(source)
     try:
         model = factory()
@@ -192,7 +197,7 @@ def _open_factory(torch: Any, source: str, weights: Path | None) -> TorchSource:
     return TorchSource(framework=Framework.TORCH_FACTORY, path=path, module=model, inputs=specs)
 
 
-def _load_weights(torch: Any, model: Any, weights: Path) -> None:  # Any: torch objects (lazy)
+def _load_weights(torch: ModuleType, model: nn.Module, weights: Path) -> None:
     if not weights.is_file():
         raise UsageError(f"The weights file {str(weights)!r} does not exist.")
     try:
@@ -221,7 +226,7 @@ def _load_weights(torch: Any, model: Any, weights: Path) -> None:  # Any: torch 
     del result
 
 
-def forward_parameter_names(model: Any) -> list[str]:  # Any: a torch.nn.Module
+def forward_parameter_names(model: nn.Module) -> list[str]:
     """Positional parameter names of ``model.forward`` (without self); ``input`` when it takes *args."""
     try:
         signature = inspect.signature(model.forward)
@@ -235,8 +240,10 @@ def forward_parameter_names(model: Any) -> list[str]:  # Any: a torch.nn.Module
     return names or ["input"]
 
 
-def _declared_specs(torch: Any, module: Any, model: Any, names: list[str]) -> tuple[TensorSpec, ...]:
-    """Specs from ``example_inputs()`` or ``model.example_input_shapes``, else unknown rank (Any: torch)."""
+def _declared_specs(
+    torch: ModuleType, module: ModuleType, model: nn.Module, names: list[str]
+) -> tuple[TensorSpec, ...]:
+    """Specs from ``example_inputs()`` or ``model.example_input_shapes``, else unknown rank."""
     example = getattr(module, "example_inputs", None)
     if callable(example):
         value = example()

@@ -19,7 +19,7 @@ from toolkit.runtimes.execution import HostSession
 from toolkit.runtimes.inspection.tflite import parse_tflite
 
 
-def _interpreter_class() -> Any:
+def _interpreter_class() -> Any:  # Any: the runtime's untyped Interpreter class
     try:
         from ai_edge_litert.interpreter import Interpreter
     except ImportError as exc:

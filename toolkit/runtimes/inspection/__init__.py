@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Mapping
 
 from toolkit.errors import UsageError
 from toolkit.model.tensors import TensorSpec
@@ -30,9 +30,9 @@ class ModelInfo:
     float_compute_ops: int
     precision: Precision  # best guess from the content
     opset: int | None = None
-    extra: Mapping[str, Any] = field(default_factory=dict)  # Any: JSON values
+    extra: Mapping[str, object] = field(default_factory=dict)
 
-    def to_dict(self) -> dict[str, Any]:  # Any: JSON
+    def to_dict(self) -> dict[str, object]:
         return {
             "path": self.path,
             "format": self.format,

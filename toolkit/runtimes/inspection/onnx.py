@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -242,7 +242,7 @@ def inspect_onnx(path: Path) -> ModelInfo:
     )
     opset = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), None)
     is_qoperator = any(is_integer_op(op) for op in op_counts)
-    extra: dict[str, Any] = {  # Any: JSON values
+    extra: dict[str, object] = {
         "ir_version": int(model.ir_version),
         "producer": f"{model.producer_name} {model.producer_version}".strip() or None,
         "opsets": {(o.domain or "ai.onnx"): int(o.version) for o in model.opset_import},

@@ -7,7 +7,8 @@ from __future__ import annotations
 
 from collections import Counter
 from pathlib import Path
-from typing import Any
+from types import ModuleType
+from typing import Any  # Any: ExecuTorch's program, method and schema objects (untyped)
 
 from toolkit.errors import MissingDependency, UsageError, key_line
 from toolkit.model.tensors import TensorSpec
@@ -25,8 +26,8 @@ QUANTIZED_METHOD = "edgetk_quantized_tensors"
 HALF_METHOD = "edgetk_half_tensors"
 
 
-def import_executorch(purpose: str) -> Any:
-    """The ``executorch`` package (a module: Any), or MissingDependency naming the extra."""
+def import_executorch(purpose: str) -> ModuleType:
+    """The ``executorch`` package, or MissingDependency naming the extra."""
     try:
         import executorch
     except ImportError as exc:

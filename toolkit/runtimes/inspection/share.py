@@ -17,10 +17,13 @@ import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from toolkit.model.quantized import LARGE_LAYER, LEFT_FLOAT, NESTED, FloatLayer, QuantizedShare, names_layer
 from toolkit.model.vocabulary import Precision
+
+if TYPE_CHECKING:  # pragma: no cover
+    from onnx import ModelProto, TensorProto
 
 TFLITE_WEIGHTED = frozenset({
     "CONV_2D", "DEPTHWISE_CONV_2D", "FULLY_CONNECTED", "BATCH_MATMUL", "TRANSPOSE_CONV", "CONV_3D",
@@ -154,7 +157,7 @@ def onnx_layers(path: Path) -> list[Layer]:
     return onnx_model_layers(onnx.load(str(path)))
 
 
-def onnx_model_layers(model: Any) -> list[Layer]:  # Any: onnx.ModelProto (onnx is imported only here)
+def onnx_model_layers(model: ModelProto) -> list[Layer]:
     """``onnx_layers`` of a model in memory."""
     import onnx
 
@@ -164,7 +167,7 @@ def onnx_model_layers(model: Any) -> list[Layer]:  # Any: onnx.ModelProto (onnx 
         model = onnx.shape_inference.infer_shapes(model, strict_mode=False)
     except Exception:  # noqa: BLE001 - shapes are only for the MAC estimate
         pass
-    inits: dict[str, Any] = {}  # Any: numpy arrays of any dtype
+    inits: dict[str, TensorProto] = {}
     shapes: dict[str, list[int]] = {}
     dequantized: dict[str, str] = {}
     for graph in iter_graphs(model.graph):
