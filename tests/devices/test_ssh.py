@@ -89,10 +89,19 @@ def test_down_device_fails_fast_with_device_error(fresh_ssh_device, ssh_client_k
     known = ssh_known_hosts(dev)
     dev.stop()
     # Hold the stopped device's port, bound but not listening: the kernel refuses connections to it, and no
-    # other server started by the suite's other worker can take the port in between (it once did).
+    # other server started by the suite's other worker can take the port in between (it once did). The bind
+    # waits for the stopped server's sockets to go (it once met them still there).
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as holder:
         holder.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        holder.bind(("127.0.0.1", dev.port))
+        deadline = time.monotonic() + 20
+        while True:
+            try:
+                holder.bind(("127.0.0.1", dev.port))
+                break
+            except OSError:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.2)
         started = time.perf_counter()
         with pytest.raises(DeviceError) as down, open_connection(_spec(dev, ssh_client_key, known)) as conn:
             conn.run(["true"])
