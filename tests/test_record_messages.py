@@ -6,13 +6,13 @@ hint. One row per kind of record per kind of mistake, read through each record's
 from __future__ import annotations
 
 import json
-import textwrap
 import tomllib
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
+from tests.fixtures.profiles import MINIMAL_PROFILE
 from toolkit.devices.inventory import load_inventory
 from toolkit.errors import UsageError
 from toolkit.model.manifest import read_manifest
@@ -23,31 +23,10 @@ from toolkit.model.schemas.dataset import DOCS as DATASET_DOCS
 from toolkit.model.schemas.dataset import Dataset
 from toolkit.model.targets import load_profiles
 
-PROFILE = textwrap.dedent("""
-    description = "a test board"
-    arch = "aarch64"
-    memory_mb = 1024
-    os = "Debian 12"
-    python = "3.11"
-    threads = 2
-    latency_budget_ms = 50
-    fallback = ["int8", "fp32"]
-
-    [cpu]
-    cores = 2
-    model = "Cortex-A53"
-
-    [tolerance]
-    max_top1_drop = 0.01
-    min_cosine = 0.99
-
-    [[runtimes]]
-    name = "onnxruntime"
-
-    [[recipes]]
-    format = "onnx"
-    precision = "int8"
-""").replace("threads = 2", "threads = 2\nmax_onnx_opset = 17\nexecution_providers = [\"CPUExecutionProvider\"]")
+# the minimal profile on ONNX Runtime, with its ONNX-only keys
+PROFILE = (MINIMAL_PROFILE.replace('name = "litert"', 'name = "onnxruntime"')
+           .replace('format = "tflite"', 'format = "onnx"')
+           .replace("threads = 2", 'threads = 2\nmax_onnx_opset = 17\nexecution_providers = ["CPUExecutionProvider"]'))
 INVENTORY = '[devices.pi-1]\nhost = "10.0.0.2"\nport = 22\n'
 
 

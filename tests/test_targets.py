@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.fixtures.profiles import MINIMAL_PROFILE
 from toolkit.errors import UsageError
 from toolkit.resources import targets_dir
 from toolkit.model.platform import host_profile_name, match_profile
@@ -27,31 +28,7 @@ SHIPPED = {
     "jetson-orin-nano", "coral-usb", "coral-dev-board", "generic-aarch64", "generic-x86_64",
 }
 
-MINIMAL = """
-description = "a test board"
-arch = "aarch64"
-memory_mb = 1024
-os = "Debian 12"
-python = "3.11"
-threads = 2
-latency_budget_ms = 50
-fallback = ["int8", "fp32"]
-
-[cpu]
-cores = 2
-model = "Cortex-A53"
-
-[tolerance]
-max_top1_drop = 0.01
-min_cosine = 0.99
-
-[[runtimes]]
-name = "litert"
-
-[[recipes]]
-format = "tflite"
-precision = "int8"
-"""
+MINIMAL = MINIMAL_PROFILE
 
 
 @pytest.fixture(autouse=True)

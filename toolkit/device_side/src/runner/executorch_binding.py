@@ -49,14 +49,6 @@ class PteModel(PteBase):
         dtype = numpy.dtype(PTE_SCALAR_TYPES.get(int(info.dtype()), "float32"))
         return Tensor("{}_{}".format(what, index), [int(d) for d in info.sizes()], dtype, 0.0, 0, index)
 
-    def dynamic_batch(self):
-        # type: () -> bool
-        return False
-
-    def resize_batch(self, batch):
-        # type: (int) -> None
-        """A .pte runs the batch it was exported with."""
-
     def set_inputs(self, pairs):
         # type: (list) -> None
         numpy = import_numpy()

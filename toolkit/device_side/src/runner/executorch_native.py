@@ -154,14 +154,6 @@ class NativePteModel(PteBase):
         self.extra = {"backends": self.backends, "path": "native",
                       "native": {"executorch": hello.get("executorch"), "binary": runner[0]}}
 
-    def dynamic_batch(self):
-        # type: () -> bool
-        return False
-
-    def resize_batch(self, batch):
-        # type: (int) -> None
-        """A .pte runs the batch it was exported with."""
-
     def set_inputs(self, pairs):
         # type: (list) -> None
         numpy = import_numpy()

@@ -94,7 +94,8 @@ def pte_placement(record):
 
 
 class PteBase(Model):
-    """What both ExecuTorch paths (the native runner, the Python binding) offer beyond every model."""
+    """What both ExecuTorch paths (the native runner, the Python binding) offer beyond every model. A .pte runs the
+    batch it was exported with: the model's fixed batch (``Model.dynamic_batch``) holds."""
 
     format = "pte"
 
