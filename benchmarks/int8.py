@@ -184,7 +184,7 @@ def _ort_a16w8(fp32: Path, root: Path, samples: np.ndarray) -> Path:
     """MobileNetV2 A16W8 ONNX through the toolkit's own route (the generic-x86_64 A16W8 recipe, opset <= 19)."""
     import dataclasses
 
-    from toolkit.conversion import onnx_quant
+    from toolkit.conversion.onnx import quant as onnx_quant
     from toolkit.conversion.base import ConversionRequest
     from toolkit.sources import open_source
     from toolkit.model.recipe import Recipe

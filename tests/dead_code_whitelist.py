@@ -47,7 +47,7 @@ _.training  # torch modules put in eval mode
 _.auth_timeout, _.banner_timeout, _.MAX_REQUEST_SIZE, _.seqno  # paramiko Transport, SFTP file, Message
 _.exit_core_dumped  # devices/ssh_signal.py: the exit-signal request's field, recorded on the channel
 _.isolation_level  # store/engine.py: the sqlite3 connection's (SQLAlchemy manages transactions)
-_.edgetk_keepalive  # conversion/tf_onnx.py: the loaded model's variables kept alive by the traced function
+_.edgetk_keepalive  # conversion/onnx/from_tf.py: the loaded model's variables kept alive by the traced function
 _._program  # runtimes/execution/pte.py: the Program kept alive while its Method runs
 
 # Documented API with no caller inside toolkit/ yet.

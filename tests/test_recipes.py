@@ -31,7 +31,7 @@ from tests.fixtures.pte import PTE_PROFILES, needs_executorch
 from tests.fixtures.runner_output import report_doc
 from toolkit.delivery.bundle import read_bundle
 from toolkit.runtimes.compat import tflite_incompatibilities
-from toolkit.conversion.tf_onnx import DEFAULT_OPSET
+from toolkit.conversion.onnx.from_tf import DEFAULT_OPSET
 from toolkit.errors import ConversionError
 from toolkit.runtimes.inspection import inspect_model
 from toolkit.conversion.pipeline import ConvertOptions, ConvertResult, convert_bundle
@@ -192,7 +192,7 @@ def test_recipe_builds_what_it_says(base, recipes, shared, build_target, tmp_pat
     assert manifest.target.name == name
     profile = PROFILES[base]
     for recipe in recipes:
-        # reduce_range left unset by the profile is decided by the plan (toolkit.conversion.int8_saturation): on
+        # reduce_range left unset by the profile is decided by the plan (toolkit.conversion.onnx.saturation): on
         # for an x86 target, off elsewhere unless this host's kernels saturate and the artifact is rebuilt with it
         unset = recipe.reduce_range is None
         wanted = dataclasses.replace(recipe, nodes_to_exclude=())

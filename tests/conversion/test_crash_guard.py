@@ -1,7 +1,7 @@
 """An artifact that crashes its runtime does not take the convert run down: its first load and inference run in a
 child process (toolkit/conversion/crash_guard.py), the crash is a failed attempt naming the signal and the op,
 the runtime retry keeps that op in float, and the other artifacts are built as before. On the PyTorch -> TFLite
-route the op a runtime names is mapped to the FX node it came from (toolkit/conversion/tflite_fx.py).
+route the op a runtime names is mapped to the FX node it came from (toolkit/conversion/pt2e/tflite_fx.py).
 
 The crash is real: the trained digits CNN's INT8 TFLite, as built, with the int8 RESHAPE that flattens the
 features edited to read "no tensor" (-1) as its shape. LiteRT's RESHAPE kernel then dereferences a tensor that
@@ -71,7 +71,7 @@ def _int8_bias_on_the_int8_classifier(path: Path) -> bool:
 
 def test_fx_nodes_follow_the_op_order_where_the_counts_match_else_take_the_family() -> None:
     """The PyTorch digits net as litert-torch writes it: a layout RESHAPE of its own, then torch's flatten."""
-    from toolkit.conversion.tflite_fx import fx_nodes
+    from toolkit.conversion.pt2e.tflite_fx import fx_nodes
 
     ops = ["RESHAPE", "DEPTHWISE_CONV_2D", "CONV_2D", "MAX_POOL_2D", "TRANSPOSE", "RESHAPE", "FULLY_CONNECTED",
            "FULLY_CONNECTED"]

@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from toolkit.conversion import onnx_checks
+from toolkit.conversion.onnx import checks as onnx_checks
 from toolkit.errors import ConversionError, origin
 
 

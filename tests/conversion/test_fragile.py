@@ -19,7 +19,7 @@ import pytest
 from tests.fixtures.real_models import Detector, assert_rule_repairs
 from tests.fixtures.token_models import token_net  # noqa: F401 (fixture)
 from toolkit import api
-from toolkit.conversion import tflite
+from toolkit.conversion.tflite import convert as tflite
 
 
 def _int8_record(detector: Detector, out: Path) -> tuple[dict[str, Any], float]:
@@ -85,7 +85,7 @@ def test_onnx_embedding_gather_stays_exact(token_net, tmp_path) -> None:
     import numpy as np
 
     from toolkit.conversion import fragile, registry
-    from toolkit.conversion.onnx_io import require_onnx, run_outputs
+    from toolkit.conversion.onnx.graph_io import require_onnx, run_outputs
     from toolkit.sources import open_source
 
     source = open_source(str(token_net.onnx))
@@ -115,7 +115,7 @@ def test_tflite_embedding_gather_stays_exact(tmp_path) -> None:
     import numpy as np
 
     from tests.fixtures.token_models import TOKENS, token_data
-    from toolkit.conversion import tflite
+    from toolkit.conversion.tflite import convert as tflite
     from toolkit.runtimes.inspection.tflite import inspect_tflite
     from toolkit.sources import open_source
 

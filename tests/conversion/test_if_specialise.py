@@ -1,7 +1,7 @@
 """A model whose weights sit in an If branch a scalar input picks (a sample rate, as in Silero VAD) gets an INT8
 artifact once that input has one value: ``--input-value sr=16000`` (or calibration data that give ``sr`` one
 value) folds the If to its branch, the folded model is proven to compute the model at that value, and then it
-is quantized (toolkit/conversion/onnx_specialise.py). The model is trained (two MLPs on the digits, one per
+is quantized (toolkit/conversion/onnx/specialise.py). The model is trained (two MLPs on the digits, one per
 rate, tests/fixtures/if_models.py); onnxruntime, its quantizer and the convert stage are the real ones."""
 
 from __future__ import annotations
@@ -48,7 +48,7 @@ def test_the_specialised_model_is_the_model_at_that_value(if_model: IfModel, dig
     import onnx
     import onnxruntime
 
-    from toolkit.conversion.onnx_specialise import specialise
+    from toolkit.conversion.onnx.specialise import specialise
 
     model = onnx.load(str(if_model.path))
     images = digits.x_heldout.reshape(len(digits.x_heldout), -1).astype(np.float32)[:64]
@@ -99,7 +99,7 @@ def test_calibration_data_that_give_the_input_one_value_specialise_it_too(if_mod
 
 
 def test_input_value_names_a_real_input_and_a_number() -> None:
-    from toolkit.conversion.onnx_specialise import parse_input_values
+    from toolkit.conversion.onnx.specialise import parse_input_values
 
     assert parse_input_values(["sr=16000"], ["image", "sr"]) == {"sr": 16000.0}
     with pytest.raises(UsageError, match="no input 'rate'") as caught:

@@ -1,4 +1,4 @@
-"""Which CPUs saturate onnxruntime's U8S8 kernels (toolkit.conversion.int8_saturation), and what the plan makes of
+"""Which CPUs saturate onnxruntime's U8S8 kernels (toolkit.conversion.onnx.saturation), and what the plan makes of
 it: the cpuinfo flags as Linux writes them (an AVX2-only AMD EPYC, an AVX-512 VNNI Zen 4, an Alder Lake with
 AVX-VNNI, a Sapphire Rapids with AMX, a Skylake-SP with AVX-512 but no VNNI, a Cortex-A72's Features line). The
 converting end to end on a saturating host is in tests/verification/test_output_roles.py."""
@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-from toolkit.conversion.int8_saturation import resolved, saturates
+from toolkit.conversion.onnx.saturation import resolved, saturates
 from toolkit.model.recipe import Recipe
 from toolkit.model.vocabulary import Format, Precision, QuantType
 
@@ -44,7 +44,7 @@ def test_an_arm_target_is_verified_with_its_numerics_on_a_saturating_host() -> N
     session.x64quantprecision (no 7-bit rebuild); an x86 target gets 7-bit weights from the plan instead; a
     VNNI host needs neither."""
     from tests.fixtures.cpu_flags import AVX2, VNNI, probe_flags
-    from toolkit.conversion.int8_saturation import X64_QUANT_PRECISION, host_saturates, target_numerics
+    from toolkit.conversion.onnx.saturation import X64_QUANT_PRECISION, host_saturates, target_numerics
 
     u8s8 = Recipe(Format.ONNX, Precision.INT8)
     with probe_flags(AVX2):

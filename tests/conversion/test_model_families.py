@@ -13,9 +13,10 @@ import numpy as np
 import pytest
 
 from tests.fixtures.token_models import if_lstm_onnx  # noqa: F401 (fixture)
-from toolkit.conversion import onnx_prepare, onnx_quant
-from toolkit.conversion.onnx_checks import transform_problem
-from toolkit.conversion.onnx_io import opset_of
+from toolkit.conversion.onnx import prepare as onnx_prepare
+from toolkit.conversion.onnx import quant as onnx_quant
+from toolkit.conversion.onnx.checks import transform_problem
+from toolkit.conversion.onnx.graph_io import opset_of
 from toolkit.conversion.base import ConversionRequest
 from toolkit.errors import ConversionError
 from toolkit.runtimes.inspection.onnx import iter_graphs

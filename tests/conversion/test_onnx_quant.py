@@ -11,9 +11,11 @@ import pytest
 
 from tests.fixtures.models import Digits
 from tests.fixtures.ppocr import text_images, text_iou
-from toolkit.conversion import layers, onnx_prepare, onnx_quant
-from toolkit.conversion.onnx_checks import hint_for
-from toolkit.conversion.onnx_io import opset_of
+from toolkit.conversion import layers
+from toolkit.conversion.onnx import prepare as onnx_prepare
+from toolkit.conversion.onnx import quant as onnx_quant
+from toolkit.conversion.onnx.checks import hint_for
+from toolkit.conversion.onnx.graph_io import opset_of
 from toolkit.conversion.base import BuiltArtifact, ConversionRequest
 from toolkit.errors import ConversionError, UsageError, key_line
 from toolkit.runtimes.execution.onnx import OnnxSession

@@ -81,7 +81,8 @@ def test_an_int8_onnx_onnxruntime_refuses_is_retried_with_the_named_nodes_float(
         digits_onnx: Path, digits_calibration: Path, digits_eval: Path, tmp_path: Path) -> None:
     import onnx
 
-    from toolkit.conversion import candidate, onnx_quant
+    from toolkit.conversion import candidate
+    from toolkit.conversion.onnx import quant as onnx_quant
 
     real = onnx_quant.static_int8
     planted: list[str] = []
@@ -122,7 +123,8 @@ def test_an_int8_onnx_onnxruntime_refuses_is_retried_with_the_named_nodes_float(
 def digits_int8_onnx(digits_onnx: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The digits CNN's INT8 ONNX as the toolkit builds it (prepared, then onnxruntime's static quantizer)."""
     from tests.fixtures.models import load_digits
-    from toolkit.conversion import onnx_prepare, onnx_quant
+    from toolkit.conversion.onnx import prepare as onnx_prepare
+    from toolkit.conversion.onnx import quant as onnx_quant
     from toolkit.conversion.base import ConversionRequest
     from toolkit.model.recipe import Recipe
     from toolkit.sources.onnx import OnnxSource

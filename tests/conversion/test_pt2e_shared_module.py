@@ -38,7 +38,7 @@ import json
 import torch
 from torch import nn
 from torchao.quantization.pt2e import quantize_pt2e
-from toolkit.conversion.pt2e_quantizer import excluding_quantizer
+from toolkit.conversion.pt2e.quantizer import excluding_quantizer
 from toolkit.model.vocabulary import Format
 
 

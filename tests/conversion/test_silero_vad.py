@@ -20,7 +20,7 @@ import numpy as np
 import onnx
 
 from tests.fixtures.silero import SileroVad, stream, voiced_audio
-from toolkit.conversion.onnx_fold import fold_body_weights
+from toolkit.conversion.onnx.fold import fold_body_weights
 from toolkit.conversion.pipeline import ConvertOptions, convert_bundle
 from toolkit.model.artifact import ArtifactStatus
 from toolkit.model.vocabulary import AttemptOutcome, Precision

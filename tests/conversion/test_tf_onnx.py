@@ -7,7 +7,7 @@ import onnx
 import onnxruntime as ort
 
 from tests.fixtures.tflite import digits_request
-from toolkit.conversion import tf_onnx
+from toolkit.conversion.onnx import from_tf as tf_onnx
 from toolkit.sources import open_source
 
 

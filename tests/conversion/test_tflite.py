@@ -9,7 +9,9 @@ import numpy as np
 import pytest
 
 from tests.fixtures.tflite import digits_request
-from toolkit.conversion import layers, tflite, tflite_checks
+from toolkit.conversion import layers
+from toolkit.conversion.tflite import convert as tflite
+from toolkit.conversion.tflite import checks as tflite_checks
 from toolkit.errors import ConversionError, UsageError
 from toolkit.runtimes.execution.tflite import TFLiteSession
 from toolkit.runtimes.inspection.tflite import float_op_outputs, inspect_tflite

@@ -114,7 +114,8 @@ def test_float_island_at_the_borders_keeps_int8_io(conv_outlier_keras, digits, t
     """The worst layer reads the input and (the logits layer, the one FULLY_CONNECTED) the last layer writes the output: the selective
     artifact still has int8 input and output (a DEQUANTIZE after the input, a QUANTIZE before the output, with
     the scales the calibration measured) and its accuracy is back where full INT8 lost it."""
-    from toolkit.conversion import layers, tflite
+    from toolkit.conversion import layers
+    from toolkit.conversion.tflite import convert as tflite
     from toolkit.runtimes.inspection.tflite import inspect_tflite
     from toolkit.sources import open_source
 
@@ -173,7 +174,7 @@ def test_one_calibration_serves_every_build_with_fresh_parameters(conv_outlier_k
 
     import tensorflow as tf
 
-    from toolkit.conversion import tflite
+    from toolkit.conversion.tflite import convert as tflite
     from toolkit.sources import open_source
 
     plain = digits_request(open_source(str(conv_outlier_keras)), digits, tmp_path / "w", precision="int8",

@@ -48,7 +48,7 @@ def _int8_record(detector: TorchDetector, out: Path) -> tuple[dict[str, Any], fl
 @pytest.fixture(scope="module")
 def detector_int8(torch_yolo_detector: TorchDetector,  # noqa: F811 (the fixture imported above)
                   tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
-    from toolkit.conversion import pt2e
+    from toolkit.conversion.pt2e import quantize as pt2e
 
     work = tmp_path_factory.mktemp("torch-fragile")
     with pytest.MonkeyPatch.context() as patch:
@@ -102,7 +102,8 @@ def test_selective_rebuild_keeps_the_fragile_nodes_float(torch_yolo_detector: To
     reuses the full calibration's ranges; its own layers are listed apart from them."""
     import dataclasses
 
-    from toolkit.conversion import pt2e_layers, torch_tflite
+    from toolkit.conversion.pt2e import layers as pt2e_layers
+    from toolkit.conversion.pt2e import litert as torch_tflite
     from toolkit.conversion.base import ConversionRequest
     from toolkit.sources.detect import open_source
     from toolkit.model.recipe import Recipe

@@ -40,7 +40,7 @@ def _request(
 
 
 def _export(source: SourceModel, model: TorchModel, tmp_path: Path, **kw: object) -> BuiltArtifact:
-    from toolkit.conversion import torch_onnx
+    from toolkit.conversion.onnx import from_torch as torch_onnx
 
     return torch_onnx.export(_request(source, model, tmp_path, **kw), tmp_path / "export.fp32.onnx")  # type: ignore[arg-type]
 
@@ -94,7 +94,7 @@ def test_dynamic_batch_runs_the_whole_heldout_set_at_once(
 def test_int8_static_qdq_within_one_point_of_float(
     digits_source: SourceModel, digits_reference: np.ndarray, torch_digits_net: TorchModel, tmp_path: Path
 ) -> None:
-    from toolkit.conversion import onnx_quant
+    from toolkit.conversion.onnx import quant as onnx_quant
 
     base = _export(digits_source, torch_digits_net, tmp_path)
     request = _request(digits_source, torch_digits_net, tmp_path, precision="int8")
@@ -138,7 +138,7 @@ def test_gru_fp32(torch_digits_gru: TorchModel, tmp_path: Path) -> None:
 
 
 def test_transformer_fp32_and_dynamic_int8(torch_digits_encoder: TorchModel, tmp_path: Path) -> None:
-    from toolkit.conversion import onnx_quant
+    from toolkit.conversion.onnx import quant as onnx_quant
 
     source = open_source(torch_digits_encoder.factory, weights=torch_digits_encoder.weights)
     base = _export(source, torch_digits_encoder, tmp_path)
@@ -198,7 +198,7 @@ def test_an_op_no_exporter_handles_is_named(torch_digits_net: TorchModel, tmp_pa
         calibration=(),
         workdir=tmp_path,
     )
-    from toolkit.conversion import torch_onnx
+    from toolkit.conversion.onnx import from_torch as torch_onnx
 
     with pytest.raises(ConversionError) as info:
         torch_onnx.export(request, tmp_path / "eigen.onnx")
@@ -208,7 +208,7 @@ def test_an_op_no_exporter_handles_is_named(torch_digits_net: TorchModel, tmp_pa
 
 
 def test_missing_input_shape_is_a_usage_error(torch_digits_net: TorchModel, tmp_path: Path) -> None:
-    from toolkit.conversion import torch_onnx
+    from toolkit.conversion.onnx import from_torch as torch_onnx
 
     source = open_source(torch_digits_net.factory.replace("make_digits_net", "make_digits_net_bare"))
     request = ConversionRequest(

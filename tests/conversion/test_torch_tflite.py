@@ -46,7 +46,7 @@ def _request(
 
 
 def _convert(source: SourceModel, model: TorchModel, tmp_path: Path, **kw: str | None) -> BuiltArtifact:
-    from toolkit.conversion import torch_tflite
+    from toolkit.conversion.pt2e import litert as torch_tflite
 
     request = _request(source, model, tmp_path, **kw)  # type: ignore[arg-type]
     return torch_tflite.convert(request, tmp_path / f"model.{request.recipe.precision}.tflite")

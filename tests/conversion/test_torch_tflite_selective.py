@@ -100,7 +100,8 @@ def test_table_ranks_the_outlier_layer_first_and_only_its_group_repairs_tflite(
     """The PT2E table's worst layer is fc1 (its units are lost) with fc1 -> fc2 as its float group; the healthy
     conv layers score a few percent. Faithful: keeping the *second* row's group float (fc2 alone) leaves the
     TFLite artifact broken (the worst group repairing it is the pipeline test's)."""
-    from toolkit.conversion import layers, torch_tflite
+    from toolkit.conversion import layers
+    from toolkit.conversion.pt2e import litert as torch_tflite
 
     request = _request(outlier_source, outlier_net, tmp_path)
     table = layers.pt2e_table(request)
@@ -127,7 +128,7 @@ def test_full_calibration_ranges_are_reused_exactly(outlier_source: SourceModel,
     only): its quantization parameters equal those of a fresh calibration with the same layers float."""
     import torch
 
-    from toolkit.conversion import pt2e
+    from toolkit.conversion.pt2e import quantize as pt2e
 
     def qparams(graph: torch.fx.GraphModule) -> list[tuple[str, float, int]]:
         return [(str(n.args[0]), float(n.args[1]), int(n.args[2])) for n in graph.graph.nodes
@@ -150,7 +151,7 @@ def test_full_calibration_ranges_are_reused_exactly(outlier_source: SourceModel,
 def test_unknown_node_names_are_refused_with_the_names_to_use(
     outlier_source: SourceModel, outlier_net: TorchModel, tmp_path: Path
 ) -> None:
-    from toolkit.conversion import torch_tflite
+    from toolkit.conversion.pt2e import litert as torch_tflite
 
     with pytest.raises(UsageError) as info:
         torch_tflite.convert(_request(outlier_source, outlier_net, tmp_path, ("fc9",)), tmp_path / "x.tflite")

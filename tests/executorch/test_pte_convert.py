@@ -118,7 +118,7 @@ def test_exported_program_to_pte_int8(torch_digits_net: TorchModel, tmp_path: Pa
     import torch
 
     from tests.sources.test_torch_source import _eager
-    from toolkit.conversion import torch_pte
+    from toolkit.conversion.executorch import convert as torch_pte
     from toolkit.conversion.base import ConversionRequest
     from toolkit.runtimes.execution import open_session
     from toolkit.sources.detect import open_source

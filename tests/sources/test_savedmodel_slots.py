@@ -69,7 +69,8 @@ def test_savedmodel_with_optimizer_slots_loads_and_converts(digits, slots_model,
     float_acc = float(np.mean(float_probs.argmax(1) == digits.y_heldout))
     assert float_acc > 0.9  # trained: the frozen weights are the trained ones
 
-    from toolkit.conversion import tf_onnx, tflite
+    from toolkit.conversion.onnx import from_tf as tf_onnx
+    from toolkit.conversion.tflite import convert as tflite
     from toolkit.runtimes.execution import open_session
 
     for fmt, precision, build in (("tflite", "int8", tflite.convert), ("onnx", "fp32", tf_onnx.export)):

@@ -32,7 +32,7 @@ def detector_bundle(yolo_detector: Detector, tmp_path_factory: pytest.TempPathFa
     for i, b in enumerate(boxes):
         labels[i, :len(b)] = b
     np.savez(work / "eval.npz", x=np.load(yolo_detector.eval_data)["x"], y=labels)
-    from toolkit.conversion import tflite
+    from toolkit.conversion.tflite import convert as tflite
 
     with pytest.MonkeyPatch.context() as patch:  # the fragile-Concat rule off: this bundle shows plain INT8
         patch.setattr(tflite, "_has_output_concat", lambda model: False)

@@ -21,7 +21,7 @@ from tests.fixtures.role_models import (
     RoleModel, TorchRoleModel, collapse_head, float_outputs, run_artifact, torch_float_outputs,
 )
 from toolkit import api
-from toolkit.conversion.int8_saturation import HOST_SATURATES, REDUCE_RANGE_NOTE, X86_ARCHES
+from toolkit.conversion.onnx.saturation import HOST_SATURATES, REDUCE_RANGE_NOTE, X86_ARCHES
 from toolkit.model.platform import normalize_arch
 from toolkit.verification import detection, segmentation
 from toolkit.verification.outputs import verify_outputs
@@ -30,7 +30,7 @@ from toolkit.model.tolerance import Tolerance
 FORMATS = ("tflite", "onnx")
 
 
-# onnxruntime's U8S8 kernels saturate on x86 without VNNI (toolkit.conversion.int8_saturation). The default target
+# onnxruntime's U8S8 kernels saturate on x86 without VNNI (toolkit.conversion.onnx.saturation). The default target
 # here is this host's profile: on x86 its static INT8 ONNX has 7-bit weights (reduce_range) from the start.
 X86 = normalize_arch(platform.machine()) in X86_ARCHES
 
@@ -154,7 +154,7 @@ def test_face_stage_int8_onnx_for_an_arm_target_is_verified_with_its_numerics_wh
     session.x64quantprecision = 1 (U8U8 kernels, as ARM computes it), recorded in its notes, and ships with
     8-bit weights: no 7-bit rebuild. This host's own CPU has VNNI, so the option changes no number here; that
     it reproduces an ARM device on a saturating host is findings.md section 7."""
-    from toolkit.conversion.int8_saturation import X64_QUANT_PRECISION, X64_QUANT_PRECISION_NOTE
+    from toolkit.conversion.onnx.saturation import X64_QUANT_PRECISION, X64_QUANT_PRECISION_NOTE
 
     _, manifest, opened = face_pi_bundle
     record = _artifact(manifest, "onnx")

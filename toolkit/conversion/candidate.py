@@ -21,7 +21,7 @@ from toolkit.delivery.bundle import sha256_file
 from toolkit.conversion import cache
 from toolkit.conversion.base import BuiltArtifact, ConversionRequest
 from toolkit.conversion.host_timing import PairedTiming, Speed, host_cpu, is_this_host
-from toolkit.conversion.int8_saturation import X64_QUANT_PRECISION_NOTE, target_numerics
+from toolkit.conversion.onnx.saturation import X64_QUANT_PRECISION_NOTE, target_numerics
 from toolkit.conversion.plan import Policy
 from toolkit.conversion.io_align import align
 from toolkit.conversion.run import Candidate, ConvertRun, Failure, FailureKind, failure

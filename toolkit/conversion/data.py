@@ -71,7 +71,7 @@ def prepare_data(options: ConvertOptions, source: SourceModel, progress: Callabl
     if len(heldout) > MAX_VERIFY_SAMPLES:
         heldout = cal.subset(heldout, MAX_VERIFY_SAMPLES)
     if options.input_values:  # --input-value: every sample fed the value (an If it picks folds: onnx_specialise)
-        from toolkit.conversion.onnx_specialise import parse_input_values
+        from toolkit.conversion.onnx.specialise import parse_input_values
 
         values = parse_input_values(options.input_values, [s.name for s in inputs])
         calibration, heldout = (_fixed(samples, values) for samples in (calibration, heldout))

@@ -60,7 +60,7 @@ def _output_concats(graph: onnx.GraphProto, consumers: Mapping[str, list[onnx.No
 def _mixed_range_concats(
     model_path: Path, graph: onnx.GraphProto, concats: Sequence[tuple[onnx.NodeProto, list[onnx.NodeProto]]], feeds: Sequence[Mapping[str, np.ndarray]]
 ) -> list[tuple[str, str]]:
-    from toolkit.conversion.onnx_io import require_onnx, run_outputs
+    from toolkit.conversion.onnx.graph_io import require_onnx, run_outputs
 
     onnx = require_onnx()
     initializers = {i.name for i in graph.initializer}
@@ -99,7 +99,7 @@ def _decompositions(graph: onnx.GraphProto, producers: Mapping[str, onnx.NodePro
 
 def _integer_input_readers(graph: onnx.GraphProto, consumers: Mapping[str, list[onnx.NodeProto]]) -> list[tuple[str, str]]:
     """The integer-input rule: the first float op after each integer graph input (through integer pass-throughs)."""
-    from toolkit.conversion.onnx_io import require_onnx
+    from toolkit.conversion.onnx.graph_io import require_onnx
 
     proto = require_onnx().TensorProto
     integer = {proto.INT64, proto.INT32, proto.INT16, proto.INT8, proto.UINT8, proto.UINT16, proto.UINT32, proto.UINT64}
@@ -124,7 +124,7 @@ def _integer_input_readers(graph: onnx.GraphProto, consumers: Mapping[str, list[
 
 def onnx_fragile_nodes(model_path: Path, feeds: Sequence[Mapping[str, np.ndarray]]) -> list[tuple[str, str]]:
     """``(node, why)`` for every node of the top graph that static INT8 should leave float (module docstring)."""
-    from toolkit.conversion.onnx_io import graph_maps, require_onnx
+    from toolkit.conversion.onnx.graph_io import graph_maps, require_onnx
 
     graph = require_onnx().load(str(model_path), load_external_data=False).graph
     producers, consumers = graph_maps(graph.node)

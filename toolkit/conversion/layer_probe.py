@@ -28,7 +28,7 @@ def tensors(path: Path, fmt: str, names: Sequence[str], feeds: Sequence[Mapping[
             input_names: Sequence[str]) -> dict[str, np.ndarray]:
     """``names`` of the artifact at ``path`` over ``feeds`` (float, stacked per sample); absent names left out."""
     if fmt == Format.ONNX:
-        from toolkit.conversion.onnx_io import require_onnx, run_outputs
+        from toolkit.conversion.onnx.graph_io import require_onnx, run_outputs
 
         model = require_onnx().load(str(path))
         known = {o for n in model.graph.node for o in n.output}
@@ -69,7 +69,7 @@ def tensors(path: Path, fmt: str, names: Sequence[str], feeds: Sequence[Mapping[
 def graph_order(path: Path, fmt: str, rows: Sequence[LayerError]) -> list[tuple[LayerError, str]]:
     """(table row, tensor name) for the rows whose tensor the artifact has, in the order its graph runs them."""
     if fmt == Format.ONNX:
-        from toolkit.conversion.onnx_io import require_onnx
+        from toolkit.conversion.onnx.graph_io import require_onnx
 
         model = require_onnx().load(str(path))
         position = {n.name: (i, n.output[0]) for i, n in enumerate(model.graph.node) if n.output}
@@ -122,7 +122,7 @@ def record(staging: Path, artifact: str, fmt: str, float_artifact: Path | None,
 
 def with_outputs(source: Path, names: Sequence[str], target: Path) -> None:
     """Write to ``target`` the ONNX model at ``source`` with the tensors ``names`` added as graph outputs."""
-    from toolkit.conversion.onnx_io import require_onnx
+    from toolkit.conversion.onnx.graph_io import require_onnx
 
     onnx = require_onnx()
     model = onnx.load(str(source))

@@ -124,7 +124,7 @@ def ranked(scores: Sequence[Row]) -> tuple[LayerError, ...]:
 def tflite_table(request: ConversionRequest, full: BuiltArtifact | None = None) -> LayerTable:
     """The table of a Keras/SavedModel -> TFLite INT8 recipe (one quantization-debugger run, which quantizes
     anew: ``full`` is not read)."""
-    from toolkit.conversion import tflite_debugger
+    from toolkit.conversion.tflite import debugger as tflite_debugger
     from toolkit.conversion.sensitivity import DEBUG_SAMPLES, float_group
 
     calibrated, channel, steps = tflite_debugger.debug_run(request)
@@ -158,7 +158,7 @@ def tflite_table(request: ConversionRequest, full: BuiltArtifact | None = None) 
 def pt2e_table(request: ConversionRequest, full: BuiltArtifact | None = None) -> LayerTable:
     """The PyTorch -> TFLite and -> ExecuTorch routes' table: PT2E's own measurement (``pt2e_layers.layer_rows``,
     with the route's quantizer: litert-torch's or XNNPACK's; ``full`` is not read)."""
-    from toolkit.conversion import pt2e_layers
+    from toolkit.conversion.pt2e import layers as pt2e_layers
 
     rows, samples = pt2e_layers.layer_rows(request)
     return LayerTable(route=Format(request.recipe.format), method=pt2e_layers.TABLE_METHOD, samples=samples,
@@ -167,9 +167,9 @@ def pt2e_table(request: ConversionRequest, full: BuiltArtifact | None = None) ->
 
 def onnx_table(request: ConversionRequest, int8: BuiltArtifact) -> LayerTable:
     """The table of a QDQ INT8 ONNX artifact: every quantized node's output before/after its Q/DQ pair."""
-    from toolkit.conversion.onnx_calibration import reader
-    from toolkit.conversion.onnx_io import quiet, require_onnx, run_outputs
-    from toolkit.conversion.onnx_qdq import float_group_map, output_qdq, qdq_graph
+    from toolkit.conversion.onnx.calibration import reader
+    from toolkit.conversion.onnx.graph_io import quiet, require_onnx, run_outputs
+    from toolkit.conversion.onnx.qdq import float_group_map, output_qdq, qdq_graph
     from toolkit.conversion.sensitivity import DEBUG_SAMPLES, ChannelError
     from toolkit.runtimes.inspection.onnx import is_integer_op, iter_nodes
 
@@ -215,7 +215,8 @@ def onnx_table(request: ConversionRequest, int8: BuiltArtifact) -> LayerTable:
 def onnx_full_table(request: ConversionRequest, full: BuiltArtifact | None) -> LayerTable:
     """The ONNX routes' table: of ``full`` when it is the full quantization, else (a mixed artifact) of the
     full quantization derived anew from the run's float export."""
-    from toolkit.conversion import onnx_quant, registry
+    from toolkit.conversion import registry
+    from toolkit.conversion.onnx import quant as onnx_quant
 
     if full is not None:
         return onnx_table(request, full)

@@ -35,7 +35,7 @@ from toolkit.conversion.plan import (
     Plan, PlannedRecipe, Policy, When, bundle_name, detect_is_factory, plan_recipes, policy_for, validate_name,
 )
 from toolkit.conversion.runtime_retry import retry as runtime_retry
-from toolkit.conversion.onnx_fold import body_layers
+from toolkit.conversion.onnx.fold import body_layers
 from toolkit.conversion.selective import selective
 from toolkit.conversion.write import write_bundle
 from toolkit.errors import ConversionError, ToolkitError, UsageError

@@ -191,7 +191,7 @@ def plan_recipes(options: ConvertOptions, policy: Policy, framework: str, *, has
                  as_is: Precision | None = None) -> Plan:
     """The recipes to build, in order, and the ones skipped before any work (with the reason). ``as_is``: a .tflite
     source's own precision (its one TFLite artifact is planned, logged and named at it)."""
-    from toolkit.conversion import int8_saturation
+    from toolkit.conversion.onnx import saturation as int8_saturation
     from toolkit.conversion.registry import check_supported, supports
 
     skipped: list[Attempt] = []

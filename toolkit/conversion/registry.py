@@ -53,7 +53,7 @@ def fp32_onnx(request: ConversionRequest) -> BuiltArtifact:
 
 def derive_onnx(request: ConversionRequest, output: Path) -> BuiltArtifact:
     """An ONNX artifact of any precision, derived from the run's float export."""
-    from toolkit.conversion import onnx_quant
+    from toolkit.conversion.onnx import quant as onnx_quant
 
     return onnx_quant.derive(request, fp32_onnx(request), output)
 

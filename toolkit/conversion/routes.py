@@ -50,23 +50,23 @@ _PTE_ONLY_TORCH = Refusal(
     "--format tflite / onnx for this source.",
 )
 _FLOAT_EXPORTS: Mapping[Framework, str] = {
-    Framework.ONNX: "toolkit.conversion.onnx_prepare:prepare",
-    **{fw: "toolkit.conversion.tf_onnx:export" for fw in TF},
-    **{fw: "toolkit.conversion.torch_onnx:export" for fw in TORCH},
-    Framework.TFLITE: "toolkit.conversion.tflite_onnx:export",  # tf2onnx's TFLite frontend (float sources only)
+    Framework.ONNX: "toolkit.conversion.onnx.prepare:prepare",
+    **{fw: "toolkit.conversion.onnx.from_tf:export" for fw in TF},
+    **{fw: "toolkit.conversion.onnx.from_torch:export" for fw in TORCH},
+    Framework.TFLITE: "toolkit.conversion.onnx.from_tflite:export",  # tf2onnx's TFLite frontend (float sources only)
 }
 
 _ROWS: tuple[Route, ...] = (
-    *(Route(fw, Format.TFLITE, "toolkit.conversion.tflite:convert", default=True,
+    *(Route(fw, Format.TFLITE, "toolkit.conversion.tflite.convert:convert", default=True,
             layer_table="toolkit.conversion.layers:tflite_table") for fw in TF),
-    *(Route(fw, Format.TFLITE, "toolkit.conversion.torch_tflite:convert", unbuilt=_NO_FP16_DYNAMIC,
+    *(Route(fw, Format.TFLITE, "toolkit.conversion.pt2e.litert:convert", unbuilt=_NO_FP16_DYNAMIC,
             layer_table=_PT2E_TABLE, a16w8_refusal=Refusal(
                 "PyTorch -> TFLite (litert-torch, PT2E) quantizes activations to 8 bits only: it cannot build A16W8.",
                 "Use --format onnx for A16W8 (16-bit activation QDQ through ONNX Runtime), or convert a "
                 "Keras/SavedModel model for an A16W8 TFLite artifact."))
       for fw in TORCH_EXPORT),
     Route(Framework.TFLITE, Format.TFLITE, "toolkit.conversion.registry:take_as_is", default=True),
-    *(Route(fw, Format.PTE, "toolkit.conversion.torch_pte:convert", unbuilt=(Precision.DYNAMIC,),
+    *(Route(fw, Format.PTE, "toolkit.conversion.executorch.convert:convert", unbuilt=(Precision.DYNAMIC,),
             layer_table=_PT2E_TABLE, a16w8_refusal=Refusal(
                 "PyTorch -> ExecuTorch (XNNPACK quantizer) quantizes activations to 8 bits only: it cannot build "
                 "A16W8.", "Use --format onnx for A16W8 (16-bit activation QDQ through ONNX Runtime)."))

@@ -46,7 +46,8 @@ def failing_ops(run: ConvertRun, failure: Failure) -> tuple[str, ...]:
         if framework in TF:
             found = [op for op, _ in named]
         elif framework in TORCH_EXPORT and named:
-            from toolkit.conversion import pt2e, tflite_fx
+            from toolkit.conversion.pt2e import quantize as pt2e
+            from toolkit.conversion.pt2e import tflite_fx
             from toolkit.runtimes.inspection.tflite import main_graph_ops
 
             artifact = candidate_path(run, recipe)
@@ -55,7 +56,7 @@ def failing_ops(run: ConvertRun, failure: Failure) -> tuple[str, ...]:
         else:
             return ()
     elif recipe.format == Format.ONNX:
-        from toolkit.conversion.onnx_io import refused_copy
+        from toolkit.conversion.onnx.graph_io import refused_copy
 
         built = candidate_path(run, recipe)
         found = onnx_source_nodes(next((p for p in (built, refused_copy(built)) if p.exists()), None),

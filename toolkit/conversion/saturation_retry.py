@@ -1,7 +1,7 @@
 """An ONNX INT8 artifact that failed verification only because this host's x86 kernels saturate, built again
 with 7-bit weights (``reduce_range``) and verified, where the target computes as this host (a host profile; an
 ARM target's artifact is verified with its numerics instead, ``int8_saturation.target_numerics``): the pipeline's step for what
-:mod:`toolkit.conversion.int8_saturation` knows (kept apart from it: that module is read by the plan and the
+:mod:`toolkit.conversion.onnx.saturation` knows (kept apart from it: that module is read by the plan and the
 quantizer, this one builds and verifies, which the plan and the quantizer sit below)."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from __future__ import annotations
 import dataclasses
 
 from toolkit.conversion.candidate import build_and_verify
-from toolkit.conversion.int8_saturation import HOST_SATURATES, applies, host_saturates, target_numerics
+from toolkit.conversion.onnx.saturation import HOST_SATURATES, applies, host_saturates, target_numerics
 from toolkit.conversion.run import Candidate, ConvertRun, Failure
 from toolkit.model.vocabulary import AttemptOutcome
 

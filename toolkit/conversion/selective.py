@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING
 
 from toolkit.conversion import retry_worth
 from toolkit.conversion.candidate import build_and_verify
-from toolkit.conversion.onnx_fold import body_layers
+from toolkit.conversion.onnx.fold import body_layers
 from toolkit.conversion.run import OUT_OF_TOLERANCE_WORKAROUND, Candidate, ConvertRun, Failure
 from toolkit.errors import ToolkitError
 from toolkit.model.vocabulary import AttemptOutcome, Format
@@ -37,7 +37,7 @@ from toolkit.quiet import native_stderr_silenced
 if TYPE_CHECKING:
     from toolkit.conversion.layers import LayerTable
     from toolkit.model.recipe import Recipe
-    from toolkit.conversion.node_locator import NodeLocation
+    from toolkit.conversion.onnx.node_locator import NodeLocation
     from toolkit.runtimes.inspection.share import Layer
 
 SELECTIVE_STEPS = (1, 2, 4)  # how many of the cheapest options the float set holds at each try
@@ -143,7 +143,7 @@ def _ranked(run: ConvertRun, failed: Candidate) -> _Ranked:
 def _located(run: ConvertRun, failed: Candidate) -> NodeLocation | None:
     """The node ranking of an ONNX recipe's full quantization (None where it cannot be measured: the table's
     errors decide then)."""
-    from toolkit.conversion.node_locator import locate_full
+    from toolkit.conversion.onnx.node_locator import locate_full
 
     plain = dataclasses.replace(failed.recipe, nodes_to_exclude=())
     try:
@@ -156,7 +156,7 @@ def _located(run: ConvertRun, failed: Candidate) -> NodeLocation | None:
 def _front_end(located: NodeLocation, rows: set[str]) -> Group:
     """The front end of the worst node among the top ``CANDIDATE_ROWS`` that the layer table cannot keep float
     on its own (an activation-only op, or a node with no row); () when the worst nodes are all table layers."""
-    from toolkit.conversion.node_locator import ACTIVATION_ONLY
+    from toolkit.conversion.onnx.node_locator import ACTIVATION_ONLY
 
     for node in located.nodes[:CANDIDATE_ROWS]:
         if node.added <= 0:

@@ -23,7 +23,7 @@ from toolkit.__about__ import __version__
 from toolkit.delivery.bundle import GOLDEN_INPUTS, GOLDEN_REFERENCE, golden_outputs_name, install_runner, save_npz, write_manifest
 from toolkit.conversion.cache import source_hash
 from toolkit.conversion.run import Candidate, ConvertRun
-from toolkit.conversion.edgetpu import compile_for_edgetpu
+from toolkit.conversion.tflite.edgetpu import compile_for_edgetpu
 from toolkit.conversion.layers import bundle_table
 from toolkit.errors import UsageError
 from toolkit.model.artifact import ArtifactRecord, Golden
@@ -65,7 +65,7 @@ def write_bundle(run: ConvertRun, options: ConvertOptions, name: str, kept: Sequ
                         reference=GOLDEN_REFERENCE if slices else None)
         record = dataclasses.replace(record, golden=golden, preferred=any(item is p for p in chosen))
         if record.format == Format.PTE:  # the device checks itself: model.<p>.bpte, float outputs at a limit
-            from toolkit.conversion.pte_bundled import attach
+            from toolkit.conversion.executorch.bundled import attach
 
             record = attach(record, staging, source.inputs, golden_feeds, reference[:golden_count], outputs)
         layer_note = bundle_table(run, item, staging)  # INT8: layers/<file>.json, the layer-wise error table

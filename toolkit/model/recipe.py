@@ -50,7 +50,7 @@ class Recipe(Record):
     per_channel: bool = True
     quant_format: QuantFormat = QuantFormat.QDQ
     # ONNX static int8, 8-bit activations: 7-bit weights, so that U8S8 kernels on x86 without VNNI cannot saturate.
-    # None: the toolkit decides by the target's CPU (toolkit.conversion.int8_saturation).
+    # None: the toolkit decides by the target's CPU (toolkit.conversion.onnx.saturation).
     reduce_range: bool | None = None
     threads: int | None = None
     opset: int | None = None

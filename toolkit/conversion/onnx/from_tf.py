@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from toolkit.conversion.base import BuiltArtifact, ConversionRequest
-from toolkit.conversion.onnx_io import export_opset, require_onnx, staged_file
+from toolkit.conversion.onnx.graph_io import export_opset, require_onnx, staged_file
 from toolkit.errors import ConversionError, MissingDependency, UsageError, key_line
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -172,7 +172,7 @@ def _saved_model_function(request: ConversionRequest, shapes: dict[str, tuple[in
     """The fixed-shape SavedModel export's serving signature, wrapped as a tf.function for tf2onnx."""
     import tensorflow as tf
 
-    from toolkit.conversion.tflite import fixed_saved_model
+    from toolkit.conversion.tflite.convert import fixed_saved_model
 
     loaded = tf.saved_model.load(str(fixed_saved_model(request)))
     signature = loaded.signatures["serving_default"]

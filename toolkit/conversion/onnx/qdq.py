@@ -9,7 +9,7 @@ from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING
 
 from toolkit.conversion import sensitivity
-from toolkit.conversion.onnx_io import graph_maps
+from toolkit.conversion.onnx.graph_io import graph_maps
 from toolkit.runtimes.inspection.onnx import iter_nodes
 
 if TYPE_CHECKING:

@@ -15,7 +15,7 @@ from types import ModuleType
 from typing import TYPE_CHECKING, Any, cast
 
 from toolkit.conversion.base import ConversionRequest
-from toolkit.conversion.pt2e import (
+from toolkit.conversion.pt2e.quantize import (
     DQ_OPS, PASSTHROUGH, PURPOSE, Q_OPS, feed, inputs, is_op, op_name, quantize, without_exclusions,
 )
 from toolkit.conversion.sensitivity import Row

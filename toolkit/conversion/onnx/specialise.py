@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from toolkit.conversion.base import BuiltArtifact, ConversionRequest
-from toolkit.conversion.onnx_io import require_onnx, save_model
+from toolkit.conversion.onnx.graph_io import require_onnx, save_model
 from toolkit.errors import UsageError, key_line
 
 if TYPE_CHECKING:
@@ -94,7 +94,7 @@ def _condition(model: onnx.ModelProto, name: str, feed: Mapping[str, np.ndarray]
     """The value of ``name`` (an If's condition) in ``model`` on ``feed``, by onnxruntime (``path``: scratch)."""
     from onnx import TensorProto, helper
 
-    from toolkit.conversion.onnx_io import session
+    from toolkit.conversion.onnx.graph_io import session
 
     probe = require_onnx().ModelProto()
     probe.CopyFrom(model)
@@ -164,7 +164,7 @@ def specialise(model: onnx.ModelProto, values: Mapping[str, np.ndarray], feed: M
 
 def _max_error(ours: Path, theirs: Path, samples: Sequence[Mapping[str, np.ndarray]]) -> float:
     """The largest difference of any output on ``samples``, relative to the output's largest magnitude."""
-    from toolkit.conversion.onnx_io import session
+    from toolkit.conversion.onnx.graph_io import session
 
     a, b = session(ours), session(theirs)
     worst = 0.0

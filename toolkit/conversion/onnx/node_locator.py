@@ -120,8 +120,8 @@ def locate(request: ConversionRequest, float_model: Path, int8: BuiltArtifact) -
     """Rank the nodes of ``float_model`` (the model the quantizer was given) by the error each adds in ``int8``
     (its full static INT8 QDQ artifact), on the first ``LOCATOR_SAMPLES`` calibration samples (one sample's
     tensors held at a time)."""
-    from toolkit.conversion.onnx_calibration import reader
-    from toolkit.conversion.onnx_io import quiet, require_onnx
+    from toolkit.conversion.onnx.calibration import reader
+    from toolkit.conversion.onnx.graph_io import quiet, require_onnx
 
     onnx = require_onnx()
     reference = onnx.shape_inference.infer_shapes(onnx.load(str(float_model)), strict_mode=False)
@@ -154,7 +154,7 @@ def locate(request: ConversionRequest, float_model: Path, int8: BuiltArtifact) -
 def _with_outputs(model: onnx.ModelProto, names: Sequence[str], path: Path) -> Any:
     """A session (unoptimized: Q/DQ pairs kept) of ``model`` with the float tensors ``names`` as outputs
     (Any: onnxruntime is untyped)."""
-    from toolkit.conversion.onnx_io import require_onnx, save_model, session
+    from toolkit.conversion.onnx.graph_io import require_onnx, save_model, session
 
     onnx = require_onnx()
     augmented = onnx.ModelProto()
@@ -168,7 +168,7 @@ def _with_outputs(model: onnx.ModelProto, names: Sequence[str], path: Path) -> A
 
 def _float_tensors(model: onnx.ModelProto) -> set[str]:
     """The tensors of ``model`` (after shape inference) known to be float32."""
-    from toolkit.conversion.onnx_io import require_onnx
+    from toolkit.conversion.onnx.graph_io import require_onnx
 
     graph, float32 = model.graph, require_onnx().TensorProto.FLOAT
     return {vi.name for vi in [*graph.value_info, *graph.output] if vi.type.tensor_type.elem_type == float32}
@@ -187,8 +187,9 @@ def _parents(nodes: Sequence[onnx.NodeProto]) -> tuple[tuple[int, ...], ...]:
 def locate_full(request: ConversionRequest, full: BuiltArtifact | None) -> NodeLocation:
     """``locate`` for an ONNX route's INT8 recipe: against the float model its quantizer takes, with ``full``
     when given (the recipe's artifact excludes nothing), else with the full quantization derived anew."""
-    from toolkit.conversion import onnx_quant, registry
-    from toolkit.conversion.onnx_calibration import preprocessed
+    from toolkit.conversion import registry
+    from toolkit.conversion.onnx import quant as onnx_quant
+    from toolkit.conversion.onnx.calibration import preprocessed
 
     base = registry.fp32_onnx(request)
     source = preprocessed(request, base, [])

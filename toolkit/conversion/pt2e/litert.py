@@ -26,9 +26,9 @@ from pathlib import Path
 from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
-from toolkit.conversion import pt2e
+from toolkit.conversion.pt2e import quantize as pt2e
 from toolkit.conversion.base import BuiltArtifact, ConversionRequest
-from toolkit.conversion.fragile_pt2e import MixedOutput
+from toolkit.conversion.pt2e.fragile import MixedOutput
 from toolkit.errors import ConversionError, MissingDependency, UsageError, key_line
 from toolkit.model.artifact import FloatIO
 from toolkit.model.vocabulary import FloatIOReason, Framework, IoDtype, Layout, Precision, TensorRole

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from toolkit.conversion.base import ConversionRequest
-from toolkit.conversion.onnx_io import require_onnx, save_model, session
+from toolkit.conversion.onnx.graph_io import require_onnx, save_model, session
 from toolkit.errors import ArtifactCrashed, ArtifactRefused, ConversionError, key_line, origin
 from toolkit.runtimes.execution.onnx import ORT_TYPES
 

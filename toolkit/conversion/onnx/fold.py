@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from toolkit.conversion.base import BuiltArtifact, ConversionRequest
-from toolkit.conversion.onnx_io import require_onnx, save_model
+from toolkit.conversion.onnx.graph_io import require_onnx, save_model
 from toolkit.errors import key_line
 from toolkit.runtimes.inspection.share import ONNX_WEIGHTED
 
@@ -146,8 +146,8 @@ def _difference(folded: Path, base: Path, request: ConversionRequest) -> str | N
     constants moves values, it never rounds them), or why it does not run; None when they are identical."""
     import numpy as np
 
-    from toolkit.conversion.onnx_checks import sample_feed
-    from toolkit.conversion.onnx_io import session
+    from toolkit.conversion.onnx.checks import sample_feed
+    from toolkit.conversion.onnx.graph_io import session
 
     try:
         ours, theirs = session(folded), session(base)

@@ -16,8 +16,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from toolkit.conversion.base import BuiltArtifact, ConversionRequest
-from toolkit.conversion.onnx_checks import check_runs, model_problem
-from toolkit.conversion.onnx_io import opset_of, require_onnx, save_model, session, staged_file
+from toolkit.conversion.onnx.checks import check_runs, model_problem
+from toolkit.conversion.onnx.graph_io import opset_of, require_onnx, save_model, session, staged_file
 from toolkit.errors import ConversionError, UsageError, key_line
 
 if TYPE_CHECKING:

@@ -23,8 +23,8 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from toolkit.conversion.base import ConversionRequest
-from toolkit.conversion.fragile_pt2e import MixedOutput
-from toolkit.conversion.pt2e_quantizer import excluding_quantizer
+from toolkit.conversion.pt2e.fragile import MixedOutput
+from toolkit.conversion.pt2e.quantizer import excluding_quantizer
 from toolkit.conversion.sensitivity import Row
 from toolkit.errors import ConversionError, UsageError, key_line
 from toolkit.model.vocabulary import Format, IoDtype
@@ -75,7 +75,7 @@ _CACHE: list[_Entry] = []  # the full (nothing float) quantization of the curren
 
 def inputs(torch: ModuleType, request: ConversionRequest) -> tuple[tuple[Tensor, ...], list[str]]:
     """The tracing inputs (first calibration sample) and the input names, in the source's order."""
-    from toolkit.conversion.torch_onnx import example_args
+    from toolkit.conversion.onnx.from_torch import example_args
 
     source = request.source
     assert isinstance(source, TorchSource)
@@ -92,7 +92,7 @@ def quantize(
     first and the build with them float reuses its ranges, as selective rebuilds do."""
     from torchao.quantization.pt2e import quantize_pt2e
 
-    from toolkit.conversion.torch_onnx import quiet_export
+    from toolkit.conversion.onnx.from_torch import quiet_export
 
     recipe = request.recipe
     cached = _cached(request)
@@ -154,7 +154,7 @@ def _failed(exc: BaseException) -> ConversionError:
 
 
 def _export(torch: ModuleType, module: nn.Module, args: tuple[Tensor, ...]) -> GraphModule:
-    from toolkit.conversion.torch_onnx import quiet_export
+    from toolkit.conversion.onnx.from_torch import quiet_export
 
     try:
         with quiet_export():
@@ -176,7 +176,7 @@ def graph_ops(request: ConversionRequest) -> list[tuple[str, str]]:
 def _has_output_cat(graph: GraphModule) -> bool:
     """Whether a ``cat`` reaches a graph output through pass-through ops only: the cheap test that decides whether the
     float graph runs to measure the cat's input ranges (the rule's one switch: a test turns it off here)."""
-    from toolkit.conversion import fragile_pt2e
+    from toolkit.conversion.pt2e import fragile as fragile_pt2e
 
     return bool(fragile_pt2e.pt2e_output_cats(graph))
 
@@ -185,7 +185,8 @@ def _fragile(
     torch: ModuleType, graph: GraphModule, request: ConversionRequest, names: Sequence[str], args: Sequence[Tensor]
 ) -> tuple[tuple[tuple[str, str], ...], tuple[MixedOutput, ...]]:
     """The fragile nodes and mixed outputs of ``graph`` (a float export), measured on the calibration data."""
-    from toolkit.conversion import fragile, fragile_pt2e
+    from toolkit.conversion import fragile
+    from toolkit.conversion.pt2e import fragile as fragile_pt2e
 
     if not _has_output_cat(graph):
         return (), ()

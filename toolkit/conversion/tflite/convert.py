@@ -26,11 +26,12 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from toolkit.compat import tensorflow as tf_compat
-from toolkit.conversion import fragile, fragile_tflite
+from toolkit.conversion import fragile
+from toolkit.conversion.tflite import fragile as fragile_tflite
 from toolkit.conversion.base import BuiltArtifact, ConversionRequest, as_input_dtype
-from toolkit.conversion.tflite_borders import int8_borders
-from toolkit.conversion.tflite_checks import check_int8, unasked_float
-from toolkit.conversion.tflite_nodes import op_outputs, resolve_nodes
+from toolkit.conversion.tflite.borders import int8_borders
+from toolkit.conversion.tflite.checks import check_int8, unasked_float
+from toolkit.conversion.tflite.nodes import op_outputs, resolve_nodes
 from toolkit.errors import ConversionError, UsageError, key_line
 from toolkit.model.artifact import FloatIO
 from toolkit.model.vocabulary import FloatIOReason, Format, IoDtype, Precision

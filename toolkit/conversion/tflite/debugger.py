@@ -14,7 +14,7 @@ import numpy as np
 from toolkit.compat import tensorflow as tf_compat
 from toolkit.conversion.base import ConversionRequest, as_input_dtype
 from toolkit.conversion.sensitivity import ChannelError
-from toolkit.conversion.tflite import calibrated_model, import_tf, tf_source
+from toolkit.conversion.tflite.convert import calibrated_model, import_tf, tf_source
 from toolkit.errors import ConversionError, key_line
 
 
@@ -113,7 +113,7 @@ def _step_errors(rows: Sequence[Mapping[str, str]]) -> dict[str, float]:
 def op_graph(model: bytes) -> tuple[list[tuple[str, str]], dict[str, list[str]]]:
     """(builtin op name, first output tensor name) of each op of the main graph, and which ops read each
     op's outputs (op name -> consumer op names, by first output tensor name)."""
-    from toolkit.conversion import fragile_tflite
+    from toolkit.conversion.tflite import fragile as fragile_tflite
 
     ops = [(kind, ins, outs) for kind, ins, outs in fragile_tflite.tflite_graph(model).ops if outs]
     producer = {out: outs[0] for _kind, _ins, outs in ops for out in outs}

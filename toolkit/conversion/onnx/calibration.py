@@ -12,8 +12,8 @@ from pathlib import Path
 import numpy as np
 
 from toolkit.conversion.base import BuiltArtifact, ConversionRequest, as_input_dtype
-from toolkit.conversion.onnx_checks import transform_problem
-from toolkit.conversion.onnx_io import quiet, require_onnx
+from toolkit.conversion.onnx.checks import transform_problem
+from toolkit.conversion.onnx.graph_io import quiet, require_onnx
 from toolkit.errors import UsageError, key_line
 from toolkit.model.vocabulary import CalibrationMethod
 

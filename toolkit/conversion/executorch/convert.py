@@ -20,7 +20,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
-from toolkit.conversion import pt2e
+from toolkit.conversion.pt2e import quantize as pt2e
 from toolkit.conversion.base import BuiltArtifact, ConversionRequest
 from toolkit.errors import ConversionError, UsageError, key_line
 from toolkit.model.artifact import PteRecord
@@ -133,7 +133,7 @@ def _lower(torch: ModuleType, module: nn.Module, args: tuple[Tensor, ...],
     from executorch.devtools.backend_debug import get_delegation_info
     from executorch.exir import to_edge_transform_and_lower
 
-    from toolkit.conversion.torch_onnx import quiet_export
+    from toolkit.conversion.onnx.from_torch import quiet_export
 
     with quiet_export(), warnings.catch_warnings():
         warnings.simplefilter("ignore")

@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from toolkit.conversion.base import BuiltArtifact, ConversionRequest
-from toolkit.conversion.onnx_io import export_opset, opset_of
+from toolkit.conversion.onnx.graph_io import export_opset, opset_of
 from toolkit.errors import ConversionError, MissingDependency, UsageError, key_line
 from toolkit.model.vocabulary import Framework
 from toolkit.sources.torch import TorchSource, import_torch, missing_shape_error, output_names

@@ -13,8 +13,8 @@ import logging
 from pathlib import Path
 
 from toolkit.conversion.base import BuiltArtifact, ConversionRequest
-from toolkit.conversion.onnx_io import export_opset, save_model
-from toolkit.conversion.tf_onnx import DEFAULT_OPSET, check_written, rename_io, require_tf2onnx
+from toolkit.conversion.onnx.graph_io import export_opset, save_model
+from toolkit.conversion.onnx.from_tf import DEFAULT_OPSET, check_written, rename_io, require_tf2onnx
 from toolkit.errors import ConversionError, UsageError, key_line
 from toolkit.model.vocabulary import Precision
 

@@ -18,13 +18,13 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from toolkit.conversion.base import CONV_OPS, MATMUL_OPS, BuiltArtifact, ConversionRequest
-from toolkit.conversion.int8_saturation import REDUCE_RANGE_NOTE
-from toolkit.conversion.onnx_calibration import calibration_cache, preprocessed, reader
-from toolkit.conversion.onnx_checks import check_runs, failure, first_run_in_child
-from toolkit.conversion.onnx_fold import FOLD_STEP, folded_base
-from toolkit.conversion.onnx_io import opset_of, quiet, refused_copy, require_onnx, save_model, staged_file
-from toolkit.conversion.onnx_prepare import QDQ_MIN_OPSET
-from toolkit.conversion.onnx_specialise import specialised_base
+from toolkit.conversion.onnx.saturation import REDUCE_RANGE_NOTE
+from toolkit.conversion.onnx.calibration import calibration_cache, preprocessed, reader
+from toolkit.conversion.onnx.checks import check_runs, failure, first_run_in_child
+from toolkit.conversion.onnx.fold import FOLD_STEP, folded_base
+from toolkit.conversion.onnx.graph_io import opset_of, quiet, refused_copy, require_onnx, save_model, staged_file
+from toolkit.conversion.onnx.prepare import QDQ_MIN_OPSET
+from toolkit.conversion.onnx.specialise import specialised_base
 from toolkit.errors import ArtifactRefused, ConversionError, MissingDependency, UsageError, key_line
 from toolkit.model.vocabulary import (
     A16W8_MIN_ONNXRUNTIME,

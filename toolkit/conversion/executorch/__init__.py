@@ -1,0 +1,1 @@
+"""The ExecuTorch backend: PyTorch -> ``.pte`` (XNNPACK-delegated) and its bundled program."""
