@@ -7,9 +7,10 @@ code that uses these names; it is never imported. A name that is really unused d
 
 _ = object()
 
-# Named in a string and imported on use: the route table (conversion/routes.py, "module:function").
-tflite_table, pt2e_table, onnx_full_table  # layer_table=
-prepare, derive_onnx, take_as_is  # a Route's builder
+# Named in a string and imported on use: the route table (conversion/routes.py, "module:NAME") and the ONNX
+# backends' float exports (conversion/onnx/backend.py).
+KERAS, AS_IS, LITERT, EXECUTORCH, FROM_ONNX, FROM_TF, FROM_TORCH, FROM_TFLITE  # a Route's backend
+prepare  # OnnxBackend("toolkit.conversion.onnx.prepare:prepare")
 
 # Python and library protocols: called by the interpreter or the library, never by name.
 __getattr__  # toolkit/__init__.py: the verbs, loaded from api/ on first use (PEP 562)

@@ -88,12 +88,12 @@ def test_add_a_route_recipe() -> None:
 
     recipe = _recipe("A new conversion route")
     fields = {f.name for f in dataclasses.fields(routes.Route)}
-    for name in ("builder", "unbuilt", "a16w8_refusal", "default", "float_export", "layer_table", "refusal"):
+    for name in ("backend", "unbuilt", "a16w8_refusal", "default", "refusal"):
         assert f"`{name}`" in recipe, f"the recipe does not name the row's {name}"
         assert name in fields, f"the recipe names Route.{name}, which does not exist"
     assert "`_ROWS`" in recipe and routes._ROWS, "the recipe names routes._ROWS"
     assert hasattr(base, "ConversionRequest") and hasattr(base, "BuiltArtifact")
-    for module in ("registry", "plan", "layers"):  # they read the row: a route needs nothing there
+    for module in ("registry", "plan", "backend"):  # they read the row: a route needs nothing there
         assert f"`{module}`" in recipe
         tree = ast.parse((ROOT / "toolkit" / "conversion" / f"{module}.py").read_text())
         imports = {node.module for node in ast.walk(tree) if isinstance(node, ast.ImportFrom)}
@@ -102,6 +102,55 @@ def test_add_a_route_recipe() -> None:
     names = {t.id for node in ast.walk(registry_test) if isinstance(node, ast.AnnAssign | ast.Assign)
              for t in (node.targets if isinstance(node, ast.Assign) else [node.target]) if isinstance(t, ast.Name)}
     assert "ROUTE_TESTS" in recipe and "ROUTE_TESTS" in names
+
+
+# ---------------------------------------------------------------------------- add a format backend / a source
+
+
+WALK = ("plan", "candidate", "crash_guard", "runtime_retry", "layer_probe", "graph_cuts", "selective", "tables",
+        "write", "pipeline", "registry")  # the convert walk every route shares
+
+
+def test_add_a_format_backend_recipe() -> None:
+    """Every hook the recipe names is a method of ``Backend``; every backend package has its ``backend.py``, and the
+    walk imports no backend package (it asks ``ConvertRun.backend``), so a new format touches only what the recipe
+    says."""
+    from toolkit.conversion.backend import Backend
+
+    recipe = _recipe("A format backend")
+    hooks = re.findall(r"`(\w+)`", recipe)
+    for hook in ("build", "layer_table", "float_export", "default_io", "planned", "profile_refusal", "load_problems",
+                 "device_only", "as_built", "numerics", "failing_ops", "cuts", "nested_layers", "locate", "probe_order",
+                 "probe_tensors", "probe_files", "probe_refusal", "bundled"):
+        assert hook in hooks, f"the recipe does not name Backend.{hook}"
+        assert hasattr(Backend, hook), f"the recipe names Backend.{hook}, which does not exist"
+    conversion = ROOT / "toolkit" / "conversion"
+    packages = [p for p in conversion.iterdir() if (p / "__init__.py").is_file()]
+    assert {p.name for p in packages} == {"tflite", "onnx", "pt2e", "executorch"}
+    for package in packages:
+        assert (package / "backend.py").is_file(), f"{package.name}/ has no backend.py"
+    for module in WALK:
+        for imported in _imports(conversion / f"{module}.py"):
+            assert not any(imported.startswith(f"toolkit.conversion.{p.name}") for p in packages), \
+                f"conversion/{module}.py imports {imported}: ask the run's backend instead"
+
+
+def test_add_a_source_format_recipe() -> None:
+    recipe = _recipe("A new source format")
+    for place in ("toolkit/sources/detect.py", "toolkit/conversion/onnx/backend.py"):
+        assert f"`{place}`" in recipe and (ROOT / place).exists(), place
+    from toolkit.conversion.onnx import backend as onnx_backend
+    from toolkit.conversion.routes import ROUTES
+
+    exports = {getattr(onnx_backend, name).export for name in dir(onnx_backend)
+               if isinstance(getattr(onnx_backend, name), onnx_backend.OnnxBackend)}
+    for export in exports:  # each float export the recipe's one line names is a module of the ONNX backend
+        module = export.partition(":")[0]
+        assert module.startswith("toolkit.conversion.onnx."), export
+    frameworks_to_onnx = {fw for (fw, fmt), row in ROUTES.items() if fmt == "onnx" and row.backend}
+    from toolkit.model.vocabulary import Framework
+
+    assert frameworks_to_onnx == set(Framework), "a source format without its ONNX route"
 
 
 # ------------------------------------------------------------------------------------- add a runtime

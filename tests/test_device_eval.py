@@ -26,7 +26,7 @@ import pytest
 from tests.fixtures.bundles import copy_bundle, subset_bundle
 from tests.test_gates_device import local  # noqa: F401 - the `local` device fixture (a private HOME)
 from tests.fixtures.home import Home
-from toolkit.conversion import layer_probe
+from toolkit.conversion.onnx import artifact as onnx_artifact
 from toolkit.delivery.bundle import debug_name, probe_name, read_bundle, sha256_file
 from toolkit.checks.checking import GateOptions, check
 from toolkit.delivery.deployment import Device, version_dir
@@ -65,7 +65,7 @@ def _break_onnx(bundle_dir: Path) -> None:
     onnx.save(model, str(path))
     _rehash(bundle_dir, "model.int8.onnx")
     probe = json.loads((bundle_dir / probe_name(path.name)).read_text())
-    layer_probe.with_outputs(path, [layer["tensor"] for layer in probe["layers"]],
+    onnx_artifact.with_outputs(path, [layer["tensor"] for layer in probe["layers"]],
                             bundle_dir / debug_name(path.name))
     _rehash(bundle_dir, debug_name(path.name))
 

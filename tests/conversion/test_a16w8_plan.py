@@ -8,7 +8,8 @@ import dataclasses
 
 import pytest
 
-from toolkit.conversion.plan import When, plan_recipes, policy_for
+from toolkit.conversion.plan import When, plan_recipes
+from toolkit.conversion.policy import policy_for
 from toolkit.errors import UsageError
 from toolkit.model.options import ConvertOptions
 from toolkit.model.targets import get_profile

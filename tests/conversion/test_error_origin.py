@@ -61,7 +61,8 @@ def test_an_exception_in_the_verification_child_keeps_its_origin_stage_and_trace
     from toolkit.conversion import crash_guard
     from toolkit.conversion.measure_child import MeasureJob, RunFailed, RunProblem, write_feeds
     from toolkit.model.tensors import TensorSpec
-    from toolkit.model.vocabulary import Format
+    from toolkit.conversion.backend import backend_for
+    from toolkit.model.vocabulary import Format, Framework
 
     graph = helper.make_graph([helper.make_node("Relu", ["x"], ["y"])], "g",
                               [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4])],
@@ -71,7 +72,7 @@ def test_an_exception_in_the_verification_child_keeps_its_origin_stage_and_trace
     feeds = [{"x": np.zeros((1, 4), np.float32)}, {"x": np.zeros((1, 4, 1), np.float32)}]
     job = MeasureJob(path, 1, None, (TensorSpec("x", (1, 4), "float32"),), (TensorSpec("y", (1, 4), "float32"),),
                      write_feeds(feeds, tmp_path / "feeds.pkl"), None, None, False, ("x",))
-    result = crash_guard.measure(job, artifact_format=Format.ONNX, scratch=tmp_path)
+    result = crash_guard.measure(job, backend=backend_for(Framework.KERAS, Format.ONNX), scratch=tmp_path)
     assert isinstance(result, RunFailed) and result.problem is RunProblem.RUN, result
     reason = result.reason()
     assert reason.startswith("the artifact does not run in its runtime: "), reason

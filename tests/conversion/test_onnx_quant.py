@@ -11,7 +11,7 @@ import pytest
 
 from tests.fixtures.models import Digits
 from tests.fixtures.ppocr import text_images, text_iou
-from toolkit.conversion import layers
+from toolkit.conversion.onnx import table as layers
 from toolkit.conversion.onnx import prepare as onnx_prepare
 from toolkit.conversion.onnx import quant as onnx_quant
 from toolkit.conversion.onnx.checks import hint_for

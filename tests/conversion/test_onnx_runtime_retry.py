@@ -32,7 +32,6 @@ import numpy as np
 import pytest
 
 from toolkit.conversion.pipeline import ConvertOptions, convert_bundle
-from toolkit.model.vocabulary import Format
 
 GEMM = "digits_1/dense_1_2/MatMul/MatMulAddFusion"  # the classifier, as tf2onnx names it
 CONV = "digits_1/conv2d_1/BiasAdd"  # the first Conv
@@ -146,9 +145,9 @@ def test_every_onnx_cut_runs_and_gives_the_full_models_tensors(digits_int8_onnx:
     import onnx
     import onnxruntime as ort
 
-    from toolkit.conversion.graph_cuts import cuts
+    from toolkit.conversion.onnx.artifact import cuts
 
-    graph = cuts(digits_int8_onnx, Format.ONNX)
+    graph = cuts(digits_int8_onnx)
     model = onnx.load(str(digits_int8_onnx))
     assert graph is not None and graph.count == len(model.graph.node) > 20
     options = ort.SessionOptions()
@@ -170,8 +169,8 @@ def test_bisecting_onnx_cuts_finds_the_node_a_real_refusal_sits_in(digits_int8_o
     fails with onnxruntime's refusal of the [1, 1] zero point rather than a signal: the same search."""
     import onnx
 
-    from toolkit.conversion.graph_cuts import cuts, first_failing
-    from toolkit.conversion.runtime_retry import onnx_source_nodes
+    from toolkit.conversion.graph_cuts import first_failing
+    from toolkit.conversion.onnx.artifact import cuts, source_nodes as onnx_source_nodes
 
     model = onnx.load(str(digits_int8_onnx))
     assert _matrix_output_zero_point(model)
@@ -179,7 +178,7 @@ def test_bisecting_onnx_cuts_finds_the_node_a_real_refusal_sits_in(digits_int8_o
     onnx.save(model, str(broken))
     feeds = tmp_path / "feeds.npz"
     np.savez(feeds, image=np.random.default_rng(0).random((1, 8, 8, 1), dtype=np.float32))
-    graph = cuts(broken, Format.ONNX)
+    graph = cuts(broken)
     assert graph is not None
     cut, tried = tmp_path / "cut.onnx", []
 
@@ -212,6 +211,6 @@ def test_bisecting_onnx_cuts_finds_the_node_a_real_refusal_sits_in(digits_int8_o
      "Status Message: qlinearconv.cc:77 IsScalarOr1ElementVector(Y_zero_point) was false.", CONV),
 ])
 def test_onnxruntime_messages_name_the_source_node(message: str, node: str) -> None:
-    from toolkit.conversion.runtime_retry import onnx_named_nodes, onnx_source_nodes
+    from toolkit.conversion.onnx.artifact import named_nodes as onnx_named_nodes, source_nodes as onnx_source_nodes
 
     assert onnx_source_nodes(None, onnx_named_nodes(message)) == [node]

@@ -41,24 +41,28 @@ def _test_functions(path: Path) -> set[str]:
 
 
 def test_every_route_has_a_conversion_test() -> None:
-    built = {pair for pair, row in routes.ROUTES.items() if row.builder}
+    built = {pair for pair, row in routes.ROUTES.items() if row.backend}
     assert set(ROUTE_TESTS) == built, "name the conversion test of each route in ROUTE_TESTS"
     for route, test in ROUTE_TESTS.items():
         file, _, name = test.partition("::")
         assert name in _test_functions(TESTS / file), f"{route}: {test} does not exist"
 
 
-def test_every_route_and_export_resolves_to_a_function() -> None:
-    rows = routes.ROUTES.values()
-    for spec in (spec for row in rows for spec in (row.builder, row.float_export, row.layer_table) if spec):
-        assert callable(routes.resolve(spec)), spec
-    onnx_sources = {row.framework for row in rows if row.format == "onnx" and row.builder}
-    assert onnx_sources == {row.framework for row in rows if row.float_export}, "every ONNX route needs a float export"
+def test_every_route_resolves_to_a_backend_of_its_format() -> None:
+    from toolkit.conversion.backend import Backend, backend_for
+
+    for (framework, fmt), row in routes.ROUTES.items():
+        if row.backend is None:
+            continue
+        backend = backend_for(framework, fmt)
+        assert isinstance(backend, Backend) and backend.format == fmt, row.backend
+        if fmt == "onnx":  # every ONNX precision derives from the source's float export
+            assert type(backend).float_export is not Backend.float_export, f"{row.backend} has no float export"
 
 
 @pytest.mark.parametrize(("framework", "fmt"), sorted(pair for pair, row in routes.ROUTES.items() if row.refusal))
 def test_refused_pairs_say_what_to_use(framework: str, fmt: str) -> None:
-    assert routes.ROUTES[framework, fmt].builder is None
+    assert routes.ROUTES[framework, fmt].backend is None
     with pytest.raises(UsageError) as caught:
         registry.check_supported(framework, fmt)
     assert caught.value.hint and "--format" in caught.value.hint

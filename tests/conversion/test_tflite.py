@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from tests.fixtures.tflite import digits_request
-from toolkit.conversion import layers
+from toolkit.conversion.tflite import table as layers
 from toolkit.conversion.tflite import convert as tflite
 from toolkit.conversion.tflite import checks as tflite_checks
 from toolkit.errors import ConversionError, UsageError

@@ -72,7 +72,7 @@ def test_healthy_logits_layer_is_not_ranked_lost(digits, digits_source, tmp_path
     converter read the float copy of the last layer before the softmax after ``invoke()``, from an arena a later
     op had reused (zeros in its first elements): that healthy logits layer ranked first with channel error 1.0
     while the debugger's own RMSE/scale for it was 0.30."""
-    from toolkit.conversion import layers
+    from toolkit.conversion.tflite import table as layers
 
     start = time.perf_counter()
     table = layers.tflite_table(digits_request(digits_source, digits, tmp_path, precision="int8", io_dtype="int8"))
@@ -88,7 +88,7 @@ def test_healthy_logits_layer_is_not_ranked_lost(digits, digits_source, tmp_path
 
 
 def test_table_puts_the_outlier_layer_first(conv_outlier_keras, digits, tmp_path) -> None:
-    from toolkit.conversion import layers
+    from toolkit.conversion.tflite import table as layers
     from toolkit.sources import open_source
 
     request = digits_request(open_source(str(conv_outlier_keras)), digits, tmp_path, precision="int8", io_dtype="int8")
@@ -114,7 +114,7 @@ def test_float_island_at_the_borders_keeps_int8_io(conv_outlier_keras, digits, t
     """The worst layer reads the input and (the logits layer, the one FULLY_CONNECTED) the last layer writes the output: the selective
     artifact still has int8 input and output (a DEQUANTIZE after the input, a QUANTIZE before the output, with
     the scales the calibration measured) and its accuracy is back where full INT8 lost it."""
-    from toolkit.conversion import layers
+    from toolkit.conversion.tflite import table as layers
     from toolkit.conversion.tflite import convert as tflite
     from toolkit.runtimes.inspection.tflite import inspect_tflite
     from toolkit.sources import open_source

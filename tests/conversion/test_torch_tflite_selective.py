@@ -100,7 +100,7 @@ def test_table_ranks_the_outlier_layer_first_and_only_its_group_repairs_tflite(
     """The PT2E table's worst layer is fc1 (its units are lost) with fc1 -> fc2 as its float group; the healthy
     conv layers score a few percent. Faithful: keeping the *second* row's group float (fc2 alone) leaves the
     TFLite artifact broken (the worst group repairing it is the pipeline test's)."""
-    from toolkit.conversion import layers
+    from toolkit.conversion.pt2e import table as layers
     from toolkit.conversion.pt2e import litert as torch_tflite
 
     request = _request(outlier_source, outlier_net, tmp_path)

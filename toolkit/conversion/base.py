@@ -1,9 +1,10 @@
-"""What a conversion route receives and returns. Routes live one per module; ``registry`` maps
-(source framework, artifact format) to the route."""
+"""What a conversion route receives (:class:`ConversionRequest`) and returns (:class:`BuiltArtifact`); the route's
+backend (``backend``) builds it."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Mapping
 
@@ -23,6 +24,21 @@ MATMUL_OPS = frozenset({
 CONV_OPS = frozenset({"Conv", "ConvTranspose", "CONV_2D", "DEPTHWISE_CONV_2D", "TRANSPOSE_CONV", "CONV_3D"})
 
 
+class FloatExports:
+    """The float exports of one run, by path: each exported once and shared by every recipe derived from it (the
+    run owns it: ``ConvertRun.caches``; a request made alone gets its own)."""
+
+    def __init__(self) -> None:
+        self._built: dict[Path, BuiltArtifact] = {}
+
+    def get(self, path: Path, export: Callable[[], BuiltArtifact]) -> BuiltArtifact:
+        """The export at ``path``, made by ``export`` the first time (or when its file is gone)."""
+        built = self._built.get(path)
+        if built is None or not built.path.is_file():
+            built = self._built[path] = export()
+        return built
+
+
 @dataclass(frozen=True)
 class ConversionRequest:
     """One artifact to build. ``calibration``: one validated feed per sample, shaped like ``input_shapes``, each input
@@ -35,6 +51,7 @@ class ConversionRequest:
     workdir: Path  # scratch space owned by this request; the route writes its artifact here
     max_opset: int | None = None  # the target runtime's highest loadable ONNX opset
     dynamic_batch: bool = False
+    exports: FloatExports = field(default_factory=FloatExports, compare=False, repr=False)
 
 
 @dataclass(frozen=True)

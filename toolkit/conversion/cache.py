@@ -18,7 +18,8 @@ from typing import TYPE_CHECKING, Any
 from toolkit.conversion import calibration as cal
 from toolkit.__about__ import __version__
 from toolkit.conversion.base import BuiltArtifact
-from toolkit.conversion.plan import Policy, detect_is_factory
+from toolkit.conversion.plan import detect_is_factory
+from toolkit.conversion.policy import Policy
 from toolkit.model.artifact import FloatIO
 from toolkit.model.manifest import MANIFEST_SCHEMA_VERSION
 from toolkit.model.reading import RecordProblem, read_record

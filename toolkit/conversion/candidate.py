@@ -8,7 +8,6 @@ cannot abort the bundle. Only bad input (a :class:`UsageError`) propagates, and 
 from __future__ import annotations
 
 import logging
-import dataclasses
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -21,8 +20,6 @@ from toolkit.delivery.bundle import sha256_file
 from toolkit.conversion import cache
 from toolkit.conversion.base import BuiltArtifact, ConversionRequest
 from toolkit.conversion.host_timing import PairedTiming, Speed, host_cpu, is_this_host
-from toolkit.conversion.onnx.saturation import X64_QUANT_PRECISION_NOTE, target_numerics
-from toolkit.conversion.plan import Policy
 from toolkit.conversion.io_align import align
 from toolkit.conversion.run import Candidate, ConvertRun, Failure, FailureKind, failure
 from toolkit.errors import ArtifactCrashed, ArtifactRefused, ConversionError, ToolkitError, UsageError
@@ -31,7 +28,7 @@ from toolkit.quiet import native_stderr_silenced
 from toolkit.model.artifact import ArtifactRecord
 from toolkit.model.recipe import Recipe
 from toolkit.model.tensors import TensorSpec
-from toolkit.model.vocabulary import ArtifactStatus, Format, Framework, Precision, artifact_file_name
+from toolkit.model.vocabulary import ArtifactStatus, Precision, artifact_file_name
 from toolkit.model.batching import FIXED_BATCH_NOTE, BatchVerification
 
 if TYPE_CHECKING:
@@ -41,32 +38,6 @@ if TYPE_CHECKING:
 _log = logging.getLogger(__name__)
 
 
-_FORMAT_NAMES = {Format.TFLITE: "TFLite", Format.ONNX: "ONNX", Format.PTE: ".pte"}
-
-
-def _runtime_incompatibilities(path: Path, policy: Policy) -> str:
-    """Why a bounded TFLite runtime of the profile (tflite-runtime 2.14) cannot load ``path``; "" if it can."""
-    from toolkit.runtimes.compat import tflite_incompatibilities
-
-    reasons = []
-    for runtime, max_version in policy.tflite_bounds:
-        problems = tflite_incompatibilities(path, runtime, max_version)
-        if problems:
-            reasons.append(f"{runtime} <= {max_version} does not know {', '.join(problems)}")
-    return "; ".join(reasons)
-
-
-def _device_only_providers(recipe: Recipe) -> tuple[str, ...]:
-    """The recipe's accelerator providers this host's onnxruntime lacks (TensorRT/CUDA on a CPU-only host)."""
-    wanted = [ep for ep in recipe.execution_providers if ep != "CPUExecutionProvider"]
-    if recipe.format != Format.ONNX or not wanted:
-        return ()
-    import onnxruntime
-
-    available = set(onnxruntime.get_available_providers())
-    return tuple(ep for ep in wanted if ep not in available)
-
-
 def _build(run: ConvertRun, request: ConversionRequest, output: Path) -> BuiltArtifact:
     from toolkit.conversion import registry
 
@@ -74,7 +45,7 @@ def _build(run: ConvertRun, request: ConversionRequest, output: Path) -> BuiltAr
     if reused is not None:
         return reused
     with native_stderr_silenced():
-        built = registry.build(request, output)
+        built = registry.build(request, output)  # the route's backend, once its refusals are checked
     cache.keep_build(run.builds, request.recipe, built)
     return built
 
@@ -91,20 +62,12 @@ def _io_notes(source: Sequence[TensorSpec], artifact: Sequence[TensorSpec], orde
     return notes
 
 
-def _device_only(recipe: Recipe, policy: Policy) -> list[str]:
-    """Where the device runs ``recipe`` on an accelerator this host lacks (its CPU timings say nothing)."""
-    device_only = list(_device_only_providers(recipe))
-    if policy.edgetpu and recipe.format == Format.TFLITE and recipe.precision == Precision.INT8:
-        device_only.append("the Edge TPU (once compiled by edgetpu_compiler)")
-    return device_only
-
-
 def _fp32_to_pair_with(run: ConvertRun, recipe: Recipe) -> Path | None:
     """The fp32 artifact of the format to time ``recipe``'s against in alternating rounds (``host_timing``), only
     where the profile is this host and the recipe runs on its CPU."""
-    fp32 = run.fp32.get(recipe.format)
+    fp32 = run.caches.fp32.get(recipe.format)
     if (recipe.precision == Precision.FP32 or not isinstance(fp32, Candidate) or not is_this_host(run.policy.name)
-            or _device_only(recipe, run.policy)):
+            or run.backend(recipe.format).device_only(recipe, run.policy)):
         return None
     return fp32.built.path
 
@@ -176,12 +139,11 @@ def _built(run: ConvertRun, recipe: Recipe, *, explicit: bool
             _log.debug("%s: building failed", recipe.label, exc_info=exc)
         return failure(recipe, FailureKind.BUILD, exc.message, exc.hint)
     info = inspect_model(built.path)
-    if recipe.format == Format.TFLITE:
-        incompatible = _runtime_incompatibilities(built.path, run.policy)
-        if incompatible:
-            return failure(recipe, FailureKind.INCOMPATIBLE, f"the target's runtime cannot load it: {incompatible}")
-        if run.source.framework == Framework.TFLITE:  # taken as it is: the file's precision
-            recipe = dataclasses.replace(recipe, precision=info.precision)
+    backend = run.backend(recipe.format)
+    incompatible = backend.load_problems(built.path, run.policy)
+    if incompatible:
+        return failure(recipe, FailureKind.INCOMPATIBLE, f"the target's runtime cannot load it: {incompatible}")
+    recipe = backend.as_built(recipe, info)  # a file taken as it is: its own precision
     if recipe.precision in (Precision.INT8, Precision.DYNAMIC) and info.quantized_ops == 0:
         return failure(recipe, FailureKind.NOT_QUANTIZED,
                        "quantization changed nothing: the artifact holds no quantized operators")
@@ -195,7 +157,8 @@ def _measure(run: ConvertRun, recipe: Recipe, built: BuiltArtifact, info: ModelI
     from toolkit.conversion.measure_child import MeasureJob, RunFailed, RunProblem, write_feeds
 
     source, data = run.source, run.data
-    numerics = target_numerics(recipe, run.policy.arch)  # the target's int8 arithmetic where this host's differs
+    backend = run.backend(recipe.format)
+    numerics, numerics_note = backend.numerics(recipe, run.policy.arch)  # the target's arithmetic where this host's differs
     try:
         named = tuple(info.inputs[j].name for j in align(source.inputs, info.inputs, what="input"))
     except ConversionError:
@@ -204,8 +167,8 @@ def _measure(run: ConvertRun, recipe: Recipe, built: BuiltArtifact, info: ModelI
                      tuple(source.outputs), write_feeds(data.heldout.feeds, run.scratch / "heldout-feeds.pkl"),
                      run.recurrent.pairs if run.recurrent else None, _fp32_to_pair_with(run, recipe),
                      run.dynamic_batch, named)
-    result = crash_guard.measure(job, artifact_format=recipe.format, scratch=run.scratch)
-    what = f"{recipe.precision} {_FORMAT_NAMES[recipe.format]}"
+    result = crash_guard.measure(job, backend=backend, scratch=run.scratch)
+    what = f"{recipe.precision} {backend.display}"
     if isinstance(result, crash_guard.Crash):
         if result.stack:
             _log.debug("%s: the Python stack when the runtime crashed (in its verification process):\n%s",
@@ -224,7 +187,7 @@ def _measure(run: ConvertRun, recipe: Recipe, built: BuiltArtifact, info: ModelI
     )
     inputs, outputs = result.session_inputs, result.session_outputs
     io_notes = _io_notes(source.inputs, inputs, result.in_order, "input") + _io_notes(
-        source.outputs, outputs, result.out_order, "output") + ([X64_QUANT_PRECISION_NOTE] if numerics else [])
+        source.outputs, outputs, result.out_order, "output") + ([numerics_note] if numerics_note else [])
     return _Measured(result.in_order, result.out_order, result.outputs, verdict, result.latency, result.runtime,
                      result.timing, result.batching, io_notes)
 
@@ -237,9 +200,9 @@ def _speed(run: ConvertRun, recipe: Recipe, measured: _Measured, *, failed: bool
         ArtifactStatus.UNVERIFIED if measured.verdict.vacuous else ArtifactStatus.OK)
     latency = measured.latency
     if recipe.precision == Precision.FP32:
-        run.fp32_latency.setdefault(recipe.format, latency)
-    base = run.fp32_latency.get(recipe.format)
-    device_only = _device_only(recipe, policy)
+        run.caches.fp32_latency.setdefault(recipe.format, latency)
+    base = run.caches.fp32_latency.get(recipe.format)
+    device_only = run.backend(recipe.format).device_only(recipe, policy)
     timing = measured.timing
     if device_only:
         note = (f"timed on this host's CPU only; the device runs it on {', '.join(device_only)} "

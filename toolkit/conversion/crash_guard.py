@@ -22,18 +22,19 @@ import sys
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from toolkit.conversion.measure_child import (FIRST, LOADING, Measurement, MeasureJob, RunFailed, RunProblem,
                                               read_feeds)
-from toolkit.model.vocabulary import Format
+
+if TYPE_CHECKING:
+    from toolkit.conversion.backend import Backend
 
 MEASURE_TIMEOUT_S = 1800.0  # a candidate's whole verification: a child still running then is stopped, and failed
 TIMEOUT_S = 300.0  # a child that takes longer is left: the in-process load decides (a big model is not a crash)
 _SURVIVED: set[tuple[int, int, int]] = set()  # files whose first run passed in a child: run once per process
-_RUNTIMES = {Format.TFLITE: "the interpreter", Format.ONNX: "onnxruntime", Format.PTE: "ExecuTorch"}
 
 
 @dataclass(frozen=True)
@@ -72,7 +73,7 @@ def _python(module: str, args: list[str], timeout: float) -> tuple[int | None, s
     return done.returncode, done.stdout.decode("utf-8", "replace"), done.stderr.decode("utf-8", "replace")
 
 
-def first_run(path: Path, feed: Mapping[str, np.ndarray], *, artifact_format: Format, threads: int | None,
+def first_run(path: Path, feed: Mapping[str, np.ndarray], *, backend: Backend, threads: int | None,
               scratch: Path) -> Crash | None:
     """Run ``path`` once on ``feed`` (keyed by the artifact's input names) in a child; the crash, if it crashed."""
     if _identity(path) in _SURVIVED:
@@ -87,14 +88,14 @@ def first_run(path: Path, feed: Mapping[str, np.ndarray], *, artifact_format: Fo
     if status is None or status >= 0:
         return None
     try:
-        node = _crashing_node(path, artifact_format, feeds, threads, scratch)
+        node = _crashing_node(path, backend, feeds, threads, scratch)
     except Exception:  # noqa: BLE001 - a graph that cannot be cut (a 2 GB protobuf): the crash, without its op
         node = None
     when = FIRST if "loaded" in out.split() else LOADING
-    return Crash(_RUNTIMES[artifact_format], _signal_name(-status), when, node)
+    return Crash(backend.runtime, _signal_name(-status), when, node)
 
 
-def measure(job: MeasureJob, *, artifact_format: Format, scratch: Path) -> Measurement | RunFailed | Crash:
+def measure(job: MeasureJob, *, backend: Backend, scratch: Path) -> Measurement | RunFailed | Crash:
     """Every run of ``job`` (``measure_child``) in one child: what it measured, the exception that stopped it, or
     the crash that killed it, at the stage it announced last (its op found by cutting the graph where the crash
     was on one held-out sample)."""
@@ -120,10 +121,10 @@ def measure(job: MeasureJob, *, artifact_format: Format, scratch: Path) -> Measu
                                   for spec, name in zip(job.inputs, job.artifact_inputs)}
         np.savez(feeds, **arrays)
         try:
-            node = _crashing_node(job.artifact, artifact_format, feeds, job.threads, scratch)
+            node = _crashing_node(job.artifact, backend, feeds, job.threads, scratch)
         except Exception:  # noqa: BLE001 - a graph that cannot be cut: the crash, without its op
             node = None
-    return Crash(_RUNTIMES[artifact_format], _signal_name(-status), when, node, _fault_stack(err))
+    return Crash(backend.runtime, _signal_name(-status), when, node, _fault_stack(err))
 
 
 def _last_stage(out: str) -> tuple[int | None, str]:
@@ -154,13 +155,13 @@ def _signal_name(number: int) -> str:
         return f"signal {number}"
 
 
-def _crashing_node(path: Path, artifact_format: Format, feeds: Path, threads: int | None,
-                   scratch: Path) -> str | None:
-    """The first op of the main graph whose cut (the graph up to it, its outputs the model's) crashes the child,
-    named as the runtime names a failing op; None where the format is not cut or no cut crashes alone."""
-    from toolkit.conversion.graph_cuts import cuts, first_failing
+def _crashing_node(path: Path, backend: Backend, feeds: Path, threads: int | None, scratch: Path) -> str | None:
+    """The first op of the main graph whose cut (the graph up to it, its outputs the model's; ``backend.cuts``)
+    crashes the child, named as the runtime names a failing op; None where the format is not cut or no cut crashes
+    alone."""
+    from toolkit.conversion.graph_cuts import first_failing
 
-    graph = cuts(path, artifact_format)
+    graph = backend.cuts(path)
     if graph is None:
         return None
     cut_path = scratch / f"first-run-cut{path.suffix}"

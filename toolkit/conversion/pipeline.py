@@ -32,10 +32,10 @@ from toolkit.conversion.run import (
 )
 from toolkit.conversion.data import prepare_data
 from toolkit.conversion.plan import (
-    Plan, PlannedRecipe, Policy, When, bundle_name, detect_is_factory, plan_recipes, policy_for, validate_name,
+    Plan, PlannedRecipe, When, bundle_name, detect_is_factory, plan_recipes, validate_name,
 )
+from toolkit.conversion.policy import Policy, policy_for
 from toolkit.conversion.runtime_retry import retry as runtime_retry
-from toolkit.conversion.onnx.fold import body_layers
 from toolkit.conversion.selective import selective
 from toolkit.conversion.write import write_bundle
 from toolkit.errors import ConversionError, ToolkitError, UsageError
@@ -174,7 +174,7 @@ def _build_all(run: ConvertRun, plan: Plan) -> list[Candidate]:
         run.progress(f"building {recipe.label}")
         result = build_and_verify(run, recipe, explicit=item.explicit)
         if recipe.precision == Precision.FP32:
-            run.fp32.setdefault(recipe.format, result)
+            run.caches.fp32.setdefault(recipe.format, result)
         if isinstance(result, Failure):
             run.attempts.append(result.attempt())
             run.progress(f"{recipe.label} failed: {result.reason}")
@@ -224,7 +224,7 @@ def _precondition(run: ConvertRun, item: PlannedRecipe) -> Failure | None:
     artifact with), or it is the dynamic fallback and the model is not MatMul/RNN-dominated (a model whose layers all
     sit inside If/Loop/Scan bodies is tried: dynamic is the one quantizer that reaches them)."""
     recipe = item.recipe
-    fp32 = run.fp32.get(recipe.format)
+    fp32 = run.caches.fp32.get(recipe.format)
     if recipe.precision != Precision.FP32 and fp32 is not None:
         why = fp32.reason if isinstance(fp32, Failure) else "; ".join(fp32.failures)
         if why:
@@ -232,11 +232,11 @@ def _precondition(run: ConvertRun, item: PlannedRecipe) -> Failure | None:
                            f"not attempted: the fp32 {recipe.format} artifact failed ({why})",
                            fp32.workaround if isinstance(fp32, Failure) else "fix the fp32 artifact first")
     if item.when is When.DYNAMIC_FALLBACK:
-        judge = next((c for c in (fp32, *run.fp32.values()) if isinstance(c, Candidate)), None)
+        judge = next((c for c in (fp32, *run.caches.fp32.values()) if isinstance(c, Candidate)), None)
         if judge is None:
             return failure(recipe, FailureKind.NOT_ATTEMPTED,
                            "not attempted: no fp32 artifact to tell whether the model is MatMul/RNN-dominated")
-        if not judge.matmul_dominated and not body_layers(judge.built.path):
+        if not judge.matmul_dominated and not run.backend(judge.recipe.format).nested_layers(judge.built.path):
             return failure(
                 recipe, FailureKind.NOT_ATTEMPTED,
                 "not attempted: dynamic INT8 is the fallback for MatMul/Gemm/LSTM/GRU-dominated models "
@@ -260,8 +260,9 @@ def _selective_applies(run: ConvertRun, recipe: Recipe) -> bool:
     model whose layers all sit inside If/Loop/Scan bodies (the one quantizer that reaches them)."""
     if recipe.a16w8 or recipe.precision not in (Precision.INT8, Precision.DYNAMIC):
         return False
-    fp32 = run.fp32.get(recipe.format)
-    return recipe.precision == Precision.INT8 or (isinstance(fp32, Candidate) and bool(body_layers(fp32.built.path)))
+    fp32 = run.caches.fp32.get(recipe.format)
+    return recipe.precision == Precision.INT8 or (
+        isinstance(fp32, Candidate) and bool(run.backend(recipe.format).nested_layers(fp32.built.path)))
 
 
 def _nothing_survived(attempts: Sequence[Attempt]) -> ConversionError:

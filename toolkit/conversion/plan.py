@@ -14,81 +14,30 @@ order, with what will not be built and why (``Plan.skipped``), before any slow w
 from __future__ import annotations
 
 import dataclasses
-import os
 import re
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Sequence
+from dataclasses import dataclass
 from enum import StrEnum
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from toolkit.verification import verify
 from toolkit.errors import UsageError
+from toolkit.conversion.backend import backend_for
+from toolkit.conversion.policy import Policy
 from toolkit.conversion.routes import default_formats
-from toolkit.model.policy import CheckPolicy
-from toolkit.model.targets import check_policy_from_profile
 from toolkit.model.artifact import Attempt
 from toolkit.model.recipe import Recipe
 from toolkit.model.vocabulary import (
-    A16W8_MIN_ONNXRUNTIME, AcceleratorKind, CalibrationMethod,
     FORMATS,
-    TFLITE_RUNTIMES,
     AttemptOutcome,
     Format,
     Framework,
     IoDtype,
     Precision,
-    Runtime,
 )
 
 if TYPE_CHECKING:
     from toolkit.model.options import ConvertOptions
-    from toolkit.model.targets import TargetProfile
-
-
-@dataclass(frozen=True)
-class Policy:
-    """What the target profile says, as the convert stage uses it."""
-
-    name: str
-    arch: str | None
-    recipes: tuple[Recipe, ...]
-    tolerance: verify.Tolerance
-    threads: int
-    max_opset: int | None
-    preferences: Mapping[str, Any]  # Any: the manifest's JSON values (runtimes, threads, budget)
-    fallback: tuple[Precision, ...] = ()  # precisions to fall back along, ending in fp32
-    tflite_bounds: tuple[tuple[str, str | None], ...] = ()  # (runtime, max_version) of the TFLite runtimes
-    edgetpu: bool = False
-    delegate: str | None = None  # the Edge TPU delegate library, for the compiled artifact's record
-    provider_options: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)  # Any: raw TOML values
-    check: CheckPolicy | None = None  # what check gates the bundle on, written into its manifest
-    onnxruntime_min: str | None = None  # the oldest onnxruntime the profile's devices may run
-
-
-def policy_for(profile: TargetProfile, *, threads: int | None = None) -> Policy:
-    """The policy of ``profile``; ``threads`` (the user's ``--threads``) wins over the profile's."""
-    return Policy(
-        name=profile.name,
-        arch=profile.arch,
-        recipes=tuple(profile.recipes),
-        tolerance=profile.tolerance,
-        threads=threads or min(profile.threads or 2, os.cpu_count() or 2),
-        max_opset=profile.max_onnx_opset,
-        preferences={
-            "runtimes": [r.name for r in profile.runtimes],
-            "execution_providers": list(profile.execution_providers or ()),
-            "threads": profile.threads,
-            "latency_budget_ms": profile.latency_budget_ms,
-        },
-        fallback=tuple(profile.fallback),
-        tflite_bounds=tuple((r.name, r.max_version) for r in profile.runtimes if r.name in TFLITE_RUNTIMES),
-        edgetpu=profile.edgetpu,
-        delegate=next((a.delegate for a in profile.accelerators if a.kind == AcceleratorKind.EDGETPU and a.delegate), None),
-        provider_options={k: dict(v) for k, v in profile.provider_options.items()},
-        check=check_policy_from_profile(profile),
-        onnxruntime_min=next((r.min_version for r in profile.runtimes if r.name == Runtime.ONNXRUNTIME), None),
-    )
 
 
 class When(StrEnum):
@@ -146,21 +95,34 @@ def validate_name(name: str) -> str:
 # --------------------------------------------------------------------------------------------- recipes
 
 
-def _io_default(fmt: Format, precision: Precision) -> IoDtype:
-    return IoDtype.INT8 if (fmt, precision) == (Format.TFLITE, Precision.INT8) else IoDtype.FLOAT32
+def _default_recipe(framework: str, fmt: Format, precision: Precision) -> Recipe:
+    """The toolkit's recipe for (format, precision): the route's backend says its I/O type."""
+    return Recipe(fmt, precision, io_dtype=backend_for(framework, fmt).default_io(precision))
 
 
-def _plain_recipe(fmt: Format, precision: Precision, options: ConvertOptions, profile_recipes: Sequence[Recipe]) -> Recipe:
+def _plain_recipe(framework: str, fmt: Format, precision: Precision, options: ConvertOptions,
+                  profile_recipes: Sequence[Recipe]) -> Recipe:
     """The profile's recipe for (format, precision) if it has one, else the toolkit's defaults."""
     base = next((r for r in profile_recipes if r.format == fmt and r.precision == precision and not r.a16w8), None)
     if base is None:
-        base = Recipe(fmt, precision, io_dtype=_io_default(fmt, precision))
-    return _apply_overrides(base, options)
+        base = _default_recipe(framework, fmt, precision)
+    return _apply_overrides(framework, base, options)
 
 
-def _apply_overrides(recipe: Recipe, options: ConvertOptions) -> Recipe:
+def _integer_io(framework: str, recipe: Recipe) -> bool:
+    """Whether ``recipe``'s format takes integer I/O at its precision (a pair without a route: no)."""
+    from toolkit.conversion.registry import supports
+
+    if supports(framework, recipe.format) is not None:
+        return False
+    return backend_for(framework, recipe.format).default_io(recipe.precision) != IoDtype.FLOAT32
+
+
+def _apply_overrides(framework: str, recipe: Recipe, options: ConvertOptions) -> Recipe:
+    """``recipe`` with the user's overrides: ``--io-dtype`` where the format's I/O is integer (its backend's
+    default for the precision: full INT8 TFLite), ``--calibration-method`` on INT8, ``--threads``."""
     changes: dict[str, Any] = {}  # Any: keyword values of dataclasses.replace, each field its own type
-    if options.io_dtype and recipe.format == Format.TFLITE and recipe.precision == Precision.INT8 and not recipe.a16w8:
+    if options.io_dtype and not recipe.a16w8 and _integer_io(framework, recipe):
         changes["io_dtype"] = options.io_dtype
     if options.calibration_method and recipe.precision == Precision.INT8:
         changes["calibration_method"] = options.calibration_method
@@ -173,25 +135,10 @@ def _skip(recipe: Recipe, reason: str) -> Attempt:
     return Attempt(recipe, AttemptOutcome.FAILED, f"skipped: {reason}")
 
 
-def a16w8_refusal(recipe: Recipe, policy: Policy) -> str | None:
-    """Why the profile's devices cannot load ``recipe``'s A16W8 ONNX artifact (None: they can): int16 Q/DQ run
-    in onnxruntime >= ``A16W8_MIN_ONNXRUNTIME`` only."""
-    from toolkit.model.targets import parse_version
-
-    if not (recipe.a16w8 and recipe.format == Format.ONNX and policy.onnxruntime_min):
-        return None
-    have, need = parse_version(policy.onnxruntime_min), parse_version(A16W8_MIN_ONNXRUNTIME)
-    if have is None or need is None or have >= need:
-        return None
-    return (f"A16W8 ONNX needs onnxruntime >= {A16W8_MIN_ONNXRUNTIME} on the device (int16 Q/DQ); the "
-            f"profile admits onnxruntime {policy.onnxruntime_min}")
-
-
 def plan_recipes(options: ConvertOptions, policy: Policy, framework: str, *, has_calibration: bool,
                  as_is: Precision | None = None) -> Plan:
     """The recipes to build, in order, and the ones skipped before any work (with the reason). ``as_is``: a .tflite
     source's own precision (its one TFLite artifact is planned, logged and named at it)."""
-    from toolkit.conversion.onnx import saturation as int8_saturation
     from toolkit.conversion.registry import check_supported, supports
 
     skipped: list[Attempt] = []
@@ -201,7 +148,7 @@ def plan_recipes(options: ConvertOptions, policy: Policy, framework: str, *, has
     planned: list[PlannedRecipe]
     if options.precisions:
         planned = [
-            PlannedRecipe(_plain_recipe(fmt, p, options, policy.recipes), True)
+            PlannedRecipe(_plain_recipe(framework, fmt, p, options, policy.recipes), True)
             for fmt in formats or default_formats(framework)
             for p in dict.fromkeys(options.precisions)
         ]
@@ -211,8 +158,8 @@ def plan_recipes(options: ConvertOptions, policy: Policy, framework: str, *, has
                 hint="Pass --calibration PATH (.npy, .npz or an image folder with dataset.toml).",
             )
     else:
-        candidates = [_apply_overrides(r, options) for r in policy.recipes] or [
-            Recipe(fmt, p, io_dtype=_io_default(fmt, p))
+        candidates = [_apply_overrides(framework, r, options) for r in policy.recipes] or [
+            _default_recipe(framework, fmt, p)
             for fmt in default_formats(framework)
             for p in (Precision.INT8, Precision.FP32)
         ]
@@ -227,20 +174,21 @@ def plan_recipes(options: ConvertOptions, policy: Policy, framework: str, *, has
             if recipe.precision == Precision.INT8 and not has_calibration:
                 skipped.append(_skip(recipe, "INT8 needs --calibration data"))
                 continue
-            too_old = a16w8_refusal(recipe, policy)
+            too_old = backend_for(framework, recipe.format).profile_refusal(recipe, policy)
             if too_old is not None:
                 skipped.append(_skip(recipe, too_old))
                 continue
             planned.append(PlannedRecipe(recipe, False, When.A16W8_FALLBACK if recipe.a16w8 else When.ALWAYS))
         planned = _with_dynamic_fallback(planned, framework, options)
-        planned.extend(_fallback_recipes(planned, policy, options, has_calibration, skipped))
+        planned.extend(_fallback_recipes(planned, policy, framework, options, has_calibration, skipped))
         for fmt in formats or tuple(dict.fromkeys(p.recipe.format for p in planned)) or default_formats(framework):
             if supports(framework, fmt) is None and not any(
                 p.recipe.format == fmt and p.recipe.precision == Precision.FP32 for p in planned
             ):
-                planned.append(PlannedRecipe(_plain_recipe(fmt, Precision.FP32, options, ()), False))
-    # static INT8 ONNX: reduce_range decided by the target's CPU where the profile leaves it unset
-    planned = [dataclasses.replace(p, recipe=int8_saturation.resolved(p.recipe, policy.arch)) for p in planned]
+                planned.append(PlannedRecipe(_plain_recipe(framework, fmt, Precision.FP32, options, ()), False))
+    # what the target's CPU decides, settled by each format's backend (static INT8 ONNX: reduce_range)
+    planned = [dataclasses.replace(p, recipe=backend_for(framework, p.recipe.format).planned(p.recipe, policy.arch))
+               for p in planned]
     # fp32 of each format first: it is the baseline every other artifact is timed against (stable sort).
     planned.sort(key=lambda p: (FORMATS.index(p.recipe.format), p.recipe.precision != Precision.FP32))
     if framework == Framework.TFLITE:
@@ -301,7 +249,7 @@ def _with_dynamic_fallback(
             continue
         last_int8 = max(static_int8)
         providers = out[last_int8].recipe.execution_providers
-        recipe = dataclasses.replace(_plain_recipe(fmt, Precision.DYNAMIC, options, ()),
+        recipe = dataclasses.replace(_plain_recipe(framework, fmt, Precision.DYNAMIC, options, ()),
                                      execution_providers=providers)
         out.insert(last_int8 + 1, PlannedRecipe(recipe, False, When.DYNAMIC_FALLBACK))
     return out
@@ -310,6 +258,7 @@ def _with_dynamic_fallback(
 def _fallback_recipes(
     planned: Sequence[PlannedRecipe],
     policy: Policy,
+    framework: str,
     options: ConvertOptions,
     has_calibration: bool,
     skipped: list[Attempt],
@@ -327,7 +276,8 @@ def _fallback_recipes(
         for precision in policy.fallback:
             if precision in have or precision == Precision.FP32:
                 continue
-            recipe = dataclasses.replace(_plain_recipe(fmt, precision, options, ()), execution_providers=providers)
+            recipe = dataclasses.replace(_plain_recipe(framework, fmt, precision, options, ()),
+                                         execution_providers=providers)
             if precision == Precision.INT8 and not has_calibration:
                 skipped.append(Attempt(recipe, AttemptOutcome.FAILED,
                                        "skipped (fallback): INT8 needs --calibration data",

@@ -1,17 +1,16 @@
 """Every conversion route as data: one :class:`Route` row per (source framework, artifact format).
 
-A row names its builder or its refusal, the precisions it refuses, whether it is a default format, and its
-format backend (float ONNX export, layer table). Functions are ``"module:function"`` strings imported only when
-used (``resolve``), so reading the table costs nothing (``edgetk --help`` stays light). A new route is one row
-plus its module; ``tests/conversion/test_registry.py`` proves every built route has a conversion test.
+A row names its backend (``backend.Backend``: what builds the artifact and what the convert walk asks of its
+format) or its refusal, the precisions it refuses, and whether it is a default format. A backend is a
+``"module:NAME"`` string imported only when used (``backend.backend_for``), so reading the table costs nothing
+(``edgetk --help`` stays light). A new route is one row naming a backend; a new format is one backend package and
+its rows; ``tests/conversion/test_registry.py`` proves every built route has a conversion test.
 """
 
 from __future__ import annotations
 
-import importlib
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import cast
 
 from toolkit.model.vocabulary import FORMATS, Format, Framework, Precision
 
@@ -24,24 +23,21 @@ class Refusal:
 
 @dataclass(frozen=True)
 class Route:
-    """One (framework, format) pair: built (``builder``) or refused (``refusal``)."""
+    """One (framework, format) pair: built (``backend``) or refused (``refusal``)."""
 
     framework: Framework
     format: Format
-    builder: str | None = None  # "module:function(request, output) -> BuiltArtifact"
+    backend: str | None = None  # "module:NAME" of its backend.Backend
     refusal: Refusal | None = None  # a pair not offered: why, and the route to use instead
     default: bool = False  # built when neither --format nor the profile names a format
-    unbuilt: tuple[Precision, ...] = ()  # refused by design (the builder raises a UsageError saying why)
+    unbuilt: tuple[Precision, ...] = ()  # refused by design (the backend raises a UsageError saying why)
     a16w8_refusal: Refusal | None = None  # the route builds 8-bit activations only
-    float_export: str | None = None  # ONNX: "module:function(request, output) -> BuiltArtifact", the float model
-    layer_table: str | None = None  # "module:function(request, full) -> LayerTable" of its full INT8 recipe
 
 
 TF = (Framework.KERAS, Framework.SAVEDMODEL)
 TORCH_EXPORT = (Framework.EXPORTED_PROGRAM, Framework.TORCH_FACTORY)  # what torch.export takes
 TORCH = (Framework.TORCHSCRIPT, *TORCH_EXPORT)
 
-_PT2E_TABLE = "toolkit.conversion.layers:pt2e_table"
 _NO_FP16_DYNAMIC = (Precision.FP16, Precision.DYNAMIC)
 _PTE_ONLY_TORCH = Refusal(
     "ExecuTorch (.pte) artifacts are built from PyTorch models only: the route is torch.export -> ExecuTorch "
@@ -49,31 +45,27 @@ _PTE_ONLY_TORCH = Refusal(
     "Pass the PyTorch factory (file.py:make_model) or an ExportedProgram (.pt2) for --format pte, or use "
     "--format tflite / onnx for this source.",
 )
-_FLOAT_EXPORTS: Mapping[Framework, str] = {
-    Framework.ONNX: "toolkit.conversion.onnx.prepare:prepare",
-    **{fw: "toolkit.conversion.onnx.from_tf:export" for fw in TF},
-    **{fw: "toolkit.conversion.onnx.from_torch:export" for fw in TORCH},
-    Framework.TFLITE: "toolkit.conversion.onnx.from_tflite:export",  # tf2onnx's TFLite frontend (float sources only)
+_ONNX = "toolkit.conversion.onnx.backend"
+_ONNX_BACKENDS: Mapping[Framework, str] = {  # each exports its source as float ONNX its own way
+    Framework.ONNX: f"{_ONNX}:FROM_ONNX", **{fw: f"{_ONNX}:FROM_TF" for fw in TF},
+    **{fw: f"{_ONNX}:FROM_TORCH" for fw in TORCH}, Framework.TFLITE: f"{_ONNX}:FROM_TFLITE",
 }
 
 _ROWS: tuple[Route, ...] = (
-    *(Route(fw, Format.TFLITE, "toolkit.conversion.tflite.convert:convert", default=True,
-            layer_table="toolkit.conversion.layers:tflite_table") for fw in TF),
-    *(Route(fw, Format.TFLITE, "toolkit.conversion.pt2e.litert:convert", unbuilt=_NO_FP16_DYNAMIC,
-            layer_table=_PT2E_TABLE, a16w8_refusal=Refusal(
+    *(Route(fw, Format.TFLITE, "toolkit.conversion.tflite.backend:KERAS", default=True) for fw in TF),
+    *(Route(fw, Format.TFLITE, "toolkit.conversion.pt2e.backend:LITERT", unbuilt=_NO_FP16_DYNAMIC,
+            a16w8_refusal=Refusal(
                 "PyTorch -> TFLite (litert-torch, PT2E) quantizes activations to 8 bits only: it cannot build A16W8.",
                 "Use --format onnx for A16W8 (16-bit activation QDQ through ONNX Runtime), or convert a "
                 "Keras/SavedModel model for an A16W8 TFLite artifact."))
       for fw in TORCH_EXPORT),
-    Route(Framework.TFLITE, Format.TFLITE, "toolkit.conversion.registry:take_as_is", default=True),
-    *(Route(fw, Format.PTE, "toolkit.conversion.executorch.convert:convert", unbuilt=(Precision.DYNAMIC,),
-            layer_table=_PT2E_TABLE, a16w8_refusal=Refusal(
+    Route(Framework.TFLITE, Format.TFLITE, "toolkit.conversion.tflite.backend:AS_IS", default=True),
+    *(Route(fw, Format.PTE, "toolkit.conversion.executorch.backend:EXECUTORCH", unbuilt=(Precision.DYNAMIC,),
+            a16w8_refusal=Refusal(
                 "PyTorch -> ExecuTorch (XNNPACK quantizer) quantizes activations to 8 bits only: it cannot build "
                 "A16W8.", "Use --format onnx for A16W8 (16-bit activation QDQ through ONNX Runtime)."))
       for fw in TORCH_EXPORT),
-    *(Route(fw, Format.ONNX, "toolkit.conversion.registry:derive_onnx", default=fw != Framework.TFLITE,
-            float_export=export, layer_table="toolkit.conversion.layers:onnx_full_table")
-      for fw, export in _FLOAT_EXPORTS.items()),
+    *(Route(fw, Format.ONNX, backend, default=fw != Framework.TFLITE) for fw, backend in _ONNX_BACKENDS.items()),
     *(Route(fw, Format.PTE, refusal=_PTE_ONLY_TORCH) for fw in (*TF, Framework.ONNX, Framework.TFLITE)),
     Route(Framework.TORCHSCRIPT, Format.PTE, refusal=Refusal(
         "TorchScript cannot go to ExecuTorch (.pte): the route traces with torch.export, which does not take "
@@ -104,11 +96,5 @@ def route(framework: str, fmt: str) -> Route | None:
 
 def default_formats(framework: str) -> tuple[Format, ...]:
     """The formats built when neither ``--format`` nor the profile names one, in ``FORMATS`` order."""
-    rows = [r for r in _ROWS if r.framework == framework and r.default and r.builder]
+    rows = [r for r in _ROWS if r.framework == framework and r.default and r.backend]
     return tuple(sorted((r.format for r in rows), key=FORMATS.index))
-
-
-def resolve(spec: str) -> Callable[..., object]:
-    """``"package.module:function"`` -> the function (imports the module)."""
-    module, _, name = spec.partition(":")
-    return cast("Callable[..., object]", getattr(importlib.import_module(module), name))

@@ -1,6 +1,7 @@
 """What the candidates of one conversion run share (``ConvertRun``: source, data, float reference, policy,
-scratch folder, fp32 latency per format), and what each became: a :class:`Candidate` (built, loaded, run,
-measured) or a :class:`Failure` (typed by :class:`FailureKind`, with the reason and a workaround).
+scratch folder, the backend of each format, and :class:`RunCaches`: what the run measures once), and what each
+became: a :class:`Candidate` (built, loaded, run, measured) or a :class:`Failure` (typed by :class:`FailureKind`,
+with the reason and a workaround).
 """
 
 from __future__ import annotations
@@ -13,13 +14,15 @@ from pathlib import Path
 import numpy as np
 
 from toolkit.verification import verify
-from toolkit.conversion.base import CONV_OPS, MATMUL_OPS, BuiltArtifact, ConversionRequest
+from toolkit.conversion.backend import Backend, backend_for
+from toolkit.conversion.base import CONV_OPS, MATMUL_OPS, BuiltArtifact, ConversionRequest, FloatExports
+from toolkit.conversion.layers import LayerTable
 from toolkit.conversion.data import RunData
-from toolkit.conversion.plan import Policy
+from toolkit.conversion.policy import Policy
 from toolkit.sources import SourceModel
 from toolkit.model.artifact import ArtifactRecord, Attempt
 from toolkit.model.recipe import Recipe
-from toolkit.model.vocabulary import AttemptOutcome
+from toolkit.model.vocabulary import AttemptOutcome, Format
 
 Progress = Callable[[str], None]
 
@@ -114,7 +117,20 @@ class Candidate:
 
 
 @dataclass
+class RunCaches:
+    """What one run measures once and its recipes share; the pipeline owns it (``ConvertRun.caches``)."""
+
+    fp32: dict[Format, Candidate | Failure] = field(default_factory=dict)  # per format: its fp32 outcome
+    fp32_latency: dict[Format, float] = field(default_factory=dict)  # per format: the fp32 artifact's host p50
+    layer_tables: dict[str, LayerTable] = field(default_factory=dict)  # recipe key -> its full INT8 layer table
+    exports: FloatExports = field(default_factory=FloatExports)  # the float ONNX exports, one per opset
+
+
+@dataclass(frozen=True)
 class ConvertRun:
+    """One conversion run: what its candidates share. Its fields stay as ``pipeline._start`` made them; what the
+    run learns goes into ``caches`` and ``attempts`` (the manifest's list, in order)."""
+
     source: SourceModel
     data: RunData
     reference: list[list[np.ndarray]]
@@ -126,11 +142,12 @@ class ConvertRun:
     task: verify.Task | verify.TaskChoice | None = None  # --task or dataset.toml; None: inferred (the manifest says how)
     metric: verify.UserMetric | None = None  # --metric, gating like the built-in metrics
     recurrent: verify.RecurrentRun | None = None  # state pairs + the float model's sequence run (step models)
-    fp32_latency: dict[str, float] = field(default_factory=dict)
-    fp32: dict[str, Candidate | Failure] = field(default_factory=dict)  # per format: its fp32 outcome
-    # recipe key -> its layers.LayerTable, measured once (``object``: layers reads run, not the other way)
-    layer_tables: dict[str, object] = field(default_factory=dict)
+    caches: RunCaches = field(default_factory=RunCaches)
     attempts: list[Attempt] = field(default_factory=list)
+
+    def backend(self, fmt: Format) -> Backend:
+        """The backend of the route from this run's source to ``fmt`` (resolved once per process)."""
+        return backend_for(self.source.framework, fmt)
 
     def request(self, recipe: Recipe) -> ConversionRequest:
         # one float ONNX export per opset: recipes of one profile may ask for different opsets
@@ -144,4 +161,5 @@ class ConvertRun:
             workdir=workdir,
             max_opset=self.policy.max_opset,
             dynamic_batch=self.dynamic_batch,
+            exports=self.caches.exports,
         )

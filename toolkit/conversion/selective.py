@@ -28,16 +28,15 @@ from typing import TYPE_CHECKING
 
 from toolkit.conversion import retry_worth
 from toolkit.conversion.candidate import build_and_verify
-from toolkit.conversion.onnx.fold import body_layers
 from toolkit.conversion.run import OUT_OF_TOLERANCE_WORKAROUND, Candidate, ConvertRun, Failure
 from toolkit.errors import ToolkitError
-from toolkit.model.vocabulary import AttemptOutcome, Format
+from toolkit.model.vocabulary import AttemptOutcome
 from toolkit.quiet import native_stderr_silenced
 
 if TYPE_CHECKING:
     from toolkit.conversion.layers import LayerTable
     from toolkit.model.recipe import Recipe
-    from toolkit.conversion.onnx.node_locator import NodeLocation
+    from toolkit.conversion.node_ranking import NodeLocation
     from toolkit.runtimes.inspection.share import Layer
 
 SELECTIVE_STEPS = (1, 2, 4)  # how many of the cheapest options the float set holds at each try
@@ -121,18 +120,18 @@ class _Ranked:
 def _ranked(run: ConvertRun, failed: Candidate) -> _Ranked:
     """The float sets of ``failed``: layers inside bodies by op kind (``_by_op``, unweighed); else the layer
     table's options, after the front end of the worst activation-only node (ONNX, ``node_locator``)."""
-    from toolkit.conversion.layers import table_for
+    from toolkit.conversion.tables import table_for
 
     recipe = failed.recipe
-    fp32 = run.fp32.get(recipe.format)
-    nested = body_layers(fp32.built.path) if isinstance(fp32, Candidate) else []
+    fp32 = run.caches.fp32.get(recipe.format)
+    nested = run.backend(recipe.format).nested_layers(fp32.built.path) if isinstance(fp32, Candidate) else []
     if nested:
         return _Ranked(tuple(_tries(*_by_op(nested))), {}, _cost_of(nested))
     table = table_for(run, recipe, failed.built)
     sets = _tries(*options(table, failed))
     errors: Mapping[str, float] = {r.name: r.channel_error for r in table.rows}
     front: Group = ()
-    located = _located(run, failed) if recipe.format == Format.ONNX else None
+    located = _located(run, failed)
     if located is not None:
         errors = located.added_errors()
         front = _front_end(located, {r.name for r in table.rows})
@@ -141,13 +140,12 @@ def _ranked(run: ConvertRun, failed: Candidate) -> _Ranked:
 
 
 def _located(run: ConvertRun, failed: Candidate) -> NodeLocation | None:
-    """The node ranking of an ONNX recipe's full quantization (None where it cannot be measured: the table's
-    errors decide then)."""
-    from toolkit.conversion.onnx.node_locator import locate_full
-
+    """The node ranking of the recipe's full quantization by its backend (ONNX; None where the backend has none or
+    it cannot be measured: the table's errors decide then)."""
     plain = dataclasses.replace(failed.recipe, nodes_to_exclude=())
     try:
-        return locate_full(run.request(plain), None if failed.recipe.nodes_to_exclude else failed.built)
+        return run.backend(plain.format).locate(run.request(plain),
+                                                None if failed.recipe.nodes_to_exclude else failed.built)
     except Exception as exc:  # noqa: BLE001 - a runtime's own error in the analysis: the table alone decides
         run.progress(f"node-level error locator unavailable ({type(exc).__name__}: {str(exc)[:120]})")
         return None
@@ -156,7 +154,7 @@ def _located(run: ConvertRun, failed: Candidate) -> NodeLocation | None:
 def _front_end(located: NodeLocation, rows: set[str]) -> Group:
     """The front end of the worst node among the top ``CANDIDATE_ROWS`` that the layer table cannot keep float
     on its own (an activation-only op, or a node with no row); () when the worst nodes are all table layers."""
-    from toolkit.conversion.onnx.node_locator import ACTIVATION_ONLY
+    from toolkit.conversion.node_ranking import ACTIVATION_ONLY
 
     for node in located.nodes[:CANDIDATE_ROWS]:
         if node.added <= 0:

@@ -23,12 +23,12 @@ from toolkit.__about__ import __version__
 from toolkit.delivery.bundle import GOLDEN_INPUTS, GOLDEN_REFERENCE, golden_outputs_name, install_runner, save_npz, write_manifest
 from toolkit.conversion.cache import source_hash
 from toolkit.conversion.run import Candidate, ConvertRun
-from toolkit.conversion.tflite.edgetpu import compile_for_edgetpu
-from toolkit.conversion.layers import bundle_table
+from toolkit.conversion.edgetpu import compile_for_edgetpu
+from toolkit.conversion.tables import bundle_table
 from toolkit.errors import UsageError
 from toolkit.model.artifact import ArtifactRecord, Golden
 from toolkit.model.manifest import BundleTarget, Manifest, SourceRef
-from toolkit.model.vocabulary import ArtifactStatus, Format, Framework, Precision
+from toolkit.model.vocabulary import ArtifactStatus, Framework, Precision
 
 if TYPE_CHECKING:
     from toolkit.model.options import ConvertOptions
@@ -64,10 +64,9 @@ def write_bundle(run: ConvertRun, options: ConvertOptions, name: str, kept: Sequ
         golden = Golden(golden_name, _golden_atol(record, outputs), slices=slices,
                         reference=GOLDEN_REFERENCE if slices else None)
         record = dataclasses.replace(record, golden=golden, preferred=any(item is p for p in chosen))
-        if record.format == Format.PTE:  # the device checks itself: model.<p>.bpte, float outputs at a limit
-            from toolkit.conversion.executorch.bundled import attach
-
-            record = attach(record, staging, source.inputs, golden_feeds, reference[:golden_count], outputs)
+        # what the format adds beside the artifact (ExecuTorch: its bundled program, the device checks itself)
+        record = run.backend(record.format).bundled(record, staging, source.inputs, golden_feeds,
+                                                    reference[:golden_count], outputs)
         layer_note = bundle_table(run, item, staging)  # INT8: layers/<file>.json, the layer-wise error table
         if layer_note:
             record = dataclasses.replace(record, notes=record.notes + (layer_note,))
@@ -113,10 +112,10 @@ def _layer_probe(run: ConvertRun, item: Candidate, staging: Path, feeds: Sequenc
     artifact: a failure becomes the note."""
     from toolkit.conversion import layer_probe
 
-    fp32 = run.fp32.get(item.recipe.format)
+    fp32 = run.caches.fp32.get(item.recipe.format)
     float_path = fp32.built.path if isinstance(fp32, Candidate) else None
     try:
-        return layer_probe.record(staging, item.record.file, item.recipe.format, float_path, feeds,
+        return layer_probe.record(staging, item.record.file, run.backend(item.recipe.format), float_path, feeds,
                                   [s.name for s in run.source.inputs])
     except Exception as exc:  # noqa: BLE001 - a runtime's own error: the artifact stays, the probe is missing
         return f"no layer probe: {type(exc).__name__}: {str(exc)[:200]}"

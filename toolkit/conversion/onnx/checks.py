@@ -99,6 +99,7 @@ def first_run_in_child(path: Path, request: ConversionRequest, what: str) -> Non
     from types import SimpleNamespace
 
     from toolkit.conversion import crash_guard
+    from toolkit.conversion.backend import backend_for
     from toolkit.model.vocabulary import Format
     from toolkit.runtimes.inspection.onnx import load_onnx
 
@@ -110,7 +111,8 @@ def first_run_in_child(path: Path, request: ConversionRequest, what: str) -> Non
         shape=[d.dim_value if d.HasField("dim_value") else None for d in value.type.tensor_type.shape.dim])
         for value in graph.input if value.name not in weights]
     feed = sample_feed(request, SimpleNamespace(get_inputs=lambda: args))
-    crash = crash_guard.first_run(path, feed, artifact_format=Format.ONNX, threads=None, scratch=request.workdir)
+    crash = crash_guard.first_run(path, feed, backend=backend_for(request.source.framework, Format.ONNX), threads=None,
+                                  scratch=request.workdir)
     if crash is not None:
         raise ArtifactCrashed(crash.reason(what))
 

@@ -28,59 +28,13 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from toolkit.conversion.base import BuiltArtifact, ConversionRequest
+from toolkit.conversion.node_ranking import NodeError, NodeLocation
 
 if TYPE_CHECKING:
     import onnx
 
 ERROR_CAP = 10.0  # a tensor's error over its float range is counted up to this (a Log of zero is infinite)
 LOCATOR_SAMPLES = 16  # calibration samples both models run
-# ops with no weights whose error depends on where their input lies, not on its range: what the layer table
-# cannot see (onnxruntime quantizes none of them, or only their input), and spectral front-end ops
-ACTIVATION_ONLY = frozenset({
-    "Log", "Exp", "Pow", "Div", "Sqrt", "Reciprocal", "Softmax", "LogSoftmax", "ReduceMean", "ReduceSum",
-    "ReduceL2", "ReduceSumSquare", "ReduceLogSumExp", "ReduceMax", "LayerNormalization", "InstanceNormalization",
-    "LpNormalization", "MeanVarianceNormalization", "DFT", "STFT", "Erf", "Tanh", "Sigmoid", "Abs",
-})
-
-
-@dataclass(frozen=True)
-class NodeError:
-    """One node of the float graph: the error of its output in the full INT8 model and the share it adds."""
-
-    name: str
-    op_type: str
-    error: float  # RMS(int8 - float) / float range of its first output, capped at ``ERROR_CAP``
-    added: float  # ``error`` less the worst error among its inputs (0 when it adds none)
-
-
-@dataclass(frozen=True)
-class NodeLocation:
-    """The nodes of the float graph ranked by the error they add in full INT8, worst first."""
-
-    nodes: tuple[NodeError, ...]
-    names: tuple[str, ...]  # every node of the float graph in graph order ("" for an unnamed one)
-    parents: tuple[tuple[int, ...], ...]  # per node, the indices of the nodes that write its inputs
-    samples: int
-
-    def front_end(self, name: str) -> tuple[str, ...]:
-        """``name`` and every node it depends on, from the graph inputs: the nodes to keep float so that no
-        Q/DQ pair stands before it."""
-        if name not in self.names:
-            return (name,)
-        seen: set[int] = set()
-        frontier = [self.names.index(name)]
-        while frontier:
-            index = frontier.pop()
-            if index not in seen:
-                seen.add(index)
-                frontier.extend(self.parents[index])
-        return tuple(self.names[i] for i in sorted(seen) if self.names[i])
-
-    def added_errors(self) -> dict[str, float]:
-        """Node name -> the error it adds: what ``retry_worth`` weighs a float set with."""
-        return {n.name: n.added for n in self.nodes}
-
-
 @dataclass
 class _Gap:
     """The running error of one tensor over samples: squared error, count, the float values' range."""
@@ -184,14 +138,13 @@ def _parents(nodes: Sequence[onnx.NodeProto]) -> tuple[tuple[int, ...], ...]:
     return tuple(parents)
 
 
-def locate_full(request: ConversionRequest, full: BuiltArtifact | None) -> NodeLocation:
-    """``locate`` for an ONNX route's INT8 recipe: against the float model its quantizer takes, with ``full``
-    when given (the recipe's artifact excludes nothing), else with the full quantization derived anew."""
-    from toolkit.conversion import registry
+def locate_full(request: ConversionRequest, full: BuiltArtifact | None, base: BuiltArtifact) -> NodeLocation:
+    """``locate`` for an ONNX route's INT8 recipe: against the float model its quantizer takes (prepared from the
+    run's float export ``base``), with ``full`` when given (the recipe's artifact excludes nothing), else with the
+    full quantization derived anew."""
     from toolkit.conversion.onnx import quant as onnx_quant
     from toolkit.conversion.onnx.calibration import preprocessed
 
-    base = registry.fp32_onnx(request)
     source = preprocessed(request, base, [])
     if full is not None:
         return locate(request, source, full)

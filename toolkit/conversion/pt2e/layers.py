@@ -23,7 +23,6 @@ from toolkit.errors import ConversionError
 from toolkit.sources.torch import TorchSource, import_torch
 
 if TYPE_CHECKING:  # pragma: no cover
-    from torch import Tensor
     from torch.fx import Graph, GraphModule, Node
 
     from toolkit.conversion.sensitivity import ChannelError

@@ -25,7 +25,6 @@ import numpy as np
 from toolkit.conversion.base import ConversionRequest
 from toolkit.conversion.pt2e.fragile import MixedOutput
 from toolkit.conversion.pt2e.quantizer import excluding_quantizer
-from toolkit.conversion.sensitivity import Row
 from toolkit.errors import ConversionError, UsageError, key_line
 from toolkit.model.vocabulary import Format, IoDtype
 from toolkit.sources.torch import TorchSource, import_torch

@@ -11,7 +11,7 @@ import subprocess
 from collections.abc import Sequence
 from pathlib import Path
 
-from toolkit.conversion.plan import Policy
+from toolkit.conversion.policy import Policy
 from toolkit.delivery.bundle import sha256_file
 from toolkit.model.artifact import ArtifactRecord, Attempt
 from toolkit.model.recipe import Recipe
