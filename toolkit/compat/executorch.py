@@ -3,6 +3,10 @@
 - The portable runtime's thread pool size (host timing with the device's thread count, ``runtimes/execution/
   pte``); the pybindings have no public setter.
 - A .pte file read back as its program (``runtimes/inspection/pte``: the operators and delegates of each plan).
+- On the device, the runner's ExecuTorch block (``device_side/src/runner/executorch_binding.py``, which cannot
+  import toolkit/) sizes the thread pool the same way, loads a bundled program (the pybindings' own verifier) and
+  asks the loaded program whether the runtime was built with the event tracer: those members are listed here too,
+  so the same test names the pin when one moves.
 """
 
 from __future__ import annotations
@@ -16,6 +20,8 @@ PIN = "executorch==1.5.1"
 MEMBERS = (
     Member("executorch.extension.pybindings.portable_lib", "_unsafe_reset_threadpool"),
     Member("executorch.exir._serialize._program", "deserialize_pte_binary"),
+    Member("executorch.extension.pybindings.portable_lib", "_load_bundled_program_from_buffer"),  # the runner
+    Member("executorch.runtime:Program", "_program", instance=True),  # the runner: has_etdump()
 )
 
 
