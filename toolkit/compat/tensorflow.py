@@ -1,7 +1,7 @@
 """TensorFlow's private members that the TFLite route relies on (pinned: tensorflow==2.21.0, pyproject.toml).
 
 - A .tflite flatbuffer read into its object form and written back (the border pass of ``conversion/
-  tflite_borders``, the fragile-pattern graph of ``fragile_tflite``): TF's own reader and writer.
+  tflite_borders``, the fragile-pattern graph of ``tflite.fragile``): TF's own reader and writer.
 - The converter's two switches with no public name: calibrate only (the calibrated float model the quantizer and
   the debugger start from) and per-tensor instead of per-channel weights.
 - The quantization debugger's quantized interpreter (its input order, ``conversion/tflite_debugger``).

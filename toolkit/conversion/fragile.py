@@ -10,8 +10,8 @@
 * **Decomposed LayerNorm and GELU**: quantizing their elementwise ops destroys models that MatMul-only
   quantization keeps intact (findings.md 5); those nodes stay float, the MatMuls around them are quantized.
 
-``onnx_fragile_nodes`` (here) returns ``(node name, why)`` pairs for ``onnx_quant``'s ``nodes_to_exclude``;
-the same rules on the other routes' graphs: ``fragile_tflite`` and ``fragile_pt2e``.
+``onnx_fragile_nodes`` (here) returns ``(node name, why)`` pairs for ``onnx.quant``'s ``nodes_to_exclude``;
+the same rules on the other routes' graphs: ``tflite.fragile`` and ``pt2e.fragile``.
 """
 
 from __future__ import annotations

@@ -199,7 +199,7 @@ def plan_recipes(options: ConvertOptions, policy: Policy, framework: str, *, has
 def _as_is_plan(planned: Sequence[PlannedRecipe], skipped: list[Attempt], has_calibration: bool, *,
                 onnx_asked: bool, precision: Precision | None) -> Plan:
     """A .tflite source ships as it is as its one TFLite artifact, at the file's ``precision`` where known (the other
-    TFLite recipes say why not); ONNX recipes are built from it (``tflite_onnx``) only when ``--format onnx`` asks,
+    TFLite recipes say why not); ONNX recipes are built from it (``onnx.from_tflite``) only when ``--format onnx`` asks,
     never just because the profile lists them."""
     tflite = [p for p in planned if p.recipe.format == Format.TFLITE]
     onnx = [p for p in planned if p.recipe.format == Format.ONNX] if onnx_asked else []

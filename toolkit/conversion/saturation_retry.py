@@ -1,6 +1,6 @@
 """An ONNX INT8 artifact that failed verification only because this host's x86 kernels saturate, built again
 with 7-bit weights (``reduce_range``) and verified, where the target computes as this host (a host profile; an
-ARM target's artifact is verified with its numerics instead, ``int8_saturation.target_numerics``): the pipeline's step for what
+ARM target's artifact is verified with its numerics instead, ``onnx.saturation.target_numerics``): the pipeline's step for what
 :mod:`toolkit.conversion.onnx.saturation` knows (kept apart from it: that module is read by the plan and the
 quantizer, this one builds and verifies, which the plan and the quantizer sit below)."""
 

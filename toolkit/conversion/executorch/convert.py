@@ -8,7 +8,7 @@ and checked on the device like the fp32 one (under qemu-user it ran as a Cortex-
 an A72, which has none, with outputs differing in the third decimal). ``int8`` is PT2E static quantization with
 ``XNNPACKQuantizer`` through ``pt2e.quantize`` (float I/O: the delegate quantizes at its boundary). ``dynamic`` is
 refused (``routes.py``): PT2E dynamic quantization broke digits in our measurements. The bundled program is
-``pte_bundled``. Without the ``executorch`` extra the route raises MissingDependency. ``Any``: torch and ExecuTorch
+``executorch.bundled``. Without the ``executorch`` extra the route raises MissingDependency. ``Any``: torch and ExecuTorch
 objects (both are imported lazily).
 """
 

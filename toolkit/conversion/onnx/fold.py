@@ -8,7 +8,7 @@ every body, Constant nodes become initializers of that body, and the constant su
 operand are computed once (onnx's reference evaluator, node by node) and stored as initializers of the graph that
 computed them. The main graph is left to the base's own transforms. The folded model must compute exactly what
 the base does on the calibration samples (``_difference``: moving constants never rounds); otherwise it is not
-used and the notes say why, as the base's own transforms are skipped (``onnx_prepare.apply_checked``).
+used and the notes say why, as the base's own transforms are skipped (``onnx.prepare.apply_checked``).
 """
 
 from __future__ import annotations

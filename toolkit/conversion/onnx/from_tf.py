@@ -1,4 +1,4 @@
-"""Keras / SavedModel -> float ONNX through tf2onnx 1.17 (``onnx_quant`` derives the precisions).
+"""Keras / SavedModel -> float ONNX through tf2onnx 1.17 (``onnx.quant`` derives the precisions).
 
 tf2onnx's ``from_keras`` raises ``KeyError: 'keras_tensor_5'`` on Keras 3 Sequential models (findings.md), so
 every source goes through ``from_function`` on its serving function (shapes pinned, or the batch dynamic with

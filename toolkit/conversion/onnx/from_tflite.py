@@ -1,7 +1,7 @@
 """A float ``.tflite`` source -> float ONNX through tf2onnx 1.17's TFLite frontend (``from_tflite``).
 
 A ``.tflite`` file is often all a user has (MediaPipe's BlazeFace), and no TFLite tool takes a float file to
-full INT8; ONNX Runtime's quantizer does, so ``onnx_quant`` derives the other precisions from this base, each
+full INT8; ONNX Runtime's quantizer does, so ``onnx.quant`` derives the other precisions from this base, each
 verified against the ``.tflite`` itself. tf2onnx leaves an op it has no handler for as a ``TFL_*`` node no
 runtime loads (MediaPipe's ``Convolution2DTransposeBias``): refused here, naming it. fp16 weights are read
 back to float32; an integer-quantized source is refused (its float weights are gone).

@@ -1,4 +1,4 @@
-"""PyTorch -> float ONNX with ``torch.onnx.export``; ``onnx_quant`` derives the other precisions.
+"""PyTorch -> float ONNX with ``torch.onnx.export``; ``onnx.quant`` derives the other precisions.
 
 The current exporter (``dynamo=True``) is tried first for eager modules and ExportedPrograms: one
 self-contained file, batch fixed or dynamic (``request.dynamic_batch``). The legacy TorchScript exporter

@@ -2,7 +2,7 @@
 
 The inputs are pinned (``quant_pre_process``'s symbolic shape inference fails on dynamic ones, findings.md 3)
 and the opset raised to 17 for per-channel QDQ (< 13 writes a model onnxruntime refuses). One check
-(``onnx_checks.model_problem``) proves the transformed model still computes what the source does; when it
+(``onnx.checks.model_problem``) proves the transformed model still computes what the source does; when it
 fails (an LSTM inside an ``If`` can trip onnxruntime's shape checks once shapes are pinned), the transforms are
 redone one at a time and the one that breaks the model is skipped and named in the notes, never "the model".
 """
@@ -244,7 +244,7 @@ def _fill_output_shapes(model: onnx.ModelProto, notes: list[str]) -> None:
 
 
 def _base_transforms(request: ConversionRequest) -> list[Transform]:
-    """The base's transforms in order (``onnx_prepare.apply_checked`` skips one that breaks the model)."""
+    """The base's transforms in order (``onnx.prepare.apply_checked`` skips one that breaks the model)."""
 
     def initializers(model: onnx.ModelProto, notes: list[str]) -> None:
         if moved := _constants_to_initializers(model):

@@ -218,7 +218,7 @@ def _dynamic(request: ConversionRequest, base: BuiltArtifact, tmp: Path) -> _Res
 def static_int8(request: ConversionRequest, base: BuiltArtifact, tmp: Path) -> _Result:
     """Static (calibrated) quantization of the pre-processed base with ``quantize_static``; known-fragile
     nodes (``fragile.onnx_fragile_nodes``) join ``nodes_to_exclude``; ``reduce_range`` (7-bit weights) as the
-    recipe says (``int8_saturation``: x86 CPUs without VNNI saturate 8-bit ones)."""
+    recipe says (``onnx.saturation``: x86 CPUs without VNNI saturate 8-bit ones)."""
     import onnxruntime.quantization as ortq
 
     recipe = request.recipe

@@ -1,7 +1,7 @@
 """The PyTorch -> TFLite backend through litert-torch (PT2E static INT8, fp32): a ``.tflite`` file like the
 TensorFlow route's (its cuts, probe and runtimes: ``tflite.backend``), built and measured the PT2E way: its layer
 table is PT2E's own (``table``), and an op a runtime names is kept float through the FX nodes it came from
-(``tflite_fx``)."""
+(``pt2e.tflite_fx``)."""
 
 from __future__ import annotations
 

@@ -3,7 +3,7 @@
 - ``fp32``: ``litert_torch.convert`` of the eager module (or the ExportedProgram's module).
 - ``int8``: PT2E static quantization (``pt2e.quantize``) calibrated on ``request.calibration``; the artifact takes
   and returns int8 tensors. Layers of ``recipe.nodes_to_exclude`` and the known-fragile nodes
-  (``fragile_pt2e``) stay float; an output a mixed-range cat writes stays float32 even with int8 I/O
+  (``pt2e.fragile``) stay float; an output a mixed-range cat writes stays float32 even with int8 I/O
   (``FloatIO`` reason ``MIXED_RANGES``: one int8 scale would collapse the scores again).
 - ``dynamic`` and ``fp16`` are refused: PT2E dynamic quantization gave a broken model (accuracy 0.06 on digits,
   already wrong in the torch graph: findings.md), and litert-torch has no fp16 weight path. The ONNX route

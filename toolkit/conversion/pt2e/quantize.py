@@ -1,10 +1,10 @@
 """PT2E static INT8 for the PyTorch -> TFLite and -> ExecuTorch routes, optionally with layers kept in float
-(the quantizer with exclusions: ``pt2e_quantizer``; the layer table: ``pt2e_layers``).
+(the quantizer with exclusions: ``pt2e.quantizer``; the layer table: ``pt2e.layers``).
 
 ``torch.export``, ``prepare_pt2e`` with the route's quantizer, calibration on every sample, ``convert_pt2e``
 (``fold_quantize=False``: each quantized tensor is a ``quantize -> dequantize`` pair; litert-torch converts a
 float island as float ops between them). A name is an FX node name (``linear_1``) or a module's qualified name
-(``layer1.0.conv1``: every node inside it); ``fragile`` adds ``fragile_pt2e``'s nodes (see ``quantize``).
+(``layer1.0.conv1``: every node inside it); ``fragile`` adds ``pt2e.fragile``'s nodes (see ``quantize``).
 
 **Calibration cache.** One run calibrates its full quantization once (``_CACHE``). Observers see float values
 only (``prepare_pt2e`` inserts observers, not fake quantizers), so the ranges of the layers left quantized do

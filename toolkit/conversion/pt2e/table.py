@@ -9,7 +9,7 @@ from toolkit.model.vocabulary import Format
 
 
 def pt2e_table(request: ConversionRequest, full: BuiltArtifact | None = None) -> LayerTable:
-    """The PyTorch -> TFLite and -> ExecuTorch routes' table: PT2E's own measurement (``pt2e_layers.layer_rows``,
+    """The PyTorch -> TFLite and -> ExecuTorch routes' table: PT2E's own measurement (``pt2e.layers.layer_rows``,
     with the route's quantizer: litert-torch's or XNNPACK's; ``full`` is not read)."""
     from toolkit.conversion.pt2e import layers as pt2e_layers
 

@@ -7,7 +7,7 @@ Keras 3, which freezes the variables correctly) and converted with ``TFLiteConve
 once (``calibrated_model``); full int8, the fragile-pattern pass and selective rebuilds (``nodes_to_exclude``
 denylisted in the MLIR quantizer the debugger uses) quantize that one calibrated model. A16W8 is the
 converter's own 16x8 build with float I/O: it calibrates for itself (``_a16w8``). Which entries name which ops:
-``tflite_nodes``; integer I/O around float islands: ``tflite_borders``; the layer table: ``tflite_debugger``.
+``tflite.nodes``; integer I/O around float islands: ``tflite.borders``; the layer table: ``tflite.debugger``.
 ``Any``: TensorFlow objects (tensorflow is imported lazily and untyped).
 """
 
