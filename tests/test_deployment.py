@@ -306,7 +306,7 @@ def test_every_refusal_the_helper_writes_is_one_host_word() -> None:
     from toolkit.model.vocabulary import HelperRefusal
 
     kinds = set(re.findall(r'"kind": "(\w+)"', _BOOT))
-    for func in ast.walk(ast.parse((device_side.SRC_DIR / device_side.HELPER_FILE).read_text())):
+    for func in ast.walk(ast.parse(device_side.source_path(device_side.HELPER_FILE).read_text())):  # its blocks
         if not isinstance(func, ast.FunctionDef):
             continue
         for call in ast.walk(func):
