@@ -5,6 +5,7 @@ import json
 import os
 import shutil
 import time
+from typing import Any, Dict, Optional  # noqa: F401 (type comments)
 from .answer import emit, fail
 from .layout import BASE, bundle_dir, load_history, read_current, safe_rel
 from .storage import switch_current, verify, write_durably
@@ -13,6 +14,7 @@ from .locks import acquire_lock, release_lock
 # --- shipped from here (the lines above are for the host's type checker) ---
 
 def cmd_rollback(name):
+    # type: (str) -> None
     bdir = bundle_dir(name)
     if not os.path.isdir(bdir):
         fail("not_installed", "the bundle %r is not installed" % name)
@@ -33,6 +35,7 @@ SELECTED = "selected.json"  # beside ``current``: the artifact the last check se
 
 
 def read_selected(name):
+    # type: (str) -> Optional[Dict[str, Any]]
     try:
         with open(os.path.join(bundle_dir(name), SELECTED)) as handle:
             data = json.load(handle)
@@ -42,6 +45,7 @@ def read_selected(name):
 
 
 def cmd_select(name, doc_json, request=None, timeout="120"):
+    # type: (str, str, Optional[str], str) -> None
     """Write the selection of the installed version: a compare-and-swap on ``current``, under the bundle's lock
     (so no push's switch falls between the comparison and the write), written durably. When another version
     was installed since this selection's check began, refuse (``not_current``) naming that version and who
@@ -57,7 +61,7 @@ def cmd_select(name, doc_json, request=None, timeout="120"):
     acquire_lock(name, float(timeout), request or '{"what": "selection"}', token)
     try:
         current = read_current(name)
-        if not isinstance(doc, dict) or doc.get("version") != current:
+        if current is None or not isinstance(doc, dict) or doc.get("version") != current:
             by = next((h.get("by") for h in load_history(name) if h.get("version") == current), None)
             fail("not_current", "the selection is for version %s, but %s is installed"
                  % (str(doc.get("version") if isinstance(doc, dict) else None)[:12], (current or "none")[:12]),
@@ -72,10 +76,12 @@ def cmd_select(name, doc_json, request=None, timeout="120"):
 
 
 def cmd_selected(name):
+    # type: (str) -> None
     emit({"selected": read_selected(name)})
 
 
 def cmd_status():
+    # type: () -> None
     root = os.path.join(BASE, "bundles")
     out = {}
     if os.path.isdir(root):
@@ -93,6 +99,7 @@ def cmd_status():
 
 
 def cmd_remove(name):
+    # type: (str) -> None
     bdir = bundle_dir(name)
     if not os.path.isdir(bdir):
         fail("not_installed", "the bundle %r is not installed" % name)

@@ -2,7 +2,7 @@
 ``main`` (an unknown verb or wrong arguments a ``usage`` refusal, an OS error ``disk_full`` or ``os_error``).
 """
 import os
-from typing import Callable, Dict  # noqa: F401 (type comments)
+from typing import Callable, Dict, List  # noqa: F401 (type comments)
 from .answer import fail
 from .locks import cmd_lock, cmd_unlock
 from .device import cmd_info
@@ -21,6 +21,7 @@ COMMANDS = {  # type: Dict[str, Callable[..., None]]
 
 
 def main(argv):
+    # type: (List[str]) -> None
     if not argv or argv[0] not in COMMANDS:
         fail("usage", "unknown helper command %r" % (argv[:1],))
     os.umask(0o022)

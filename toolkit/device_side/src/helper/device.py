@@ -5,6 +5,8 @@ child that overlaps ``begin``'s other work).
 import json
 import os
 import shutil
+import subprocess
+from typing import Any, Dict, List, Literal, Optional, Tuple, Union  # noqa: F401 (type comments)
 from device_probe import probe_basics
 from .answer import emit
 from .layout import BASE, existing_dir, free_bytes, makedirs, read_config_python
@@ -12,6 +14,7 @@ from .layout import BASE, existing_dir, free_bytes, makedirs, read_config_python
 # --- shipped from here (the lines above are for the host's type checker) ---
 
 def device_info():
+    # type: () -> Dict[str, Any]
     """The probe's basics plus what a push needs: free disk where bundles go, the configured Python, zlib."""
     info = probe_basics()
     info.update({
@@ -24,10 +27,12 @@ def device_info():
 
 
 def cmd_info():
+    # type: () -> None
     emit(device_info())
 
 
 def zlib_available():
+    # type: () -> bool
     try:
         import zlib  # noqa: F401  (a Python built without zlib cannot inflate: deploy then sends files as they are)
     except ImportError:
@@ -42,6 +47,7 @@ NUMPY_OK = os.path.join(BASE, "helper", "numpy-ok.json")  # Pythons seen with nu
 
 
 def _numpy_ok_list():
+    # type: () -> List[str]
     try:
         with open(NUMPY_OK) as handle:
             data = json.load(handle)
@@ -51,6 +57,7 @@ def _numpy_ok_list():
 
 
 def start_numpy_check(python):
+    # type: (str) -> Tuple[str, Optional[str], Union[None, Literal[False], subprocess.Popen[bytes]]]
     """Whether the runner's Python has numpy, asked in a child started now and read at the end of begin (so it
     overlaps the lock and the hashing); None when that Python does not start. A Python once seen with numpy is
     not asked again (a Python that lacks it is asked every time, so a later `edgetk devices setup` shows)."""
@@ -70,6 +77,7 @@ def start_numpy_check(python):
 
 
 def finish_numpy_check(started):
+    # type: (Tuple[str, Optional[str], Union[None, Literal[False], subprocess.Popen[bytes]]]) -> Dict[str, Any]
     python, key, proc = started
     if proc is None:
         return {"runner_python": python, "numpy": True}

@@ -5,7 +5,7 @@ the push's own.
 import json
 import os
 import time
-from typing import Any, Dict  # noqa: F401 (type comments)
+from typing import Any, Dict, List  # noqa: F401 (type comments)
 from .layout import BASE, bundle_dir
 from .locks import lock_owner, proc_stat
 
@@ -18,6 +18,7 @@ FOLLOW_WAIT_S = 10.0  # how long finish waits for a follower that is still hashi
 
 
 def start_follower(name, version, token, fresh):
+    # type: (str, str, str, List[List[Any]]) -> None
     """Fork the follower; the parent goes on at once (the child lets go of stdout, so the call returns)."""
     ready_r, ready_w = os.pipe()
     pid = os.fork()
@@ -46,6 +47,7 @@ def start_follower(name, version, token, fresh):
 
 
 def follow(name, version, token, fresh):
+    # type: (str, str, str, List[List[Any]]) -> None
     """Hash each file the host sends afresh while it arrives, so that finish need not read it again.
 
     Each such file is new (prepare removed any leftover; a cut-short one that the host may resume is not
@@ -98,6 +100,7 @@ def follow(name, version, token, fresh):
 
 
 def save_follow(name, token, version, state):
+    # type: (str, str, str, Dict[str, Any]) -> None
     owner = lock_owner(name)
     if owner is None or owner.get("token") != token:
         return
@@ -111,6 +114,7 @@ def save_follow(name, token, version, state):
 
 
 def load_follow(name, token, version):
+    # type: (str, str, str) -> Dict[str, Any]
     """The follower's hashes for this push, waiting (briefly) for a follower that is still at work."""
     deadline = time.time() + FOLLOW_WAIT_S
     while True:
@@ -121,7 +125,7 @@ def load_follow(name, token, version):
             return {}
         if not isinstance(data, dict) or data.get("token") != token or data.get("version") != version:
             return {}
-        files = data.get("files") if isinstance(data.get("files"), dict) else {}
+        files = data["files"] if isinstance(data.get("files"), dict) else {}
         if data.get("done") or time.time() > deadline:
             return files
         stat = proc_stat(int(data.get("pid") or 0))

@@ -6,6 +6,7 @@ import json
 import os
 import shutil
 import time
+from typing import Any, Dict, List, NoReturn, Optional, Tuple, Union  # noqa: F401 (type comments)
 from shared import sha256_file
 from .answer import emit, fail
 from .layout import (
@@ -19,6 +20,7 @@ from .follow import load_follow
 # --- shipped from here (the lines above are for the host's type checker) ---
 
 def cmd_inflate(name, version, files_json):
+    # type: (str, str, str) -> None
     """Decompress the gzip uploads ``<rel>.edgetk-gz`` of a version into ``<rel>`` and remove them.
 
     The host sends a file compressed when that pays (deploy --compress). Each is inflated to a temporary file
@@ -29,6 +31,7 @@ def cmd_inflate(name, version, files_json):
 
 
 def inflate(name, version, rels):
+    # type: (str, str, List[str]) -> List[str]
     import zlib
 
     vdir = os.path.join(bundle_dir(name), check_version(version))
@@ -64,6 +67,7 @@ def inflate(name, version, rels):
 
 
 def cmd_prepare(name, version, files_json):
+    # type: (str, str, str) -> None
     plan = prepare(name, version, json.loads(files_json))
     plan.pop("verified")
     emit(plan)
@@ -73,6 +77,7 @@ STAT_MARGIN_S = 2.0  # coarser than any filesystem's timestamp granularity (FAT:
 
 
 def stat_key(path, hashed_at):
+    # type: (str, float) -> Optional[List[int]]
     """What changes when a file is rewritten, replaced, touched or re-linked; a file ``begin`` verified whose
     key is unchanged at ``finish`` is not hashed again. None (hash it again) when the file changed less than
     ``STAT_MARGIN_S`` before it was hashed: a later change within the same timestamp tick would not show."""
@@ -83,6 +88,7 @@ def stat_key(path, hashed_at):
 
 
 def prepare(name, version, files, prune=False):
+    # type: (str, str, List[List[Any]], Optional[bool]) -> Dict[str, Any]
     """Create the version dir; reuse files already there or in another version; list what must be sent.
 
     ``files`` is ``[[rel, sha256, bytes], ...]``; ``verified`` in the answer maps each file found (or linked)
@@ -151,6 +157,7 @@ def prepare(name, version, files, prune=False):
 
 
 def prune_versions(name, keep, spare=()):
+    # type: (str, Union[str, int], Tuple[str, ...]) -> Dict[str, Any]
     """Keep the current version and the ``keep - 1`` installed before it (what successive rollbacks return to),
     and always the rollback target and ``spare`` (a push in progress); remove every other version: older ones,
     ones newer than the current (rolled back from: no rollback reaches them) and leftovers of failed pushes.
@@ -180,12 +187,14 @@ def prune_versions(name, keep, spare=()):
 
 
 def cmd_prune(name, keep):
+    # type: (str, str) -> None
     """``edgetk prune``: old versions away, the current one and the rollback target kept (the host holds the
     bundle's lock around this call)."""
     emit(prune_versions(name, keep))
 
 
 def abort(name, version):
+    # type: (str, str) -> bool
     """Remove a version that was never installed (a failed push); never the current or an installed one."""
     if read_current(name) == version or any(h.get("version") == version for h in load_history(name)):
         return False
@@ -197,6 +206,7 @@ def abort(name, version):
 
 
 def cmd_abort(name, version, token=None):
+    # type: (str, str, Optional[str]) -> None
     """Remove a failed push's partial version; with the push's lock ``token``, release its lock as well."""
     check_version(version)
     try:
@@ -208,6 +218,7 @@ def cmd_abort(name, version, token=None):
 
 
 def cmd_finish(name, version, files_json, keep, token=None, packed_json="[]"):
+    # type: (str, str, str, str, Optional[str], str) -> None
     """Verify every file, switch ``current``, keep ``keep`` versions. With the push's lock ``token`` (from
     ``begin``): first inflate the compressed uploads ``packed_json``, skip hashing the files ``begin`` verified
     whose stat is unchanged, and release the lock whatever happens."""
@@ -219,8 +230,9 @@ def cmd_finish(name, version, files_json, keep, token=None, packed_json="[]"):
 
 
 def finish(name, version, files_json, keep, token, packed):
+    # type: (str, str, str, str, Optional[str], List[str]) -> NoReturn
     files = dict((safe_rel(rel), digest) for rel, digest, _ in json.loads(files_json))
-    keep = max(1, int(keep))
+    versions_kept = max(1, int(keep))
     bdir = bundle_dir(name)
     vdir = os.path.join(bdir, check_version(version))
     if packed:
@@ -259,7 +271,7 @@ def finish(name, version, files_json, keep, token, packed):
     owner = lock_owner(name) if token else None
     history.append({"version": version, "installed_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
                     "files": files, "by": owner.get("by") if owner and owner.get("token") == token else None})
-    dropped, history = history[:-keep], history[-keep:]
+    dropped, history = history[:-versions_kept], history[-versions_kept:]
     save_history(name, history)
     kept = set(h["version"] for h in history)
     removed = []

@@ -4,6 +4,7 @@ no ``..``, no symlinked directory on the way), so even a hand-crafted listing ca
 """
 import json
 import os
+from typing import Any, Dict, List, Optional  # noqa: F401 (type comments)
 from .answer import fail
 
 # --- shipped from here (the lines above are for the host's type checker) ---
@@ -17,12 +18,14 @@ GZ_SUFFIX = ".edgetk-gz"  # a file sent gzip-compressed (deploy --compress), inf
 
 
 def bundle_dir(name):
+    # type: (str) -> str
     if not name or name in (".", "..") or "/" in name or name.startswith((".", "-")) or "\x00" in name:
         fail("usage", "refusing the bundle name %r" % (name,))
     return os.path.join(BASE, "bundles", name)
 
 
 def safe_rel(rel):
+    # type: (str) -> str
     """A path inside a version directory: relative, no '..', no empty or '.' parts."""
     parts = rel.split("/") if isinstance(rel, str) else []
     if not parts or rel.startswith("/") or "\\" in rel or "\x00" in rel or any(p in ("", ".", "..") for p in parts):
@@ -31,6 +34,7 @@ def safe_rel(rel):
 
 
 def check_inside(root, path):
+    # type: (str, str) -> None
     """``path`` (under ``root``) must not reach outside it through a symlinked directory."""
     real_root = os.path.realpath(root)
     real = os.path.realpath(os.path.dirname(path))
@@ -39,26 +43,31 @@ def check_inside(root, path):
 
 
 def check_version(version):
+    # type: (str) -> str
     if not version or len(version) > 128 or any(c not in "0123456789abcdef" for c in version):
         fail("usage", "refusing the version %r: a version is a sha256 in hex" % (version,))
     return version
 
 
 def is_version(entry):
+    # type: (str) -> bool
     return 0 < len(entry) <= 128 and all(c in "0123456789abcdef" for c in entry)
 
 
 def makedirs(path):
+    # type: (str) -> None
     if not os.path.isdir(path):
         os.makedirs(path, 0o755)
 
 
 def free_bytes(path="."):
+    # type: (str) -> int
     st = os.statvfs(path)
     return st.f_bavail * st.f_frsize
 
 
 def existing_dir(path):
+    # type: (str) -> str
     """``path`` or its nearest existing ancestor (the filesystem a directory not made yet will be on)."""
     path = os.path.abspath(path)
     while not os.path.isdir(path) and os.path.dirname(path) != path:
@@ -67,6 +76,7 @@ def existing_dir(path):
 
 
 def read_current(name):
+    # type: (str) -> Optional[str]
     link = os.path.join(bundle_dir(name), "current")
     if os.path.islink(link):
         return os.readlink(link).rstrip("/")
@@ -74,6 +84,7 @@ def read_current(name):
 
 
 def load_history(name):
+    # type: (str) -> List[Dict[str, Any]]
     path = os.path.join(bundle_dir(name), ".history.json")
     try:
         with open(path) as handle:
@@ -84,6 +95,7 @@ def load_history(name):
 
 
 def read_config_python():
+    # type: () -> Optional[str]
     try:
         with open(os.path.join(BASE, "config.json")) as handle:
             value = json.load(handle).get("python")

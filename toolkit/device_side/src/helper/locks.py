@@ -6,6 +6,7 @@ import json
 import os
 import shutil
 import time
+from typing import Any, Dict, List, Optional, Tuple, Union  # noqa: F401 (type comments)
 from device_probe import probe_read
 from .answer import emit, fail
 from .layout import BASE, bundle_dir, makedirs
@@ -16,6 +17,7 @@ SHELLS = ("sh", "bash", "dash", "ash", "zsh", "ksh", "mksh", "fish", "busybox", 
 
 
 def proc_stat(pid):
+    # type: (int) -> Optional[Tuple[str, int, str]]
     """(comm, ppid, starttime) of a process from /proc, or None when it does not exist (or no /proc)."""
     try:
         with open("/proc/%d/stat" % pid) as handle:
@@ -31,6 +33,7 @@ def proc_stat(pid):
 
 
 def lock_holder():
+    # type: () -> Optional[Dict[str, Any]]
     """The process whose life is the deploy's: the first ancestor that is not a shell (the connection's sshd
     or dropbear process over SSH, edgetk itself on ``local``). Without /proc: our parent, start unknown."""
     if not os.path.isdir("/proc/self"):
@@ -49,12 +52,14 @@ def lock_holder():
 
 
 def boot_id():
+    # type: () -> Optional[str]
     """This boot's id (/proc/sys/kernel/random/boot_id), or None where the kernel has none to give."""
     text = (probe_read("/proc/sys/kernel/random/boot_id") or "").strip()
     return text or None
 
 
 def uptime_s():
+    # type: () -> Optional[float]
     """Seconds since boot from /proc/uptime: a clock that NTP, a missing RTC or libfaketime cannot move."""
     try:
         return float((probe_read("/proc/uptime") or "").split()[0])
@@ -63,6 +68,7 @@ def uptime_s():
 
 
 def holder_gone(owner):
+    # type: (Optional[Dict[str, Any]]) -> Tuple[Optional[bool], str]
     """(gone, why) for a lock's recorded owner, told without wall clocks: True when its holder is provably gone
     (another boot, or the same boot and its process dead or reused), False while it lives, None when this device
     cannot tell (no holder recorded, no /proc and no signal answer): such a lock is never broken by itself.
@@ -96,6 +102,7 @@ OWNERLESS_S = 30.0  # a lock directory with no owner record for this long (its t
 
 
 def read_request(request):
+    # type: (Optional[str]) -> Dict[str, Any]
     """The host's lock request (JSON): {"break": bool, "by": {"host", "pid", "user"}, "what", "version"}."""
     try:
         data = json.loads(request) if request else {}
@@ -105,6 +112,7 @@ def read_request(request):
 
 
 def held_for(owner):
+    # type: (Optional[Dict[str, Any]]) -> Optional[float]
     """Seconds the lock has been held, from /proc/uptime (same boot only), else None: never the wall clock."""
     now = uptime_s()
     if not isinstance(owner, dict) or now is None or owner.get("uptime") is None or owner.get("boot_id") != boot_id():
@@ -113,6 +121,7 @@ def held_for(owner):
 
 
 def break_lock(path, token, judged=None, check=True):
+    # type: (str, str, Optional[Dict[str, Any]], bool) -> bool
     """Move the lock away (atomic: one rename, so two breakers cannot both win) and delete it. With ``check``,
     only the lock that was judged (its owner record ``judged``, None for one without a record): when another
     taker replaced it since it was read, it is put back and nothing is broken."""
@@ -139,6 +148,7 @@ def break_lock(path, token, judged=None, check=True):
 
 
 def acquire_lock(name, timeout, request, token):
+    # type: (str, Union[str, float], Optional[str], str) -> Dict[str, Any]
     """Take ``.edgetk/locks/<name>`` (atomic mkdir), waiting up to ``timeout`` seconds for its holder.
 
     A lock is broken only when its holder is provably gone (``holder_gone``), or on request (``--break-lock``),
@@ -146,14 +156,14 @@ def acquire_lock(name, timeout, request, token):
     old. The waiting is timed with ``time.monotonic`` of this process, which a clock jump does not move. The
     refusal after ``timeout`` names the holder (``owner``) so that the host can say whom it waits for."""
     bundle_dir(name)  # validates the name
-    request = read_request(request)
+    asked = read_request(request)
     locks = os.path.join(BASE, "locks")
     makedirs(locks)
     path = os.path.join(locks, name)
     started = time.monotonic()
     broke, waited_for, ownerless_since = None, None, None
     while True:
-        if request.get("break") and broke is None and os.path.isdir(path):
+        if asked.get("break") and broke is None and os.path.isdir(path):
             owner = lock_owner(name)
             if break_lock(path, token, check=False):
                 broke = {"owner": owner, "why": "broken on request (--break-lock)"}
@@ -180,8 +190,8 @@ def acquire_lock(name, timeout, request, token):
             time.sleep(0.1)
             continue
         record = {"token": token, "pid": os.getpid(), "host": os.uname()[1], "time": time.time(),
-                  "boot_id": boot_id(), "uptime": uptime_s(), "holder": lock_holder(), "by": request.get("by"),
-                  "what": request.get("what") or "deploy", "version": request.get("version")}
+                  "boot_id": boot_id(), "uptime": uptime_s(), "holder": lock_holder(), "by": asked.get("by"),
+                  "what": asked.get("what") or "deploy", "version": asked.get("version")}
         tmp = os.path.join(path, "owner.json.tmp")
         with open(tmp, "w") as handle:
             json.dump(record, handle)
@@ -191,6 +201,7 @@ def acquire_lock(name, timeout, request, token):
 
 
 def lock_owner(name):
+    # type: (str) -> Optional[Dict[str, Any]]
     try:
         with open(os.path.join(BASE, "locks", name, "owner.json")) as handle:
             owner = json.load(handle)
@@ -200,6 +211,7 @@ def lock_owner(name):
 
 
 def release_lock(name, token):
+    # type: (str, str) -> bool
     bundle_dir(name)
     owner = lock_owner(name)
     if owner is None or owner.get("token") != token:
@@ -209,14 +221,17 @@ def release_lock(name, token):
 
 
 def cmd_lock(name, timeout, request, token):
+    # type: (str, str, str, str) -> None
     emit(acquire_lock(name, timeout, request, token))
 
 
 def cmd_unlock(name, token):
+    # type: (str, str) -> None
     emit({"released": release_lock(name, token)})
 
 
 def save_verified(name, token, version, verified):
+    # type: (str, str, str, Dict[str, List[int]]) -> None
     """``begin``'s verified files, kept in the lock directory (ours while we hold it) for ``finish``."""
     path = os.path.join(BASE, "locks", name, "verified.json")
     with open(path, "w") as handle:
@@ -224,6 +239,7 @@ def save_verified(name, token, version, verified):
 
 
 def load_verified(name, token, version):
+    # type: (str, str, str) -> Dict[str, List[int]]
     """What ``save_verified`` kept, when the lock is still ours; else nothing (everything is hashed again)."""
     owner = lock_owner(name)
     if owner is None or owner.get("token") != token:

@@ -5,7 +5,7 @@
 import json
 import os
 import sys
-from typing import BinaryIO  # noqa: F401 (type comments)
+from typing import Any, BinaryIO, Dict  # noqa: F401 (type comments)
 from .answer import emit, fail, reply
 from .layout import bundle_dir, check_inside, check_version, safe_rel
 from .locks import acquire_lock, lock_owner, read_request, release_lock, save_verified
@@ -16,10 +16,12 @@ from .install import cmd_finish, prepare
 # --- shipped from here (the lines above are for the host's type checker) ---
 
 def cmd_begin(name, version, files_json, timeout, request, token, arches_json="[]", follow="0", runner_python=""):
+    # type: (str, str, str, str, str, str, str, str, str) -> None
     emit(begin(name, version, files_json, timeout, request, token, arches_json, follow, runner_python))
 
 
 def cmd_push(name, version, files_json, timeout, request, token, arches_json, runner_python, keep):
+    # type: (str, str, str, str, str, str, str, str, str) -> None
     """A whole streamed push in one run and one channel: ``begin`` (its plan answered at once on stdout), then
     ``receive`` of the missing files the host sends on stdin after reading that plan, then ``finish``. A
     refusal of ``begin`` (a held lock, a foreign arch) ends the run before any file is read."""
@@ -28,6 +30,7 @@ def cmd_push(name, version, files_json, timeout, request, token, arches_json, ru
 
 
 def begin(name, version, files_json, timeout, request, token, arches_json="[]", follow="0", runner_python=""):
+    # type: (str, str, str, str, str, str, str, str, str) -> Dict[str, Any]
     """The first half of a push in one run: refuse a foreign arch, probe, lock, prepare.
 
     ``arches_json`` lists the ``uname -m`` names the bundle's target accepts (empty: any, ``--force``); a
@@ -62,6 +65,7 @@ PIPE_BYTES = 1 << 20  # Linux's default limit for an unprivileged pipe (/proc/sy
 
 
 def widen_pipe(stream):
+    # type: (BinaryIO) -> None
     """Let the SSH server queue up to ``PIPE_BYTES`` of the stream in our stdin pipe (Linux: 64 KiB by default)
     while we hash and write a block: it writes each packet at once and returns its window to the host, instead of
     stalling the link until we read again. Not a pipe, not Linux, over the limit: left as it is."""
@@ -74,6 +78,7 @@ def widen_pipe(stream):
 
 
 def cmd_receive(name, version, token, files_json="", keep=""):
+    # type: (str, str, str, str, str) -> None
     """The files of a push on ONE channel: a framed stream on stdin, written, hashed as they arrive, checked.
 
     Each frame is a JSON header line ``[rel, offset, length, packed, sha256, size]`` and ``length`` bytes: the

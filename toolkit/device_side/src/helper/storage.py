@@ -4,12 +4,14 @@ shared.py's ``sha256_file``, inlined into the shipped file) and its permissions 
 """
 import json
 import os
+from typing import Any, Dict, List  # noqa: F401 (type comments)
 from shared import sha256_file
 from .layout import bundle_dir
 
 # --- shipped from here (the lines above are for the host's type checker) ---
 
 def fsync_path(path, directory=False):
+    # type: (str, bool) -> None
     """Flush ``path`` (a file, or a directory's entries) to the storage. A filesystem that cannot sync a
     directory (EINVAL on some FUSE and network mounts) is not an error: there is nothing more to do there."""
     try:
@@ -25,6 +27,7 @@ def fsync_path(path, directory=False):
 
 
 def sync_tree(top):
+    # type: (str) -> None
     """Every file of ``top`` and every directory in it (deepest first), then ``top`` itself, on the storage: a
     power cut after ``current`` names a version must not find its files still in the page cache."""
     for root, _dirs, names in os.walk(top, topdown=False):
@@ -36,6 +39,7 @@ def sync_tree(top):
 
 
 def write_durably(path, text):
+    # type: (str, str) -> None
     """``path`` replaced by ``text`` atomically (a temp file, synced, renamed over it, the directory synced)."""
     tmp = path + ".tmp.%d" % os.getpid()
     with open(tmp, "w") as handle:
@@ -48,14 +52,17 @@ def write_durably(path, text):
 
 
 def save_history(name, history):
+    # type: (str, List[Dict[str, Any]]) -> None
     write_durably(os.path.join(bundle_dir(name), ".history.json"), json.dumps(history))
 
 
 def file_ok(path, digest):
+    # type: (str, str) -> bool
     return os.path.isfile(path) and not os.path.islink(path) and sha256_file(path) == digest
 
 
 def switch_current(name, version):
+    # type: (str, str) -> None
     bdir = bundle_dir(name)
     tmp = os.path.join(bdir, ".current.tmp.%d" % os.getpid())
     if os.path.lexists(tmp):
@@ -66,6 +73,7 @@ def switch_current(name, version):
 
 
 def verify(vdir, files):
+    # type: (str, Dict[str, str]) -> List[str]
     bad = []
     for rel, digest in files.items():
         path = os.path.join(vdir, rel)
@@ -77,6 +85,7 @@ def verify(vdir, files):
 
 
 def tidy_permissions(path):
+    # type: (str) -> None
     for root, dirs, names in os.walk(path):
         os.chmod(root, 0o755)
         for name in names:
