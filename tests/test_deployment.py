@@ -306,7 +306,7 @@ def test_every_refusal_the_helper_writes_is_one_host_word() -> None:
     from toolkit.model.vocabulary import HelperRefusal
 
     kinds = set(re.findall(r'"kind": "(\w+)"', _BOOT))
-    for func in ast.walk(ast.parse((device_side.SRC_DIR / device_side.HELPER_FILE).read_text())):
+    for func in ast.walk(ast.parse(device_side.source_path(device_side.HELPER_FILE).read_text())):  # its blocks
         if not isinstance(func, ast.FunctionDef):
             continue
         for call in ast.walk(func):
@@ -432,3 +432,27 @@ def test_progress_rates_count_bytes_sent_not_bytes_queued() -> None:
     rates = [float(m.group(1)) if (m := re.search(r"\(([\d.]+) MB/s\)", line)) else None for line in lines]
     assert rates[0] is None, lines  # the first line: the buffer filled, no rate to tell
     assert all(r is not None and 0.5 < r < 1.6 for r in rates[1:]), lines
+
+
+def test_a_selection_for_a_bundle_with_no_current_version_is_refused(tmp_path: Path) -> None:
+    """The helper's ``select`` on a bundle directory that no version was switched to (a first push cut short)
+    refuses as ``not_current``, whatever version the selection names (none included), and writes nothing."""
+    import json
+    import subprocess
+    import sys
+
+    from toolkit import device_side
+    from toolkit.delivery.deployment import helper_json
+
+    bundle = tmp_path / ".edgetk" / "bundles" / "cut"
+    (bundle / ("a" * 64)).mkdir(parents=True)  # a version's files, never switched to
+    for version in (None, "a" * 64):
+        result = subprocess.run([sys.executable, "-S", str(device_side.source_path(device_side.HELPER_FILE)),
+                                 "select", "cut", json.dumps({"version": version, "artifact": None}), "", "5"],
+                                cwd=tmp_path, env={**os.environ, "EDGETK_HOME": ".edgetk"}, capture_output=True,
+                                text=True, timeout=60, check=False)
+        assert result.returncode == 3, result.stdout + result.stderr
+        answer = helper_json(result.stdout)
+        assert answer is not None and answer["kind"] == "not_current", answer
+    assert not (bundle / "selected.json").exists()
+    assert not (tmp_path / ".edgetk" / "locks" / "cut").exists()  # the lock went with the refusal

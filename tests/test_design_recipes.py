@@ -184,3 +184,22 @@ def test_add_a_runtime_recipe() -> None:
     assert "test_every_runtime_row_has_its_loader_in_the_rows_order" in _names(ROOT / "tests" / "runner" /
                                                                                "test_blocks.py")
     assert "test_the_runner_and_setup_read_one_runtime_table" in _names(ROOT / "tests" / "test_provisioning.py")
+
+
+# ------------------------------------------------------------------------------------- add a helper verb
+
+
+def test_add_a_helper_verb_recipe() -> None:
+    """The helper verb recipe's places exist, and a verb is what it says: a ``cmd_`` function in a helper block, its
+    row in ``COMMANDS`` (in the cli block), called by the host through ``Device.helper``."""
+    from toolkit import device_side
+
+    recipe = _recipe("A device helper verb")
+    for place in re.findall(r"`([^`\s]+/[^`\s]+)`", recipe):
+        assert (ROOT / place).exists(), f"the recipe names {place}, which does not exist"
+    assert "`COMMANDS`" in recipe and "`emit`" in recipe and "`fail`" in recipe and "`HelperRefusal`" in recipe
+    cli = ROOT / "toolkit" / "device_side" / "src" / "helper" / "cli.py"
+    assert "COMMANDS" in _names(cli) and cli in device_side.source_blocks(device_side.HELPER_FILE)
+    answer = _names(ROOT / "toolkit" / "device_side" / "src" / "helper" / "answer.py")
+    assert {"emit", "fail"} <= answer
+    assert 'device.helper("status")' in (ROOT / "toolkit" / "delivery" / "deployment.py").read_text()

@@ -20,7 +20,7 @@ def test_the_shipped_runner_and_helper_carry_each_block_written_once(name: str) 
     """The probe (device_probe.py), the runtime table and the file hash (shared.py) are written once: the
     hand-written file (the runner's: with its blocks, src/runner/) holds a marker line, the shipped one the block
     exactly as its own file holds it."""
-    source = "".join(path.read_text() for path in (device_side.SRC_DIR / name, *device_side.runner_blocks(name)))
+    source = "".join(path.read_text() for path in (device_side.SRC_DIR / name, *device_side.source_blocks(name)))
     shipped = device_side.source_path(name)
     for block in device_side.ASSEMBLED[name]:
         assert f"# --- begin {block}" not in source and source.count(device_side.mark(block)) == 1  # no copy

@@ -16,15 +16,23 @@ the host copies to the device and runs with the device's own Python; nothing in 
 - ``shared.py``: never shipped alone: the runtime table and a file's sha256, inlined into the runner and the helper
   and imported by the host (it is stdlib-only).
 
-The runner and the helper are written by hand in ``src/`` with one marker line where each shared block goes: the
-shipped single file is assembled from them (the blocks inlined there: the probe from ``device_probe.py``, the
-runtime table and the file hash from ``shared.py``, which the host imports too), so each is written once. The
-runner's own source is blocks too: ``src/edgetk_runner.py`` is its head (docstring, imports) and one block line per
-``src/runner/*.py`` file, in the order they are inlined (each block's lines from its SHIPPED line on; the lines
-above it import names of the blocks inlined before it, never after, for the host's type checker, ``src/mypy.ini``,
-and are not shipped). The host reads every file through :func:`source_path`, which assembles on first use into a
-temporary folder of the process (keyed by the assembled text's hash, so a changed source is a new file; nothing is
-left in the user's cache).
+The runner and the helper are written by hand in ``src/`` as blocks of one job each, with one marker line where
+each shared block goes: the shipped single file is assembled from them (the shared blocks inlined there: the probe
+from ``device_probe.py``, the runtime table and the file hash from ``shared.py``, which the host imports too), so
+each is written once. ``src/edgetk_runner.py`` and ``src/device_helper.py`` are heads (docstring, imports, the
+``__main__`` line) with one block line per ``src/runner/*.py`` or ``src/helper/*.py`` file, in the order they are
+inlined (each block's lines from its SHIPPED line on; the lines above it import names of the blocks inlined before
+it, never after, for the host's type checker, ``src/mypy.ini``, and are not shipped). tests/runner/test_blocks.py
+holds both to the rules: each block named once and at most 600 lines, imports one way, mypy-clean.
+
+A new helper verb is a ``cmd_<verb>`` function in the block of its job (its argv words are its parameters, its
+answer goes out through ``emit`` and a refusal through ``fail`` with a HelperRefusal word) and its row in
+``COMMANDS`` (``src/helper/cli.py``): 2 files, 3 with a new block (its block line in ``src/device_helper.py``, after
+the blocks it imports from), plus the host's call (``toolkit.delivery.deployment``).
+
+The host reads every file through :func:`source_path`, which assembles on first use into a temporary folder of the
+process (keyed by the assembled text's hash, so a changed source is a new file; nothing is left in the user's
+cache).
 """
 
 from __future__ import annotations
@@ -64,17 +72,19 @@ def block_text(block: str) -> str:
     return text[text.index(f"# --- begin {block}"):text.index(end) + len(end)]
 
 
-SHIPPED = "# --- shipped from here (the lines above are for the host's type checker) ---\n"  # in each runner block
-BLOCK_LINE = re.compile(r"^# --- block: (runner/\w+\.py) ---\n", re.M)  # in src/edgetk_runner.py, one per block
+SHIPPED = "# --- shipped from here (the lines above are for the host's type checker) ---\n"  # in each block
+# in an assembled src/ file, one per block: the block's path under src/ (src/runner/ for the runner's, src/helper/ for
+# the helper's)
+BLOCK_LINE = re.compile(r"^# --- block: (\w+/\w+\.py) ---\n", re.M)
 
 
-def runner_blocks(name: str = RUNNER_FILE) -> tuple[Path, ...]:
+def source_blocks(name: str) -> tuple[Path, ...]:
     """The block files the ``src/`` file ``name`` names by its block lines, in the order they are inlined."""
     return tuple(SRC_DIR / match.group(1) for match in BLOCK_LINE.finditer((SRC_DIR / name).read_text()))
 
 
 def shipped_text(block: Path) -> str:
-    """What one runner block puts in the shipped file: its lines from its SHIPPED line on (that line left out)."""
+    """What one block puts in the shipped file: its lines from its SHIPPED line on (that line left out)."""
     text = block.read_text()
     if text.count(SHIPPED) != 1:
         raise RuntimeError(f"{block.relative_to(SRC_DIR)} must hold the line {SHIPPED.strip()!r} exactly once")
@@ -82,8 +92,8 @@ def shipped_text(block: Path) -> str:
 
 
 def assemble(name: str) -> str:
-    """The text of the shipped ``name``: its ``src/`` file with each runner block after its block line, then each
-    shared block's text in place of its marker line (a runner block may hold one)."""
+    """The text of the shipped ``name``: its ``src/`` file with each block after its block line, then each shared
+    block's text in place of its marker line (a block may hold one)."""
     text = BLOCK_LINE.sub(lambda match: match.group(0) + shipped_text(SRC_DIR / match.group(1)),
                           (SRC_DIR / name).read_text())
     for block in ASSEMBLED[name]:
