@@ -36,7 +36,7 @@ break_lock_option = click.option(
 def _render(result: DeviceResult[None]) -> list[str]:
     from toolkit.reporting.terminal import inside_lines, selection_lines  # here: `edgetk --help` stays light
 
-    entry: dict[str, Any] = result.to_dict()  # the push's and the reports' documents, as --json prints them
+    entry = result.to_dict()  # the push's and the reports' documents, as --json prints them
     lines = []
     push = entry.get("deploy")
     if push:
