@@ -339,6 +339,8 @@ def test_a_malformed_device_answer_is_one_plain_device_error(local_home, deploy_
         push(device, bundle)
         state = status(device).bundles["odd"]
         assert state.current == bundle.version and state.versions[0].by is not None
+        # the record writes the helper's document back as it came, key for key and in order (the --json contract)
+        assert json.dumps(status(device).to_dict()) == json.dumps(device.helper("status"))
         with pytest.raises(DeviceError, match="the device's answer to 'info' does not read: unknown top-level key"):
             device.ask(StatusAnswer, "info")
         history = local_home / ".edgetk" / "bundles" / "odd" / ".history.json"
