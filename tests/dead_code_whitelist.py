@@ -29,6 +29,7 @@ mender  # cli/export_cmd.py: --mender names the export's kind (the only one toda
 # Record fields: written into the --json documents and files by to_dict()/asdict, read by users.
 files_total, files_sent, files_reused, bytes_total, bytes_resumed, files_compressed, bytes_uncompressed  # push
 previous_by  # delivery/push.py PushResult
+pid  # model/answers.py Deployer: who installed a version, in `status --json`
 p99  # model/device_records.py LatencyStats
 max_error  # model/records.py: the tolerance a record was judged with
 load_ms_min  # optimization/load_time.py

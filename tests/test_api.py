@@ -88,10 +88,14 @@ def test_check_status_inspect_and_rollback_errors(checked_bundle):
 
     with home_scope(checked_bundle.home):
         state = api.status(devices=[checked_bundle.device])
-        bundles = state.devices[0].data["bundles"]
-        assert "digits-api" in bundles and bundles["digits-api"]["current"]
+        answer = state.devices[0].answer  # typed: a StatusAnswer, its bundles InstalledBundle records
+        assert answer is not None and answer.bundles["digits-api"].current
+        (version,) = answer.bundles["digits-api"].versions
+        assert version.version == answer.bundles["digits-api"].current and version.by and version.by.pid
+        assert state.to_dict()["devices"][0]["bundles"] == answer.to_dict()["bundles"]
         back = api.rollback("digits-api", devices=[checked_bundle.device])  # only one version installed
     assert not back.passed and back.exit_code == 2 and back.devices[0].error
+    assert back.devices[0].answer is None and "current" not in back.to_dict()["devices"][0]
     with pytest.raises(UsageError, match="No device given"):
         api.check(checked_bundle.bundle)
     with pytest.raises(UsageError, match="does not exist"):

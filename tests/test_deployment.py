@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import shutil
 import threading
@@ -10,12 +11,14 @@ from pathlib import Path
 
 import pytest
 
+from tests.fixtures.cli import assert_clean_error, run_edgetk
 from toolkit.delivery.bundle import read_bundle
 from toolkit.delivery.deployment import Device, remove, rollback, status, validate_name
 from toolkit.delivery.locks import DeviceLock
 from toolkit.delivery.push import push
 from toolkit.devices import DeviceSpec, open_connection, parse_spec
 from toolkit.errors import DeviceError, UsageError
+from toolkit.model.answers import RemoveAnswer, RollbackAnswer, StatusAnswer
 from toolkit.delivery.locks import LockHeld
 
 
@@ -68,14 +71,14 @@ def test_versions_rollback_keep_three_and_reuse(local_home, deploy_bundle_factor
         device = Device(spec, conn)
         for b in bundles:
             push(device, b)
-        state = status(device)["bundles"]["multi"]
-        assert state["current"] == bundles[3].version
-        assert [v["version"] for v in state["versions"]] == [b.version for b in bundles[1:]]
+        state = status(device).bundles["multi"]
+        assert state.current == bundles[3].version
+        assert [v.version for v in state.versions] == [b.version for b in bundles[1:]]
         root = local_home / ".edgetk" / "bundles" / "multi"
         assert not (root / bundles[0].version).exists()
 
         back = rollback(device, "multi")
-        assert back == {"current": bundles[2].version, "previous": bundles[3].version}
+        assert back == RollbackAnswer(current=bundles[2].version, previous=bundles[3].version)
         assert os.readlink(root / "current") == bundles[2].version
 
         # a damaged previous version is refused, current untouched
@@ -84,7 +87,7 @@ def test_versions_rollback_keep_three_and_reuse(local_home, deploy_bundle_factor
             rollback(device, "multi")
         assert os.readlink(root / "current") == bundles[2].version
 
-        remove(device, "multi")
+        assert remove(device, "multi") == RemoveAnswer(removed="multi")
         assert not root.exists()
         with pytest.raises(UsageError, match="not installed"):
             remove(device, "multi")
@@ -324,21 +327,51 @@ def test_every_refusal_the_helper_writes_is_one_host_word() -> None:
     assert refusal_of({"kind": "from_a_newer_helper"}) is None and refusal_of({"error": "no kind"}) is None
 
 
+def test_a_malformed_device_answer_is_one_plain_device_error(local_home, deploy_bundle_factory):  # type: ignore[no-untyped-def]
+    """The helper's answers are read into their records once, where the host receives them: an answer that does
+    not fit (here a history file on the device whose ``by`` someone rewrote as a string) is one DeviceError
+    naming the key, not a KeyError in a renderer; the CLI prints it as the device's error (exit 4, one JSON
+    document). A record asked of another command's answer is refused by its first unknown key."""
+    bundle = read_bundle(deploy_bundle_factory(name="odd"))
+    spec = DeviceSpec(name="local")
+    with open_connection(spec) as conn:
+        device = Device(spec, conn)
+        push(device, bundle)
+        state = status(device).bundles["odd"]
+        assert state.current == bundle.version and state.versions[0].by is not None
+        # the record writes the helper's document back as it came, key for key and in order (the --json contract)
+        assert json.dumps(status(device).to_dict()) == json.dumps(device.helper("status"))
+        with pytest.raises(DeviceError, match="the device's answer to 'info' does not read: unknown top-level key"):
+            device.ask(StatusAnswer, "info")
+        history = local_home / ".edgetk" / "bundles" / "odd" / ".history.json"
+        entries = json.loads(history.read_text())
+        entries[-1]["by"] = "someone"
+        history.write_text(json.dumps(entries))
+        with pytest.raises(DeviceError) as caught:
+            status(device)
+    assert caught.value.message == ("local: the device's answer to 'status' does not read: [bundles.odd]: the key "
+                                    "'versions[0].by' must be a table, got a string ('someone').")
+    result = run_edgetk("status", "--device", "local", "--json", env={"HOME": str(local_home)})
+    assert_clean_error(result, 4, "the device's answer to 'status' does not read")
+    (entry,) = result.json()["devices"]
+    assert not entry["ok"] and "bundles" not in entry and "versions[0].by" in entry["error"]
+
+
 def test_helper_compiled_cache_is_used_only_when_sound(local_home):  # type: ignore[no-untyped-def]
     """The device keeps the compiled helper; a damaged or group-writable cache is ignored and rewritten."""
     spec = DeviceSpec(name="local")
     with open_connection(spec) as conn:
         device = Device(spec, conn)
-        assert status(device) == {"bundles": {}}
+        assert status(device) == StatusAnswer(bundles={})
         (cache,) = (local_home / ".edgetk" / "helper").glob("*.bin")
         assert cache.stat().st_mode & 0o777 == 0o644
         good = cache.read_bytes()
         cache.write_bytes(good[:8] + b"\0" + good[9:])  # damaged: the CRC-32 no longer matches
-        assert status(device) == {"bundles": {}}
+        assert status(device) == StatusAnswer(bundles={})
         assert cache.read_bytes() == good
         cache.write_bytes(b"garbage")
         cache.chmod(0o666)  # someone else could have written it: never loaded, replaced
-        assert status(device) == {"bundles": {}}
+        assert status(device) == StatusAnswer(bundles={})
         assert cache.read_bytes() == good and cache.stat().st_mode & 0o777 == 0o644
 
 
@@ -350,7 +383,7 @@ def test_helper_is_installed_once_and_the_command_line_stays_small(local_home): 
     spec = DeviceSpec(name="local")
     with open_connection(spec) as conn:
         device = Device(spec, conn)
-        assert status(device) == {"bundles": {}}
+        assert status(device) == StatusAnswer(bundles={})
         installed = local_home / ".edgetk" / "helper" / f"{helper_digest()[:32]}.py"
         assert installed.read_text() == helper_source()
         argv = device.helper_argv("status")
@@ -360,7 +393,7 @@ def test_helper_is_installed_once_and_the_command_line_stays_small(local_home): 
         installed.write_text(installed.read_text() + "\n# damaged\n")  # a wrong hash: reinstalled, not run
         for cache in installed.parent.glob("*.bin"):
             cache.unlink()
-        assert status(device) == {"bundles": {}}
+        assert status(device) == StatusAnswer(bundles={})
         assert installed.read_text() == helper_source()
 
 

@@ -29,7 +29,7 @@ def test_mypy_is_clean() -> None:
 # type-checked on the host). 646 at 30cf74d (issue 36's baseline), 537 when the count began to fall. A ceiling
 # that only goes down: lower it when a change removes uses, never raise it (a new ``Any`` needs a precise type,
 # ``object`` or a Protocol first; docs/design.md, "Typing").
-ANY_CEILING = 297
+ANY_CEILING = 289
 TOOLKIT = REPO / "toolkit"
 
 

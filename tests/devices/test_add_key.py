@@ -96,6 +96,15 @@ def test_add_key_on_openssh_with_a_password(fresh_ssh_device: Callable[..., SshD
     assert keyed.code == 0, keyed.stderr
     assert keyed.json()["devices"][0]["add_key"]["password_used"] is False
     assert again.json()["devices"][0]["add_key"]["password_used"] is False
+    # the same through the API, its answer typed (a KeyInstall), its document the CLI's entry
+    from toolkit import api
+
+    report = api.add_key(devices=[device.spec], public_key=f"{user_key}.pub", known_hosts=known)
+    answer = report.devices[0].answer
+    assert report.exit_code == 0 and answer is not None
+    assert answer.add_key.present == (".ssh/authorized_keys",) and answer.add_key.added == ()
+    assert answer.add_key.key_login and not answer.add_key.password_used
+    assert answer.to_dict() == {"add_key": keyed.json()["devices"][0]["add_key"]}
 
     # a changed host key is refused even with --trust-new-host
     device.regenerate_host_key()

@@ -224,7 +224,7 @@ def test_two_controllers_at_once_on_a_clock_two_days_ahead(
     spec, conn = _ssh_device(device, dropbear_client_key, known)
     with conn:
         dev = Device(spec, conn)
-        assert status(dev)["bundles"]["twice"]["current"] == last.version
+        assert status(dev).bundles["twice"].current == last.version
         note = replaced_note(dev, "twice", first.version)
         assert note and f"was replaced by {last.version[:12]} from " in note
         assert replaced_note(dev, "twice", last.version) is None

@@ -50,12 +50,15 @@ def test_prune_keeps_the_current_version_and_the_rollback_target(
     assert report.exit_code == 0, entry
     assert entry["removed"] == [v[3]] and entry["current"] == v[2] and entry["rollback_target"] == v[1]
     assert entry["kept"] == [v[1], v[2]] and entry["freed_bytes"] > 0
+    pruned = report.devices[0].answer  # the same answer, typed
+    assert pruned is not None and pruned.removed == (v[3],) and pruned.kept == (v[1], v[2])
+    assert pruned.rollback_target == v[1] and pruned.freed_bytes == entry["freed_bytes"]
     assert _versions(dropbear_device, "pruned") == {v[1], v[2]}
     with open_connection(spec, known_hosts=str(known)) as conn:
         device = Device(spec, conn)
-        state = status(device)["bundles"]["pruned"]
-        assert state["current"] == v[2] and [e["version"] for e in state["versions"]] == [v[1], v[2]]
-        assert rollback(device, "pruned")["current"] == v[1]  # the rollback target survived, verified
+        state = status(device).bundles["pruned"]
+        assert state.current == v[2] and [e.version for e in state.versions] == [v[1], v[2]]
+        assert rollback(device, "pruned").current == v[1]  # the rollback target survived, verified
     # after that rollback v2 is newer than the current version: no rollback reaches it, so it goes
     inventory = tmp_path / "inventory.toml"
     inventory.write_text(dropbear_device.inventory_entry(identity_file=str(dropbear_client_key),
@@ -93,5 +96,5 @@ def test_small_disk_refusal_names_prune_and_deploy_prune_makes_room(
         done = push(dev, bundles[3], prune=True)
         assert done.pruned == (v[0],) and done.previous == v[2]
         assert _versions(device, "roomy") == {v[1], v[2], v[3]}
-        assert rollback(dev, "roomy")["current"] == v[2]  # the old current, kept as the rollback target
+        assert rollback(dev, "roomy").current == v[2]  # the old current, kept as the rollback target
     filler.unlink()

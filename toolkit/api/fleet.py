@@ -12,6 +12,16 @@ from typing import TYPE_CHECKING, TypeVar, Unpack
 from toolkit.api.keywords import DeployKeywords, DeviceKeywords, FleetCheckKeywords, ReachKeywords
 from toolkit.api.results import DeviceLike, DeviceResult, FleetReport, PathLike, Progress
 from toolkit.errors import UsageError
+from toolkit.model.answers import (
+    AddKeyAnswer,
+    DeviceAnswer,
+    ProbeAnswer,
+    PruneAnswer,
+    RemoveAnswer,
+    RollbackAnswer,
+    SetupAnswer,
+    StatusAnswer,
+)
 from toolkit.model.options import (
     CheckOptions,
     DeviceOptions,
@@ -20,7 +30,6 @@ from toolkit.model.options import (
     split_keywords,
     with_option_keywords,
 )
-from toolkit.model.records import JsonObject
 
 if TYPE_CHECKING:  # pragma: no cover
     from toolkit.api.rollout import BundleOutcome, TextSink
@@ -29,7 +38,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from toolkit.devices.fleet import DeviceOutcome, FleetResult
 
 W = TypeVar("W")
-A = TypeVar("A", bound=JsonObject)
+A = TypeVar("A", bound=DeviceAnswer)
 
 
 @dataclass(frozen=True)
@@ -92,7 +101,7 @@ def selection_of(options: DeviceOptions) -> DeviceSelection:
     return DeviceSelection(specs, options)
 
 
-def _bundle_result(outcome: DeviceOutcome[BundleOutcome], *, gated: bool) -> DeviceResult:
+def _bundle_result(outcome: DeviceOutcome[BundleOutcome], *, gated: bool) -> DeviceResult[None]:
     """A deploy/check outcome -> DeviceResult; a failed gate (or nothing selected) makes the device not ok with
     exit code 1."""
     from toolkit.api.rollout import BundleOutcome
@@ -106,18 +115,18 @@ def _bundle_result(outcome: DeviceOutcome[BundleOutcome], *, gated: bool) -> Dev
     if error is None and (failed or nothing):
         error = "; ".join([failure for r in failed for failure in r.gates.failures]
                           + ([f"nothing selected: {selected.reason}"] if nothing and selected else []))
-    return DeviceResult(outcome.device, code == 0, error, code, value.push, value.reports, {}, selected)
+    return DeviceResult(outcome.device, code == 0, error, code, push=value.push, reports=value.reports,
+                        selected=selected)
 
 
-def _answered(outcome: DeviceOutcome[A]) -> DeviceResult:
-    """A rollback/status/remove/prune/probe/setup/add-key outcome -> DeviceResult: its answer is ``data``."""
+def _answered(outcome: DeviceOutcome[A]) -> DeviceResult[A]:
+    """A rollback/status/remove/prune/probe/setup/add-key outcome -> DeviceResult: its typed ``answer``."""
     code = outcome.exit_code
-    return DeviceResult(outcome.device, code == 0, outcome.error, code,
-                        data=outcome.value if outcome.value is not None else {})
+    return DeviceResult(outcome.device, code == 0, outcome.error, code, answer=outcome.value)
 
 
-def _answers(result: FleetResult[A]) -> FleetReport:
-    return FleetReport(tuple(_answered(o) for o in result.outcomes))
+def _answers(outcomes: Iterable[DeviceOutcome[A]]) -> FleetReport[A]:
+    return FleetReport(tuple(_answered(o) for o in outcomes))
 
 
 def bundle_task(
@@ -134,7 +143,7 @@ def bundle_task(
     break_lock: bool = False,
     prune: bool = False,
     pin: str | None = None,
-) -> FleetReport:
+) -> FleetReport[None]:
     from toolkit.api.rollout import JobOptions, prepare_job
 
     what = JobOptions(install=install, check=check, force=force, compress=compress, break_lock=break_lock,
@@ -157,7 +166,7 @@ def bundle_task(
 @with_option_keywords(DeviceOptions, CheckOptions, RolloutOptions)
 def deploy(bundle: PathLike, *, check: bool = False, force: bool = False, compress: bool = False,
            break_lock: bool = False, prune: bool = False, progress_stream: TextSink | None = sys.stderr,
-           **options: Unpack[DeployKeywords]) -> FleetReport:
+           **options: Unpack[DeployKeywords]) -> FleetReport[None]:
     """``edgetk deploy``: push the bundle to every device, verify it there, make it current; ``check=True``
     checks it right after; ``compress=True`` sends files gzip-compressed where that pays; ``force=True``
     deploys to a device of another arch than the bundle's target; ``break_lock=True`` breaks the bundle's lock
@@ -175,7 +184,7 @@ def deploy(bundle: PathLike, *, check: bool = False, force: bool = False, compre
 
 @with_option_keywords(DeviceOptions, CheckOptions)
 def check(bundle: PathLike, *, select: str | None = None, progress_stream: TextSink | None = None,
-          **options: Unpack[FleetCheckKeywords]) -> FleetReport:
+          **options: Unpack[FleetCheckKeywords]) -> FleetReport[None]:
     """``edgetk check``: run the deployed bundle on every device, gate the reports, record them in the store;
     each device then selects the artifact it runs (toolkit.checks.selection); ``select=FILE`` pins that one."""
     device_values, check_values = split_keywords("check", options, DeviceOptions, CheckOptions)
@@ -185,15 +194,16 @@ def check(bundle: PathLike, *, select: str | None = None, progress_stream: TextS
                         progress_stream=progress_stream, pin=select)
 
 
-def _simple(caller: str, options: DeviceKeywords, action: Callable[[Device], JsonObject]) -> FleetReport:
-    """``action`` on every selected device; its answer is each device's ``data``."""
+def _simple(caller: str, options: DeviceKeywords, action: Callable[[Device], A]) -> FleetReport[A]:
+    """``action`` on every selected device; its answer is each device's ``answer``."""
     (device_values,) = split_keywords(caller, options, DeviceOptions)
     selection = selection_of(build(DeviceOptions, device_values))
-    return _answers(selection.run(lambda device, spec: dict(action(device))))
+    return _answers(selection.run(lambda device, spec: action(device)).outcomes)
 
 
 @with_option_keywords(DeviceOptions)
-def rollback(name: str, *, break_lock: bool = False, **options: Unpack[DeviceKeywords]) -> FleetReport:
+def rollback(name: str, *, break_lock: bool = False, **options: Unpack[DeviceKeywords]
+             ) -> FleetReport[RollbackAnswer]:
     """``edgetk rollback``: bundle ``name``'s ``current`` back to the previous version on every device."""
     from toolkit.delivery.deployment import rollback as do_rollback
 
@@ -201,15 +211,15 @@ def rollback(name: str, *, break_lock: bool = False, **options: Unpack[DeviceKey
 
 
 @with_option_keywords(DeviceOptions)
-def status(**options: Unpack[DeviceKeywords]) -> FleetReport:
-    """``edgetk status``: the bundles and versions installed on every device (``data["bundles"]``)."""
+def status(**options: Unpack[DeviceKeywords]) -> FleetReport[StatusAnswer]:
+    """``edgetk status``: the bundles and versions installed on every device (``answer.bundles``)."""
     from toolkit.delivery.deployment import status as do_status
 
-    return _simple("status", options, lambda device: {"bundles": do_status(device).get("bundles", {})})
+    return _simple("status", options, do_status)
 
 
 @with_option_keywords(DeviceOptions)
-def remove(name: str, *, break_lock: bool = False, **options: Unpack[DeviceKeywords]) -> FleetReport:
+def remove(name: str, *, break_lock: bool = False, **options: Unpack[DeviceKeywords]) -> FleetReport[RemoveAnswer]:
     """``edgetk remove``: delete bundle ``name`` (every version) from every device."""
     from toolkit.delivery.deployment import remove as do_remove
 
@@ -217,9 +227,10 @@ def remove(name: str, *, break_lock: bool = False, **options: Unpack[DeviceKeywo
 
 
 @with_option_keywords(DeviceOptions)
-def prune(name: str, *, keep: int = 2, break_lock: bool = False, **options: Unpack[DeviceKeywords]) -> FleetReport:
+def prune(name: str, *, keep: int = 2, break_lock: bool = False, **options: Unpack[DeviceKeywords]
+          ) -> FleetReport[PruneAnswer]:
     """``edgetk prune``: remove old versions of bundle ``name`` on every device, keeping the current version and
-    the ``keep - 1`` installed before it, always the rollback target (``data``: removed, kept, freed_bytes)."""
+    the ``keep - 1`` installed before it, always the rollback target (``answer``: removed, kept, freed_bytes)."""
     from toolkit.delivery.deployment import prune as do_prune
 
     if keep < 1:
@@ -228,17 +239,18 @@ def prune(name: str, *, keep: int = 2, break_lock: bool = False, **options: Unpa
 
 
 @with_option_keywords(DeviceOptions)
-def probe(**options: Unpack[DeviceKeywords]) -> FleetReport:
-    """``edgetk devices probe``: arch, OS, CPU, memory, runtimes and best profile (``data["probe"]``)."""
+def probe(**options: Unpack[DeviceKeywords]) -> FleetReport[ProbeAnswer]:
+    """``edgetk devices probe``: arch, OS, CPU, memory, runtimes and best profile (``answer.probe``)."""
     from toolkit.devices.probe import probe_device
 
-    return _simple("probe", options, lambda device: {"probe": probe_device(device)})
+    return _simple("probe", options, lambda device: ProbeAnswer(probe=probe_device(device)))
 
 
 @with_option_keywords(DeviceOptions)
 def setup(*, runtimes: Sequence[str] = (), offline: bool = False, venv: str | None = None,
-          target: str | None = None, progress: Progress | None = None, **options: Unpack[DeviceKeywords]) -> FleetReport:
-    """``edgetk devices setup``: a venv on every device with numpy and its runtimes (``data["setup"]``).
+          target: str | None = None, progress: Progress | None = None, **options: Unpack[DeviceKeywords]
+          ) -> FleetReport[SetupAnswer]:
+    """``edgetk devices setup``: a venv on every device with numpy and its runtimes (``answer.setup``).
 
     ``runtimes`` default to the ones the device's target profile runs; ``offline`` downloads wheels here
     and pushes them; ``venv`` is where the venv goes (default ``<home>/venv``, ``~/.edgetk/venv`` unless the
@@ -256,25 +268,26 @@ def setup(*, runtimes: Sequence[str] = (), offline: bool = False, venv: str | No
     wanted = SetupOptions(runtimes=tuple(runtimes), offline=offline, venv=_venv_path(venv) if venv else None,
                           target=target)
 
-    def task(device: Device, spec: DeviceSpec) -> JsonObject:
+    def task(device: Device, spec: DeviceSpec) -> SetupAnswer:
         def log(line: str) -> None:
             if progress is not None:
                 progress(f"{spec.name}: {line}")
 
-        return {"setup": setup_device(device, wanted, log=log).to_dict()}
+        return SetupAnswer(setup=setup_device(device, wanted, log=log))
 
-    return _answers(selection.run(task))
+    return _answers(selection.run(task).outcomes)
 
 
 @with_option_keywords(DeviceOptions)
 def add_key(*, public_key: PathLike | None = None, password_file: PathLike | None = None,
-            password_env: str | None = None, ask: Callable[[], str] | None = None, **options: Unpack[DeviceKeywords]) -> FleetReport:
+            password_env: str | None = None, ask: Callable[[], str] | None = None, **options: Unpack[DeviceKeywords]
+            ) -> FleetReport[AddKeyAnswer]:
     """``edgetk devices add-key``: install the user's public key on every device over a password login, then prove
     a key login works; host keys are checked and recorded as ``devices probe --trust-new-host`` does.
 
     ``public_key``: the .pub file (default: the device's IdentityFile, else ~/.ssh/id_*.pub). The password, one
     for the whole fleet, comes from ``password_file`` (its first line), else the environment variable named
-    ``password_env``, else ``ask()`` (a terminal prompt); it is never logged or stored (``data["add_key"]``).
+    ``password_env``, else ``ask()`` (a terminal prompt); it is never logged or stored (``answer.add_key``).
     """
     from toolkit.devices.first_boot import add_keys
 
@@ -284,7 +297,7 @@ def add_key(*, public_key: PathLike | None = None, password_file: PathLike | Non
     outcomes = add_keys(specs, public_key=public_key, password_file=password_file, password_env=password_env,
                         ask=ask, trust_new_host=chosen.trust_new_host, known_hosts=chosen.known_hosts,
                         parallel=chosen.parallel)
-    return FleetReport(tuple(_answered(o) for o in outcomes))
+    return _answers(outcomes)
 
 
 def _venv_path(text: str) -> str:

@@ -6,9 +6,10 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, TypeAlias
+from typing import TYPE_CHECKING, Generic, TypeAlias, TypeVar
 
 from toolkit.errors import worst_exit_code
+from toolkit.model.answers import DeviceAnswer
 from toolkit.model.records import JsonDict, JsonObject
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -29,11 +30,14 @@ if TYPE_CHECKING:  # pragma: no cover
 PathLike = str | Path
 DeviceLike: TypeAlias = "str | DeviceSpec"
 Progress = Callable[[str], None]
+A = TypeVar("A", bound=DeviceAnswer | None)  # the verb's answer (toolkit.model.answers); None: deploy and check
 
 
 @dataclass(frozen=True)
-class DeviceResult:
-    """One device's outcome: installed (``push``), checked (``reports``), or the error that stopped it."""
+class DeviceResult(Generic[A]):
+    """One device's outcome: installed (``push``), checked (``reports``), the verb's typed ``answer``
+    (rollback, status, remove, prune, probe, setup, add-key: :mod:`toolkit.model.answers`), or the error that
+    stopped it (``answer`` is then None)."""
 
     device: str
     ok: bool
@@ -41,7 +45,7 @@ class DeviceResult:
     exit_code: int
     push: PushResult | None = None
     reports: tuple[CheckReport, ...] = ()
-    data: JsonObject = field(default_factory=dict)  # the answer of rollback/status/remove/prune/probe/setup/add-key
+    answer: A | None = None
     selected: Selection | None = None  # the artifact this device selected by its check (toolkit.checks.selection)
 
     def to_dict(self) -> JsonDict:
@@ -56,15 +60,17 @@ class DeviceResult:
             out["deploy"] = self.push.to_dict()
         if self.selected is not None:
             out["selected"] = self.selected.to_dict()
-        out.update(self.data)
+        if self.answer is not None:
+            out.update(self.answer.to_dict())
         return out
 
 
 @dataclass(frozen=True)
-class FleetReport:
-    """What ``deploy``/``check``/``rollback``/``status``/``remove``/``probe`` did on every device."""
+class FleetReport(Generic[A]):
+    """What ``deploy``/``check``/``rollback``/``status``/``remove``/``prune``/``probe``/``setup``/``add_key`` did
+    on every device; ``A`` is the verb's answer type (``FleetReport[StatusAnswer]``; None for deploy and check)."""
 
-    devices: tuple[DeviceResult, ...]
+    devices: tuple[DeviceResult[A], ...]
     store: StoreStatus | None = None  # where the check reports went (deploy --check, check)
     rollout: RolloutResult[BundleOutcome] | None = None  # deploy --waves: the waves, why it stopped, the rollback
 
@@ -82,11 +88,11 @@ class FleetReport:
         return self.exit_code == 0
 
     @property
-    def succeeded(self) -> tuple[DeviceResult, ...]:
+    def succeeded(self) -> tuple[DeviceResult[A], ...]:
         return tuple(d for d in self.devices if d.ok)
 
     @property
-    def failed(self) -> tuple[DeviceResult, ...]:
+    def failed(self) -> tuple[DeviceResult[A], ...]:
         return tuple(d for d in self.devices if not d.ok)
 
     @property
@@ -132,8 +138,8 @@ class RunResult:
     """
 
     converted: ConvertResult
-    deployed: FleetReport | None
-    checked: FleetReport | None
+    deployed: FleetReport[None] | None
+    checked: FleetReport[None] | None
     config: JsonObject = field(default_factory=dict)
 
     @property
@@ -163,7 +169,7 @@ class RunResult:
         return self.converted.manifest
 
     @property
-    def devices(self) -> tuple[DeviceResult, ...]:
+    def devices(self) -> tuple[DeviceResult[None], ...]:
         """Per device: its push and its check reports merged (as the CLI prints them)."""
         checked = {d.device: d for d in self.checked.devices} if self.checked else {}
         out = []
@@ -172,7 +178,7 @@ class RunResult:
             if chk is None:
                 out.append(dep)
                 continue
-            out.append(DeviceResult(dep.device, chk.ok, chk.error, chk.exit_code, dep.push, chk.reports))
+            out.append(DeviceResult(dep.device, chk.ok, chk.error, chk.exit_code, push=dep.push, reports=chk.reports))
         return tuple(out)
 
     def to_dict(self) -> JsonDict:

@@ -22,7 +22,8 @@ from toolkit.errors import UsageError
 from toolkit.model.options import CheckOptions
 from toolkit.model.policy import GateOptions
 from toolkit.model.device_records import CheckReport
-from toolkit.model.records import JsonDict, JsonObject
+from toolkit.model.answers import RollbackAnswer
+from toolkit.model.records import JsonDict
 from toolkit.model.waves import FailureLimit, WavePlan
 from toolkit.store.guard import GuardedStore, StoreStatus
 
@@ -185,7 +186,7 @@ class RolloutResult(Generic[T]):
     outcomes: tuple[DeviceOutcome[T], ...]
     stopped: str | None  # why the rollout stopped early (None: every wave ran)
     not_started: tuple[str, ...]
-    rolled_back: tuple[DeviceOutcome[JsonObject], ...] = ()  # the deployment helper's answer per device
+    rolled_back: tuple[DeviceOutcome[RollbackAnswer], ...] = ()  # the deployment helper's answer per device
 
     def to_dict(self) -> JsonDict:
         return {
@@ -200,7 +201,7 @@ def staged_rollout(
     *,
     plan: WavePlan,
     max_failures: FailureLimit,
-    rollback: Callable[[Sequence[DeviceSpec]], FleetResult[JsonObject]] | None = None,
+    rollback: Callable[[Sequence[DeviceSpec]], FleetResult[RollbackAnswer]] | None = None,
     switched: Callable[[], Sequence[str]] = lambda: (),
     failed: Callable[[DeviceOutcome[T]], bool] = lambda o: not o.ok,
 ) -> RolloutResult[T]:
@@ -221,7 +222,7 @@ def staged_rollout(
                        f"({100.0 * len(bad) / len(batch):.0f}%), more than --max-failures {max_failures}")
             break
     not_started = tuple(s.name for s in specs[start:]) if stopped else ()
-    rolled: tuple[DeviceOutcome[JsonObject], ...] = ()
+    rolled: tuple[DeviceOutcome[RollbackAnswer], ...] = ()
     if stopped and rollback is not None:
         names = set(switched())
         back = [s for s in specs if s.name in names]
@@ -255,7 +256,7 @@ def deploy_in_waves(
     or its check (gates included) fails."""
     from toolkit.delivery.deployment import rollback as switch_back
 
-    def back(device: Device, spec: DeviceSpec) -> JsonObject:
+    def back(device: Device, spec: DeviceSpec) -> RollbackAnswer:
         if job.switched.get(spec.name) is None:
             raise UsageError(f"{spec.name}: {job.bundle.name} had no earlier version there to go back to.",
                              hint=f"Remove it if needed: edgetk remove {job.bundle.name} --device ...")

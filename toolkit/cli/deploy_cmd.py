@@ -13,8 +13,7 @@ else 2, else 1, else 0: docs/cli.md). Heavy modules (paramiko) load only when a 
 from __future__ import annotations
 
 import sys
-from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any  # Any: click's parsed values; JSON entries of the fleet document
+from typing import TYPE_CHECKING, Any  # Any: click's parsed values; the push and check report documents
 
 import click
 
@@ -24,6 +23,9 @@ from toolkit.cli.options import PathType, check_options, device_options, json_op
 if TYPE_CHECKING:  # pragma: no cover
     from pathlib import Path
 
+    from toolkit.api.results import DeviceResult
+    from toolkit.model.answers import RemoveAnswer, RollbackAnswer, StatusAnswer
+
 
 break_lock_option = click.option(
     "--break-lock", "break_lock", is_flag=True,
@@ -31,9 +33,10 @@ break_lock_option = click.option(
     "is gone is broken without it).")
 
 
-def _render(entry: Mapping[str, Any]) -> list[str]:
+def _render(result: DeviceResult[None]) -> list[str]:
     from toolkit.reporting.terminal import inside_lines, selection_lines  # here: `edgetk --help` stays light
 
+    entry = result.to_dict()  # the push's and the reports' documents, as --json prints them
     lines = []
     push = entry.get("deploy")
     if push:
@@ -123,37 +126,36 @@ def rollback(name: str, as_json: bool, **values: Any) -> None:
     """Switch bundle NAME back to its previous installed version (verified first)."""
     from toolkit import api
 
-    def render(entry: Mapping[str, Any]) -> list[str]:
-        if entry.get("current"):
-            return [f"{name}: current is now {entry['current'][:12]} (was {str(entry['previous'])[:12]})"]
-        return []
+    def render(result: DeviceResult[RollbackAnswer]) -> list[str]:
+        back = result.answer
+        return [f"{name}: current is now {back.current[:12]} (was {back.previous[:12]})"] if back else []
 
     finish(api.rollback(name, **values), as_json=as_json, render=render)
 
 
-def _render_status(entry: Mapping[str, Any]) -> list[str]:
+def _render_status(result: DeviceResult[StatusAnswer]) -> list[str]:
     from toolkit.reporting.terminal import labelled  # here: `edgetk --help` stays light
 
-    bundles = entry.get("bundles") or {}
-    if not bundles and entry["ok"]:
+    bundles = result.answer.bundles if result.answer is not None else {}
+    if not bundles and result.ok:
         return ["no bundles installed"]
     lines = []
     for bname, info in bundles.items():
-        for v in info["versions"]:
-            mark = "*" if v["version"] == info["current"] else " "
-            by = v.get("by") or {}
-            lines.append(f"{mark} {bname} {v['version'][:12]} installed {v['installed_at']}"
-                         + (f" from {by['host']}" if by.get("host") else ""))
-        chosen = info.get("selected") or {}
-        if chosen and chosen.get("version") == info["current"]:
+        for v in info.versions:
+            mark = "*" if v.version == info.current else " "
+            host = v.by.host if v.by is not None else None
+            lines.append(f"{mark} {bname} {v.version[:12]} installed {v.installed_at}"
+                         + (f" from {host}" if host else ""))
+        chosen = info.current_selection
+        if chosen:
             p50 = chosen.get("p50_ms")
             name = chosen.get("artifact")
             lines.append(f"  selected: {labelled(name, chosen.get('label')) if name else 'nothing'}"
                          + (f" (p50 {p50:.3f} ms)" if isinstance(p50, (int, float)) else "")
                          + (" [pinned]" if chosen.get("pinned") else "") + f" {chosen.get('decided_at', '')}")
-        elif chosen:
+        elif info.selected:
             lines.append(f"  selected: none for the current version (the last selection was for "
-                         f"{str(chosen.get('version'))[:12]}; run edgetk check)")
+                         f"{str(info.selected.get('version'))[:12]}; run edgetk check)")
     return lines
 
 
@@ -176,4 +178,7 @@ def remove(name: str, as_json: bool, **values: Any) -> None:
     """Delete bundle NAME (every version) from devices."""
     from toolkit import api
 
-    finish(api.remove(name, **values), as_json=as_json, render=lambda e: [f"{name} removed"] if e["ok"] else [])
+    def render(result: DeviceResult[RemoveAnswer]) -> list[str]:
+        return [f"{result.answer.removed} removed"] if result.answer is not None else []
+
+    finish(api.remove(name, **values), as_json=as_json, render=render)

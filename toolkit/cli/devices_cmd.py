@@ -5,8 +5,7 @@ the user's key on a first-boot device (``toolkit.api.probe`` / ``setup`` / ``add
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Any  # Any: click's parsed values; JSON entries
+from typing import TYPE_CHECKING, Any  # Any: click's parsed values
 
 import click
 
@@ -14,14 +13,18 @@ from toolkit.cli._fleet import finish
 from toolkit.cli.options import LazyChoice, PathType, device_options, json_option
 from toolkit.model.flags import vocabulary
 
+if TYPE_CHECKING:  # pragma: no cover
+    from toolkit.api.results import DeviceResult
+    from toolkit.model.answers import AddKeyAnswer, ProbeAnswer, SetupAnswer
+
 
 @click.group()
 def devices() -> None:
     """Inspect devices and set up their runtimes."""
 
 
-def _render_probe(entry: Mapping[str, Any]) -> list[str]:
-    doc = entry.get("probe")
+def _render_probe(result: DeviceResult[ProbeAnswer]) -> list[str]:
+    doc = result.answer.probe if result.answer is not None else None  # the runner's probe document
     if not doc:
         return []
     env = doc.get("environment") or {}
@@ -45,20 +48,19 @@ def probe(as_json: bool, **values: Any) -> None:
     finish(api.probe(**values), as_json=as_json, render=_render_probe)
 
 
-def _render_setup(entry: Mapping[str, Any]) -> list[str]:
-    doc = entry.get("setup")
-    if not doc:
+def _render_setup(result: DeviceResult[SetupAnswer]) -> list[str]:
+    if result.answer is None:
         return []
-    installed = ", ".join(f"{k} {v}" for k, v in doc["installed"].items())
+    done = result.answer.setup
+    installed = ", ".join(f"{k} {v}" for k, v in done.installed.items())
     lines = [
-        f"{doc['platform']}  profile {doc.get('profile') or 'none'}",
-        f"python {doc['python']} ({'reused' if doc['venv_reused'] else 'created'}, {doc['mode']})",
+        f"{done.platform}  profile {done.profile or 'none'}",
+        f"python {done.python} ({'reused' if done.venv_reused else 'created'}, {done.mode})",
         f"installed: {installed}",
     ]
-    if doc["mode"] == "offline":
-        lines.append(f"wheels sent: {doc['wheels_sent']} ({doc['bytes_sent'] / 1e6:.1f} MB) "
-                     f"in {doc['seconds']:.1f} s")
-    lines += [f"note: {n}" for n in doc.get("notes", [])]
+    if done.mode == "offline":
+        lines.append(f"wheels sent: {done.wheels_sent} ({done.bytes_sent / 1e6:.1f} MB) in {done.seconds:.1f} s")
+    lines += [f"note: {n}" for n in done.notes]
     return lines
 
 
@@ -86,13 +88,13 @@ def setup(as_json: bool, **values: Any) -> None:
     finish(report, as_json=as_json, render=_render_setup)
 
 
-def _render_add_key(entry: Mapping[str, Any]) -> list[str]:
-    doc = entry.get("add_key")
-    if not doc:
+def _render_add_key(result: DeviceResult[AddKeyAnswer]) -> list[str]:
+    if result.answer is None:
         return []
-    lines = [f"key {doc['key']} ({doc['key_file']})"]
-    lines += [f"added to {f}" for f in doc["added"]] + [f"already in {f}" for f in doc["present"]]
-    lines.append("key login works" if doc["key_login"] else "key login FAILED")
+    done = result.answer.add_key
+    lines = [f"key {done.key} ({done.key_file})"]
+    lines += [f"added to {f}" for f in done.added] + [f"already in {f}" for f in done.present]
+    lines.append("key login works" if done.key_login else "key login FAILED")
     return lines
 
 

@@ -3,8 +3,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Any  # Any: click's parsed values; JSON entries
+from typing import TYPE_CHECKING, Any  # Any: click's parsed values
 
 import click
 
@@ -12,14 +11,19 @@ from toolkit.cli._fleet import finish
 from toolkit.cli.deploy_cmd import break_lock_option
 from toolkit.cli.options import device_options, json_option
 
+if TYPE_CHECKING:  # pragma: no cover
+    from toolkit.api.results import DeviceResult
+    from toolkit.model.answers import PruneAnswer
 
-def _render(entry: Mapping[str, Any]) -> list[str]:
-    if not entry.get("removed") and not entry.get("kept"):
+
+def _render(result: DeviceResult[PruneAnswer]) -> list[str]:
+    done = result.answer
+    if done is None or (not done.removed and not done.kept):
         return []
-    removed = ", ".join(v[:12] for v in entry["removed"]) or "nothing"
-    kept = ", ".join(v[:12] + (" (current)" if v == entry.get("current") else " (rollback target)"
-                               if v == entry.get("rollback_target") else "") for v in entry["kept"])
-    return [f"removed {removed}; freed {entry['freed_bytes'] / 1e6:.1f} MB", f"kept {kept}"]
+    removed = ", ".join(v[:12] for v in done.removed) or "nothing"
+    kept = ", ".join(v[:12] + (" (current)" if v == done.current else " (rollback target)"
+                               if v == done.rollback_target else "") for v in done.kept)
+    return [f"removed {removed}; freed {done.freed_bytes / 1e6:.1f} MB", f"kept {kept}"]
 
 
 @click.command()

@@ -13,13 +13,16 @@ import sys
 import uuid
 from dataclasses import dataclass, field
 from functools import lru_cache
+from typing import TypeVar
 
 from toolkit import device_side
 from toolkit.delivery.locks import DeviceLock
 from toolkit.devices.connection import Connection
 from toolkit.devices.spec import DEFAULT_HOME, DeviceSpec
 from toolkit.errors import DeviceDiskFull, DeviceError, DeviceShellNoise, UsageError
+from toolkit.model.answers import PruneAnswer, RemoveAnswer, RollbackAnswer, StatusAnswer
 from toolkit.model.device_records import CommandResult
+from toolkit.model.reading import RecordProblem, read_record
 from toolkit.model.records import JsonDict
 from toolkit.model.vocabulary import HelperRefusal
 
@@ -28,6 +31,8 @@ HELPER_TIMEOUT_S = 120.0
 BASE = DEFAULT_HOME  # the device's home for the toolkit unless its spec says another (DeviceSpec.base)
 FRAME_BEGIN = "\x1eedgetk-json\n"  # the helper prints its JSON between these (a noisy process cannot break it)
 FRAME_END = "\n\x1eedgetk-end\n"
+ANSWERS_DOC = "docs/schemas/deploy.md"  # where the helper's answers are described
+A = TypeVar("A")
 
 # The ``-c`` program that runs the helper installed once per device at <home>/helper/<sha256>.py (the host
 # installs it when this program answers "helper_missing"), from a compiled copy cached next to it when there is
@@ -216,6 +221,19 @@ class Device:
             result = self.conn.run(self.helper_argv(command, *args), timeout=timeout)
         return self.answer(command, result)
 
+    def ask(self, kind: type[A], command: str, *args: str) -> A:
+        """The helper's answer to ``command`` read as the record ``kind``, once, here: a malformed answer is one
+        plain device error naming the key, not a KeyError somewhere after."""
+        data = self.helper(command, *args)
+        try:
+            return read_record(kind, data, docs=ANSWERS_DOC)
+        except RecordProblem as exc:
+            where = f"[{exc.problem.table}]: " if exc.problem.table else ""
+            raise DeviceError(f"{self.spec.name}: the device's answer to {command!r} does not read: "
+                              f"{where}{exc.problem.message}",
+                              hint="The helper on the device is the one this edgetk installs (by its sha256); "
+                              "re-run with --debug and report the answer.") from None
+
     def answer(self, command: str, result: CommandResult) -> JsonDict:
         """The helper's JSON answer to ``command``, or the error its run says (a refusal, no Python, noise)."""
         data = helper_json(result.stdout)
@@ -304,30 +322,30 @@ class HelperDiskFull(HelperRefused, DeviceDiskFull):
 # --------------------------------------------------------------------------------------------- the steps
 
 
-def rollback(device: Device, name: str, *, break_lock: bool = False) -> JsonDict:
+def rollback(device: Device, name: str, *, break_lock: bool = False) -> RollbackAnswer:
     """``current`` back to the previous installed version, after verifying that version's files."""
     with DeviceLock(device, validate_name(name), what="rollback", break_lock=break_lock):
-        return device.helper("rollback", validate_name(name))
+        return device.ask(RollbackAnswer, "rollback", validate_name(name))
 
 
-def status(device: Device) -> JsonDict:
-    """``{"bundles": {name: {"current": version, "versions": [{"version", "installed_at", "by"}]}}}``."""
-    return device.helper("status")
+def status(device: Device) -> StatusAnswer:
+    """Every bundle installed on the device: its current version, selection and installed versions."""
+    return device.ask(StatusAnswer, "status")
 
 
-def remove(device: Device, name: str, *, break_lock: bool = False) -> JsonDict:
+def remove(device: Device, name: str, *, break_lock: bool = False) -> RemoveAnswer:
     with DeviceLock(device, validate_name(name), what="remove", break_lock=break_lock):
-        return device.helper("remove", validate_name(name))
+        return device.ask(RemoveAnswer, "remove", validate_name(name))
 
 
-def prune(device: Device, name: str, *, keep: int = 2, break_lock: bool = False) -> JsonDict:
+def prune(device: Device, name: str, *, keep: int = 2, break_lock: bool = False) -> PruneAnswer:
     """Remove old versions of ``name``: keep the current one and the ``keep - 1`` installed before it, always the
-    rollback target (``{"current", "rollback_target", "removed", "kept", "freed_bytes"}``)."""
+    rollback target."""
     with DeviceLock(device, validate_name(name), what="prune", break_lock=break_lock):
-        return device.helper("prune", validate_name(name), str(int(keep)))
+        return device.ask(PruneAnswer, "prune", validate_name(name), str(int(keep)))
 
 
 def installed_version(device: Device, name: str) -> str | None:
-    entry = status(device).get("bundles", {}).get(name)
-    return entry.get("current") if entry else None
+    entry = status(device).bundles.get(name)
+    return entry.current if entry else None
 

@@ -20,11 +20,15 @@ import sys
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Protocol, TextIO
+from typing import Any, Protocol, TextIO, TypeVar
 
 from toolkit.devices.spec import DeviceSpec
 from toolkit.errors import DeviceError
+from toolkit.model.answers import StatusAnswer
 from toolkit.model.vocabulary import HelperRefusal
+
+
+R = TypeVar("R")
 
 
 class Device(Protocol):
@@ -33,6 +37,8 @@ class Device(Protocol):
     spec: DeviceSpec
 
     def helper(self, command: str, *args: str, timeout: float = ...) -> dict[str, Any]: ...  # Any: JSON
+
+    def ask(self, kind: type[R], command: str, *args: str) -> R: ...
 
 
 def _locked(exc: DeviceError) -> bool:
@@ -159,12 +165,13 @@ def _held(device: Device, name: str, refused: Any, timeout: float) -> LockHeld: 
 def replaced_note(device: Device, name: str, version: str) -> str | None:
     """When ``version`` of ``name`` is no longer current on the device (another controller deployed after this
     one switched it, while this command went on, e.g. checking): who replaced it with what."""
-    entry = device.helper("status").get("bundles", {}).get(name) or {}
-    current = entry.get("current")
+    entry = device.ask(StatusAnswer, "status").bundles.get(name)
+    current = entry.current if entry is not None else None
     if current == version:
         return None
-    by = next((v.get("by") for v in entry.get("versions", []) if v.get("version") == current), None)
-    who = f" from {installer(by)}" if installer(by) else ""
+    by = next((v.by for v in entry.versions if v.version == current), None) if entry is not None else None
+    named = installer(by.to_dict()) if by is not None else None
+    who = f" from {named}" if named else ""
     now = f"by {str(current)[:12]}{who}" if current else "(it is no longer installed)"
     return f"{device.spec.name}: {name} {version[:12]} was replaced {now} before this command finished"
 

@@ -34,7 +34,7 @@ import json
 import re
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -44,6 +44,7 @@ from toolkit.delivery.pte_runner import exporter_version
 from toolkit.delivery.setup_steps import probe_script, run_json, setup_step
 from toolkit.delivery.wheels import Log, Requirement, WheelSet, download_wheels, no_wheel_error
 from toolkit.errors import DeviceError, UsageError
+from toolkit.model.answers import SetupResult
 from toolkit.model.platform import DevicePlatform, match_environment
 from toolkit.model.device_records import CommandResult
 from toolkit.model.vocabulary import RUNTIMES, TFLITE_RUNTIMES, Runtime
@@ -145,27 +146,6 @@ class SetupOptions:
     venv: str | None = None  # None: <home>/venv
     target: str | None = None
     cache_root: Path | None = None
-
-
-@dataclass(frozen=True)
-class SetupResult:
-    device: str
-    mode: str
-    python: str
-    venv_reused: bool
-    platform: str
-    profile: str | None
-    installed: dict[str, str | None]
-    wheels_sent: int
-    bytes_sent: int
-    seconds: float
-    notes: tuple[str, ...] = field(default=())
-
-    def to_dict(self) -> dict[str, object]:
-        return {"mode": self.mode, "python": self.python, "venv_reused": self.venv_reused,
-                "platform": self.platform, "profile": self.profile, "installed": dict(self.installed),
-                "wheels_sent": self.wheels_sent, "bytes_sent": self.bytes_sent, "seconds": round(self.seconds, 2),
-                "notes": list(self.notes)}
 
 
 def base_python(device: Device) -> str:

@@ -31,6 +31,7 @@ from toolkit.devices.ssh import SshConnection
 from toolkit.devices.ssh_auth import home_relative
 from toolkit.devices.ssh_config import SshOptions, resolve
 from toolkit.errors import AuthRefused, DeviceError, HostKeyRefused, UsageError
+from toolkit.model.answers import AddKeyAnswer, KeyInstall
 
 KEY_TYPES = ("ssh-ed25519", "ssh-rsa", "ecdsa-sha2-nistp256", "ecdsa-sha2-nistp384", "ecdsa-sha2-nistp521",
              "sk-ssh-ed25519@openssh.com", "sk-ecdsa-sha2-nistp256@openssh.com")
@@ -169,18 +170,18 @@ def _install(conn: SshConnection, spec: DeviceSpec, key: PublicKey) -> list[list
     return [line.split(" ", 1) for line in done.stdout.splitlines() if line.startswith(("added ", "present "))]
 
 
-def _result(key: PublicKey, results: list[list[str]], *, key_login: bool, password_used: bool) -> dict[str, object]:
-    return {"key": key.fingerprint, "key_file": home_relative(key.path),
-            "added": [f for what, f in results if what == "added"],
-            "present": [f for what, f in results if what == "present"], "key_login": key_login,
-            "password_used": password_used}
+def _result(key: PublicKey, results: list[list[str]], *, key_login: bool, password_used: bool) -> KeyInstall:
+    return KeyInstall(key=key.fingerprint, key_file=home_relative(key.path),
+                      added=tuple(f for what, f in results if what == "added"),
+                      present=tuple(f for what, f in results if what == "present"), key_login=key_login,
+                      password_used=password_used)
 
 
 def _keyed(spec: DeviceSpec, key: PublicKey) -> DeviceSpec:
     return replace(spec, identity_file=str(key.private)) if key.private else spec
 
 
-def by_key(spec: DeviceSpec, key: PublicKey, *, known_hosts: str | None) -> dict[str, object] | None:
+def by_key(spec: DeviceSpec, key: PublicKey, *, known_hosts: str | None) -> KeyInstall | None:
     """When a key login already works (a re-run, a board imaged with the key), the install script runs over it
     and no password is needed; None when it does not (refused, or a host key not known yet: the password
     login decides then, with its own messages)."""
@@ -192,7 +193,7 @@ def by_key(spec: DeviceSpec, key: PublicKey, *, known_hosts: str | None) -> dict
 
 
 def add_key(spec: DeviceSpec, key: PublicKey, password: str, *, trust_new_host: bool,
-            known_hosts: str | None) -> dict[str, object]:
+            known_hosts: str | None) -> KeyInstall:
     """Install ``key`` on one device over a password login, then prove a key login works."""
     if spec.is_local:
         raise UsageError("add-key installs a key on an SSH device; `local` needs none.")
@@ -214,8 +215,8 @@ def add_key(spec: DeviceSpec, key: PublicKey, password: str, *, trust_new_host: 
 def add_keys(specs: Sequence[DeviceSpec], *, public_key: str | os.PathLike[str] | None,
              password_file: str | os.PathLike[str] | None, password_env: str | None,
              ask: Callable[[], str] | None, trust_new_host: bool, known_hosts: str | os.PathLike[str] | None,
-             parallel: int) -> tuple[DeviceOutcome[dict[str, object]], ...]:
-    """``add_key`` on every device (``{"add_key": ...}`` each): the key and the password are read once, before
+             parallel: int) -> tuple[DeviceOutcome[AddKeyAnswer], ...]:
+    """``add_key`` on every device (an :class:`AddKeyAnswer` each): the key and the password are read once, before
     any device is contacted, so a missing key or password source fails at once (exit 2)."""
     key = read_public_key(Path(public_key)) if public_key else default_public_key(specs[0]) if specs else None
     # a password file or variable is read at once (a bad one fails before any device is contacted); the prompt
@@ -230,13 +231,13 @@ def add_keys(specs: Sequence[DeviceSpec], *, public_key: str | os.PathLike[str] 
                 given.append(read_password(None, None, ask))
         return given[0]
 
-    def one(spec: DeviceSpec) -> dict[str, object]:
+    def one(spec: DeviceSpec) -> AddKeyAnswer:
         assert key is not None
         if spec.is_local:
             raise UsageError("add-key installs a key on an SSH device; `local` needs none.")
         done = by_key(spec, key, known_hosts=known or spec.known_hosts)
         if done is None:
             done = add_key(spec, key, password(), trust_new_host=trust_new_host, known_hosts=known or spec.known_hosts)
-        return {"add_key": done}
+        return AddKeyAnswer(add_key=done)
 
     return run_fleet(specs, one, parallel=parallel).outcomes
