@@ -202,4 +202,7 @@ def test_add_a_helper_verb_recipe() -> None:
     assert "COMMANDS" in _names(cli) and cli in device_side.source_blocks(device_side.HELPER_FILE)
     answer = _names(ROOT / "toolkit" / "device_side" / "src" / "helper" / "answer.py")
     assert {"emit", "fail"} <= answer
-    assert 'device.helper("status")' in (ROOT / "toolkit" / "delivery" / "deployment.py").read_text()
+    assert 'device.ask(StatusAnswer, "status")' in (ROOT / "toolkit" / "delivery" / "deployment.py").read_text()
+    from toolkit.model import answers
+
+    assert "`device.ask(TheAnswer," in recipe and dataclasses.is_dataclass(answers.StatusAnswer)
