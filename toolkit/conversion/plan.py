@@ -1,5 +1,6 @@
-"""Planning a conversion: the target profile -> a typed policy, and the options -> the recipes to build, in
-order, with what will not be built and why (``Plan.skipped``), before any slow work starts.
+"""Planning a conversion: the options and the profile's policy (``policy``) -> the recipes to build, in order,
+with what will not be built and why (``Plan.skipped``), before any slow work starts. What a format settles or
+refuses before building (its default I/O type, reduce_range, a profile's too-old runtime) its backend says.
 
 * ``plan_recipes``: ``--precision``/``--format`` (explicit: built as asked) or the profile's recipes (with its
   ``fallback`` precisions), fp32 of each format first (every other artifact of it is timed against it).
