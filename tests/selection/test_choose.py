@@ -118,7 +118,9 @@ def test_a_mixed_int8_is_named_mixed_wherever_the_selection_names_it() -> None:
     """An int8 artifact with 2% of its weights in integer (``QuantizedShare.mixed``) is ``int8 mixed`` in the
     selection's document, its terminal lines (check, run, deploy --check), the device's status line and the
     report's table, beside a plainly quantized one that gets no label."""
+    from toolkit.api.results import DeviceResult
     from toolkit.cli.deploy_cmd import _render_status
+    from toolkit.model.answers import InstalledBundle, StatusAnswer
     from toolkit.model.quantized import QuantizedShare
     from toolkit.reporting.html import selection_rows
     from toolkit.reporting.terminal import selection_lines
@@ -139,8 +141,8 @@ def test_a_mixed_int8_is_named_mixed_wherever_the_selection_names_it() -> None:
         "model.fp32.tflite": None, "model.int8.tflite": label, "model.int8.onnx": None}
     assert selection_lines(doc)[0].startswith(f"selected: model.int8.tflite ({label}, p50 1.030 ms): ")
     assert "  not selectable: model.int8.onnx: budget" in selection_lines(doc)
-    status = _render_status({"ok": True, "bundles": {"b": {"current": "v", "selected": chosen.on_device(),
-                                                           "versions": []}}})
+    answer = InstalledBundle(current="v", selected=chosen.on_device(), versions=())
+    status = _render_status(DeviceResult("d", True, None, 0, answer=StatusAnswer(bundles={"b": answer})))
     assert status[0].startswith(f"  selected: model.int8.tflite ({label}) (p50 1.030 ms)"), status
     assert selection_rows([dict(doc, device="d", bundle="b")])[0][2] == f"model.int8.tflite ({label})"
 
