@@ -107,7 +107,7 @@ def run() -> tuple[str, dict[str, Any]]:
         root = work_dir() / ("selective" if layout == "nchw" else "selective-keras")
         wall, cpu, stages, manifest = convert_timed(source, root, layout=layout, min_cosine=cosine)
         rows = [[message[:110], f"{seconds:.1f} s"] for message, seconds in stages if seconds >= 0.5]
-        attempts = [[a.recipe["precision"], len(a.recipe["nodes_to_exclude"]), a.outcome, a.reason[:90]]
+        attempts = [[a.recipe.precision, len(a.recipe.nodes_to_exclude), a.outcome, a.reason[:90]]
                     for a in manifest.attempts]
         parts += [
             f"ResNet50 {route}, {CALIB} calibration and {EVAL} eval samples (random inputs), "
