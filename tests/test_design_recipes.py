@@ -120,8 +120,8 @@ def test_add_a_format_backend_recipe() -> None:
     recipe = _recipe("A format backend")
     hooks = re.findall(r"`(\w+)`", recipe)
     for hook in ("build", "layer_table", "float_export", "default_io", "planned", "profile_refusal", "load_problems",
-                 "device_only", "as_built", "numerics", "failing_ops", "cuts", "nested_layers", "locate", "probe_order",
-                 "probe_tensors", "probe_files", "probe_refusal", "bundled"):
+                 "device_only", "as_built", "numerics", "failing_ops", "cuts", "weight_layers", "nested_layers",
+                 "locate", "probe_order", "probe_tensors", "probe_files", "probe_refusal", "bundled"):
         assert hook in hooks, f"the recipe does not name Backend.{hook}"
         assert hasattr(Backend, hook), f"the recipe names Backend.{hook}, which does not exist"
     conversion = ROOT / "toolkit" / "conversion"

@@ -109,6 +109,11 @@ class Backend:
         """The artifact's main graph cut after each op (``graph_cuts``); None: the format is not cut."""
         return None
 
+    def weight_layers(self, path: Path) -> list[Layer]:
+        """The weighted layers of the artifact at ``path`` with their weights (what ``selective`` weighs a float
+        set by); none where the format's weights are not read here (a ``.pte``)."""
+        return []
+
     def nested_layers(self, path: Path) -> list[Layer]:
         """The weighted layers of the artifact at ``path`` when every one sits inside a control-flow body (If, Loop,
         Scan), else none: there the layer table has no row for them and static quantization never reaches them."""

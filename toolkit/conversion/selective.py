@@ -23,7 +23,6 @@ from __future__ import annotations
 import dataclasses
 import math
 from collections.abc import Callable, Mapping, Sequence
-from pathlib import Path
 from typing import TYPE_CHECKING
 
 from toolkit.conversion import retry_worth
@@ -48,12 +47,11 @@ MOST_OF_THE_MODEL = 0.5  # a passing float set above this share of the weights i
 Group = tuple[str, ...]
 
 
-def weight_cost(path: Path) -> Callable[[Sequence[str]], float]:
-    """The share of the model's weights that the layers named by a group hold (0 when unreadable)."""
-    from toolkit.runtimes.inspection.share import onnx_layers, tflite_layers
-
+def weight_cost(run: ConvertRun, built: Candidate) -> Callable[[Sequence[str]], float]:
+    """The share of the model's weights that the layers named by a group hold (0 when unreadable), read from the
+    artifact by its backend (``Backend.weight_layers``)."""
     try:
-        layers = tflite_layers(path) if path.suffix == ".tflite" else onnx_layers(path)
+        layers = run.backend(built.recipe.format).weight_layers(built.built.path)
     except Exception:  # noqa: BLE001 - no weights known: every option costs the floor, order by error
         layers = []
     return _cost_of(layers)
@@ -83,11 +81,11 @@ def _by_op(layers: Sequence[Layer]) -> tuple[list[tuple[Group, float, float]], l
              sum(layer.params for layer in layers if layer.op == op) / total) for op in kinds], []
 
 
-def options(table: LayerTable, failed: Candidate) -> tuple[list[tuple[Group, float, float]], list[Group]]:
-    """(group to keep float, its layer's channel error, its share of the weights), cheapest per error first;
-    and the float groups of the worst rows by error alone, worst first (the last resort)."""
+def options(table: LayerTable, cost: Callable[[Sequence[str]], float]
+            ) -> tuple[list[tuple[Group, float, float]], list[Group]]:
+    """(group to keep float, its layer's channel error, its share of the weights: ``cost``), cheapest per error
+    first; and the float groups of the worst rows by error alone, worst first (the last resort)."""
     rows = [r for r in table.rows if not math.isnan(r.channel_error)][:CANDIDATE_ROWS]
-    cost = weight_cost(failed.built.path)
     found: list[tuple[Group, float, float]] = []
     for row in rows:
         group = row.float_group or (row.name,)
@@ -128,7 +126,8 @@ def _ranked(run: ConvertRun, failed: Candidate) -> _Ranked:
     if nested:
         return _Ranked(tuple(_tries(*_by_op(nested))), {}, _cost_of(nested))
     table = table_for(run, recipe, failed.built)
-    sets = _tries(*options(table, failed))
+    cost = weight_cost(run, failed)
+    sets = _tries(*options(table, cost))
     errors: Mapping[str, float] = {r.name: r.channel_error for r in table.rows}
     front: Group = ()
     located = _located(run, failed)
@@ -136,7 +135,7 @@ def _ranked(run: ConvertRun, failed: Candidate) -> _Ranked:
         errors = located.added_errors()
         front = _front_end(located, {r.name for r in table.rows})
         sets = [front, *(s for s in sets if s != front)] if front else sets
-    return _Ranked(tuple(sets), errors, weight_cost(failed.built.path), front)
+    return _Ranked(tuple(sets), errors, cost, front)
 
 
 def _located(run: ConvertRun, failed: Candidate) -> NodeLocation | None:

@@ -109,6 +109,11 @@ class OnnxBackend(Backend):
 
         return artifact.cuts(path)
 
+    def weight_layers(self, path: Path) -> list[Layer]:
+        from toolkit.runtimes.inspection.share import onnx_layers
+
+        return onnx_layers(path)
+
     def nested_layers(self, path: Path) -> list[Layer]:
         from toolkit.conversion.onnx.fold import body_layers
 

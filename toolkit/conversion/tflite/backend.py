@@ -23,6 +23,7 @@ if TYPE_CHECKING:
     from toolkit.conversion.policy import Policy
     from toolkit.model.recipe import Recipe
     from toolkit.runtimes.inspection import ModelInfo
+    from toolkit.runtimes.inspection.share import Layer
 
 
 class TfliteBackend(Backend):
@@ -66,6 +67,11 @@ class TfliteBackend(Backend):
         from toolkit.conversion.tflite.artifact import named_ops
 
         return tuple(op for op, _ in named_ops(reason))
+
+    def weight_layers(self, path: Path) -> list[Layer]:
+        from toolkit.runtimes.inspection.share import tflite_layers
+
+        return tflite_layers(path)
 
     def cuts(self, path: Path) -> Cuts:
         from toolkit.conversion.tflite import artifact
