@@ -158,7 +158,8 @@ def _measure(run: ConvertRun, recipe: Recipe, built: BuiltArtifact, info: ModelI
 
     source, data = run.source, run.data
     backend = run.backend(recipe.format)
-    numerics, numerics_note = backend.numerics(recipe, run.policy.arch)  # the target's arithmetic where this host's differs
+    # the target's arithmetic where this host's differs (an ARM target's int8 ONNX on a saturating x86 host)
+    numerics, numerics_note = backend.numerics(recipe, run.policy.arch)
     try:
         named = tuple(info.inputs[j].name for j in align(source.inputs, info.inputs, what="input"))
     except ConversionError:
