@@ -76,9 +76,9 @@ PROFILE_ROWS = (
     ("  of it: TFLite calibration (FeedTensor)", r"calibrator\.py:\d+\(calibrate\)"),
     ("  of it: SavedModel loads by the TFLite converter", r"saved_model/load\.py:\d+\(load\)$"),
     ("  of it: onnxruntime quantize_static", r"quantization/quantize\.py:\d+\(quantize_static\)"),
-    ("  of it: tf2onnx export", r"tf_onnx\.py:\d+\(export\)"),
+    ("  of it: tf2onnx export", r"onnx/from_tf\.py:\d+\(export\)"),
     ("selective-quantization retries (all of it, incl. their conversions)", r"selective\.py:\d+\(selective\)"),
-    ("layer-wise INT8 error tables", r"layers\.py:\d+\(table_for\)"),
+    ("layer-wise INT8 error tables", r"conversion/tables\.py:\d+\(table_for\)"),
 )
 
 
