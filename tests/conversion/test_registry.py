@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from toolkit.conversion import registry, routes
+from toolkit.conversion import routes
 from toolkit.errors import UsageError
 
 TESTS = Path(__file__).resolve().parents[1]
@@ -64,12 +64,12 @@ def test_every_route_resolves_to_a_backend_of_its_format() -> None:
 def test_refused_pairs_say_what_to_use(framework: str, fmt: str) -> None:
     assert routes.ROUTES[framework, fmt].backend is None
     with pytest.raises(UsageError) as caught:
-        registry.check_supported(framework, fmt)
+        routes.check_supported(framework, fmt)
     assert caught.value.hint and "--format" in caught.value.hint
 
 
 def test_a_pair_in_neither_table_has_no_route() -> None:
-    refusal = registry.supports("keras", "coreml")
+    refusal = routes.supports("keras", "coreml")
     assert refusal is not None and "no route from keras to coreml" in refusal.message
-    assert not registry.supports_precision("torch_factory", "tflite", "dynamic")
-    assert registry.supports_precision("keras", "tflite", "dynamic")
+    assert not routes.supports_precision("torch_factory", "tflite", "dynamic")
+    assert routes.supports_precision("keras", "tflite", "dynamic")

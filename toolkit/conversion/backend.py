@@ -22,12 +22,12 @@ from functools import cache
 from pathlib import Path
 from typing import TYPE_CHECKING, ClassVar
 
-import numpy as np
-
 from toolkit.errors import ConversionError, UsageError
 from toolkit.model.vocabulary import Format, IoDtype, Precision
 
 if TYPE_CHECKING:
+    import numpy as np
+
     from toolkit.conversion.base import BuiltArtifact, ConversionRequest
     from toolkit.conversion.graph_cuts import Cuts
     from toolkit.conversion.layers import LayerError, LayerTable
@@ -39,7 +39,7 @@ if TYPE_CHECKING:
     from toolkit.runtimes.inspection import ModelInfo
     from toolkit.runtimes.inspection.share import Layer
 
-Feeds = Sequence[Mapping[str, np.ndarray]]
+Feeds = Sequence[Mapping[str, "np.ndarray"]]  # held-out feeds, by input name (numpy: only where used)
 
 
 class Backend:
@@ -148,18 +148,19 @@ class Backend:
         return record
 
 
+def resolve(spec: str) -> object:
+    """``"package.module:NAME"`` -> that object (imports the module: route rows and exports name theirs so)."""
+    module, _, name = spec.partition(":")
+    return getattr(importlib.import_module(module), name)
+
+
 @cache
 def backend_for(framework: str, fmt: str) -> Backend:
     """The backend of the route (framework, format), imported once per process; a pair without one is refused."""
-    from toolkit.conversion.routes import route
+    from toolkit.conversion.routes import check_supported
 
-    row = route(framework, fmt)
-    if row is None or row.backend is None:
-        refusal = row.refusal if row is not None else None
-        raise UsageError(refusal.message if refusal else f"There is no route from {framework} to {fmt}.",
-                         hint=refusal.hint if refusal else "Use another --format.")
-    module, _, name = row.backend.partition(":")
-    backend = getattr(importlib.import_module(module), name)
+    row = check_supported(framework, fmt)
+    backend = resolve(str(row.backend))
     if not isinstance(backend, Backend):
         raise TypeError(f"{row.backend} is not a conversion Backend")
     return backend

@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any
 from toolkit.errors import UsageError
 from toolkit.conversion.backend import backend_for
 from toolkit.conversion.policy import Policy
-from toolkit.conversion.routes import default_formats
+from toolkit.conversion.routes import check_supported, default_formats, supports, supports_precision
 from toolkit.model.artifact import Attempt
 from toolkit.model.recipe import Recipe
 from toolkit.model.vocabulary import (
@@ -112,8 +112,6 @@ def _plain_recipe(framework: str, fmt: Format, precision: Precision, options: Co
 
 def _integer_io(framework: str, recipe: Recipe) -> bool:
     """Whether ``recipe``'s format takes integer I/O at its precision (a pair without a route: no)."""
-    from toolkit.conversion.registry import supports
-
     if supports(framework, recipe.format) is not None:
         return False
     return backend_for(framework, recipe.format).default_io(recipe.precision) != IoDtype.FLOAT32
@@ -140,8 +138,6 @@ def plan_recipes(options: ConvertOptions, policy: Policy, framework: str, *, has
                  as_is: Precision | None = None) -> Plan:
     """The recipes to build, in order, and the ones skipped before any work (with the reason). ``as_is``: a .tflite
     source's own precision (its one TFLite artifact is planned, logged and named at it)."""
-    from toolkit.conversion.registry import check_supported, supports
-
     skipped: list[Attempt] = []
     formats = tuple(dict.fromkeys(options.formats))
     for fmt in formats:
@@ -238,8 +234,6 @@ def _with_dynamic_fallback(
 ) -> list[PlannedRecipe]:
     """A conditional dynamic INT8 recipe after the static 8-bit INT8 recipes of each format that has them
     (before its A16W8 recipes: where dynamic INT8 fits, MatMul-heavy models, it is the faster fallback)."""
-    from toolkit.conversion.registry import supports_precision
-
     out = list(planned)
     for fmt in dict.fromkeys(p.recipe.format for p in planned):
         same = [i for i, p in enumerate(out) if p.recipe.format == fmt]

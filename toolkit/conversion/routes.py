@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from toolkit.errors import UsageError
 from toolkit.model.vocabulary import FORMATS, Format, Framework, Precision
 
 
@@ -98,3 +99,26 @@ def default_formats(framework: str) -> tuple[Format, ...]:
     """The formats built when neither ``--format`` nor the profile names one, in ``FORMATS`` order."""
     rows = [r for r in _ROWS if r.framework == framework and r.default and r.backend]
     return tuple(sorted((r.format for r in rows), key=FORMATS.index))
+
+
+def supports(framework: str, fmt: str) -> Refusal | None:
+    """None when a route exists; else why not and what to do."""
+    row = route(framework, fmt)
+    if row is None:
+        return Refusal(f"There is no route from {framework} to {fmt}.", "Use another --format.")
+    return row.refusal if row.backend is None else None
+
+
+def supports_precision(framework: str, fmt: str, precision: str) -> bool:
+    row = route(framework, fmt)
+    return row is not None and row.backend is not None and precision not in row.unbuilt
+
+
+def check_supported(framework: str, fmt: str) -> Route:
+    """The row of a pair that is built; a ``UsageError`` saying why not and what to use for any other."""
+    refusal = supports(framework, fmt)
+    if refusal is not None:
+        raise UsageError(refusal.message, hint=refusal.hint)
+    row = route(framework, fmt)
+    assert row is not None  # supports refused every pair without a row
+    return row

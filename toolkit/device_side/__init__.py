@@ -27,8 +27,9 @@ holds both to the rules: each block named once and at most 600 lines, imports on
 
 A new helper verb is a ``cmd_<verb>`` function in the block of its job (its argv words are its parameters, its
 answer goes out through ``emit`` and a refusal through ``fail`` with a HelperRefusal word) and its row in
-``COMMANDS`` (``src/helper/cli.py``): 2 files, 3 with a new block (its block line in ``src/device_helper.py``, after
-the blocks it imports from), plus the host's call (``toolkit.delivery.deployment``).
+``COMMANDS`` (``src/helper/cli.py``), plus the host's call (``toolkit.delivery.deployment``) and its typed answer
+(``toolkit.model.answers``); a new block adds its block line in ``src/device_helper.py``, after the blocks it
+imports from (docs/design.md counts the files).
 
 The host reads every file through :func:`source_path`, which assembles on first use into a temporary folder of the
 process (keyed by the assembled text's hash, so a changed source is a new file; nothing is left in the user's

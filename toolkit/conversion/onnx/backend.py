@@ -8,14 +8,13 @@ execution providers only the device has, the nodes an onnxruntime message names,
 
 from __future__ import annotations
 
-import importlib
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, cast
 
 import numpy as np
 
-from toolkit.conversion.backend import Backend, Feeds
+from toolkit.conversion.backend import Backend, Feeds, resolve
 from toolkit.conversion.base import BuiltArtifact, ConversionRequest
 from toolkit.model.vocabulary import A16W8_MIN_ONNXRUNTIME, Format
 
@@ -42,8 +41,7 @@ class OnnxBackend(Backend):
         self.export = export
 
     def float_export(self, request: ConversionRequest, output: Path) -> BuiltArtifact:
-        module, _, name = self.export.partition(":")
-        return cast(Export, getattr(importlib.import_module(module), name))(request, output)
+        return cast(Export, resolve(self.export))(request, output)
 
     def float_base(self, request: ConversionRequest) -> BuiltArtifact:
         """The float ONNX of the request's source, exported once per workdir (kept in ``request.exports``)."""

@@ -1,7 +1,7 @@
 """The TFLite backends: Keras/SavedModel -> TFLite through TensorFlow's converter (:data:`KERAS`), and a ``.tflite``
-source shipped as it is (:data:`AS_IS`). What they share is the ``.tflite`` file (``artifact``): its cuts, the
-ops a runtime's message names, its layer tensors, the bounded TFLite runtimes (tflite-runtime 2.14) that must load
-it, the Edge TPU only the device has. ``pt2e.backend`` builds TFLite files too, from PyTorch, on this class.
+source shipped as it is (:data:`AS_IS`). What they share (:class:`TfliteBackend`) is the ``.tflite`` file
+(``artifact``): its cuts, its layer tensors and weights, the bounded TFLite runtimes (tflite-runtime 2.14) that
+must load it, the Edge TPU only the device has. ``pt2e.backend`` builds TFLite files too, from PyTorch, on it.
 """
 
 from __future__ import annotations
@@ -27,21 +27,12 @@ if TYPE_CHECKING:
 
 
 class TfliteBackend(Backend):
-    """Keras/SavedModel -> TFLite: fp32, fp16, dynamic range, full int8 and A16W8 (``convert``)."""
+    """What every route that writes a ``.tflite`` shares: the file (its cuts, layer tensors and layers) and the
+    runtimes that load it. A route adds how it builds and measures (``build``, ``layer_table``, ``failing_ops``)."""
 
     format = Format.TFLITE
     display = "TFLite"
     runtime = "the interpreter"
-
-    def build(self, request: ConversionRequest, output: Path) -> BuiltArtifact:
-        from toolkit.conversion.tflite.convert import convert
-
-        return convert(request, output)
-
-    def layer_table(self, request: ConversionRequest, full: BuiltArtifact | None) -> LayerTable:
-        from toolkit.conversion.tflite.table import tflite_table
-
-        return tflite_table(request, full)
 
     def default_io(self, precision: Precision) -> IoDtype:
         """Full INT8 TFLite takes and gives int8 (what microcontroller-class runtimes and the Edge TPU want)."""
@@ -61,12 +52,6 @@ class TfliteBackend(Backend):
         if policy.edgetpu and recipe.precision == Precision.INT8:
             return ("the Edge TPU (once compiled by edgetpu_compiler)",)
         return ()
-
-    def failing_ops(self, reason: str, request: ConversionRequest, artifact: Path) -> tuple[str, ...]:
-        """The op types the message names (the TF converter's ``nodes_to_exclude`` takes op types)."""
-        from toolkit.conversion.tflite.artifact import named_ops
-
-        return tuple(op for op, _ in named_ops(reason))
 
     def weight_layers(self, path: Path) -> list[Layer]:
         from toolkit.runtimes.inspection.share import tflite_layers
@@ -90,6 +75,26 @@ class TfliteBackend(Backend):
         return artifact.tensors(path, names, feeds, input_names)
 
 
+class KerasBackend(TfliteBackend):
+    """Keras/SavedModel -> TFLite: fp32, fp16, dynamic range, full int8 and A16W8 (``convert``)."""
+
+    def build(self, request: ConversionRequest, output: Path) -> BuiltArtifact:
+        from toolkit.conversion.tflite.convert import convert
+
+        return convert(request, output)
+
+    def layer_table(self, request: ConversionRequest, full: BuiltArtifact | None) -> LayerTable:
+        from toolkit.conversion.tflite.table import tflite_table
+
+        return tflite_table(request, full)
+
+    def failing_ops(self, reason: str, request: ConversionRequest, artifact: Path) -> tuple[str, ...]:
+        """The op types the message names (the TF converter's ``nodes_to_exclude`` takes op types)."""
+        from toolkit.conversion.tflite.artifact import named_ops
+
+        return tuple(op for op, _ in named_ops(reason))
+
+
 class AsIsBackend(TfliteBackend):
     """A ``.tflite`` source ships as it is: its precision is what the file holds, no op of it can be kept float."""
 
@@ -97,17 +102,11 @@ class AsIsBackend(TfliteBackend):
         shutil.copyfile(request.source.path, output)
         return BuiltArtifact(path=output, notes=("taken as it is (no conversion)",))
 
-    def layer_table(self, request: ConversionRequest, full: BuiltArtifact | None) -> LayerTable:
-        return Backend.layer_table(self, request, full)
-
     def as_built(self, recipe: Recipe, info: ModelInfo) -> Recipe:
         import dataclasses
 
         return dataclasses.replace(recipe, precision=info.precision)
 
-    def failing_ops(self, reason: str, request: ConversionRequest, artifact: Path) -> tuple[str, ...]:
-        return ()
 
-
-KERAS = TfliteBackend()
+KERAS = KerasBackend()
 AS_IS = AsIsBackend()
